@@ -1,0 +1,90 @@
+// Engine configuration: typed, validated once, then immutable.
+//
+// Sources, later wins: built-in defaults (documented in config/default.yaml),
+// a YAML file (--config), then repeatable KEY=VALUE overrides (--set) with
+// dotted keys such as "scheduler.max_num_seqs=32". Unknown keys and bad
+// values throw Error(invalid_config) naming the key and what is allowed.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+
+namespace llmk {
+
+struct ModelSection {
+  std::string path;                 // Hugging Face model directory
+  std::string load_format = "auto"; // auto | safetensors | dummy
+  std::string preset;               // dummy: llama-110m | tinyllama-1.1b | llama2-7b | llama3-8b | path to config.json
+  std::string tokenizer;            // tokenizer.model override (dummy default: ../shared/models/llama2-tokenizer)
+  uint64_t seed = 0;                // dummy weights' seed
+  std::string chat_template;        // "" = from tokenizer_config, llama-2 | chatml
+};
+
+struct ExecutorSection {
+  std::string device = "cpu";  // cpu | cuda
+  int32_t num_threads = 0;     // 0 = all cores
+};
+
+struct PluginSection {
+  std::string attention = "attention.cpu";
+  std::string linear = "linear.dense";
+  std::string kv_allocator = "kv.contiguous";
+  std::string linear_options = "{}";        // JSON object passed to the linear plugin
+  std::string attention_options = "{}";     // JSON object passed to the attention plugin
+  std::string kv_allocator_options = "{}";  // JSON object passed to the allocator
+  std::vector<std::string> search_path;     // searched after LLMK_PLUGIN_PATH
+};
+
+struct KvCacheSection {
+  uint64_t capacity_bytes = 0;      // 0: use capacity_fraction
+  double capacity_fraction = 0.25;  // of physical memory (CPU) or free memory after weights (GPU)
+  uint32_t capacity_tokens = 0;     // nonzero: exact slot count, overrides the two above
+  uint32_t block_size = 16;         // 8..256
+  DType dtype = DType::f32;         // f32 | i8
+  uint32_t group_size = 8;          // i8: elements per scale along head_dim
+  bool enable_prefix_caching = true;
+  uint32_t max_seq_len = 0;         // 0: the model's max_position_embeddings
+};
+
+struct SchedulerSection {
+  std::string policy = "continuous";     // continuous | static
+  uint32_t max_num_seqs = 64;
+  uint32_t max_num_batched_tokens = 512;
+  std::string preemption = "recompute";  // recompute | offload
+  uint32_t max_queue = 1024;             // waiting requests beyond this are refused (overloaded)
+};
+
+struct ServerSection {
+  std::string http = "127.0.0.1:8000";   // "" disables
+  std::string zmq = "tcp://127.0.0.1:5555";  // "" disables
+  uint64_t max_body_bytes = 1 << 20;
+  double drain_timeout_s = 30.0;
+  std::string served_model_name;          // "" = the model directory's name
+};
+
+struct EngineConfig {
+  ModelSection model;
+  ExecutorSection executor;
+  PluginSection plugins;
+  KvCacheSection kv_cache;
+  SchedulerSection scheduler;
+  ServerSection server;
+};
+
+// Applies a YAML document to cfg. `source` names it in errors.
+void apply_yaml(EngineConfig& cfg, const std::string& yaml_text, const std::string& source);
+void apply_yaml_file(EngineConfig& cfg, const std::filesystem::path& file);
+// Applies one "dotted.key=value" override.
+void apply_override(EngineConfig& cfg, const std::string& key_equals_value);
+// Checks ranges and combinations; throws Error(invalid_config).
+void validate(const EngineConfig& cfg);
+// Builds: defaults, then file (if non-empty), then overrides; validates.
+EngineConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides);
+// The effective configuration as YAML (for logs and `llmk info`).
+std::string to_yaml(const EngineConfig& cfg);
+
+}  // namespace llmk

@@ -1,0 +1,33 @@
+// Errors raised by llmk's core. One exception type with a category, so the
+// one place that talks to clients (ipc/) can map it to a status code.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace llmk {
+
+enum class ErrorCode {
+  invalid_argument,  // a request or call broke a contract (HTTP 400)
+  invalid_config,    // a config key has a bad value (names the key)
+  bad_checkpoint,    // a model file is malformed (names the file and tensor)
+  unsupported,       // a feature not implemented: refused, never silently wrong
+  plugin,            // a plugin failed to load or refused the configuration
+  not_found,         // unknown model, request id, file
+  overloaded,        // queue full (HTTP 429/503)
+  cancelled,
+  internal,
+};
+
+const char* to_string(ErrorCode code) noexcept;
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+}  // namespace llmk

@@ -1,0 +1,50 @@
+// A Llama-family model's shape, read from a Hugging Face config.json (plus
+// generation_config.json and tokenizer_config.json) or from a named preset.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+
+namespace llmk {
+
+struct ModelConfig {
+  std::string architecture = "LlamaForCausalLM";  // or MistralForCausalLM
+  int32_t hidden_size = 0;
+  int32_t intermediate_size = 0;
+  int32_t num_layers = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;  // hidden_size / num_heads unless config.json says otherwise
+  int32_t vocab_size = 0;
+  int32_t max_position_embeddings = 2048;
+  float rms_norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  bool tie_word_embeddings = false;
+  DType dtype = DType::f32;  // torch_dtype: the checkpoint's storage type
+  int32_t bos_token_id = 1;
+  std::vector<int32_t> eos_token_ids{2};
+  bool add_bos_token = true;
+  std::optional<int32_t> sliding_window;  // Mistral; refused when smaller than the context
+
+  int64_t num_parameters() const;
+  // K and V for one token across all layers, in bytes of the given KV dtype.
+  int64_t kv_bytes_per_token(DType kv_dtype = DType::f32) const;
+};
+
+// Reads config.json (and generation_config.json / tokenizer_config.json when
+// present) from a model directory. Throws Error(bad_checkpoint/unsupported)
+// naming the file and key.
+ModelConfig load_model_config(const std::filesystem::path& model_dir);
+// Parses one config.json file; `source` names it in errors.
+ModelConfig parse_model_config_json(const std::string& text, const std::string& source);
+
+// Named presets for dummy weights: llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b.
+std::optional<ModelConfig> model_preset(const std::string& name);
+std::vector<std::string> model_preset_names();
+
+}  // namespace llmk

@@ -1,0 +1,125 @@
+// Finds, loads and checks plugin libraries (Boost.DLL), and wraps their C
+// tables in RAII handles that keep the library mapped while any object made
+// by it lives.
+//
+// Search order for plugin "attention.cpu" (file libllmk_attention_cpu.so):
+// each directory of $LLMK_PLUGIN_PATH (colon-separated), then the config's
+// search_path, then the build tree's plugin directory, then the installed
+// plugin directory. A failure throws Error(plugin) that names the plugin,
+// every path tried and why each was rejected.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plugins/api/llmk_attention.h"
+#include "plugins/api/llmk_kv_allocator.h"
+#include "plugins/api/llmk_linear.h"
+#include "plugins/api/llmk_plugin.h"
+
+namespace llmk {
+
+class LoadedLibrary;  // the mapped shared library (opaque)
+
+struct PluginInfo {
+  std::string name;
+  std::string version;
+  std::string description;
+  std::string capabilities;  // JSON
+  llmk_plugin_kind kind{};
+  uint32_t abi_version = 0;
+  uint32_t api_version = 0;
+  std::filesystem::path file;
+};
+
+// A loaded plugin: its info and its kind's C table. Copies share the library.
+class Plugin {
+ public:
+  const PluginInfo& info() const { return info_; }
+  const llmk_attention_api& attention() const;  // throws if kind differs
+  const llmk_linear_api& linear() const;
+  const llmk_kv_allocator_api& kv_allocator() const;
+  const std::shared_ptr<LoadedLibrary>& library() const { return library_; }
+
+ private:
+  friend class PluginRegistry;
+  PluginInfo info_;
+  const void* api_ = nullptr;
+  std::shared_ptr<LoadedLibrary> library_;
+};
+
+class PluginRegistry {
+ public:
+  explicit PluginRegistry(std::vector<std::filesystem::path> extra_search_path = {});
+  // The directories searched, in order.
+  const std::vector<std::filesystem::path>& search_path() const { return search_path_; }
+  // Loads (or returns the already loaded) plugin; checks ABI and kind.
+  Plugin load(const std::string& name, llmk_plugin_kind expected_kind);
+  // Every plugin library found on the search path (those that fail to load are reported with the reason).
+  struct Found {
+    PluginInfo info;
+    std::string error;  // empty when it loaded
+  };
+  std::vector<Found> discover();
+
+ private:
+  std::vector<std::filesystem::path> search_path_;
+  std::vector<std::pair<std::string, Plugin>> loaded_;
+};
+
+// RAII objects made by plugins. Each holds the library alive.
+class AttentionImpl {
+ public:
+  AttentionImpl(Plugin plugin, const llmk_attention_desc& desc);  // throws Error(plugin) with supports()' reason
+  ~AttentionImpl();
+  AttentionImpl(const AttentionImpl&) = delete;
+  AttentionImpl& operator=(const AttentionImpl&) = delete;
+  void forward(const llmk_attention_args& args);  // throws on a non-OK status
+  const PluginInfo& info() const { return plugin_.info(); }
+
+ private:
+  Plugin plugin_;
+  void* self_ = nullptr;
+};
+
+class LinearImpl {
+ public:
+  LinearImpl(Plugin plugin, const llmk_linear_desc& desc);
+  ~LinearImpl();
+  LinearImpl(const LinearImpl&) = delete;
+  LinearImpl& operator=(const LinearImpl&) = delete;
+  void forward(const float* x, float* y, uint32_t num_rows);
+  size_t weight_bytes() const;
+  const PluginInfo& info() const { return plugin_.info(); }
+
+ private:
+  Plugin plugin_;
+  void* self_ = nullptr;
+};
+
+class KvAllocatorImpl {
+ public:
+  KvAllocatorImpl(Plugin plugin, const llmk_kv_allocator_desc& desc);
+  ~KvAllocatorImpl();
+  KvAllocatorImpl(const KvAllocatorImpl&) = delete;
+  KvAllocatorImpl& operator=(const KvAllocatorImpl&) = delete;
+  // false when there is no space (nothing changed); throws on errors.
+  bool reserve(const llmk_kv_reserve_args& args, uint32_t* num_cached_tokens);
+  bool extend(uint64_t seq_id, uint32_t num_tokens, std::vector<llmk_kv_copy>& copies_out);
+  bool fork(uint64_t parent_id, uint64_t child_id);
+  void free_seq(uint64_t seq_id);
+  void commit_tokens(uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n);
+  // Appends the sequence's block table entries to out; returns how many.
+  uint32_t block_table(uint64_t seq_id, std::vector<int32_t>& out) const;
+  uint32_t block_size() const;
+  llmk_kv_usage usage() const;
+  const PluginInfo& info() const { return plugin_.info(); }
+
+ private:
+  Plugin plugin_;
+  void* self_ = nullptr;
+};
+
+}  // namespace llmk

@@ -1,0 +1,38 @@
+// The step plan: what the scheduler hands the executor once per iteration.
+//
+// One flattened batch with no padding. Sequence s owns token rows
+// [query_start[s], query_start[s+1]); a decode has one row, a prefill chunk
+// many. Its new tokens are the last (query_start[s+1] - query_start[s])
+// positions of a context of context_lens[s] tokens. KV addressing follows
+// plugins/api/llmk_attention.h.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "plugins/api/llmk_kv_allocator.h"
+
+namespace llmk {
+
+struct StepBatch {
+  std::vector<int32_t> token_ids;     // [num_tokens]
+  std::vector<int32_t> positions;     // [num_tokens]
+  std::vector<int32_t> query_start;   // [num_seqs + 1]
+  std::vector<int32_t> context_lens;  // [num_seqs], after this step
+  std::vector<int32_t> slot_mapping;  // [num_tokens], physical KV slot of each new token
+  std::vector<int32_t> block_tables;  // [num_seqs, max_blocks_per_seq], first slot of each block
+  int32_t max_blocks_per_seq = 0;
+  int32_t block_size = 0;
+  // Rows whose hidden state becomes logits: usually the last row of each
+  // sequence whose prefill is complete after this step. [num_logits]
+  std::vector<int32_t> logits_rows;
+  // KV moves the allocator asked for (copy-on-write, relocation); applied to
+  // every layer before the forward.
+  std::vector<llmk_kv_copy> kv_copies;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }
+  int32_t num_logits() const { return static_cast<int32_t>(logits_rows.size()); }
+};
+
+}  // namespace llmk

@@ -1,0 +1,91 @@
+/* llmk KV-cache allocator plugin API (kind LLMK_PLUGIN_KV_ALLOCATOR).
+ *
+ * An allocator is pure bookkeeping over num_slots token slots; the host owns
+ * the memory. It hands out slots to sequences and describes them through a
+ * block table (see llmk_attention.h for the addressing rule). When it moves
+ * or duplicates data (copy-on-write, relocation) it returns copy operations
+ * that the host performs on every layer before the next forward.
+ *
+ * Sequence ids are chosen by the host and unique among live sequences. */
+#ifndef LLMK_KV_ALLOCATOR_H
+#define LLMK_KV_ALLOCATOR_H
+
+#include "llmk_plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LLMK_KV_ALLOCATOR_API_VERSION 1u
+
+typedef struct llmk_kv_allocator_desc {
+  uint32_t struct_size;
+  uint32_t num_slots;      /* token slots in the cache */
+  uint32_t block_size;     /* paged allocators: tokens per block */
+  uint32_t max_seq_len;    /* longest sequence the host will ask for */
+  int enable_prefix_caching;
+  const char* options;     /* JSON object of plugin options from config, "{}" when none */
+} llmk_kv_allocator_desc;
+
+/* Move num_slots consecutive slots' K/V from src_slot to dst_slot, in every layer. */
+typedef struct llmk_kv_copy {
+  int32_t src_slot;
+  int32_t dst_slot;
+  int32_t num_slots;
+} llmk_kv_copy;
+
+typedef struct llmk_kv_reserve_args {
+  uint64_t seq_id;
+  const int32_t* tokens;      /* [num_tokens] the prompt (and, when resuming, tokens already generated) */
+  uint32_t num_tokens;        /* slots needed now */
+  uint32_t max_total_tokens;  /* the sequence will never exceed this (prompt + max_tokens, capped) */
+} llmk_kv_reserve_args;
+
+typedef struct llmk_kv_usage {
+  uint64_t total_slots;        /* capacity */
+  uint64_t reserved_slots;     /* slots owned by live sequences or held by the prefix cache */
+  uint64_t used_slots;         /* slots holding live tokens */
+  uint64_t cached_free_slots;  /* prefix-cache slots no live sequence references (evictable) */
+  uint64_t num_seqs;
+  uint64_t prefix_query_tokens;  /* tokens looked up in the prefix cache */
+  uint64_t prefix_hit_tokens;    /* of those, found */
+  uint64_t num_relocations;      /* sequences moved to a new range */
+  uint64_t num_extend_in_place;  /* ranges grown without moving */
+  uint64_t num_cow_copies;       /* blocks copied on write */
+  uint64_t largest_free_run;     /* longest run of free slots (fragmentation) */
+} llmk_kv_usage;
+
+typedef struct llmk_kv_allocator_api {
+  uint32_t api_version;  /* LLMK_KV_ALLOCATOR_API_VERSION */
+  uint32_t struct_size;
+  int (*supports)(const llmk_kv_allocator_desc* desc, char* why, size_t why_len);
+  void* (*create)(const llmk_kv_allocator_desc* desc, llmk_error* err);
+  void (*destroy)(void* self);
+  /* Give a new sequence room for args->num_tokens tokens. All or nothing:
+   * LLMK_ERR_NO_SPACE leaves the allocator unchanged. *num_cached_tokens
+   * receives how many leading tokens already hold valid K/V (prefix cache
+   * hit; always a multiple of the block size and < num_tokens). */
+  int (*reserve)(void* self, const llmk_kv_reserve_args* args, uint32_t* num_cached_tokens, llmk_error* err);
+  /* Grow a sequence to num_tokens. May append copies (at most max_copies)
+   * that the host must perform before writing. LLMK_ERR_NO_SPACE leaves the
+   * sequence as it was. */
+  int (*extend)(void* self, uint64_t seq_id, uint32_t num_tokens, llmk_kv_copy* copies,
+                uint32_t max_copies, uint32_t* num_copies, llmk_error* err);
+  /* child shares parent's tokens so far (copy-on-write where supported). */
+  int (*fork)(void* self, uint64_t parent_id, uint64_t child_id, llmk_error* err);
+  void (*free_seq)(void* self, uint64_t seq_id);
+  /* The tokens of positions [first, first+n) now hold valid K/V: lets a
+   * prefix cache index full blocks. */
+  void (*commit_tokens)(void* self, uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n);
+  /* Write up to max_entries block table entries; returns how many the
+   * sequence has (which may exceed max_entries). */
+  uint32_t (*block_table)(const void* self, uint64_t seq_id, int32_t* entries, uint32_t max_entries);
+  uint32_t (*block_size)(const void* self);
+  void (*usage)(const void* self, llmk_kv_usage* out);
+} llmk_kv_allocator_api;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLMK_KV_ALLOCATOR_H */

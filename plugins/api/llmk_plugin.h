@@ -1,0 +1,75 @@
+/* llmk plugin ABI: what every plugin library exports.
+ *
+ * A plugin is a shared library named libllmk_<kind>_<impl>.so (the plugin
+ * "attention.cpu" lives in libllmk_attention_cpu.so). It exports one function
+ * under the Boost.DLL alias LLMK_PLUGIN_ENTRY_SYMBOL that returns a static
+ * llmk_plugin_info. The host checks abi_version and the kind's api_version
+ * before it touches anything else, and refuses a mismatch with both numbers.
+ *
+ * This header is C-compatible: plugins may be written in any language that
+ * can produce this table; C++ authors use plugin_helpers.hpp instead. */
+#ifndef LLMK_PLUGIN_H
+#define LLMK_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever llmk_plugin_info or llmk_error change incompatibly. */
+#define LLMK_PLUGIN_ABI_VERSION 1u
+#define LLMK_PLUGIN_ENTRY_SYMBOL llmk_plugin_entry
+
+typedef enum llmk_plugin_kind {
+  LLMK_PLUGIN_ATTENTION = 1,
+  LLMK_PLUGIN_LINEAR = 2,
+  LLMK_PLUGIN_KV_ALLOCATOR = 3
+} llmk_plugin_kind;
+
+/* Status codes returned by every plugin call that can fail. */
+typedef enum llmk_status {
+  LLMK_OK = 0,
+  LLMK_ERR_INVALID_ARGUMENT = 1, /* the caller broke the contract */
+  LLMK_ERR_UNSUPPORTED = 2,      /* a configuration this plugin cannot serve */
+  LLMK_ERR_OUT_OF_MEMORY = 3,    /* host or device allocation failed */
+  LLMK_ERR_NO_SPACE = 4,         /* KV allocator: not enough free slots (not a failure) */
+  LLMK_ERR_INTERNAL = 5
+} llmk_status;
+
+/* Element types of tensors crossing the boundary. */
+typedef enum llmk_dtype {
+  LLMK_DTYPE_F32 = 0,
+  LLMK_DTYPE_F16 = 1,
+  LLMK_DTYPE_BF16 = 2,
+  LLMK_DTYPE_I8 = 3,
+  LLMK_DTYPE_U8 = 4,
+  LLMK_DTYPE_I32 = 5
+} llmk_dtype;
+
+/* Error detail filled by a plugin next to a non-OK status. */
+typedef struct llmk_error {
+  int32_t status;     /* an llmk_status */
+  char message[512];  /* NUL-terminated, human readable */
+} llmk_error;
+
+typedef struct llmk_plugin_info {
+  uint32_t abi_version;      /* LLMK_PLUGIN_ABI_VERSION the plugin was built against */
+  uint32_t struct_size;      /* sizeof(llmk_plugin_info) in the plugin's build */
+  uint32_t kind;             /* an llmk_plugin_kind */
+  uint32_t api_version;      /* the kind's API version, e.g. LLMK_ATTENTION_API_VERSION */
+  const char* name;          /* "attention.cpu"; must match the library file name */
+  const char* version;       /* the implementation's own semantic version, "1.0.0" */
+  const char* description;   /* one line */
+  const char* capabilities;  /* JSON object describing what it serves, e.g. {"kv_dtypes":["f32"]} */
+  const void* api;           /* the kind's table: llmk_attention_api, llmk_linear_api, ... */
+} llmk_plugin_info;
+
+typedef const llmk_plugin_info* (*llmk_plugin_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LLMK_PLUGIN_H */

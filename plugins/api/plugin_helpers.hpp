@@ -1,0 +1,186 @@
+// C++ side of the plugin boundary: write a class, get the C table.
+//
+//   class MyAttention {
+//    public:
+//     static constexpr const char* kName = "attention.mine";
+//     static constexpr const char* kVersion = "1.0.0";
+//     static constexpr const char* kDescription = "...";
+//     static constexpr const char* kCapabilities = R"({"kv_dtypes":["f32"]})";
+//     static bool supports(const llmk_attention_desc& desc, std::string& why);
+//     explicit MyAttention(const llmk_attention_desc& desc);  // may throw
+//     void forward(const llmk_attention_args& args);          // may throw
+//   };
+//   LLMK_EXPORT_ATTENTION_PLUGIN(MyAttention)
+//
+// Linear plugins provide supports/ctor(const llmk_linear_desc&)/
+// forward(const float* x, float* y, uint32_t rows)/weight_bytes() const.
+// KV allocators provide supports/ctor(const llmk_kv_allocator_desc&) and
+// reserve/extend/fork/free_seq/commit_tokens/block_table/block_size/usage
+// with the C signatures minus self and err; reserve/extend/fork return an
+// llmk_status (LLMK_ERR_NO_SPACE is an answer, not an exception).
+//
+// Exceptions never cross the boundary: plugin::Error carries a status, any
+// other std::exception becomes LLMK_ERR_INTERNAL, both with their message.
+#pragma once
+
+#include <boost/dll/alias.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "llmk_attention.h"
+#include "llmk_kv_allocator.h"
+#include "llmk_linear.h"
+#include "llmk_plugin.h"
+
+namespace llmk::plugin {
+
+class Error : public std::runtime_error {
+ public:
+  Error(llmk_status status, const std::string& message) : std::runtime_error(message), status_(status) {}
+  llmk_status status() const noexcept { return status_; }
+
+ private:
+  llmk_status status_;
+};
+
+inline void set_error(llmk_error* err, int status, const char* message) {
+  if (err == nullptr) return;
+  err->status = status;
+  std::snprintf(err->message, sizeof(err->message), "%s", message);
+}
+
+// Runs fn, turning exceptions into a status and message.
+template <class Fn>
+int guarded(llmk_error* err, Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    set_error(err, e.status(), e.what());
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    set_error(err, LLMK_ERR_OUT_OF_MEMORY, "out of memory");
+    return LLMK_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    set_error(err, LLMK_ERR_INTERNAL, e.what());
+    return LLMK_ERR_INTERNAL;
+  } catch (...) {
+    set_error(err, LLMK_ERR_INTERNAL, "unknown exception");
+    return LLMK_ERR_INTERNAL;
+  }
+}
+
+template <class Impl, class Desc>
+int supports_thunk(const Desc* desc, char* why, size_t why_len) noexcept {
+  std::string reason;
+  bool ok = false;
+  try {
+    ok = Impl::supports(*desc, reason);
+  } catch (const std::exception& e) {
+    reason = e.what();
+  }
+  if (!ok && why != nullptr && why_len > 0) std::snprintf(why, why_len, "%s", reason.c_str());
+  return ok ? 1 : 0;
+}
+
+template <class Impl, class Desc>
+void* create_thunk(const Desc* desc, llmk_error* err) noexcept {
+  void* self = nullptr;
+  guarded(err, [&] {
+    self = new Impl(*desc);
+    return LLMK_OK;
+  });
+  return self;
+}
+
+template <class Impl>
+void destroy_thunk(void* self) noexcept {
+  delete static_cast<Impl*>(self);
+}
+
+template <class Impl>
+const llmk_plugin_info* make_info(llmk_plugin_kind kind, uint32_t api_version, const void* api) {
+  static const llmk_plugin_info info{LLMK_PLUGIN_ABI_VERSION, sizeof(llmk_plugin_info),
+                                     static_cast<uint32_t>(kind), api_version, Impl::kName,
+                                     Impl::kVersion, Impl::kDescription, Impl::kCapabilities, api};
+  return &info;
+}
+
+template <class Impl>
+const llmk_plugin_info* attention_info() {
+  static const llmk_attention_api api{
+      LLMK_ATTENTION_API_VERSION, sizeof(llmk_attention_api),
+      &supports_thunk<Impl, llmk_attention_desc>, &create_thunk<Impl, llmk_attention_desc>,
+      &destroy_thunk<Impl>,
+      [](void* self, const llmk_attention_args* args, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->forward(*args);
+          return LLMK_OK;
+        });
+      }};
+  return make_info<Impl>(LLMK_PLUGIN_ATTENTION, LLMK_ATTENTION_API_VERSION, &api);
+}
+
+template <class Impl>
+const llmk_plugin_info* linear_info() {
+  static const llmk_linear_api api{
+      LLMK_LINEAR_API_VERSION, sizeof(llmk_linear_api), &supports_thunk<Impl, llmk_linear_desc>,
+      &create_thunk<Impl, llmk_linear_desc>, &destroy_thunk<Impl>,
+      [](void* self, const float* x, float* y, uint32_t rows, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->forward(x, y, rows);
+          return LLMK_OK;
+        });
+      },
+      [](const void* self) noexcept -> size_t { return static_cast<const Impl*>(self)->weight_bytes(); }};
+  return make_info<Impl>(LLMK_PLUGIN_LINEAR, LLMK_LINEAR_API_VERSION, &api);
+}
+
+template <class Impl>
+const llmk_plugin_info* kv_allocator_info() {
+  static const llmk_kv_allocator_api api{
+      LLMK_KV_ALLOCATOR_API_VERSION,
+      sizeof(llmk_kv_allocator_api),
+      &supports_thunk<Impl, llmk_kv_allocator_desc>,
+      &create_thunk<Impl, llmk_kv_allocator_desc>,
+      &destroy_thunk<Impl>,
+      [](void* self, const llmk_kv_reserve_args* args, uint32_t* num_cached, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] { return static_cast<int>(static_cast<Impl*>(self)->reserve(*args, num_cached)); });
+      },
+      [](void* self, uint64_t seq_id, uint32_t num_tokens, llmk_kv_copy* copies, uint32_t max_copies,
+         uint32_t* num_copies, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          return static_cast<int>(
+              static_cast<Impl*>(self)->extend(seq_id, num_tokens, copies, max_copies, num_copies));
+        });
+      },
+      [](void* self, uint64_t parent, uint64_t child, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] { return static_cast<int>(static_cast<Impl*>(self)->fork(parent, child)); });
+      },
+      [](void* self, uint64_t seq_id) noexcept { static_cast<Impl*>(self)->free_seq(seq_id); },
+      [](void* self, uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n) noexcept {
+        static_cast<Impl*>(self)->commit_tokens(seq_id, first, tokens, n);
+      },
+      [](const void* self, uint64_t seq_id, int32_t* entries, uint32_t max_entries) noexcept -> uint32_t {
+        return static_cast<const Impl*>(self)->block_table(seq_id, entries, max_entries);
+      },
+      [](const void* self) noexcept -> uint32_t { return static_cast<const Impl*>(self)->block_size(); },
+      [](const void* self, llmk_kv_usage* out) noexcept { static_cast<const Impl*>(self)->usage(*out); }};
+  return make_info<Impl>(LLMK_PLUGIN_KV_ALLOCATOR, LLMK_KV_ALLOCATOR_API_VERSION, &api);
+}
+
+}  // namespace llmk::plugin
+
+#define LLMK_DETAIL_EXPORT_PLUGIN(Impl, info_fn)                                                  \
+  namespace llmk_plugin_export {                                                                  \
+  extern "C" const llmk_plugin_info* llmk_plugin_entry_impl() { return ::llmk::plugin::info_fn<Impl>(); } \
+  }                                                                                               \
+  BOOST_DLL_ALIAS(llmk_plugin_export::llmk_plugin_entry_impl, llmk_plugin_entry)
+
+#define LLMK_EXPORT_ATTENTION_PLUGIN(Impl) LLMK_DETAIL_EXPORT_PLUGIN(Impl, attention_info)
+#define LLMK_EXPORT_LINEAR_PLUGIN(Impl) LLMK_DETAIL_EXPORT_PLUGIN(Impl, linear_info)
+#define LLMK_EXPORT_KV_ALLOCATOR_PLUGIN(Impl) LLMK_DETAIL_EXPORT_PLUGIN(Impl, kv_allocator_info)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Configures and builds llmk into build/ (or $LLMK_BUILD_DIR).
+#   scripts/build.sh [--sanitize] [extra cmake args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=${LLMK_BUILD_DIR:-build}
+cmake_args=()
+for a in "$@"; do
+  case "$a" in
+    --sanitize) build_dir=${LLMK_BUILD_DIR:-build-sanitize}; cmake_args+=(-DLLMK_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLMK_BUILD_BENCH=OFF) ;;
+    *) cmake_args+=("$a") ;;
+  esac
+done
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+  cmake -S . -B "$build_dir" "${generator[@]}" "${cmake_args[@]}"
+elif [ ${#cmake_args[@]} -gt 0 ]; then
+  cmake -S . -B "$build_dir" "${cmake_args[@]}"
+fi
+cmake --build "$build_dir" -j "$(nproc)"
+echo "$build_dir"

@@ -1,0 +1,89 @@
+// llmk::Engine: the embedding surface. Starts the five actors (tokenizer,
+// scheduler, executor, sampler, detokenizer) from a config and lets a program
+// submit requests and receive their events.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/config.hpp"
+#include "core/model_config.hpp"
+#include "core/request.hpp"
+#include "plugins/api/llmk_kv_allocator.h"
+
+namespace caf {
+class actor_system;
+class actor;
+}  // namespace caf
+
+namespace llmk {
+
+class Tokenizer;
+
+struct EngineStats {
+  uint64_t num_running = 0;           // sequences holding KV
+  uint64_t num_waiting = 0;           // queued, not yet admitted (or preempted)
+  uint64_t num_requests_total = 0;
+  uint64_t num_requests_finished = 0;
+  uint64_t num_prompt_tokens = 0;     // submitted
+  uint64_t num_prefill_tokens = 0;    // actually computed (prefix hits and recompute excluded/included)
+  uint64_t num_generated_tokens = 0;
+  uint64_t num_preemptions = 0;
+  uint64_t num_steps = 0;
+  double mean_batch_seqs = 0;         // mean sequences per step
+  double mean_batch_tokens = 0;       // mean tokens per step
+  llmk_kv_usage kv{};
+  uint64_t peak_running = 0;
+};
+
+// A pull-style stream of one request's events.
+class EventStream {
+ public:
+  virtual ~EventStream() = default;
+  // Blocks up to timeout; nullopt on timeout. After the event with
+  // request_done, returns nullopt at once.
+  virtual std::optional<RequestEvent> next(std::chrono::milliseconds timeout) = 0;
+};
+
+class Engine {
+ public:
+  using EventCallback = std::function<void(const RequestEvent&)>;
+
+  // Loads the model and plugins, starts the actors. Throws llmk::Error.
+  explicit Engine(const EngineConfig& config);
+  // Cancels what is in flight and stops the actors; never hangs.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Events arrive on an engine thread, in order per request. An invalid
+  // request or a full queue is answered by one finished event with
+  // finish_reason == error (and the reason), never an exception.
+  void submit(Request request, EventCallback on_event);
+  std::unique_ptr<EventStream> submit(Request request);
+  // Cancels a live request (its KV is freed at once); false if unknown.
+  bool cancel(const std::string& request_id);
+  EngineStats stats() const;
+
+  const EngineConfig& config() const;
+  const ModelConfig& model_config() const;
+  const Tokenizer& tokenizer() const;
+
+  // For programs that embed the pipeline in a larger CAF system.
+  caf::actor_system& system();
+  const caf::actor& tokenizer_actor() const;  // accepts messages of actors/messages.hpp
+  const caf::actor& scheduler_actor() const;
+  const caf::actor& executor_actor() const;
+  const caf::actor& sampler_actor() const;
+  const caf::actor& detokenizer_actor() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llmk

@@ -1,0 +1,77 @@
+// What clients ask for and what they get back: the types every front end
+// (Engine API, ZeroMQ, HTTP, the CLI, benchmarks) shares.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace llmk {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0 = greedy
+  int32_t top_k = 0;                // 0 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
+  float repetition_penalty = 1.0f;  // 1 = off (divides positive logits of seen tokens, multiplies negative)
+  float presence_penalty = 0.0f;    // subtracted once per distinct generated token
+  float frequency_penalty = 0.0f;   // subtracted per occurrence in generated tokens
+  std::optional<uint64_t> seed;     // same seed, same output, whatever else is in the batch
+  int32_t logprobs = -1;            // -1: none; k >= 0: the chosen token's logprob plus the top k
+  int32_t n = 1;                    // samples per prompt, sharing one prefill
+  int32_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;  // besides the model's EOS ids
+  std::vector<std::string> stop;        // stop strings; the match is not part of the text
+  bool ignore_eos = false;
+};
+
+struct Request {
+  std::string id;                   // chosen by the client, unique among its live requests
+  std::string prompt;               // text, tokenized by the engine ...
+  std::vector<int32_t> prompt_token_ids;  // ... unless token ids are given (then prompt is ignored)
+  bool add_bos = true;              // for text prompts, when the model's tokenizer_config asks for it
+  SamplingParams sampling;
+};
+
+enum class FinishReason { none, stop, length, cancelled, error };
+const char* to_string(FinishReason r) noexcept;
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // (token id, logprob), best first
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_prompt_tokens = 0;  // served from the prefix cache
+};
+
+// Seconds, measured on the engine's steady clock.
+struct Timings {
+  double queue_s = 0;                // arrival to first scheduled
+  double time_to_first_token_s = 0;  // arrival to first token
+  double e2e_s = 0;                  // arrival to finish
+  std::vector<double> token_times_s; // arrival to each token
+};
+
+// One per produced token and sample index; the last event of a sample has
+// finished = true, and the request is complete when every sample is.
+struct RequestEvent {
+  std::string request_id;
+  int32_t index = 0;                 // sample index, 0..n-1
+  std::vector<int32_t> token_ids;    // new tokens (usually one)
+  std::string text_delta;            // new text (never a broken UTF-8 sequence)
+  std::vector<TokenLogprob> logprobs;  // when requested, one per new token
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::none;
+  std::string error;                 // finish_reason == error: what went wrong
+  Usage usage;                       // on the finished event
+  Timings timings;                   // on the finished event
+  bool request_done = false;         // the last event of the whole request
+};
+
+}  // namespace llmk

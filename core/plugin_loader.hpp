@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kv_allocator.hpp"
 #include "plugins/api/llmk_attention.h"
 #include "plugins/api/llmk_kv_allocator.h"
 #include "plugins/api/llmk_linear.h"
@@ -99,22 +100,20 @@ class LinearImpl {
   void* self_ = nullptr;
 };
 
-class KvAllocatorImpl {
+class KvAllocatorImpl final : public KvAllocator {
  public:
   KvAllocatorImpl(Plugin plugin, const llmk_kv_allocator_desc& desc);
-  ~KvAllocatorImpl();
+  ~KvAllocatorImpl() override;
   KvAllocatorImpl(const KvAllocatorImpl&) = delete;
   KvAllocatorImpl& operator=(const KvAllocatorImpl&) = delete;
-  // false when there is no space (nothing changed); throws on errors.
-  bool reserve(const llmk_kv_reserve_args& args, uint32_t* num_cached_tokens);
-  bool extend(uint64_t seq_id, uint32_t num_tokens, std::vector<llmk_kv_copy>& copies_out);
-  bool fork(uint64_t parent_id, uint64_t child_id);
-  void free_seq(uint64_t seq_id);
-  void commit_tokens(uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n);
-  // Appends the sequence's block table entries to out; returns how many.
-  uint32_t block_table(uint64_t seq_id, std::vector<int32_t>& out) const;
-  uint32_t block_size() const;
-  llmk_kv_usage usage() const;
+  bool reserve(const llmk_kv_reserve_args& args, uint32_t* num_cached_tokens) override;
+  bool extend(uint64_t seq_id, uint32_t num_tokens, std::vector<llmk_kv_copy>& copies_out) override;
+  bool fork(uint64_t parent_id, uint64_t child_id) override;
+  void free_seq(uint64_t seq_id) override;
+  void commit_tokens(uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n) override;
+  uint32_t block_table(uint64_t seq_id, std::vector<int32_t>& out) const override;
+  uint32_t block_size() const override;
+  llmk_kv_usage usage() const override;
   const PluginInfo& info() const { return plugin_.info(); }
 
  private:

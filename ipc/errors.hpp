@@ -36,8 +36,8 @@ class ProtocolError : public std::runtime_error {
 // A request field has the wrong type or value; `param` names it.
 class ParamError : public Error {
  public:
-  ParamError(std::string param, const std::string& message)
-      : Error(ErrorCode::invalid_argument, message), param_(std::move(param)) {}
+  ParamError(std::string param, const std::string& message, ErrorCode code = ErrorCode::invalid_argument)
+      : Error(code, message), param_(std::move(param)) {}
   const std::string& param() const noexcept { return param_; }
 
  private:

@@ -1,5 +1,7 @@
 #include "ipc/metrics.hpp"
 
+#include "ipc/request_json.hpp"
+
 #include <cstdio>
 
 namespace llmk::ipc {
@@ -51,7 +53,7 @@ void Metrics::on_finished(Frontend frontend, const RequestEvent& ev) {
   std::lock_guard lock(mutex_);
   num_generation_tokens_ += static_cast<uint64_t>(ev.usage.completion_tokens);
   if (!ev.request_done) return;
-  ++num_requests_[{frontend_name(frontend), to_string(ev.finish_reason)}];
+  ++num_requests_[{frontend_name(frontend), finish_reason_string(ev.finish_reason)}];
   num_prompt_tokens_ += static_cast<uint64_t>(ev.usage.prompt_tokens);
   const auto& times = ev.timings.token_times_s;
   if (!times.empty()) ttft_.observe(ev.timings.time_to_first_token_s);

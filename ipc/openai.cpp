@@ -53,17 +53,6 @@ json bytes_of(const std::string& s) {
 
 }  // namespace
 
-std::string finish_reason_string(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::stop: return "stop";
-    case FinishReason::length: return "length";
-    case FinishReason::cancelled: return "cancelled";
-    case FinishReason::error: return "error";
-    case FinishReason::none: break;
-  }
-  return "";
-}
-
 OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& body_text, const Backend& backend) {
   json body;
   try {

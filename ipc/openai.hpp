@@ -66,6 +66,4 @@ class OpenAiResponse {
   Usage usage_;
 };
 
-std::string finish_reason_string(FinishReason reason);
-
 }  // namespace llmk::ipc

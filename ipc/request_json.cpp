@@ -134,4 +134,15 @@ void parse_prompt(const json& value, const std::string& param, int32_t vocab_siz
   }
 }
 
+std::string finish_reason_string(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+    case FinishReason::none: break;
+  }
+  return "";
+}
+
 }  // namespace llmk::ipc

@@ -35,6 +35,9 @@ SamplingParams parse_sampling(const nlohmann::json& body, LogprobsStyle style, i
 // request.prompt_token_ids; `param` names the field in errors.
 void parse_prompt(const nlohmann::json& value, const std::string& param, int32_t vocab_size, Request& request);
 
+// "stop", "length", "cancelled", "error" ("" for none): the wire names.
+std::string finish_reason_string(FinishReason reason);
+
 // Typed field access: absent -> fallback; wrong type -> ParamError.
 std::string get_string(const nlohmann::json& obj, const std::string& key, const std::string& fallback);
 bool get_bool(const nlohmann::json& obj, const std::string& key, bool fallback);

@@ -129,7 +129,7 @@ json final_message(const std::string& id, const RequestEvent& ev, const std::str
           {"type", "final"},
           {"id", id},
           {"index", ev.index},
-          {"finish_reason", to_string(ev.finish_reason)},
+          {"finish_reason", finish_reason_string(ev.finish_reason)},
           {"text", text},
           {"token_ids", token_ids},
           {"usage",

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <spdlog/spdlog.h>
 
 #include <condition_variable>
@@ -258,6 +259,12 @@ HttpServer::HttpServer(Backend& backend, Metrics& metrics, HttpServerOptions opt
   const int num_threads = std::max(2, impl_->options.num_threads);
   impl_->server.new_task_queue = [num_threads] { return new httplib::ThreadPool(static_cast<size_t>(num_threads)); };
   impl_->server.set_payload_max_length(impl_->options.max_body_bytes);
+  // cpp-httplib's default sets SO_REUSEPORT, which lets a second server
+  // share the port silently; SO_REUSEADDR alone makes a busy port an error.
+  impl_->server.set_socket_options([](httplib::socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   impl_->install_routes();
   if (port == 0) {
     port_ = impl_->server.bind_to_any_port(host);

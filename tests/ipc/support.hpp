@@ -88,3 +88,55 @@ class RawPeer {
 };
 
 }  // namespace llmk::test
+
+#include <filesystem>
+#include <fstream>
+#include <atomic>
+#include <unistd.h>
+
+namespace llmk::test {
+
+struct HttpResult {
+  int status = 0;
+  std::string body;
+  nlohmann::json json() const { return nlohmann::json::parse(body, nullptr, false); }
+};
+
+// One HTTP request through curl (the body travels in a temporary file, so
+// any bytes, valid UTF-8 or not, reach the server unchanged).
+inline HttpResult curl(int port, const std::string& method, const std::string& path, const std::string& body = "",
+                       const std::string& extra_args = "") {
+  static std::atomic<int> counter{0};
+  const auto file = std::filesystem::temp_directory_path() /
+                    ("llmk_ipc_body_" + std::to_string(::getpid()) + "_" + std::to_string(++counter));
+  std::string cmd = "curl -sS -N --max-time 30 -o - -w '\\n%{http_code}' -X " + method + " " + extra_args + " ";
+  if (!body.empty() || method == "POST") {
+    std::ofstream(file, std::ios::binary) << body;
+    cmd += "-H 'Content-Type: application/json' --data-binary @" + file.string() + " ";
+  }
+  cmd += "http://127.0.0.1:" + std::to_string(port) + path + " 2>/dev/null";
+  const CommandResult r = run_command(cmd);
+  std::filesystem::remove(file);
+  HttpResult out;
+  const size_t nl = r.out.rfind('\n');
+  if (nl == std::string::npos) return out;
+  out.body = r.out.substr(0, nl);
+  out.status = std::atoi(r.out.c_str() + nl + 1);
+  return out;
+}
+
+// The "data: ..." payloads of a server-sent event stream, in order.
+inline std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) end = body.size();
+    const std::string event = body.substr(pos, end - pos);
+    if (event.rfind("data: ", 0) == 0) out.push_back(event.substr(6));
+    pos = end + 2;
+  }
+  return out;
+}
+
+}  // namespace llmk::test

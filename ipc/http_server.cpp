@@ -261,7 +261,7 @@ HttpServer::HttpServer(Backend& backend, Metrics& metrics, HttpServerOptions opt
   impl_->server.set_payload_max_length(impl_->options.max_body_bytes);
   // cpp-httplib's default sets SO_REUSEPORT, which lets a second server
   // share the port silently; SO_REUSEADDR alone makes a busy port an error.
-  impl_->server.set_socket_options([](httplib::socket_t sock) {
+  impl_->server.set_socket_options([](socket_t sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });

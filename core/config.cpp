@@ -129,20 +129,28 @@ T parse_integer(const std::string& text, const std::string& where, bool allow_si
     }
   }
   if (!digits.empty() && digits[0] == '+') digits.erase(0, 1);
-  int64_t value = 0;
-  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  const bool is_unsigned = std::is_unsigned_v<T>;
+  constexpr bool is_unsigned = std::is_unsigned_v<T>;
   const std::string kind = is_unsigned ? "a non-negative integer" : "an integer";
-  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
+  const auto bad = [&] {
     fail(where, "expected " + kind + (allow_size_suffix ? " (optionally with KiB/MiB/GiB/TiB)" : "") + ", got '" +
                     text + "'");
-  if (multiplier > 1 && value > std::numeric_limits<int64_t>::max() / static_cast<int64_t>(multiplier))
-    fail(where, "'" + text + "' is too large");
-  value *= static_cast<int64_t>(multiplier);
-  if (value < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
-      static_cast<uint64_t>(value) > static_cast<uint64_t>(std::numeric_limits<T>::max()))
+  };
+  const auto out_of_range = [&] {
     fail(where, "expected " + kind + " in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
                     std::to_string(std::numeric_limits<T>::max()) + "], got '" + text + "'");
+  };
+  // Unsigned values parse as uint64 (a '-' is refused), signed ones as int64.
+  using Wide = std::conditional_t<is_unsigned, uint64_t, int64_t>;
+  Wide value = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec == std::errc::result_out_of_range) out_of_range();
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) bad();
+  const Wide wide_multiplier = static_cast<Wide>(multiplier);
+  if (value > std::numeric_limits<Wide>::max() / wide_multiplier || value < std::numeric_limits<Wide>::min() / wide_multiplier)
+    out_of_range();
+  value *= wide_multiplier;
+  if (value < static_cast<Wide>(std::numeric_limits<T>::min()) || value > static_cast<Wide>(std::numeric_limits<T>::max()))
+    out_of_range();
   return static_cast<T>(value);
 }
 
@@ -207,6 +215,8 @@ void assign(EngineConfig& cfg, const Field& field, const YAML::Node& node, const
       [&](auto* target) {
         using T = std::remove_pointer_t<decltype(target)>;
         if constexpr (std::is_same_v<T, std::string>) {
+          if (field.json_object && node.IsSequence())
+            fail(where, "expected a JSON object such as {\"key\": 1}, got a list");
           if (field.json_object && node.IsMap()) {
             *target = yaml_to_json(node).dump();
           } else {

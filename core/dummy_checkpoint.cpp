@@ -1,7 +1,9 @@
 // Dummy weights and the model entry point (open_model) every command uses.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
-#include <new>
+#include <sys/mman.h>
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -41,27 +43,67 @@ inline float uniform_value(uint64_t key, uint64_t index, float bound) {
   return (2.0f * u - 1.0f + 1.0f / 16777216.0f) * bound;
 }
 
-inline uint16_t to_f16(float x) {
+// Stores n floats as f16 (round to nearest even), 8 at a time with F16C.
+void store_f16(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
 #if defined(__F16C__)
-  return static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
-#else
-  return f32_to_f16(x);
-#endif
-}
-
-template <typename T, typename Convert>
-void fill_tensor(T* dst, int64_t n, uint64_t key, float bound, Convert convert) {  // dst: [n]
-  if (bound == 0.0f) {  // norms: exactly one
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) dst[i] = convert(1.0f);
-    return;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) dst[i] = convert(uniform_value(key, static_cast<uint64_t>(i), bound));
+#endif
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 
-struct AlignedFree {
-  void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t{64}); }
+// Fills dst[0, n) with uniform(-bound, bound) values (or ones when bound is
+// 0) in `dtype`, in parallel blocks: a block's values depend only on their
+// indices, so any thread count gives the same bytes.
+void fill_tensor(DType dtype, void* dst, int64_t n, uint64_t key, float bound) {  // dst: [n] of dtype
+  constexpr int64_t kBlock = 2048;
+  const int64_t num_blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    alignas(64) float values[kBlock];
+    const int64_t begin = b * kBlock;
+    const int64_t count = std::min(kBlock, n - begin);
+    if (bound == 0.0f) {
+      for (int64_t i = 0; i < count; ++i) values[i] = 1.0f;
+    } else {
+      for (int64_t i = 0; i < count; ++i) values[i] = uniform_value(key, static_cast<uint64_t>(begin + i), bound);
+    }
+    switch (dtype) {
+      case DType::f32:
+        std::memcpy(static_cast<float*>(dst) + begin, values, static_cast<size_t>(count) * 4);
+        break;
+      case DType::f16:
+        store_f16(values, static_cast<uint16_t*>(dst) + begin, count);
+        break;
+      default: {  // bf16
+        uint16_t* out = static_cast<uint16_t*>(dst) + begin;
+        for (int64_t i = 0; i < count; ++i) out[i] = f32_to_bf16(values[i]);
+      }
+    }
+  }
+}
+
+// Anonymous memory for all dummy tensors, backed by transparent huge pages
+// where the kernel allows: 2 GB of weights fault in 512x fewer pages.
+class AnonymousBuffer {
+ public:
+  explicit AnonymousBuffer(size_t bytes) : size_(std::max<size_t>(bytes, 1)) {
+    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      throw Error(ErrorCode::internal, "dummy weights: cannot allocate " + std::to_string(bytes) + " bytes");
+    data_ = static_cast<uint8_t*>(p);
+  }
+  ~AnonymousBuffer() { ::munmap(data_, size_); }
+  AnonymousBuffer(const AnonymousBuffer&) = delete;
+  AnonymousBuffer& operator=(const AnonymousBuffer&) = delete;
+  uint8_t* data() const { return data_; }
+
+ private:
+  size_t size_;
+  uint8_t* data_ = nullptr;
 };
 
 class DummyCheckpoint final : public Checkpoint {
@@ -78,7 +120,7 @@ class DummyCheckpoint final : public Checkpoint {
       for (int64_t d : shape) n *= d;
       total += (static_cast<size_t>(n) * elem + 63) / 64 * 64;  // each tensor 64-byte aligned
     }
-    storage_.reset(static_cast<uint8_t*>(::operator new[](total, std::align_val_t{64})));
+    storage_ = std::make_unique<AnonymousBuffer>(total);
 
     size_t offset = 0;
     for (const auto& [name, shape] : shapes) {
@@ -86,7 +128,7 @@ class DummyCheckpoint final : public Checkpoint {
       v.name = name;
       v.dtype = config.dtype;
       v.shape = shape;
-      v.data = storage_.get() + offset;
+      v.data = storage_->data() + offset;
       const int64_t n = v.numel();
       offset += (v.nbytes() + 63) / 64 * 64;
       fill(name, shape, const_cast<void*>(v.data), n, seed);
@@ -102,23 +144,10 @@ class DummyCheckpoint final : public Checkpoint {
     const float std_dev = is_norm ? 0.0f : is_embedding ? 0.02f : 1.0f / std::sqrt(static_cast<float>(shape[1]));
     const float bound = std_dev * std::sqrt(3.0f);  // uniform(-b, b) has std b / sqrt(3)
     const uint64_t key = mix64(mix64(seed) ^ fnv1a(name));
-    switch (config_.dtype) {
-      case DType::f32:
-        fill_tensor(static_cast<float*>(dst), n, key, bound, [](float x) { return x; });
-        return;
-      case DType::f16:
-        fill_tensor(static_cast<uint16_t*>(dst), n, key, bound, [](float x) { return to_f16(x); });
-        return;
-      case DType::bf16:
-        fill_tensor(static_cast<uint16_t*>(dst), n, key, bound, [](float x) { return f32_to_bf16(x); });
-        return;
-      default:
-        throw Error(ErrorCode::unsupported,
-                    std::string("dummy weights: dtype ") + dtype_name(config_.dtype) + " is not supported (f32, f16, bf16)");
-    }
+    fill_tensor(config_.dtype, dst, n, key, bound);
   }
 
-  std::unique_ptr<uint8_t[], AlignedFree> storage_;  // all tensors, back to back
+  std::unique_ptr<AnonymousBuffer> storage_;  // all tensors, back to back, each 64-byte aligned
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <omp.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -159,4 +160,15 @@ TEST_CASE("presets describe the published model shapes", "[dummy][presets]") {
   CHECK(model_preset("llama2-7b")->dtype == DType::bf16);
   CHECK_FALSE(model_preset("no-such-model").has_value());
   CHECK(model_preset_names().size() == 4);
+}
+
+// Hidden (run with `test_core "[slow]"`): 2.2 GB of F16 weights.
+TEST_CASE("tinyllama-1.1b dummy weights generate in a few seconds", "[.][slow][dummy]") {
+  const auto start = std::chrono::steady_clock::now();
+  const auto ckpt = make_dummy_checkpoint(*model_preset("tinyllama-1.1b"), 0, "");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  WARN("tinyllama-1.1b: " << ckpt->total_bytes() << " bytes in " << seconds << " s with " << omp_get_max_threads()
+                          << " threads");
+  CHECK(ckpt->total_bytes() == 2200096768u);
+  CHECK(seconds < 30.0);
 }

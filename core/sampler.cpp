@@ -15,6 +15,7 @@ namespace llmk {
 
 using sampler_detail::exp_nonpositive;
 using sampler_detail::Scored;
+using sampler_detail::Weighted;
 
 namespace {
 
@@ -64,8 +65,8 @@ struct Sampler::Scratch {
   std::vector<float> weights;    // [vocab] exp(logit - max), when the whole vocabulary is needed
   std::vector<int32_t> counts;   // [vocab] all zero between rows
   std::vector<uint8_t> seen;     // [vocab] all zero between rows
-  std::vector<Scored> candidates;
-  std::vector<Scored> top;       // logprob listing
+  std::vector<Weighted> candidates;
+  std::vector<Scored> top;       // top-k selection, logprob listing
 
   explicit Scratch(int32_t vocab) : logits(vocab), weights(vocab), counts(vocab, 0), seen(vocab, 0) {}
 };
@@ -80,133 +81,165 @@ Sampler::~Sampler() = default;
 
 namespace {
 
-// Steps 1-3 of the header into scratch.logits.
-void process(const SamplerRow& row, int32_t vocab, std::vector<float>& logits, std::vector<int32_t>& counts,
-             std::vector<uint8_t>& seen) {
+// Steps 1-3 of the header. Returns the processed logits: row.logits itself
+// when nothing changes them, else `logits` (scratch) filled. [vocab]
+const float* process(const SamplerRow& row, int32_t vocab, std::vector<float>& logits, std::vector<int32_t>& counts,
+                     std::vector<uint8_t>& seen) {
   const SamplingParams& p = *row.params;
-  float* z = logits.data();  // [vocab]
-  std::memcpy(z, row.logits, sizeof(float) * static_cast<size_t>(vocab));
+  const bool penalize = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+  const bool scale = !is_greedy(p) && p.temperature != 1.0f;
+  if (!penalize && !scale) return row.logits;
 
-  if (p.repetition_penalty != 1.0f) {
-    const double penalty = p.repetition_penalty;
-    auto apply = [&](int32_t id) {
-      if (id < 0 || id >= vocab || seen[id]) return;
-      seen[id] = 1;
-      const double v = z[id];
-      z[id] = static_cast<float>(v > 0 ? v / penalty : v * penalty);
-    };
-    for (int32_t id : row.prompt_ids) apply(id);
-    for (int32_t id : row.generated_ids) apply(id);
-    for (int32_t id : row.prompt_ids) if (id >= 0 && id < vocab) seen[id] = 0;
-    for (int32_t id : row.generated_ids) if (id >= 0 && id < vocab) seen[id] = 0;
-  }
-  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
-    for (int32_t id : row.generated_ids) if (id >= 0 && id < vocab) ++counts[id];
-    for (int32_t id : row.generated_ids) {
-      if (id < 0 || id >= vocab || counts[id] == 0) continue;
-      z[id] = static_cast<float>(static_cast<double>(z[id]) -
-                                 static_cast<double>(p.frequency_penalty) * counts[id] - p.presence_penalty);
-      counts[id] = 0;  // applied once per distinct token; leaves counts zeroed
-    }
-  }
-  if (!is_greedy(p) && p.temperature != 1.0f) {
+  const float* raw = row.logits;  // [vocab]
+  float* z = logits.data();       // [vocab]
+  if (scale) {
     const float t = p.temperature;
-    for (int32_t i = 0; i < vocab; ++i) z[i] /= t;
+#pragma omp simd
+    for (int32_t i = 0; i < vocab; ++i) z[i] = raw[i] / t;
+  } else {
+    std::memcpy(z, raw, sizeof(float) * static_cast<size_t>(vocab));
   }
-}
+  if (!penalize) return z;
 
-int32_t argmax(const float* z, int32_t n) {
-  int32_t best = 0;
-  float best_value = -std::numeric_limits<float>::infinity();
-  for (int32_t i = 0; i < n; ++i) {
-    if (z[i] > best_value) {  // strict: ties keep the lowest id
-      best_value = z[i];
-      best = i;
-    }
+  // Each distinct history token is recomputed from its raw logit: penalties
+  // first (in double), then the temperature.
+  const bool count = p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+  const auto valid = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  if (count) {
+    for (int32_t id : row.generated_ids) if (valid(id)) ++counts[id];
   }
-  return best;
+  const double penalty = p.repetition_penalty;
+  const auto touch = [&](int32_t id) {
+    if (!valid(id) || seen[id]) return;
+    seen[id] = 1;
+    double v = raw[id];
+    if (penalty != 1.0) v = v > 0 ? v / penalty : v * penalty;
+    if (counts[id] > 0) {
+      v -= static_cast<double>(p.frequency_penalty) * counts[id] + static_cast<double>(p.presence_penalty);
+    }
+    z[id] = static_cast<float>(scale ? v / p.temperature : v);
+  };
+  for (int32_t id : row.prompt_ids) touch(id);
+  for (int32_t id : row.generated_ids) touch(id);
+  // Leave the scratch all zero for the next row.
+  for (int32_t id : row.prompt_ids) if (valid(id)) seen[id] = 0;
+  for (int32_t id : row.generated_ids) if (valid(id)) seen[id] = 0, counts[id] = 0;
+  return z;
 }
 
 float max_of(const float* z, int32_t n) {
   float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
   for (int32_t i = 0; i < n; ++i) m = std::max(m, z[i]);
   return m;
 }
 
+// The first index holding the maximum: ties go to the lowest id. Blocks are
+// scanned with SIMD for the maximum, then one block element by element.
+int32_t argmax(const float* z, int32_t n) {
+  constexpr int32_t kBlock = 256;
+  const float m = max_of(z, n);
+  for (int32_t begin = 0; begin < n; begin += kBlock) {
+    const int32_t end = std::min(n, begin + kBlock);
+    if (max_of(z + begin, end - begin) == m) {
+      for (int32_t i = begin; i < end; ++i) {
+        if (z[i] == m) return i;
+      }
+    }
+  }
+  return 0;  // every logit NaN
+}
+
 // Fills w[i] = exp(z[i] - m) and returns their sum.
 double fill_weights(const float* z, int32_t n, float m, float* w) {
+#pragma omp simd
+  for (int32_t i = 0; i < n; ++i) w[i] = exp_nonpositive(z[i] - m);
   double sum = 0.0;
-  for (int32_t i = 0; i < n; ++i) {
-    w[i] = exp_nonpositive(z[i] - m);
-    sum += w[i];
-  }
+#pragma omp simd reduction(+ : sum)
+  for (int32_t i = 0; i < n; ++i) sum += w[i];
   return sum;
 }
 
-// Steps 4-6: leaves the tokens to draw from in `cand`, best first, or
-// returns false when no truncation applies (draw from the whole vocabulary).
-// `w` holds exp(z - m) and `total` its sum whenever top-p applies without top-k.
+// The first i with w[0] + ... + w[i] > target, or -1. Whole blocks are
+// summed with SIMD first, so only one block is walked element by element.
+int32_t draw_from_all(const float* w, int32_t n, double target) {
+  constexpr int32_t kBlock = 256;
+  double cumulative = 0.0;
+  for (int32_t begin = 0; begin < n; begin += kBlock) {
+    const int32_t end = std::min(n, begin + kBlock);
+    double block = 0.0;
+#pragma omp simd reduction(+ : block)
+    for (int32_t i = begin; i < end; ++i) block += w[i];
+    if (cumulative + block > target) {
+      for (int32_t i = begin; i < end; ++i) {
+        cumulative += w[i];
+        if (cumulative > target) return i;
+      }
+      return end - 1;  // the block's own rounding: its last token
+    }
+    cumulative += block;
+  }
+  return -1;
+}
+
+// Steps 4-6: leaves the tokens to draw from in `cand` (in no particular
+// order), or returns false when no truncation applies (draw from the whole
+// vocabulary). `w` and `total` (weights exp(z - m) and their sum) must be
+// filled when top-p applies without top-k.
 bool truncate(const SamplingParams& p, const float* z, const float* w, int32_t vocab, float m, double total,
-              std::vector<Scored>& cand) {
+              std::vector<Scored>& top, std::vector<Weighted>& cand) {
   const bool use_top_k = p.top_k > 0 && p.top_k < vocab;
   const bool use_top_p = p.top_p < 1.0f;
   const bool use_min_p = p.min_p > 0.0f;
   if (!use_top_k && !use_top_p && !use_min_p) return false;
+  const float min_p_threshold = use_min_p ? m + std::log(p.min_p) : -std::numeric_limits<float>::infinity();
+  cand.clear();
 
   if (use_top_k) {
-    sampler_detail::select_top_k(z, vocab, p.top_k, cand);
+    // k best, best first; top-p is then a walk down the prefix.
+    sampler_detail::select_top_k(z, vocab, p.top_k, top);
+    double mass = 0.0;
+    for (const auto& t : top) {
+      cand.push_back({t.logit, exp_nonpositive(t.logit - m), t.id});
+      mass += cand.back().weight;
+    }
     if (use_top_p) {
-      total = 0.0;
-      for (const auto& c : cand) total += exp_nonpositive(c.logit - m);
+      const double target = static_cast<double>(p.top_p) * mass;
+      double cumulative = 0.0;
+      size_t keep = 0;
+      while (keep < cand.size()) {
+        cumulative += cand[keep++].weight;
+        if (cumulative >= target) break;
+      }
+      cand.resize(std::max<size_t>(keep, 1));
     }
   } else if (use_top_p) {
     // The top-p set lies within {z >= m - margin} as soon as that set's mass
     // reaches top_p: every token outside is less likely than every token in.
-    // Grow the margin until it does; only the selected tokens get sorted.
+    // Grow the margin until it does, then select by mass without sorting.
     const double target = static_cast<double>(p.top_p) * total;
     for (float margin = 8.0f;; margin *= 2.0f) {
       cand.clear();
       double mass = 0.0;
       const float threshold = margin > 100.0f ? -std::numeric_limits<float>::infinity() : m - margin;
       for (int32_t i = 0; i < vocab; ++i) {
-        if (z[i] >= threshold) {
-          cand.push_back({z[i], i});
+        if (z[i] >= threshold && w[i] > 0.0f) {
+          cand.push_back({z[i], w[i], i});
           mass += w[i];
         }
       }
       if (mass >= target || margin > 100.0f) break;
     }
-    std::sort(cand.begin(), cand.end(), sampler_detail::better);
+    cand.resize(std::max<size_t>(sampler_detail::select_top_mass(cand, target), 1));
   } else {
-    // min-p alone: the tokens above its threshold.
-    cand.clear();
-    const float threshold = m + std::log(p.min_p);
     for (int32_t i = 0; i < vocab; ++i) {
-      if (z[i] >= threshold) cand.push_back({z[i], i});
+      if (z[i] >= min_p_threshold) cand.push_back({z[i], exp_nonpositive(z[i] - m), i});
     }
-    std::sort(cand.begin(), cand.end(), sampler_detail::better);
-    return true;
   }
-
-  if (use_top_p) {
-    const double target = static_cast<double>(p.top_p) * total;
-    double cumulative = 0.0;
-    size_t keep = 0;
-    while (keep < cand.size()) {
-      cumulative += exp_nonpositive(cand[keep].logit - m);
-      ++keep;
-      if (cumulative >= target) break;
-    }
-    cand.resize(std::max<size_t>(keep, 1));
-  }
-  if (use_min_p) {
-    // Probabilities relative to the best token do not change under
-    // renormalisation, so this is a threshold on the logit.
-    const float threshold = m + std::log(p.min_p);
-    size_t keep = 1;
-    while (keep < cand.size() && cand[keep].logit >= threshold) ++keep;
-    cand.resize(keep);
-  }
+  // min-p: probabilities relative to the best token do not change under
+  // renormalisation, so it is a threshold on the logit. The best token
+  // (logit m) always passes.
+  if (use_min_p) std::erase_if(cand, [&](const Weighted& c) { return c.logit < min_p_threshold; });
   return true;
 }
 
@@ -215,13 +248,12 @@ bool truncate(const SamplingParams& p, const float* z, const float* w, int32_t v
 void Sampler::sample_row(const SamplerRow& row, Scratch& s, SampledToken& out) const {
   const SamplingParams& p = *row.params;
   const int32_t vocab = vocab_size_;
-  process(row, vocab, s.logits, s.counts, s.seen);
-  const float* z = s.logits.data();
+  const float* z = process(row, vocab, s.logits, s.counts, s.seen);  // [vocab]
   const bool want_logprobs = p.logprobs >= 0;
   const bool greedy = is_greedy(p);
 
-  float m = 0.0f;
-  double total = 0.0;  // sum of exp(z - m) over the vocabulary, when computed
+  const float m = max_of(z, vocab);
+  double total = 0.0;  // sum of exp(z - m) over the vocabulary, once computed
   bool have_weights = false;
   auto ensure_weights = [&] {
     if (!have_weights) {
@@ -232,20 +264,18 @@ void Sampler::sample_row(const SamplerRow& row, Scratch& s, SampledToken& out) c
 
   if (greedy) {
     out.token_id = argmax(z, vocab);
-    m = z[out.token_id];
   } else {
-    m = max_of(z, vocab);
     const bool top_p_alone = p.top_p < 1.0f && !(p.top_k > 0 && p.top_k < vocab);
     if (want_logprobs || top_p_alone) ensure_weights();
     const double u = sampler_uniform(row.seed, row.sample_index, row.generated_ids.size());
-    if (truncate(p, z, s.weights.data(), vocab, m, total, s.candidates)) {
+    if (truncate(p, z, s.weights.data(), vocab, m, total, s.top, s.candidates)) {
       double mass = 0.0;
-      for (const auto& c : s.candidates) mass += exp_nonpositive(c.logit - m);
+      for (const auto& c : s.candidates) mass += c.weight;
       const double target = u * mass;
       double cumulative = 0.0;
-      out.token_id = s.candidates.front().id;  // should rounding leave the target unreached
+      out.token_id = argmax(z, vocab);  // should rounding leave the target unreached
       for (const auto& c : s.candidates) {
-        cumulative += exp_nonpositive(c.logit - m);
+        cumulative += c.weight;
         if (cumulative > target) {
           out.token_id = c.id;
           break;
@@ -253,24 +283,14 @@ void Sampler::sample_row(const SamplerRow& row, Scratch& s, SampledToken& out) c
       }
     } else {
       ensure_weights();
-      const float* w = s.weights.data();
-      const double target = u * total;
-      double cumulative = 0.0;
-      out.token_id = argmax(z, vocab);  // should rounding leave the target unreached
-      for (int32_t i = 0; i < vocab; ++i) {
-        cumulative += w[i];
-        if (cumulative > target) {
-          out.token_id = i;
-          break;
-        }
-      }
+      out.token_id = draw_from_all(s.weights.data(), vocab, u * total);
+      if (out.token_id < 0) out.token_id = argmax(z, vocab);  // rounding left the target unreached
     }
   }
 
   out.has_logprobs = want_logprobs;
   out.logprobs.top.clear();
   if (want_logprobs) {
-    if (greedy) m = max_of(z, vocab);  // the argmax's logit unless NaNs are about
     ensure_weights();
     const double log_normalizer = static_cast<double>(m) + std::log(total);
     out.logprobs.token_id = out.token_id;
@@ -314,15 +334,14 @@ SampledToken Sampler::sample_one(const SamplerRow& row) {
 
 void Sampler::processed_logits(const SamplerRow& row, std::span<float> out) {
   Scratch& s = *scratch_[0];
-  process(row, vocab_size_, s.logits, s.counts, s.seen);
-  std::copy_n(s.logits.begin(), std::min<size_t>(out.size(), s.logits.size()), out.begin());
+  const float* z = process(row, vocab_size_, s.logits, s.counts, s.seen);
+  std::copy_n(z, std::min<size_t>(out.size(), static_cast<size_t>(vocab_size_)), out.begin());
 }
 
 std::vector<int32_t> Sampler::candidates(const SamplerRow& row) {
   Scratch& s = *scratch_[0];
   const int32_t vocab = vocab_size_;
-  process(row, vocab, s.logits, s.counts, s.seen);
-  const float* z = s.logits.data();
+  const float* z = process(row, vocab, s.logits, s.counts, s.seen);  // [vocab]
   std::vector<int32_t> ids;
   if (is_greedy(*row.params)) {
     ids.push_back(argmax(z, vocab));
@@ -330,12 +349,15 @@ std::vector<int32_t> Sampler::candidates(const SamplerRow& row) {
   }
   const float m = max_of(z, vocab);
   const double total = fill_weights(z, vocab, m, s.weights.data());
-  if (truncate(*row.params, z, s.weights.data(), vocab, m, total, s.candidates)) {
-    for (const auto& c : s.candidates) ids.push_back(c.id);
-  } else {
-    sampler_detail::select_top_k(z, vocab, vocab, s.candidates);
-    for (const auto& c : s.candidates) ids.push_back(c.id);
+  if (!truncate(*row.params, z, s.weights.data(), vocab, m, total, s.top, s.candidates)) {
+    s.candidates.clear();
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (s.weights[i] > 0.0f) s.candidates.push_back({z[i], s.weights[i], i});
+    }
   }
+  std::sort(s.candidates.begin(), s.candidates.end(),
+            [](const Weighted& a, const Weighted& b) { return sampler_detail::better(a, b); });
+  for (const auto& c : s.candidates) ids.push_back(c.id);
   return ids;
 }
 

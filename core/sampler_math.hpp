@@ -83,4 +83,52 @@ inline void select_top_k(const float* logits, int32_t n, int32_t k, std::vector<
   std::sort(out.begin(), out.end(), better);
 }
 
+// A candidate token with its weight exp(logit - max).
+struct Weighted {
+  float logit;
+  float weight;
+  int32_t id;
+};
+inline bool better(const Weighted& a, const Weighted& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// Reorders `c` so that its first k elements are the k best (under `better`,
+// in no particular order) for the smallest k whose weights sum to at least
+// `target`, and returns k (c.size() when even all fall short). A quickselect
+// on mass instead of rank: expected O(n), no sort.
+inline size_t select_top_mass(std::vector<Weighted>& c, double target) {
+  // Invariant: c[0, lo) are the lo best, of mass `before` < target;
+  // c[hi, n) are worse than everything before them; the answer is in (lo, hi].
+  size_t lo = 0, hi = c.size();
+  double before = 0.0;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    // Median of three as the pivot, parked at hi - 1.
+    size_t a = lo, b = mid, d = hi - 1;
+    if (better(c[b], c[a])) std::swap(a, b);
+    if (better(c[d], c[b])) std::swap(b, d);
+    if (better(c[b], c[a])) std::swap(a, b);
+    std::swap(c[b], c[hi - 1]);
+    const Weighted pivot = c[hi - 1];
+    size_t split = lo;
+    double mass_left = 0.0;
+    for (size_t i = lo; i + 1 < hi; ++i) {
+      if (better(c[i], pivot)) {
+        mass_left += c[i].weight;
+        std::swap(c[i], c[split++]);
+      }
+    }
+    std::swap(c[split], c[hi - 1]);  // the pivot right after the better part
+    if (before + mass_left >= target) {
+      hi = split;
+    } else {
+      before += mass_left + pivot.weight;
+      lo = split + 1;
+      if (before >= target) return lo;
+    }
+  }
+  return lo;
+}
+
 }  // namespace llmk::sampler_detail

@@ -9,19 +9,19 @@
 #include <vector>
 
 #include "actors/engine.hpp"  // EngineStats (the header only; no link dependency)
+#include "core/chat_template.hpp"
 #include "core/request.hpp"
 
 namespace llmk::ipc {
 
-struct ChatMessage {
-  std::string role;     // system | user | assistant
-  std::string content;
-};
+using ChatMessage = llmk::ChatMessage;  // {role, content}
 
-// A chat rendered to a prompt by the model's template.
+// A chat rendered by the model's template: token ids when the template
+// needs special tokens (llama-2's BOS/EOS per turn), else text.
 struct ChatPrompt {
   std::string text;
-  bool add_bos = true;  // false when the template writes the BOS itself
+  std::vector<int32_t> token_ids;  // when not empty, the prompt (text is for logs)
+  bool add_bos = true;             // for a text prompt
 };
 
 struct ModelInfo {

@@ -220,17 +220,8 @@ ChatPrompt FakeBackend::apply_chat_template(const std::vector<ChatMessage>& mess
     throw Error(ErrorCode::unsupported,
                 "the model has no chat template: set model.chat_template (llama-2 or chatml)");
   }
-  if (messages.empty()) throw Error(ErrorCode::invalid_argument, "messages is empty");
-  std::string text;
-  for (const auto& m : messages) {
-    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
-      throw Error(ErrorCode::invalid_argument, "unknown message role '" + m.role + "'");
-    }
-    text += options_.chat_template == "chatml" ? "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n"
-                                               : "[" + m.role + "] " + m.content + "\n";
-  }
-  if (options_.chat_template == "chatml") text += "<|im_start|>assistant\n";
-  return {text, true};
+  // The real templates, rendered as text for the fake byte tokenizer.
+  return {ChatTemplate::by_name(options_.chat_template).render(messages), {}, true};
 }
 
 void FakeBackend::run() {

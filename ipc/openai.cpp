@@ -85,8 +85,16 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
   } else {
     const ChatPrompt prompt = backend.apply_chat_template(parse_messages(body));
     out.request.prompt = prompt.text;
+    out.request.prompt_token_ids = prompt.token_ids;
     out.request.add_bos = prompt.add_bos;
-    out.request.sampling = parse_sampling(body, LogprobsStyle::chat, model.max_context, model.max_context);
+    out.request.sampling = parse_sampling(body, LogprobsStyle::chat, model.max_context);
+    if (!body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
+      // As OpenAI: without a limit, a chat reply may fill the context. (A
+      // text prompt has at most one token per byte, plus BOS.)
+      const size_t num_prompt = prompt.token_ids.empty() ? prompt.text.size() + 1 : prompt.token_ids.size();
+      out.request.sampling.max_tokens =
+          static_cast<int32_t>(std::max<int64_t>(1, static_cast<int64_t>(model.max_context) - static_cast<int64_t>(num_prompt)));
+    }
   }
   if (auto best_of = body.find("best_of"); best_of != body.end() && !best_of->is_null() && *best_of != 1) {
     throw Error(ErrorCode::unsupported, "'best_of' other than 1 is not supported");

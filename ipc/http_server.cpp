@@ -261,16 +261,25 @@ HttpServer::HttpServer(Backend& backend, Metrics& metrics, HttpServerOptions opt
   impl_->server.set_payload_max_length(impl_->options.max_body_bytes);
   // cpp-httplib's default sets SO_REUSEPORT, which lets a second server
   // share the port silently; SO_REUSEADDR alone makes a busy port an error.
-  impl_->server.set_socket_options([](socket_t sock) {
+  int listen_fd = -1;
+  impl_->server.set_socket_options([&listen_fd](socket_t sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
   });
+  // Streams are many small writes: no Nagle delay (40 ms per write with
+  // delayed ACKs). Keep-alive connections serve many requests.
+  impl_->server.set_tcp_nodelay(true);
+  impl_->server.set_keep_alive_max_count(1000);
   impl_->install_routes();
   if (port == 0) {
     port_ = impl_->server.bind_to_any_port(host);
   } else {
     port_ = impl_->server.bind_to_port(host, port) ? port : -1;
   }
+  // cpp-httplib listens with a backlog of 5: a burst of clients would wait
+  // for SYN retransmits (1 s). Listening again only raises the backlog.
+  if (port_ > 0 && listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   if (port_ <= 0) {
     throw Error(ErrorCode::invalid_config, "cannot listen for HTTP on " + impl_->options.address +
                                                " (server.http): the address is in use or not available");

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "ipc/client.hpp"
+#include "ipc/load_generator.hpp"
 #include "support.hpp"
 
 using namespace llmk;
@@ -200,6 +201,29 @@ TEST_CASE("A second llmk serve on a busy port fails with a message naming the ad
   CHECK(status != 0);
   CHECK(status != -1);
   CHECK(second.log().find("127.0.0.1:" + std::to_string(first.http_port())) != std::string::npos);
+}
+
+TEST_CASE("llmk serve streams 48 concurrent greedy requests per front end, each equal to the golden text",
+          "[serve]") {
+  ServeProcess serve;
+  REQUIRE(serve.wait_ready());
+  const json c = golden()["cases"][1];  // "Once upon a time"
+  ipc::LoadOptions o;
+  o.http_port = serve.http_port();
+  o.zmq_endpoint = serve.zmq_endpoint();
+  o.num_requests = 48;
+  o.concurrency = 12;
+  o.max_tokens = static_cast<int32_t>(c["greedy_ids"].size());
+  o.prompts = {c["prompt"]};
+  o.expected_text = [&](const std::string&) { return c["greedy_text"].get<std::string>(); };
+  for (const char* protocol : {"http", "zmq"}) {
+    o.protocol = protocol;
+    const auto r = ipc::run_load(o);
+    INFO(protocol << ": " << r.summary() << (r.first_errors.empty() ? "" : " first error: " + r.first_errors[0]));
+    CHECK(r.num_ok == 48);
+    CHECK(r.num_token_mismatches == 0);
+    CHECK(r.num_tokens == 48u * static_cast<uint64_t>(o.max_tokens));
+  }
 }
 
 #endif  // LLMK_HAVE_ENGINE

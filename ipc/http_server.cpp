@@ -159,43 +159,58 @@ struct HttpServer::Impl {
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, id, pending, response, backlog, finished, include_usage](size_t, httplib::DataSink& sink) {
-          auto events = std::move(*backlog);
-          backlog->clear();
-          if (events.empty()) events = pending->take(options.keepalive_interval);
-          const auto disconnected = [&] {
-            spdlog::debug("http: client of {} went away, cancelling it", id);
+          try {
+            return write_events(id, *pending, *response, *backlog, *finished, include_usage, sink);
+          } catch (const std::exception& e) {
+            spdlog::error("http: stream of {}: {}", id, e.what());
             backend.cancel(id);
             *finished = true;
             return false;
-          };
-          if (events.empty()) return sink.write(": keepalive\n\n", 13) ? true : disconnected();
-          std::string out;
-          bool done = false;
-          for (const auto& ev : events) {
-            if (ev.finished) metrics.on_finished(Frontend::http, ev);
-            if (ev.finish_reason == FinishReason::error) {
-              out += sse(to_openai_json(error_reply(ev.error_code, ev.error)));
-              if (!ev.request_done) backend.cancel(id);
-              done = true;
-              break;
-            }
-            for (const auto& chunk : response->chunks(ev)) out += sse(chunk);
-            done = ev.request_done;
           }
-          if (done) {
-            if (include_usage) out += sse(response->usage_chunk());
-            out += "data: [DONE]\n\n";
-          }
-          if (!sink.write(out.data(), out.size())) return disconnected();
-          if (done) {
-            *finished = true;
-            sink.done();
-          }
-          return true;
         },
         [this, id, finished](bool) {
           if (!*finished) backend.cancel(id);  // the connection ended before the request did
         });
+  }
+
+  // One call of the SSE content provider: writes what events are ready (or
+  // a keepalive comment); false when the client is gone.
+  bool write_events(const std::string& id, Pending& pending, OpenAiResponse& response,
+                    std::vector<RequestEvent>& backlog, bool& finished, bool include_usage,
+                    httplib::DataSink& sink) {
+    auto events = std::move(backlog);
+    backlog.clear();
+    if (events.empty()) events = pending.take(options.keepalive_interval);
+    const auto disconnected = [&] {
+      spdlog::debug("http: client of {} went away, cancelling it", id);
+      backend.cancel(id);
+      finished = true;
+      return false;
+    };
+    if (events.empty()) return sink.write(": keepalive\n\n", 13) ? true : disconnected();
+    std::string out;
+    bool done = false;
+    for (const auto& ev : events) {
+      if (ev.finished) metrics.on_finished(Frontend::http, ev);
+      if (ev.finish_reason == FinishReason::error) {
+        out += sse(to_openai_json(error_reply(ev.error_code, ev.error)));
+        if (!ev.request_done) backend.cancel(id);
+        done = true;
+        break;
+      }
+      for (const auto& chunk : response.chunks(ev)) out += sse(chunk);
+      done = ev.request_done;
+    }
+    if (done) {
+      if (include_usage) out += sse(response.usage_chunk());
+      out += "data: [DONE]\n\n";
+    }
+    if (!sink.write(out.data(), out.size())) return disconnected();
+    if (done) {
+      finished = true;
+      sink.done();
+    }
+    return true;
   }
 
   void install_routes() {

@@ -239,7 +239,16 @@ void ZmqServer::run() {
       const std::string identity = frames[0].to_string();
       const bool delimiter = frames.size() >= 2 && frames[1].size() == 0;
       if (frames.size() == 2 || (frames.size() == 3 && delimiter)) {
-        handle_message(identity, delimiter, frames.back().to_string_view());
+        try {
+          handle_message(identity, delimiter, frames.back().to_string_view());
+        } catch (const zmq::error_t&) {
+          throw;
+        } catch (const std::exception& e) {  // a backend failure: the client still gets an answer
+          spdlog::error("zmq: {}", e.what());
+          if (!send(identity, to_zmq_json(error_reply(e), error_reply_id(frames.back().to_string_view())))) {
+            drop_peer(identity);
+          }
+        }
         continue;
       }
       st.peers[identity].delimiter = delimiter;
@@ -273,13 +282,18 @@ void ZmqServer::run() {
       stop_deadline = Clock::now() + std::chrono::seconds(2);
     }
     if (stopping_ && (st.live.empty() || Clock::now() > stop_deadline)) break;
-    zmq::poll(items, 2, options_.keepalive_interval / 2);
-    if (items[0].revents & ZMQ_POLLIN) handle_incoming();
-    for (auto& posted : mailbox->take()) handle_event(posted.internal_id, posted.event);
-    if (cancel_all_.exchange(false)) {
-      for (const auto& [internal_id, live] : st.live) backend_.cancel(internal_id);
+    try {
+      zmq::poll(items, 2, options_.keepalive_interval / 2);
+      if (items[0].revents & ZMQ_POLLIN) handle_incoming();
+      for (auto& posted : mailbox->take()) handle_event(posted.internal_id, posted.event);
+      if (cancel_all_.exchange(false)) {
+        for (const auto& [internal_id, live] : st.live) backend_.cancel(internal_id);
+      }
+      send_keepalives();
+    } catch (const std::exception& e) {
+      // Never let the socket thread die: log, and serve the next message.
+      spdlog::error("zmq server: {}", e.what());
     }
-    send_keepalives();
   }
   st.router.close();
 }

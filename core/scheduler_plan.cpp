@@ -95,7 +95,7 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
 void Scheduler::schedule_prefills(StepPlan& plan, int32_t& budget) {
   for (Sequence* seq : running_) {
     if (budget == 0 || static_cast<int32_t>(plan.seqs.size()) >= max_num_seqs_) return;
-    if (needs_decode(*seq)) continue;
+    if (needs_decode(*seq) || seq->last_step_id == plan.step_id) continue;
     const int32_t chunk = std::min(seq->num_uncomputed_tokens(), budget);
     add_to_batch(plan, *seq, chunk, true);
     budget -= chunk;
@@ -246,6 +246,7 @@ void Scheduler::add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_toke
     plan.logits.push_back({seq.seq_id, seq.request_id, s.num_samples > 1 ? k : seq.index, seq.sampling});
   }
   plan.seqs.push_back(s);
+  seq.last_step_id = plan.step_id;
   if (is_prefill) stats_.num_prefill_tokens += static_cast<uint64_t>(num_new_tokens);
 }
 

@@ -48,6 +48,7 @@ struct Sequence {
   int32_t num_computed_tokens = 0;
   int32_t num_cached_tokens = 0;        // prompt tokens served by the prefix cache (first admission)
   int32_t num_kv_tokens = 0;            // slots the allocator holds for it
+  uint64_t last_step_id = 0;            // the last step that scheduled it
   // Samples this sequence stands for: n until its prompt is prefilled and it
   // forks into n samples, then 1.
   int32_t num_unforked_samples = 1;

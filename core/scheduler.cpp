@@ -94,15 +94,8 @@ std::vector<TokenEvent> Scheduler::abort_request(const std::string& request_id) 
 std::vector<TokenEvent> Scheduler::finish_request(const std::string& request_id, int32_t index,
                                                   FinishReason reason) {
   std::vector<TokenEvent> events;
-  auto it = requests_.find(request_id);
-  if (it == requests_.end()) return events;
-  for (uint64_t id : it->second.seq_ids) {
-    Sequence* seq = find(id);
-    if (seq != nullptr && seq->index == index) {
-      finish(*seq, reason, std::nullopt, "", events);
-      break;
-    }
-  }
+  if (const Sequence* seq = sample(request_id, index))
+    finish(*find(seq->seq_id), reason, std::nullopt, "", events);
   return events;
 }
 
@@ -234,6 +227,16 @@ Sequence* Scheduler::find(uint64_t seq_id) {
 const Sequence* Scheduler::sequence(uint64_t seq_id) const {
   auto it = seqs_.find(seq_id);
   return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+const Sequence* Scheduler::sample(const std::string& request_id, int32_t index) const {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return nullptr;
+  for (uint64_t id : it->second.seq_ids) {
+    const Sequence* seq = sequence(id);
+    if (seq != nullptr && seq->index == index) return seq;
+  }
+  return nullptr;
 }
 
 bool Scheduler::has_work() const { return !waiting_.empty() || !running_.empty(); }

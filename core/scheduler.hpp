@@ -77,7 +77,7 @@ struct ScheduledSeq {
   uint64_t seq_id = 0;
   int32_t num_new_tokens = 0;   // its rows: batch.query_start[s] .. [s+1]
   int32_t first_new_position = 0;
-  bool is_prefill = false;      // a prompt (or resumed) chunk rather than a decode
+  bool is_prefill = false;      // anything but the single newest generated token
   int32_t num_samples = 0;      // logits rows it owns: 0 (prefill continues), 1, or n when it forks
 };
 
@@ -174,6 +174,8 @@ class Scheduler {
   bool has_work() const;                 // something waits or runs
   bool has_request(const std::string& request_id) const;
   const Sequence* sequence(uint64_t seq_id) const;  // nullptr once finished
+  // A live sample; before an n > 1 request forks, sample 0 stands for all.
+  const Sequence* sample(const std::string& request_id, int32_t index) const;
   SchedulerStats stats() const;
 
  private:
@@ -192,7 +194,7 @@ class Scheduler {
   void admit_waiting(StepPlan& plan, int32_t& budget);
   void restore_offloaded(Sequence& seq, uint32_t num_cached_tokens);
   void preempt(Sequence& seq);
-  void add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_tokens, bool is_prefill);
+  void add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_tokens);
   void finalize_batch(StepPlan& plan);
   void insert_running(Sequence* seq);
   void remove_running(Sequence* seq);

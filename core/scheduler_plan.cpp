@@ -83,7 +83,7 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
     if (!fits) break;  // seq left running_; it was the youngest, so the loop is done
     seq->num_kv_tokens = seq->num_tokens();
     plan.batch.kv_copies.insert(plan.batch.kv_copies.end(), copies.begin(), copies.end());
-    add_to_batch(plan, *seq, 1, false);
+    add_to_batch(plan, *seq, 1);
     budget -= 1;
     num_decodes += 1;
   }
@@ -97,7 +97,7 @@ void Scheduler::schedule_prefills(StepPlan& plan, int32_t& budget) {
     if (budget == 0 || static_cast<int32_t>(plan.seqs.size()) >= max_num_seqs_) return;
     if (needs_decode(*seq) || seq->last_step_id == plan.step_id) continue;
     const int32_t chunk = std::min(seq->num_uncomputed_tokens(), budget);
-    add_to_batch(plan, *seq, chunk, true);
+    add_to_batch(plan, *seq, chunk);
     budget -= chunk;
   }
 }
@@ -157,7 +157,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
       admitted_lengths.push_back(seq->num_tokens());
     }
     const int32_t chunk = std::min(seq->num_uncomputed_tokens(), budget);
-    add_to_batch(plan, *seq, chunk, true);
+    add_to_batch(plan, *seq, chunk);
     budget -= chunk;
   }
   for (int32_t len : admitted_lengths) stats_.num_padded_slots += static_cast<uint64_t>(longest_prompt - len);
@@ -213,11 +213,13 @@ void Scheduler::preempt(Sequence& seq) {
   stats_.num_preemptions += 1;
 }
 
-// Appends rows for tokens [num_computed, num_computed + num_new_tokens).
-void Scheduler::add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_tokens, bool is_prefill) {
+// Appends rows for tokens [num_computed, num_computed + num_new_tokens). A
+// decode is the single newest generated token; anything else is prefill.
+void Scheduler::add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_tokens) {
   StepBatch& batch = plan.batch;
   const int32_t first = seq.num_computed_tokens;
   const int32_t end = first + num_new_tokens;
+  const bool is_prefill = !(num_new_tokens == 1 && end == seq.num_tokens() && first >= seq.num_prompt_tokens);
   const int32_t block = batch.block_size;
   std::vector<int32_t> table;
   kv_.block_table(seq.seq_id, table);

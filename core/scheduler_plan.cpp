@@ -35,6 +35,7 @@ StepPlan Scheduler::schedule() {
 
   int32_t budget = max_num_batched_tokens_;
   bool preempted = false;
+  if (running_.empty()) static_batch_size_ = 0;  // the static batch drained
   // Static batches decode only once every member is prefilled.
   if (!is_static_ || !any_running_prefill()) schedule_decodes(plan, budget, preempted);
   schedule_prefills(plan, budget);
@@ -48,7 +49,6 @@ StepPlan Scheduler::schedule() {
     stats_.num_batch_tokens += static_cast<uint64_t>(plan.batch.num_tokens());
   }
   stats_.peak_running = std::max<uint64_t>(stats_.peak_running, running_.size());
-  if (running_.empty()) static_batch_size_ = 0;
   return plan;
 }
 

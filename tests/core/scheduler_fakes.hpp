@@ -179,6 +179,86 @@ class FakePagedAllocator final : public KvAllocator {
   uint64_t prefix_query_tokens_ = 0, prefix_hit_tokens_ = 0, num_cow_copies_ = 0;
 };
 
+// One contiguous range per sequence (block table of one entry, block size =
+// max_seq_len), first fit, sized exactly: growing moves the range when the
+// next slot is taken, returning a copy and freeing the old range at once. It
+// refuses forks (it could not copy the data), which exercises the
+// scheduler's fallback of prefilling such a sample on its own.
+class FakeContiguousAllocator final : public KvAllocator {
+ public:
+  FakeContiguousAllocator(uint32_t num_slots, uint32_t max_seq_len) : owner_(num_slots, 0), max_seq_len_(max_seq_len) {}
+
+  bool reserve(const llmk_kv_reserve_args& args, uint32_t* num_cached_tokens) override {
+    const int32_t start = find_run(args.num_tokens);
+    if (start < 0) return false;
+    take(args.seq_id, start, args.num_tokens);
+    ranges_[args.seq_id] = {start, args.num_tokens};
+    *num_cached_tokens = 0;
+    return true;
+  }
+  bool extend(uint64_t seq_id, uint32_t num_tokens, std::vector<llmk_kv_copy>& copies_out) override {
+    Range& r = ranges_.at(seq_id);
+    if (num_tokens <= r.len) return true;
+    bool in_place = r.start + num_tokens <= owner_.size();
+    for (uint32_t i = r.len; in_place && i < num_tokens; ++i) in_place = owner_[r.start + i] == 0;
+    if (in_place) {
+      take(seq_id, r.start + int32_t(r.len), num_tokens - r.len);
+      r.len = num_tokens;
+      return true;
+    }
+    const int32_t start = find_run(num_tokens);  // while the old range is held: no overlap
+    if (start < 0) return false;
+    take(0, r.start, r.len);
+    take(seq_id, start, num_tokens);
+    copies_out.push_back({r.start, start, int32_t(r.len)});
+    num_relocations += 1;
+    r = {start, num_tokens};
+    return true;
+  }
+  bool fork(uint64_t, uint64_t) override { return false; }
+  void free_seq(uint64_t seq_id) override {
+    const Range r = ranges_.at(seq_id);
+    take(0, r.start, r.len);
+    ranges_.erase(seq_id);
+  }
+  void commit_tokens(uint64_t, uint32_t, const int32_t*, uint32_t) override {}
+  uint32_t block_table(uint64_t seq_id, std::vector<int32_t>& out) const override {
+    out.push_back(ranges_.at(seq_id).start);
+    return 1;
+  }
+  uint32_t block_size() const override { return max_seq_len_; }
+  llmk_kv_usage usage() const override {
+    llmk_kv_usage u{};
+    u.total_slots = owner_.size();
+    for (const auto& [id, r] : ranges_) u.used_slots += r.len;
+    u.reserved_slots = u.used_slots;
+    u.num_seqs = ranges_.size();
+    u.num_relocations = num_relocations;
+    return u;
+  }
+  uint64_t num_relocations = 0;
+
+ private:
+  struct Range {
+    int32_t start = 0;
+    uint32_t len = 0;
+  };
+  int32_t find_run(uint32_t n) const {
+    uint32_t run = 0;
+    for (size_t i = 0; i < owner_.size(); ++i) {
+      run = owner_[i] == 0 ? run + 1 : 0;
+      if (run == n) return int32_t(i + 1 - n);
+    }
+    return -1;
+  }
+  void take(uint64_t owner, int32_t start, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) owner_[size_t(start) + i] = owner;
+  }
+  std::vector<uint64_t> owner_;  // [num_slots] seq id, 0 = free
+  uint32_t max_seq_len_;
+  std::unordered_map<uint64_t, Range> ranges_;
+};
+
 // The next token of a context for a sample: what the fake model + sampler
 // produce, and what tests use as the independent reference.
 inline int32_t fake_next_token(const std::vector<int32_t>& context, int32_t sample_index) {

@@ -542,3 +542,47 @@ TEST_CASE("a failed step ends its sequences with an error and returns their KV",
   CHECK_FALSE(h.sched.has_work());
   CHECK(h.sched.schedule().empty());
 }
+
+TEST_CASE("a relocating contiguous allocator: copies, refused forks and offload restores stay correct",
+          "[scheduler]") {
+  const std::string mode = GENERATE(as<std::string>{}, "recompute", "offload");
+  INFO("preemption " << mode);
+  std::mt19937 rng(19);
+  FakeContiguousAllocator kv(160, 128);
+  FakeModel model(160);
+  TimePoint t{};
+  SchedulerLimits limits{128, {}, 0};
+  Scheduler sched(scheduler_section(8, 32, "continuous", mode), limits, kv,
+                  SchedulerOptions{[&t] { return t; }, &model});
+  std::vector<Submitted> reqs;
+  for (int i = 0; i < 30; ++i) {
+    std::string id = "c";
+    id += std::to_string(i);
+    reqs.push_back({id, random_prompt(rng, 1 + i % 17), params(5 + (i * 7) % 30, i % 5 == 0 ? 2 : 1)});
+    sched.add_request(id, reqs.back().prompt, reqs.back().sp);
+  }
+  std::map<std::pair<std::string, int32_t>, std::vector<int32_t>> tokens;
+  std::map<std::string, int> done;
+  auto absorb = [&](const std::vector<TokenEvent>& events) {
+    for (const TokenEvent& e : events) {
+      if (e.token_id) tokens[{e.request_id, e.index}].push_back(*e.token_id);
+      CHECK(e.finish_reason != FinishReason::error);
+      if (e.request_done) done[e.request_id] += 1;
+    }
+  };
+  for (int step = 0; sched.has_work(); ++step) {
+    REQUIRE(step < 10000);
+    StepPlan plan = sched.schedule();
+    absorb(plan.events);
+    REQUIRE_FALSE(plan.empty());
+    absorb(sched.update_from_output(plan, model.forward(plan)));
+  }
+  for (const Submitted& r : reqs) {
+    CHECK(done[r.id] == 1);
+    for (int32_t i = 0; i < r.sp.n; ++i)
+      CHECK(tokens[{r.id, i}] == reference_output(r.prompt, r.sp, i, {}, 128).tokens);
+  }
+  CHECK(kv.num_relocations > 0);
+  CHECK(sched.stats().num_preemptions > 0);
+  CHECK(kv.usage().num_seqs == 0);
+}

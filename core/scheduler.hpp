@@ -12,7 +12,11 @@
 //  - continuous: iteration-level batching with chunked prefill. Every step
 //    first gives each running, fully prefilled sequence its decode token, then
 //    continues partial prefills, then admits waiting sequences, all within
-//    max_num_batched_tokens new tokens and max_num_seqs sequences.
+//    max_num_batched_tokens new tokens and max_num_seqs sequences (the
+//    latter capped at max_num_batched_tokens, so the decodes always fit).
+//    Admission reserves KV for the whole prompt (prompt + generated tokens
+//    when resuming), so prefill chunks never allocate; a prefix-cache hit
+//    (reserve's num_cached_tokens) is never computed.
 //  - static: the classic baseline. When nothing runs, up to max_num_seqs
 //    waiting sequences form a batch; it is prefilled (chunked) and then
 //    decoded together until every member finishes; nothing is admitted
@@ -41,6 +45,9 @@
 // n > 1: the prompt is prefilled once; the step that completes it has n
 // logits rows (the same batch row repeated), one per sample, and the sequence
 // forks (KvAllocator::fork) into samples 0..n-1 that decode independently.
+// A fork the allocator refuses sends that sample to the head of the queue; it
+// is prefilled on its own later (prefix caching makes that cheap). The
+// request is done when every sample has finished.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/sampler.hpp"
 
 namespace llmk {
 
@@ -51,6 +52,11 @@ void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> 
     refuse("n = " + std::to_string(sampling.n) + " exceeds the batch limit of " + std::to_string(max_num_seqs_) +
            " sequences");
   if (sampling.max_tokens < 1) refuse("max_tokens must be at least 1, got " + std::to_string(sampling.max_tokens));
+  try {
+    validate_sampling_params(sampling);
+  } catch (const Error& e) {
+    refuse(e.what());
+  }
   if (limits_.vocab_size > 0)
     for (int32_t t : prompt_token_ids)
       if (t < 0 || t >= limits_.vocab_size)
@@ -68,7 +74,10 @@ void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> 
   seq->tokens = std::move(prompt_token_ids);
   seq->num_prompt_tokens = static_cast<int32_t>(num_prompt);
   seq->num_unforked_samples = sampling.n;
-  seq->sampling = std::make_shared<const SamplingParams>(sampling);
+  // The seed is resolved once: every sample and every resume draws from it.
+  auto resolved = std::make_shared<SamplingParams>(sampling);
+  resolved->seed = resolve_seed(sampling.seed);
+  seq->sampling = std::move(resolved);
   seq->stop = make_stop_conditions(sampling, limits_.eos_token_ids, limits_.max_seq_len);
   seq->arrival_time = now();
 

@@ -107,7 +107,7 @@ struct LogitsTarget {
   uint64_t seq_id = 0;
   std::string request_id;
   int32_t sample_index = 0;     // sample the token is for (0..n-1 on a forking row)
-  std::shared_ptr<const SamplingParams> sampling;
+  std::shared_ptr<const SamplingParams> sampling;  // seed always set
 };
 
 struct StepPlan {
@@ -155,9 +155,11 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request. Throws Error(invalid_argument) for an empty prompt, a
-  // prompt with no room for one generated token, bad n / max_tokens, token
-  // ids outside the vocabulary or a live duplicate id; Error(overloaded) when
-  // max_queue requests already wait.
+  // prompt with no room for one generated token, bad n / max_tokens or other
+  // sampling values (validate_sampling_params), token ids outside the
+  // vocabulary or a live duplicate id; Error(overloaded) when max_queue
+  // requests already wait. The sequences' sampling params carry a resolved
+  // seed (resolve_seed), so samples and resumed sequences draw consistently.
   void add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
                    const SamplingParams& sampling);
   // Cancels a live request: frees its KV at once and returns one final event

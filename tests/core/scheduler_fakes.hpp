@@ -19,7 +19,7 @@
 #include "core/kv_offloader.hpp"
 #include "core/scheduler.hpp"
 
-namespace llmk::test {
+namespace llmk::sched_test {
 
 class FakePagedAllocator final : public KvAllocator {
  public:
@@ -463,4 +463,4 @@ inline SchedulerSection scheduler_section(uint32_t max_num_seqs, uint32_t max_nu
   return s;
 }
 
-}  // namespace llmk::test
+}  // namespace llmk::sched_test

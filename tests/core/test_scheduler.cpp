@@ -11,7 +11,7 @@
 #include "scheduler_fakes.hpp"
 
 using namespace llmk;
-using namespace llmk::test;
+using namespace llmk::sched_test;
 
 namespace {
 

@@ -133,6 +133,7 @@ struct SchedulerStats {
   uint64_t num_preemptions = 0;
   uint64_t num_offloads = 0;             // preemptions saved to host
   uint64_t num_restores = 0;
+  uint64_t num_offload_recomputes = 0;   // resumed by recompute: the step had pending KV copies
   double offload_seconds = 0;            // time in KvOffloader calls
   uint64_t num_steps = 0;
   uint64_t num_batch_seqs = 0;           // summed over steps

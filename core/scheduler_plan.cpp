@@ -116,12 +116,6 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
   while (!waiting_.empty() && budget > 0) {
     Sequence* seq = waiting_.front();
     if (num_seq_slots + seq->num_unforked_samples > max_num_seqs_) break;
-    // A restore must not race the step's pending copies (a copy's source may
-    // be a slot just freed by relocation): resume by recompute instead.
-    if (seq->num_offloaded_tokens > 0 && !plan.batch.kv_copies.empty()) {
-      seq->offloaded_blocks.clear();
-      seq->num_offloaded_tokens = 0;
-    }
     llmk_kv_reserve_args args{};
     args.seq_id = seq->seq_id;
     args.tokens = seq->tokens.data();
@@ -147,7 +141,17 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
     }
     seq->num_kv_tokens = seq->num_tokens();
     seq->num_computed_tokens = static_cast<int32_t>(num_cached);
-    if (seq->num_offloaded_tokens > 0) restore_offloaded(*seq, num_cached);
+    if (seq->num_offloaded_tokens > 0) {
+      // A restore must not race the step's pending copies (a copy's source
+      // may be a slot just freed by a relocation): resume by recompute then.
+      if (plan.batch.kv_copies.empty()) {
+        restore_offloaded(*seq, num_cached);
+      } else {
+        seq->offloaded_blocks.clear();
+        seq->num_offloaded_tokens = 0;
+        stats_.num_offload_recomputes += 1;
+      }
+    }
     seq->status = SequenceStatus::running;
     insert_running(seq);
     num_seq_slots += seq->num_unforked_samples;

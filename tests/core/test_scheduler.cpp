@@ -584,5 +584,6 @@ TEST_CASE("a relocating contiguous allocator: copies, refused forks and offload 
   }
   CHECK(kv.num_relocations > 0);
   CHECK(sched.stats().num_preemptions > 0);
+  if (mode == "offload") CHECK(sched.stats().num_offload_recomputes > 0);
   CHECK(kv.usage().num_seqs == 0);
 }

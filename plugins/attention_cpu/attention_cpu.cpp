@@ -118,6 +118,7 @@ class AttentionCpu {
     items_.clear();
     for (uint32_t s = 0; s < a.num_seqs; ++s) {
       const int32_t begin = a.query_start[s], end = a.query_start[s + 1];
+      if (end <= begin) continue;
       // Later query blocks see more keys: list them first so they start first.
       for (int32_t t = begin + ((end - begin - 1) / tokens_per_item_) * tokens_per_item_; t >= begin;
            t -= tokens_per_item_)

@@ -68,7 +68,8 @@ int run_generate(const GenerateOptions& o) {
   const size_t n = r.token_ids.size();
   spdlog::info("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens, decode {:.1f} tok/s; finish: {}",
                ids.size(), r.prefill_seconds, ids.size() / std::max(r.prefill_seconds, 1e-9), n,
-               n > 1 ? (n - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, to_string(r.finish_reason));
+               n > 1 ? (n - 1) / std::max(r.decode_seconds, 1e-9) : 0.0,
+               r.finish_reason == FinishReason::length ? "length" : "stop");
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #endif
 
 #include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/vec_math.hpp"  // also silences GCC 12's false uninitialized warnings in intrinsics
 
 namespace llmk::kernels::cpu {
 
@@ -74,22 +75,28 @@ void matmul_range(const float* x, const typename L::T* w, float* y, int64_t num_
     for (; n < n_end; ++n) tile<L, 1, 1>(x, k_len, w + n * k_len, k_len, y + n, n_out);
     return;
   }
-  // Weight rows outer: a tile of four rows stays in L1 while every group of
-  // up to four activation rows passes over it.
-  int64_t n = n_begin;
-  for (; n + 4 <= n_end; n += 4) {
-    const typename L::T* wt = w + n * k_len;
-    int64_t m = 0;
-    for (; m + 4 <= num_rows; m += 4) tile<L, 4, 4>(x + m * k_len, k_len, wt, k_len, y + m * n_out + n, n_out);
-    switch (num_rows - m) {
-      case 3: tile<L, 4, 3>(x + m * k_len, k_len, wt, k_len, y + m * n_out + n, n_out); break;
-      case 2: tile<L, 4, 2>(x + m * k_len, k_len, wt, k_len, y + m * n_out + n, n_out); break;
-      case 1: tile<L, 4, 1>(x + m * k_len, k_len, wt, k_len, y + m * n_out + n, n_out); break;
-      default: break;
+  // Blocked for the cache: a block of up to kRowBlock activation rows stays in
+  // L2 while tiles of four weight rows pass over it; each weight tile stays
+  // in L1 while every group of four activation rows of the block meets it.
+  constexpr int64_t kRowBlock = 48;
+  for (int64_t m0 = 0; m0 < num_rows; m0 += kRowBlock) {
+    const int64_t m1 = std::min(num_rows, m0 + kRowBlock);
+    int64_t n = n_begin;
+    for (; n + 4 <= n_end; n += 4) {
+      const typename L::T* wt = w + n * k_len;
+      int64_t m = m0;
+      for (; m + 4 <= m1; m += 4) tile<L, 4, 4>(x + m * k_len, k_len, wt, k_len, y + m * n_out + n, n_out);
+      switch (m1 - m) {
+        case 3: tile<L, 4, 3>(x + m * k_len, k_len, wt, k_len, y + m * n_out + n, n_out); break;
+        case 2: tile<L, 4, 2>(x + m * k_len, k_len, wt, k_len, y + m * n_out + n, n_out); break;
+        case 1: tile<L, 4, 1>(x + m * k_len, k_len, wt, k_len, y + m * n_out + n, n_out); break;
+        default: break;
+      }
     }
+    for (; n < n_end; ++n)
+      for (int64_t m = m0; m < m1; ++m)
+        tile<L, 1, 1>(x + m * k_len, k_len, w + n * k_len, k_len, y + m * n_out + n, n_out);
   }
-  for (; n < n_end; ++n)
-    for (int64_t m = 0; m < num_rows; ++m) tile<L, 1, 1>(x + m * k_len, k_len, w + n * k_len, k_len, y + m * n_out + n, n_out);
 }
 
 template <class L>

@@ -8,6 +8,7 @@
 // GCC 12 flags the intrinsics' internal _mm512_undefined_ps() as "maybe
 // uninitialized" once inlined (a false positive); silenced for users of this header.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 namespace llmk::kernels::cpu {

@@ -5,7 +5,9 @@
 //     the layer, else copied. Exact. With options {"weight_dtype":"bf16"} it
 //     is rounded to BF16 once at load instead (half the bytes to stream per
 //     decode step; not exact, so opt-in).
-//   BF16 / F16 checkpoint: kept at 2 bytes per weight (borrowed or copied).
+//   BF16 checkpoint: kept at 2 bytes per weight (borrowed or copied).
+//   F16 checkpoint: repacked at load into 64-column panels
+//     (kernels/cpu/matmul_packed.hpp), still 2 bytes per weight.
 // Forward:
 //   few rows (decode, small batches): kernels::cpu::matmul_wt streams the
 //     weights once, widening BF16/F16 to F32 in registers (exact products,
@@ -13,8 +15,10 @@
 //   many rows (prefill): a oneDNN matmul with a run-time row count. F32
 //     weights: F32 GEMM. BF16 weights: activations are rounded to BF16 and
 //     multiplied on the AVX-512 BF16 units with F32 accumulation (what a
-//     BF16 model computes anyway). F16 weights stay on matmul_wt (this CPU
-//     has no F16 GEMM units), exact but slower.
+//     BF16 model computes anyway).
+//   F16 weights (no F16 GEMM units on this class of CPU): matmul_packed for
+//     every row count, exact (widened in registers, F32 FMA), blocked so a
+//     panel block is widened once per call and reused by all rows.
 //   The crossover is options {"gemm_min_rows": N}; by default 16 rows for
 //   BF16 and 64 for F32, where oneDNN's run-time-M GEMM overtakes the
 //   streaming kernel on this class of CPU (AVX-512, 2 cores).
@@ -32,6 +36,7 @@
 
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/matmul_packed.hpp"
 #include "plugins/api/plugin_helpers.hpp"
 
 namespace llmk::linear_dense {
@@ -72,6 +77,9 @@ Options parse_options(const char* text, const char* layer) {
 // BF16 activations for the GEMM path, shared by every layer (one forward at a time).
 std::mutex g_act_mutex;
 std::vector<uint16_t> g_act_bf16;
+// Scratch of matmul_packed, shared the same way.
+std::mutex g_packed_mutex;
+std::vector<float> g_packed_scratch;
 
 }  // namespace
 
@@ -109,6 +117,13 @@ class LinearDense {
                                 static_cast<int64_t>(n));
       dtype_ = LLMK_DTYPE_BF16;
       weight_ = owned_.data();
+    } else if (dtype_ == LLMK_DTYPE_F16) {
+      const int64_t packed = kernels::cpu::packed_panels_size(out_, in_);
+      owned_.resize(static_cast<size_t>(packed) * 2);
+      kernels::cpu::pack_panels(static_cast<const uint16_t*>(d.weight), reinterpret_cast<uint16_t*>(owned_.data()), out_,
+                                in_);
+      weight_ = owned_.data();
+      packed_ = true;
     } else if (d.weight_outlives) {
       weight_ = d.weight;
     } else {
@@ -117,13 +132,21 @@ class LinearDense {
       std::memcpy(owned_.data(), d.weight, bytes);
       weight_ = owned_.data();
     }
-    bytes_ = n * (dtype_ == LLMK_DTYPE_F32 ? 4 : 2);
+    bytes_ = packed_ ? owned_.size() : n * (dtype_ == LLMK_DTYPE_F32 ? 4 : 2);
     gemm_min_rows_ = opt.gemm_min_rows != 0 ? opt.gemm_min_rows : (dtype_ == LLMK_DTYPE_F32 ? 64 : 16);
     if (dtype_ != LLMK_DTYPE_F16 && d.max_rows >= gemm_min_rows_) make_gemm();
   }
 
   void forward(const float* x, float* y, uint32_t num_rows) {
     if (num_rows == 0) return;
+    if (packed_) {
+      std::lock_guard<std::mutex> lock(g_packed_mutex);
+      const auto need = static_cast<size_t>(kernels::cpu::matmul_packed_scratch_floats(threads_));
+      if (g_packed_scratch.size() < need) g_packed_scratch.resize(need);
+      kernels::cpu::matmul_packed(x, static_cast<const uint16_t*>(weight_), dtype_, y, num_rows, in_, out_, threads_,
+                                  g_packed_scratch.data());
+      return;
+    }
     if (num_rows < gemm_min_rows_ || !gemm_) {
       kernels::cpu::matmul_wt(x, weight_, dtype_, y, num_rows, in_, out_, threads_);
       return;
@@ -172,7 +195,8 @@ class LinearDense {
   int threads_;
   uint32_t gemm_min_rows_ = 16;
   llmk_dtype dtype_ = LLMK_DTYPE_F32;
-  const void* weight_ = nullptr;     // [out, in] of dtype_
+  const void* weight_ = nullptr;     // [out, in] of dtype_, or panels when packed_
+  bool packed_ = false;
   std::vector<uint8_t> owned_;       // the weight when not borrowed
   size_t bytes_ = 0;
   dnnl::engine engine_;

@@ -28,6 +28,9 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+// GCC 12 reports the intrinsics' internal undefined registers as uninitialized (a false positive).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -28,21 +29,34 @@ int64_t packed_panels_size(int64_t out_features, int64_t in_features) {
   return num_panels(out_features) * kPanelCols * in_features;
 }
 
-void pack_panels(const uint16_t* w, uint16_t* packed, int64_t out_features, int64_t in_features) {
+namespace {
+
+template <class T>
+void pack_panels_impl(const T* w, T* packed, int64_t out_features, int64_t in_features) {
   const int64_t panels = num_panels(out_features);
 #pragma omp parallel for
   for (int64_t p = 0; p < panels; ++p) {
-    uint16_t* dst = packed + p * kPanelCols * in_features;
+    T* dst = packed + p * kPanelCols * in_features;
     for (int64_t j = 0; j < kPanelCols; ++j) {
       const int64_t n = p * kPanelCols + j;
       if (n >= out_features) {
         for (int64_t k = 0; k < in_features; ++k) dst[k * kPanelCols + j] = 0;
         continue;
       }
-      const uint16_t* src = w + n * in_features;
+      const T* src = w + n * in_features;
       for (int64_t k = 0; k < in_features; ++k) dst[k * kPanelCols + j] = src[k];
     }
   }
+}
+
+}  // namespace
+
+void pack_panels(const uint16_t* w, uint16_t* packed, int64_t out_features, int64_t in_features) {
+  pack_panels_impl(w, packed, out_features, in_features);
+}
+
+void pack_panels(const float* w, float* packed, int64_t out_features, int64_t in_features) {
+  pack_panels_impl(w, packed, out_features, in_features);
 }
 
 int64_t matmul_packed_scratch_floats(int num_threads) {
@@ -123,15 +137,15 @@ void tile_rows(const float* x, int64_t ldx, const typename B::T* b, int64_t dept
 }
 
 template <class B>
-void panels_range(const float* x, const uint16_t* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
+void panels_range(const float* x, const typename B::T* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
                   int64_t p_begin, int64_t p_end, float* block) {
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int num_cols = static_cast<int>(std::min<int64_t>(kPanelCols, n_out - p * kPanelCols));
     for (int64_t k0 = 0; k0 < k_len; k0 += kDepth) {
       const int64_t depth = std::min(kDepth, k_len - k0);
-      const uint16_t* src = packed + (p * k_len + k0) * kPanelCols;
+      const typename B::T* src = packed + (p * k_len + k0) * kPanelCols;
       float* c = y + p * kPanelCols;
-      if (num_rows >= kConvertRows) {
+      if (num_rows >= kConvertRows && !std::is_same_v<typename B::T, float>) {
         // Widen the block once; every row group then reads plain floats.
         for (int64_t i = 0; i < depth * kPanelCols; i += 16) _mm512_storeu_ps(block + i, B::load(src + i));
         tile_rows<WidenF32>(x + k0, k_len, block, depth, c, n_out, num_rows, k0 > 0, num_cols);
@@ -143,7 +157,7 @@ void panels_range(const float* x, const uint16_t* packed, float* y, int64_t num_
 }
 
 template <class B>
-void dispatch(const float* x, const uint16_t* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
+void dispatch(const float* x, const typename B::T* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
               int num_threads, float* scratch) {
   const int64_t panels = num_panels(n_out);
   const int threads = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), panels));
@@ -161,27 +175,34 @@ void dispatch(const float* x, const uint16_t* packed, float* y, int64_t num_rows
 
 }  // namespace
 
-bool matmul_packed(const float* x, const uint16_t* packed, llmk_dtype w_dtype, float* y, int64_t num_rows,
+bool matmul_packed(const float* x, const void* packed, llmk_dtype w_dtype, float* y, int64_t num_rows,
                    int64_t in_features, int64_t out_features, int num_threads, float* scratch) {
-  if (w_dtype == LLMK_DTYPE_F16) dispatch<WidenF16>(x, packed, y, num_rows, in_features, out_features, num_threads, scratch);
-  else if (w_dtype == LLMK_DTYPE_BF16) dispatch<WidenBF16>(x, packed, y, num_rows, in_features, out_features, num_threads, scratch);
+  const auto* h = static_cast<const uint16_t*>(packed);
+  if (w_dtype == LLMK_DTYPE_F16) dispatch<WidenF16>(x, h, y, num_rows, in_features, out_features, num_threads, scratch);
+  else if (w_dtype == LLMK_DTYPE_BF16) dispatch<WidenBF16>(x, h, y, num_rows, in_features, out_features, num_threads, scratch);
+  else if (w_dtype == LLMK_DTYPE_F32)
+    dispatch<WidenF32>(x, static_cast<const float*>(packed), y, num_rows, in_features, out_features, num_threads, scratch);
   else return false;
   return true;
 }
 
 #else  // portable fallback
 
-bool matmul_packed(const float* x, const uint16_t* packed, llmk_dtype w_dtype, float* y, int64_t num_rows,
+bool matmul_packed(const float* x, const void* packed_any, llmk_dtype w_dtype, float* y, int64_t num_rows,
                    int64_t in_features, int64_t out_features, int num_threads, float* scratch) {
-  if (w_dtype != LLMK_DTYPE_F16 && w_dtype != LLMK_DTYPE_BF16) return false;
+  if (w_dtype != LLMK_DTYPE_F16 && w_dtype != LLMK_DTYPE_BF16 && w_dtype != LLMK_DTYPE_F32) return false;
+  const auto* packed = static_cast<const uint16_t*>(packed_any);
+  const auto* packed_f32 = static_cast<const float*>(packed_any);
   for (int64_t m = 0; m < num_rows; ++m)
     for (int64_t n = 0; n < out_features; ++n) {
       const int64_t p = n / kPanelCols, j = n % kPanelCols;
       float sum = 0.0f;
       for (int64_t k = 0; k < in_features; ++k) {
         float w;
-        const uint16_t bits = packed[(p * in_features + k) * kPanelCols + j];
-        if (w_dtype == LLMK_DTYPE_F16) f16_to_f32(&bits, &w, 1);
+        const int64_t at = (p * in_features + k) * kPanelCols + j;
+        const uint16_t bits = w_dtype == LLMK_DTYPE_F32 ? 0 : packed[at];
+        if (w_dtype == LLMK_DTYPE_F32) w = packed_f32[at];
+        else if (w_dtype == LLMK_DTYPE_F16) f16_to_f32(&bits, &w, 1);
         else bf16_to_f32(&bits, &w, 1);
         sum += x[m * in_features + k] * w;
       }

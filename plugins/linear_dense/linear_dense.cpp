@@ -1,27 +1,26 @@
-// linear.dense: y = x W^T with unquantized weights.
+// linear.dense: y = x W^T with unquantized weights. Every path is exact
+// (weights widened to F32 in registers, F32 accumulation) except the BF16
+// GEMM, which computes as a BF16 model does.
 //
-// Storage (weight_bytes() reports it):
-//   F32 checkpoint: borrowed from the checkpoint's mapping when it outlives
-//     the layer, else copied. Exact. With options {"weight_dtype":"bf16"} it
-//     is rounded to BF16 once at load instead (half the bytes to stream per
-//     decode step; not exact, so opt-in).
-//   BF16 checkpoint: kept at 2 bytes per weight (borrowed or copied).
-//   F16 checkpoint: repacked at load into 64-column panels
-//     (kernels/cpu/matmul_packed.hpp), still 2 bytes per weight.
-// Forward:
-//   few rows (decode, small batches): kernels::cpu::matmul_wt streams the
-//     weights once, widening BF16/F16 to F32 in registers (exact products,
-//     F32 accumulation) -- the memory-bound path.
-//   many rows (prefill): a oneDNN matmul with a run-time row count. F32
-//     weights: F32 GEMM. BF16 weights: activations are rounded to BF16 and
-//     multiplied on the AVX-512 BF16 units with F32 accumulation (what a
-//     BF16 model computes anyway).
-//   F16 weights (no F16 GEMM units on this class of CPU): matmul_packed for
-//     every row count, exact (widened in registers, F32 FMA), blocked so a
-//     panel block is widened once per call and reused by all rows.
-//   The crossover is options {"gemm_min_rows": N}; by default 16 rows for
-//   BF16 and 64 for F32, where oneDNN's run-time-M GEMM overtakes the
-//   streaming kernel on this class of CPU (AVX-512, 2 cores).
+// Layouts (weight_bytes() reports the stored size):
+//   F32 and F16 checkpoints: repacked at load into 64-column panels
+//     (kernels/cpu/matmul_packed.hpp) at the stored element size, and
+//     multiplied by matmul_packed for every row count. The panel micro-tiles
+//     run 1.2x (128 rows) to 2.5x (8-32 rows) faster than the alternatives
+//     measured on this class of CPU (AVX-512, 2 cores), and the F16 path
+//     needs no F16 GEMM units (this CPU has none). The cost: F32 weights are
+//     copied instead of borrowed from the checkpoint's mapping.
+//     {"f32_layout":"rows"} keeps F32 as stored (borrowed when it outlives
+//     the layer): matmul_wt below gemm_min_rows (default 64), a oneDNN F32
+//     matmul from there on.
+//   BF16 checkpoints: kept as stored (borrowed or copied), 2 bytes per
+//     weight. Below gemm_min_rows (default 16) matmul_wt streams them
+//     (exact); from there on a oneDNN matmul with a run-time row count
+//     rounds the activations to BF16 and multiplies on the AVX-512 BF16
+//     units with F32 accumulation (twice the F32 rate; what a BF16 model
+//     computes anyway).
+//   {"weight_dtype":"bf16"}: F32 checkpoints rounded once to BF16 and then
+//     treated as BF16 (half the bytes per decode step; not exact, so opt-in).
 #include <omp.h>
 
 #include <algorithm>
@@ -48,6 +47,7 @@ using plugin::Error;
 struct Options {
   bool store_bf16 = false;  // round F32 weights to BF16 at load
   uint32_t gemm_min_rows = 0;  // 0: by dtype
+  bool f32_rows = false;       // F32 kept as stored (borrowed) instead of repacked into panels
 };
 
 Options parse_options(const char* text, const char* layer) {
@@ -65,10 +65,14 @@ Options parse_options(const char* text, const char* layer) {
       const std::string v = value.get<std::string>();
       if (v == "bf16") o.store_bf16 = true;
       else if (v != "auto") throw Error(LLMK_ERR_INVALID_ARGUMENT, "linear.dense option weight_dtype must be auto or bf16, got " + v);
+    } else if (key == "f32_layout") {
+      const std::string v = value.get<std::string>();
+      if (v == "rows") o.f32_rows = true;
+      else if (v != "panels") throw Error(LLMK_ERR_INVALID_ARGUMENT, "linear.dense option f32_layout must be rows or panels, got " + v);
     } else if (key == "gemm_min_rows") {
       o.gemm_min_rows = value.get<uint32_t>();
     } else {
-      throw Error(LLMK_ERR_INVALID_ARGUMENT, "linear.dense has no option '" + key + "' (known: weight_dtype, gemm_min_rows)");
+      throw Error(LLMK_ERR_INVALID_ARGUMENT, "linear.dense has no option '" + key + "' (known: weight_dtype, f32_layout, gemm_min_rows)");
     }
   }
   return o;
@@ -90,7 +94,7 @@ class LinearDense {
   static constexpr const char* kDescription =
       "Dense F32/F16/BF16 weights: streaming AVX-512 GEMV for decode, oneDNN GEMM for prefill";
   static constexpr const char* kCapabilities =
-      R"({"weight_dtypes":["f32","f16","bf16"],"devices":["cpu"],"options":["weight_dtype","gemm_min_rows"]})";
+      R"({"weight_dtypes":["f32","f16","bf16"],"devices":["cpu"],"options":["weight_dtype","f32_layout","gemm_min_rows"]})";
 
   static bool supports(const llmk_linear_desc& d, std::string& why) {
     if (d.weight_dtype != LLMK_DTYPE_F32 && d.weight_dtype != LLMK_DTYPE_F16 && d.weight_dtype != LLMK_DTYPE_BF16) {
@@ -117,6 +121,12 @@ class LinearDense {
                                 static_cast<int64_t>(n));
       dtype_ = LLMK_DTYPE_BF16;
       weight_ = owned_.data();
+    } else if (dtype_ == LLMK_DTYPE_F32 && !opt.f32_rows) {
+      const int64_t packed = kernels::cpu::packed_panels_size(out_, in_);
+      owned_.resize(static_cast<size_t>(packed) * 4);
+      kernels::cpu::pack_panels(static_cast<const float*>(d.weight), reinterpret_cast<float*>(owned_.data()), out_, in_);
+      weight_ = owned_.data();
+      packed_ = true;
     } else if (dtype_ == LLMK_DTYPE_F16) {
       const int64_t packed = kernels::cpu::packed_panels_size(out_, in_);
       owned_.resize(static_cast<size_t>(packed) * 2);
@@ -134,7 +144,7 @@ class LinearDense {
     }
     bytes_ = packed_ ? owned_.size() : n * (dtype_ == LLMK_DTYPE_F32 ? 4 : 2);
     gemm_min_rows_ = opt.gemm_min_rows != 0 ? opt.gemm_min_rows : (dtype_ == LLMK_DTYPE_F32 ? 64 : 16);
-    if (dtype_ != LLMK_DTYPE_F16 && d.max_rows >= gemm_min_rows_) make_gemm();
+    if (!packed_ && d.max_rows >= gemm_min_rows_) make_gemm();
   }
 
   void forward(const float* x, float* y, uint32_t num_rows) {
@@ -143,7 +153,7 @@ class LinearDense {
       std::lock_guard<std::mutex> lock(g_packed_mutex);
       const auto need = static_cast<size_t>(kernels::cpu::matmul_packed_scratch_floats(threads_));
       if (g_packed_scratch.size() < need) g_packed_scratch.resize(need);
-      kernels::cpu::matmul_packed(x, static_cast<const uint16_t*>(weight_), dtype_, y, num_rows, in_, out_, threads_,
+      kernels::cpu::matmul_packed(x, weight_, dtype_, y, num_rows, in_, out_, threads_,
                                   g_packed_scratch.data());
       return;
     }

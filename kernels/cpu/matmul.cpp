@@ -104,7 +104,7 @@ void matmul_dispatch(const float* x, const void* w, float* y, int64_t num_rows, 
                      int num_threads) {
   const auto* wt = static_cast<const typename L::T*>(w);
   const int64_t work = num_rows * k_len * n_out;
-  const int threads = work < (1 << 15) ? 1 : std::max(1, num_threads);
+  const int threads = work < (1 << 18) ? 1 : std::max(1, num_threads);
   if (threads == 1) {
     matmul_range<L>(x, wt, y, num_rows, k_len, n_out, 0, n_out);
     return;

@@ -161,7 +161,7 @@ void dispatch(const float* x, const typename B::T* packed, float* y, int64_t num
               int num_threads, float* scratch) {
   const int64_t panels = num_panels(n_out);
   const int threads = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), panels));
-  if (threads == 1 || num_rows * k_len * n_out < (1 << 15)) {
+  if (threads == 1 || num_rows * k_len * n_out < (1 << 18)) {
     panels_range<B>(x, packed, y, num_rows, k_len, n_out, 0, panels, scratch);
     return;
   }

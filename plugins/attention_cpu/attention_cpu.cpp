@@ -126,7 +126,12 @@ class AttentionCpu {
           items_.push_back({s, h, t, std::min(tokens_per_item_, end - t)});
     }
     const int64_t num_items = static_cast<int64_t>(items_.size());
-    const int threads = static_cast<int>(std::min<int64_t>(num_threads_, num_items));
+    // Threads only when the work pays for waking them: query rows x keys x head_dim.
+    int64_t work = 0;
+    for (uint32_t s = 0; s < a.num_seqs; ++s)
+      work += static_cast<int64_t>(a.query_start[s + 1] - a.query_start[s]) * a.context_lens[s];
+    work *= static_cast<int64_t>(num_heads_) * shape_.head_dim;
+    const int threads = work < (1 << 18) ? 1 : static_cast<int>(std::min<int64_t>(num_threads_, num_items));
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
     for (int64_t i = 0; i < num_items; ++i) run_item(a, items_[i], scratch_[omp_get_thread_num()]);
   }

@@ -70,7 +70,8 @@ TEST_CASE("linear.dense exact paths match to float accumulation for f32, bf16 an
   const uint32_t dtype = GENERATE(LLMK_DTYPE_F32, LLMK_DTYPE_BF16, LLMK_DTYPE_F16);
   const uint32_t rows = GENERATE(1u, 2u, 3u, 5u, 9u, 14u, 40u);
   // Default layouts (panels for f32/f16), and f32/bf16 rows on the streaming kernel.
-  const char* options = GENERATE(R"({})", R"({"f32_layout":"rows","gemm_min_rows":1000})");
+  const char* options = GENERATE(R"({})", R"({"f32_layout":"rows","gemm_min_rows":1000})",
+                                 R"({"bf16_layout":"panels","weight_dtype":"auto"})");
   INFO("dtype " << dtype << " rows " << rows << " options " << options);
   // BF16 from 16 rows on (default options) is the oneDNN GEMM: activations rounded to bf16.
   const bool bf16_gemm = dtype == LLMK_DTYPE_BF16 && rows >= 16 && std::string(options) == "{}";

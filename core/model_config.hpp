@@ -32,18 +32,34 @@ struct ModelConfig {
   std::optional<int32_t> sliding_window;  // Mistral; refused when smaller than the context
 
   int64_t num_parameters() const;
-  // K and V for one token across all layers, in bytes of the given KV dtype.
-  int64_t kv_bytes_per_token(DType kv_dtype = DType::f32) const;
+  // K and V for one token across all layers, in bytes of the given KV dtype:
+  // 2 x num_layers x num_kv_heads x head_dim x dtype_size. For i8 the
+  // per-group scales are added: one f32 per `group_size` elements along
+  // head_dim (a trailing partial group gets its own scale).
+  int64_t kv_bytes_per_token(DType kv_dtype = DType::f32, int32_t group_size = 8) const;
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 // Reads config.json (and generation_config.json / tokenizer_config.json when
 // present) from a model directory. Throws Error(bad_checkpoint/unsupported)
-// naming the file and key.
+// naming the file and key, e.g. "config.json: num_key_value_heads=3 does not
+// divide num_attention_heads=8"; Error(not_found) when the directory is absent.
+// generation_config.json's bos/eos ids win over config.json's;
+// tokenizer_config.json supplies add_bos_token.
 ModelConfig load_model_config(const std::filesystem::path& model_dir);
-// Parses one config.json file; `source` names it in errors.
+// Parses one config.json file; `source` names it in errors. Absent keys take
+// transformers' defaults (num_key_value_heads = heads, head_dim = hidden /
+// heads, rms_norm_eps 1e-6, rope_theta 10000, untied, float32). Refused with
+// Error(unsupported): other architectures, hidden_act other than silu,
+// attention/mlp biases, any rope_scaling, quantization_config, a
+// sliding_window shorter than max_position_embeddings.
 ModelConfig parse_model_config_json(const std::string& text, const std::string& source);
 
-// Named presets for dummy weights: llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b.
+// Named presets for dummy weights: llama-110m, tinyllama-1.1b, llama2-7b,
+// llama3-8b. `name` may also be a path to a config.json file or to a model
+// directory holding one (parsed as above, errors thrown). nullopt when it is
+// neither a preset nor an existing path.
 std::optional<ModelConfig> model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 

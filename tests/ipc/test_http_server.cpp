@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "ipc/fake_backend.hpp"
 #include "ipc/http_server.hpp"
+#include "ipc/zmq_server.hpp"
 #include "support.hpp"
 
 using namespace llmk;
@@ -193,4 +194,27 @@ TEST_CASE("HTTP chat without a chat template is refused with a clear error", "[h
   const auto r = f.post("/v1/chat/completions", {{"messages", json::array({{{"role", "user"}, {"content", "x"}}})}});
   CHECK(r.status == 400);
   CHECK(r.json()["error"]["message"].get<std::string>().find("model.chat_template") != std::string::npos);
+}
+
+TEST_CASE("A full waiting queue answers 503 overloaded over HTTP and an overloaded error over ZeroMQ", "[http]") {
+  FakeBackend backend({.step_interval = std::chrono::milliseconds(5), .max_running = 1, .max_queue = 1});
+  Metrics metrics;
+  HttpServer http(backend, metrics, {.address = "127.0.0.1:0"});
+  ZmqServer zmq(backend, metrics, {.endpoint = "tcp://127.0.0.1:*"});
+  test::RawPeer peer(zmq.endpoint());
+  for (const char* id : {"running", "waiting"}) {
+    peer.send_json({{"v", 1}, {"type", "submit"}, {"id", id}, {"prompt", "x"}, {"stream", false},
+                    {"params", {{"max_tokens", 400}}}});
+  }
+  REQUIRE(eventually([&] { return backend.stats().num_running == 1 && backend.stats().num_waiting == 1; }));
+  const auto r = curl(http.port(), "POST", "/v1/completions", R"({"prompt": "one more"})");
+  CHECK(r.status == 503);
+  CHECK(r.json()["error"]["code"] == "overloaded");
+  const auto streamed = curl(http.port(), "POST", "/v1/completions", R"({"prompt": "one more", "stream": true})");
+  CHECK(streamed.status == 503);
+  peer.send_json({{"v", 1}, {"type", "submit"}, {"id", "third"}, {"prompt", "x"}});
+  const json reply = peer.recv_json();
+  CHECK(reply["type"] == "error");
+  CHECK(reply["id"] == "third");
+  CHECK(reply["code"] == "overloaded");
 }

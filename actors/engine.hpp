@@ -49,12 +49,30 @@ class EventStream {
   virtual std::optional<RequestEvent> next(std::chrono::milliseconds timeout) = 0;
 };
 
+struct PipelineEvent;  // actors/trace.hpp
+
+// Run-time options of an Engine that are not part of the served
+// configuration (tracing, threads, timeouts).
+struct EngineOptions {
+  // Chrome trace JSON of per-step spans, written when the engine stops
+  // ("" = none). Engine::write_trace writes one on demand.
+  std::string trace_file;
+  bool record_trace = false;  // keep spans in memory (implied by trace_file)
+  // Sees every message each actor handles, in handling order (tests, debugging).
+  std::function<void(const PipelineEvent&)> observer;
+  // CAF worker threads for the tokenizer, scheduler, detokenizer and user
+  // actors; the executor and the sampler have a thread each.
+  int32_t num_actor_threads = 2;
+  std::chrono::milliseconds step_timeout{120000};    // one forward + sampling
+  std::chrono::milliseconds message_timeout{10000};  // every other request between actors
+};
+
 class Engine {
  public:
   using EventCallback = std::function<void(const RequestEvent&)>;
 
   // Loads the model and plugins, starts the actors. Throws llmk::Error.
-  explicit Engine(const EngineConfig& config);
+  explicit Engine(const EngineConfig& config, EngineOptions options = {});
   // Cancels what is in flight and stops the actors; never hangs.
   ~Engine();
   Engine(const Engine&) = delete;
@@ -80,6 +98,10 @@ class Engine {
   const caf::actor& executor_actor() const;
   const caf::actor& sampler_actor() const;
   const caf::actor& detokenizer_actor() const;
+
+  // Writes the spans recorded so far as Chrome trace JSON (needs
+  // record_trace or trace_file). Throws Error naming the file.
+  void write_trace(const std::string& path) const;
 
  private:
   struct Impl;

@@ -225,7 +225,7 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
                mc.num_layers, mc.vocab_size, runtime.num_kv_slots, runtime.max_seq_len,
                im.options.num_actor_threads);
   im.start_actors(std::move(model), std::move(parts),
-                  RequestLimits{static_cast<int32_t>(runtime.max_seq_len), mc.vocab_size});
+                  RequestLimits{static_cast<int32_t>(runtime.max_seq_len), mc.vocab_size, mc.add_bos_token});
 }
 
 Engine::~Engine() {

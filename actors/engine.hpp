@@ -91,7 +91,10 @@ class Engine {
   const ModelConfig& model_config() const;
   const Tokenizer& tokenizer() const;
 
-  // For programs that embed the pipeline in a larger CAF system.
+  // For programs that embed the pipeline in a larger CAF system: spawn your
+  // actors here and send them the messages of actors/messages.hpp (events go
+  // to the caf::actor named as sink). Actors you spawn must have exited
+  // before the Engine is destroyed: its destructor joins the actor system.
   caf::actor_system& system();
   const caf::actor& tokenizer_actor() const;  // accepts messages of actors/messages.hpp
   const caf::actor& scheduler_actor() const;

@@ -38,6 +38,7 @@ struct PipelineContext {
 struct RequestLimits {
   int32_t max_seq_len = 0;  // prompt + at least one generated token must fit
   int32_t vocab_size = 0;
+  bool add_bos_token = true;  // the model's tokenizer_config: text prompts get BOS when the request asks too
 };
 
 sampler_actor spawn_sampler(caf::actor_system& system, PipelineContext context);

@@ -35,7 +35,7 @@ std::vector<int32_t> prompt_ids_of(const TokenizerState& st, const Request& requ
     }
     return request.prompt_token_ids;
   }
-  return st.tokenizer->encode(request.prompt, request.add_bos);
+  return st.tokenizer->encode(request.prompt, request.add_bos && st.limits.add_bos_token);
 }
 
 void submit(TokenizerPointer self, Request& request, caf::actor& sink) {

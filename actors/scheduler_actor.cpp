@@ -162,7 +162,8 @@ void maybe_schedule(SchedulerPointer self) {
     } catch (const std::exception& e) {
       spdlog::error("scheduler: schedule() failed: {}", e.what());
     }
-    refused = st.scheduler().take_pending_events();
+    refused = std::move(plan.events);  // sequences that can never fit
+    plan.events.clear();
     span.set_count(plan.batch.num_seqs());
   }
   send_tokens(self, 0, wrap(std::move(refused)));

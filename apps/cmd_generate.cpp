@@ -95,7 +95,10 @@ int run_batch(Engine& engine, const GenerateOptions& o) {
     try {
       request = parse_batch_line(line, line_number, defaults);
     } catch (const std::exception& e) {
-      target->id = "line-" + std::to_string(line_number);
+      // Keep the line's own id when it has a readable one.
+      auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      bool has_id = j.is_object() && j.contains("id") && j["id"].is_string();
+      target->id = has_id ? j["id"].get<std::string>() : "line-" + std::to_string(line_number);
       target->error = "line " + std::to_string(line_number) + ": " + e.what();
       continue;
     }

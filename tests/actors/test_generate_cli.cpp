@@ -26,7 +26,7 @@ std::string run(const std::string& command, int& status) {
 }
 
 const std::string llmk_command = std::string(LLMK_BINARY_DIR) + "/bin/llmk --log-level warn generate --model " +
-                                 LLMK_SHARED_DIR + "/models/stories260K --set kv_cache.capacity_tokens=8192";
+                                 LLMK_SHARED_DIR + "/models/stories260K --threads 1 --set kv_cache.capacity_tokens=8192";
 
 }  // namespace
 

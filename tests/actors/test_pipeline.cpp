@@ -63,13 +63,16 @@ TEST_CASE("one request walks through tokenizer, scheduler, executor, sampler, de
     INFO(i << ": " << ev[i].actor << " " << ev[i].message << " " << ev[i].request_id << " step " << ev[i].step);
     CHECK(ev[i].sequence == i);
   }
-  // Admission: client → tokenizer → scheduler → detokenizer (opened before any token).
+  // Admission: client → tokenizer → scheduler → detokenizer. The first step
+  // may be planned before the detokenizer handles `open`, but `open` always
+  // reaches it before the step's tokens.
   long submit = find(ev, "tokenizer", "submit");
   long enqueue = find(ev, "scheduler", "enqueue");
   long open = find(ev, "detokenizer", "open");
   REQUIRE(submit >= 0);
   REQUIRE(enqueue > submit);
   REQUIRE(open > enqueue);
+  CHECK(open < find(ev, "detokenizer", "tokens"));
   CHECK(ev[size_t(submit)].request_id == "walk");
   CHECK(ev[size_t(enqueue)].request_id == "walk");
 
@@ -87,7 +90,7 @@ TEST_CASE("one request walks through tokenizer, scheduler, executor, sampler, de
     long sample = find(ev, "sampler", "sample", step);
     long done = find(ev, "scheduler", "step_done", step);
     long tokens = find(ev, "detokenizer", "tokens", step);
-    REQUIRE(schedule > open);
+    REQUIRE(schedule > enqueue);
     CHECK(execute > schedule);
     CHECK(sample > execute);
     CHECK(done > sample);
@@ -112,19 +115,26 @@ TEST_CASE("the Chrome trace shows detokenizing a step while a later step execute
   std::remove(path.c_str());
   EngineOptions options;
   options.trace_file = path;
+  // Enough samples per step (128 requests x 2, all in one batch) that
+  // detokenizing a step takes longer than waking the executor's thread for
+  // the next one (~100 us on a loaded machine).
+  EngineConfig cfg = stories_config();
+  cfg.scheduler.max_num_seqs = 256;
+  cfg.scheduler.max_num_batched_tokens = 4096;
   {
-    Engine engine(stories_config(), options);
+    Engine engine(cfg, options);
     Collector collector;
-    const int num_requests = 16;
+    const int num_requests = 128;
     for (int i = 0; i < num_requests; ++i) {
       Request r;
       r.id = "t" + std::to_string(i);
       r.prompt = i % 2 ? "Once upon a time" : "Tom had a red ball.";
       r.sampling.temperature = 0.8f;
       r.sampling.seed = uint64_t(i);
-      r.sampling.max_tokens = 48;
+      r.sampling.max_tokens = 40;
+      r.sampling.n = 2;
       r.sampling.ignore_eos = true;
-      r.sampling.stop = {"zzzz"};  // exercises the stop matcher on every token
+      r.sampling.stop = {"zzzz", "qqqq", "xyzzy", "never ever"};  // the matcher runs on every token
       engine.submit(r, collector.callback());
     }
     REQUIRE(collector.wait_done(num_requests, std::chrono::seconds(30)));

@@ -10,6 +10,13 @@ foreach(t llmk_actors llmk_ipc)
   endif()
 endforeach()
 
+# Exported as llmk::core, llmk::actors, llmk::kernels_cpu, ... (the alias
+# names used inside this tree).
+foreach(t ${llmk_export_targets})
+  string(REGEX REPLACE "^llmk_" "" export_name ${t})
+  set_target_properties(${t} PROPERTIES EXPORT_NAME ${export_name})
+endforeach()
+
 install(TARGETS ${llmk_export_targets} EXPORT llmkTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
               [&](std::map<std::string, std::string>& texts) {
                 for (size_t i = 0; i < topics.size(); ++i) {
                   std::string id = "story-" + std::to_string(i);
-                  std::cout << id << " (" << topics[i] << "):" << texts[id] << '\n';
+                  std::cout << id << ": Once upon a time, " << topics[i] << " and" << texts[id] << '\n';
                 }
               },
               [&](caf::error& err) {

@@ -150,7 +150,7 @@ void Engine::Impl::stop() {
     std::lock_guard<std::mutex> lock(mutex);
     stopping = true;
   }
-  {
+  if (tokenizer_typed) {
     caf::scoped_actor self{*system};
     self->request(tokenizer_typed, options.message_timeout, shutdown_atom::value)
         .receive([](bool) {},
@@ -224,8 +224,13 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
   spdlog::info("engine: {} layers, vocab {}, {} KV slots, context {}, {} actor threads (CAF sharing policy)",
                mc.num_layers, mc.vocab_size, runtime.num_kv_slots, runtime.max_seq_len,
                im.options.num_actor_threads);
-  im.start_actors(std::move(model), std::move(parts),
-                  RequestLimits{static_cast<int32_t>(runtime.max_seq_len), mc.vocab_size, mc.add_bos_token});
+  try {
+    im.start_actors(std::move(model), std::move(parts),
+                    RequestLimits{static_cast<int32_t>(runtime.max_seq_len), mc.vocab_size, mc.add_bos_token});
+  } catch (...) {
+    im.stop();  // whatever was spawned must exit before the actor system goes
+    throw;
+  }
 }
 
 Engine::~Engine() {

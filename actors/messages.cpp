@@ -4,6 +4,7 @@
 #include "actors/messages.hpp"
 #include "actors/pipeline.hpp"
 #include "core/error.hpp"
+#include "core/sampler.hpp"
 
 namespace llmk {
 
@@ -35,11 +36,17 @@ std::string validate_request(const Request& request) {
     return "repetition_penalty must be > 0 (1 is off), got " + std::to_string(s.repetition_penalty);
   if (!std::isfinite(s.presence_penalty) || !std::isfinite(s.frequency_penalty))
     return "presence_penalty and frequency_penalty must be finite";
-  if (s.logprobs < -1 || s.logprobs > 20) return "logprobs must be in [-1, 20], got " + std::to_string(s.logprobs);
+  if (s.logprobs < -1 || s.logprobs > kMaxLogprobs)
+    return "logprobs must be in [-1, " + std::to_string(kMaxLogprobs) + "], got " + std::to_string(s.logprobs);
   if (s.n < 1) return "n must be >= 1, got " + std::to_string(s.n);
   if (s.max_tokens < 1) return "max_tokens must be >= 1, got " + std::to_string(s.max_tokens);
   for (const auto& stop : s.stop)
     if (stop.empty()) return "stop strings must not be empty";
+  try {
+    validate_sampling_params(s);  // the sampler's own limits
+  } catch (const std::exception& e) {
+    return e.what();
+  }
   return {};
 }
 

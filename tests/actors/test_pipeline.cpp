@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "actors/messages.hpp"
 #include "actors/trace.hpp"
 #include "engine_fixture.hpp"
 
@@ -171,4 +172,36 @@ TEST_CASE("the Chrome trace shows detokenizing a step while a later step execute
   }
   INFO(spans["detokenize"].size() << " detokenize spans, " << spans["execute"].size() << " execute spans");
   CHECK(num_overlaps > 0);
+}
+
+TEST_CASE("a program's own actors can feed the tokenizer actor and consume the events", "[pipeline][embed]") {
+  Engine engine(stories_config());
+  caf::actor_system& system = engine.system();
+  Collector collector;
+  // Behind the pipeline: a user actor receiving RequestEvents.
+  auto consumer = system.spawn([&collector](caf::event_based_actor*) -> caf::behavior {
+    return {[&collector](RequestEvent& ev) { collector.take(ev); }};
+  });
+  // In front: a user actor that rewrites the prompt before the tokenizer sees it.
+  caf::actor tokenizer = engine.tokenizer_actor();
+  auto rewriter = system.spawn([tokenizer, consumer](caf::event_based_actor* self) -> caf::behavior {
+    return {[=](submit_atom, Request& r) {
+      r.prompt = "Once upon a " + r.prompt;
+      self->send(tokenizer, submit_atom::value, std::move(r), consumer);
+    }};
+  });
+  Request r;
+  r.id = "embedded";
+  r.prompt = "time";
+  r.sampling.temperature = 0;
+  r.sampling.max_tokens = 48;
+  caf::anon_send(rewriter, submit_atom::value, r);
+  REQUIRE(collector.wait_done(1, std::chrono::seconds(20)));
+  caf::anon_send_exit(rewriter, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(consumer, caf::exit_reason::user_shutdown);
+  auto golden = load_golden();  // case 1 is "Once upon a time"
+  const auto results = collector.results();
+  const SampleResult& s = results.at("embedded").sample();
+  CHECK(s.token_ids == golden[1].greedy_ids);
+  CHECK(s.text == golden[1].greedy_text);
 }

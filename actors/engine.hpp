@@ -80,7 +80,9 @@ class Engine {
 
   // Events arrive on an engine thread, in order per request. An invalid
   // request or a full queue is answered by one finished event with
-  // finish_reason == error (and the reason), never an exception.
+  // finish_reason == error (and the reason), never an exception. A request
+  // whose id is already live, or one submitted while the engine stops, is
+  // answered that way at once, on the caller's thread.
   void submit(Request request, EventCallback on_event);
   std::unique_ptr<EventStream> submit(Request request);
   // Cancels a live request (its KV is freed at once); false if unknown.

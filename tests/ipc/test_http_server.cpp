@@ -202,9 +202,12 @@ TEST_CASE("A full waiting queue answers 503 overloaded over HTTP and an overload
   HttpServer http(backend, metrics, {.address = "127.0.0.1:0"});
   ZmqServer zmq(backend, metrics, {.endpoint = "tcp://127.0.0.1:*"});
   test::RawPeer peer(zmq.endpoint());
+  // The second request is sent only once the first left the queue: with a
+  // queue of one, both could otherwise meet there.
   for (const char* id : {"running", "waiting"}) {
     peer.send_json({{"v", 1}, {"type", "submit"}, {"id", id}, {"prompt", "x"}, {"stream", false},
                     {"params", {{"max_tokens", 400}}}});
+    if (std::string(id) == "running") REQUIRE(eventually([&] { return backend.stats().num_running == 1; }));
   }
   REQUIRE(eventually([&] { return backend.stats().num_running == 1 && backend.stats().num_waiting == 1; }));
   const auto r = curl(http.port(), "POST", "/v1/completions", R"({"prompt": "one more"})");

@@ -1,0 +1,77 @@
+#include "kernels/cpu/kv_quant.hpp"
+
+// GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace llmk::kernels::cpu {
+
+namespace {
+
+void quantize_row(const float* src, int8_t* dst, float* scales, int64_t dim, int64_t group_size) {
+  for (int64_t g0 = 0; g0 < dim; g0 += group_size) {
+    float amax = 0.0f;
+#pragma omp simd reduction(max : amax)
+    for (int64_t i = 0; i < group_size; ++i) amax = std::max(amax, std::fabs(src[g0 + i]));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    scales[g0 / group_size] = amax / 127.0f;
+#pragma omp simd
+    for (int64_t i = 0; i < group_size; ++i)
+      dst[g0 + i] = static_cast<int8_t>(std::clamp(std::nearbyint(src[g0 + i] * inv), -127.0f, 127.0f));
+  }
+}
+
+}  // namespace
+
+void kv_quantize(const float* src, int8_t* dst, float* scales, int64_t num_rows, int64_t dim, int64_t group_size) {
+  const int64_t num_groups = dim / group_size;
+  for (int64_t r = 0; r < num_rows; ++r)
+    quantize_row(src + r * dim, dst + r * dim, scales + r * num_groups, dim, group_size);
+}
+
+void kv_quantize_to_slots(const float* src, const int32_t* slots, int64_t num_rows, int64_t dim, int64_t group_size,
+                          int8_t* cache, float* cache_scales) {
+  const int64_t num_groups = dim / group_size;
+  for (int64_t r = 0; r < num_rows; ++r) {
+    if (slots[r] < 0) continue;
+    const int64_t slot = slots[r];
+    quantize_row(src + r * dim, cache + slot * dim, cache_scales + slot * num_groups, dim, group_size);
+  }
+}
+
+void kv_dequantize_row(const int8_t* src, const float* scales, float* dst, int64_t dim, int64_t group_size) {
+  int64_t i = 0;
+  if (group_size % 16 == 0) {
+    for (; i < dim; i += 16) {
+      const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+      _mm512_storeu_ps(dst + i, _mm512_mul_ps(v, _mm512_set1_ps(scales[i / group_size])));
+    }
+    return;
+  }
+  if (16 % group_size == 0) {
+    // 16 / group_size scales per vector: lane l takes scale l / group_size.
+    const int64_t per_vec = 16 / group_size;
+    alignas(64) int32_t idx[16];
+    for (int l = 0; l < 16; ++l) idx[l] = static_cast<int32_t>(l / group_size);
+    const __m512i vidx = _mm512_load_si512(idx);
+    const __mmask16 smask = static_cast<__mmask16>((1u << per_vec) - 1u);
+    for (; i + 16 <= dim; i += 16) {
+      const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+      const __m512 s = _mm512_permutexvar_ps(vidx, _mm512_maskz_loadu_ps(smask, scales + i / group_size));
+      _mm512_storeu_ps(dst + i, _mm512_mul_ps(v, s));
+    }
+  }
+  for (; i < dim; ++i) dst[i] = static_cast<float>(src[i]) * scales[i / group_size];
+}
+
+void kv_dequantize(const int8_t* src, const float* scales, float* dst, int64_t num_rows, int64_t dim,
+                   int64_t group_size) {
+  const int64_t num_groups = dim / group_size;
+  for (int64_t r = 0; r < num_rows; ++r)
+    kv_dequantize_row(src + r * dim, scales + r * num_groups, dst + r * dim, dim, group_size);
+}
+
+}  // namespace llmk::kernels::cpu

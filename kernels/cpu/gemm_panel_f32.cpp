@@ -11,8 +11,8 @@ namespace llmk::kernels::cpu {
 
 namespace {
 
-constexpr int kMaxRows = 4;    // rows per register tile
-constexpr int kMaxPanels = 4;  // panels per register tile: 4 x 4 accumulators
+constexpr int kMaxRows = 6;    // rows per register tile
+constexpr int kMaxPanels = 4;  // panels per register tile: 6 x 4 accumulators of 32 registers
 
 inline __mmask16 tail_mask(int64_t cols) {
   return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);
@@ -53,7 +53,9 @@ TileFn tile_fn(int rows, int panels) {
       {tile_for<1>(1), tile_for<1>(2), tile_for<1>(3), tile_for<1>(4)},
       {tile_for<2>(1), tile_for<2>(2), tile_for<2>(3), tile_for<2>(4)},
       {tile_for<3>(1), tile_for<3>(2), tile_for<3>(3), tile_for<3>(4)},
-      {tile_for<4>(1), tile_for<4>(2), tile_for<4>(3), tile_for<4>(4)}};
+      {tile_for<4>(1), tile_for<4>(2), tile_for<4>(3), tile_for<4>(4)},
+      {tile_for<5>(1), tile_for<5>(2), tile_for<5>(3), tile_for<5>(4)},
+      {tile_for<6>(1), tile_for<6>(2), tile_for<6>(3), tile_for<6>(4)}};
   return table[rows - 1][panels - 1];
 }
 

@@ -15,7 +15,7 @@ namespace llmk::kernels::cpu {
 namespace {
 
 constexpr int kGemvPanels = 4;  // panels per register tile of the one-row kernel
-constexpr int kGemmPanels = 2;  // panels dequantized at once by the many-row path
+constexpr int kGemmPanels = 4;  // panels dequantized at once by the many-row path
 
 inline __mmask16 tail_mask(int64_t cols) {
   return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);

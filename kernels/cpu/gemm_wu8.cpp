@@ -14,7 +14,7 @@ namespace llmk::kernels::cpu {
 namespace {
 
 constexpr int kGemvPanels = 4;
-constexpr int kGemmPanels = 2;
+constexpr int kGemmPanels = 4;
 
 inline __mmask16 tail_mask(int64_t cols) {
   return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);

@@ -100,6 +100,8 @@ void quantize_pack_w4(const float* w, const W4Shape& s, uint32_t* packed, float*
   std::memset(packed, 0, s.packed_words() * sizeof(uint32_t));
   std::fill(scale, scale + s.group_params(), 0.0f);
   std::fill(zero, zero + s.group_params(), uint8_t{0});
+  // Rows are independent (each writes only its own nibbles): pack them in parallel at load.
+#pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < s.out_features; ++n) {
     const float* row = w + n * s.in_features;
     for (int64_t g = 0; g < num_groups; ++g) {

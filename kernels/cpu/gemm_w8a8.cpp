@@ -104,6 +104,7 @@ void quantize_pack_w8a8(const float* w, int64_t out_features, int64_t in_feature
   const int64_t k_pad = w8a8_k_pad(in_features);
   const int64_t padded_out = num_panels(out_features) * kPanelWidth;
   std::memset(packed, 0, w8a8_packed_bytes(out_features, in_features));
+#pragma omp parallel for schedule(static)  // rows are independent: pack them in parallel at load
   for (int64_t n = 0; n < padded_out; ++n) {
     scale[n] = 0.0f;
     row_sum[n] = 0;

@@ -85,6 +85,7 @@ void quantize_pack_wu8(const float* w, int64_t out_features, int64_t in_features
     t_lo = std::min(t_lo, static_cast<double>(w[i]));
     t_hi = std::max(t_hi, static_cast<double>(w[i]));
   }
+#pragma omp parallel for schedule(static)  // rows are independent: pack them in parallel at load
   for (int64_t n = 0; n < padded_out; ++n) {
     double lo = t_lo, hi = t_hi;
     if (per_channel) {

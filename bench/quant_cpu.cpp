@@ -2,17 +2,18 @@
 //
 //   bench_quant_cpu [--preset llama-110m] [--modes dense,int8,int4,uint8_zp]
 //                   [--threads 2] [--steps 32] [--batch 1,32] [--prompt 16]
-//                   [--kv-mib 1024] [--dtype f32|f16|bf16]
+//                   [--kv-mib 1024] [--dtype f32|f16|bf16] [--kv-i8 1]
 //
 // For each linear mode: weight memory (as the plugins store it), decode
 // tokens/s at each batch size (one new token per sequence per step, logits
 // for every sequence; prompts prefilled first), and the same at the largest
-// batch with an int8 KV cache. Then, at equal KV memory (--kv-mib), how many
+// batch with an int8 KV cache (--kv-i8 0 skips that second build). Then, at equal KV memory (--kv-mib), how many
 // sequences of the model's full context an f32 and an int8 KV cache hold.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <stdlib.h>  // getloadavg
 #include <memory>
 #include <random>
 #include <sstream>
@@ -36,6 +37,7 @@ struct Options {
   int prompt = 16;
   uint64_t kv_mib = 1024;
   std::string dtype;  // "" = the preset's
+  bool kv_i8 = true;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -60,6 +62,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--prompt") o.prompt = std::stoi(v);
     else if (k == "--kv-mib") o.kv_mib = std::stoull(v);
     else if (k == "--dtype") o.dtype = v;
+    else if (k == "--kv-i8") o.kv_i8 = v != "0";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -151,6 +154,9 @@ int main(int argc, char** argv) {
   std::printf("preset %s (%s weights, %d layers, hidden %d, intermediate %d, vocab %d), %d threads, %d decode steps\n",
               o.preset.c_str(), llmk::dtype_name(mc.dtype), mc.num_layers, mc.hidden_size, mc.intermediate_size,
               mc.vocab_size, o.threads, o.steps);
+  double load[3] = {0, 0, 0};
+  getloadavg(load, 3);
+  std::printf("load average at start: %.2f %.2f %.2f (machine shared: figures vary with it)\n", load[0], load[1], load[2]);
   std::vector<Result> results;
   for (const auto& mode : o.modes) {
     Result r;
@@ -159,7 +165,7 @@ int main(int argc, char** argv) {
       r.weight_bytes = model->weight_bytes();
       for (int b : o.batches) r.tok_per_s.push_back(decode_tok_per_s(*model, b, o.prompt, o.steps, slots_per_seq));
     }
-    {
+    if (o.kv_i8) {
       auto model = make_model(ckpt, registry, plugin_of(mode), llmk::DType::i8, o.threads, slots, max_step);
       r.tok_per_s_kv_i8 = decode_tok_per_s(*model, max_batch, o.prompt, o.steps, slots_per_seq);
     }
@@ -175,6 +181,9 @@ int main(int argc, char** argv) {
       std::printf("  %9.1f (%5.2fx)", results[m].tok_per_s[b], results[m].tok_per_s[b] / results[0].tok_per_s[b]);
     std::printf("  %14.1f\n", results[m].tok_per_s_kv_i8);
   }
+
+  getloadavg(load, 3);
+  std::printf("load average at end: %.2f %.2f %.2f\n", load[0], load[1], load[2]);
 
   // Concurrent full-context sequences at equal KV memory.
   llmk::EngineConfig cfg;

@@ -21,8 +21,14 @@ inline __mmask16 tail_mask(int64_t cols) {
   return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);
 }
 
-inline __m512 nibble_ps(__m512i words, int j) {
-  return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(words, 4 * j), _mm512_set1_epi32(0xf)));
+// Nibble j of each 32-bit lane as a float: vpermps reads only the low four
+// bits of each index, so a table of 0..15 converts without masking.
+inline __m512 nibble_ps(__m512i words, int j, __m512 table) {
+  return _mm512_permutexvar_ps(j == 0 ? words : _mm512_srli_epi32(words, 4 * j), table);
+}
+
+inline __m512 nibble_table() {
+  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
 
 // One row, C panels: per group, sum raw q * x in registers, then fold in the
@@ -32,6 +38,7 @@ void gemv_tile_w4(const float* xp, const float* xsum, const W4Shape& s, const ui
                   const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
   const int64_t num_octets = s.k_pad() / 8;
   const int64_t num_groups = s.num_groups();
+  const __m512 table = nibble_table();
   __m512 total[C];
   for (int c = 0; c < C; ++c) total[c] = _mm512_setzero_ps();
   for (int64_t g = 0; g < num_groups; ++g) {
@@ -45,7 +52,7 @@ void gemv_tile_w4(const float* xp, const float* xsum, const W4Shape& s, const ui
         words[c] = _mm512_loadu_si512(packed + ((p0 + c) * num_octets + o) * kPanelWidth);
       for (int j = 0; j < 8; ++j) {
         const __m512 xj = _mm512_set1_ps(xp[8 * o + j]);
-        for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(nibble_ps(words[c], j), xj, acc[c]);
+        for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(nibble_ps(words[c], j, table), xj, acc[c]);
       }
     }
     const __m512 gsum = _mm512_set1_ps(xsum[g]);
@@ -78,6 +85,7 @@ void dequantize_panel(const W4Shape& s, const uint32_t* packed, const float* sca
                       float* out) {
   const int64_t num_octets = s.k_pad() / 8;
   const int64_t num_groups = s.num_groups();
+  const __m512 table = nibble_table();
   for (int64_t g = 0; g < num_groups; ++g) {
     const int64_t at = (p * num_groups + g) * kPanelWidth;
     const __m512 sc = _mm512_loadu_ps(scale + at);
@@ -87,7 +95,7 @@ void dequantize_panel(const W4Shape& s, const uint32_t* packed, const float* sca
       const __m512i words = _mm512_loadu_si512(packed + (p * num_octets + k / 8) * kPanelWidth);
       const int j_end = static_cast<int>(std::min<int64_t>(8, k_end - k));
       for (int j = 0; j < j_end; ++j)
-        _mm512_storeu_ps(out + (k + j) * kPanelWidth, _mm512_mul_ps(_mm512_sub_ps(nibble_ps(words, j), z), sc));
+        _mm512_storeu_ps(out + (k + j) * kPanelWidth, _mm512_mul_ps(_mm512_sub_ps(nibble_ps(words, j, table), z), sc));
     }
   }
 }

@@ -44,25 +44,28 @@ void kv_quantize_to_slots(const float* src, const int32_t* slots, int64_t num_ro
 }
 
 void kv_dequantize_row(const int8_t* src, const float* scales, float* dst, int64_t dim, int64_t group_size) {
+  // Called once per cached row per attention step: no divisions in here.
+  auto load16 = [&](int64_t i) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  };
   int64_t i = 0;
   if (group_size % 16 == 0) {
-    for (; i < dim; i += 16) {
-      const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-      _mm512_storeu_ps(dst + i, _mm512_mul_ps(v, _mm512_set1_ps(scales[i / group_size])));
+    for (int64_t g0 = 0, gi = 0; g0 < dim; g0 += group_size, ++gi) {
+      const __m512 sc = _mm512_set1_ps(scales[gi]);
+      for (i = g0; i < g0 + group_size; i += 16) _mm512_storeu_ps(dst + i, _mm512_mul_ps(load16(i), sc));
     }
     return;
   }
   if (16 % group_size == 0) {
-    // 16 / group_size scales per vector: lane l takes scale l / group_size.
-    const int64_t per_vec = 16 / group_size;
-    alignas(64) int32_t idx[16];
-    for (int l = 0; l < 16; ++l) idx[l] = static_cast<int32_t>(l / group_size);
-    const __m512i vidx = _mm512_load_si512(idx);
+    // group_size is 1, 2, 4 or 8: lane l takes scale l >> log2(group_size) of the vector's first group.
+    const int shift = __builtin_ctzll(static_cast<unsigned long long>(group_size));
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i vidx = _mm512_srlv_epi32(lanes, _mm512_set1_epi32(shift));
+    const int64_t per_vec = 16 >> shift;
     const __mmask16 smask = static_cast<__mmask16>((1u << per_vec) - 1u);
-    for (; i + 16 <= dim; i += 16) {
-      const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-      const __m512 s = _mm512_permutexvar_ps(vidx, _mm512_maskz_loadu_ps(smask, scales + i / group_size));
-      _mm512_storeu_ps(dst + i, _mm512_mul_ps(v, s));
+    for (int64_t si = 0; i + 16 <= dim; i += 16, si += per_vec) {
+      const __m512 sc = _mm512_permutexvar_ps(vidx, _mm512_maskz_loadu_ps(smask, scales + si));
+      _mm512_storeu_ps(dst + i, _mm512_mul_ps(load16(i), sc));
     }
   }
   for (; i < dim; ++i) dst[i] = static_cast<float>(src[i]) * scales[i / group_size];

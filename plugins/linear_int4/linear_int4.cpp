@@ -36,11 +36,11 @@ class LinearInt4 {
   explicit LinearInt4(const llmk_linear_desc& d) : threads_(thread_count(d)) {
     const auto options = parse_options(d);
     shape_ = shape_of(d, options);
-    const std::vector<float> w = weight_as_f32(d);
     if (layer_matches(layer_name(d), float_layers(options, {}, d))) {
-      float_ = std::make_unique<FloatLayer>(w.data(), shape_.out_features, shape_.in_features, threads_);
+      float_ = std::make_unique<FloatLayer>(d, threads_);
       return;
     }
+    const std::vector<float> w = weight_as_f32(d);
     packed_ = AlignedArray<uint32_t>(shape_.packed_words());
     scale_ = AlignedArray<float>(shape_.group_params());
     zero_ = AlignedArray<uint8_t>(shape_.group_params());

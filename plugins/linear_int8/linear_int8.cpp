@@ -6,6 +6,8 @@
 // "float_layers" option stay f32 (default ["o_proj"]: the attention output
 // projection is the most sensitive to activation outliers).
 //
+// Layers kept in float stay in the checkpoint's precision (f32, f16 or bf16).
+//
 // Options: {"float_layers": ["o_proj"]}
 #include <memory>
 #include <string>
@@ -45,11 +47,11 @@ class LinearInt8 {
       : in_(d.in_features), out_(d.out_features), threads_(thread_count(d)) {
     const auto options = parse_options(d);
     check_option_keys(options, {"float_layers"}, d);
-    const std::vector<float> w = weight_as_f32(d);
     if (layer_matches(layer_name(d), float_layers(options, {"o_proj"}, d))) {
-      float_ = std::make_unique<FloatLayer>(w.data(), out_, in_, threads_);
+      float_ = std::make_unique<FloatLayer>(d, threads_);
       return;
     }
+    const std::vector<float> w = weight_as_f32(d);
     const size_t padded_out = static_cast<size_t>(kernels::cpu::num_panels(out_) * kernels::cpu::kPanelWidth);
     packed_ = AlignedArray<int8_t>(kernels::cpu::w8a8_packed_bytes(out_, in_));
     scale_ = AlignedArray<float>(padded_out);

@@ -35,11 +35,11 @@ class LinearUint8Zp {
       : in_(d.in_features), out_(d.out_features), threads_(thread_count(d)) {
     const auto options = parse_options(d);
     per_channel_ = per_channel_of(d, options);
-    const std::vector<float> w = weight_as_f32(d);
     if (layer_matches(layer_name(d), float_layers(options, {}, d))) {
-      float_ = std::make_unique<FloatLayer>(w.data(), out_, in_, threads_);
+      float_ = std::make_unique<FloatLayer>(d, threads_);
       return;
     }
+    const std::vector<float> w = weight_as_f32(d);
     const size_t padded_out = static_cast<size_t>(kernels::cpu::num_panels(out_) * kernels::cpu::kPanelWidth);
     packed_ = AlignedArray<uint8_t>(kernels::cpu::wu8_packed_bytes(out_, in_));
     scale_ = AlignedArray<float>(padded_out);

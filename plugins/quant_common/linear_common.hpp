@@ -144,23 +144,38 @@ inline int thread_count(const llmk_linear_desc& d) {
   return d.num_threads > 0 ? static_cast<int>(d.num_threads) : omp_get_max_threads();
 }
 
-// A layer kept in float: f32 panels (kernels/cpu/gemm_panel_f32.hpp).
+// A layer kept in float, in the checkpoint's own precision (f32, f16 or
+// bf16 panels, kernels/cpu/gemm_panel_f32.hpp): no rounding beyond what the
+// checkpoint stores, and no more memory than it.
 class FloatLayer {
  public:
-  FloatLayer(const float* w, int64_t out_features, int64_t in_features, int num_threads)
-      : in_(in_features), out_(out_features), threads_(num_threads),
-        packed_(static_cast<size_t>(kernels::cpu::num_panels(out_features) * kernels::cpu::kPanelWidth * in_features)) {
-    kernels::cpu::pack_panels_f32(w, out_features, in_features, packed_.data());
+  FloatLayer(const llmk_linear_desc& d, int num_threads)
+      : in_(d.in_features), out_(d.out_features), threads_(num_threads) {
+    const size_t count = static_cast<size_t>(kernels::cpu::num_panels(out_) * kernels::cpu::kPanelWidth * in_);
+    if (d.weight_dtype == LLMK_DTYPE_F32) {
+      type_ = kernels::cpu::PanelType::f32;
+      f32_ = AlignedArray<float>(count);
+      kernels::cpu::pack_panels_f32(static_cast<const float*>(d.weight), out_, in_, f32_.data());
+      return;
+    }
+    if (d.weight_dtype != LLMK_DTYPE_F16 && d.weight_dtype != LLMK_DTYPE_BF16) weight_as_f32(d);  // throws, naming it
+    type_ = d.weight_dtype == LLMK_DTYPE_F16 ? kernels::cpu::PanelType::f16 : kernels::cpu::PanelType::bf16;
+    half_ = AlignedArray<uint16_t>(count);
+    kernels::cpu::pack_panels_16(static_cast<const uint16_t*>(d.weight), out_, in_, half_.data());
   }
   void forward(const float* x, float* y, int64_t num_rows) const {
-    kernels::cpu::linear_panels_f32(x, num_rows, in_, packed_.data(), out_, y, threads_);
+    const void* packed = type_ == kernels::cpu::PanelType::f32 ? static_cast<const void*>(f32_.data())
+                                                               : static_cast<const void*>(half_.data());
+    kernels::cpu::linear_panels(x, num_rows, in_, packed, type_, out_, y, threads_);
   }
-  size_t weight_bytes() const { return packed_.bytes(); }
+  size_t weight_bytes() const { return f32_.bytes() + half_.bytes(); }
 
  private:
   int64_t in_, out_;
   int threads_;
-  AlignedArray<float> packed_;
+  kernels::cpu::PanelType type_ = kernels::cpu::PanelType::f32;
+  AlignedArray<float> f32_;      // [num_panels, in_features, 16] when the checkpoint is f32
+  AlignedArray<uint16_t> half_;  // the same in f16 or bf16 bits otherwise
 };
 
 }  // namespace llmk::quant

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "core/dtype.hpp"
 #include "plugins/api/llmk_linear.h"
 #include "quant/quant_test_util.hpp"
 
@@ -109,6 +110,25 @@ TEST_CASE("linear.int8 keeps o_proj in float by default and quantizes other laye
   REQUIRE(relative_error(q2.y, x, w, rows, in, out) > 1e-5);
   const auto f2 = run(l, make_desc("lm_head", w, out, in, R"({"float_layers":["lm_head"]})"), x, rows);
   REQUIRE(relative_error(f2.y, x, w, rows, in, out) < 1e-6);
+}
+
+TEST_CASE("A layer kept in float keeps a bf16 checkpoint's weights in bf16", "[quant][plugin]") {
+  const LoadedLinear l = load("linear.int8");
+  const uint32_t in = 96, out = 40, rows = 2;
+  const auto w = llmk::test::random_matrix(out, in, 121);
+  const auto x = llmk::test::random_matrix(rows, in, 122);
+  std::vector<uint16_t> bits(w.size());
+  std::vector<float> stored(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    bits[i] = llmk::f32_to_bf16(w[i]);
+    stored[i] = llmk::bf16_to_f32(bits[i]);
+  }
+  llmk_linear_desc d = make_desc("model.layers.1.self_attn.o_proj", w, out, in, "{}");
+  d.weight_dtype = LLMK_DTYPE_BF16;
+  d.weight = bits.data();
+  const auto f = run(l, d, x, rows);
+  REQUIRE(f.weight_bytes == size_t(48) * in * 2);  // 40 channels padded to 48, two bytes each
+  REQUIRE(relative_error(f.y, x, stored, rows, in, out) < 1e-6);
 }
 
 TEST_CASE("linear.int4 and linear.uint8_zp quantize with their options and report packed sizes", "[quant][plugin]") {

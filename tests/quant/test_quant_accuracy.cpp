@@ -195,7 +195,7 @@ TEST_CASE("Quantized modes agree with the float model on stories260K within thei
   const Gate gates[] = {
       {{"kv_i8 group 8", "linear.dense", "{}", llmk::DType::i8, 8}, 0.98, 2e-3},             // [0.986 / 8.8e-4]
       {{"kv_i8 group 4", "linear.dense", "{}", llmk::DType::i8, 4}, 0.99, 6e-4},             // [0.995 / 2.5e-4]
-      {{"w8a8 (o_proj f32)", "linear.int8", "{}", llmk::DType::f32}, 0.97, 2e-3},            // [0.981 / 1.06e-3]
+      {{"w8a8 (o_proj float)", "linear.int8", "{}", llmk::DType::f32}, 0.97, 2e-3},            // [0.981 / 1.06e-3]
       {{"int4 group<=128", "linear.int4", "{}", llmk::DType::f32}, 0.82, 0.15},              // [0.841 / 9.7e-2]
       {{"uint8_zp per channel", "linear.uint8_zp", "{}", llmk::DType::f32}, 0.99, 6e-4},     // [0.994 / 3.0e-4]
       {{"uint8_zp per tensor", "linear.uint8_zp", R"({"per_channel":false})", llmk::DType::f32}, 0.95, 8e-3},  // [0.973 / 4.4e-3]

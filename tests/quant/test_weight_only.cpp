@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/dtype.hpp"
 #include "kernels/cpu/gemm_panel_f32.hpp"
 #include "kernels/cpu/gemm_w4.hpp"
 #include "kernels/cpu/gemm_wu8.hpp"
@@ -162,6 +163,35 @@ TEST_CASE("F32 panel GEMM matches float64 to f32 rounding", "[quant][f32]") {
           for (int64_t k = 0; k < s.in; ++k) {
             ref += double(x[r * s.in + k]) * w[n * s.in + k];
             mag += std::fabs(double(x[r * s.in + k]) * w[n * s.in + k]);
+          }
+          REQUIRE(std::fabs(y[r * s.out + n] - ref) <= rounding(s.in, mag));
+        }
+    }
+  }
+}
+
+TEST_CASE("F16 and BF16 panels convert on load and match float64 of the stored weights", "[quant][f32]") {
+  for (const auto type : {PanelType::f16, PanelType::bf16}) {
+    for (const Shape& s : kShapes) {
+      CAPTURE(s.rows, s.in, s.out, type == PanelType::f16);
+      const auto w = llmk::test::random_matrix(s.out, s.in, 83);
+      const auto x = llmk::test::random_matrix(s.rows, s.in, 84);
+      std::vector<uint16_t> bits(w.size());
+      std::vector<float> stored(w.size());  // the weights as the 16-bit format holds them
+      for (size_t i = 0; i < w.size(); ++i) {
+        bits[i] = type == PanelType::f16 ? llmk::f32_to_f16(w[i]) : llmk::f32_to_bf16(w[i]);
+        stored[i] = type == PanelType::f16 ? llmk::f16_to_f32(bits[i]) : llmk::bf16_to_f32(bits[i]);
+      }
+      std::vector<uint16_t> packed(static_cast<size_t>(num_panels(s.out) * 16 * s.in));
+      pack_panels_16(bits.data(), s.out, s.in, packed.data());
+      std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
+      linear_panels(x.data(), s.rows, s.in, packed.data(), type, s.out, y.data(), 2);
+      for (int64_t r = 0; r < s.rows; ++r)
+        for (int64_t n = 0; n < s.out; ++n) {
+          double ref = 0.0, mag = 0.0;
+          for (int64_t k = 0; k < s.in; ++k) {
+            ref += double(x[r * s.in + k]) * stored[n * s.in + k];
+            mag += std::fabs(double(x[r * s.in + k]) * stored[n * s.in + k]);
           }
           REQUIRE(std::fabs(y[r * s.out + n] - ref) <= rounding(s.in, mag));
         }

@@ -188,12 +188,14 @@ int main(int argc, char** argv) {
 
   std::printf("\n%-9s %12s", "mode", "weights_MiB");
   for (int b : o.batches) std::printf("  tok/s@%-3d (x dense)", b);
-  std::printf("  tok/s@%d kv_i8\n", max_batch);
+  if (o.kv_i8) std::printf("  tok/s@%d kv_i8", max_batch);
+  std::printf("\n");
   for (size_t m = 0; m < o.modes.size(); ++m) {
     std::printf("%-9s %12.1f", o.modes[m].c_str(), results[m].weight_bytes / 1048576.0);
     for (size_t b = 0; b < o.batches.size(); ++b)
       std::printf("  %9.1f (%5.2fx)", results[m].tok_per_s[b], results[m].tok_per_s[b] / results[0].tok_per_s[b]);
-    std::printf("  %14.1f\n", results[m].tok_per_s_kv_i8);
+    if (o.kv_i8) std::printf("  %14.1f", results[m].tok_per_s_kv_i8);
+    std::printf("\n");
   }
 
   getloadavg(load, 3);

@@ -1,0 +1,183 @@
+#include "kernels/cpu/gemm_w4.hpp"
+
+// GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace llmk::kernels::cpu {
+
+namespace {
+
+constexpr int kGemvPanels = 4;  // panels per register tile of the one-row kernel
+constexpr int kGemmPanels = 4;  // panels dequantized at once by the many-row path
+
+inline __mmask16 tail_mask(int64_t cols) {
+  return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);
+}
+
+// Nibble j of each 32-bit lane as a float: vpermps reads only the low four
+// bits of each index, so a table of 0..15 converts without masking.
+inline __m512 nibble_ps(__m512i words, int j, __m512 table) {
+  return _mm512_permutexvar_ps(j == 0 ? words : _mm512_srli_epi32(words, 4 * j), table);
+}
+
+inline __m512 nibble_table() {
+  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+// One row, C panels: per group, sum raw q * x in registers, then fold in the
+// group's scale and zero point. xp: [k_pad] zero-padded, xsum: [num_groups].
+template <int C>
+void gemv_tile_w4(const float* xp, const float* xsum, const W4Shape& s, const uint32_t* packed, const float* scale,
+                  const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
+  const int64_t num_octets = s.k_pad() / 8;
+  const int64_t num_groups = s.num_groups();
+  const __m512 table = nibble_table();
+  __m512 total[C];
+  for (int c = 0; c < C; ++c) total[c] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t o_begin = g * s.group_size / 8;
+    const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
+    __m512 acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      __m512i words[C];
+      for (int c = 0; c < C; ++c)
+        words[c] = _mm512_loadu_si512(packed + ((p0 + c) * num_octets + o) * kPanelWidth);
+      for (int j = 0; j < 8; ++j) {
+        const __m512 xj = _mm512_set1_ps(xp[8 * o + j]);
+        for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(nibble_ps(words[c], j, table), xj, acc[c]);
+      }
+    }
+    const __m512 gsum = _mm512_set1_ps(xsum[g]);
+    for (int c = 0; c < C; ++c) {
+      const int64_t at = ((p0 + c) * num_groups + g) * kPanelWidth;
+      const __m512 sc = _mm512_loadu_ps(scale + at);
+      const __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zero + at))));
+      total[c] = _mm512_fmadd_ps(sc, _mm512_fnmadd_ps(z, gsum, acc[c]), total[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    const int64_t cols = num_cols - c * kPanelWidth;
+    if (cols <= 0) break;
+    _mm512_mask_storeu_ps(y + c * kPanelWidth, tail_mask(cols), total[c]);
+  }
+}
+
+void gemv_tile_dispatch(int c, const float* xp, const float* xsum, const W4Shape& s, const uint32_t* packed,
+                        const float* scale, const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
+  switch (c) {
+    case 1: return gemv_tile_w4<1>(xp, xsum, s, packed, scale, zero, p0, num_cols, y);
+    case 2: return gemv_tile_w4<2>(xp, xsum, s, packed, scale, zero, p0, num_cols, y);
+    case 3: return gemv_tile_w4<3>(xp, xsum, s, packed, scale, zero, p0, num_cols, y);
+    default: return gemv_tile_w4<4>(xp, xsum, s, packed, scale, zero, p0, num_cols, y);
+  }
+}
+
+// Dequantizes panel p to f32: out: [in_features][16].
+void dequantize_panel(const W4Shape& s, const uint32_t* packed, const float* scale, const uint8_t* zero, int64_t p,
+                      float* out) {
+  const int64_t num_octets = s.k_pad() / 8;
+  const int64_t num_groups = s.num_groups();
+  const __m512 table = nibble_table();
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t at = (p * num_groups + g) * kPanelWidth;
+    const __m512 sc = _mm512_loadu_ps(scale + at);
+    const __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zero + at))));
+    const int64_t k_end = std::min(s.in_features, (g + 1) * s.group_size);
+    for (int64_t k = g * s.group_size; k < k_end; k += 8) {
+      const __m512i words = _mm512_loadu_si512(packed + (p * num_octets + k / 8) * kPanelWidth);
+      const int j_end = static_cast<int>(std::min<int64_t>(8, k_end - k));
+      for (int j = 0; j < j_end; ++j)
+        _mm512_storeu_ps(out + (k + j) * kPanelWidth, _mm512_mul_ps(_mm512_sub_ps(nibble_ps(words, j, table), z), sc));
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_pack_w4(const float* w, const W4Shape& s, uint32_t* packed, float* scale, uint8_t* zero) {
+  const int64_t num_octets = s.k_pad() / 8;
+  const int64_t num_groups = s.num_groups();
+  std::memset(packed, 0, s.packed_words() * sizeof(uint32_t));
+  std::fill(scale, scale + s.group_params(), 0.0f);
+  std::fill(zero, zero + s.group_params(), uint8_t{0});
+  // Rows are independent (each writes only its own nibbles): pack them in parallel at load.
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < s.out_features; ++n) {
+    const float* row = w + n * s.in_features;
+    for (int64_t g = 0; g < num_groups; ++g) {
+      const int64_t k0 = g * s.group_size, k1 = std::min(s.in_features, k0 + s.group_size);
+      double lo = 0.0, hi = 0.0;
+      for (int64_t k = k0; k < k1; ++k) {
+        lo = std::min(lo, static_cast<double>(row[k]));
+        hi = std::max(hi, static_cast<double>(row[k]));
+      }
+      const double sc = (hi - lo) / 15.0;
+      const double z = sc > 0.0 ? std::clamp(std::nearbyint(-lo / sc), 0.0, 15.0) : 0.0;
+      scale[w4_param_index(s, n, g)] = static_cast<float>(sc);
+      zero[w4_param_index(s, n, g)] = static_cast<uint8_t>(z);
+      for (int64_t k = k0; k < k1; ++k) {
+        const double q = sc > 0.0 ? std::clamp(std::nearbyint(row[k] / sc) + z, 0.0, 15.0) : z;
+        packed[((n / kPanelWidth) * num_octets + k / 8) * kPanelWidth + n % kPanelWidth] |=
+            static_cast<uint32_t>(q) << (4 * (k % 8));
+      }
+    }
+  }
+}
+
+size_t w4_scratch_floats(const W4Shape& s, int num_threads) {
+  const size_t gemv = static_cast<size_t>(s.k_pad() + s.num_groups());
+  const size_t gemm = static_cast<size_t>(num_threads) * kGemmPanels * kPanelWidth * s.in_features;
+  return std::max(gemv, gemm);
+}
+
+void linear_w4(const float* x, int64_t num_rows, const W4Shape& s, const uint32_t* packed, const float* scale,
+               const uint8_t* zero, float* y, float* scratch, int num_threads) {
+  const int64_t n_panels = num_panels(s.out_features);
+  if (num_rows == 1) {
+    float* xp = scratch;                 // [k_pad]
+    float* xsum = scratch + s.k_pad();   // [num_groups]
+    std::memcpy(xp, x, static_cast<size_t>(s.in_features) * sizeof(float));
+    std::fill(xp + s.in_features, xp + s.k_pad(), 0.0f);
+    for (int64_t g = 0; g < s.num_groups(); ++g) {
+      float sum = 0.0f;
+      const int64_t k1 = std::min(s.in_features, (g + 1) * s.group_size);
+      for (int64_t k = g * s.group_size; k < k1; ++k) sum += x[k];
+      xsum[g] = sum;
+    }
+    const int64_t num_tiles = (n_panels + kGemvPanels - 1) / kGemvPanels;
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (num_threads > 1)
+    for (int64_t t = 0; t < num_tiles; ++t) {
+      const int64_t p0 = t * kGemvPanels;
+      const int c = static_cast<int>(std::min<int64_t>(kGemvPanels, n_panels - p0));
+      const int64_t n0 = p0 * kPanelWidth;
+      gemv_tile_dispatch(c, xp, xsum, s, packed, scale, zero, p0, std::min<int64_t>(s.out_features - n0, c * kPanelWidth),
+                         y + n0);
+    }
+    return;
+  }
+  const int64_t panel_stride = s.in_features * kPanelWidth;
+  const int64_t num_tiles = (n_panels + kGemmPanels - 1) / kGemmPanels;
+#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
+  {
+    float* tile = scratch + static_cast<size_t>(omp_get_thread_num()) * kGemmPanels * panel_stride;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < num_tiles; ++t) {
+      const int64_t p0 = t * kGemmPanels;
+      const int64_t c = std::min<int64_t>(kGemmPanels, n_panels - p0);
+      for (int64_t i = 0; i < c; ++i) dequantize_panel(s, packed, scale, zero, p0 + i, tile + i * panel_stride);
+      const int64_t n0 = p0 * kPanelWidth;
+      gemm_panels_f32(x, s.in_features, num_rows, s.in_features, tile, panel_stride,
+                      std::min<int64_t>(s.out_features - n0, c * kPanelWidth), y + n0, s.out_features);
+    }
+  }
+}
+
+}  // namespace llmk::kernels::cpu

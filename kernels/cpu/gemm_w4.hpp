@@ -1,0 +1,60 @@
+// Weight-only int4 linear: y = x W^T with f32 activations and 4-bit weights
+// quantized in groups along in_features, unpacked inside the kernel.
+//
+// Each group of group_size inputs of one output channel is asymmetric with
+// an integer zero point: the range [min(0, lo), max(0, hi)] (zero included,
+// so zero is exact and the zero point fits 0..15) maps to 0..15,
+//   scale = (max - min) / 15,  zero = round(-min / scale),
+//   q = clamp(round(w / scale) + zero, 0, 15),  w ~= (q - zero) * scale,
+// so |w - deq(w)| <= scale / 2.
+//
+// Packing: uint32[num_panels(out)][k_pad / 8][16 channels]; the word of
+// channel c at octet o holds q[., 8 o + j] in bits 4j..4j+3 (two weights per
+// byte), k_pad = in_features rounded up to 8. scale: f32 and zero: u8, both
+// [num_panels(out)][num_groups][16]. Groups must start on an octet: group_size
+// is a multiple of 8, or covers all of in_features.
+//
+// One row (decode) multiplies raw q by x and applies scale and zero point per
+// group: sum_k (q - z) s x = s (sum_k q x - z sum_k x). More rows dequantize a
+// tile of panels to f32 once and reuse it for every row.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/gemm_panel_f32.hpp"
+
+namespace llmk::kernels::cpu {
+
+struct W4Shape {
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+  int64_t group_size = 0;
+  int64_t k_pad() const { return (in_features + 7) / 8 * 8; }
+  int64_t num_groups() const { return (in_features + group_size - 1) / group_size; }
+  size_t packed_words() const { return static_cast<size_t>(num_panels(out_features) * kPanelWidth * k_pad() / 8); }
+  size_t group_params() const { return static_cast<size_t>(num_panels(out_features) * kPanelWidth * num_groups()); }
+  // group_size divides into octets, or one group spans every input.
+  bool valid() const { return group_size > 0 && (group_size % 8 == 0 || group_size >= in_features); }
+};
+
+// Accessors into the packed format (for tests and tools).
+inline uint32_t w4_q_at(const uint32_t* packed, const W4Shape& s, int64_t n, int64_t k) {
+  const uint32_t word = packed[((n / kPanelWidth) * (s.k_pad() / 8) + k / 8) * kPanelWidth + n % kPanelWidth];
+  return (word >> (4 * (k % 8))) & 0xfu;
+}
+inline int64_t w4_param_index(const W4Shape& s, int64_t n, int64_t group) {
+  return ((n / kPanelWidth) * s.num_groups() + group) * kPanelWidth + n % kPanelWidth;
+}
+
+// Quantizes and packs w: [out_features, in_features].
+void quantize_pack_w4(const float* w, const W4Shape& shape, uint32_t* packed, float* scale, uint8_t* zero);
+
+// Floats of scratch linear_w4 needs.
+size_t w4_scratch_floats(const W4Shape& shape, int num_threads);
+
+// y: [num_rows, out_features] = x: [num_rows, in_features] times the packed weight.
+void linear_w4(const float* x, int64_t num_rows, const W4Shape& shape, const uint32_t* packed, const float* scale,
+               const uint8_t* zero, float* y, float* scratch, int num_threads);
+
+}  // namespace llmk::kernels::cpu

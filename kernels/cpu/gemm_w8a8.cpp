@@ -1,0 +1,167 @@
+#include "kernels/cpu/gemm_w8a8.hpp"
+
+// GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace llmk::kernels::cpu {
+
+namespace {
+
+constexpr int kMaxRows = 4;
+constexpr int kMaxPanels = 4;
+constexpr int64_t kPanelBytes = 64;  // one vpdpbusd operand: 16 channels x 4 k
+
+inline __mmask16 tail_mask(int64_t cols) {
+  return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);
+}
+
+// R rows x C panels: int32 accumulators in registers over the whole k loop,
+// then the fused dequantizing epilogue.
+template <int R, int C>
+void tile_w8a8(const uint8_t* xq, int64_t ldx, const float* x_scale, int64_t num_k4, const int8_t* panels,
+               int64_t panel_stride, const float* w_scale, const int32_t* row_sum, int64_t num_cols, float* y,
+               int64_t ldy) {
+  __m512i acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_si512();
+  for (int64_t k4 = 0; k4 < num_k4; ++k4) {
+    __m512i b[C];
+    for (int c = 0; c < C; ++c) b[c] = _mm512_loadu_si512(panels + c * panel_stride + k4 * kPanelBytes);
+    for (int r = 0; r < R; ++r) {
+      int32_t quad;
+      std::memcpy(&quad, xq + r * ldx + 4 * k4, 4);
+      const __m512i a = _mm512_set1_epi32(quad);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], a, b[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    const int64_t cols = num_cols - c * kPanelWidth;
+    if (cols <= 0) break;
+    const __m512 ws = _mm512_loadu_ps(w_scale + c * kPanelWidth);
+    const __m512i shift = _mm512_slli_epi32(_mm512_loadu_si512(row_sum + c * kPanelWidth), 7);
+    for (int r = 0; r < R; ++r) {
+      const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], shift));
+      const __m512 s = _mm512_mul_ps(ws, _mm512_set1_ps(x_scale[r]));
+      _mm512_mask_storeu_ps(y + r * ldy + c * kPanelWidth, tail_mask(cols), _mm512_mul_ps(v, s));
+    }
+  }
+}
+
+using TileFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, const int8_t*, int64_t, const float*,
+                        const int32_t*, int64_t, float*, int64_t);
+
+template <int R>
+constexpr TileFn tile_for(int c) {
+  return c == 1 ? &tile_w8a8<R, 1> : c == 2 ? &tile_w8a8<R, 2> : c == 3 ? &tile_w8a8<R, 3> : &tile_w8a8<R, 4>;
+}
+
+TileFn tile_fn(int rows, int panels) {
+  static const TileFn table[kMaxRows][kMaxPanels] = {
+      {tile_for<1>(1), tile_for<1>(2), tile_for<1>(3), tile_for<1>(4)},
+      {tile_for<2>(1), tile_for<2>(2), tile_for<2>(3), tile_for<2>(4)},
+      {tile_for<3>(1), tile_for<3>(2), tile_for<3>(3), tile_for<3>(4)},
+      {tile_for<4>(1), tile_for<4>(2), tile_for<4>(3), tile_for<4>(4)}};
+  return table[rows - 1][panels - 1];
+}
+
+inline float hmax(__m512 v) {
+  const __m256 m = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+void quantize_row_u8(const float* x, int64_t in_features, int64_t k_pad, uint8_t* xq, float* x_scale) {
+  __m512 vmax = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= in_features; k += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+  if (k < in_features)
+    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail_mask(in_features - k), x + k)));
+  const float amax = hmax(vmax);
+  *x_scale = amax / 127.0f;
+  const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127), bias = _mm512_set1_epi32(128);
+  for (k = 0; k < in_features; k += 16) {
+    const __mmask16 m = tail_mask(in_features - k);
+    // cvtps rounds to nearest even under the default MXCSR.
+    __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), inv));
+    q = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q, lo), hi), bias);
+    _mm512_mask_cvtepi32_storeu_epi8(xq + k, m, q);
+  }
+  std::memset(xq + in_features, 128, static_cast<size_t>(k_pad - in_features));
+}
+
+}  // namespace
+
+void quantize_pack_w8a8(const float* w, int64_t out_features, int64_t in_features, int8_t* packed, float* scale,
+                        int32_t* row_sum) {
+  const int64_t k_pad = w8a8_k_pad(in_features);
+  const int64_t padded_out = num_panels(out_features) * kPanelWidth;
+  std::memset(packed, 0, w8a8_packed_bytes(out_features, in_features));
+#pragma omp parallel for schedule(static)  // rows are independent: pack them in parallel at load
+  for (int64_t n = 0; n < padded_out; ++n) {
+    scale[n] = 0.0f;
+    row_sum[n] = 0;
+    if (n >= out_features) continue;
+    const float* row = w + n * in_features;
+    double amax = 0.0;
+    for (int64_t k = 0; k < in_features; ++k) amax = std::max(amax, std::fabs(static_cast<double>(row[k])));
+    if (amax == 0.0) continue;
+    scale[n] = static_cast<float>(amax / 127.0);
+    const double inv = 127.0 / amax;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < in_features; ++k) {
+      const auto q = static_cast<int32_t>(std::clamp(std::nearbyint(row[k] * inv), -127.0, 127.0));
+      packed[((n / kPanelWidth) * (k_pad / 4) + k / 4) * 64 + (n % kPanelWidth) * 4 + k % 4] =
+          static_cast<int8_t>(q);
+      sum += q;
+    }
+    row_sum[n] = sum;
+  }
+}
+
+void quantize_rows_u8(const float* x, int64_t num_rows, int64_t in_features, uint8_t* xq, float* x_scale) {
+  const int64_t k_pad = w8a8_k_pad(in_features);
+  for (int64_t r = 0; r < num_rows; ++r)
+    quantize_row_u8(x + r * in_features, in_features, k_pad, xq + r * k_pad, x_scale + r);
+}
+
+size_t w8a8_scratch_bytes(int64_t max_rows, int64_t in_features) {
+  const size_t act = static_cast<size_t>(max_rows * w8a8_k_pad(in_features));
+  return (act + 63) / 64 * 64 + static_cast<size_t>(max_rows) * sizeof(float);
+}
+
+void linear_w8a8(const float* x, int64_t num_rows, int64_t in_features, const int8_t* packed, const float* scale,
+                 const int32_t* row_sum, int64_t out_features, float* y, void* scratch, int num_threads) {
+  const int64_t k_pad = w8a8_k_pad(in_features);
+  auto* xq = static_cast<uint8_t*>(scratch);  // [num_rows, k_pad]
+  auto* x_scale = reinterpret_cast<float*>(xq + (static_cast<size_t>(num_rows * k_pad) + 63) / 64 * 64);
+  const int64_t panel_stride = k_pad * kPanelWidth;
+  const int64_t num_tiles = (num_panels(out_features) + kMaxPanels - 1) / kMaxPanels;
+#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
+  {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < num_rows; ++r)
+      quantize_row_u8(x + r * in_features, in_features, k_pad, xq + r * k_pad, x_scale + r);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < num_tiles; ++t) {
+      const int64_t p0 = t * kMaxPanels;
+      const int64_t n0 = p0 * kPanelWidth;
+      const int c = static_cast<int>(std::min<int64_t>(kMaxPanels, num_panels(out_features) - p0));
+      const int64_t cols = std::min<int64_t>(out_features - n0, c * kPanelWidth);
+      for (int64_t r0 = 0; r0 < num_rows; r0 += kMaxRows) {
+        const int rr = static_cast<int>(std::min<int64_t>(kMaxRows, num_rows - r0));
+        tile_fn(rr, c)(xq + r0 * k_pad, k_pad, x_scale + r0, k_pad / 4, packed + p0 * panel_stride, panel_stride,
+                       scale + n0, row_sum + n0, cols, y + r0 * out_features + n0, out_features);
+      }
+    }
+  }
+}
+
+}  // namespace llmk::kernels::cpu

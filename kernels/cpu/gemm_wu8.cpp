@@ -1,0 +1,146 @@
+#include "kernels/cpu/gemm_wu8.hpp"
+
+// GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace llmk::kernels::cpu {
+
+namespace {
+
+constexpr int kGemvPanels = 4;
+constexpr int kGemmPanels = 4;
+
+inline __mmask16 tail_mask(int64_t cols) {
+  return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);
+}
+
+inline __m512 load_u8_ps(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+template <int C>
+void gemv_tile_wu8(const float* x, float xsum, int64_t in_features, const uint8_t* packed, const float* scale,
+                   const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
+  __m512 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  const uint8_t* base = packed + p0 * in_features * kPanelWidth;
+  for (int64_t k = 0; k < in_features; ++k) {
+    const __m512 xk = _mm512_set1_ps(x[k]);
+    for (int c = 0; c < C; ++c)
+      acc[c] = _mm512_fmadd_ps(load_u8_ps(base + (c * in_features + k) * kPanelWidth), xk, acc[c]);
+  }
+  const __m512 vsum = _mm512_set1_ps(xsum);
+  for (int c = 0; c < C; ++c) {
+    const int64_t cols = num_cols - c * kPanelWidth;
+    if (cols <= 0) break;
+    const int64_t at = (p0 + c) * kPanelWidth;
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(scale + at), _mm512_fnmadd_ps(load_u8_ps(zero + at), vsum, acc[c]));
+    _mm512_mask_storeu_ps(y + c * kPanelWidth, tail_mask(cols), v);
+  }
+}
+
+void gemv_tile_dispatch(int c, const float* x, float xsum, int64_t in_features, const uint8_t* packed,
+                        const float* scale, const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
+  switch (c) {
+    case 1: return gemv_tile_wu8<1>(x, xsum, in_features, packed, scale, zero, p0, num_cols, y);
+    case 2: return gemv_tile_wu8<2>(x, xsum, in_features, packed, scale, zero, p0, num_cols, y);
+    case 3: return gemv_tile_wu8<3>(x, xsum, in_features, packed, scale, zero, p0, num_cols, y);
+    default: return gemv_tile_wu8<4>(x, xsum, in_features, packed, scale, zero, p0, num_cols, y);
+  }
+}
+
+void dequantize_panel(int64_t in_features, const uint8_t* packed, const float* scale, const uint8_t* zero, int64_t p,
+                      float* out) {
+  const __m512 sc = _mm512_loadu_ps(scale + p * kPanelWidth);
+  const __m512 z = load_u8_ps(zero + p * kPanelWidth);
+  const uint8_t* base = packed + p * in_features * kPanelWidth;
+  for (int64_t k = 0; k < in_features; ++k)
+    _mm512_storeu_ps(out + k * kPanelWidth, _mm512_mul_ps(_mm512_sub_ps(load_u8_ps(base + k * kPanelWidth), z), sc));
+}
+
+// Scale and zero point of the range [min(0, lo), max(0, hi)].
+void range_params(double lo, double hi, float* scale, uint8_t* zero, double* inv, double* z) {
+  lo = std::min(lo, 0.0);
+  hi = std::max(hi, 0.0);
+  const double sc = (hi - lo) / 255.0;
+  *z = sc > 0.0 ? std::clamp(std::nearbyint(-lo / sc), 0.0, 255.0) : 0.0;
+  *inv = sc > 0.0 ? 1.0 / sc : 0.0;
+  *scale = static_cast<float>(sc);
+  *zero = static_cast<uint8_t>(*z);
+}
+
+}  // namespace
+
+void quantize_pack_wu8(const float* w, int64_t out_features, int64_t in_features, bool per_channel,
+                       uint8_t* packed, float* scale, uint8_t* zero) {
+  const int64_t padded_out = num_panels(out_features) * kPanelWidth;
+  double t_lo = 0.0, t_hi = 0.0;
+  for (int64_t i = 0; i < out_features * in_features; ++i) {
+    t_lo = std::min(t_lo, static_cast<double>(w[i]));
+    t_hi = std::max(t_hi, static_cast<double>(w[i]));
+  }
+#pragma omp parallel for schedule(static)  // rows are independent: pack them in parallel at load
+  for (int64_t n = 0; n < padded_out; ++n) {
+    double lo = t_lo, hi = t_hi;
+    if (per_channel) {
+      lo = hi = 0.0;
+      for (int64_t k = 0; n < out_features && k < in_features; ++k) {
+        lo = std::min(lo, static_cast<double>(w[n * in_features + k]));
+        hi = std::max(hi, static_cast<double>(w[n * in_features + k]));
+      }
+    }
+    double inv = 0.0, z = 0.0;
+    range_params(lo, hi, &scale[n], &zero[n], &inv, &z);
+    for (int64_t k = 0; k < in_features; ++k) {
+      const double v = n < out_features ? w[n * in_features + k] : 0.0;
+      packed[((n / kPanelWidth) * in_features + k) * kPanelWidth + n % kPanelWidth] =
+          static_cast<uint8_t>(std::clamp(std::nearbyint(v * inv) + z, 0.0, 255.0));
+    }
+  }
+}
+
+size_t wu8_scratch_floats(int64_t in_features, int num_threads) {
+  return static_cast<size_t>(num_threads) * kGemmPanels * kPanelWidth * in_features;
+}
+
+void linear_wu8(const float* x, int64_t num_rows, int64_t in_features, const uint8_t* packed, const float* scale,
+                const uint8_t* zero, int64_t out_features, float* y, float* scratch, int num_threads) {
+  const int64_t n_panels = num_panels(out_features);
+  if (num_rows == 1) {
+    float xsum = 0.0f;
+    for (int64_t k = 0; k < in_features; ++k) xsum += x[k];
+    const int64_t num_tiles = (n_panels + kGemvPanels - 1) / kGemvPanels;
+#pragma omp parallel for num_threads(num_threads) schedule(static) if (num_threads > 1)
+    for (int64_t t = 0; t < num_tiles; ++t) {
+      const int64_t p0 = t * kGemvPanels;
+      const int c = static_cast<int>(std::min<int64_t>(kGemvPanels, n_panels - p0));
+      const int64_t n0 = p0 * kPanelWidth;
+      gemv_tile_dispatch(c, x, xsum, in_features, packed, scale, zero, p0,
+                         std::min<int64_t>(out_features - n0, c * kPanelWidth), y + n0);
+    }
+    return;
+  }
+  const int64_t panel_stride = in_features * kPanelWidth;
+  const int64_t num_tiles = (n_panels + kGemmPanels - 1) / kGemmPanels;
+#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
+  {
+    float* tile = scratch + static_cast<size_t>(omp_get_thread_num()) * kGemmPanels * panel_stride;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < num_tiles; ++t) {
+      const int64_t p0 = t * kGemmPanels;
+      const int64_t c = std::min<int64_t>(kGemmPanels, n_panels - p0);
+      for (int64_t i = 0; i < c; ++i) dequantize_panel(in_features, packed, scale, zero, p0 + i, tile + i * panel_stride);
+      const int64_t n0 = p0 * kPanelWidth;
+      gemm_panels_f32(x, in_features, num_rows, in_features, tile, panel_stride,
+                      std::min<int64_t>(out_features - n0, c * kPanelWidth), y + n0, out_features);
+    }
+  }
+}
+
+}  // namespace llmk::kernels::cpu

@@ -1,0 +1,91 @@
+// linear.int4: weight-only int4, group-wise along in_features, asymmetric
+// with integer zero points, two weights per byte (kernels/cpu/gemm_w4.hpp).
+// Activations stay f32; weights are unpacked inside the GEMV/GEMM.
+//
+// Options: {"group_size": 128, "float_layers": []}. The group size is capped
+// at in_features; otherwise it must be a multiple of 8.
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "kernels/cpu/gemm_w4.hpp"
+#include "plugins/quant_common/linear_common.hpp"
+
+namespace llmk::quant {
+
+class LinearInt4 {
+ public:
+  static constexpr const char* kName = "linear.int4";
+  static constexpr const char* kVersion = "1.0.0";
+  static constexpr const char* kDescription =
+      "Weight-only int4: groups along in_features with scales and zero points, f32 activations";
+  static constexpr const char* kCapabilities =
+      R"({"weight_dtypes":["f32","f16","bf16"],"scheme":"w4a32","options":{"group_size":128,"float_layers":[]}})";
+
+  static bool supports(const llmk_linear_desc& d, std::string& why) {
+    if (!check_desc(d, why)) return false;
+    try {
+      shape_of(d, parse_options(d));
+    } catch (const std::exception& e) {
+      why = e.what();
+      return false;
+    }
+    return true;
+  }
+
+  explicit LinearInt4(const llmk_linear_desc& d) : threads_(thread_count(d)) {
+    const auto options = parse_options(d);
+    shape_ = shape_of(d, options);
+    if (layer_matches(layer_name(d), float_layers(options, {}, d))) {
+      float_ = std::make_unique<FloatLayer>(d, threads_);
+      return;
+    }
+    const std::vector<float> w = weight_as_f32(d);
+    packed_ = AlignedArray<uint32_t>(shape_.packed_words());
+    scale_ = AlignedArray<float>(shape_.group_params());
+    zero_ = AlignedArray<uint8_t>(shape_.group_params());
+    kernels::cpu::quantize_pack_w4(w.data(), shape_, packed_.data(), scale_.data(), zero_.data());
+    scratch_ = AlignedArray<float>(kernels::cpu::w4_scratch_floats(shape_, threads_));
+  }
+
+  void forward(const float* x, float* y, uint32_t num_rows) {
+    if (num_rows == 0) return;
+    if (float_) return float_->forward(x, y, num_rows);
+    kernels::cpu::linear_w4(x, num_rows, shape_, packed_.data(), scale_.data(), zero_.data(), y, scratch_.data(),
+                            threads_);
+  }
+
+  size_t weight_bytes() const {
+    return float_ ? float_->weight_bytes() : packed_.bytes() + scale_.bytes() + zero_.bytes();
+  }
+
+ private:
+  static kernels::cpu::W4Shape shape_of(const llmk_linear_desc& d, const nlohmann::json& options) {
+    check_option_keys(options, {"group_size", "float_layers"}, d);
+    float_layers(options, {}, d);
+    int64_t group = 128;
+    if (options.contains("group_size")) {
+      if (!options["group_size"].is_number_integer() || options["group_size"].get<int64_t>() <= 0)
+        throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT, layer_name(d) + ": option group_size must be a positive integer");
+      group = options["group_size"].get<int64_t>();
+    }
+    const kernels::cpu::W4Shape s{d.in_features, d.out_features, std::min<int64_t>(group, d.in_features)};
+    if (!s.valid())
+      throw plugin::Error(LLMK_ERR_UNSUPPORTED, layer_name(d) + ": group_size " + std::to_string(group) +
+                                                    " must be a multiple of 8 or at least in_features (" +
+                                                    std::to_string(d.in_features) + ")");
+    return s;
+  }
+
+  int threads_;
+  kernels::cpu::W4Shape shape_;
+  std::unique_ptr<FloatLayer> float_;
+  AlignedArray<uint32_t> packed_;  // [num_panels, k_pad / 8, 16], 8 nibbles per word
+  AlignedArray<float> scale_;      // [num_panels, num_groups, 16]
+  AlignedArray<uint8_t> zero_;     // [num_panels, num_groups, 16]
+  AlignedArray<float> scratch_;    // padded row (one-row path) or per-thread dequantized panels
+};
+
+}  // namespace llmk::quant
+
+LLMK_EXPORT_LINEAR_PLUGIN(llmk::quant::LinearInt4)

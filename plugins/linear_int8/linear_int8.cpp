@@ -1,0 +1,93 @@
+// linear.int8: W8A8 on AVX-512 VNNI (kernels/cpu/gemm_w8a8.hpp).
+//
+// At create, weights are quantized per output channel (symmetric, no
+// calibration); each forward quantizes activations per row and multiplies in
+// int32 with dequantization fused into the output. Layers named in the
+// "float_layers" option stay f32 (default ["o_proj"]: the attention output
+// projection is the most sensitive to activation outliers).
+//
+// Layers kept in float stay in the checkpoint's precision (f32, f16 or bf16).
+//
+// Options: {"float_layers": ["o_proj"]}
+#include <memory>
+#include <string>
+
+#include "kernels/cpu/gemm_w8a8.hpp"
+#include "plugins/quant_common/linear_common.hpp"
+
+namespace llmk::quant {
+
+class LinearInt8 {
+ public:
+  static constexpr const char* kName = "linear.int8";
+  static constexpr const char* kVersion = "1.0.0";
+  static constexpr const char* kDescription =
+      "W8A8: int8 weights per output channel, int8 activations per token, int32 VNNI accumulation";
+  static constexpr const char* kCapabilities =
+      R"({"weight_dtypes":["f32","f16","bf16"],"scheme":"w8a8","options":{"float_layers":["o_proj"]}})";
+
+  static bool supports(const llmk_linear_desc& d, std::string& why) {
+    if (!check_desc(d, why)) return false;
+    if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) {
+      why = "linear.int8 needs AVX-512 VNNI and BW";
+      return false;
+    }
+    try {
+      const auto options = parse_options(d);
+      check_option_keys(options, {"float_layers"}, d);
+      float_layers(options, {}, d);
+    } catch (const std::exception& e) {
+      why = e.what();
+      return false;
+    }
+    return true;
+  }
+
+  explicit LinearInt8(const llmk_linear_desc& d)
+      : in_(d.in_features), out_(d.out_features), threads_(thread_count(d)) {
+    const auto options = parse_options(d);
+    check_option_keys(options, {"float_layers"}, d);
+    if (layer_matches(layer_name(d), float_layers(options, {"o_proj"}, d))) {
+      float_ = std::make_unique<FloatLayer>(d, threads_);
+      return;
+    }
+    const std::vector<float> w = weight_as_f32(d);
+    const size_t padded_out = static_cast<size_t>(kernels::cpu::num_panels(out_) * kernels::cpu::kPanelWidth);
+    packed_ = AlignedArray<int8_t>(kernels::cpu::w8a8_packed_bytes(out_, in_));
+    scale_ = AlignedArray<float>(padded_out);
+    row_sum_ = AlignedArray<int32_t>(padded_out);
+    kernels::cpu::quantize_pack_w8a8(w.data(), out_, in_, packed_.data(), scale_.data(), row_sum_.data());
+    reserve_rows(d.max_rows > 0 ? d.max_rows : 1);
+  }
+
+  void forward(const float* x, float* y, uint32_t num_rows) {
+    if (num_rows == 0) return;
+    if (float_) return float_->forward(x, y, num_rows);
+    if (num_rows > max_rows_) reserve_rows(num_rows);
+    kernels::cpu::linear_w8a8(x, num_rows, in_, packed_.data(), scale_.data(), row_sum_.data(), out_, y,
+                              scratch_.data(), threads_);
+  }
+
+  size_t weight_bytes() const {
+    return float_ ? float_->weight_bytes() : packed_.bytes() + scale_.bytes() + row_sum_.bytes();
+  }
+
+ private:
+  void reserve_rows(uint32_t rows) {
+    scratch_ = AlignedArray<uint8_t>(kernels::cpu::w8a8_scratch_bytes(rows, in_));
+    max_rows_ = rows;
+  }
+
+  int64_t in_, out_;
+  int threads_;
+  std::unique_ptr<FloatLayer> float_;
+  AlignedArray<int8_t> packed_;   // [num_panels, k_pad / 4, 16, 4]
+  AlignedArray<float> scale_;     // [num_panels * 16]
+  AlignedArray<int32_t> row_sum_; // [num_panels * 16]
+  AlignedArray<uint8_t> scratch_; // quantized activations of up to max_rows_ rows
+  uint32_t max_rows_ = 0;
+};
+
+}  // namespace llmk::quant
+
+LLMK_EXPORT_LINEAR_PLUGIN(llmk::quant::LinearInt8)

@@ -1,0 +1,87 @@
+// linear.uint8_zp: weight-only uint8 with a zero point (min/max mapped to
+// 0..255), per tensor or per output channel, dequantized inside the GEMV
+// (kernels/cpu/gemm_wu8.hpp). A reference point for the int8/int4 schemes.
+//
+// Options: {"per_channel": true, "float_layers": []}
+#include <memory>
+#include <string>
+
+#include "kernels/cpu/gemm_wu8.hpp"
+#include "plugins/quant_common/linear_common.hpp"
+
+namespace llmk::quant {
+
+class LinearUint8Zp {
+ public:
+  static constexpr const char* kName = "linear.uint8_zp";
+  static constexpr const char* kVersion = "1.0.0";
+  static constexpr const char* kDescription =
+      "Weight-only uint8 with zero point, per tensor or per channel, f32 activations";
+  static constexpr const char* kCapabilities =
+      R"({"weight_dtypes":["f32","f16","bf16"],"scheme":"w8a32-zp","options":{"per_channel":true,"float_layers":[]}})";
+
+  static bool supports(const llmk_linear_desc& d, std::string& why) {
+    if (!check_desc(d, why)) return false;
+    try {
+      per_channel_of(d, parse_options(d));
+    } catch (const std::exception& e) {
+      why = e.what();
+      return false;
+    }
+    return true;
+  }
+
+  explicit LinearUint8Zp(const llmk_linear_desc& d)
+      : in_(d.in_features), out_(d.out_features), threads_(thread_count(d)) {
+    const auto options = parse_options(d);
+    per_channel_ = per_channel_of(d, options);
+    if (layer_matches(layer_name(d), float_layers(options, {}, d))) {
+      float_ = std::make_unique<FloatLayer>(d, threads_);
+      return;
+    }
+    const std::vector<float> w = weight_as_f32(d);
+    const size_t padded_out = static_cast<size_t>(kernels::cpu::num_panels(out_) * kernels::cpu::kPanelWidth);
+    packed_ = AlignedArray<uint8_t>(kernels::cpu::wu8_packed_bytes(out_, in_));
+    scale_ = AlignedArray<float>(padded_out);
+    zero_ = AlignedArray<uint8_t>(padded_out);
+    kernels::cpu::quantize_pack_wu8(w.data(), out_, in_, per_channel_, packed_.data(), scale_.data(), zero_.data());
+    scratch_ = AlignedArray<float>(kernels::cpu::wu8_scratch_floats(in_, threads_));
+  }
+
+  void forward(const float* x, float* y, uint32_t num_rows) {
+    if (num_rows == 0) return;
+    if (float_) return float_->forward(x, y, num_rows);
+    kernels::cpu::linear_wu8(x, num_rows, in_, packed_.data(), scale_.data(), zero_.data(), out_, y, scratch_.data(),
+                             threads_);
+  }
+
+  // Per tensor, one scale and zero point are counted (the kernel keeps them
+  // repeated per channel only for vector loads).
+  size_t weight_bytes() const {
+    if (float_) return float_->weight_bytes();
+    return packed_.bytes() + (per_channel_ ? scale_.bytes() + zero_.bytes() : sizeof(float) + 1);
+  }
+
+ private:
+  static bool per_channel_of(const llmk_linear_desc& d, const nlohmann::json& options) {
+    check_option_keys(options, {"per_channel", "float_layers"}, d);
+    float_layers(options, {}, d);
+    if (!options.contains("per_channel")) return true;
+    if (!options["per_channel"].is_boolean())
+      throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT, layer_name(d) + ": option per_channel must be true or false");
+    return options["per_channel"].get<bool>();
+  }
+
+  int64_t in_, out_;
+  int threads_;
+  bool per_channel_ = true;
+  std::unique_ptr<FloatLayer> float_;
+  AlignedArray<uint8_t> packed_;  // [num_panels, in_features, 16]
+  AlignedArray<float> scale_;     // [num_panels * 16]
+  AlignedArray<uint8_t> zero_;    // [num_panels * 16]
+  AlignedArray<float> scratch_;   // per-thread dequantized panels
+};
+
+}  // namespace llmk::quant
+
+LLMK_EXPORT_LINEAR_PLUGIN(llmk::quant::LinearUint8Zp)

@@ -1,0 +1,181 @@
+// Shared pieces of the quantized linear plugins (linear.int8, linear.int4,
+// linear.uint8_zp): reading the checkpoint weight as f32, the plugin options,
+// the per-layer float fallback and 64-byte aligned storage. Header-only; this
+// folder is not a plugin itself.
+#pragma once
+
+#include <immintrin.h>
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm_panel_f32.hpp"
+#include "plugins/api/plugin_helpers.hpp"
+
+namespace llmk::quant {
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// 64-byte aligned, uninitialized storage of count elements.
+template <class T>
+class AlignedArray {
+ public:
+  AlignedArray() = default;
+  explicit AlignedArray(size_t count) : count_(count) {
+    const size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
+    data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes)));
+    if (!data_) throw std::bad_alloc();
+  }
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+
+ private:
+  std::unique_ptr<T[], FreeDeleter> data_;
+  size_t count_ = 0;
+};
+
+inline std::string layer_name(const llmk_linear_desc& d) { return d.name != nullptr ? d.name : "(unnamed layer)"; }
+
+// The checkpoint weight [out_features, in_features] as f32 (a copy).
+inline std::vector<float> weight_as_f32(const llmk_linear_desc& d) {
+  const size_t n = static_cast<size_t>(d.out_features) * d.in_features;
+  std::vector<float> w(n);
+  const auto* half = static_cast<const uint16_t*>(d.weight);
+  switch (d.weight_dtype) {
+    case LLMK_DTYPE_F32:
+      std::memcpy(w.data(), d.weight, n * sizeof(float));
+      break;
+    case LLMK_DTYPE_BF16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t bits = static_cast<uint32_t>(half[i]) << 16;
+        std::memcpy(&w[i], &bits, 4);
+      }
+      break;
+    case LLMK_DTYPE_F16:
+      for (size_t i = 0; i < n; ++i) w[i] = _cvtsh_ss(half[i]);
+      break;
+    default:
+      throw plugin::Error(LLMK_ERR_UNSUPPORTED, layer_name(d) + ": weight dtype " + std::to_string(d.weight_dtype) +
+                                                    " is not f32, f16 or bf16");
+  }
+  return w;
+}
+
+inline nlohmann::json parse_options(const llmk_linear_desc& d) {
+  const char* text = d.options != nullptr && d.options[0] != '\0' ? d.options : "{}";
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT, layer_name(d) + ": plugin options are not a JSON object: " + text);
+  return j;
+}
+
+// Rejects option keys outside `known`, naming the first unknown one.
+inline void check_option_keys(const nlohmann::json& options, const std::vector<std::string>& known,
+                              const llmk_linear_desc& d) {
+  for (const auto& item : options.items()) {
+    bool ok = false;
+    for (const auto& k : known) ok = ok || item.key() == k;
+    if (!ok) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT,
+                          layer_name(d) + ": unknown plugin option \"" + item.key() + "\" (known: " + list + ")");
+    }
+  }
+}
+
+// "float_layers": names of layers kept in f32. An entry matches a layer whose
+// dotted name equals it, ends with ".entry" or contains ".entry." (so "o_proj"
+// matches "model.layers.3.self_attn.o_proj" and "lm_head" matches "lm_head").
+inline std::vector<std::string> float_layers(const nlohmann::json& options, std::vector<std::string> defaults,
+                                             const llmk_linear_desc& d) {
+  if (!options.contains("float_layers")) return defaults;
+  const auto& list = options["float_layers"];
+  if (!list.is_array())
+    throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT, layer_name(d) + ": option float_layers must be a list of names");
+  std::vector<std::string> out;
+  for (const auto& e : list) {
+    if (!e.is_string())
+      throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT, layer_name(d) + ": option float_layers must be a list of names");
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+inline bool layer_matches(const std::string& name, const std::vector<std::string>& entries) {
+  for (const auto& e : entries) {
+    if (e.empty()) continue;
+    if (name == e || name.find("." + e + ".") != std::string::npos) return true;
+    if (name.size() > e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0 &&
+        name[name.size() - e.size() - 1] == '.')
+      return true;
+  }
+  return false;
+}
+
+// Common shape checks; a reason in `why` and false when the desc cannot be served.
+inline bool check_desc(const llmk_linear_desc& d, std::string& why) {
+  if (d.in_features == 0 || d.out_features == 0) {
+    why = layer_name(d) + ": empty weight";
+    return false;
+  }
+  if (d.weight_dtype != LLMK_DTYPE_F32 && d.weight_dtype != LLMK_DTYPE_F16 && d.weight_dtype != LLMK_DTYPE_BF16) {
+    why = layer_name(d) + ": weight dtype must be f32, f16 or bf16";
+    return false;
+  }
+  if (!__builtin_cpu_supports("avx512f")) {
+    why = "this CPU lacks AVX-512F";
+    return false;
+  }
+  return true;
+}
+
+inline int thread_count(const llmk_linear_desc& d) {
+  return d.num_threads > 0 ? static_cast<int>(d.num_threads) : omp_get_max_threads();
+}
+
+// A layer kept in float, in the checkpoint's own precision (f32, f16 or
+// bf16 panels, kernels/cpu/gemm_panel_f32.hpp): no rounding beyond what the
+// checkpoint stores, and no more memory than it.
+class FloatLayer {
+ public:
+  FloatLayer(const llmk_linear_desc& d, int num_threads)
+      : in_(d.in_features), out_(d.out_features), threads_(num_threads) {
+    const size_t count = static_cast<size_t>(kernels::cpu::num_panels(out_) * kernels::cpu::kPanelWidth * in_);
+    if (d.weight_dtype == LLMK_DTYPE_F32) {
+      type_ = kernels::cpu::PanelType::f32;
+      f32_ = AlignedArray<float>(count);
+      kernels::cpu::pack_panels_f32(static_cast<const float*>(d.weight), out_, in_, f32_.data());
+      return;
+    }
+    if (d.weight_dtype != LLMK_DTYPE_F16 && d.weight_dtype != LLMK_DTYPE_BF16) weight_as_f32(d);  // throws, naming it
+    type_ = d.weight_dtype == LLMK_DTYPE_F16 ? kernels::cpu::PanelType::f16 : kernels::cpu::PanelType::bf16;
+    half_ = AlignedArray<uint16_t>(count);
+    kernels::cpu::pack_panels_16(static_cast<const uint16_t*>(d.weight), out_, in_, half_.data());
+  }
+  void forward(const float* x, float* y, int64_t num_rows) const {
+    const void* packed = type_ == kernels::cpu::PanelType::f32 ? static_cast<const void*>(f32_.data())
+                                                               : static_cast<const void*>(half_.data());
+    kernels::cpu::linear_panels(x, num_rows, in_, packed, type_, out_, y, threads_);
+  }
+  size_t weight_bytes() const { return f32_.bytes() + half_.bytes(); }
+
+ private:
+  int64_t in_, out_;
+  int threads_;
+  kernels::cpu::PanelType type_ = kernels::cpu::PanelType::f32;
+  AlignedArray<float> f32_;      // [num_panels, in_features, 16] when the checkpoint is f32
+  AlignedArray<uint16_t> half_;  // the same in f16 or bf16 bits otherwise
+};
+
+}  // namespace llmk::quant

@@ -1,0 +1,178 @@
+// The quantized linear plugins through their C tables, loaded from the build
+// tree: per-layer float fallback, options, errors and weight memory.
+#include <catch2/catch.hpp>
+
+#include <boost/dll/import.hpp>
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "core/dtype.hpp"
+#include "plugins/api/llmk_linear.h"
+#include "quant/quant_test_util.hpp"
+
+namespace {
+
+struct LoadedLinear {
+  std::function<const llmk_plugin_info*()> entry;  // co-owns the library
+  const llmk_linear_api* api = nullptr;
+  const llmk_plugin_info* info = nullptr;
+};
+
+LoadedLinear load(const std::string& name) {
+  std::string stem = name;
+  for (char& c : stem) c = c == '.' ? '_' : c;
+  const std::string path = std::string(LLMK_PLUGIN_BUILD_DIR) + "/libllmk_" + stem + ".so";
+  LoadedLinear l;
+  l.entry = boost::dll::import_alias<const llmk_plugin_info*()>(path, "llmk_plugin_entry");
+  l.info = l.entry();
+  l.api = static_cast<const llmk_linear_api*>(l.info->api);
+  return l;
+}
+
+llmk_linear_desc make_desc(const char* name, const std::vector<float>& w, uint32_t out, uint32_t in,
+                           const char* options) {
+  llmk_linear_desc d{};
+  d.struct_size = sizeof(d);
+  d.name = name;
+  d.in_features = in;
+  d.out_features = out;
+  d.weight_dtype = LLMK_DTYPE_F32;
+  d.weight = w.data();
+  d.weight_outlives = 0;
+  d.max_rows = 4;
+  d.num_threads = 2;
+  d.options = options;
+  return d;
+}
+
+// Max |y - x W^T| over all outputs, relative to max |x W^T|.
+double relative_error(const std::vector<float>& y, const std::vector<float>& x, const std::vector<float>& w,
+                      int64_t rows, int64_t in, int64_t out) {
+  double err = 0.0, ref_max = 0.0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t n = 0; n < out; ++n) {
+      double ref = 0.0;
+      for (int64_t k = 0; k < in; ++k) ref += double(x[r * in + k]) * w[n * in + k];
+      err = std::max(err, std::fabs(y[r * out + n] - ref));
+      ref_max = std::max(ref_max, std::fabs(ref));
+    }
+  return err / ref_max;
+}
+
+struct RunResult {
+  std::vector<float> y;
+  size_t weight_bytes;
+};
+
+RunResult run(const LoadedLinear& l, const llmk_linear_desc& d, const std::vector<float>& x, uint32_t rows) {
+  llmk_error err{};
+  void* self = l.api->create(&d, &err);
+  REQUIRE(self != nullptr);
+  RunResult r{std::vector<float>(size_t(rows) * d.out_features), l.api->weight_bytes(self)};
+  REQUIRE(l.api->forward(self, x.data(), r.y.data(), rows, &err) == LLMK_OK);
+  l.api->destroy(self);
+  return r;
+}
+
+int supports(const LoadedLinear& l, const llmk_linear_desc& d, char* why, size_t n) {
+  return l.api->supports(&d, why, n);
+}
+
+}  // namespace
+
+TEST_CASE("Quantized linear plugins identify themselves as linear plugins", "[quant][plugin]") {
+  for (const char* name : {"linear.int8", "linear.int4", "linear.uint8_zp"}) {
+    const LoadedLinear l = load(name);
+    REQUIRE(std::string(l.info->name) == name);
+    REQUIRE(l.info->kind == LLMK_PLUGIN_LINEAR);
+    REQUIRE(l.info->api_version == LLMK_LINEAR_API_VERSION);
+    REQUIRE(l.api->struct_size == sizeof(llmk_linear_api));
+  }
+}
+
+TEST_CASE("linear.int8 keeps o_proj in float by default and quantizes other layers", "[quant][plugin]") {
+  const LoadedLinear l = load("linear.int8");
+  const uint32_t in = 200, out = 70, rows = 3;
+  const auto w = llmk::test::random_matrix(out, in, 101);
+  const auto x = llmk::test::random_matrix(rows, in, 102);
+  const auto f = run(l, make_desc("model.layers.0.self_attn.o_proj", w, out, in, "{}"), x, rows);
+  const auto q = run(l, make_desc("model.layers.0.mlp.down_proj", w, out, in, "{}"), x, rows);
+  REQUIRE(relative_error(f.y, x, w, rows, in, out) < 1e-6);
+  const double qerr = relative_error(q.y, x, w, rows, in, out);
+  REQUIRE(qerr > 1e-5);  // really quantized
+  REQUIRE(qerr < 0.03);
+  REQUIRE(f.weight_bytes >= size_t(out) * in * 4);
+  REQUIRE(q.weight_bytes < size_t(out) * in * 4 / 3);
+  // An explicit list replaces the default.
+  const auto q2 = run(l, make_desc("model.layers.0.self_attn.o_proj", w, out, in, R"({"float_layers":[]})"), x, rows);
+  REQUIRE(relative_error(q2.y, x, w, rows, in, out) > 1e-5);
+  const auto f2 = run(l, make_desc("lm_head", w, out, in, R"({"float_layers":["lm_head"]})"), x, rows);
+  REQUIRE(relative_error(f2.y, x, w, rows, in, out) < 1e-6);
+}
+
+TEST_CASE("A layer kept in float keeps a bf16 checkpoint's weights in bf16", "[quant][plugin]") {
+  const LoadedLinear l = load("linear.int8");
+  const uint32_t in = 96, out = 40, rows = 2;
+  const auto w = llmk::test::random_matrix(out, in, 121);
+  const auto x = llmk::test::random_matrix(rows, in, 122);
+  std::vector<uint16_t> bits(w.size());
+  std::vector<float> stored(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    bits[i] = llmk::f32_to_bf16(w[i]);
+    stored[i] = llmk::bf16_to_f32(bits[i]);
+  }
+  llmk_linear_desc d = make_desc("model.layers.1.self_attn.o_proj", w, out, in, "{}");
+  d.weight_dtype = LLMK_DTYPE_BF16;
+  d.weight = bits.data();
+  const auto f = run(l, d, x, rows);
+  REQUIRE(f.weight_bytes == size_t(48) * in * 2);  // 40 channels padded to 48, two bytes each
+  REQUIRE(relative_error(f.y, x, stored, rows, in, out) < 1e-6);
+}
+
+TEST_CASE("linear.int4 and linear.uint8_zp quantize with their options and report packed sizes", "[quant][plugin]") {
+  const uint32_t in = 256, out = 48, rows = 2;
+  const auto w = llmk::test::random_matrix(out, in, 111);
+  const auto x = llmk::test::random_matrix(rows, in, 112);
+  const LoadedLinear i4 = load("linear.int4");
+  const auto g128 = run(i4, make_desc("mlp.up_proj", w, out, in, "{}"), x, rows);
+  const auto g32 = run(i4, make_desc("mlp.up_proj", w, out, in, R"({"group_size":32})"), x, rows);
+  // Packed nibbles plus one f32 scale and one u8 zero point per group.
+  REQUIRE(g128.weight_bytes == size_t(out) * in / 2 + size_t(out) * 2 * 5);
+  REQUIRE(g32.weight_bytes == size_t(out) * in / 2 + size_t(out) * 8 * 5);
+  REQUIRE(relative_error(g32.y, x, w, rows, in, out) < relative_error(g128.y, x, w, rows, in, out));
+  REQUIRE(relative_error(g128.y, x, w, rows, in, out) < 0.2);
+
+  const LoadedLinear u8 = load("linear.uint8_zp");
+  const auto pc = run(u8, make_desc("mlp.up_proj", w, out, in, "{}"), x, rows);
+  const auto pt = run(u8, make_desc("mlp.up_proj", w, out, in, R"({"per_channel":false})"), x, rows);
+  REQUIRE(pc.weight_bytes == size_t(out) * in + size_t(out) * 5);
+  REQUIRE(pt.weight_bytes == size_t(out) * in + 5);
+  REQUIRE(relative_error(pc.y, x, w, rows, in, out) < 0.02);
+  REQUIRE(relative_error(pt.y, x, w, rows, in, out) < 0.05);
+}
+
+TEST_CASE("Quantized linear plugins refuse bad options and say why", "[quant][plugin]") {
+  const std::vector<float> w(64 * 20, 1.0f);
+  char why[256] = {};
+  const LoadedLinear i8 = load("linear.int8");
+  REQUIRE(supports(i8, make_desc("a.q_proj", w, 20, 64, R"({"float_layer":["o_proj"]})"), why, sizeof(why)) == 0);
+  REQUIRE(std::string(why).find("float_layer") != std::string::npos);
+  REQUIRE(supports(i8, make_desc("a.q_proj", w, 20, 64, "not json"), why, sizeof(why)) == 0);
+  REQUIRE(supports(i8, make_desc("a.q_proj", w, 20, 64, "{}"), why, sizeof(why)) == 1);
+
+  const LoadedLinear i4 = load("linear.int4");
+  REQUIRE(supports(i4, make_desc("a.q_proj", w, 20, 64, R"({"group_size":12})"), why, sizeof(why)) == 0);
+  REQUIRE(std::string(why).find("group_size") != std::string::npos);
+  // Capped at in_features: a group of 100 over 64 inputs is one group.
+  REQUIRE(supports(i4, make_desc("a.q_proj", w, 20, 64, R"({"group_size":100})"), why, sizeof(why)) == 1);
+
+  const LoadedLinear u8 = load("linear.uint8_zp");
+  REQUIRE(supports(u8, make_desc("a.q_proj", w, 20, 64, R"({"per_channel":"yes"})"), why, sizeof(why)) == 0);
+  llmk_error err{};
+  const auto bad = make_desc("a.q_proj", w, 20, 64, R"({"per_channel":"yes"})");
+  REQUIRE(u8.api->create(&bad, &err) == nullptr);
+  REQUIRE(err.status == LLMK_ERR_INVALID_ARGUMENT);
+  REQUIRE(std::string(err.message).find("a.q_proj") != std::string::npos);
+}

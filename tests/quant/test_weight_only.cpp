@@ -1,0 +1,200 @@
+// Weight-only schemes (int4 groups, uint8 zero point) and the f32 panel GEMM
+// against float64 references. Activations stay f32, so a layer's error is
+// exactly sum_k x_k (w_k - deq(w_k)) plus f32 rounding:
+// |y - y_ref| <= sum_k |x_k| scale(k) / 2 + rounding.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/dtype.hpp"
+#include "kernels/cpu/gemm_panel_f32.hpp"
+#include "kernels/cpu/gemm_w4.hpp"
+#include "kernels/cpu/gemm_wu8.hpp"
+#include "quant/quant_test_util.hpp"
+
+using namespace llmk::kernels::cpu;
+using llmk::test::kF32Eps;
+
+namespace {
+
+struct Shape {
+  int64_t rows, in, out;
+};
+
+const Shape kShapes[] = {{1, 1, 1},     {1, 13, 17},  {3, 67, 33},  {1, 130, 70},  {5, 64, 64},
+                         {7, 301, 49},  {32, 172, 64}, {17, 64, 172}, {1, 768, 100}, {2, 5, 300},
+                         {1, 1000, 20}, {9, 264, 31}};
+
+// Rounding allowance of an f32 dot product of length k over terms of total magnitude mag.
+double rounding(int64_t k, double mag) { return 2.0 * double(k + 4) * kF32Eps * mag + 1e-30; }
+
+}  // namespace
+
+TEST_CASE("Int4 group quantization keeps zero exact and each weight within half a step", "[quant][int4]") {
+  for (const int64_t gs : {8, 32, 128}) {
+    for (const Shape& s : kShapes) {
+      const W4Shape ws{s.in, s.out, std::min(gs, s.in)};
+      if (!ws.valid()) continue;
+      CAPTURE(s.in, s.out, ws.group_size);
+      auto w = llmk::test::random_matrix(s.out, s.in, 41, s.out > 2 ? 1 : -1);
+      if (s.out > 3) std::fill_n(w.begin() + 3 * s.in, s.in, 0.25f);  // constant positive channel
+      std::vector<uint32_t> packed(ws.packed_words());
+      std::vector<float> scale(ws.group_params());
+      std::vector<uint8_t> zero(ws.group_params());
+      quantize_pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data());
+      for (int64_t n = 0; n < s.out; ++n)
+        for (int64_t k = 0; k < s.in; ++k) {
+          const int64_t at = w4_param_index(ws, n, k / ws.group_size);
+          const int q = int(w4_q_at(packed.data(), ws, n, k));
+          REQUIRE(zero[at] <= 15);
+          const double deq = (q - zero[at]) * double(scale[at]);
+          REQUIRE(std::fabs(w[n * s.in + k] - deq) <= scale[at] * (0.5 + 1e-5));
+          if (w[n * s.in + k] == 0.0f) REQUIRE(deq == 0.0);
+        }
+    }
+  }
+}
+
+TEST_CASE("Int4 GEMV and GEMM match float64 within the group-scale bound", "[quant][int4]") {
+  for (const int64_t gs : {8, 32, 128}) {
+    for (const Shape& s : kShapes) {
+      const W4Shape ws{s.in, s.out, std::min(gs, s.in)};
+      if (!ws.valid()) continue;
+      for (const int threads : {1, 2}) {
+        CAPTURE(s.rows, s.in, s.out, ws.group_size, threads);
+        const auto w = llmk::test::random_matrix(s.out, s.in, 51);
+        const auto x = llmk::test::random_matrix(s.rows, s.in, 52, s.rows > 2 ? 1 : -1);
+        std::vector<uint32_t> packed(ws.packed_words());
+        std::vector<float> scale(ws.group_params());
+        std::vector<uint8_t> zero(ws.group_params());
+        quantize_pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data());
+        std::vector<float> scratch(w4_scratch_floats(ws, threads));
+        std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
+        linear_w4(x.data(), s.rows, ws, packed.data(), scale.data(), zero.data(), y.data(), scratch.data(), threads);
+        for (int64_t r = 0; r < s.rows; ++r)
+          for (int64_t n = 0; n < s.out; ++n) {
+            double ref = 0.0, bound = 0.0, mag = 0.0;
+            for (int64_t k = 0; k < s.in; ++k) {
+              const double xv = x[r * s.in + k], wv = w[n * s.in + k];
+              const int64_t at = w4_param_index(ws, n, k / ws.group_size);
+              ref += xv * wv;
+              bound += std::fabs(xv) * scale[at] / 2;
+              // The one-row kernel sums raw q * x and subtracts zero * sum(x): its rounding scales with those.
+              mag += std::fabs(xv) * (std::fabs(wv) + 32.0 * scale[at]);
+            }
+            REQUIRE(std::fabs(y[r * s.out + n] - ref) <= bound + rounding(s.in, mag));
+          }
+      }
+    }
+  }
+}
+
+TEST_CASE("Uint8 zero-point quantization stays within half a step per tensor and per channel", "[quant][uint8_zp]") {
+  for (const bool per_channel : {false, true}) {
+    for (const Shape& s : kShapes) {
+      CAPTURE(s.in, s.out, per_channel);
+      auto w = llmk::test::random_matrix(s.out, s.in, 61, s.out > 2 ? 1 : -1);
+      std::vector<uint8_t> packed(wu8_packed_bytes(s.out, s.in));
+      std::vector<float> scale(num_panels(s.out) * 16);
+      std::vector<uint8_t> zero(num_panels(s.out) * 16);
+      quantize_pack_wu8(w.data(), s.out, s.in, per_channel, packed.data(), scale.data(), zero.data());
+      double t_lo = 0.0, t_hi = 0.0;
+      for (const float v : w) t_lo = std::min<double>(t_lo, v), t_hi = std::max<double>(t_hi, v);
+      for (int64_t n = 0; n < s.out; ++n) {
+        if (!per_channel) {
+          REQUIRE(scale[n] == Approx((t_hi - t_lo) / 255.0).epsilon(1e-6).margin(1e-30));
+          REQUIRE(zero[n] == zero[0]);
+        }
+        for (int64_t k = 0; k < s.in; ++k) {
+          const double deq = (wu8_q_at(packed.data(), s.in, n, k) - zero[n]) * double(scale[n]);
+          REQUIRE(std::fabs(w[n * s.in + k] - deq) <= scale[n] * (0.5 + 1e-5));
+          if (w[n * s.in + k] == 0.0f) REQUIRE(deq == 0.0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Uint8 zero-point GEMV and GEMM match float64 within the scale bound", "[quant][uint8_zp]") {
+  for (const bool per_channel : {false, true}) {
+    for (const Shape& s : kShapes) {
+      for (const int threads : {1, 2}) {
+        CAPTURE(s.rows, s.in, s.out, per_channel, threads);
+        const auto w = llmk::test::random_matrix(s.out, s.in, 71);
+        const auto x = llmk::test::random_matrix(s.rows, s.in, 72, s.rows > 2 ? 1 : -1);
+        std::vector<uint8_t> packed(wu8_packed_bytes(s.out, s.in));
+        std::vector<float> scale(num_panels(s.out) * 16);
+        std::vector<uint8_t> zero(num_panels(s.out) * 16);
+        quantize_pack_wu8(w.data(), s.out, s.in, per_channel, packed.data(), scale.data(), zero.data());
+        std::vector<float> scratch(wu8_scratch_floats(s.in, threads));
+        std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
+        linear_wu8(x.data(), s.rows, s.in, packed.data(), scale.data(), zero.data(), s.out, y.data(), scratch.data(),
+                   threads);
+        for (int64_t r = 0; r < s.rows; ++r)
+          for (int64_t n = 0; n < s.out; ++n) {
+            double ref = 0.0, bound = 0.0, mag = 0.0;
+            for (int64_t k = 0; k < s.in; ++k) {
+              const double xv = x[r * s.in + k], wv = w[n * s.in + k];
+              ref += xv * wv;
+              bound += std::fabs(xv) * scale[n] / 2;
+              mag += std::fabs(xv) * (std::fabs(wv) + 512.0 * scale[n]);
+            }
+            REQUIRE(std::fabs(y[r * s.out + n] - ref) <= bound + rounding(s.in, mag));
+          }
+      }
+    }
+  }
+}
+
+TEST_CASE("F32 panel GEMM matches float64 to f32 rounding", "[quant][f32]") {
+  for (const Shape& s : kShapes) {
+    for (const int threads : {1, 2}) {
+      CAPTURE(s.rows, s.in, s.out, threads);
+      const auto w = llmk::test::random_matrix(s.out, s.in, 81);
+      const auto x = llmk::test::random_matrix(s.rows, s.in, 82);
+      std::vector<float> packed(static_cast<size_t>(num_panels(s.out) * 16 * s.in));
+      pack_panels_f32(w.data(), s.out, s.in, packed.data());
+      std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
+      linear_panels_f32(x.data(), s.rows, s.in, packed.data(), s.out, y.data(), threads);
+      for (int64_t r = 0; r < s.rows; ++r)
+        for (int64_t n = 0; n < s.out; ++n) {
+          double ref = 0.0, mag = 0.0;
+          for (int64_t k = 0; k < s.in; ++k) {
+            ref += double(x[r * s.in + k]) * w[n * s.in + k];
+            mag += std::fabs(double(x[r * s.in + k]) * w[n * s.in + k]);
+          }
+          REQUIRE(std::fabs(y[r * s.out + n] - ref) <= rounding(s.in, mag));
+        }
+    }
+  }
+}
+
+TEST_CASE("F16 and BF16 panels convert on load and match float64 of the stored weights", "[quant][f32]") {
+  for (const auto type : {PanelType::f16, PanelType::bf16}) {
+    for (const Shape& s : kShapes) {
+      CAPTURE(s.rows, s.in, s.out, type == PanelType::f16);
+      const auto w = llmk::test::random_matrix(s.out, s.in, 83);
+      const auto x = llmk::test::random_matrix(s.rows, s.in, 84);
+      std::vector<uint16_t> bits(w.size());
+      std::vector<float> stored(w.size());  // the weights as the 16-bit format holds them
+      for (size_t i = 0; i < w.size(); ++i) {
+        bits[i] = type == PanelType::f16 ? llmk::f32_to_f16(w[i]) : llmk::f32_to_bf16(w[i]);
+        stored[i] = type == PanelType::f16 ? llmk::f16_to_f32(bits[i]) : llmk::bf16_to_f32(bits[i]);
+      }
+      std::vector<uint16_t> packed(static_cast<size_t>(num_panels(s.out) * 16 * s.in));
+      pack_panels_16(bits.data(), s.out, s.in, packed.data());
+      std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
+      linear_panels(x.data(), s.rows, s.in, packed.data(), type, s.out, y.data(), 2);
+      for (int64_t r = 0; r < s.rows; ++r)
+        for (int64_t n = 0; n < s.out; ++n) {
+          double ref = 0.0, mag = 0.0;
+          for (int64_t k = 0; k < s.in; ++k) {
+            ref += double(x[r * s.in + k]) * stored[n * s.in + k];
+            mag += std::fabs(double(x[r * s.in + k]) * stored[n * s.in + k]);
+          }
+          REQUIRE(std::fabs(y[r * s.out + n] - ref) <= rounding(s.in, mag));
+        }
+    }
+  }
+}

@@ -4,6 +4,11 @@
 // a YAML file (--config), then repeatable KEY=VALUE overrides (--set) with
 // dotted keys such as "scheduler.max_num_seqs=32". Unknown keys and bad
 // values throw Error(invalid_config) naming the key and what is allowed.
+//
+// Values: integers may not be negative where the field is unsigned; *_bytes
+// keys accept KiB/MiB/GiB/TiB suffixes ("8GiB"); lists are YAML sequences,
+// or in --set either "[a, b]" or "a,b"; *_options keys are JSON objects,
+// written as a JSON string or as a YAML mapping.
 #pragma once
 
 #include <cstdint>
@@ -22,11 +27,15 @@ struct ModelSection {
   std::string tokenizer;            // tokenizer.model override (dummy default: ../shared/models/llama2-tokenizer)
   uint64_t seed = 0;                // dummy weights' seed
   std::string chat_template;        // "" = from tokenizer_config, llama-2 | chatml
+
+  bool operator==(const ModelSection&) const = default;
 };
 
 struct ExecutorSection {
   std::string device = "cpu";  // cpu | cuda
   int32_t num_threads = 0;     // 0 = all cores
+
+  bool operator==(const ExecutorSection&) const = default;
 };
 
 struct PluginSection {
@@ -37,6 +46,8 @@ struct PluginSection {
   std::string attention_options = "{}";     // JSON object passed to the attention plugin
   std::string kv_allocator_options = "{}";  // JSON object passed to the allocator
   std::vector<std::string> search_path;     // searched after LLMK_PLUGIN_PATH
+
+  bool operator==(const PluginSection&) const = default;
 };
 
 struct KvCacheSection {
@@ -48,6 +59,8 @@ struct KvCacheSection {
   uint32_t group_size = 8;          // i8: elements per scale along head_dim
   bool enable_prefix_caching = true;
   uint32_t max_seq_len = 0;         // 0: the model's max_position_embeddings
+
+  bool operator==(const KvCacheSection&) const = default;
 };
 
 struct SchedulerSection {
@@ -56,6 +69,8 @@ struct SchedulerSection {
   uint32_t max_num_batched_tokens = 512;
   std::string preemption = "recompute";  // recompute | offload
   uint32_t max_queue = 1024;             // waiting requests beyond this are refused (overloaded)
+
+  bool operator==(const SchedulerSection&) const = default;
 };
 
 struct ServerSection {
@@ -64,6 +79,8 @@ struct ServerSection {
   uint64_t max_body_bytes = 1 << 20;
   double drain_timeout_s = 30.0;
   std::string served_model_name;          // "" = the model directory's name
+
+  bool operator==(const ServerSection&) const = default;
 };
 
 struct EngineConfig {
@@ -73,6 +90,8 @@ struct EngineConfig {
   KvCacheSection kv_cache;
   SchedulerSection scheduler;
   ServerSection server;
+
+  bool operator==(const EngineConfig&) const = default;
 };
 
 // Applies a YAML document to cfg. `source` names it in errors.
@@ -84,7 +103,10 @@ void apply_override(EngineConfig& cfg, const std::string& key_equals_value);
 void validate(const EngineConfig& cfg);
 // Builds: defaults, then file (if non-empty), then overrides; validates.
 EngineConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides);
-// The effective configuration as YAML (for logs and `llmk info`).
+// The effective configuration as YAML (for logs and `llmk info`); applying
+// it to a default config gives back `cfg` exactly.
 std::string to_yaml(const EngineConfig& cfg);
+// Every key as "section.key", in config/default.yaml's order.
+std::vector<std::string> config_keys();
 
 }  // namespace llmk

@@ -32,8 +32,13 @@ struct ModelConfig {
   std::optional<int32_t> sliding_window;  // Mistral; refused when smaller than the context
 
   int64_t num_parameters() const;
-  // K and V for one token across all layers, in bytes of the given KV dtype.
-  int64_t kv_bytes_per_token(DType kv_dtype = DType::f32) const;
+  // K and V for one token across all layers, in bytes of the given KV dtype:
+  // 2 x num_layers x num_kv_heads x head_dim x dtype_size. For i8 the
+  // per-group scales are added: one f32 per `group_size` elements along
+  // head_dim (a trailing partial group gets its own scale).
+  int64_t kv_bytes_per_token(DType kv_dtype = DType::f32, int32_t group_size = 8) const;
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 // Reads config.json (and generation_config.json / tokenizer_config.json when
@@ -43,7 +48,10 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir);
 // Parses one config.json file; `source` names it in errors.
 ModelConfig parse_model_config_json(const std::string& text, const std::string& source);
 
-// Named presets for dummy weights: llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b.
+// Named presets for dummy weights: llama-110m, tinyllama-1.1b, llama2-7b,
+// llama3-8b. `name` may also be a path to a config.json file or to a model
+// directory holding one (parsed as above, errors thrown). nullopt when it is
+// neither a preset nor an existing path.
 std::optional<ModelConfig> model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 

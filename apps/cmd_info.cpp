@@ -1,0 +1,166 @@
+// llmk info: what a model is (architecture, shape, special tokens) and what
+// it costs (parameters, weight bytes, KV bytes per token and per sequence).
+// Safetensors checkpoints are fully validated (mapped, not read); dummy
+// presets are described without generating weights.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <set>
+
+#include "apps/command.hpp"
+#include "apps/model_options.hpp"
+#include "core/checkpoint.hpp"
+#include "core/error.hpp"
+
+namespace llmk::app {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+// A float as the shortest decimal that reads back as the same float (1e-05, not 9.99999974e-06).
+double shortest(float value) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), value);
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+
+std::string human_count(double n) {
+  const char* units[] = {"", " K", " M", " B"};
+  int u = 0;
+  while (n >= 1000.0 && u < 3) {
+    n /= 1000.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f%s" : "%.2f%s", n, units[u]);
+  return buf;
+}
+
+json describe(const EngineConfig& cfg) {
+  const std::string format = resolve_load_format(cfg.model);
+  ModelConfig mc;
+  json out;
+  int64_t weight_bytes = 0, counted_parameters = 0;
+  std::set<std::string> dtypes;
+  std::string tokenizer;
+  if (format == "dummy") {
+    mc = resolve_model_config(cfg.model);
+    for (const auto& [name, shape] : expected_tensors(mc)) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      counted_parameters += n;
+      weight_bytes += n * static_cast<int64_t>(dtype_size(mc.dtype));
+    }
+    dtypes.insert(dtype_name(mc.dtype));
+    out["source"] = "dummy preset " + cfg.model.preset + " seed " + std::to_string(cfg.model.seed);
+    try {
+      tokenizer = cfg.model.tokenizer.empty() ? default_tokenizer_path().string() : cfg.model.tokenizer;
+    } catch (const Error&) {
+      tokenizer = "";  // not needed to describe the model
+    }
+  } else {
+    const auto checkpoint = open_model(cfg.model);
+    mc = checkpoint->config();
+    for (const auto& [name, t] : checkpoint->tensors()) {
+      counted_parameters += t.numel();
+      dtypes.insert(dtype_name(t.dtype));
+    }
+    weight_bytes = static_cast<int64_t>(checkpoint->total_bytes());
+    out["source"] = checkpoint->source();
+    tokenizer = checkpoint->tokenizer_path().string();
+  }
+  const int32_t group = static_cast<int32_t>(cfg.kv_cache.group_size);
+  const int64_t max_len = cfg.kv_cache.max_seq_len ? cfg.kv_cache.max_seq_len : mc.max_position_embeddings;
+
+  out["load_format"] = format;
+  out["architecture"] = mc.architecture;
+  out["config"] = {
+      {"hidden_size", mc.hidden_size},
+      {"intermediate_size", mc.intermediate_size},
+      {"num_hidden_layers", mc.num_layers},
+      {"num_attention_heads", mc.num_heads},
+      {"num_key_value_heads", mc.num_kv_heads},
+      {"head_dim", mc.head_dim},
+      {"vocab_size", mc.vocab_size},
+      {"max_position_embeddings", mc.max_position_embeddings},
+      {"rms_norm_eps", shortest(mc.rms_norm_eps)},
+      {"rope_theta", shortest(mc.rope_theta)},
+      {"tie_word_embeddings", mc.tie_word_embeddings},
+      {"torch_dtype", dtype_name(mc.dtype)},
+      {"bos_token_id", mc.bos_token_id},
+      {"eos_token_id", mc.eos_token_ids},
+      {"add_bos_token", mc.add_bos_token},
+      {"sliding_window", mc.sliding_window ? json(*mc.sliding_window) : json(nullptr)},
+  };
+  out["num_parameters"] = mc.num_parameters();
+  out["num_parameters_in_tensors"] = counted_parameters;
+  out["weight_bytes"] = weight_bytes;
+  std::string dtype_list;
+  for (const auto& d : dtypes) dtype_list += (dtype_list.empty() ? "" : "+") + d;
+  out["weight_dtype"] = dtype_list;
+  out["kv_group_size"] = group;
+  out["kv_bytes_per_token"] = {{"f32", mc.kv_bytes_per_token(DType::f32)},
+                               {"i8", mc.kv_bytes_per_token(DType::i8, group)}};
+  out["max_seq_len"] = max_len;
+  out["kv_bytes_per_sequence"] = {{"f32", mc.kv_bytes_per_token(DType::f32) * max_len},
+                                  {"i8", mc.kv_bytes_per_token(DType::i8, group) * max_len}};
+  out["tokenizer"] = tokenizer;
+  return out;
+}
+
+void print_text(const json& d) {
+  auto line = [](const std::string& key, const std::string& value) {
+    std::printf("%-28s %s\n", key.c_str(), value.c_str());
+  };
+  auto plain = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  line("source", plain(d["source"]) + " (" + plain(d["load_format"]) + ")");
+  line("architecture", plain(d["architecture"]));
+  for (const auto& [key, value] : d["config"].items()) line("  " + key, plain(value));
+  line("parameters", plain(d["num_parameters"]) + " (" + human_count(d["num_parameters"].get<double>()) + ")");
+  line("weights", human_bytes(d["weight_bytes"].get<double>()) + " (" + plain(d["weight_bytes"]) + " bytes, " +
+                      plain(d["weight_dtype"]) + ")");
+  const auto& per_token = d["kv_bytes_per_token"];
+  const auto& per_seq = d["kv_bytes_per_sequence"];
+  line("kv per token, f32", plain(per_token["f32"]) + " bytes");
+  line("kv per token, i8 (group " + plain(d["kv_group_size"]) + ")", plain(per_token["i8"]) + " bytes");
+  line("kv per " + plain(d["max_seq_len"]) + "-token seq, f32", human_bytes(per_seq["f32"].get<double>()));
+  line("kv per " + plain(d["max_seq_len"]) + "-token seq, i8", human_bytes(per_seq["i8"].get<double>()));
+  line("tokenizer", d["tokenizer"].get<std::string>().empty() ? "(none found)" : plain(d["tokenizer"]));
+}
+
+const CommandRegistration kInfo{
+    "info", "Describe a model: shape, parameters, weight and KV-cache sizes", [](CLI::App& cmd) {
+      auto options = std::make_shared<ModelOptions>();
+      auto as_json = std::make_shared<bool>(false);
+      add_model_options(cmd, *options);
+      cmd.add_flag("--json", *as_json, "print one JSON object");
+      return std::function<int()>([options, as_json] {
+        const json d = describe(build_engine_config(*options));
+        if (*as_json) {
+          std::cout << d.dump(2) << "\n";
+        } else {
+          print_text(d);
+        }
+        return 0;
+      });
+    }};
+
+}  // namespace
+}  // namespace llmk::app

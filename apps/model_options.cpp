@@ -1,0 +1,34 @@
+#include "apps/model_options.hpp"
+
+#include <CLI/CLI.hpp>
+
+namespace llmk::app {
+
+void add_model_options(CLI::App& cmd, ModelOptions& o) {
+  cmd.add_option("--model", o.model_dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.model)");
+  cmd.add_option("--load-format", o.load_format, "auto, safetensors or dummy (random weights)")
+      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+  cmd.add_option("--preset", o.preset,
+                 "model shape for dummy weights: llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b or a config.json");
+  cmd.add_option("--tokenizer", o.tokenizer, "tokenizer.model to use instead of the model's");
+  cmd.add_option("--config", o.config_file, "YAML engine configuration (see config/default.yaml)");
+  cmd.add_option("--set", o.overrides, "override one config key, e.g. --set scheduler.max_num_seqs=32 (repeatable)")
+      ->take_all()
+      ->allow_extra_args(false);
+  cmd.add_option("--threads", o.num_threads, "compute threads (0 = all cores)");
+}
+
+EngineConfig build_engine_config(const ModelOptions& o) {
+  EngineConfig cfg;
+  if (!o.config_file.empty()) apply_yaml_file(cfg, o.config_file);
+  for (const auto& kv : o.overrides) apply_override(cfg, kv);
+  if (!o.model_dir.empty()) cfg.model.path = o.model_dir;
+  if (!o.load_format.empty()) cfg.model.load_format = o.load_format;
+  if (!o.preset.empty()) cfg.model.preset = o.preset;
+  if (!o.tokenizer.empty()) cfg.model.tokenizer = o.tokenizer;
+  if (o.num_threads >= 0) cfg.executor.num_threads = o.num_threads;
+  validate(cfg);
+  return cfg;
+}
+
+}  // namespace llmk::app

@@ -1,0 +1,295 @@
+#include "core/model_config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace llmk {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(ErrorCode code, const std::string& source, const std::string& what) {
+  throw Error(code, source + ": " + what);
+}
+
+std::string read_text_file(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail(ErrorCode::bad_checkpoint, file.string(), "cannot be opened");
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+json parse_json_object(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail(ErrorCode::bad_checkpoint, source, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) fail(ErrorCode::bad_checkpoint, source, "not a JSON object");
+  return j;
+}
+
+bool present(const json& j, const char* key) { return j.contains(key) && !j.at(key).is_null(); }
+
+// An integer in [min_value, INT32_MAX]; `fallback` when absent (nullopt: required).
+int32_t get_int(const json& j, const char* key, const std::string& source, std::optional<int32_t> fallback,
+                int64_t min_value = 1) {
+  if (!present(j, key)) {
+    if (!fallback) fail(ErrorCode::bad_checkpoint, source, std::string("missing required key '") + key + "'");
+    return *fallback;
+  }
+  const json& v = j.at(key);
+  if (!v.is_number_integer())
+    fail(ErrorCode::bad_checkpoint, source, std::string(key) + "=" + v.dump() + " is not an integer");
+  const int64_t value = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)
+                            ? std::numeric_limits<int64_t>::max()
+                            : v.get<int64_t>();
+  if (value < min_value || value > std::numeric_limits<int32_t>::max())
+    fail(ErrorCode::bad_checkpoint, source,
+         std::string(key) + "=" + v.dump() + " is out of range (must be >= " + std::to_string(min_value) + ")");
+  return static_cast<int32_t>(value);
+}
+
+float get_positive_float(const json& j, const char* key, const std::string& source, float fallback) {
+  if (!present(j, key)) return fallback;
+  const json& v = j.at(key);
+  if (!v.is_number()) fail(ErrorCode::bad_checkpoint, source, std::string(key) + "=" + v.dump() + " is not a number");
+  const double value = v.get<double>();
+  if (!(value > 0.0) || value > 1e30)
+    fail(ErrorCode::bad_checkpoint, source, std::string(key) + "=" + v.dump() + " must be a positive number");
+  return static_cast<float>(value);
+}
+
+bool get_bool(const json& j, const char* key, const std::string& source, bool fallback) {
+  if (!present(j, key)) return fallback;
+  const json& v = j.at(key);
+  if (!v.is_boolean()) fail(ErrorCode::bad_checkpoint, source, std::string(key) + "=" + v.dump() + " is not a boolean");
+  return v.get<bool>();
+}
+
+// eos_token_id: an integer or a non-empty list of integers.
+std::vector<int32_t> get_id_list(const json& j, const char* key, const std::string& source) {
+  const json& v = j.at(key);
+  std::vector<int32_t> ids;
+  auto one = [&](const json& e) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      fail(ErrorCode::bad_checkpoint, source,
+           std::string(key) + "=" + v.dump() + " must be a non-negative integer or a list of them");
+    ids.push_back(static_cast<int32_t>(e.get<int64_t>()));
+  };
+  if (v.is_array()) {
+    for (const json& e : v) one(e);
+    if (ids.empty()) fail(ErrorCode::bad_checkpoint, source, std::string(key) + " is an empty list");
+  } else {
+    one(v);
+  }
+  return ids;
+}
+
+// bos/eos ids from config.json or generation_config.json (the latter wins).
+void apply_special_ids(ModelConfig& c, const json& j, const std::string& source) {
+  if (present(j, "bos_token_id")) c.bos_token_id = get_int(j, "bos_token_id", source, std::nullopt, 0);
+  if (present(j, "eos_token_id")) c.eos_token_ids = get_id_list(j, "eos_token_id", source);
+}
+
+void check_architecture(ModelConfig& c, const json& j, const std::string& source) {
+  static const char* const kSupported = "LlamaForCausalLM, MistralForCausalLM";
+  if (present(j, "architectures")) {
+    const json& a = j.at("architectures");
+    if (!a.is_array() || a.size() != 1 || !a[0].is_string())
+      fail(ErrorCode::bad_checkpoint, source, "architectures=" + a.dump() + " must be a list of one name");
+    c.architecture = a[0].get<std::string>();
+  } else if (present(j, "model_type") && j.at("model_type").is_string()) {
+    const std::string type = j.at("model_type").get<std::string>();
+    c.architecture = type == "llama" ? "LlamaForCausalLM" : type == "mistral" ? "MistralForCausalLM" : type;
+  } else {
+    fail(ErrorCode::bad_checkpoint, source, "missing 'architectures' (and no 'model_type')");
+  }
+  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM")
+    fail(ErrorCode::unsupported, source,
+         "architectures: '" + c.architecture + "' is not supported (supported: " + kSupported + ")");
+}
+
+// Features that would change the forward pass: refused rather than ignored.
+void check_unsupported_features(const json& j, const std::string& source) {
+  if (present(j, "hidden_act")) {
+    const json& v = j.at("hidden_act");
+    if (!v.is_string() || v.get<std::string>() != "silu")
+      fail(ErrorCode::unsupported, source, "hidden_act=" + v.dump() + " is not supported (only \"silu\")");
+  }
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    if (get_bool(j, key, source, false))
+      fail(ErrorCode::unsupported, source, std::string(key) + "=true is not supported (bias-free projections only)");
+  }
+  if (present(j, "rope_scaling")) {
+    const json& v = j.at("rope_scaling");
+    std::string type = "?";
+    if (v.is_object()) {
+      for (const char* k : {"rope_type", "type"})
+        if (v.contains(k) && v.at(k).is_string()) type = v.at(k).get<std::string>();
+    }
+    fail(ErrorCode::unsupported, source,
+         "rope_scaling of type '" + type + "' is not supported (only null/absent): " + v.dump());
+  }
+  if (present(j, "quantization_config"))
+    fail(ErrorCode::unsupported, source, "quantization_config: pre-quantized checkpoints are not supported");
+}
+
+}  // namespace
+
+ModelConfig parse_model_config_json(const std::string& text, const std::string& source) {
+  const json j = parse_json_object(text, source);
+  ModelConfig c;
+  check_architecture(c, j, source);
+  check_unsupported_features(j, source);
+
+  c.hidden_size = get_int(j, "hidden_size", source, std::nullopt);
+  c.intermediate_size = get_int(j, "intermediate_size", source, std::nullopt);
+  c.num_layers = get_int(j, "num_hidden_layers", source, std::nullopt);
+  c.num_heads = get_int(j, "num_attention_heads", source, std::nullopt);
+  c.num_kv_heads = get_int(j, "num_key_value_heads", source, c.num_heads);
+  if (c.num_heads % c.num_kv_heads != 0)
+    fail(ErrorCode::bad_checkpoint, source,
+         "num_key_value_heads=" + std::to_string(c.num_kv_heads) +
+             " does not divide num_attention_heads=" + std::to_string(c.num_heads));
+  if (present(j, "head_dim")) {
+    c.head_dim = get_int(j, "head_dim", source, std::nullopt);
+  } else {
+    if (c.hidden_size % c.num_heads != 0)
+      fail(ErrorCode::bad_checkpoint, source,
+           "num_attention_heads=" + std::to_string(c.num_heads) +
+               " does not divide hidden_size=" + std::to_string(c.hidden_size) + " (and no head_dim is given)");
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.head_dim % 2 != 0)
+    fail(ErrorCode::bad_checkpoint, source, "head_dim=" + std::to_string(c.head_dim) + " must be even (rotary pairs)");
+  c.vocab_size = get_int(j, "vocab_size", source, std::nullopt);
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", source, 2048);
+  c.rms_norm_eps = get_positive_float(j, "rms_norm_eps", source, 1e-6f);  // transformers' default
+  c.rope_theta = get_positive_float(j, "rope_theta", source, 10000.0f);
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, false);
+
+  // "dtype" is the newer spelling of "torch_dtype"; absent means float32.
+  const char* dtype_key = present(j, "torch_dtype") ? "torch_dtype" : present(j, "dtype") ? "dtype" : nullptr;
+  c.dtype = DType::f32;
+  if (dtype_key) {
+    const json& v = j.at(dtype_key);
+    DType d;
+    if (!v.is_string() || !parse_dtype(v.get<std::string>(), d) ||
+        (d != DType::f32 && d != DType::f16 && d != DType::bf16))
+      fail(ErrorCode::unsupported, source,
+           std::string(dtype_key) + "=" + v.dump() + " is not supported (float32, float16, bfloat16)");
+    c.dtype = d;
+  }
+  apply_special_ids(c, j, source);
+
+  if (present(j, "sliding_window")) {
+    const int32_t window = get_int(j, "sliding_window", source, std::nullopt);
+    if (window < c.max_position_embeddings)
+      fail(ErrorCode::unsupported, source,
+           "sliding_window=" + std::to_string(window) + " is smaller than max_position_embeddings=" +
+               std::to_string(c.max_position_embeddings) + ": sliding-window attention is not implemented");
+    c.sliding_window = window;
+  }
+  return c;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& model_dir) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(model_dir))
+    throw Error(ErrorCode::not_found, model_dir.string() + ": model directory does not exist");
+  const fs::path config_file = model_dir / "config.json";
+  if (!fs::exists(config_file)) fail(ErrorCode::bad_checkpoint, config_file.string(), "not found");
+  ModelConfig c = parse_model_config_json(read_text_file(config_file), config_file.string());
+
+  const fs::path generation_file = model_dir / "generation_config.json";
+  if (fs::exists(generation_file)) {
+    const json j = parse_json_object(read_text_file(generation_file), generation_file.string());
+    apply_special_ids(c, j, generation_file.string());
+  }
+  const fs::path tokenizer_file = model_dir / "tokenizer_config.json";
+  if (fs::exists(tokenizer_file)) {
+    const json j = parse_json_object(read_text_file(tokenizer_file), tokenizer_file.string());
+    c.add_bos_token = get_bool(j, "add_bos_token", tokenizer_file.string(), c.add_bos_token);
+  }
+  for (int32_t id : c.eos_token_ids) {
+    if (id >= c.vocab_size)
+      fail(ErrorCode::bad_checkpoint, config_file.string(),
+           "eos_token_id " + std::to_string(id) + " is outside the vocabulary (vocab_size=" +
+               std::to_string(c.vocab_size) + ")");
+  }
+  if (c.bos_token_id >= c.vocab_size)
+    fail(ErrorCode::bad_checkpoint, config_file.string(),
+         "bos_token_id " + std::to_string(c.bos_token_id) + " is outside the vocabulary (vocab_size=" +
+             std::to_string(c.vocab_size) + ")");
+  return c;
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t h = hidden_size, q = int64_t(num_heads) * head_dim, kv = int64_t(num_kv_heads) * head_dim;
+  const int64_t per_layer = h * q + 2 * h * kv + q * h  // q, k, v, o
+                            + 3 * h * intermediate_size  // gate, up, down
+                            + 2 * h;                     // the two norms
+  const int64_t embeddings = int64_t(vocab_size) * h * (tie_word_embeddings ? 1 : 2);
+  return embeddings + num_layers * per_layer + h;
+}
+
+int64_t ModelConfig::kv_bytes_per_token(DType kv_dtype, int32_t group_size) const {
+  const int64_t elements = 2 * int64_t(num_layers) * num_kv_heads * head_dim;
+  int64_t bytes = elements * static_cast<int64_t>(dtype_size(kv_dtype));
+  if (kv_dtype == DType::i8) {
+    if (group_size <= 0) throw Error(ErrorCode::invalid_argument, "kv_bytes_per_token: group_size must be >= 1");
+    const int64_t groups_per_head = (head_dim + group_size - 1) / group_size;
+    bytes += 2 * int64_t(num_layers) * num_kv_heads * groups_per_head * 4;
+  }
+  return bytes;
+}
+
+namespace {
+
+ModelConfig make_preset(int32_t hidden, int32_t layers, int32_t heads, int32_t kv_heads, int32_t intermediate,
+                        int32_t vocab, DType dtype, int32_t max_positions, bool tied) {
+  ModelConfig c;
+  c.hidden_size = hidden;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = hidden / heads;
+  c.intermediate_size = intermediate;
+  c.vocab_size = vocab;
+  c.dtype = dtype;
+  c.max_position_embeddings = max_positions;
+  c.tie_word_embeddings = tied;
+  c.rms_norm_eps = 1e-5f;
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> model_preset_names() { return {"llama-110m", "tinyllama-1.1b", "llama2-7b", "llama3-8b"}; }
+
+std::optional<ModelConfig> model_preset(const std::string& name) {
+  if (name == "llama-110m") return make_preset(768, 12, 12, 12, 2048, 32000, DType::f32, 1024, true);
+  if (name == "tinyllama-1.1b") return make_preset(2048, 22, 32, 4, 5632, 32000, DType::f16, 2048, false);
+  if (name == "llama2-7b") return make_preset(4096, 32, 32, 32, 11008, 32000, DType::bf16, 4096, false);
+  if (name == "llama3-8b") {
+    ModelConfig c = make_preset(4096, 32, 32, 8, 14336, 128256, DType::bf16, 8192, false);
+    c.rope_theta = 500000.0f;
+    c.bos_token_id = 128000;
+    c.eos_token_ids = {128001, 128009};  // <|end_of_text|>, <|eot_id|>
+    return c;
+  }
+  namespace fs = std::filesystem;
+  if (!name.empty() && fs::is_directory(name)) return load_model_config(name);
+  if (!name.empty() && fs::is_regular_file(name)) return parse_model_config_json(read_text_file(name), name);
+  return std::nullopt;
+}
+
+}  // namespace llmk

@@ -1,0 +1,418 @@
+// Plugin discovery and loading with Boost.DLL. Every check runs before the
+// plugin's tables are used; a rejected file is unloaded at once and the reason
+// kept for the error message.
+#include "core/plugin_loader.hpp"
+
+#include <dlfcn.h>
+
+#include <boost/dll/shared_library.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <sstream>
+#include <system_error>
+
+#include "core/error.hpp"
+
+namespace llmk {
+
+class LoadedLibrary {
+ public:
+  explicit LoadedLibrary(boost::dll::shared_library lib) : lib_(std::move(lib)) {}
+  const boost::dll::shared_library& lib() const { return lib_; }
+
+ private:
+  boost::dll::shared_library lib_;
+};
+
+namespace {
+
+namespace fs = std::filesystem;
+
+#define LLMK_STRINGIFY2(x) #x
+#define LLMK_STRINGIFY(x) LLMK_STRINGIFY2(x)
+constexpr const char* kEntrySymbol = LLMK_STRINGIFY(LLMK_PLUGIN_ENTRY_SYMBOL);
+
+const char* kind_name(uint32_t kind) {
+  switch (kind) {
+    case LLMK_PLUGIN_ATTENTION: return "attention";
+    case LLMK_PLUGIN_LINEAR: return "linear";
+    case LLMK_PLUGIN_KV_ALLOCATOR: return "kv_allocator";
+  }
+  return "unknown";
+}
+
+uint32_t expected_api_version(uint32_t kind) {
+  switch (kind) {
+    case LLMK_PLUGIN_ATTENTION: return LLMK_ATTENTION_API_VERSION;
+    case LLMK_PLUGIN_LINEAR: return LLMK_LINEAR_API_VERSION;
+    case LLMK_PLUGIN_KV_ALLOCATOR: return LLMK_KV_ALLOCATOR_API_VERSION;
+  }
+  return 0;
+}
+
+// The API table's own header (every kind's table starts with these two).
+struct ApiHeader {
+  uint32_t api_version;
+  uint32_t struct_size;
+};
+
+size_t expected_table_size(uint32_t kind) {
+  switch (kind) {
+    case LLMK_PLUGIN_ATTENTION: return sizeof(llmk_attention_api);
+    case LLMK_PLUGIN_LINEAR: return sizeof(llmk_linear_api);
+    case LLMK_PLUGIN_KV_ALLOCATOR: return sizeof(llmk_kv_allocator_api);
+  }
+  return 0;
+}
+
+// Every function pointer of the kind's table is set (the host calls them all).
+bool table_complete(uint32_t kind, const void* api) {
+  if (kind == LLMK_PLUGIN_ATTENTION) {
+    auto* t = static_cast<const llmk_attention_api*>(api);
+    return t->supports && t->create && t->destroy && t->forward;
+  }
+  if (kind == LLMK_PLUGIN_LINEAR) {
+    auto* t = static_cast<const llmk_linear_api*>(api);
+    return t->supports && t->create && t->destroy && t->forward && t->weight_bytes;
+  }
+  auto* t = static_cast<const llmk_kv_allocator_api*>(api);
+  return t->supports && t->create && t->destroy && t->reserve && t->extend && t->fork && t->free_seq &&
+         t->commit_tokens && t->block_table && t->block_size && t->usage;
+}
+
+std::string str_or_empty(const char* s) { return s ? s : ""; }
+
+// dlopen's own message: Boost.DLL reports only a generic error code.
+std::string dlopen_reason(const fs::path& file) {
+  dlerror();
+  void* handle = dlopen(file.c_str(), RTLD_LAZY | RTLD_LOCAL);
+  if (handle != nullptr) {
+    dlclose(handle);
+    return "failed to load";
+  }
+  const char* msg = dlerror();
+  return msg ? msg : "failed to load";
+}
+
+struct Expectation {
+  std::optional<std::string> name;  // checked when set
+  std::optional<uint32_t> kind;
+};
+
+// Loads one file and checks it. Returns the reason it was rejected, or
+// nothing with info, api and library filled.
+std::optional<std::string> open_plugin(const fs::path& file, const Expectation& want,
+                                              PluginInfo& info, const void*& api,
+                                              std::shared_ptr<LoadedLibrary>& library) {
+  std::error_code exists_ec;
+  if (!fs::exists(file, exists_ec)) return std::string("no such file");
+  boost::dll::shared_library lib;
+  boost::dll::fs::error_code ec;
+  lib.load(file, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local, ec);
+  if (ec || !lib.is_loaded()) return dlopen_reason(file);
+  if (!lib.has(kEntrySymbol)) return std::string("no entry symbol '") + kEntrySymbol + "' (not an llmk plugin)";
+  auto& entry = lib.get_alias<const llmk_plugin_info*()>(kEntrySymbol);
+  const llmk_plugin_info* raw = entry();
+  if (raw == nullptr) return std::string("entry point returned no plugin info");
+  // abi_version is the first field: readable whatever the plugin's struct layout.
+  if (raw->abi_version != LLMK_PLUGIN_ABI_VERSION) {
+    return "ABI version " + std::to_string(raw->abi_version) + ", engine expects " +
+           std::to_string(LLMK_PLUGIN_ABI_VERSION);
+  }
+  if (raw->struct_size < sizeof(llmk_plugin_info) || raw->struct_size > 65536) {
+    return "plugin info struct_size " + std::to_string(raw->struct_size) + " is not sane (engine's is " +
+           std::to_string(sizeof(llmk_plugin_info)) + ")";
+  }
+  const std::string name = str_or_empty(raw->name);
+  if (name.empty()) return std::string("plugin info has no name");
+  if (want.kind && raw->kind != *want.kind) {
+    return std::string("kind is ") + kind_name(raw->kind) + ", expected " + kind_name(*want.kind);
+  }
+  if (want.name && name != *want.name) return "plugin info names '" + name + "', expected '" + *want.name + "'";
+  const uint32_t want_api = expected_api_version(raw->kind);
+  if (want_api == 0) return "unknown plugin kind " + std::to_string(raw->kind);
+  if (raw->api_version != want_api) {
+    return std::string(kind_name(raw->kind)) + " API version " + std::to_string(raw->api_version) +
+           ", engine expects " + std::to_string(want_api);
+  }
+  if (raw->api == nullptr) return std::string("plugin info has no API table");
+  auto* header = static_cast<const ApiHeader*>(raw->api);
+  if (header->api_version != want_api) {
+    return "API table version " + std::to_string(header->api_version) + ", engine expects " +
+           std::to_string(want_api);
+  }
+  if (header->struct_size < expected_table_size(raw->kind) || header->struct_size > 65536) {
+    return "API table struct_size " + std::to_string(header->struct_size) + " is not sane (engine's is " +
+           std::to_string(expected_table_size(raw->kind)) + ")";
+  }
+  if (!table_complete(raw->kind, raw->api)) return std::string("API table has null function pointers");
+
+  info.name = name;
+  info.version = str_or_empty(raw->version);
+  info.description = str_or_empty(raw->description);
+  info.capabilities = raw->capabilities ? raw->capabilities : "{}";
+  info.kind = static_cast<llmk_plugin_kind>(raw->kind);
+  info.abi_version = raw->abi_version;
+  info.api_version = raw->api_version;
+  info.file = file;
+  api = raw->api;
+  library = std::make_shared<LoadedLibrary>(std::move(lib));
+  return std::nullopt;
+}
+
+std::string file_name_for(const std::string& plugin_name) {
+  std::string stem = plugin_name;
+  std::replace(stem.begin(), stem.end(), '.', '_');
+  return "libllmk_" + stem + ".so";
+}
+
+void add_dir(std::vector<fs::path>& dirs, const fs::path& dir) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  fs::path abs = fs::absolute(dir, ec).lexically_normal();
+  if (ec) abs = dir;
+  if (std::find(dirs.begin(), dirs.end(), abs) == dirs.end()) dirs.push_back(abs);
+}
+
+std::string status_name(int status) {
+  switch (status) {
+    case LLMK_OK: return "ok";
+    case LLMK_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case LLMK_ERR_UNSUPPORTED: return "unsupported";
+    case LLMK_ERR_OUT_OF_MEMORY: return "out of memory";
+    case LLMK_ERR_NO_SPACE: return "no space";
+    case LLMK_ERR_INTERNAL: return "internal error";
+  }
+  return "status " + std::to_string(status);
+}
+
+[[noreturn]] void throw_call_error(const PluginInfo& info, const char* what, int status, const llmk_error& err) {
+  std::string msg = "plugin '" + info.name + "' " + what + " failed (" + status_name(status) + ")";
+  if (err.message[0] != '\0') msg += ": " + std::string(err.message);
+  throw Error(ErrorCode::plugin, msg);
+}
+
+llmk_error blank_error() {
+  llmk_error err{};
+  err.status = LLMK_OK;
+  err.message[0] = '\0';
+  return err;
+}
+
+}  // namespace
+
+const llmk_attention_api& Plugin::attention() const {
+  if (info_.kind != LLMK_PLUGIN_ATTENTION || api_ == nullptr) {
+    throw Error(ErrorCode::plugin, "plugin '" + info_.name + "' is not an attention plugin");
+  }
+  return *static_cast<const llmk_attention_api*>(api_);
+}
+
+const llmk_linear_api& Plugin::linear() const {
+  if (info_.kind != LLMK_PLUGIN_LINEAR || api_ == nullptr) {
+    throw Error(ErrorCode::plugin, "plugin '" + info_.name + "' is not a linear plugin");
+  }
+  return *static_cast<const llmk_linear_api*>(api_);
+}
+
+const llmk_kv_allocator_api& Plugin::kv_allocator() const {
+  if (info_.kind != LLMK_PLUGIN_KV_ALLOCATOR || api_ == nullptr) {
+    throw Error(ErrorCode::plugin, "plugin '" + info_.name + "' is not a kv_allocator plugin");
+  }
+  return *static_cast<const llmk_kv_allocator_api*>(api_);
+}
+
+PluginRegistry::PluginRegistry(std::vector<fs::path> extra_search_path) {
+  if (const char* env = std::getenv("LLMK_PLUGIN_PATH")) {
+    std::stringstream ss(env);
+    std::string dir;
+    while (std::getline(ss, dir, ':')) add_dir(search_path_, dir);
+  }
+  for (const auto& dir : extra_search_path) add_dir(search_path_, dir);
+#ifdef LLMK_PLUGIN_BUILD_DIR
+  add_dir(search_path_, LLMK_PLUGIN_BUILD_DIR);
+#endif
+#ifdef LLMK_PLUGIN_INSTALL_DIR
+  add_dir(search_path_, LLMK_PLUGIN_INSTALL_DIR);
+#endif
+}
+
+Plugin PluginRegistry::load(const std::string& name, llmk_plugin_kind expected_kind) {
+  for (const auto& [loaded_name, plugin] : loaded_) {
+    if (loaded_name != name) continue;
+    if (plugin.info().kind != expected_kind) {
+      throw Error(ErrorCode::plugin, "plugin '" + name + "' is a " + kind_name(plugin.info().kind) +
+                                         " plugin, expected " + kind_name(expected_kind));
+    }
+    return plugin;
+  }
+  const std::string file_name = file_name_for(name);
+  std::vector<std::string> tried;
+  bool any_file = false;
+  for (const auto& dir : search_path_) {
+    const fs::path file = dir / file_name;
+    Plugin plugin;
+    auto reason = open_plugin(file, Expectation{name, static_cast<uint32_t>(expected_kind)}, plugin.info_,
+                              plugin.api_, plugin.library_);
+    if (!reason) {
+      for (const auto& t : tried) spdlog::warn("plugin '{}': skipped {}", name, t);
+      spdlog::debug("plugin '{}' {} loaded from {}", name, plugin.info_.version, file.string());
+      loaded_.emplace_back(name, plugin);
+      return plugin;
+    }
+    if (*reason != "no such file") any_file = true;
+    tried.push_back(file.string() + " (" + *reason + ")");
+  }
+  std::string msg = "plugin '" + name + "' " + (any_file ? "could not be loaded" : "not found") + "; tried: ";
+  for (size_t i = 0; i < tried.size(); ++i) msg += (i ? ", " : "") + tried[i];
+  if (tried.empty()) msg += "no directories (the search path is empty)";
+  throw Error(ErrorCode::plugin, msg);
+}
+
+std::vector<PluginRegistry::Found> PluginRegistry::discover() {
+  std::vector<Found> found;
+  for (const auto& dir : search_path_) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string fname = entry.path().filename().string();
+      if (fname.rfind("libllmk_", 0) == 0 && fname.size() > 11 && fname.ends_with(".so")) files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& file : files) {
+      Found f;
+      const void* api = nullptr;
+      std::shared_ptr<LoadedLibrary> library;
+      auto reason = open_plugin(file, Expectation{}, f.info, api, library);
+      if (!reason && file_name_for(f.info.name) != file.filename().string()) {
+        reason = "plugin info names '" + f.info.name + "', which would live in " + file_name_for(f.info.name);
+      }
+      if (reason) {
+        f.info.file = file;
+        f.error = *reason;
+      }
+      found.push_back(std::move(f));
+    }
+  }
+  return found;
+}
+
+// ---- RAII wrappers ------------------------------------------------------------
+
+namespace {
+
+template <class Api, class Desc>
+void* create_checked(const PluginInfo& info, const Api& api, const Desc& desc) {
+  char why[512] = {0};
+  if (!api.supports(&desc, why, sizeof(why))) {
+    throw Error(ErrorCode::plugin, "plugin '" + info.name + "' cannot serve this configuration: " +
+                                       (why[0] ? why : "no reason given"));
+  }
+  llmk_error err = blank_error();
+  void* self = api.create(&desc, &err);
+  if (self == nullptr) throw_call_error(info, "create", err.status == LLMK_OK ? LLMK_ERR_INTERNAL : err.status, err);
+  return self;
+}
+
+}  // namespace
+
+AttentionImpl::AttentionImpl(Plugin plugin, const llmk_attention_desc& desc) : plugin_(std::move(plugin)) {
+  self_ = create_checked(plugin_.info(), plugin_.attention(), desc);
+}
+
+AttentionImpl::~AttentionImpl() {
+  if (self_) plugin_.attention().destroy(self_);
+}
+
+void AttentionImpl::forward(const llmk_attention_args& args) {
+  llmk_error err = blank_error();
+  int status = plugin_.attention().forward(self_, &args, &err);
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "forward", status, err);
+}
+
+LinearImpl::LinearImpl(Plugin plugin, const llmk_linear_desc& desc) : plugin_(std::move(plugin)) {
+  self_ = create_checked(plugin_.info(), plugin_.linear(), desc);
+}
+
+LinearImpl::~LinearImpl() {
+  if (self_) plugin_.linear().destroy(self_);
+}
+
+void LinearImpl::forward(const float* x, float* y, uint32_t num_rows) {
+  llmk_error err = blank_error();
+  int status = plugin_.linear().forward(self_, x, y, num_rows, &err);
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "forward", status, err);
+}
+
+size_t LinearImpl::weight_bytes() const { return plugin_.linear().weight_bytes(self_); }
+
+KvAllocatorImpl::KvAllocatorImpl(Plugin plugin, const llmk_kv_allocator_desc& desc) : plugin_(std::move(plugin)) {
+  self_ = create_checked(plugin_.info(), plugin_.kv_allocator(), desc);
+}
+
+KvAllocatorImpl::~KvAllocatorImpl() {
+  if (self_) plugin_.kv_allocator().destroy(self_);
+}
+
+bool KvAllocatorImpl::reserve(const llmk_kv_reserve_args& args, uint32_t* num_cached_tokens) {
+  llmk_error err = blank_error();
+  uint32_t cached = 0;
+  int status = plugin_.kv_allocator().reserve(self_, &args, &cached, &err);
+  if (status == LLMK_ERR_NO_SPACE) return false;
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "reserve", status, err);
+  if (num_cached_tokens) *num_cached_tokens = cached;
+  return true;
+}
+
+bool KvAllocatorImpl::extend(uint64_t seq_id, uint32_t num_tokens, std::vector<llmk_kv_copy>& copies_out) {
+  // Our allocators return at most one copy per call; room for more costs nothing.
+  llmk_kv_copy copies[16];
+  uint32_t num_copies = 0;
+  llmk_error err = blank_error();
+  int status = plugin_.kv_allocator().extend(self_, seq_id, num_tokens, copies, 16, &num_copies, &err);
+  if (status == LLMK_ERR_NO_SPACE) return false;
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "extend", status, err);
+  if (num_copies > 16) {
+    throw Error(ErrorCode::plugin, "plugin '" + plugin_.info().name + "' extend reported " +
+                                       std::to_string(num_copies) + " copies, more than the 16 allowed");
+  }
+  copies_out.insert(copies_out.end(), copies, copies + num_copies);
+  return true;
+}
+
+bool KvAllocatorImpl::fork(uint64_t parent_id, uint64_t child_id) {
+  llmk_error err = blank_error();
+  int status = plugin_.kv_allocator().fork(self_, parent_id, child_id, &err);
+  if (status == LLMK_ERR_NO_SPACE) return false;
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "fork", status, err);
+  return true;
+}
+
+void KvAllocatorImpl::free_seq(uint64_t seq_id) { plugin_.kv_allocator().free_seq(self_, seq_id); }
+
+void KvAllocatorImpl::commit_tokens(uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n) {
+  plugin_.kv_allocator().commit_tokens(self_, seq_id, first, tokens, n);
+}
+
+uint32_t KvAllocatorImpl::block_table(uint64_t seq_id, std::vector<int32_t>& out) const {
+  const size_t old_size = out.size();
+  uint32_t n = plugin_.kv_allocator().block_table(self_, seq_id, nullptr, 0);
+  out.resize(old_size + n);
+  uint32_t written = plugin_.kv_allocator().block_table(self_, seq_id, out.data() + old_size, n);
+  out.resize(old_size + std::min(n, written));
+  return std::min(n, written);
+}
+
+uint32_t KvAllocatorImpl::block_size() const { return plugin_.kv_allocator().block_size(self_); }
+
+llmk_kv_usage KvAllocatorImpl::usage() const {
+  llmk_kv_usage u{};
+  plugin_.kv_allocator().usage(self_, &u);
+  return u;
+}
+
+}  // namespace llmk

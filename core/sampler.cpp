@@ -1,0 +1,363 @@
+#include "core/sampler.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/sampler_math.hpp"
+
+namespace llmk {
+
+using sampler_detail::exp_nonpositive;
+using sampler_detail::Scored;
+using sampler_detail::Weighted;
+
+namespace {
+
+// Rows of at least this many logits in total go to several threads: below
+// it, waking the OpenMP team costs more than it saves.
+constexpr int64_t kMinParallelLogits = 1 << 18;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) throw Error(ErrorCode::invalid_argument, "sampling parameter " + what);
+}
+
+bool is_greedy(const SamplingParams& p) { return p.temperature < kGreedyTemperature; }
+
+}  // namespace
+
+void validate_sampling_params(const SamplingParams& p) {
+  check(std::isfinite(p.temperature) && p.temperature >= 0.0f,
+        "temperature must be >= 0, got " + std::to_string(p.temperature));
+  check(p.top_k >= -1, "top_k must be >= 0 (0 or -1: off), got " + std::to_string(p.top_k));
+  check(p.top_p > 0.0f && p.top_p <= 1.0f, "top_p must be in (0, 1], got " + std::to_string(p.top_p));
+  check(p.min_p >= 0.0f && p.min_p <= 1.0f, "min_p must be in [0, 1], got " + std::to_string(p.min_p));
+  check(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f,
+        "repetition_penalty must be > 0, got " + std::to_string(p.repetition_penalty));
+  check(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f,
+        "presence_penalty must be in [-2, 2], got " + std::to_string(p.presence_penalty));
+  check(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f,
+        "frequency_penalty must be in [-2, 2], got " + std::to_string(p.frequency_penalty));
+  check(p.logprobs >= -1 && p.logprobs <= kMaxLogprobs,
+        "logprobs must be in [-1, " + std::to_string(kMaxLogprobs) + "], got " + std::to_string(p.logprobs));
+  check(p.n >= 1, "n must be >= 1, got " + std::to_string(p.n));
+}
+
+uint64_t resolve_seed(const std::optional<uint64_t>& seed) {
+  if (seed) return *seed;
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+double sampler_uniform(uint64_t seed, uint32_t sample_index, uint64_t step) {
+  using sampler_detail::mix64;
+  const uint64_t h = mix64(mix64(mix64(seed) ^ sample_index) ^ step);
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+struct Sampler::Scratch {
+  std::vector<float> logits;     // [vocab] processed logits
+  std::vector<float> weights;    // [vocab] exp(logit - max), when the whole vocabulary is needed
+  std::vector<int32_t> counts;   // [vocab] all zero between rows
+  std::vector<uint8_t> seen;     // [vocab] all zero between rows
+  std::vector<Weighted> candidates;
+  std::vector<Scored> top;       // top-k selection, logprob listing
+
+  explicit Scratch(int32_t vocab) : logits(vocab), weights(vocab), counts(vocab, 0), seen(vocab, 0) {}
+};
+
+Sampler::Sampler(int32_t vocab_size, int32_t max_threads) : vocab_size_(vocab_size) {
+  if (vocab_size <= 0) throw Error(ErrorCode::invalid_argument, "sampler vocab_size must be > 0");
+  num_threads_ = max_threads > 0 ? max_threads : std::max(1, omp_get_max_threads());
+  for (int32_t t = 0; t < num_threads_; ++t) scratch_.push_back(std::make_unique<Scratch>(vocab_size));
+}
+
+Sampler::~Sampler() = default;
+
+namespace {
+
+// Steps 1-3 of the header. Returns the processed logits: row.logits itself
+// when nothing changes them, else `logits` (scratch) filled. [vocab]
+const float* process(const SamplerRow& row, int32_t vocab, std::vector<float>& logits, std::vector<int32_t>& counts,
+                     std::vector<uint8_t>& seen) {
+  const SamplingParams& p = *row.params;
+  const bool penalize = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+  const bool scale = !is_greedy(p) && p.temperature != 1.0f;
+  if (!penalize && !scale) return row.logits;
+
+  const float* raw = row.logits;  // [vocab]
+  float* z = logits.data();       // [vocab]
+  if (scale) {
+    const float t = p.temperature;
+#pragma omp simd
+    for (int32_t i = 0; i < vocab; ++i) z[i] = raw[i] / t;
+  } else {
+    std::memcpy(z, raw, sizeof(float) * static_cast<size_t>(vocab));
+  }
+  if (!penalize) return z;
+
+  // Each distinct history token is recomputed from its raw logit: penalties
+  // first (in double), then the temperature.
+  const bool count = p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+  const auto valid = [vocab](int32_t id) { return id >= 0 && id < vocab; };
+  if (count) {
+    for (int32_t id : row.generated_ids) if (valid(id)) ++counts[id];
+  }
+  const double penalty = p.repetition_penalty;
+  const auto touch = [&](int32_t id) {
+    if (!valid(id) || seen[id]) return;
+    seen[id] = 1;
+    double v = raw[id];
+    if (penalty != 1.0) v = v > 0 ? v / penalty : v * penalty;
+    if (counts[id] > 0) {
+      v -= static_cast<double>(p.frequency_penalty) * counts[id] + static_cast<double>(p.presence_penalty);
+    }
+    z[id] = static_cast<float>(scale ? v / p.temperature : v);
+  };
+  for (int32_t id : row.prompt_ids) touch(id);
+  for (int32_t id : row.generated_ids) touch(id);
+  // Leave the scratch all zero for the next row.
+  for (int32_t id : row.prompt_ids) if (valid(id)) seen[id] = 0;
+  for (int32_t id : row.generated_ids) if (valid(id)) seen[id] = 0, counts[id] = 0;
+  return z;
+}
+
+float max_of(const float* z, int32_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int32_t i = 0; i < n; ++i) m = std::max(m, z[i]);
+  return m;
+}
+
+// The first index holding the maximum m: ties go to the lowest id. Blocks are
+// scanned with SIMD for the maximum, then one block element by element.
+int32_t argmax(const float* z, int32_t n, float m) {
+  constexpr int32_t kBlock = 256;
+  for (int32_t begin = 0; begin < n; begin += kBlock) {
+    const int32_t end = std::min(n, begin + kBlock);
+    if (max_of(z + begin, end - begin) == m) {
+      for (int32_t i = begin; i < end; ++i) {
+        if (z[i] == m) return i;
+      }
+    }
+  }
+  return 0;  // every logit NaN
+}
+
+// Fills w[i] = exp(z[i] - m) and returns their sum.
+double fill_weights(const float* z, int32_t n, float m, float* w) {
+#pragma omp simd
+  for (int32_t i = 0; i < n; ++i) w[i] = exp_nonpositive(z[i] - m);
+  double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+  for (int32_t i = 0; i < n; ++i) sum += w[i];
+  return sum;
+}
+
+// The first i with w[0] + ... + w[i] > target, or -1. Whole blocks are
+// summed with SIMD first, so only one block is walked element by element.
+int32_t draw_from_all(const float* w, int32_t n, double target) {
+  constexpr int32_t kBlock = 256;
+  double cumulative = 0.0;
+  for (int32_t begin = 0; begin < n; begin += kBlock) {
+    const int32_t end = std::min(n, begin + kBlock);
+    double block = 0.0;
+#pragma omp simd reduction(+ : block)
+    for (int32_t i = begin; i < end; ++i) block += w[i];
+    if (cumulative + block > target) {
+      for (int32_t i = begin; i < end; ++i) {
+        cumulative += w[i];
+        if (cumulative > target) return i;
+      }
+      return end - 1;  // the block's own rounding: its last token
+    }
+    cumulative += block;
+  }
+  return -1;
+}
+
+// Steps 4-6: leaves the tokens to draw from in `cand` (in no particular
+// order), or returns false when no truncation applies (draw from the whole
+// vocabulary). `w` and `total` (weights exp(z - m) and their sum) must be
+// filled when top-p applies without top-k.
+bool truncate(const SamplingParams& p, const float* z, const float* w, int32_t vocab, float m, double total,
+              std::vector<Scored>& top, std::vector<Weighted>& cand) {
+  const bool use_top_k = p.top_k > 0 && p.top_k < vocab;
+  const bool use_top_p = p.top_p < 1.0f;
+  const bool use_min_p = p.min_p > 0.0f;
+  if (!use_top_k && !use_top_p && !use_min_p) return false;
+  const float min_p_threshold = use_min_p ? m + std::log(p.min_p) : -std::numeric_limits<float>::infinity();
+  cand.clear();
+
+  if (use_top_k) {
+    // k best, best first; top-p is then a walk down the prefix.
+    sampler_detail::select_top_k(z, vocab, p.top_k, top);
+    double mass = 0.0;
+    for (const auto& t : top) {
+      cand.push_back({t.logit, exp_nonpositive(t.logit - m), t.id});
+      mass += cand.back().weight;
+    }
+    if (use_top_p) {
+      const double target = static_cast<double>(p.top_p) * mass;
+      double cumulative = 0.0;
+      size_t keep = 0;
+      while (keep < cand.size()) {
+        cumulative += cand[keep++].weight;
+        if (cumulative >= target) break;
+      }
+      cand.resize(std::max<size_t>(keep, 1));
+    }
+  } else if (use_top_p) {
+    // The top-p set lies within {z >= m - margin} as soon as that set's mass
+    // reaches top_p: every token outside is less likely than every token in.
+    // Grow the margin until it does, then select by mass without sorting.
+    const double target = static_cast<double>(p.top_p) * total;
+    for (float margin = 8.0f;; margin *= 2.0f) {
+      cand.clear();
+      double mass = 0.0;
+      const float threshold = margin > 100.0f ? -std::numeric_limits<float>::infinity() : m - margin;
+      for (int32_t i = 0; i < vocab; ++i) {
+        if (z[i] >= threshold && w[i] > 0.0f) {
+          cand.push_back({z[i], w[i], i});
+          mass += w[i];
+        }
+      }
+      if (mass >= target || margin > 100.0f) break;
+    }
+    cand.resize(std::max<size_t>(sampler_detail::select_top_mass(cand, target), 1));
+  } else {
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (z[i] >= min_p_threshold) cand.push_back({z[i], exp_nonpositive(z[i] - m), i});
+    }
+  }
+  // min-p: probabilities relative to the best token do not change under
+  // renormalisation, so it is a threshold on the logit. The best token
+  // (logit m) always passes.
+  if (use_min_p) std::erase_if(cand, [&](const Weighted& c) { return c.logit < min_p_threshold; });
+  return true;
+}
+
+}  // namespace
+
+void Sampler::sample_row(const SamplerRow& row, Scratch& s, SampledToken& out) const {
+  const SamplingParams& p = *row.params;
+  const int32_t vocab = vocab_size_;
+  const float* z = process(row, vocab, s.logits, s.counts, s.seen);  // [vocab]
+  const bool want_logprobs = p.logprobs >= 0;
+  const bool greedy = is_greedy(p);
+
+  const float m = max_of(z, vocab);
+  double total = 0.0;  // sum of exp(z - m) over the vocabulary, once computed
+  bool have_weights = false;
+  auto ensure_weights = [&] {
+    if (!have_weights) {
+      total = fill_weights(z, vocab, m, s.weights.data());
+      have_weights = true;
+    }
+  };
+
+  if (greedy) {
+    out.token_id = argmax(z, vocab, m);
+  } else {
+    const bool top_p_alone = p.top_p < 1.0f && !(p.top_k > 0 && p.top_k < vocab);
+    if (want_logprobs || top_p_alone) ensure_weights();
+    const double u = sampler_uniform(row.seed, row.sample_index, row.generated_ids.size());
+    if (truncate(p, z, s.weights.data(), vocab, m, total, s.top, s.candidates)) {
+      double mass = 0.0;
+      for (const auto& c : s.candidates) mass += c.weight;
+      const double target = u * mass;
+      double cumulative = 0.0;
+      out.token_id = argmax(z, vocab, m);  // should rounding leave the target unreached
+      for (const auto& c : s.candidates) {
+        cumulative += c.weight;
+        if (cumulative > target) {
+          out.token_id = c.id;
+          break;
+        }
+      }
+    } else {
+      ensure_weights();
+      out.token_id = draw_from_all(s.weights.data(), vocab, u * total);
+      if (out.token_id < 0) out.token_id = argmax(z, vocab, m);  // rounding left the target unreached
+    }
+  }
+
+  out.has_logprobs = want_logprobs;
+  out.logprobs.top.clear();
+  if (want_logprobs) {
+    ensure_weights();
+    const double log_normalizer = static_cast<double>(m) + std::log(total);
+    out.logprobs.token_id = out.token_id;
+    out.logprobs.logprob = static_cast<float>(static_cast<double>(z[out.token_id]) - log_normalizer);
+    if (p.logprobs > 0) {
+      sampler_detail::select_top_k(z, vocab, p.logprobs, s.top);
+      for (const auto& t : s.top) {
+        out.logprobs.top.emplace_back(t.id, static_cast<float>(static_cast<double>(t.logit) - log_normalizer));
+      }
+    }
+  }
+}
+
+void Sampler::sample(std::span<const SamplerRow> rows, std::span<SampledToken> out) {
+  if (out.size() < rows.size()) {
+    throw Error(ErrorCode::invalid_argument, "sampler: " + std::to_string(out.size()) + " outputs for " +
+                                                 std::to_string(rows.size()) + " rows");
+  }
+  for (const auto& row : rows) {
+    if (row.logits == nullptr || row.params == nullptr) {
+      throw Error(ErrorCode::invalid_argument, "sampler: a row without logits or params");
+    }
+  }
+  const int64_t num_rows = static_cast<int64_t>(rows.size());
+  const bool parallel = num_threads_ > 1 && num_rows > 1 && num_rows * vocab_size_ >= kMinParallelLogits;
+  if (!parallel) {
+    for (int64_t i = 0; i < num_rows; ++i) sample_row(rows[i], *scratch_[0], out[i]);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads_)
+  for (int64_t i = 0; i < num_rows; ++i) {
+    sample_row(rows[i], *scratch_[omp_get_thread_num()], out[i]);
+  }
+}
+
+SampledToken Sampler::sample_one(const SamplerRow& row) {
+  SampledToken out;
+  sample(std::span<const SamplerRow>(&row, 1), std::span<SampledToken>(&out, 1));
+  return out;
+}
+
+void Sampler::processed_logits(const SamplerRow& row, std::span<float> out) {
+  Scratch& s = *scratch_[0];
+  const float* z = process(row, vocab_size_, s.logits, s.counts, s.seen);
+  std::copy_n(z, std::min<size_t>(out.size(), static_cast<size_t>(vocab_size_)), out.begin());
+}
+
+std::vector<int32_t> Sampler::candidates(const SamplerRow& row) {
+  Scratch& s = *scratch_[0];
+  const int32_t vocab = vocab_size_;
+  const float* z = process(row, vocab, s.logits, s.counts, s.seen);  // [vocab]
+  std::vector<int32_t> ids;
+  const float m = max_of(z, vocab);
+  if (is_greedy(*row.params)) {
+    ids.push_back(argmax(z, vocab, m));
+    return ids;
+  }
+  const double total = fill_weights(z, vocab, m, s.weights.data());
+  if (!truncate(*row.params, z, s.weights.data(), vocab, m, total, s.top, s.candidates)) {
+    s.candidates.clear();
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (s.weights[i] > 0.0f) s.candidates.push_back({z[i], s.weights[i], i});
+    }
+  }
+  std::sort(s.candidates.begin(), s.candidates.end(),
+            [](const Weighted& a, const Weighted& b) { return sampler_detail::better(a, b); });
+  for (const auto& c : s.candidates) ids.push_back(c.id);
+  return ids;
+}
+
+}  // namespace llmk

@@ -1,0 +1,97 @@
+// Token sampling, once per step over a batch of logits rows.
+//
+// Per row, in this order (HF and vLLM agree on it):
+//   1. repetition penalty over the distinct tokens of prompt + generated
+//      (HF: a positive logit is divided by the penalty, a negative one multiplied);
+//   2. frequency and presence penalties over the generated tokens (OpenAI:
+//      logit -= frequency * count + presence * (count > 0));
+//   3. temperature: logits / T; T < kGreedyTemperature means greedy (argmax,
+//      ties to the lowest id), and steps 4-6 are skipped;
+//   4. top-k: the k best tokens (ties to the lowest id);
+//   5. top-p: the shortest run of those, best first, whose probability
+//      (renormalised over the top-k set) sums to at least top_p;
+//   6. min-p: of those, the tokens with probability >= min_p * the best one's;
+//   7. one draw from what is left, proportional to exp(logit / T).
+//
+// Logprobs are the log-softmax over the whole vocabulary of the logits after
+// steps 1-3 (penalties and temperature; greedy rows use T = 1), before the
+// truncation of steps 4-6: every listed logprob is finite, and with no
+// penalties and T = 1 they are the model's own distribution. (vLLM returns
+// the raw model distribution by default.)
+//
+// Randomness is counter-based: the draw for a sample's g-th generated token
+// is a hash of (seed, sample index, g), so a seeded request gives the same
+// tokens whatever else shares its batches, and after a preemption.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/request.hpp"
+
+namespace llmk {
+
+constexpr float kGreedyTemperature = 1e-5f;  // below this, sampling is greedy
+constexpr int32_t kMaxLogprobs = 20;         // most top logprobs a request may ask for
+
+// Throws Error(invalid_argument) naming the field when a value is out of
+// range. Call when a request arrives; the Sampler assumes valid params.
+void validate_sampling_params(const SamplingParams& params);
+
+// The request's seed, or a fresh random one when it has none. Called once
+// per request; its samples share it and differ by sample index.
+uint64_t resolve_seed(const std::optional<uint64_t>& seed);
+
+// The uniform number in [0, 1) behind a sample's draw at `step`.
+double sampler_uniform(uint64_t seed, uint32_t sample_index, uint64_t step);
+
+struct SamplerRow {
+  const float* logits = nullptr;            // [vocab_size] raw model logits, read only
+  const SamplingParams* params = nullptr;
+  std::span<const int32_t> prompt_ids;      // for the repetition penalty
+  std::span<const int32_t> generated_ids;   // this sample's tokens so far; its size is the step
+  uint64_t seed = 0;                        // from resolve_seed
+  uint32_t sample_index = 0;                // 0..n-1
+};
+
+struct SampledToken {
+  int32_t token_id = -1;
+  bool has_logprobs = false;  // params->logprobs >= 0
+  TokenLogprob logprobs;      // chosen token's logprob, then the top params->logprobs
+};
+
+class Sampler {
+ public:
+  // max_threads: OpenMP threads for large batches (0 = OpenMP's default).
+  explicit Sampler(int32_t vocab_size, int32_t max_threads = 0);
+  ~Sampler();
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+
+  // Samples every row; out[i] belongs to rows[i] (out.size() >= rows.size()).
+  // Reusing `out` across steps reuses the logprob vectors' storage. Rows are
+  // spread over threads when the batch is large enough to pay for it.
+  void sample(std::span<const SamplerRow> rows, std::span<SampledToken> out);
+  SampledToken sample_one(const SamplerRow& row);
+
+  // For tests and debugging. The logits after penalties and temperature
+  // (steps 1-3). [vocab_size]
+  void processed_logits(const SamplerRow& row, std::span<float> out);
+  // The tokens step 7 draws from, best first (the argmax alone when greedy).
+  std::vector<int32_t> candidates(const SamplerRow& row);
+
+  int32_t vocab_size() const { return vocab_size_; }
+
+ private:
+  struct Scratch;
+  void sample_row(const SamplerRow& row, Scratch& scratch, SampledToken& out) const;
+
+  int32_t vocab_size_;
+  int32_t num_threads_;
+  std::vector<std::unique_ptr<Scratch>> scratch_;  // one per thread
+};
+
+}  // namespace llmk

@@ -1,0 +1,201 @@
+// `llmk info` end to end: the built binary on the shared model, on dummy
+// presets, and on broken model directories (clear message, exit status 1,
+// no crash).
+#include <catch2/catch.hpp>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+
+#include "core/safetensors_writer.hpp"
+
+using namespace llmk;
+using namespace llmk::test;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kStories = fs::path(LLMK_SHARED_DIR) / "models" / "stories260K";
+
+struct RunResult {
+  int exit_code = -1;  // -1: killed by a signal (a crash)
+  std::string out;
+  std::string err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') q.append("'\\''");
+    else q.push_back(c);
+  }
+  q.push_back('\'');
+  return q;
+}
+
+RunResult run_llmk(const std::vector<std::string>& args) {
+  TempDir tmp;
+  std::string cmd = quote((fs::path(LLMK_BINARY_DIR) / "bin" / "llmk").string());
+  for (const auto& a : args) cmd.append(" ").append(quote(a));
+  cmd.append(" >").append(quote((tmp.path() / "out").string()));
+  cmd.append(" 2>").append(quote((tmp.path() / "err").string()));
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  r.out = read_file(tmp.path() / "out");
+  r.err = read_file(tmp.path() / "err");
+  return r;
+}
+
+nlohmann::json info_json(std::vector<std::string> args) {
+  args.insert(args.begin(), "info");
+  args.push_back("--json");
+  const RunResult r = run_llmk(args);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("llmk info describes stories260K", "[cli][info]") {
+  const RunResult r = run_llmk({"info", "--model", kStories.string()});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("LlamaForCausalLM") && Contains("260032") && Contains("num_key_value_heads"));
+}
+
+TEST_CASE("llmk info --json reports sizes that follow from the config", "[cli][info]") {
+  const auto d = info_json({"--model", kStories.string()});
+  CHECK(d["load_format"] == "safetensors");
+  CHECK(d["architecture"] == "LlamaForCausalLM");
+  CHECK(d["config"]["hidden_size"] == 64);
+  CHECK(d["config"]["num_key_value_heads"] == 4);
+  CHECK(d["config"]["eos_token_id"] == nlohmann::json::array({2}));
+  CHECK(d["num_parameters"] == 260032);
+  CHECK(d["num_parameters_in_tensors"] == 260032);
+  CHECK(d["weight_bytes"] == fs::file_size(kStories / "model.safetensors") - 8 - 4856);  // data after the header
+  CHECK(d["weight_dtype"] == "f32");
+  CHECK(d["kv_bytes_per_token"]["f32"] == 2 * 5 * 4 * 8 * 4);
+  CHECK(d["kv_bytes_per_token"]["i8"] == 2 * 5 * 4 * 8 + 2 * 5 * 4 * 4);
+  CHECK(d["max_seq_len"] == 512);
+  CHECK(d["kv_bytes_per_sequence"]["f32"] == 1280 * 512);
+  CHECK(d["tokenizer"] == (kStories / "tokenizer.model").string());
+}
+
+TEST_CASE("llmk info follows --set for the KV figures", "[cli][info]") {
+  const auto d = info_json({"--model", kStories.string(), "--set", "kv_cache.group_size=4", "--set",
+                            "kv_cache.max_seq_len=100"});
+  CHECK(d["kv_group_size"] == 4);
+  CHECK(d["kv_bytes_per_token"]["i8"] == 2 * 5 * 4 * 8 + 2 * 5 * 4 * 2 * 4);
+  CHECK(d["kv_bytes_per_sequence"]["f32"] == 1280 * 100);
+}
+
+TEST_CASE("llmk info describes dummy presets without a model directory", "[cli][info]") {
+  const auto d = info_json({"--load-format", "dummy", "--preset", "tinyllama-1.1b"});
+  CHECK(d["load_format"] == "dummy");
+  CHECK(d["num_parameters"] == 1100048384);
+  CHECK(d["weight_bytes"] == 2 * 1100048384LL);
+  CHECK(d["weight_dtype"] == "f16");
+  CHECK(d["kv_bytes_per_token"]["f32"] == 45056);
+  const auto auto_format = info_json({"--preset", "llama3-8b"});
+  CHECK(auto_format["load_format"] == "dummy");
+  CHECK(auto_format["num_parameters"] == 8030261248LL);
+  CHECK(auto_format["config"]["rope_theta"] == 500000.0);
+}
+
+TEST_CASE("llmk info on broken model directories exits 1 with the file and tensor named", "[cli][info]") {
+  struct Case {
+    const char* what;
+    std::function<void(const fs::path&, std::vector<TensorSpec>&)> breakit;
+    std::vector<std::string> expect;
+  };
+  const std::vector<Case> cases = {
+      {"truncated file",
+       [](const fs::path& d, auto&) { write_file(d / "model.safetensors", "abc"); },
+       {"model.safetensors", "shorter than the 8-byte"}},
+      {"header not JSON",
+       [](const fs::path& d, auto&) { write_file(d / "model.safetensors", safetensors_bytes("{oops", "")); },
+       {"model.safetensors", "not valid JSON"}},
+      {"missing tensor",
+       [](const fs::path& d, std::vector<TensorSpec>& t) {
+         std::erase_if(t, [](const TensorSpec& x) { return x.name == "model.embed_tokens.weight"; });
+         write_safetensors(d / "model.safetensors", t);
+       },
+       {"model.safetensors: tensor 'model.embed_tokens.weight': missing"}},
+      {"wrong shape",
+       [](const fs::path& d, std::vector<TensorSpec>& t) {
+         for (auto& x : t)
+           if (x.name == "model.layers.1.mlp.up_proj.weight") x.shape = {16, 40};
+         write_safetensors(d / "model.safetensors", t);
+       },
+       {"tensor 'model.layers.1.mlp.up_proj.weight'", "does not match"}},
+      {"bad config value",
+       [](const fs::path& d, auto&) {
+         auto j = config_json(tiny_llama_config());
+         j["num_key_value_heads"] = 3;
+         write_config_json(d, j);
+       },
+       {"config.json", "num_key_value_heads=3 does not divide num_attention_heads=4"}},
+      {"rope scaling",
+       [](const fs::path& d, auto&) {
+         auto j = config_json(tiny_llama_config());
+         j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}};
+         write_config_json(d, j);
+       },
+       {"config.json", "rope_scaling of type 'yarn'"}},
+      {"config not JSON", [](const fs::path& d, auto&) { write_file(d / "config.json", "{,}"); },
+       {"config.json", "not valid JSON"}},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    TempDir dir;
+    auto tensors = write_model_dir(dir.path(), tiny_llama_config(), 1);
+    c.breakit(dir.path(), tensors);
+    const RunResult r = run_llmk({"info", "--model", dir.path().string()});
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    for (const auto& e : c.expect) CHECK_THAT(r.err, Contains(e));
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("llmk info on a sharded directory with a missing shard exits 1", "[cli][info]") {
+  TempDir dir;
+  write_sharded_model_dir(dir.path(), tiny_llama_config(), 1, 2);
+  CHECK(run_llmk({"info", "--model", dir.path().string()}).exit_code == 0);
+  fs::remove(dir.path() / "model-00001-of-00002.safetensors");
+  const RunResult r = run_llmk({"info", "--model", dir.path().string()});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("model.safetensors.index.json") && Contains("model-00001-of-00002.safetensors"));
+}
+
+TEST_CASE("llmk info refuses bad options with the key named", "[cli][info]") {
+  RunResult r = run_llmk({"info"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("--model"));
+
+  r = run_llmk({"info", "--model", "/nonexistent/model"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("/nonexistent/model"));
+
+  r = run_llmk({"info", "--preset", "llama-110m", "--set", "scheduler.max_num_seq=4"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("unknown key 'scheduler.max_num_seq'") && Contains("max_num_seqs"));
+
+  r = run_llmk({"info", "--preset", "llama-110m", "--set", "kv_cache.block_size=3"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("kv_cache.block_size") && Contains("8 to 256"));
+
+  TempDir dir;
+  write_file(dir.path() / "c.yaml", "kv_cache:\n  dtype: i4\n");
+  r = run_llmk({"info", "--preset", "llama-110m", "--config", (dir.path() / "c.yaml").string()});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("c.yaml") && Contains("kv_cache.dtype"));
+
+  r = run_llmk({"info", "--load-format", "pickle"});
+  CHECK(r.exit_code != 0);
+  CHECK(r.exit_code != -1);
+}

@@ -1,0 +1,276 @@
+#include "kv_harness.hpp"
+
+namespace kvtest {
+
+void Harness::write(uint64_t id, uint32_t from) {
+  const ShadowSeq& seq = live_.at(id);
+  const auto t = table(id);
+  for (uint32_t p = from; p < seq.tokens.size(); ++p) {
+    const uint32_t s = slot(t, p);
+    REQUIRE(s < kv_.size());
+    kv_[s] = SlotValue{seq.prefix[p], seq.tokens[p]};
+  }
+  const uint32_t n = static_cast<uint32_t>(seq.tokens.size()) - from;
+  if (n > 0) alloc_.commit_tokens(id, from, seq.tokens.data() + from, n);
+}
+
+void Harness::apply(const std::vector<llmk_kv_copy>& copies) {
+  for (const auto& c : copies) {
+    REQUIRE(c.num_slots > 0);
+    REQUIRE(c.src_slot >= 0);
+    REQUIRE(c.dst_slot >= 0);
+    REQUIRE(static_cast<size_t>(c.src_slot + c.num_slots) <= kv_.size());
+    REQUIRE(static_cast<size_t>(c.dst_slot + c.num_slots) <= kv_.size());
+    // Hosts may copy with memcpy: source and destination never overlap.
+    REQUIRE((c.src_slot + c.num_slots <= c.dst_slot || c.dst_slot + c.num_slots <= c.src_slot));
+    std::copy(kv_.begin() + c.src_slot, kv_.begin() + c.src_slot + c.num_slots, kv_.begin() + c.dst_slot);
+  }
+}
+
+bool Harness::reserve(uint64_t id, const std::vector<int32_t>& tokens, uint32_t max_total, uint32_t* cached_out) {
+  const auto before = alloc_.usage();
+  llmk_kv_reserve_args args{id, tokens.data(), static_cast<uint32_t>(tokens.size()), max_total};
+  uint32_t cached = 12345;
+  if (!alloc_.reserve(args, &cached)) {
+    REQUIRE(same_usage(before, alloc_.usage()));  // all or nothing
+    REQUIRE(table(id).empty());
+    return false;
+  }
+  const uint32_t n = static_cast<uint32_t>(tokens.size());
+  REQUIRE(cached < n);  // at least one token is computed
+  if (kind_ == Kind::paged) {
+    REQUIRE(cached % alloc_.block_size() == 0);
+  } else {
+    REQUIRE(cached == 0);
+  }
+  ShadowSeq seq;
+  seq.tokens = tokens;
+  seq.max_total = max_total;
+  uint64_t h = 0;
+  for (int32_t t : tokens) seq.prefix.push_back(h = next_prefix(h, t));
+  live_[id] = seq;
+  // A hit must already hold exactly this prefix's K/V.
+  const auto t = table(id);
+  for (uint32_t p = 0; p < cached; ++p) {
+    const SlotValue& v = kv_[slot(t, p)];
+    REQUIRE(v.prefix == seq.prefix[p]);
+    REQUIRE(v.token == seq.tokens[p]);
+  }
+  write(id, cached);
+  if (kind_ == Kind::paged && prefix_caching_) {
+    expected_.prefix_query_tokens += n;
+    expected_.prefix_hit_tokens += cached;
+  }
+  if (cached_out) *cached_out = cached;
+  return true;
+}
+
+bool Harness::extend(uint64_t id, const std::vector<int32_t>& new_tokens) {
+  ShadowSeq& seq = live_.at(id);
+  const uint32_t old_len = static_cast<uint32_t>(seq.tokens.size());
+  const uint32_t new_len = old_len + static_cast<uint32_t>(new_tokens.size());
+  const uint32_t bs = alloc_.block_size();
+  const auto before = alloc_.usage();
+  const auto old_table = table(id);
+  // Paged: writing into a partial last block that another sequence shares
+  // must copy it first.
+  bool shared_partial = false;
+  if (kind_ == Kind::paged && old_len % bs != 0 && new_len > old_len) {
+    for (const auto& [other, s] : live_) {
+      if (other == id) continue;
+      const auto ot = table(other);
+      if (std::find(ot.begin(), ot.end(), old_table.back()) != ot.end()) shared_partial = true;
+    }
+  }
+  std::vector<llmk_kv_copy> copies;
+  if (!alloc_.extend(id, new_len, copies)) {
+    REQUIRE(copies.empty());
+    REQUIRE(same_usage(before, alloc_.usage()));
+    REQUIRE(table(id) == old_table);
+    return false;
+  }
+  const auto new_table = table(id);
+  switch (kind_) {
+    case Kind::paged:
+      REQUIRE(copies.size() == (shared_partial ? 1u : 0u));
+      if (shared_partial) {
+        REQUIRE(copies[0].src_slot == old_table.back());
+        REQUIRE(copies[0].dst_slot == new_table[old_len / bs]);
+        REQUIRE(copies[0].num_slots == static_cast<int32_t>(old_len % bs));
+        ++expected_.cow_copies;
+      }
+      // Full blocks never move.
+      for (uint32_t i = 0; i < old_len / bs; ++i) REQUIRE(new_table[i] == old_table[i]);
+      break;
+    case Kind::contiguous:
+      REQUIRE(new_table == old_table);
+      REQUIRE(copies.size() == (seq.readable ? 0u : 1u));
+      break;
+    case Kind::vm: {
+      const bool relocated = new_table[0] != old_table[0];
+      REQUIRE(copies.size() == ((relocated || !seq.readable) ? 1u : 0u));
+      if (relocated) ++expected_.relocations;
+      if (!copies.empty()) {
+        REQUIRE(copies[0].dst_slot == new_table[0]);
+        REQUIRE(copies[0].num_slots == static_cast<int32_t>(old_len));
+      }
+      break;
+    }
+  }
+  apply(copies);
+  seq.readable = true;
+  uint64_t h = seq.prefix.empty() ? 0 : seq.prefix.back();
+  for (int32_t t : new_tokens) {
+    seq.tokens.push_back(t);
+    seq.prefix.push_back(h = next_prefix(h, t));
+  }
+  write(id, old_len);
+  return true;
+}
+
+bool Harness::fork(uint64_t parent, uint64_t child) {
+  const auto before = alloc_.usage();
+  if (!alloc_.fork(parent, child)) {
+    REQUIRE(same_usage(before, alloc_.usage()));
+    return false;
+  }
+  ShadowSeq seq = live_.at(parent);
+  if (kind_ != Kind::paged) seq.readable = false;  // its K/V arrives with its first extend's copy
+  live_[child] = seq;
+  return true;
+}
+
+ShadowSeq Harness::free(uint64_t id) {
+  ShadowSeq seq = live_.at(id);
+  live_.erase(id);
+  alloc_.free_seq(id);
+  REQUIRE(table(id).empty());
+  return seq;
+}
+
+void Harness::check() const {
+  const auto u = alloc_.usage();
+  const uint32_t bs = alloc_.block_size();
+  REQUIRE(u.num_seqs == live_.size());
+  REQUIRE(u.total_slots <= kv_.size());
+  REQUIRE(u.reserved_slots <= u.total_slots);
+  REQUIRE(u.cached_free_slots <= u.reserved_slots);
+  REQUIRE(u.largest_free_run <= u.total_slots - u.reserved_slots);
+
+  std::unordered_map<uint32_t, uint64_t> owner;  // slot -> prefix it must hold
+  std::set<int32_t> blocks;
+  uint64_t sum_lengths = 0;
+  for (const auto& [id, seq] : live_) {
+    const auto t = table(id);
+    const uint32_t len = static_cast<uint32_t>(seq.tokens.size());
+    sum_lengths += len;
+    REQUIRE(t.size() == (kind_ == Kind::paged ? (len + bs - 1) / bs : 1u));
+    blocks.insert(t.begin(), t.end());
+    for (uint32_t p = 0; p < len; ++p) {
+      const uint32_t s = slot(t, p);
+      REQUIRE(s < u.total_slots);
+      auto [it, fresh] = owner.emplace(s, seq.prefix[p]);
+      if (!fresh) {
+        // Only paged allocators share slots, and only between sequences
+        // whose K/V there is the same.
+        REQUIRE(kind_ == Kind::paged);
+        REQUIRE(it->second == seq.prefix[p]);
+      }
+      if (seq.readable) {
+        REQUIRE(kv_[s].prefix == seq.prefix[p]);
+        REQUIRE(kv_[s].token == seq.tokens[p]);
+      }
+    }
+  }
+  if (kind_ == Kind::paged) {
+    REQUIRE(u.used_slots == owner.size());
+    const uint64_t live_reserved = u.reserved_slots - u.cached_free_slots;
+    REQUIRE(live_reserved == blocks.size() * bs);
+    // At most one partially filled block per sequence.
+    REQUIRE(live_reserved - u.used_slots <= live_.size() * (bs - 1));
+  } else {
+    REQUIRE(u.used_slots == sum_lengths);
+    REQUIRE(u.cached_free_slots == 0);
+  }
+  if (kind_ == Kind::contiguous) REQUIRE(u.reserved_slots >= live_.size() * bs);
+  REQUIRE(u.prefix_query_tokens == expected_.prefix_query_tokens);
+  REQUIRE(u.prefix_hit_tokens == expected_.prefix_hit_tokens);
+  REQUIRE(u.num_cow_copies == expected_.cow_copies);
+  REQUIRE(u.num_relocations == expected_.relocations);
+  if (extra_check) extra_check(*this);
+}
+
+void run_workload(Harness& h, uint64_t seed, const Workload& w) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); };
+  auto random_tokens = [&](uint32_t n) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(uniform(0, w.vocab - 1));
+    return t;
+  };
+  std::vector<std::vector<int32_t>> prefixes;  // system prompts many requests share
+  for (int i = 0; i < 4; ++i) prefixes.push_back(random_tokens(uniform(1, 3 * w.chunk)));
+  std::vector<std::pair<uint64_t, ShadowSeq>> preempted;
+  uint64_t next_id = 1;
+
+  auto pick_live = [&]() {
+    auto it = h.live().begin();
+    std::advance(it, uniform(0, static_cast<uint32_t>(h.live().size()) - 1));
+    return it->first;
+  };
+  auto preempt_one = [&]() {
+    if (h.live().empty()) return;
+    const uint64_t id = pick_live();
+    ShadowSeq seq = h.free(id);
+    if (preempted.size() < 16) preempted.emplace_back(id, std::move(seq));
+  };
+
+  for (uint32_t op = 0; op < w.num_ops; ++op) {
+    const uint32_t r = uniform(0, 99);
+    if (h.live().empty() || r < 22) {
+      bool ok;
+      if (!preempted.empty() && uniform(0, 2) == 0) {  // resume: prompt + what it generated
+        const uint32_t i = uniform(0, static_cast<uint32_t>(preempted.size()) - 1);
+        auto [id, seq] = preempted[i];
+        ok = h.reserve(id, seq.tokens, seq.max_total);
+        if (ok) preempted.erase(preempted.begin() + i);
+      } else {
+        std::vector<int32_t> prompt;
+        if (uniform(0, 3) != 0) {
+          const auto& p = prefixes[uniform(0, 3)];
+          prompt.assign(p.begin(), p.begin() + uniform(1, static_cast<uint32_t>(p.size())));
+        }
+        const auto suffix = random_tokens(uniform(1, 2 * w.chunk));
+        prompt.insert(prompt.end(), suffix.begin(), suffix.end());
+        if (prompt.size() > w.max_seq_len - 1) prompt.resize(w.max_seq_len - 1);
+        const uint32_t n = static_cast<uint32_t>(prompt.size());
+        const uint32_t max_total = std::min(w.max_seq_len, n + uniform(1, 4 * w.chunk));
+        ok = h.reserve(next_id++, prompt, max_total);
+      }
+      if (!ok) preempt_one();  // the scheduler makes room
+    } else if (r < 70) {
+      const uint64_t id = pick_live();
+      const ShadowSeq& seq = h.live().at(id);
+      const uint32_t room = std::min(seq.max_total, w.max_seq_len) - static_cast<uint32_t>(seq.tokens.size());
+      if (room == 0) {
+        h.free(id);  // finished: length
+      } else {
+        const uint32_t k = std::min(room, uniform(0, 3) == 0 ? uniform(1, w.chunk) : 1u);
+        if (!h.extend(id, random_tokens(k))) preempt_one();
+      }
+    } else if (r < 78 && w.allow_fork) {
+      h.fork(pick_live(), next_id++);
+    } else if (r < 90) {
+      h.free(pick_live());  // finished: EOS or cancelled
+    } else {
+      preempt_one();
+    }
+    h.check();
+  }
+  while (!h.live().empty()) {
+    h.free(h.live().begin()->first);
+    h.check();
+  }
+}
+
+}  // namespace kvtest

@@ -1,0 +1,228 @@
+// The plugin loader: finds, checks and loads plugin libraries, refuses broken
+// ones with a message naming every path tried and why, and keeps a library
+// mapped while anything made by it lives.
+#include <catch2/catch.hpp>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/plugin_loader.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kFixtures = LLMK_FIXTURE_PLUGIN_DIR;
+const fs::path kPlugins = LLMK_PLUGIN_BUILD_DIR;
+
+// Sets (or clears) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      setenv(name, value->c_str(), 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// The loader's error for `name`, or "" when it loaded.
+std::string load_error(llmk::PluginRegistry& registry, const std::string& name, llmk_plugin_kind kind) {
+  try {
+    registry.load(name, kind);
+  } catch (const llmk::Error& e) {
+    REQUIRE(e.code() == llmk::ErrorCode::plugin);
+    return e.what();
+  }
+  return "";
+}
+
+bool is_mapped(const fs::path& file) {
+  void* handle = dlopen(file.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return false;
+  dlclose(handle);
+  return true;
+}
+
+llmk_kv_allocator_desc desc(uint32_t block_size = 16) {
+  return llmk_kv_allocator_desc{sizeof(llmk_kv_allocator_desc), 1024, block_size, 128, 1, "{}"};
+}
+
+}  // namespace
+
+TEST_CASE("the search path is LLMK_PLUGIN_PATH, then the configured directories, then the build tree",
+          "[loader]") {
+  ScopedEnv env("LLMK_PLUGIN_PATH", "/opt/a::/opt/b");
+  llmk::PluginRegistry registry({"/opt/c", "/opt/a"});
+  const auto& path = registry.search_path();
+  REQUIRE(path.size() >= 4);
+  CHECK(path[0] == "/opt/a");
+  CHECK(path[1] == "/opt/b");
+  CHECK(path[2] == "/opt/c");  // "/opt/a" again is not searched twice
+  CHECK(path[3] == fs::absolute(kPlugins).lexically_normal());
+}
+
+TEST_CASE("every KV allocator plugin loads with its info", "[loader]") {
+  ScopedEnv env("LLMK_PLUGIN_PATH", std::nullopt);
+  llmk::PluginRegistry registry;
+  for (std::string name : {"kv.contiguous", "kv.paged", "kv.vm"}) {
+    CAPTURE(name);
+    const llmk::Plugin plugin = registry.load(name, LLMK_PLUGIN_KV_ALLOCATOR);
+    CHECK(plugin.info().name == name);
+    CHECK(plugin.info().kind == LLMK_PLUGIN_KV_ALLOCATOR);
+    CHECK(plugin.info().abi_version == LLMK_PLUGIN_ABI_VERSION);
+    CHECK(plugin.info().api_version == LLMK_KV_ALLOCATOR_API_VERSION);
+    CHECK(plugin.info().version == "1.0.0");
+    CHECK_FALSE(plugin.info().description.empty());
+    CHECK(plugin.info().capabilities.front() == '{');
+    CHECK(plugin.info().file.filename() == "libllmk_" + name.replace(2, 1, "_") + ".so");
+    CHECK(plugin.kv_allocator().api_version == LLMK_KV_ALLOCATOR_API_VERSION);
+    CHECK_THROWS_AS(plugin.attention(), llmk::Error);
+
+    llmk::KvAllocatorImpl alloc(plugin, desc());
+    const int32_t tokens[3] = {5, 6, 7};
+    uint32_t cached = 99;
+    REQUIRE(alloc.reserve(llmk_kv_reserve_args{1, tokens, 3, 64}, &cached));
+    CHECK(cached == 0);
+    std::vector<int32_t> table;
+    CHECK(alloc.block_table(1, table) >= 1);
+    CHECK(alloc.usage().num_seqs == 1);
+    CHECK(alloc.usage().used_slots == 3);
+  }
+  // A second load returns the same library.
+  CHECK(registry.load("kv.paged", LLMK_PLUGIN_KV_ALLOCATOR).library() ==
+        registry.load("kv.paged", LLMK_PLUGIN_KV_ALLOCATOR).library());
+}
+
+TEST_CASE("an unknown plugin is refused naming every path tried", "[loader]") {
+  ScopedEnv env("LLMK_PLUGIN_PATH", "/nonexistent/dir");
+  llmk::PluginRegistry registry({kFixtures});
+  const std::string msg = load_error(registry, "attention.foo", LLMK_PLUGIN_ATTENTION);
+  CHECK_THAT(msg, Catch::StartsWith("plugin 'attention.foo' not found; tried: "));
+  CHECK_THAT(msg, Catch::Contains("/nonexistent/dir/libllmk_attention_foo.so (no such file)"));
+  CHECK_THAT(msg, Catch::Contains((kFixtures / "libllmk_attention_foo.so").string() + " (no such file)"));
+  CHECK_THAT(msg, Catch::Contains((fs::absolute(kPlugins).lexically_normal() / "libllmk_attention_foo.so").string()));
+}
+
+TEST_CASE("a plugin built for another ABI is refused with both versions", "[loader]") {
+  llmk::PluginRegistry registry({kFixtures});
+  const std::string msg = load_error(registry, "kv.badabi", LLMK_PLUGIN_KV_ALLOCATOR);
+  CHECK_THAT(msg, Catch::StartsWith("plugin 'kv.badabi' could not be loaded; tried: "));
+  CHECK_THAT(msg, Catch::Contains((kFixtures / "libllmk_kv_badabi.so").string() +
+                                  " (ABI version 7, engine expects 1)"));
+  CHECK_FALSE(is_mapped(kFixtures / "libllmk_kv_badabi.so"));  // rejected files are unloaded
+}
+
+TEST_CASE("a plugin with another kind API version is refused with both versions", "[loader]") {
+  llmk::PluginRegistry registry({kFixtures});
+  CHECK_THAT(load_error(registry, "kv.badapi", LLMK_PLUGIN_KV_ALLOCATOR),
+             Catch::Contains("(kv_allocator API version 9, engine expects 1)"));
+}
+
+TEST_CASE("a plugin of the wrong kind is refused", "[loader]") {
+  llmk::PluginRegistry registry({kFixtures});
+  CHECK_THAT(load_error(registry, "kv.wrongkind", LLMK_PLUGIN_KV_ALLOCATOR),
+             Catch::Contains("libllmk_kv_wrongkind.so (kind is attention, expected kv_allocator)"));
+  // Asked for as what it is, the same file loads.
+  CHECK(registry.load("kv.wrongkind", LLMK_PLUGIN_ATTENTION).info().kind == LLMK_PLUGIN_ATTENTION);
+}
+
+TEST_CASE("a library without the entry symbol is refused", "[loader]") {
+  llmk::PluginRegistry registry({kFixtures});
+  CHECK_THAT(load_error(registry, "kv.nosymbol", LLMK_PLUGIN_KV_ALLOCATOR),
+             Catch::Contains("libllmk_kv_nosymbol.so (no entry symbol 'llmk_plugin_entry' (not an llmk plugin))"));
+}
+
+TEST_CASE("a plugin whose info names another plugin is refused", "[loader]") {
+  llmk::PluginRegistry registry({kFixtures});
+  CHECK_THAT(load_error(registry, "kv.misnamed", LLMK_PLUGIN_KV_ALLOCATOR),
+             Catch::Contains("(plugin info names 'kv.somethingelse', expected 'kv.misnamed')"));
+}
+
+TEST_CASE("a plugin's refusal of a configuration reaches the caller with its reason", "[loader]") {
+  llmk::PluginRegistry registry;
+  const auto plugin = registry.load("kv.paged", LLMK_PLUGIN_KV_ALLOCATOR);
+  try {
+    llmk::KvAllocatorImpl alloc(plugin, desc(4));
+    FAIL("block_size 4 was accepted");
+  } catch (const llmk::Error& e) {
+    CHECK(e.code() == llmk::ErrorCode::plugin);
+    CHECK(std::string(e.what()) ==
+          "plugin 'kv.paged' cannot serve this configuration: block_size 4 is outside 8..256");
+  }
+  auto bad_options = desc();
+  bad_options.options = R"({"hash_bitz":3})";
+  CHECK_THROWS_WITH(llmk::KvAllocatorImpl(plugin, bad_options),
+                    Catch::Contains("unknown option 'hash_bitz'"));
+}
+
+TEST_CASE("a plugin's error status becomes an Error carrying its message", "[loader]") {
+  llmk::PluginRegistry registry;
+  llmk::KvAllocatorImpl alloc(registry.load("kv.vm", LLMK_PLUGIN_KV_ALLOCATOR), desc());
+  std::vector<llmk_kv_copy> copies;
+  try {
+    alloc.extend(42, 10, copies);
+    FAIL("extending an unknown sequence succeeded");
+  } catch (const llmk::Error& e) {
+    CHECK(e.code() == llmk::ErrorCode::plugin);
+    CHECK(std::string(e.what()) == "plugin 'kv.vm' extend failed (invalid argument): kv.vm: extend: unknown sequence 42");
+  }
+  // No space is an answer, not an error.
+  const std::vector<int32_t> tokens(128, 1);
+  for (uint64_t id = 1; id <= 8; ++id) {
+    REQUIRE(alloc.reserve(llmk_kv_reserve_args{id, tokens.data(), 128, 128}, nullptr));
+  }
+  CHECK_FALSE(alloc.reserve(llmk_kv_reserve_args{100, tokens.data(), 1, 128}, nullptr));
+}
+
+TEST_CASE("a plugin library stays loaded while an object made by it lives", "[loader]") {
+  const fs::path file = fs::absolute(kPlugins / "libllmk_kv_contiguous.so");
+  REQUIRE_FALSE(is_mapped(file));
+  std::optional<llmk::KvAllocatorImpl> alloc;
+  {
+    llmk::PluginRegistry registry;
+    llmk::Plugin plugin = registry.load("kv.contiguous", LLMK_PLUGIN_KV_ALLOCATOR);
+    alloc.emplace(plugin, desc());
+  }  // the registry and every Plugin copy are gone
+  REQUIRE(is_mapped(file));
+  const int32_t tokens[2] = {1, 2};
+  REQUIRE(alloc->reserve(llmk_kv_reserve_args{1, tokens, 2, 128}, nullptr));
+  std::vector<llmk_kv_copy> copies;
+  REQUIRE(alloc->extend(1, 5, copies));
+  CHECK(alloc->usage().used_slots == 5);
+  CHECK(alloc->info().name == "kv.contiguous");
+  alloc.reset();
+  CHECK_FALSE(is_mapped(file));  // the last owner unmapped it
+}
+
+TEST_CASE("discover lists every plugin on the path, with the reason for those that fail", "[loader]") {
+  ScopedEnv env("LLMK_PLUGIN_PATH", std::nullopt);
+  llmk::PluginRegistry registry({kFixtures});
+  std::map<std::string, llmk::PluginRegistry::Found> by_file;
+  for (auto& f : registry.discover()) by_file[f.info.file.filename().string()] = f;
+  REQUIRE(by_file.count("libllmk_kv_paged.so"));
+  CHECK(by_file["libllmk_kv_paged.so"].error.empty());
+  CHECK(by_file["libllmk_kv_paged.so"].info.name == "kv.paged");
+  CHECK(by_file["libllmk_kv_vm.so"].info.kind == LLMK_PLUGIN_KV_ALLOCATOR);
+  CHECK(by_file["libllmk_kv_badabi.so"].error == "ABI version 7, engine expects 1");
+  CHECK_THAT(by_file["libllmk_kv_nosymbol.so"].error, Catch::StartsWith("no entry symbol"));
+  CHECK_THAT(by_file["libllmk_kv_misnamed.so"].error, Catch::Contains("kv.somethingelse"));
+  CHECK(by_file["libllmk_kv_wrongkind.so"].error.empty());  // a valid attention plugin, whatever its name says
+}

@@ -59,6 +59,19 @@ const std::vector<Metric>& metrics() {
   return m;
 }
 
+// (llmk::to_string(FinishReason) lives with the Engine; the bench library
+// does not need it.)
+const char* finish_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::none: return "none";
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+  }
+  return "?";
+}
+
 std::string ratio(double b, double a) { return a != 0 ? fmt("%.3f", b / a) : (b == 0 ? "=" : "-"); }
 
 std::string verdict(const OutputDiff& d, const std::string& a, const std::string& b) {
@@ -161,7 +174,7 @@ nlohmann::json to_json(const RunResult& r, bool with_records) {
                           {"submit_s", rec.submit_s},
                           {"prompt_tokens", rec.num_prompt_tokens},
                           {"output_tokens", rec.num_output_tokens},
-                          {"finish_reason", to_string(rec.finish_reason)}};
+                          {"finish_reason", finish_name(rec.finish_reason)}};
       if (!rec.token_times_s.empty()) {
         x["ttft_s"] = rec.token_times_s.front() - rec.submit_s;
         x["e2e_s"] = rec.token_times_s.back() - rec.submit_s;

@@ -29,7 +29,7 @@ struct EstimateOptions {
   bool measure = false;
   bool verify = true;
   std::string weight_dtype = "auto";
-  std::string kv_dtype = "f16";
+  std::string kv_dtype = "auto";  // f16; with --measure the engine's KV type (f32)
   int batch = 1;
   int prompt_len = 512;
   int output_len = 128;
@@ -146,7 +146,7 @@ const CommandRegistration registration{
       cmd.add_flag("--measure", o->measure, "use this machine's measured bandwidth and GEMM peak");
       cmd.add_option("--verify", o->verify, "with --measure: also time real decode steps and compare")->capture_default_str();
       cmd.add_option("--weight-dtype", o->weight_dtype, "auto, f32, f16, bf16, fp8, int8, int4")->capture_default_str();
-      cmd.add_option("--kv-dtype", o->kv_dtype, "f32, f16, bf16, fp8, int8")->capture_default_str();
+      cmd.add_option("--kv-dtype", o->kv_dtype, "auto, f32, f16, bf16, fp8, int8 (auto: f16, or with --measure f32 as the CPU engine stores it)")->capture_default_str();
       cmd.add_option("--batch", o->batch, "concurrent sequences")->capture_default_str()->check(CLI::PositiveNumber);
       cmd.add_option("--prompt-len", o->prompt_len, "prompt tokens")->capture_default_str()->check(CLI::PositiveNumber);
       cmd.add_option("--output-len", o->output_len, "output tokens")->capture_default_str()->check(CLI::Range(2, 1 << 20));
@@ -174,7 +174,10 @@ const CommandRegistration registration{
           in.model = *preset;
         }
         in.weight_bytes_per_param = bytes_per(o->weight_dtype, in.model);
-        in.kv_bytes_per_element = bytes_per(o->kv_dtype == "auto" ? "f16" : o->kv_dtype, in.model);
+        // The measured run keeps K/V in the engine's default type (f32 on the
+        // CPU); a prediction to compare with it must count the same bytes.
+        in.kv_bytes_per_element =
+            bytes_per(o->kv_dtype == "auto" ? (o->measure ? "f32" : "f16") : o->kv_dtype, in.model);
         in.batch_size = o->batch;
         in.prompt_len = o->prompt_len;
         in.output_len = o->output_len;

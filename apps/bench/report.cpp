@@ -269,7 +269,7 @@ std::string html_report(const std::string& title, const std::string& workload_te
                   "table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:3px 10px;text-align:right}"
                   "th:first-child,td:first-child{text-align:left}.ok{color:#1a7f37;font-weight:bold}"
                   ".bad{color:#c62828;font-weight:bold}pre{background:#f5f5f5;padding:8px;font-size:12px}"
-                  ".charts svg{margin:8px;border:1px solid #eee}</style></head><body>\n";
+                  ".charts{display:flex;flex-wrap:wrap}.charts svg{margin:8px;border:1px solid #eee}</style></head><body>\n";
   h += "<h1>" + escape(title) + "</h1>\n<p>" + escape(workload_text) + "</p>\n";
   for (size_t k = 1; k < cs.size(); ++k) {
     const bool same = diffs[k - 1].identical();

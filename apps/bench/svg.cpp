@@ -22,6 +22,7 @@ std::string label(double v) {
   if (a == 0) return "0";
   if (a >= 1e6) std::snprintf(buf, sizeof buf, "%.3gM", v / 1e6);
   else if (a >= 1e4) std::snprintf(buf, sizeof buf, "%.3gk", v / 1e3);
+  else if (a >= 100) std::snprintf(buf, sizeof buf, "%.0f", v);
   else std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;
 }

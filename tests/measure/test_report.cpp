@@ -11,9 +11,11 @@
 #include <sstream>
 
 #include "apps/bench/report.hpp"
+#include "render_check.hpp"
 
 using namespace llmk;
 using namespace llmk::bench;
+using namespace llmk::test;
 namespace fs = std::filesystem;
 
 namespace {
@@ -42,23 +44,6 @@ RunResult synthetic_run(int n, double speed, std::map<int, int> corrupt = {}) {
   for (int t = 0; t <= 20; ++t) r.kv_samples.push_back({0.01 * t, 0.02 * t * speed / 2, 0.03 * t, 4, 0});
   r.kv_peak_used_fraction = 0.4 * speed / 2;
   return r;
-}
-
-std::string run_capture(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  pclose(p);
-  return out;
-}
-
-std::string chromium_path() {
-  for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
-    if (fs::exists(c)) return c;
-  }
-  return "";
 }
 
 }  // namespace
@@ -112,33 +97,23 @@ TEST_CASE("the HTML report is self-contained and Chromium renders it", "[report]
     fs::remove_all(dir);
     return;
   }
-  auto screenshot = [&](const fs::path& html_file, const fs::path& png) {
-    const std::string cmd = "timeout 120 " + chromium +
-                            " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
-                            " --disable-background-networking --disable-component-update --disable-sync"
-                            " --user-data-dir=" + (dir / "profile").string() + " --screenshot=" + png.string() +
-                            " --window-size=1200,1600 file://" + html_file.string() + " 2>&1";
-    return run_capture(cmd);
-  };
-  const std::string log = screenshot(page, shot);
+  const std::string log = screenshot(page, shot, dir / "profile");
   INFO("chromium: " << log);
   REQUIRE(fs::exists(shot));
-  screenshot(blank, blank_shot);
+  screenshot(blank, blank_shot, dir / "profile");
   REQUIRE(fs::exists(blank_shot));
   // The page's screenshot holds many colours (bars, lines, text) and a
   // good share of non-white pixels; the blank page's holds one colour.
-  const std::string script = std::string(LLMK_SOURCE_DIR) + "/tests/measure/png_stats.py";
-  std::istringstream page_stats(run_capture("/usr/bin/python3 " + script + " " + shot.string()));
-  std::istringstream blank_stats(run_capture("/usr/bin/python3 " + script + " " + blank_shot.string()));
-  int w = 0, h = 0, colours = 0, blank_w = 0, blank_h = 0, blank_colours = 0;
-  double non_white = 0, blank_non_white = 1;
-  page_stats >> w >> h >> colours >> non_white;
-  blank_stats >> blank_w >> blank_h >> blank_colours >> blank_non_white;
-  CHECK(w == 1200);
-  CHECK(h == 1600);
-  CHECK(blank_colours == 1);
-  CHECK(colours > 50);
-  CHECK(non_white > 0.03);
+  const PngStats page_stats = png_stats(shot), blank_stats = png_stats(blank_shot);
+  CHECK(page_stats.width == 1200);
+  CHECK(page_stats.height == 1600);
+  CHECK(blank_stats.num_colours == 1);
+  CHECK(page_stats.num_colours > 50);
+  CHECK(page_stats.non_white_fraction > 0.03);
   CHECK(fs::file_size(shot) > 3 * fs::file_size(blank_shot));
+  if (const char* keep = std::getenv("LLMK_KEEP_REPORT")) {  // for looking at it
+    fs::copy_file(page, fs::path(keep) / "report.html", fs::copy_options::overwrite_existing);
+    fs::copy_file(shot, fs::path(keep) / "report.png", fs::copy_options::overwrite_existing);
+  }
   fs::remove_all(dir);
 }

@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+
 namespace llmk::app {
 
 void add_bench_options(CLI::App& cmd, BenchFlags& f) {
@@ -70,7 +72,11 @@ std::string describe(const bench::WorkloadSpec& s) {
   d += ", output " + std::to_string(s.output_len.min) +
        (s.output_len.max != s.output_len.min ? ":" + std::to_string(s.output_len.max) : "") + " tokens, arrival " +
        bench::to_string(s.arrival);
-  if (s.arrival != bench::Arrival::burst) d += " at " + std::to_string(s.request_rate) + " req/s";
+  if (s.arrival != bench::Arrival::burst) {
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%g", s.request_rate);
+    d += std::string(" at ") + rate + " req/s";
+  }
   d += ", seed " + std::to_string(s.seed) + (s.temperature == 0 ? ", greedy" : "");
   return d;
 }

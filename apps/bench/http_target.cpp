@@ -21,7 +21,17 @@ FinishReason finish_from(const std::string& s) {
 
 class HttpTarget : public Target {
  public:
-  HttpTarget(std::string host, int port, std::string model) : host_(std::move(host)), port_(port), model_(std::move(model)) {}
+  // An empty model name is asked of the server (GET /v1/models, the first).
+  HttpTarget(std::string host, int port, std::string model) : host_(std::move(host)), port_(port), model_(std::move(model)) {
+    if (!model_.empty()) return;
+    httplib::Client cli(host_, port_);
+    if (auto res = cli.Get("/v1/models"); res && res->status == 200) {
+      const auto j = nlohmann::json::parse(res->body, nullptr, false);
+      if (!j.is_discarded() && j.contains("data") && j["data"].is_array() && !j["data"].empty()) {
+        model_ = j["data"][0].value("id", "");
+      }
+    }
+  }
   ~HttpTarget() override {
     std::vector<std::thread> threads;
     {

@@ -1,0 +1,199 @@
+// CPU forward-pass throughput on dummy weights, each figure next to a limit
+// measured in the same run:
+//   decode (batch 1): tokens/s, and weight bytes streamed per second against
+//     the machine's read bandwidth (a multi-threaded sum over 1 GiB);
+//   prefill (one prompt): tokens/s, and GFLOP/s against a large oneDNN
+//     matmul in the weights' dtype (f32, or bf16 x bf16 -> f32).
+//
+//   bench_forward_cpu [--preset llama-110m] [--threads N] [--prompt-tokens 128]
+//                     [--decode-tokens 64] [--repeats 3] [--linear-options JSON]
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "core/checkpoint.hpp"
+#include "core/config.hpp"
+#include "core/model.hpp"
+#include "core/plugin_loader.hpp"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+// GCC 12 reports the intrinsics' internal undefined registers as uninitialized (a false positive).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Read bandwidth: every thread sums its slice of a 1 GiB buffer; best of 5.
+double read_bandwidth_gbs(int threads) {
+  const size_t n = (size_t{1} << 30) / sizeof(float);
+  std::vector<float> buf(n, 1.0f);
+  double best = 0.0;
+  volatile float sink = 0.0f;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = clock_type::now();
+    float total = 0.0f;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const size_t begin = n * t / nt / 64 * 64, end = n * (t + 1) / nt / 64 * 64;
+#if defined(__AVX512F__)
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (size_t i = begin; i < end; i += 64) {
+        a0 = _mm512_add_ps(a0, _mm512_load_ps(buf.data() + i));
+        a1 = _mm512_add_ps(a1, _mm512_load_ps(buf.data() + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_load_ps(buf.data() + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_load_ps(buf.data() + i + 48));
+      }
+      total += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#else
+      for (size_t i = begin; i < end; ++i) total += buf[i];
+#endif
+    }
+    sink = total;
+    best = std::max(best, static_cast<double>(n * sizeof(float)) / seconds_since(t0) / 1e9);
+  }
+  (void)sink;
+  return best;
+}
+
+// Peak of a large matmul [m, k] x [k, n] in oneDNN, best of 10 (GFLOP/s).
+double matmul_peak_gflops(bool bf16, int threads) {
+  using dnnl::memory;
+  omp_set_num_threads(threads);
+  const memory::dim m = 512, k = 2048, n = 2048;
+  const auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream s(eng);
+  const memory::desc a_md({m, k}, dt, memory::format_tag::ab), b_md({k, n}, dt, memory::format_tag::any),
+      c_md({m, n}, memory::data_type::f32, memory::format_tag::ab);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), eng);
+  memory a(a_md, eng), b(pd.weights_desc(), eng), c(c_md, eng);
+  std::memset(a.get_data_handle(), 0, a_md.get_size());
+  std::memset(b.get_data_handle(), 0, pd.weights_desc().get_size());
+  dnnl::matmul mm(pd);
+  double best = 0.0;
+  for (int rep = 0; rep < 10; ++rep) {
+    const auto t0 = clock_type::now();
+    mm.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    s.wait();
+    best = std::max(best, 2.0 * m * k * n / seconds_since(t0) / 1e9);
+  }
+  return best;
+}
+
+llmk::StepBatch contiguous_step(const std::vector<int32_t>& ids, int32_t first, int32_t capacity) {
+  llmk::StepBatch b;
+  const int32_t n = static_cast<int32_t>(ids.size());
+  b.token_ids = ids;
+  for (int32_t i = 0; i < n; ++i) b.positions.push_back(first + i), b.slot_mapping.push_back(first + i);
+  b.query_start = {0, n};
+  b.context_lens = {first + n};
+  b.block_tables = {0};
+  b.max_blocks_per_seq = 1;
+  b.block_size = capacity;
+  b.logits_rows = {n - 1};
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string preset = "llama-110m", linear_options = "{}";
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int prompt_tokens = 128, decode_tokens = 64, repeats = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--preset") preset = v;
+    else if (a == "--threads") threads = std::stoi(v);
+    else if (a == "--prompt-tokens") prompt_tokens = std::stoi(v);
+    else if (a == "--decode-tokens") decode_tokens = std::stoi(v);
+    else if (a == "--repeats") repeats = std::stoi(v);
+    else if (a == "--linear-options") linear_options = v;
+    else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  llmk::EngineConfig cfg;
+  cfg.model.load_format = "dummy";
+  cfg.model.preset = preset;
+  cfg.executor.num_threads = threads;
+  cfg.kv_cache.capacity_tokens = static_cast<uint32_t>(prompt_tokens + decode_tokens + 1);
+  cfg.scheduler.max_num_batched_tokens = static_cast<uint32_t>(prompt_tokens);
+  cfg.plugins.linear_options = linear_options;
+  auto checkpoint = llmk::open_model(cfg.model);
+  const llmk::ModelConfig& mc = checkpoint->config();
+  llmk::PluginRegistry plugins;
+  llmk::Model model(checkpoint, plugins, cfg, llmk::resolve_runtime(cfg, mc));
+  const int32_t capacity = static_cast<int32_t>(model.runtime().num_kv_slots);
+
+  const double bandwidth = read_bandwidth_gbs(threads);
+  const bool bf16_gemm = mc.dtype == llmk::DType::bf16 || linear_options.find("bf16") != std::string::npos;
+  const double peak = matmul_peak_gflops(bf16_gemm, threads);
+
+  std::mt19937 rng(1);
+  std::vector<int32_t> prompt(prompt_tokens);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % mc.vocab_size);
+  std::vector<float> logits(mc.vocab_size);
+  omp_set_num_threads(threads);
+
+  // Prefill: whole prompt in one step, logits for its last token.
+  double prefill_s = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = clock_type::now();
+    model.forward(contiguous_step(prompt, 0, capacity), logits.data());
+    prefill_s = std::min(prefill_s, seconds_since(t0));
+  }
+  // Decode: one token per step after the prompt.
+  double decode_s = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const auto t0 = clock_type::now();
+    for (int i = 0; i < decode_tokens; ++i) {
+      model.forward(contiguous_step({next}, prompt_tokens + i, capacity), logits.data());
+      next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    decode_s = std::min(decode_s, seconds_since(t0) / decode_tokens);
+  }
+
+  // Per decoded token every weight is read once, except the embedding table
+  // (one row gathered); a tied lm_head reads the table as the head.
+  const size_t embed_bytes = checkpoint->tensor("model.embed_tokens.weight").nbytes();
+  const double weight_bytes = static_cast<double>(model.weight_bytes() - embed_bytes);
+  const double h = mc.hidden_size, inter = mc.intermediate_size, layers = mc.num_layers;
+  const double q_dim = double(mc.num_heads) * mc.head_dim, kv_dim = double(mc.num_kv_heads) * mc.head_dim;
+  // Prefill FLOPs: the linears of every layer for every token (the last
+  // layer's o_proj/MLP and lm_head only for the last token), plus attention.
+  const double per_token_layer = 2.0 * h * (q_dim + 2 * kv_dim) + 2.0 * q_dim * h + 2.0 * 3 * h * inter;
+  const double p = prompt_tokens;
+  const double flops = p * layers * per_token_layer - (p - 1) * (2.0 * q_dim * h + 6.0 * h * inter) +
+                       2.0 * h * mc.vocab_size + layers * 2.0 * 2.0 * q_dim * p * (p + 1) / 2.0;
+
+  std::printf("preset %s (%s weights, %.1f M params), %d threads\n", preset.c_str(), llmk::dtype_name(mc.dtype),
+              mc.num_parameters() / 1e6, threads);
+  std::printf("limits: read bandwidth %.1f GB/s; %s matmul peak %.1f GFLOP/s\n", bandwidth,
+              bf16_gemm ? "bf16" : "f32", peak);
+  std::printf("decode  batch 1: %.1f tok/s  (%.2f ms/token, %.1f MB weights/token -> %.1f GB/s = %.0f%% of bandwidth)\n",
+              1.0 / decode_s, decode_s * 1e3, weight_bytes / 1e6, weight_bytes / decode_s / 1e9,
+              100.0 * weight_bytes / decode_s / 1e9 / bandwidth);
+  std::printf("prefill %d tokens: %.1f tok/s  (%.1f ms, %.1f GFLOP/s = %.0f%% of matmul peak)\n", prompt_tokens,
+              p / prefill_s, prefill_s * 1e3, flops / prefill_s / 1e9, 100.0 * flops / prefill_s / 1e9 / peak);
+  return 0;
+}

@@ -1,0 +1,216 @@
+#include "kernels/cpu/matmul_packed.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/vec_math.hpp"  // also silences GCC 12's false uninitialized warnings in intrinsics
+
+namespace llmk::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kDepth = 256;      // k steps per block: a converted panel block is 64 KiB of f32 (L2)
+constexpr int kRows = 6;             // activation rows per micro-tile (6 x 64 outputs = 24 accumulators)
+constexpr int64_t kConvertRows = 12; // from this many rows on, a block is widened to f32 once and reused
+
+int64_t num_panels(int64_t n) { return (n + kPanelCols - 1) / kPanelCols; }
+
+}  // namespace
+
+int64_t packed_panels_size(int64_t out_features, int64_t in_features) {
+  return num_panels(out_features) * kPanelCols * in_features;
+}
+
+namespace {
+
+template <class T>
+void pack_panels_impl(const T* w, T* packed, int64_t out_features, int64_t in_features) {
+  const int64_t panels = num_panels(out_features);
+#pragma omp parallel for
+  for (int64_t p = 0; p < panels; ++p) {
+    T* dst = packed + p * kPanelCols * in_features;
+    for (int64_t j = 0; j < kPanelCols; ++j) {
+      const int64_t n = p * kPanelCols + j;
+      if (n >= out_features) {
+        for (int64_t k = 0; k < in_features; ++k) dst[k * kPanelCols + j] = 0;
+        continue;
+      }
+      const T* src = w + n * in_features;
+      for (int64_t k = 0; k < in_features; ++k) dst[k * kPanelCols + j] = src[k];
+    }
+  }
+}
+
+}  // namespace
+
+void pack_panels(const uint16_t* w, uint16_t* packed, int64_t out_features, int64_t in_features) {
+  pack_panels_impl(w, packed, out_features, in_features);
+}
+
+void pack_panels(const float* w, float* packed, int64_t out_features, int64_t in_features) {
+  pack_panels_impl(w, packed, out_features, in_features);
+}
+
+int64_t matmul_packed_scratch_floats(int num_threads) {
+  return static_cast<int64_t>(std::max(1, num_threads)) * kDepth * kPanelCols;
+}
+
+#if defined(__AVX512F__)
+
+namespace {
+
+struct WidenF32 {
+  using T = float;
+  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
+};
+struct WidenBF16 {
+  using T = uint16_t;
+  static __m512 load(const uint16_t* p) {
+    const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+  }
+};
+struct WidenF16 {
+  using T = uint16_t;
+  static __m512 load(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+};
+
+// c[m, 0:64] (+)= sum_k x[m, k] * b[k, 0:64] for MR rows over depth k.
+// x: [MR, depth] (stride ldx); b: [depth, 64]; c: [MR, 64] (stride ldc), only
+// the first num_cols columns are read and written.
+template <class B, int MR>
+inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
+                       bool accumulate, int num_cols) {
+  __m512 acc[MR][4];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < depth; ++k) {
+    const typename B::T* bk = b + k * kPanelCols;
+    const __m512 b0 = B::load(bk), b1 = B::load(bk + 16), b2 = B::load(bk + 32), b3 = B::load(bk + 48);
+    for (int m = 0; m < MR; ++m) {
+      const __m512 xv = _mm512_set1_ps(x[m * ldx + k]);
+      acc[m][0] = _mm512_fmadd_ps(xv, b0, acc[m][0]);
+      acc[m][1] = _mm512_fmadd_ps(xv, b1, acc[m][1]);
+      acc[m][2] = _mm512_fmadd_ps(xv, b2, acc[m][2]);
+      acc[m][3] = _mm512_fmadd_ps(xv, b3, acc[m][3]);
+    }
+  }
+  for (int j = 0; j < 4; ++j) {
+    const int valid = std::clamp(num_cols - 16 * j, 0, 16);
+    if (valid == 0) break;
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+    for (int m = 0; m < MR; ++m) {
+      float* cp = c + m * ldc + 16 * j;
+      __m512 v = acc[m][j];
+      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, cp));
+      _mm512_mask_storeu_ps(cp, mask, v);
+    }
+  }
+}
+
+template <class B>
+void tile_rows(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
+               int64_t num_rows, bool accumulate, int num_cols) {
+  int64_t m = 0;
+  for (; m + kRows <= num_rows; m += kRows)
+    micro_tile<B, kRows>(x + m * ldx, ldx, b, depth, c + m * ldc, ldc, accumulate, num_cols);
+  const float* xr = x + m * ldx;
+  float* cr = c + m * ldc;
+  switch (num_rows - m) {
+    case 5: micro_tile<B, 5>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
+    case 4: micro_tile<B, 4>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
+    case 3: micro_tile<B, 3>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
+    case 2: micro_tile<B, 2>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
+    case 1: micro_tile<B, 1>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
+    default: break;
+  }
+}
+
+template <class B>
+void panels_range(const float* x, const typename B::T* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
+                  int64_t p_begin, int64_t p_end, float* block) {
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int num_cols = static_cast<int>(std::min<int64_t>(kPanelCols, n_out - p * kPanelCols));
+    for (int64_t k0 = 0; k0 < k_len; k0 += kDepth) {
+      const int64_t depth = std::min(kDepth, k_len - k0);
+      const typename B::T* src = packed + (p * k_len + k0) * kPanelCols;
+      float* c = y + p * kPanelCols;
+      if (num_rows >= kConvertRows && !std::is_same_v<typename B::T, float>) {
+        // Widen the block once; every row group then reads plain floats.
+        for (int64_t i = 0; i < depth * kPanelCols; i += 16) _mm512_storeu_ps(block + i, B::load(src + i));
+        tile_rows<WidenF32>(x + k0, k_len, block, depth, c, n_out, num_rows, k0 > 0, num_cols);
+      } else {
+        tile_rows<B>(x + k0, k_len, src, depth, c, n_out, num_rows, k0 > 0, num_cols);
+      }
+    }
+  }
+}
+
+template <class B>
+void dispatch(const float* x, const typename B::T* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
+              int num_threads, float* scratch) {
+  const int64_t panels = num_panels(n_out);
+  const int threads = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), panels));
+  if (threads == 1 || num_rows * k_len * n_out < (1 << 18)) {
+    panels_range<B>(x, packed, y, num_rows, k_len, n_out, 0, panels, scratch);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    panels_range<B>(x, packed, y, num_rows, k_len, n_out, panels * t / nt, panels * (t + 1) / nt,
+                    scratch + static_cast<int64_t>(t) * kDepth * kPanelCols);
+  }
+}
+
+}  // namespace
+
+bool matmul_packed(const float* x, const void* packed, llmk_dtype w_dtype, float* y, int64_t num_rows,
+                   int64_t in_features, int64_t out_features, int num_threads, float* scratch) {
+  const auto* h = static_cast<const uint16_t*>(packed);
+  if (w_dtype == LLMK_DTYPE_F16) dispatch<WidenF16>(x, h, y, num_rows, in_features, out_features, num_threads, scratch);
+  else if (w_dtype == LLMK_DTYPE_BF16) dispatch<WidenBF16>(x, h, y, num_rows, in_features, out_features, num_threads, scratch);
+  else if (w_dtype == LLMK_DTYPE_F32)
+    dispatch<WidenF32>(x, static_cast<const float*>(packed), y, num_rows, in_features, out_features, num_threads, scratch);
+  else return false;
+  return true;
+}
+
+#else  // portable fallback
+
+bool matmul_packed(const float* x, const void* packed_any, llmk_dtype w_dtype, float* y, int64_t num_rows,
+                   int64_t in_features, int64_t out_features, int num_threads, float* scratch) {
+  if (w_dtype != LLMK_DTYPE_F16 && w_dtype != LLMK_DTYPE_BF16 && w_dtype != LLMK_DTYPE_F32) return false;
+  const auto* packed = static_cast<const uint16_t*>(packed_any);
+  const auto* packed_f32 = static_cast<const float*>(packed_any);
+  for (int64_t m = 0; m < num_rows; ++m)
+    for (int64_t n = 0; n < out_features; ++n) {
+      const int64_t p = n / kPanelCols, j = n % kPanelCols;
+      float sum = 0.0f;
+      for (int64_t k = 0; k < in_features; ++k) {
+        float w;
+        const int64_t at = (p * in_features + k) * kPanelCols + j;
+        const uint16_t bits = w_dtype == LLMK_DTYPE_F32 ? 0 : packed[at];
+        if (w_dtype == LLMK_DTYPE_F32) w = packed_f32[at];
+        else if (w_dtype == LLMK_DTYPE_F16) f16_to_f32(&bits, &w, 1);
+        else bf16_to_f32(&bits, &w, 1);
+        sum += x[m * in_features + k] * w;
+      }
+      y[m * out_features + n] = sum;
+    }
+  return true;
+}
+
+#endif
+
+}  // namespace llmk::kernels::cpu

@@ -1,0 +1,31 @@
+// Opens one built plugin library and returns its table, without the core's
+// loader: these tests check a plugin against its C contract alone.
+#pragma once
+
+#include <boost/dll/import.hpp>
+#include <boost/dll/shared_library.hpp>
+
+#include <string>
+
+#include "plugins/api/llmk_plugin.h"
+
+namespace llmk::test {
+
+class PluginLibrary {
+ public:
+  explicit PluginLibrary(const std::string& file_stem)
+      : library_(std::string(LLMK_PLUGIN_BUILD_DIR) + "/lib" + file_stem + ".so") {
+    info_ = library_.get_alias<const llmk_plugin_info*()>("llmk_plugin_entry")();
+  }
+  const llmk_plugin_info& info() const { return *info_; }
+  template <class Api>
+  const Api& api() const {
+    return *static_cast<const Api*>(info_->api);
+  }
+
+ private:
+  boost::dll::shared_library library_;
+  const llmk_plugin_info* info_ = nullptr;
+};
+
+}  // namespace llmk::test

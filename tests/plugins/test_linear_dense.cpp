@@ -1,0 +1,106 @@
+// linear.dense against a float64 reference for every stored dtype, on both
+// of its paths (streaming kernel for few rows, oneDNN GEMM for many).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "plugins/api/llmk_linear.h"
+#include "plugins/plugin_library.hpp"
+
+namespace {
+
+using llmk::test::PluginLibrary;
+
+struct Result {
+  double max_rel = 0.0;  // max |y - ref| / (sum_k |x w| + tiny)
+};
+
+Result run_linear(uint32_t dtype, uint32_t in, uint32_t out, uint32_t rows, const char* options, bool outlives,
+                  uint32_t threads) {
+  static PluginLibrary lib("llmk_linear_dense");
+  const auto& api = lib.api<llmk_linear_api>();
+  std::mt19937 rng(in * 131 + out * 7 + rows);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> wf(static_cast<size_t>(in) * out);
+  for (auto& x : wf) x = normal(rng);
+  // The weight as stored, and its exact value as double.
+  std::vector<uint16_t> wh(wf.size());
+  std::vector<double> wd(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) {
+    if (dtype == LLMK_DTYPE_BF16) wh[i] = llmk::f32_to_bf16(wf[i]), wd[i] = llmk::bf16_to_f32(wh[i]);
+    else if (dtype == LLMK_DTYPE_F16) wh[i] = llmk::f32_to_f16(wf[i]), wd[i] = llmk::f16_to_f32(wh[i]);
+    else wd[i] = wf[i];
+  }
+  std::vector<float> x(static_cast<size_t>(rows) * in), y(static_cast<size_t>(rows) * out, NAN);
+  for (auto& v : x) v = normal(rng);
+  llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", in, out, dtype,
+                     dtype == LLMK_DTYPE_F32 ? static_cast<const void*>(wf.data()) : wh.data(), outlives ? 1 : 0,
+                     rows, threads, options};
+  llmk_error err{};
+  void* self = api.create(&d, &err);
+  REQUIRE(self != nullptr);
+  if (!outlives) std::fill(wf.begin(), wf.end(), NAN), std::fill(wh.begin(), wh.end(), 0xffff);  // copies must not borrow
+  REQUIRE(api.forward(self, x.data(), y.data(), rows, &err) == LLMK_OK);
+  // At the stored element size; f16 is repacked into 64-column panels (padded).
+  const size_t element = dtype == LLMK_DTYPE_F32 ? 4 : 2;
+  CHECK(api.weight_bytes(self) >= static_cast<size_t>(in) * out * element);
+  CHECK(api.weight_bytes(self) < static_cast<size_t>(in) * (out + 64) * element);
+  Result r;
+  for (uint32_t m = 0; m < rows; ++m)
+    for (uint32_t n = 0; n < out; ++n) {
+      double ref = 0, mag = 1e-30;
+      for (uint32_t k = 0; k < in; ++k) {
+        ref += static_cast<double>(x[m * in + k]) * wd[static_cast<size_t>(n) * in + k];
+        mag += std::fabs(static_cast<double>(x[m * in + k]) * wd[static_cast<size_t>(n) * in + k]);
+      }
+      r.max_rel = std::max(r.max_rel, std::fabs(y[static_cast<size_t>(m) * out + n] - ref) / mag);
+    }
+  api.destroy(self);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("linear.dense exact paths match to float accumulation for f32, bf16 and f16 weights", "[linear]") {
+  const uint32_t dtype = GENERATE(LLMK_DTYPE_F32, LLMK_DTYPE_BF16, LLMK_DTYPE_F16);
+  const uint32_t rows = GENERATE(1u, 2u, 3u, 5u, 9u, 14u, 40u);
+  // Default layouts (panels for f32/f16), and f32/bf16 rows on the streaming kernel.
+  const char* options = GENERATE(R"({})", R"({"f32_layout":"rows","gemm_min_rows":1000})",
+                                 R"({"bf16_layout":"panels","weight_dtype":"auto"})");
+  INFO("dtype " << dtype << " rows " << rows << " options " << options);
+  // BF16 from 16 rows on (default options) is the oneDNN GEMM: activations rounded to bf16.
+  const bool bf16_gemm = dtype == LLMK_DTYPE_BF16 && rows >= 16 && std::string(options) == "{}";
+  const double tolerance = bf16_gemm ? 4e-3 : 1e-6;
+  // Odd sizes: tails in both dimensions.
+  CHECK(run_linear(dtype, 77, 45, rows, options, true, 2).max_rel < tolerance);
+  CHECK(run_linear(dtype, 301, 1037, rows, options, false, 2).max_rel < tolerance);
+}
+
+TEST_CASE("linear.dense oneDNN GEMM path matches the reference (bf16 rounds activations to bf16)", "[linear]") {
+  // Tolerance: f32 GEMM reorders sums (~1e-6 of the magnitude); bf16 GEMM
+  // rounds activations to 8 mantissa bits (relative 2^-9 per product).
+  CHECK(run_linear(LLMK_DTYPE_F32, 129, 67, 70, R"({"f32_layout":"rows"})", true, 2).max_rel < 1e-5);
+  CHECK(run_linear(LLMK_DTYPE_BF16, 129, 67, 70, "{}", false, 2).max_rel < 4e-3);
+  CHECK(run_linear(LLMK_DTYPE_F32, 64, 33, 17, R"({"f32_layout":"rows","gemm_min_rows":2})", false, 1).max_rel < 1e-5);
+}
+
+TEST_CASE("linear.dense stores f32 weights as bf16 only when asked to", "[linear]") {
+  static PluginLibrary lib("llmk_linear_dense");
+  const auto& api = lib.api<llmk_linear_api>();
+  std::vector<float> w(64 * 32, 0.3f);
+  llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 64, 32, LLMK_DTYPE_F32, w.data(), 1, 4, 1,
+                     R"({"weight_dtype":"bf16"})"};
+  llmk_error err{};
+  void* self = api.create(&d, &err);
+  REQUIRE(self);
+  CHECK(api.weight_bytes(self) == 64 * 32 * 2);
+  api.destroy(self);
+  d.options = R"({"weight_dtyp":"bf16"})";
+  CHECK(api.create(&d, &err) == nullptr);
+  CHECK(std::string(err.message).find("weight_dtyp") != std::string::npos);
+}

@@ -11,6 +11,7 @@
 //       [--num-requests 64] [--input-len 16:512] [--output-len 16:512]
 //       [--prefix-requests 64] [--prefix-len 448] [--prefix-input-len 512]
 //       [--prefix-output-len 16] [--threads 0] [--allocators kv.contiguous,kv.paged,kv.vm]
+//       [--max-seq-len 0 (= longest prompt + longest output)]
 #include <cstdio>
 #include <sstream>
 
@@ -39,7 +40,7 @@ int main(int argc, char** argv) try {
                  {"input-len", "16:512"}, {"output-len", "16:512"}, {"prefix-requests", "64"}, {"prefix-len", "448"},
                  {"prefix-input-len", "512"}, {"prefix-output-len", "16"}, {"prefix-concurrency", "8"},
                  {"threads", "0"}, {"seed", "0"}, {"max-num-seqs", "64"},
-                 {"allocators", "kv.contiguous,kv.paged,kv.vm"}, {"parts", "1,2"}});
+                 {"allocators", "kv.contiguous,kv.paged,kv.vm"}, {"parts", "1,2"}, {"max-seq-len", "0"}});
   f.print();
   EngineConfig base = base_config(f);
   apply_override(base, "kv_cache.capacity_bytes=" + f.str("kv-bytes"));
@@ -65,6 +66,10 @@ int main(int argc, char** argv) try {
       EngineConfig cfg = base;
       cfg.plugins.kv_allocator = name;
       cfg.kv_cache.enable_prefix_caching = false;
+      // The context limit is the workload's longest sequence (kv.contiguous
+      // reserves it for every sequence), unless given.
+      cfg.kv_cache.max_seq_len = f.num("max-seq-len") > 0 ? static_cast<uint32_t>(f.num("max-seq-len"))
+                                                          : static_cast<uint32_t>(spec.input_len.max + spec.output_len.max);
       std::fprintf(stderr, "part 1: %s\n", name.c_str());
       rows.emplace_back(name, run_on_engine(cfg, workload));
     }
@@ -100,6 +105,7 @@ int main(int argc, char** argv) try {
       EngineConfig cfg = base;
       cfg.plugins.kv_allocator = "kv.paged";
       cfg.kv_cache.enable_prefix_caching = on;
+      cfg.kv_cache.max_seq_len = static_cast<uint32_t>(spec.input_len.max + spec.output_len.max);
       validate(cfg);
       Engine engine(cfg);
       auto target = bench::make_engine_target(engine);

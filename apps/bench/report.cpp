@@ -221,7 +221,9 @@ std::string format_comparison(const std::vector<Contender>& cs, const std::vecto
     out += buf;
   }
   for (size_t k = 1; k < cs.size(); ++k) {
-    std::snprintf(buf, sizeof buf, " %9s", (k == 1 ? std::string("B/A") : "#" + std::to_string(k + 1) + "/A").c_str());
+    char head[24] = "B/A";
+    if (k > 1) std::snprintf(head, sizeof head, "#%zu/A", k + 1);
+    std::snprintf(buf, sizeof buf, " %9s", head);
     out += buf;
   }
   out += "\n";

@@ -56,22 +56,20 @@ TEST_CASE("distribution gives mean, p50, p90, p99 and max", "[percentile]") {
 }
 
 TEST_CASE("summarize computes TTFT, TPOT, ITL and e2e from token arrival times", "[metrics]") {
-  RequestRecord a;
-  a.id = "a";
-  a.submit_s = 1.0;
-  a.token_times_s = {1.1, 1.2, 1.2, 1.5};  // two tokens in one event
-  a.done_s = 1.5;
-  a.num_prompt_tokens = 10;
-  a.num_output_tokens = 4;
-  a.finish_reason = FinishReason::length;
-  RequestRecord b = a;
-  b.id = "b";
-  b.submit_s = 1.5;
-  b.token_times_s = {2.0};
-  b.done_s = 2.0;
-  b.num_output_tokens = 1;
-  RequestRecord failed = a;
-  failed.finish_reason = FinishReason::error;
+  auto record = [](std::string id, double submit_s, std::vector<double> times, FinishReason reason) {
+    RequestRecord r;
+    r.id = std::move(id);
+    r.submit_s = submit_s;
+    r.token_times_s = std::move(times);
+    r.done_s = r.token_times_s.back();
+    r.num_prompt_tokens = 10;
+    r.num_output_tokens = static_cast<int32_t>(r.token_times_s.size());
+    r.finish_reason = reason;
+    return r;
+  };
+  const RequestRecord a = record("a", 1.0, {1.1, 1.2, 1.2, 1.5}, FinishReason::length);  // two tokens in one event
+  const RequestRecord b = record("b", 1.5, {2.0}, FinishReason::stop);
+  const RequestRecord failed = record("c", 1.0, {1.1, 1.2, 1.2, 1.5}, FinishReason::error);
   const Summary s = summarize({a, b, failed});
   CHECK(s.num_ok == 2);
   CHECK(s.num_errors == 1);

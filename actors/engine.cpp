@@ -244,18 +244,20 @@ Engine::~Engine() {
 void Engine::submit(Request request, EventCallback on_event) {
   auto callback = std::make_shared<EventCallback>(std::move(on_event));
   std::string refusal;
+  ErrorCode refusal_code = ErrorCode::invalid_argument;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    if (impl_->stopping)
+    if (impl_->stopping) {
       refusal = "the engine is shutting down";
-    else if (impl_->live.count(request.id))
+      refusal_code = ErrorCode::overloaded;
+    } else if (impl_->live.count(request.id))
       refusal = "a live request already has the id '" + request.id + "'";
     else
       impl_->live.emplace(request.id, callback);
   }
   if (!refusal.empty()) {
     // Refused before entering the pipeline: answered on the caller's thread.
-    (*callback)(make_error_event(request.id, refusal));
+    (*callback)(make_error_event(request.id, refusal, refusal_code));
     return;
   }
   caf::anon_send(impl_->tokenizer_typed, submit_atom::value, std::move(request), impl_->sink);

@@ -16,6 +16,12 @@ caf::error make_actor_error(int code, std::string message) {
   return caf::error(static_cast<uint8_t>(code), error_category, caf::make_message(std::move(message)));
 }
 
+ErrorCode error_code_of(const caf::error& err) {
+  if (err.category() == error_category && err.code() <= static_cast<uint8_t>(ErrorCode::internal))
+    return static_cast<ErrorCode>(err.code());
+  return ErrorCode::internal;
+}
+
 std::string describe(const caf::error& err) {
   if (err.category() == error_category && err.context().match_elements<std::string>())
     return err.context().get_as<std::string>(0);
@@ -50,8 +56,9 @@ std::string validate_request(const Request& request) {
   return {};
 }
 
-RequestEvent make_error_event(const std::string& request_id, const std::string& message) {
+RequestEvent make_error_event(const std::string& request_id, const std::string& message, ErrorCode code) {
   RequestEvent event;
+  event.error_code = code;
   event.request_id = request_id;
   event.finished = true;
   event.finish_reason = FinishReason::error;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "actors/engine.hpp"
+#include "core/error.hpp"
 #include "core/request.hpp"
 #include "core/sampler.hpp"
 #include "core/scheduler.hpp"
@@ -149,6 +150,8 @@ struct StopHits {
 caf::error make_actor_error(int code, std::string message);
 // "what went wrong" from any caf::error (ours carry the text).
 std::string describe(const caf::error& err);
+// The ErrorCode an actor error carries (internal when it is not one of ours).
+ErrorCode error_code_of(const caf::error& err);
 
 // ---------------------------------------------------------------------------
 // inspect(): field lists for CAF (enums such as FinishReason travel as

@@ -69,6 +69,9 @@ tokenizer_actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const
 std::string validate_request(const Request& request);
 
 // An error event: the one and only event of a refused request.
-RequestEvent make_error_event(const std::string& request_id, const std::string& message);
+// A request's one and only event when it is refused or fails; `code` lets the
+// front ends answer with the right status (400, 503, 500...).
+RequestEvent make_error_event(const std::string& request_id, const std::string& message,
+                              ErrorCode code = ErrorCode::internal);
 
 }  // namespace llmk

@@ -43,6 +43,7 @@ void submit(TokenizerPointer self, Request& request, caf::actor& sink) {
   if (st.context.tracer) st.context.tracer->observe("tokenizer", "submit", request.id);
   ScopedSpan span(st.context.tracer.get(), "tokenize", "tokenizer", 0, 1);
   std::string error = st.shutting_down ? "the engine is shutting down" : validate_request(request);
+  ErrorCode code = st.shutting_down ? ErrorCode::overloaded : ErrorCode::invalid_argument;
   std::vector<int32_t> ids;
   if (error.empty()) {
     try {
@@ -56,7 +57,7 @@ void submit(TokenizerPointer self, Request& request, caf::actor& sink) {
             std::to_string(st.limits.max_seq_len) + " and at least one token must be generated";
   }
   if (!error.empty()) {
-    caf::anon_send(sink, make_error_event(request.id, error));
+    caf::anon_send(sink, make_error_event(request.id, error, code));
     return;
   }
   std::string id = request.id;
@@ -65,7 +66,7 @@ void submit(TokenizerPointer self, Request& request, caf::actor& sink) {
       .then([](bool) {},
             [self, sink, id](caf::error& err) {
               // Refused (queue full, duplicate id, shutting down) or no answer.
-              caf::anon_send(sink, make_error_event(id, describe(err)));
+              caf::anon_send(sink, make_error_event(id, describe(err), error_code_of(err)));
             });
 }
 

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.hpp"
+
 namespace llmk {
 
 struct SamplingParams {
@@ -69,6 +71,7 @@ struct RequestEvent {
   bool finished = false;
   FinishReason finish_reason = FinishReason::none;
   std::string error;                 // finish_reason == error: what went wrong
+  ErrorCode error_code = ErrorCode::internal;  // finish_reason == error: its category (invalid_argument, overloaded...)
   Usage usage;                       // on the finished event
   Timings timings;                   // on the finished event
   bool request_done = false;         // the last event of the whole request

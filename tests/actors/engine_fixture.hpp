@@ -68,6 +68,7 @@ struct SampleResult {
   bool finished = false;
   FinishReason finish_reason = FinishReason::none;
   std::string error;
+  ErrorCode error_code = ErrorCode::internal;
   Usage usage;
   Timings timings;
 };
@@ -98,6 +99,7 @@ class Collector {
       s.finished = true;
       s.finish_reason = ev.finish_reason;
       s.error = ev.error;
+      s.error_code = ev.error_code;
       s.usage = ev.usage;
       s.timings = ev.timings;
     }

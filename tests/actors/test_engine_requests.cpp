@@ -60,6 +60,7 @@ TEST_CASE("invalid requests are answered by one finished error event", "[engine]
     REQUIRE(r.samples.size() == 1);
     CHECK(r.sample().finish_reason == FinishReason::error);
     CHECK(!r.sample().error.empty());
+    CHECK(r.sample().error_code == ErrorCode::invalid_argument);
     CHECK(r.sample().token_ids.empty());
   }
   // The engine still serves valid requests afterwards.
@@ -81,6 +82,7 @@ TEST_CASE("requests beyond the waiting queue's capacity are refused as overloade
     CHECK(r.num_done_events == 1);
     if (r.sample().finish_reason == FinishReason::error) {
       ++num_refused;
+      CHECK(r.sample().error_code == ErrorCode::overloaded);
       CHECK(r.sample().token_ids.empty());
     } else {
       ++num_served;

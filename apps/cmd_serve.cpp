@@ -1,0 +1,89 @@
+// llmk serve: the engine behind the ZeroMQ protocol (docs/protocol.md) and
+// the OpenAI-compatible HTTP API. SIGINT/SIGTERM drain: no new requests,
+// live ones may finish for server.drain_timeout_s, the rest are cancelled,
+// exit 0.
+#ifdef LLMK_HAVE_ENGINE
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "actors/engine.hpp"
+#include "apps/command.hpp"
+#include "apps/model_options.hpp"
+#include "core/error.hpp"
+#include "ipc/engine_backend.hpp"
+#include "ipc/server.hpp"
+
+namespace llmk::app {
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int signal) { g_stop_signal = signal; }
+
+struct ServeOptions {
+  ModelOptions model;
+  std::optional<std::string> http;
+  std::optional<std::string> zmq;
+  bool no_http = false;
+  bool no_zmq = false;
+  int http_threads = 64;
+};
+
+int serve(const ServeOptions& o) {
+  EngineConfig config = build_engine_config(o.model);
+  if (o.http) config.server.http = *o.http;
+  if (o.zmq) config.server.zmq = *o.zmq;
+  if (o.no_http) config.server.http.clear();
+  if (o.no_zmq) config.server.zmq.clear();
+  if (config.server.http.empty() && config.server.zmq.empty()) {
+    throw Error(ErrorCode::invalid_config, "both front ends are off (server.http and server.zmq are empty)");
+  }
+  if (!config.server.http.empty()) ipc::split_host_port(config.server.http, "server.http");
+
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+
+  Engine engine(config);
+  ipc::EngineBackend backend(engine);
+  ipc::ServerOptions server_options;
+  server_options.http = config.server.http;
+  server_options.zmq = config.server.zmq;
+  server_options.max_body_bytes = config.server.max_body_bytes;
+  server_options.drain_timeout_s = config.server.drain_timeout_s;
+  server_options.http_threads = o.http_threads;
+  ipc::Server server(backend, server_options);
+  spdlog::info("ready: model '{}', context {} tokens, chat template {}", backend.model_info().name,
+               backend.model_info().max_context,
+               backend.model_info().chat_template.empty() ? "(none)" : backend.model_info().chat_template);
+
+  while (g_stop_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  spdlog::info("signal {}: draining", static_cast<int>(g_stop_signal));
+  const size_t num_cancelled = server.drain_and_stop();
+  spdlog::info("stopped ({} request(s) cancelled at the drain timeout)", num_cancelled);
+  return 0;
+}
+
+const CommandRegistration kServe{
+    "serve", "Serve a model over ZeroMQ (protocol v1) and an OpenAI-compatible HTTP API", [](CLI::App& cmd) {
+      auto o = std::make_shared<ServeOptions>();
+      add_model_options(cmd, o->model);
+      cmd.add_option("--http", o->http, "HTTP address HOST:PORT (default server.http = 127.0.0.1:8000; \"\" = off)");
+      cmd.add_option("--zmq", o->zmq, "ZeroMQ endpoint (default server.zmq = tcp://127.0.0.1:5555; \"\" = off)");
+      cmd.add_flag("--no-http", o->no_http, "do not serve HTTP");
+      cmd.add_flag("--no-zmq", o->no_zmq, "do not serve ZeroMQ");
+      cmd.add_option("--http-threads", o->http_threads, "HTTP connections served at once (each stream holds one)")
+          ->capture_default_str();
+      return std::function<int()>([o] { return serve(*o); });
+    }};
+
+}  // namespace
+}  // namespace llmk::app
+
+#endif  // LLMK_HAVE_ENGINE

@@ -1,0 +1,46 @@
+// A C++ client for `llmk serve` over ZeroMQ (llmk::Client, protocol v1):
+// streams one completion to stdout, then prints usage and timings.
+//
+//   llmk serve --model ../shared/models/stories260K &
+//   ./build/bin/example_zmq_client tcp://127.0.0.1:5555 "Once upon a time" 64
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.hpp"
+#include "ipc/client.hpp"
+
+int main(int argc, char** argv) {
+  const std::string endpoint = argc > 1 ? argv[1] : "tcp://127.0.0.1:5555";
+  llmk::Request request;
+  request.id = "example-1";
+  request.prompt = argc > 2 ? argv[2] : "Once upon a time";
+  request.sampling.max_tokens = argc > 3 ? std::atoi(argv[3]) : 64;
+  request.sampling.temperature = 0;  // greedy
+
+  llmk::Client client(endpoint);
+  try {
+    std::fprintf(stderr, "server: %s\n", client.health().dump().c_str());
+  } catch (const llmk::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  auto events = client.submit(request, /*stream=*/true);
+  std::printf("%s", request.prompt.c_str());
+  while (auto ev = events->next(std::chrono::seconds(60))) {
+    if (ev->finish_reason == llmk::FinishReason::error) {
+      std::fprintf(stderr, "\nerror: %s\n", ev->error.c_str());
+      return 1;
+    }
+    std::printf("%s", ev->text_delta.c_str());
+    std::fflush(stdout);
+    if (ev->finished) {
+      std::printf("\n");
+      std::fprintf(stderr, "finish: %s, %d prompt + %d completion tokens, TTFT %.1f ms, total %.1f ms\n",
+                   ev->finish_reason == llmk::FinishReason::length ? "length" : "stop", ev->usage.prompt_tokens,
+                   ev->usage.completion_tokens, ev->timings.time_to_first_token_s * 1e3, ev->timings.e2e_s * 1e3);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,332 @@
+#include "ipc/http_server.hpp"
+
+#include <httplib.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+
+#include "core/error.hpp"
+#include "ipc/errors.hpp"
+#include "ipc/openai.hpp"
+#include "ipc/zmq_protocol.hpp"  // dump_json
+
+namespace llmk::ipc {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// One request's events, filled by the backend, drained by the handler.
+struct Pending {
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::deque<RequestEvent> events;
+
+  void push(const RequestEvent& ev) {
+    {
+      std::lock_guard lock(mutex);
+      events.push_back(ev);
+    }
+    ready.notify_one();
+  }
+  std::vector<RequestEvent> take(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex);
+    ready.wait_for(lock, timeout, [&] { return !events.empty(); });
+    std::vector<RequestEvent> out(std::make_move_iterator(events.begin()), std::make_move_iterator(events.end()));
+    events.clear();
+    return out;
+  }
+};
+
+// The ids of requests the backend still holds; shared with callbacks,
+// which may run after the server is gone.
+struct LiveSet {
+  std::mutex mutex;
+  std::set<std::string> ids;
+  size_t size() {
+    std::lock_guard lock(mutex);
+    return ids.size();
+  }
+};
+
+void write_error(httplib::Response& res, const ErrorReply& error) {
+  res.status = error.http_status;
+  if (error.http_status == 503) res.set_header("Retry-After", "1");
+  res.set_content(dump_json(to_openai_json(error)), "application/json");
+}
+
+std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+
+}  // namespace
+
+std::pair<std::string, int> split_host_port(const std::string& address, const std::string& key) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos && colon > 0 && colon + 1 < address.size()) {
+    try {
+      size_t used = 0;
+      port = std::stoi(address.substr(colon + 1), &used);
+      if (used != address.size() - colon - 1) port = -1;
+    } catch (const std::exception&) {
+      port = -1;
+    }
+  }
+  if (port < 0 || port > 65535) {
+    throw Error(ErrorCode::invalid_config, key + " = '" + address + "' is not HOST:PORT (e.g. 127.0.0.1:8000)");
+  }
+  return {address.substr(0, colon), port};
+}
+
+struct HttpServer::Impl {
+  Backend& backend;
+  Metrics& metrics;
+  HttpServerOptions options;
+  httplib::Server server;
+  std::atomic<bool> draining{false};
+  std::shared_ptr<LiveSet> live = std::make_shared<LiveSet>();
+  std::atomic<uint64_t> next_id{0};
+
+  Impl(Backend& b, Metrics& m, HttpServerOptions o) : backend(b), metrics(m), options(std::move(o)) {}
+
+  void reject(httplib::Response& res, const ErrorReply& error) {
+    metrics.on_rejected(Frontend::http, error.code);
+    write_error(res, error);
+  }
+
+  std::shared_ptr<Pending> submit(Request request) {
+    auto pending = std::make_shared<Pending>();
+    {
+      std::lock_guard lock(live->mutex);
+      live->ids.insert(request.id);
+    }
+    backend.submit(std::move(request), [pending, live = live](const RequestEvent& ev) {
+      if (ev.request_done) {
+        std::lock_guard lock(live->mutex);
+        live->ids.erase(ev.request_id);
+      }
+      pending->push(ev);
+    });
+    return pending;
+  }
+
+  void handle_generate(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+    if (draining) return reject(res, error_reply(ProtocolFailure::shutting_down, "the server is shutting down"));
+    OpenAiRequest parsed;
+    try {
+      parsed = parse_openai_request(endpoint, req.body, backend);
+    } catch (const std::exception& e) {
+      return reject(res, error_reply(e));
+    }
+    const bool chat = endpoint == OpenAiEndpoint::chat;
+    const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id);
+    parsed.request.id = id;
+    auto response = std::make_shared<OpenAiResponse>(endpoint, id, backend.model_info().name, backend,
+                                                     parsed.request.sampling.n,
+                                                     parsed.request.sampling.logprobs >= 0);
+    auto pending = submit(std::move(parsed.request));
+
+    if (!parsed.stream) {
+      for (;;) {
+        for (const auto& ev : pending->take(options.keepalive_interval)) {
+          if (ev.finished) metrics.on_finished(Frontend::http, ev);
+          if (ev.finish_reason == FinishReason::error) {
+            if (!ev.request_done) backend.cancel(id);
+            return write_error(res, error_reply(ev.error_code, ev.error));
+          }
+          response->add(ev);
+          if (ev.request_done) return res.set_content(dump_json(response->response()), "application/json");
+        }
+      }
+    }
+
+    // Streaming. Early refusals (bad prompt, queue full) still get their
+    // status code: wait briefly for the first event before committing to 200.
+    auto first = pending->take(options.first_event_wait);
+    if (!first.empty() && first.front().finish_reason == FinishReason::error) {
+      metrics.on_finished(Frontend::http, first.front());
+      if (!first.front().request_done) backend.cancel(id);
+      return write_error(res, error_reply(first.front().error_code, first.front().error));
+    }
+    auto backlog = std::make_shared<std::vector<RequestEvent>>(std::move(first));
+    auto finished = std::make_shared<bool>(false);
+    const bool include_usage = parsed.include_usage;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, id, pending, response, backlog, finished, include_usage](size_t, httplib::DataSink& sink) {
+          try {
+            return write_events(id, *pending, *response, *backlog, *finished, include_usage, sink);
+          } catch (const std::exception& e) {
+            spdlog::error("http: stream of {}: {}", id, e.what());
+            backend.cancel(id);
+            *finished = true;
+            return false;
+          }
+        },
+        [this, id, finished](bool) {
+          if (!*finished) backend.cancel(id);  // the connection ended before the request did
+        });
+  }
+
+  // One call of the SSE content provider: writes what events are ready (or
+  // a keepalive comment); false when the client is gone.
+  bool write_events(const std::string& id, Pending& pending, OpenAiResponse& response,
+                    std::vector<RequestEvent>& backlog, bool& finished, bool include_usage,
+                    httplib::DataSink& sink) {
+    auto events = std::move(backlog);
+    backlog.clear();
+    if (events.empty()) events = pending.take(options.keepalive_interval);
+    const auto disconnected = [&] {
+      spdlog::debug("http: client of {} went away, cancelling it", id);
+      backend.cancel(id);
+      finished = true;
+      return false;
+    };
+    if (events.empty()) return sink.write(": keepalive\n\n", 13) ? true : disconnected();
+    std::string out;
+    bool done = false;
+    for (const auto& ev : events) {
+      if (ev.finished) metrics.on_finished(Frontend::http, ev);
+      if (ev.finish_reason == FinishReason::error) {
+        out += sse(to_openai_json(error_reply(ev.error_code, ev.error)));
+        if (!ev.request_done) backend.cancel(id);
+        done = true;
+        break;
+      }
+      for (const auto& chunk : response.chunks(ev)) out += sse(chunk);
+      done = ev.request_done;
+    }
+    if (done) {
+      if (include_usage) out += sse(response.usage_chunk());
+      out += "data: [DONE]\n\n";
+    }
+    if (!sink.write(out.data(), out.size())) return disconnected();
+    if (done) {
+      finished = true;
+      sink.done();
+    }
+    return true;
+  }
+
+  void install_routes() {
+    server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      handle_generate(OpenAiEndpoint::completions, req, res);
+    });
+    server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      handle_generate(OpenAiEndpoint::chat, req, res);
+    });
+    server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      const ModelInfo model = backend.model_info();
+      const json body = {{"object", "list"},
+                         {"data", json::array({{{"id", model.name},
+                                                {"object", "model"},
+                                                {"created", 0},
+                                                {"owned_by", "llmk"},
+                                                {"max_model_len", model.max_context}}})}};
+      res.set_content(dump_json(body), "application/json");
+    });
+    server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      res.status = draining ? 503 : 200;
+      res.set_content(dump_json({{"status", draining ? "draining" : "ok"}}), "application/json");
+    });
+    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics.render(backend.stats()), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    // Statuses cpp-httplib produces itself (unknown route 404, body above
+    // the limit 413, ...) get the OpenAI error body too.
+    server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      if (res.status == 413) {
+        write_error(res, error_reply(ProtocolFailure::payload_too_large,
+                                     "the request body exceeds server.max_body_bytes = " +
+                                         std::to_string(options.max_body_bytes)));
+      } else if (res.status == 404) {
+        write_error(res, error_reply(ProtocolFailure::unknown_type, "no route for " + req.method + " " + req.path));
+      } else {
+        const int status = res.status;
+        ErrorReply e = error_reply(ProtocolFailure::malformed, "the request could not be read");
+        e.http_status = status;
+        write_error(res, e);
+      }
+    });
+    server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        write_error(res, error_reply(ErrorCode::internal, e.what()));
+      } catch (...) {
+        write_error(res, error_reply(ErrorCode::internal, "unknown exception"));
+      }
+    });
+  }
+};
+
+HttpServer::HttpServer(Backend& backend, Metrics& metrics, HttpServerOptions options)
+    : impl_(std::make_unique<Impl>(backend, metrics, std::move(options))) {
+  ::signal(SIGPIPE, SIG_IGN);  // a vanished client must fail a write, not kill the server
+  auto [host, port] = split_host_port(impl_->options.address, "server.http");
+  host_ = host;
+  const int num_threads = std::max(2, impl_->options.num_threads);
+  impl_->server.new_task_queue = [num_threads] { return new httplib::ThreadPool(static_cast<size_t>(num_threads)); };
+  impl_->server.set_payload_max_length(impl_->options.max_body_bytes);
+  // cpp-httplib's default sets SO_REUSEPORT, which lets a second server
+  // share the port silently; SO_REUSEADDR alone makes a busy port an error.
+  int listen_fd = -1;
+  impl_->server.set_socket_options([&listen_fd](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
+  // Streams are many small writes: no Nagle delay (40 ms per write with
+  // delayed ACKs). Keep-alive connections serve many requests.
+  impl_->server.set_tcp_nodelay(true);
+  impl_->server.set_keep_alive_max_count(1000);
+  impl_->install_routes();
+  if (port == 0) {
+    port_ = impl_->server.bind_to_any_port(host);
+  } else {
+    port_ = impl_->server.bind_to_port(host, port) ? port : -1;
+  }
+  // cpp-httplib listens with a backlog of 5: a burst of clients would wait
+  // for SYN retransmits (1 s). Listening again only raises the backlog.
+  if (port_ > 0 && listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+  if (port_ <= 0) {
+    throw Error(ErrorCode::invalid_config, "cannot listen for HTTP on " + impl_->options.address +
+                                               " (server.http): the address is in use or not available");
+  }
+  thread_ = std::thread([this] { impl_->server.listen_after_bind(); });
+  // stop() is a no-op until the server runs: wait for it.
+  while (!impl_->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::start_draining() { impl_->draining = true; }
+
+size_t HttpServer::num_live() const { return impl_->live->size(); }
+
+void HttpServer::cancel_all() {
+  std::set<std::string> ids;
+  {
+    std::lock_guard lock(impl_->live->mutex);
+    ids = impl_->live->ids;
+  }
+  for (const auto& id : ids) impl_->backend.cancel(id);
+}
+
+void HttpServer::stop() {
+  if (!thread_.joinable()) return;
+  impl_->draining = true;
+  cancel_all();
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (num_live() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  impl_->server.stop();
+  thread_.join();
+}
+
+}  // namespace llmk::ipc

@@ -1,0 +1,59 @@
+// The OpenAI-compatible HTTP front end (cpp-httplib): POST /v1/completions,
+// POST /v1/chat/completions (stream: true as server-sent events), GET
+// /v1/models, /health and /metrics. Handler threads only parse, submit and
+// wait for their request's events; a client that disconnects mid-stream
+// (a failed SSE write) gets its request cancelled.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "ipc/backend.hpp"
+#include "ipc/metrics.hpp"
+
+namespace llmk::ipc {
+
+struct HttpServerOptions {
+  std::string address = "127.0.0.1:8000";  // HOST:PORT; port 0 picks a free one
+  size_t max_body_bytes = 1 << 20;
+  int num_threads = 64;  // concurrent connections served (each stream holds one)
+  // An idle stream gets an SSE comment this often: keeps proxies open and
+  // finds disconnected clients while a request waits in the queue.
+  std::chrono::milliseconds keepalive_interval{1000};
+  // A streaming request waits this long for its first event before sending
+  // the 200 headers, so early refusals get their proper status code.
+  std::chrono::milliseconds first_event_wait{2000};
+};
+
+class HttpServer {
+ public:
+  // Binds at once: throws Error(invalid_config) naming the address when it
+  // cannot listen there.
+  HttpServer(Backend& backend, Metrics& metrics, HttpServerOptions options);
+  ~HttpServer();  // stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const { return port_; }
+  std::string host() const { return host_; }
+  void start_draining();  // new requests get 503 (code shutting_down)
+  size_t num_live() const;
+  void cancel_all();
+  void stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  std::string host_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// "HOST:PORT" -> (host, port); throws Error(invalid_config) naming `key`.
+std::pair<std::string, int> split_host_port(const std::string& address, const std::string& key);
+
+}  // namespace llmk::ipc

@@ -1,0 +1,106 @@
+#include "ipc/metrics.hpp"
+
+#include "ipc/request_json.hpp"
+
+#include <cstdio>
+
+namespace llmk::ipc {
+namespace {
+
+const char* frontend_name(Frontend f) { return f == Frontend::http ? "http" : "zmq"; }
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+void scalar(std::string& out, const char* type, const std::string& name, const std::string& help, double v) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + number(v) + "\n";
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  size_t i = 0;
+  while (i < bounds_.size() && value > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, const std::string& help, std::string& out) const {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += name + "_bucket{le=\"" + number(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  out += name + "_sum " + number(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
+}
+
+Metrics::Metrics()
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}),
+      inter_token_({0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                    0.4, 0.5, 0.75, 1, 2.5}),
+      e2e_({0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120}) {}
+
+void Metrics::on_finished(Frontend frontend, const RequestEvent& ev) {
+  std::lock_guard lock(mutex_);
+  num_generation_tokens_ += static_cast<uint64_t>(ev.usage.completion_tokens);
+  if (!ev.request_done) return;
+  ++num_requests_[{frontend_name(frontend), finish_reason_string(ev.finish_reason)}];
+  num_prompt_tokens_ += static_cast<uint64_t>(ev.usage.prompt_tokens);
+  const auto& times = ev.timings.token_times_s;
+  if (!times.empty()) ttft_.observe(ev.timings.time_to_first_token_s);
+  for (size_t i = 1; i < times.size(); ++i) inter_token_.observe(times[i] - times[i - 1]);
+  if (ev.finish_reason != FinishReason::error) e2e_.observe(ev.timings.e2e_s);
+}
+
+void Metrics::on_rejected(Frontend frontend, const std::string& code) {
+  std::lock_guard lock(mutex_);
+  ++num_rejected_[{frontend_name(frontend), code}];
+}
+
+std::string Metrics::render(const EngineStats& st) const {
+  std::string out;
+  std::lock_guard lock(mutex_);
+  out += "# HELP llmk_requests_total Requests completed, by front end and finish reason.\n"
+         "# TYPE llmk_requests_total counter\n";
+  for (const auto& [key, n] : num_requests_) {
+    out += "llmk_requests_total{frontend=\"" + key.first + "\",finish_reason=\"" + key.second + "\"} " +
+           std::to_string(n) + "\n";
+  }
+  out += "# HELP llmk_requests_rejected_total Requests refused before reaching the engine, by error code.\n"
+         "# TYPE llmk_requests_rejected_total counter\n";
+  for (const auto& [key, n] : num_rejected_) {
+    out += "llmk_requests_rejected_total{frontend=\"" + key.first + "\",code=\"" + key.second + "\"} " +
+           std::to_string(n) + "\n";
+  }
+  scalar(out, "counter", "llmk_prompt_tokens_total", "Prompt tokens of completed requests.",
+         static_cast<double>(num_prompt_tokens_));
+  scalar(out, "counter", "llmk_generation_tokens_total", "Tokens generated for completed samples.",
+         static_cast<double>(num_generation_tokens_));
+  ttft_.render("llmk_time_to_first_token_seconds", "Arrival to first token.", out);
+  inter_token_.render("llmk_inter_token_latency_seconds", "Time between consecutive tokens of a request.", out);
+  e2e_.render("llmk_e2e_request_latency_seconds", "Arrival to finish.", out);
+  scalar(out, "gauge", "llmk_num_requests_running", "Sequences holding KV.", static_cast<double>(st.num_running));
+  scalar(out, "gauge", "llmk_num_requests_waiting", "Requests queued, not yet admitted.",
+         static_cast<double>(st.num_waiting));
+  const double total = static_cast<double>(st.kv.total_slots);
+  scalar(out, "gauge", "llmk_kv_cache_usage_ratio", "Reserved KV slots over capacity (0..1).",
+         total > 0 ? static_cast<double>(st.kv.reserved_slots) / total : 0.0);
+  scalar(out, "gauge", "llmk_kv_cache_used_slots", "KV slots holding live tokens.",
+         static_cast<double>(st.kv.used_slots));
+  scalar(out, "gauge", "llmk_kv_cache_total_slots", "KV capacity in token slots.", total);
+  scalar(out, "counter", "llmk_num_preemptions_total", "Sequences preempted for lack of KV space.",
+         static_cast<double>(st.num_preemptions));
+  scalar(out, "counter", "llmk_engine_steps_total", "Engine steps run.", static_cast<double>(st.num_steps));
+  return out;
+}
+
+}  // namespace llmk::ipc

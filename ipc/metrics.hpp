@@ -1,0 +1,54 @@
+// Request and token metrics shared by the front ends, rendered in the
+// Prometheus text format (GET /metrics) together with the engine's gauges.
+// Thread-safe: front ends record from backend threads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/engine.hpp"
+#include "core/request.hpp"
+
+namespace llmk::ipc {
+
+enum class Frontend { http, zmq };
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);  // seconds, increasing; +Inf is implicit
+  void observe(double value);
+  void render(const std::string& name, const std::string& help, std::string& out) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative; last = +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  // Every finished sample's event (finished == true): counts the request
+  // on request_done, tokens, and the latency histograms.
+  void on_finished(Frontend frontend, const RequestEvent& event);
+  // A request refused before reaching the backend (bad JSON, bad params...).
+  void on_rejected(Frontend frontend, const std::string& code);
+  std::string render(const EngineStats& stats) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, std::string>, uint64_t> num_requests_;  // (frontend, finish_reason)
+  std::map<std::pair<std::string, std::string>, uint64_t> num_rejected_;  // (frontend, code)
+  uint64_t num_prompt_tokens_ = 0;
+  uint64_t num_generation_tokens_ = 0;
+  Histogram ttft_;
+  Histogram inter_token_;
+  Histogram e2e_;
+};
+
+}  // namespace llmk::ipc

@@ -1,0 +1,247 @@
+#include "ipc/openai.hpp"
+
+#include <chrono>
+
+#include "core/error.hpp"
+#include "ipc/errors.hpp"
+#include "ipc/request_json.hpp"
+
+namespace llmk::ipc {
+namespace {
+
+using nlohmann::json;
+
+std::vector<ChatMessage> parse_messages(const json& body) {
+  auto it = body.find("messages");
+  if (it == body.end()) throw ParamError("messages", "'messages' is required");
+  if (!it->is_array()) throw ParamError("messages", "'messages' must be a list of {role, content} objects");
+  if (it->empty()) throw ParamError("messages", "'messages' is empty");
+  std::vector<ChatMessage> messages;
+  for (const auto& m : *it) {
+    if (!m.is_object()) throw ParamError("messages", "each message must be an object with 'role' and 'content'");
+    ChatMessage msg;
+    msg.role = get_string(m, "role", "");
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
+      throw ParamError("messages", "message role must be system, user or assistant, got '" + msg.role + "'");
+    }
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      throw ParamError("messages", "each message needs a 'content'");
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (const auto& part : *content) {  // [{"type": "text", "text": ...}]
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          throw ParamError("messages", "only text content parts are supported");
+        }
+        msg.content += part["text"].get<std::string>();
+      }
+    } else {
+      throw ParamError("messages", "message 'content' must be a string or a list of text parts");
+    }
+    messages.push_back(std::move(msg));
+  }
+  return messages;
+}
+
+json bytes_of(const std::string& s) {
+  json out = json::array();
+  for (unsigned char c : s) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+}  // namespace
+
+OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& body_text, const Backend& backend) {
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::parse_error& e) {
+    throw ProtocolError(ProtocolFailure::malformed, std::string("malformed JSON body: ") + e.what());
+  }
+  if (!body.is_object()) throw ProtocolError(ProtocolFailure::malformed, "the body must be a JSON object");
+  const ModelInfo model = backend.model_info();
+  const std::string model_name = get_string(body, "model", model.name);
+  if (model_name != model.name) {
+    throw ParamError("model", "the model '" + model_name + "' does not exist; this server serves '" + model.name + "'",
+                     ErrorCode::not_found);
+  }
+  OpenAiRequest out;
+  out.endpoint = endpoint;
+  out.stream = get_bool(body, "stream", false);
+  if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
+    if (!so->is_object()) throw ParamError("stream_options", "'stream_options' must be an object");
+    out.include_usage = get_bool(*so, "include_usage", false);
+  }
+  if (endpoint == OpenAiEndpoint::completions) {
+    if (!body.contains("prompt")) throw ParamError("prompt", "'prompt' is required");
+    parse_prompt(body["prompt"], "prompt", model.vocab_size, out.request);
+    if (get_bool(body, "echo", false)) throw Error(ErrorCode::unsupported, "'echo' is not supported");
+    if (body.contains("suffix") && !body["suffix"].is_null()) {
+      throw Error(ErrorCode::unsupported, "'suffix' is not supported");
+    }
+    out.request.sampling = parse_sampling(body, LogprobsStyle::integer, model.max_context);
+  } else {
+    const ChatPrompt prompt = backend.apply_chat_template(parse_messages(body));
+    out.request.prompt = prompt.text;
+    out.request.prompt_token_ids = prompt.token_ids;
+    out.request.add_bos = prompt.add_bos;
+    out.request.sampling = parse_sampling(body, LogprobsStyle::chat, model.max_context);
+    if (!body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
+      // As OpenAI: without a limit, a chat reply may fill the context. (A
+      // text prompt has at most one token per byte, plus BOS.)
+      const size_t num_prompt = prompt.token_ids.empty() ? prompt.text.size() + 1 : prompt.token_ids.size();
+      out.request.sampling.max_tokens =
+          static_cast<int32_t>(std::max<int64_t>(1, static_cast<int64_t>(model.max_context) - static_cast<int64_t>(num_prompt)));
+    }
+  }
+  if (auto best_of = body.find("best_of"); best_of != body.end() && !best_of->is_null() && *best_of != 1) {
+    throw Error(ErrorCode::unsupported, "'best_of' other than 1 is not supported");
+  }
+  return out;
+}
+
+OpenAiResponse::OpenAiResponse(OpenAiEndpoint endpoint, std::string id, std::string model, const Backend& backend,
+                               int32_t num_samples, bool logprobs)
+    : endpoint_(endpoint),
+      id_(std::move(id)),
+      model_(std::move(model)),
+      backend_(backend),
+      logprobs_(logprobs),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                   .count()),
+      choices_(static_cast<size_t>(std::max(1, num_samples))) {}
+
+json OpenAiResponse::logprobs_delta(const RequestEvent& ev, size_t text_offset) const {
+  if (!logprobs_) return nullptr;
+  if (endpoint_ == OpenAiEndpoint::completions) {
+    json d = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+    for (const auto& lp : ev.logprobs) {
+      const std::string token = backend_.token_text(lp.token_id);
+      d["tokens"].push_back(token);
+      d["token_logprobs"].push_back(lp.logprob);
+      json top = json::object();
+      for (const auto& [id, value] : lp.top) top[backend_.token_text(id)] = value;
+      d["top_logprobs"].push_back(top);
+      d["text_offset"].push_back(text_offset);
+      text_offset += token.size();
+    }
+    return d;
+  }
+  json content = json::array();
+  for (const auto& lp : ev.logprobs) {
+    const std::string token = backend_.token_text(lp.token_id);
+    json top = json::array();
+    for (const auto& [id, value] : lp.top) {
+      const std::string t = backend_.token_text(id);
+      top.push_back({{"token", t}, {"logprob", value}, {"bytes", bytes_of(t)}});
+    }
+    content.push_back({{"token", token}, {"logprob", lp.logprob}, {"bytes", bytes_of(token)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+void OpenAiResponse::append_logprobs(Choice& choice, const json& delta) const {
+  if (delta.is_null()) return;
+  if (choice.logprobs.is_null()) {
+    choice.logprobs = delta;
+    return;
+  }
+  for (const auto& [key, values] : delta.items()) {
+    for (const auto& v : values) choice.logprobs[key].push_back(v);
+  }
+}
+
+void OpenAiResponse::count_usage(const RequestEvent& ev) {
+  if (!ev.finished) return;
+  usage_.prompt_tokens = ev.usage.prompt_tokens;
+  usage_.completion_tokens += ev.usage.completion_tokens;
+  usage_.cached_prompt_tokens = ev.usage.cached_prompt_tokens;
+}
+
+json OpenAiResponse::usage_json() const {
+  json u = {{"prompt_tokens", usage_.prompt_tokens},
+            {"completion_tokens", usage_.completion_tokens},
+            {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens}};
+  if (usage_.cached_prompt_tokens > 0) u["prompt_tokens_details"] = {{"cached_tokens", usage_.cached_prompt_tokens}};
+  return u;
+}
+
+std::vector<json> OpenAiResponse::chunks(const RequestEvent& ev) {
+  count_usage(ev);
+  std::vector<json> out;
+  if (static_cast<size_t>(ev.index) >= choices_.size()) return out;
+  Choice& choice = choices_[static_cast<size_t>(ev.index)];
+  const bool chat = endpoint_ == OpenAiEndpoint::chat;
+  const auto chunk = [&](json choice_json) {
+    return json{{"id", id_},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created_},
+                {"model", model_},
+                {"choices", json::array({std::move(choice_json)})}};
+  };
+  if (chat && !choice.started) {
+    out.push_back(chunk({{"index", ev.index}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                         {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+  }
+  choice.started = true;
+  const json logprobs = logprobs_delta(ev, choice.text.size());
+  choice.text += ev.text_delta;
+  const json finish = ev.finished ? json(finish_reason_string(ev.finish_reason)) : json(nullptr);
+  if (!ev.text_delta.empty() || !ev.token_ids.empty() || ev.finished) {
+    json c = chat ? json{{"index", ev.index},
+                         {"delta", ev.text_delta.empty() && ev.finished ? json::object()
+                                                                        : json{{"content", ev.text_delta}}},
+                         {"logprobs", logprobs},
+                         {"finish_reason", finish}}
+                  : json{{"index", ev.index}, {"text", ev.text_delta}, {"logprobs", logprobs},
+                         {"finish_reason", finish}};
+    out.push_back(chunk(std::move(c)));
+  }
+  return out;
+}
+
+json OpenAiResponse::usage_chunk() const {
+  return {{"id", id_},
+          {"object", endpoint_ == OpenAiEndpoint::chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created_},
+          {"model", model_},
+          {"choices", json::array()},
+          {"usage", usage_json()}};
+}
+
+void OpenAiResponse::add(const RequestEvent& ev) {
+  count_usage(ev);
+  if (static_cast<size_t>(ev.index) >= choices_.size()) return;
+  Choice& choice = choices_[static_cast<size_t>(ev.index)];
+  append_logprobs(choice, logprobs_delta(ev, choice.text.size()));
+  choice.text += ev.text_delta;
+  if (ev.finished) choice.finish_reason = finish_reason_string(ev.finish_reason);
+}
+
+json OpenAiResponse::response() const {
+  const bool chat = endpoint_ == OpenAiEndpoint::chat;
+  json choices = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    json logprobs = logprobs_ ? c.logprobs : json(nullptr);
+    if (chat) {
+      choices.push_back({{"index", i},
+                         {"message", {{"role", "assistant"}, {"content", c.text}}},
+                         {"logprobs", logprobs},
+                         {"finish_reason", c.finish_reason}});
+    } else {
+      choices.push_back({{"index", i}, {"text", c.text}, {"logprobs", logprobs}, {"finish_reason", c.finish_reason}});
+    }
+  }
+  return {{"id", id_},
+          {"object", chat ? "chat.completion" : "text_completion"},
+          {"created", created_},
+          {"model", model_},
+          {"choices", choices},
+          {"usage", usage_json()}};
+}
+
+}  // namespace llmk::ipc

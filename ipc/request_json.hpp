@@ -1,0 +1,45 @@
+// Request fields shared by the ZeroMQ protocol and the OpenAI-compatible
+// HTTP API: sampling parameters and prompts, read from JSON with strict
+// types and ranges. Every violation throws ParamError naming the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/request.hpp"
+
+namespace llmk::ipc {
+
+enum class LogprobsStyle {
+  integer,  // "logprobs": k  (completions, ZeroMQ)
+  chat,     // "logprobs": bool + "top_logprobs": k
+};
+
+constexpr int32_t max_samples_per_request = 16;
+constexpr int32_t max_top_logprobs = 20;
+constexpr size_t max_stop_strings = 16;
+
+// Reads max_tokens (or max_completion_tokens), temperature, top_p, top_k,
+// min_p, stop, stop_token_ids, n, seed, logprobs, presence_penalty,
+// frequency_penalty, repetition_penalty and ignore_eos from `body`; absent
+// keys keep the defaults (max_tokens: default_max_tokens). max_tokens must
+// fit in max_context.
+SamplingParams parse_sampling(const nlohmann::json& body, LogprobsStyle style, int32_t max_context,
+                              int32_t default_max_tokens = 16);
+
+// A prompt given as text or as token ids (an array of integers, or a
+// one-element array holding either). Fills request.prompt or
+// request.prompt_token_ids; `param` names the field in errors.
+void parse_prompt(const nlohmann::json& value, const std::string& param, int32_t vocab_size, Request& request);
+
+// "stop", "length", "cancelled", "error" ("" for none): the wire names.
+std::string finish_reason_string(FinishReason reason);
+
+// Typed field access: absent -> fallback; wrong type -> ParamError.
+std::string get_string(const nlohmann::json& obj, const std::string& key, const std::string& fallback);
+bool get_bool(const nlohmann::json& obj, const std::string& key, bool fallback);
+
+}  // namespace llmk::ipc

@@ -1,0 +1,55 @@
+#include "ipc/server.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+namespace llmk::ipc {
+
+Server::Server(Backend& backend, ServerOptions options) : backend_(backend), options_(std::move(options)) {
+  if (!options_.zmq.empty()) {
+    ZmqServerOptions z;
+    z.endpoint = options_.zmq;
+    z.max_message_bytes = options_.max_body_bytes;
+    zmq_ = std::make_unique<ZmqServer>(backend_, metrics_, z);
+    spdlog::info("serving ZeroMQ protocol v1 on {}", zmq_->endpoint());
+  }
+  if (!options_.http.empty()) {
+    HttpServerOptions h;
+    h.address = options_.http;
+    h.max_body_bytes = options_.max_body_bytes;
+    h.num_threads = options_.http_threads;
+    http_ = std::make_unique<HttpServer>(backend_, metrics_, h);
+    spdlog::info("serving the OpenAI-compatible HTTP API on http://{}:{}", http_->host(), http_->port());
+  }
+}
+
+Server::~Server() {
+  if (http_) http_->stop();
+  if (zmq_) zmq_->stop();
+}
+
+size_t Server::num_live() const {
+  return (zmq_ ? zmq_->num_live() : 0) + (http_ ? http_->num_live() : 0);
+}
+
+size_t Server::drain_and_stop() {
+  if (zmq_) zmq_->start_draining();
+  if (http_) http_->start_draining();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.drain_timeout_s);
+  if (num_live() > 0) spdlog::info("draining {} live request(s), up to {} s", num_live(), options_.drain_timeout_s);
+  while (num_live() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const size_t num_cancelled = num_live();
+  if (num_cancelled > 0) {
+    spdlog::warn("drain timeout: cancelling {} request(s)", num_cancelled);
+    if (zmq_) zmq_->cancel_all();
+    if (http_) http_->cancel_all();
+  }
+  if (http_) http_->stop();
+  if (zmq_) zmq_->stop();
+  return num_cancelled;
+}
+
+}  // namespace llmk::ipc

@@ -1,0 +1,48 @@
+// The front ends of `llmk serve` together: the ZeroMQ server and the HTTP
+// gateway over one backend, with shared metrics and a graceful drain.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "ipc/backend.hpp"
+#include "ipc/http_server.hpp"
+#include "ipc/metrics.hpp"
+#include "ipc/zmq_server.hpp"
+
+namespace llmk::ipc {
+
+struct ServerOptions {
+  std::string http = "127.0.0.1:8000";       // "" = no HTTP
+  std::string zmq = "tcp://127.0.0.1:5555";  // "" = no ZeroMQ
+  size_t max_body_bytes = 1 << 20;
+  double drain_timeout_s = 30.0;
+  int http_threads = 64;
+};
+
+class Server {
+ public:
+  // Binds both; throws Error(invalid_config) naming the address that failed.
+  Server(Backend& backend, ServerOptions options);
+  ~Server();
+
+  HttpServer* http() { return http_.get(); }
+  ZmqServer* zmq() { return zmq_.get(); }
+  Metrics& metrics() { return metrics_; }
+  size_t num_live() const;
+
+  // Stops accepting requests, lets live ones finish for up to
+  // drain_timeout_s, cancels the rest, then closes both front ends.
+  // Returns how many requests had to be cancelled.
+  size_t drain_and_stop();
+
+ private:
+  Backend& backend_;
+  const ServerOptions options_;
+  Metrics metrics_;
+  std::unique_ptr<ZmqServer> zmq_;
+  std::unique_ptr<HttpServer> http_;
+};
+
+}  // namespace llmk::ipc

@@ -1,0 +1,301 @@
+#include "ipc/zmq_server.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <unordered_map>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "core/error.hpp"
+#include "ipc/errors.hpp"
+#include "ipc/mailbox.hpp"
+#include "ipc/zmq_protocol.hpp"
+
+namespace llmk::ipc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct Posted {
+  std::string internal_id;
+  RequestEvent event;
+};
+
+}  // namespace
+
+// Everything the socket thread owns. The mailbox is shared with backend
+// callbacks, which may outlive the server.
+struct ZmqServer::State {
+  struct LiveRequest {
+    std::string identity;
+    std::string client_id;
+    bool stream = true;
+    bool orphaned = false;  // peer gone or request failed: events are dropped
+    std::map<int32_t, std::string> texts;  // by sample index
+    std::map<int32_t, std::vector<int32_t>> token_ids;
+  };
+  struct Peer {
+    bool delimiter = false;  // the peer frames messages as [empty][payload]
+    std::map<std::string, std::string> requests;  // client id -> internal id
+    Clock::time_point last_sent = Clock::now();
+  };
+
+  zmq::context_t context{1};
+  zmq::socket_t router{context, zmq::socket_type::router};
+  std::shared_ptr<Mailbox<Posted>> mailbox = std::make_shared<Mailbox<Posted>>();
+  std::unordered_map<std::string, LiveRequest> live;  // by internal id
+  std::unordered_map<std::string, Peer> peers;        // by identity
+  uint64_t next_id = 0;
+};
+
+ZmqServer::ZmqServer(Backend& backend, Metrics& metrics, ZmqServerOptions options)
+    : backend_(backend), metrics_(metrics), options_(std::move(options)), state_(std::make_unique<State>()) {
+  auto& router = state_->router;
+  router.set(zmq::sockopt::router_mandatory, 1);
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::sndhwm, 1 << 20);
+  router.set(zmq::sockopt::rcvhwm, 1 << 20);
+  router.set(zmq::sockopt::heartbeat_ivl, options_.heartbeat_interval_ms);
+  router.set(zmq::sockopt::heartbeat_timeout, options_.heartbeat_timeout_ms);
+  try {
+    router.bind(options_.endpoint);
+  } catch (const zmq::error_t& e) {
+    throw Error(ErrorCode::invalid_config,
+                "cannot bind the ZeroMQ endpoint " + options_.endpoint + " (server.zmq): " + e.what());
+  }
+  endpoint_ = router.get(zmq::sockopt::last_endpoint);
+  thread_ = std::thread([this] { run(); });
+}
+
+ZmqServer::~ZmqServer() { stop(); }
+
+void ZmqServer::start_draining() { draining_ = true; }
+
+void ZmqServer::cancel_all() {
+  cancel_all_ = true;
+  state_->mailbox->wake();
+}
+
+void ZmqServer::stop() {
+  if (!thread_.joinable()) return;
+  stopping_ = true;
+  state_->mailbox->wake();
+  thread_.join();
+}
+
+void ZmqServer::run() {
+  State& st = *state_;
+  const auto mailbox = st.mailbox;
+
+  // Sends one message to a peer; false when the peer is gone (unroutable
+  // under ZMQ_ROUTER_MANDATORY, or so far behind that its queue is full).
+  const auto send = [&](const std::string& identity, const json& msg) -> bool {
+    auto peer = st.peers.find(identity);
+    const bool delimiter = peer != st.peers.end() && peer->second.delimiter;
+    const std::string payload = dump_json(msg);
+    try {
+      if (!st.router.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return false;
+      if (delimiter) st.router.send(zmq::message_t(), zmq::send_flags::sndmore);
+      st.router.send(zmq::buffer(payload), zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EHOSTUNREACH) return false;
+      throw;
+    }
+    if (peer != st.peers.end()) peer->second.last_sent = Clock::now();
+    return true;
+  };
+
+  // A vanished peer: cancel its requests (freeing their KV) and forget it.
+  const auto drop_peer = [&](const std::string& identity) {
+    auto peer = st.peers.find(identity);
+    if (peer == st.peers.end()) return;
+    for (const auto& [client_id, internal_id] : peer->second.requests) {
+      st.live[internal_id].orphaned = true;
+      backend_.cancel(internal_id);
+    }
+    if (!peer->second.requests.empty()) {
+      spdlog::info("zmq: peer gone, cancelled {} request(s)", peer->second.requests.size());
+    }
+    st.peers.erase(peer);
+  };
+
+  const auto reply_error = [&](const std::string& identity, const ErrorReply& error, const json& id) {
+    if (!send(identity, to_zmq_json(error, id)) && st.peers.count(identity)) drop_peer(identity);
+  };
+
+  const auto handle_message = [&](const std::string& identity, bool delimiter, std::string_view payload) {
+    st.peers[identity].delimiter = delimiter;
+    if (payload.size() > options_.max_message_bytes) {
+      metrics_.on_rejected(Frontend::zmq, "payload_too_large");
+      return reply_error(identity,
+                         error_reply(ProtocolFailure::payload_too_large,
+                                     "message of " + std::to_string(payload.size()) +
+                                         " bytes exceeds server.max_body_bytes = " +
+                                         std::to_string(options_.max_message_bytes)),
+                         nullptr);
+    }
+    ClientMessage msg;
+    const ModelInfo model = backend_.model_info();
+    try {
+      msg = parse_client_message(payload, model.max_context, model.vocab_size);
+    } catch (const std::exception& e) {
+      const ErrorReply error = error_reply(e);
+      metrics_.on_rejected(Frontend::zmq, error.code);
+      return reply_error(identity, error, error_reply_id(payload));
+    }
+    State::Peer& peer = st.peers[identity];
+    switch (msg.type) {
+      case ClientMessageType::submit: {
+        if (draining_) {
+          metrics_.on_rejected(Frontend::zmq, "shutting_down");
+          return reply_error(identity, error_reply(ProtocolFailure::shutting_down, "the server is shutting down"),
+                             msg.id);
+        }
+        if (peer.requests.count(msg.id)) {
+          metrics_.on_rejected(Frontend::zmq, "invalid_argument");
+          return reply_error(identity,
+                             error_reply(ErrorCode::invalid_argument,
+                                         "request id '" + msg.id + "' is already live on this connection", "id"),
+                             msg.id);
+        }
+        const std::string internal_id = "zmq-" + std::to_string(++st.next_id);
+        State::LiveRequest& live = st.live[internal_id];
+        live.identity = identity;
+        live.client_id = msg.id;
+        live.stream = msg.stream;
+        peer.requests[msg.id] = internal_id;
+        num_live_ = st.live.size();
+        msg.request.id = internal_id;
+        backend_.submit(std::move(msg.request), [mailbox, internal_id](const RequestEvent& ev) {
+          mailbox->post({internal_id, ev});
+        });
+        return;
+      }
+      case ClientMessageType::cancel: {
+        auto it = peer.requests.find(msg.id);
+        if (it == peer.requests.end()) {
+          return reply_error(
+              identity, error_reply(ErrorCode::not_found, "no live request with id '" + msg.id + "'", "id"), msg.id);
+        }
+        backend_.cancel(it->second);  // its final event (finish_reason cancelled) is the reply
+        return;
+      }
+      case ClientMessageType::health:
+        if (!send(identity, health_message(msg.ref, draining_))) drop_peer(identity);
+        return;
+      case ClientMessageType::stats:
+        if (!send(identity, stats_message(msg.ref, backend_.stats()))) drop_peer(identity);
+        return;
+      case ClientMessageType::ping:
+        if (!send(identity, pong_message(msg.ref))) drop_peer(identity);
+        return;
+      case ClientMessageType::bye:
+        drop_peer(identity);
+        return;
+    }
+  };
+
+  const auto handle_event = [&](const std::string& internal_id, const RequestEvent& ev) {
+    auto it = st.live.find(internal_id);
+    if (it == st.live.end()) return;
+    State::LiveRequest& live = it->second;
+    if (ev.finished) metrics_.on_finished(Frontend::zmq, ev);
+    if (!live.orphaned) {
+      bool sent = true;
+      if (ev.finish_reason == FinishReason::error) {
+        sent = send(live.identity, to_zmq_json(error_reply(ev.error_code, ev.error), live.client_id));
+        live.orphaned = true;  // the error ends the request for the client
+        if (!ev.request_done) backend_.cancel(internal_id);
+        st.peers[live.identity].requests.erase(live.client_id);
+      } else {
+        std::string& text = live.texts[ev.index];
+        std::vector<int32_t>& ids = live.token_ids[ev.index];
+        text += ev.text_delta;
+        ids.insert(ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+        if (live.stream && (!ev.token_ids.empty() || !ev.text_delta.empty())) {
+          sent = send(live.identity, token_message(live.client_id, ev));
+        }
+        if (sent && ev.finished) sent = send(live.identity, final_message(live.client_id, ev, text, ids));
+      }
+      if (!sent) drop_peer(live.identity);
+    }
+    if (ev.request_done) {
+      auto peer = st.peers.find(live.identity);
+      if (peer != st.peers.end()) {
+        auto r = peer->second.requests.find(live.client_id);
+        if (r != peer->second.requests.end() && r->second == internal_id) peer->second.requests.erase(r);
+      }
+      st.live.erase(it);
+      num_live_ = st.live.size();
+    }
+  };
+
+  const auto handle_incoming = [&] {
+    for (int budget = 0; budget < 256; ++budget) {
+      std::vector<zmq::message_t> frames;
+      if (!zmq::recv_multipart(st.router, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
+      const std::string identity = frames[0].to_string();
+      const bool delimiter = frames.size() >= 2 && frames[1].size() == 0;
+      if (frames.size() == 2 || (frames.size() == 3 && delimiter)) {
+        try {
+          handle_message(identity, delimiter, frames.back().to_string_view());
+        } catch (const zmq::error_t&) {
+          throw;
+        } catch (const std::exception& e) {  // a backend failure: the client still gets an answer
+          spdlog::error("zmq: {}", e.what());
+          if (!send(identity, to_zmq_json(error_reply(e), error_reply_id(frames.back().to_string_view())))) {
+            drop_peer(identity);
+          }
+        }
+        continue;
+      }
+      st.peers[identity].delimiter = delimiter;
+      metrics_.on_rejected(Frontend::zmq, "malformed");
+      const auto error = error_reply(
+          ProtocolFailure::malformed,
+          "a message must be one JSON frame (optionally after one empty delimiter frame), got " +
+              std::to_string(frames.size() - 1) + " frames");
+      if (!send(identity, to_zmq_json(error, nullptr))) drop_peer(identity);
+    }
+  };
+
+  const auto send_keepalives = [&] {
+    const auto now = Clock::now();
+    std::vector<std::string> gone;
+    // Peers without live requests are forgotten (they come back with their next message).
+    std::erase_if(st.peers, [](const auto& entry) { return entry.second.requests.empty(); });
+    for (auto& [identity, peer] : st.peers) {
+      if (now - peer.last_sent < options_.keepalive_interval) continue;
+      if (!send(identity, keepalive_message())) gone.push_back(identity);
+    }
+    for (const auto& identity : gone) drop_peer(identity);
+  };
+
+  zmq::pollitem_t items[] = {{st.router.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, mailbox->fd(), ZMQ_POLLIN, 0}};
+  auto stop_deadline = Clock::time_point::max();
+  for (;;) {
+    if (stopping_ && stop_deadline == Clock::time_point::max()) {
+      // Stop: cancel what is live and give its final events a moment to go out.
+      for (const auto& [internal_id, live] : st.live) backend_.cancel(internal_id);
+      stop_deadline = Clock::now() + std::chrono::seconds(2);
+    }
+    if (stopping_ && (st.live.empty() || Clock::now() > stop_deadline)) break;
+    try {
+      zmq::poll(items, 2, options_.keepalive_interval / 2);
+      if (items[0].revents & ZMQ_POLLIN) handle_incoming();
+      for (auto& posted : mailbox->take()) handle_event(posted.internal_id, posted.event);
+      if (cancel_all_.exchange(false)) {
+        for (const auto& [internal_id, live] : st.live) backend_.cancel(internal_id);
+      }
+      send_keepalives();
+    } catch (const std::exception& e) {
+      // Never let the socket thread die: log, and serve the next message.
+      spdlog::error("zmq server: {}", e.what());
+    }
+  }
+  st.router.close();
+}
+
+}  // namespace llmk::ipc

@@ -1,0 +1,64 @@
+// The ZeroMQ front end: one ROUTER socket, owned by one thread, serving the
+// protocol of docs/protocol.md. Backend callbacks only post events to a
+// mailbox; the socket thread turns them into messages. A peer that
+// disappears (send fails under ZMQ_ROUTER_MANDATORY, ZMTP heartbeat
+// timeout, or an explicit "bye") gets its requests cancelled.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "ipc/backend.hpp"
+#include "ipc/metrics.hpp"
+
+namespace llmk::ipc {
+
+struct ZmqServerOptions {
+  std::string endpoint = "tcp://127.0.0.1:5555";
+  size_t max_message_bytes = 1 << 20;  // server.max_body_bytes
+  // A peer with live requests hears from the server at least this often
+  // (a keepalive when there is nothing else): a vanished peer is noticed
+  // within about this long.
+  std::chrono::milliseconds keepalive_interval{500};
+  int heartbeat_interval_ms = 1000;  // ZMTP heartbeats: silent dead peers
+  int heartbeat_timeout_ms = 5000;
+};
+
+class ZmqServer {
+ public:
+  // Binds at once: throws Error(invalid_config) naming the endpoint when it
+  // cannot (address in use, bad endpoint).
+  ZmqServer(Backend& backend, Metrics& metrics, ZmqServerOptions options);
+  ~ZmqServer();  // stop()
+  ZmqServer(const ZmqServer&) = delete;
+  ZmqServer& operator=(const ZmqServer&) = delete;
+
+  std::string endpoint() const { return endpoint_; }  // as bound (resolved port)
+  // New submits are refused (code shutting_down); live requests go on.
+  void start_draining();
+  size_t num_live() const { return num_live_.load(); }
+  // Cancels every live request; their final events still go out.
+  void cancel_all();
+  // Cancels what is live, waits briefly for it to end, closes the socket.
+  void stop();
+
+ private:
+  struct State;
+  void run();
+
+  Backend& backend_;
+  Metrics& metrics_;
+  const ZmqServerOptions options_;
+  std::string endpoint_;
+  std::unique_ptr<State> state_;
+  std::atomic<size_t> num_live_{0};
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> cancel_all_{false};
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+}  // namespace llmk::ipc

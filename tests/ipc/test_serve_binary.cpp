@@ -1,0 +1,229 @@
+// `llmk serve` as a process, on the real engine and the stories260K model:
+// golden greedy continuations over both front ends, KV freed when clients
+// vanish, Prometheus metrics, SIGTERM drain, a busy port.
+#ifdef LLMK_HAVE_ENGINE
+
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <fstream>
+
+#include "ipc/client.hpp"
+#include "ipc/load_generator.hpp"
+#include "support.hpp"
+
+using namespace llmk;
+using llmk::test::curl;
+using llmk::test::eventually;
+using nlohmann::json;
+
+namespace {
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// One `llmk serve` process; killed (SIGKILL) if still running at the end.
+class ServeProcess {
+ public:
+  explicit ServeProcess(std::vector<std::string> extra_args = {}, int http_port = 0)
+      : http_port_(http_port ? http_port : free_port()), zmq_port_(free_port()) {
+    log_ = std::filesystem::temp_directory_path() / ("llmk_serve_" + std::to_string(::getpid()) + "_" +
+                                                     std::to_string(http_port_) + ".log");
+    std::vector<std::string> args = {LLMK_BINARY_DIR "/bin/llmk", "serve", "--model",
+                                     LLMK_SHARED_DIR "/models/stories260K",
+                                     "--http", "127.0.0.1:" + std::to_string(http_port_),
+                                     "--zmq", zmq_endpoint(), "--set", "kv_cache.capacity_tokens=4096",
+                                     "--set", "executor.num_threads=1"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  ~ServeProcess() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::filesystem::remove(log_);
+  }
+  bool wait_ready() {
+    return eventually([&] { return !exited() && curl(http_port_, "GET", "/health").status == 200; },
+                      std::chrono::seconds(60));
+  }
+  bool exited() {
+    if (exited_) return true;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    return exited_;
+  }
+  // The exit status, or -1 if it did not exit in time.
+  int wait_exit(std::chrono::seconds timeout) { return eventually([&] { return exited(); }, timeout) ? exit_status_ : -1; }
+  void signal(int sig) { ::kill(pid_, sig); }
+  std::string log() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  int http_port() const { return http_port_; }
+  std::string zmq_endpoint() const { return "tcp://127.0.0.1:" + std::to_string(zmq_port_); }
+
+ private:
+  int http_port_, zmq_port_;
+  std::filesystem::path log_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int exit_status_ = -1;
+};
+
+std::string ltrim(std::string s) { return s.erase(0, s.find_first_not_of(' ')); }
+
+json golden() {
+  std::ifstream in(LLMK_SHARED_DIR "/golden/stories260K.json");
+  return json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("llmk serve returns stories260K's golden greedy continuations over HTTP and ZeroMQ", "[serve]") {
+  ServeProcess serve;
+  REQUIRE(serve.wait_ready());
+  Client client(serve.zmq_endpoint());
+  const json cases = golden()["cases"];
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const json& c = cases[i];
+    INFO("prompt: '" << c["prompt"].get<std::string>() << "'\n" << serve.log());
+    const auto greedy_ids = c["greedy_ids"].get<std::vector<int32_t>>();
+    const std::string greedy_text = c["greedy_text"];
+    Request r;
+    r.id = "golden-" + std::to_string(i);
+    r.prompt_token_ids = c["input_ids"].get<std::vector<int32_t>>();
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = static_cast<int32_t>(greedy_ids.size());
+    r.sampling.ignore_eos = true;
+    const auto zmq = client.generate(r, i % 2 == 0);
+    CHECK(zmq.token_ids[0] == greedy_ids);
+    CHECK(ltrim(zmq.texts[0]) == ltrim(greedy_text));
+
+    const json prompt = c["prompt"] == "" ? json(c["input_ids"]) : json(c["prompt"]);
+    const json body = {{"prompt", prompt}, {"max_tokens", greedy_ids.size()}, {"temperature", 0},
+                       {"ignore_eos", true}, {"stream", i % 2 == 1}};
+    const auto http = curl(serve.http_port(), "POST", "/v1/completions", body.dump());
+    REQUIRE(http.status == 200);
+    std::string text;
+    if (i % 2 == 1) {
+      for (const auto& data : test::sse_data(http.body)) {
+        if (data != "[DONE]") text += json::parse(data)["choices"][0]["text"].get<std::string>();
+      }
+    } else {
+      text = http.json()["choices"][0]["text"];
+    }
+    CHECK(ltrim(text) == ltrim(greedy_text));
+  }
+  // The metrics of all that pass Prometheus' own checker.
+  const auto metrics = curl(serve.http_port(), "GET", "/metrics");
+  const auto file = std::filesystem::temp_directory_path() / ("llmk_serve_metrics_" + std::to_string(::getpid()));
+  std::ofstream(file) << metrics.body;
+  const auto check = test::run_command("promtool check metrics < " + file.string() + " 2>&1");
+  std::filesystem::remove(file);
+  INFO(check.out);
+  CHECK(check.status == 0);
+  CHECK(metrics.body.find("llmk_time_to_first_token_seconds_count 10") != std::string::npos);
+}
+
+TEST_CASE("llmk serve frees the KV of clients that vanish mid-stream", "[serve]") {
+  ServeProcess serve;
+  REQUIRE(serve.wait_ready());
+  Client client(serve.zmq_endpoint());
+  {
+    test::RawPeer peer(serve.zmq_endpoint());
+    peer.send_json({{"v", 1}, {"type", "submit"}, {"id", "gone"}, {"prompt", "Once upon a time"},
+                    {"params", {{"max_tokens", 500}, {"ignore_eos", true}}}});
+    CHECK(peer.recv_json(std::chrono::seconds(30))["type"] == "token");
+  }
+  const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 500}, {"ignore_eos", true}, {"stream", true},
+                     {"temperature", 0}};
+  curl(serve.http_port(), "POST", "/v1/completions", body.dump(), "--max-time 0.2");
+  CHECK(eventually([&] {
+    const json s = client.stats();
+    return s["kv"]["used_slots"] == 0 && s["num_running"] == 0;
+  }, std::chrono::seconds(20)));
+}
+
+TEST_CASE("llmk serve drains on SIGTERM and exits 0", "[serve]") {
+  const double drain_timeout = GENERATE(30.0, 0.0);
+  ServeProcess serve({"--set", "server.drain_timeout_s=" + std::to_string(drain_timeout)});
+  REQUIRE(serve.wait_ready());
+  Client client(serve.zmq_endpoint());
+  Request r;
+  r.id = "in-flight";
+  r.prompt = "Once upon a time";
+  r.sampling.max_tokens = 400;
+  r.sampling.ignore_eos = true;
+  auto events = client.submit(r);
+  REQUIRE(events->next(std::chrono::seconds(30)));
+  serve.signal(SIGTERM);
+  std::optional<RequestEvent> last;
+  while (auto ev = events->next(std::chrono::seconds(30))) last = ev;
+  REQUIRE(last);
+  CHECK(last->finish_reason == (drain_timeout > 0 ? FinishReason::length : FinishReason::cancelled));
+  INFO(serve.log());
+  CHECK(serve.wait_exit(std::chrono::seconds(30)) == 0);
+}
+
+TEST_CASE("A second llmk serve on a busy port fails with a message naming the address", "[serve]") {
+  ServeProcess first;
+  REQUIRE(first.wait_ready());
+  ServeProcess second({}, first.http_port());
+  const int status = second.wait_exit(std::chrono::seconds(60));
+  CHECK(status != 0);
+  CHECK(status != -1);
+  CHECK(second.log().find("127.0.0.1:" + std::to_string(first.http_port())) != std::string::npos);
+}
+
+TEST_CASE("llmk serve streams 48 concurrent greedy requests per front end, each equal to the golden text",
+          "[serve]") {
+  ServeProcess serve;
+  REQUIRE(serve.wait_ready());
+  const json c = golden()["cases"][1];  // "Once upon a time"
+  ipc::LoadOptions o;
+  o.http_port = serve.http_port();
+  o.zmq_endpoint = serve.zmq_endpoint();
+  o.num_requests = 48;
+  o.concurrency = 12;
+  o.max_tokens = static_cast<int32_t>(c["greedy_ids"].size());
+  o.prompts = {c["prompt"]};
+  o.expected_text = [&](const std::string&) { return c["greedy_text"].get<std::string>(); };
+  for (const char* protocol : {"http", "zmq"}) {
+    o.protocol = protocol;
+    const auto r = ipc::run_load(o);
+    INFO(protocol << ": " << r.summary() << (r.first_errors.empty() ? "" : " first error: " + r.first_errors[0]));
+    CHECK(r.num_ok == 48);
+    CHECK(r.num_token_mismatches == 0);
+    CHECK(r.num_tokens == 48u * static_cast<uint64_t>(o.max_tokens));
+  }
+}
+
+#endif  // LLMK_HAVE_ENGINE

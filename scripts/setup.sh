@@ -8,7 +8,7 @@ packages=(
   libcaf-dev libzmq3-dev cppzmq-dev libsentencepiece-dev catch2 libboost-dev
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libcpp-httplib-dev
   libopenblas-dev libdnnl-dev libconcurrentqueue-dev
-  python3 python3-zmq python3-numpy curl prometheus
+  python3 python3-zmq python3-numpy curl prometheus chromium
 )
 
 missing=()

@@ -1,0 +1,122 @@
+#include "core/estimate.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+namespace llmk {
+namespace {
+
+constexpr double GB = 1e9;
+constexpr double TB = 1e12;
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+}  // namespace
+
+const std::vector<DeviceSpec>& builtin_devices() {
+  // Dense tensor-core rates (no 2:4 sparsity) and memory bandwidth from the
+  // vendors' datasheets; link = NVLink per GPU, or PCIe where there is none.
+  static const std::vector<DeviceSpec> devices{
+      {"a100-40gb", 40 * GiB, 1.555 * TB, 312 * TB, 624 * TB, 19.5 * TB, 600 * GB, "datasheet"},
+      {"a100-80gb", 80 * GiB, 2.039 * TB, 312 * TB, 624 * TB, 19.5 * TB, 600 * GB, "datasheet"},
+      {"h100-sxm", 80 * GiB, 3.35 * TB, 989 * TB, 1979 * TB, 67 * TB, 900 * GB, "datasheet"},
+      {"h100-pcie", 80 * GiB, 2.0 * TB, 756 * TB, 1513 * TB, 51 * TB, 600 * GB, "datasheet"},
+      {"h200", 141 * GB, 4.8 * TB, 989 * TB, 1979 * TB, 67 * TB, 900 * GB, "datasheet"},
+      {"l40s", 48 * GiB, 0.864 * TB, 362 * TB, 733 * TB, 91.6 * TB, 64 * GB, "datasheet"},
+      {"rtx-4090", 24 * GiB, 1.008 * TB, 165 * TB, 330 * TB, 82.6 * TB, 64 * GB, "datasheet"},
+      {"a10g", 24 * GiB, 0.6 * TB, 125 * TB, 250 * TB, 31.2 * TB, 32 * GB, "datasheet"},
+  };
+  return devices;
+}
+
+std::optional<DeviceSpec> find_device(const std::string& name) {
+  std::string key = lower(name);
+  std::replace(key.begin(), key.end(), '_', '-');
+  for (const auto& d : builtin_devices()) {
+    if (d.name == key) return d;
+  }
+  return std::nullopt;
+}
+
+double llama_num_params(const ModelConfig& m) {
+  const double h = m.hidden_size;
+  const double q = static_cast<double>(m.num_heads) * m.head_dim;
+  const double kv = static_cast<double>(m.num_kv_heads) * m.head_dim;
+  const double per_layer = h * q          // q_proj
+                           + 2 * h * kv   // k_proj, v_proj
+                           + q * h        // o_proj
+                           + 3 * h * m.intermediate_size  // gate, up, down
+                           + 2 * h;       // two RMSNorm weights
+  const double embed = static_cast<double>(m.vocab_size) * h;
+  return m.num_layers * per_layer + embed * (m.tie_word_embeddings ? 1 : 2) + h;
+}
+
+double decode_flops_per_token(const ModelConfig& m, double context_len) {
+  // 2 FLOPs per weight touched by the token (embedding lookup is free), plus
+  // attention: QK^T and PV over the context, 2 x 2 x heads x head_dim each.
+  const double lookup = static_cast<double>(m.vocab_size) * m.hidden_size;
+  const double matmul = 2 * (llama_num_params(m) - (m.tie_word_embeddings ? 0 : lookup));
+  const double attention = 4.0 * m.num_layers * m.num_heads * m.head_dim * context_len;
+  return matmul + attention;
+}
+
+EstimateResult estimate(const EstimateInput& in) {
+  const ModelConfig& m = in.model;
+  const DeviceSpec& d = in.device;
+  const int tp = std::max(1, in.tensor_parallel);
+  EstimateResult r;
+
+  r.num_params = llama_num_params(m);
+  r.weight_bytes = r.num_params * in.weight_bytes_per_param;
+  r.weight_bytes_per_device = r.weight_bytes / tp;
+  r.kv_bytes_per_token = 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * in.kv_bytes_per_element;
+
+  const double usable = d.memory_bytes * in.memory_utilization * tp;
+  r.kv_capacity_tokens = std::max(0.0, (usable - r.weight_bytes) / r.kv_bytes_per_token);
+  const double seq_tokens = static_cast<double>(in.prompt_len) + in.output_len;
+  r.max_concurrent_seqs = seq_tokens > 0 ? std::floor(r.kv_capacity_tokens / seq_tokens) : 0;
+
+  // The rate that applies to the weights' type: 8-bit types use the 8-bit
+  // tensor rate where the device has one; 32-bit weights the FP32 rate.
+  double peak = d.peak_flops_16;
+  if (in.weight_bytes_per_param >= 4 && d.peak_flops_32 > 0) peak = d.peak_flops_32;
+  if (in.weight_bytes_per_param <= 1 && d.peak_flops_8 > 0) peak = d.peak_flops_8;
+  const double group_peak = peak * tp;
+  const double group_bw = d.bandwidth_bytes_s * tp;
+  r.ridge_flops_per_byte = peak / d.bandwidth_bytes_s;
+
+  // Prefill: every prompt token through every weight, causal attention
+  // (half the square), weights read once, KV written once.
+  const double b = in.batch_size;
+  const double p = in.prompt_len;
+  r.prefill_flops = b * p * decode_flops_per_token(m, 0) + b * 4.0 * m.num_layers * m.num_heads * m.head_dim * p * p / 2;
+  r.prefill_bytes = r.weight_bytes + b * p * r.kv_bytes_per_token;
+  r.prefill_time_s = std::max(r.prefill_flops / group_peak, r.prefill_bytes / group_bw);
+
+  // Decode at the mean context of the generation: weights once per step for
+  // the whole batch, each sequence's KV once.
+  const double mean_context = p + in.output_len / 2.0;
+  r.decode_flops = b * decode_flops_per_token(m, mean_context);
+  r.decode_bytes = r.weight_bytes + b * mean_context * r.kv_bytes_per_token;
+  const double t_mem = r.decode_bytes / group_bw;
+  const double t_compute = r.decode_flops / group_peak;
+  r.decode_memory_bound = t_mem >= t_compute;
+
+  // Tensor parallelism: two all-reduces per layer of batch x hidden
+  // activations (16-bit); a ring moves 2 (tp - 1) / tp of the data per device.
+  if (tp > 1 && d.link_bytes_s > 0) {
+    const double msg = b * m.hidden_size * 2.0;
+    r.tp_comm_time_per_step_s = 2.0 * m.num_layers * (2.0 * (tp - 1) / tp) * msg / d.link_bytes_s;
+  }
+  r.decode_step_time_s = std::max(t_mem, t_compute) + r.tp_comm_time_per_step_s;
+  r.decode_tokens_per_s = b / r.decode_step_time_s;
+  r.request_latency_s = r.prefill_time_s + in.output_len * r.decode_step_time_s;
+  return r;
+}
+
+}  // namespace llmk

@@ -4,6 +4,7 @@
 #include "core/plugin_loader.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <boost/dll/shared_library.hpp>
 #include <spdlog/spdlog.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <system_error>
 
@@ -97,6 +99,34 @@ std::string dlopen_reason(const fs::path& file) {
   return msg ? msg : "failed to load";
 }
 
+// Paths of every shared object mapped in the process now.
+std::set<std::string> loaded_objects() {
+  std::set<std::string> names;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        if (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0')
+          static_cast<std::set<std::string>*>(out)->insert(info->dlpi_name);
+        return 0;
+      },
+      &names);
+  return names;
+}
+
+// Runtime libraries a plugin pulls in (OpenMP, oneDNN, a BLAS) start worker
+// threads and per-thread state that outlive any one plugin: unmapping them
+// when the plugin unloads would leave those threads running freed code. They
+// stay resident for the life of the process; the plugin's own code still
+// unloads with its last owner.
+void pin_new_dependencies(const std::set<std::string>& before, const fs::path& plugin_file) {
+  std::error_code ec;
+  const fs::path plugin = fs::weakly_canonical(plugin_file, ec);
+  for (const std::string& name : loaded_objects()) {
+    if (before.count(name) != 0) continue;
+    if (fs::weakly_canonical(fs::path(name), ec) == plugin) continue;
+    dlopen(name.c_str(), RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+  }
+}
+
 struct Expectation {
   std::optional<std::string> name;  // checked when set
   std::optional<uint32_t> kind;
@@ -111,8 +141,10 @@ std::optional<std::string> open_plugin(const fs::path& file, const Expectation& 
   if (!fs::exists(file, exists_ec)) return std::string("no such file");
   boost::dll::shared_library lib;
   boost::dll::fs::error_code ec;
+  const std::set<std::string> before = loaded_objects();
   lib.load(file, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local, ec);
   if (ec || !lib.is_loaded()) return dlopen_reason(file);
+  pin_new_dependencies(before, file);
   if (!lib.has(kEntrySymbol)) return std::string("no entry symbol '") + kEntrySymbol + "' (not an llmk plugin)";
   auto& entry = lib.get_alias<const llmk_plugin_info*()>(kEntrySymbol);
   const llmk_plugin_info* raw = entry();

@@ -23,7 +23,6 @@
 //     128 rows and faster below ~32.
 //   {"weight_dtype":"bf16"}: F32 checkpoints rounded once to BF16 and then
 //     treated as BF16 (half the bytes per decode step; not exact, so opt-in).
-#include <dlfcn.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -45,19 +44,6 @@ namespace llmk::linear_dense {
 
 namespace {
 
-// oneDNN leaves per-thread state whose destructors run when worker threads
-// exit. If libdnnl were unmapped together with this plugin, those threads
-// would later jump into freed code; so the first use pins libdnnl for the
-// life of the process (this plugin itself still unloads).
-void pin_onednn() {
-  static const bool pinned = [] {
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<void*>(&dnnl_engine_create), &info) != 0 && info.dli_fname != nullptr)
-      return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) != nullptr;
-    return false;
-  }();
-  (void)pinned;
-}
 
 
 using plugin::Error;
@@ -212,7 +198,6 @@ class LinearDense {
   // the weights viewed in place as the transpose of the stored [N, K] rows.
   void make_gemm() {
     using dnnl::memory;
-    pin_onednn();
     engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
     stream_ = dnnl::stream(engine_);
     const auto dt = dtype_ == LLMK_DTYPE_F32 ? memory::data_type::f32 : memory::data_type::bf16;

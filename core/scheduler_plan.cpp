@@ -113,7 +113,10 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
   int32_t longest_prompt = 0;
   std::vector<int32_t> admitted_lengths;
 
-  while (!waiting_.empty() && budget > 0) {
+  // A static batch is formed whole (up to max_num_seqs members), whatever
+  // the token budget: members whose prompt does not fit this step are
+  // prefilled by later steps before the batch starts decoding.
+  while (!waiting_.empty() && (budget > 0 || forming_static_batch)) {
     Sequence* seq = waiting_.front();
     if (num_seq_slots + seq->num_unforked_samples > max_num_seqs_) break;
     llmk_kv_reserve_args args{};
@@ -161,8 +164,10 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
       admitted_lengths.push_back(seq->num_tokens());
     }
     const int32_t chunk = std::min(seq->num_uncomputed_tokens(), budget);
-    add_to_batch(plan, *seq, chunk);
-    budget -= chunk;
+    if (chunk > 0 && static_cast<int32_t>(plan.seqs.size()) < max_num_seqs_) {
+      add_to_batch(plan, *seq, chunk);
+      budget -= chunk;
+    }
   }
   for (int32_t len : admitted_lengths) stats_.num_padded_slots += static_cast<uint64_t>(longest_prompt - len);
 }

@@ -587,3 +587,24 @@ TEST_CASE("a relocating contiguous allocator: copies, refused forks and offload 
   if (mode == "offload") CHECK(sched.stats().num_offload_recomputes > 0);
   CHECK(kv.usage().num_seqs == 0);
 }
+
+TEST_CASE("a static batch takes max_num_seqs members even when their prompts exceed one step's token budget",
+          "[scheduler]") {
+  // 6 prompts of 20 tokens, a budget of 32 tokens per step, batches of 4:
+  // the batch is formed whole, prefilled over several steps, then decoded.
+  Harness h(scheduler_section(4, 32, "static"), 400, 4);
+  std::mt19937 rng(21);
+  std::vector<Submitted> reqs;
+  for (int i = 0; i < 6; ++i) {
+    reqs.push_back({"r" + std::to_string(i), random_prompt(rng, 20), params(5)});
+    h.sched.add_request(reqs.back().id, reqs.back().prompt, reqs.back().sp);
+  }
+  h.run();
+  check_against_reference(h, reqs);
+  size_t max_decodes = 0;
+  for (const auto& p : h.plans) {
+    CHECK(p.num_tokens <= 32);
+    max_decodes = std::max(max_decodes, static_cast<size_t>(p.num_decodes));
+  }
+  CHECK(max_decodes == 4);
+}

@@ -186,8 +186,10 @@ int main(int argc, char** argv) {
   const double flops = p * layers * per_token_layer - (p - 1) * (2.0 * q_dim * h + 6.0 * h * inter) +
                        2.0 * h * mc.vocab_size + layers * 2.0 * 2.0 * q_dim * p * (p + 1) / 2.0;
 
-  std::printf("preset %s (%s weights, %.1f M params), %d threads\n", preset.c_str(), llmk::dtype_name(mc.dtype),
-              mc.num_parameters() / 1e6, threads);
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+  std::printf("preset %s (%s weights, %.1f M params), %d threads, linear options %s, OMP_WAIT_POLICY=%s\n",
+              preset.c_str(), llmk::dtype_name(mc.dtype), mc.num_parameters() / 1e6, threads, linear_options.c_str(),
+              wait_policy ? wait_policy : "(default)");
   std::printf("limits: read bandwidth %.1f GB/s; %s matmul peak %.1f GFLOP/s\n", bandwidth,
               bf16_gemm ? "bf16" : "f32", peak);
   std::printf("decode  batch 1: %.1f tok/s  (%.2f ms/token, %.1f MB weights/token -> %.1f GB/s = %.0f%% of bandwidth)\n",

@@ -7,14 +7,18 @@
 #include "core/model.hpp"
 
 #include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -29,6 +33,27 @@ namespace llmk {
 namespace {
 
 namespace kc = kernels::cpu;
+
+// Physical cores this process may run on: CPUs of the affinity mask,
+// SMT siblings counted once (from sysfs topology); the affinity count when
+// the topology cannot be read.
+uint32_t hardware_cores() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return std::max(1u, std::thread::hardware_concurrency());
+  std::set<std::pair<int, int>> cores;
+  int allowed = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &mask)) continue;
+    ++allowed;
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    std::ifstream package(dir + "physical_package_id"), core(dir + "core_id");
+    int package_id = 0, core_id = 0;
+    if (!(package >> package_id) || !(core >> core_id)) return static_cast<uint32_t>(std::max(1, CPU_COUNT(&mask)));
+    cores.emplace(package_id, core_id);
+  }
+  return static_cast<uint32_t>(std::max<size_t>(1, std::min<size_t>(cores.size(), allowed)));
+}
 
 uint64_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
@@ -72,8 +97,7 @@ std::vector<float> to_f32(const TensorView& t) {
 
 ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model) {
   ModelRuntime rt;
-  const unsigned hw = std::thread::hardware_concurrency();
-  rt.num_threads = cfg.executor.num_threads > 0 ? static_cast<uint32_t>(cfg.executor.num_threads) : std::max(1u, hw);
+  rt.num_threads = cfg.executor.num_threads > 0 ? static_cast<uint32_t>(cfg.executor.num_threads) : hardware_cores();
   rt.max_seq_len = cfg.kv_cache.max_seq_len > 0 ? cfg.kv_cache.max_seq_len
                                                 : static_cast<uint32_t>(model.max_position_embeddings);
   rt.max_step_tokens = std::max<uint32_t>(1, cfg.scheduler.max_num_batched_tokens);

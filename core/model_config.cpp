@@ -99,6 +99,18 @@ void apply_special_ids(ModelConfig& c, const json& j, const std::string& source)
   if (present(j, "eos_token_id")) c.eos_token_ids = get_id_list(j, "eos_token_id", source);
 }
 
+// Special tokens must be rows of the embedding table.
+void check_special_ids(const ModelConfig& c, const std::string& source) {
+  auto check = [&](const char* key, int32_t id) {
+    if (id >= c.vocab_size)
+      fail(ErrorCode::bad_checkpoint, source,
+           std::string(key) + " " + std::to_string(id) + " is outside the vocabulary (vocab_size=" +
+               std::to_string(c.vocab_size) + ")");
+  };
+  check("bos_token_id", c.bos_token_id);
+  for (int32_t id : c.eos_token_ids) check("eos_token_id", id);
+}
+
 void check_architecture(ModelConfig& c, const json& j, const std::string& source) {
   static const char* const kSupported = "LlamaForCausalLM, MistralForCausalLM";
   if (present(j, "architectures")) {
@@ -189,6 +201,7 @@ ModelConfig parse_model_config_json(const std::string& text, const std::string& 
     c.dtype = d;
   }
   apply_special_ids(c, j, source);
+  check_special_ids(c, source);
 
   if (present(j, "sliding_window")) {
     const int32_t window = get_int(j, "sliding_window", source, std::nullopt);
@@ -213,22 +226,13 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   if (fs::exists(generation_file)) {
     const json j = parse_json_object(read_text_file(generation_file), generation_file.string());
     apply_special_ids(c, j, generation_file.string());
+    check_special_ids(c, generation_file.string());
   }
   const fs::path tokenizer_file = model_dir / "tokenizer_config.json";
   if (fs::exists(tokenizer_file)) {
     const json j = parse_json_object(read_text_file(tokenizer_file), tokenizer_file.string());
     c.add_bos_token = get_bool(j, "add_bos_token", tokenizer_file.string(), c.add_bos_token);
   }
-  for (int32_t id : c.eos_token_ids) {
-    if (id >= c.vocab_size)
-      fail(ErrorCode::bad_checkpoint, config_file.string(),
-           "eos_token_id " + std::to_string(id) + " is outside the vocabulary (vocab_size=" +
-               std::to_string(c.vocab_size) + ")");
-  }
-  if (c.bos_token_id >= c.vocab_size)
-    fail(ErrorCode::bad_checkpoint, config_file.string(),
-         "bos_token_id " + std::to_string(c.bos_token_id) + " is outside the vocabulary (vocab_size=" +
-             std::to_string(c.vocab_size) + ")");
   return c;
 }
 

@@ -43,9 +43,17 @@ struct ModelConfig {
 
 // Reads config.json (and generation_config.json / tokenizer_config.json when
 // present) from a model directory. Throws Error(bad_checkpoint/unsupported)
-// naming the file and key.
+// naming the file and key, e.g. "config.json: num_key_value_heads=3 does not
+// divide num_attention_heads=8"; Error(not_found) when the directory is absent.
+// generation_config.json's bos/eos ids win over config.json's;
+// tokenizer_config.json supplies add_bos_token.
 ModelConfig load_model_config(const std::filesystem::path& model_dir);
-// Parses one config.json file; `source` names it in errors.
+// Parses one config.json file; `source` names it in errors. Absent keys take
+// transformers' defaults (num_key_value_heads = heads, head_dim = hidden /
+// heads, rms_norm_eps 1e-6, rope_theta 10000, untied, float32). Refused with
+// Error(unsupported): other architectures, hidden_act other than silu,
+// attention/mlp biases, any rope_scaling, quantization_config, a
+// sliding_window shorter than max_position_embeddings.
 ModelConfig parse_model_config_json(const std::string& text, const std::string& source);
 
 // Named presets for dummy weights: llama-110m, tinyllama-1.1b, llama2-7b,

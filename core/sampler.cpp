@@ -134,11 +134,10 @@ float max_of(const float* z, int32_t n) {
   return m;
 }
 
-// The first index holding the maximum: ties go to the lowest id. Blocks are
+// The first index holding the maximum m: ties go to the lowest id. Blocks are
 // scanned with SIMD for the maximum, then one block element by element.
-int32_t argmax(const float* z, int32_t n) {
+int32_t argmax(const float* z, int32_t n, float m) {
   constexpr int32_t kBlock = 256;
-  const float m = max_of(z, n);
   for (int32_t begin = 0; begin < n; begin += kBlock) {
     const int32_t end = std::min(n, begin + kBlock);
     if (max_of(z + begin, end - begin) == m) {
@@ -263,7 +262,7 @@ void Sampler::sample_row(const SamplerRow& row, Scratch& s, SampledToken& out) c
   };
 
   if (greedy) {
-    out.token_id = argmax(z, vocab);
+    out.token_id = argmax(z, vocab, m);
   } else {
     const bool top_p_alone = p.top_p < 1.0f && !(p.top_k > 0 && p.top_k < vocab);
     if (want_logprobs || top_p_alone) ensure_weights();
@@ -273,7 +272,7 @@ void Sampler::sample_row(const SamplerRow& row, Scratch& s, SampledToken& out) c
       for (const auto& c : s.candidates) mass += c.weight;
       const double target = u * mass;
       double cumulative = 0.0;
-      out.token_id = argmax(z, vocab);  // should rounding leave the target unreached
+      out.token_id = argmax(z, vocab, m);  // should rounding leave the target unreached
       for (const auto& c : s.candidates) {
         cumulative += c.weight;
         if (cumulative > target) {
@@ -284,7 +283,7 @@ void Sampler::sample_row(const SamplerRow& row, Scratch& s, SampledToken& out) c
     } else {
       ensure_weights();
       out.token_id = draw_from_all(s.weights.data(), vocab, u * total);
-      if (out.token_id < 0) out.token_id = argmax(z, vocab);  // rounding left the target unreached
+      if (out.token_id < 0) out.token_id = argmax(z, vocab, m);  // rounding left the target unreached
     }
   }
 
@@ -343,11 +342,11 @@ std::vector<int32_t> Sampler::candidates(const SamplerRow& row) {
   const int32_t vocab = vocab_size_;
   const float* z = process(row, vocab, s.logits, s.counts, s.seen);  // [vocab]
   std::vector<int32_t> ids;
+  const float m = max_of(z, vocab);
   if (is_greedy(*row.params)) {
-    ids.push_back(argmax(z, vocab));
+    ids.push_back(argmax(z, vocab, m));
     return ids;
   }
-  const float m = max_of(z, vocab);
   const double total = fill_weights(z, vocab, m, s.weights.data());
   if (!truncate(*row.params, z, s.weights.data(), vocab, m, total, s.top, s.candidates)) {
     s.candidates.clear();

@@ -138,6 +138,8 @@ TEST_CASE("bad sizes are refused naming the key and the value", "[model_config]"
       {"rope_theta", -1.0, "rope_theta=-1.0 must be a positive number"},
       {"tie_word_embeddings", "yes", "tie_word_embeddings=\"yes\" is not a boolean"},
       {"eos_token_id", json::array(), "eos_token_id is an empty list"},
+      {"eos_token_id", json::array({2, 512}), "eos_token_id 512 is outside the vocabulary (vocab_size=512)"},
+      {"bos_token_id", 999, "bos_token_id 999 is outside the vocabulary"},
       {"architectures", "LlamaForCausalLM", "architectures=\"LlamaForCausalLM\" must be a list"},
   };
   for (const auto& c : cases) {

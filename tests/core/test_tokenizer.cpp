@@ -37,7 +37,8 @@ TEST_CASE("Encoding the golden prompts gives the reference input ids with BOS", 
 
 TEST_CASE("Decoding the golden greedy ids gives the reference greedy text", "[tokenizer]") {
   Tokenizer tokenizer(kStoriesModel);
-  for (const auto& c : load_golden()["cases"]) {
+  const auto golden = load_golden();
+  for (const auto& c : golden["cases"]) {
     const auto ids = c["greedy_ids"].get<std::vector<int32_t>>();
     CHECK(tokenizer.decode(ids) == c["greedy_text"].get<std::string>());
   }

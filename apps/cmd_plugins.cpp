@@ -1,0 +1,97 @@
+// llmk plugins: every plugin library on the search path, what it is and what
+// it serves; libraries that fail the loader's checks are listed with the reason.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/command.hpp"
+#include "core/plugin_loader.hpp"
+
+namespace llmk::app {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+const char* kind_name(llmk_plugin_kind kind) {
+  switch (kind) {
+    case LLMK_PLUGIN_ATTENTION: return "attention";
+    case LLMK_PLUGIN_LINEAR: return "linear";
+    case LLMK_PLUGIN_KV_ALLOCATOR: return "kv_allocator";
+  }
+  return "unknown";
+}
+
+json describe(const PluginRegistry& registry, const std::vector<PluginRegistry::Found>& found) {
+  json out;
+  out["search_path"] = json::array();
+  for (const auto& dir : registry.search_path()) out["search_path"].push_back(dir.string());
+  out["plugins"] = json::array();
+  for (const auto& f : found) {
+    json p;
+    p["file"] = f.info.file.string();
+    if (!f.error.empty()) {
+      p["error"] = f.error;
+    } else {
+      p["name"] = f.info.name;
+      p["kind"] = kind_name(f.info.kind);
+      p["version"] = f.info.version;
+      p["abi_version"] = f.info.abi_version;
+      p["api_version"] = f.info.api_version;
+      p["description"] = f.info.description;
+      // Capabilities are JSON; keep them as text when a plugin writes something else.
+      const auto caps = json::parse(f.info.capabilities, nullptr, false);
+      p["capabilities"] = caps.is_discarded() ? json(f.info.capabilities) : caps;
+    }
+    out["plugins"].push_back(std::move(p));
+  }
+  return out;
+}
+
+void print_text(const json& d) {
+  std::cout << "search path:\n";
+  for (const auto& dir : d["search_path"]) std::cout << "  " << dir.get<std::string>() << "\n";
+  size_t num_ok = 0, num_failed = 0;
+  for (const auto& p : d["plugins"]) {
+    std::cout << "\n";
+    if (p.contains("error")) {
+      ++num_failed;
+      std::cout << p["file"].get<std::string>() << "\n  error: " << p["error"].get<std::string>() << "\n";
+      continue;
+    }
+    ++num_ok;
+    std::cout << p["name"].get<std::string>() << " (" << p["kind"].get<std::string>() << ") "
+              << p["version"].get<std::string>() << "\n"
+              << "  " << p["description"].get<std::string>() << "\n"
+              << "  abi " << p["abi_version"].get<uint32_t>() << ", api " << p["api_version"].get<uint32_t>()
+              << "\n"
+              << "  file: " << p["file"].get<std::string>() << "\n"
+              << "  capabilities: " << p["capabilities"].dump() << "\n";
+  }
+  std::cout << "\n" << num_ok << " plugin(s) loaded, " << num_failed << " failed\n";
+}
+
+const CommandRegistration kPlugins{
+    "plugins", "List the plugins on the search path: name, kind, versions, file, capabilities", [](CLI::App& cmd) {
+      auto dirs = std::make_shared<std::vector<std::string>>();
+      auto as_json = std::make_shared<bool>(false);
+      cmd.add_option("--plugin-dir", *dirs,
+                     "extra directory to search (repeatable; after $LLMK_PLUGIN_PATH, before the built-in ones)");
+      cmd.add_flag("--json", *as_json, "print one JSON object");
+      return std::function<int()>([dirs, as_json] {
+        PluginRegistry registry({dirs->begin(), dirs->end()});
+        const json d = describe(registry, registry.discover());
+        if (*as_json) {
+          std::cout << d.dump(2) << "\n";
+        } else {
+          print_text(d);
+        }
+        return 0;
+      });
+    }};
+
+}  // namespace
+}  // namespace llmk::app

@@ -1,0 +1,241 @@
+// The Scheduler: which tokens of which sequences the next forward computes,
+// and what the sampled tokens mean. A plain synchronous class (the scheduler
+// actor is a thin shell around it); it owns every Sequence and drives the KV
+// allocator, never the model.
+//
+// One step:   plan = schedule();  run plan.batch;  sample one token per
+//             logits row;  events = update_from_output(plan, tokens).
+// schedule() may not be called again before the plan's update_from_output
+// (or fail_step): KV freed by a cancel is reused only by the next plan.
+//
+// Policies (SchedulerSection::policy):
+//  - continuous: iteration-level batching with chunked prefill. Every step
+//    first gives each running, fully prefilled sequence its decode token, then
+//    continues partial prefills, then admits waiting sequences, all within
+//    max_num_batched_tokens new tokens and max_num_seqs sequences (the
+//    latter capped at max_num_batched_tokens, so the decodes always fit).
+//    Admission reserves KV for the whole prompt (prompt + generated tokens
+//    when resuming), so prefill chunks never allocate; a prefix-cache hit
+//    (reserve's num_cached_tokens) is never computed.
+//  - static: the classic baseline. When nothing runs, up to max_num_seqs
+//    waiting sequences form a batch; it is prefilled (chunked) and then
+//    decoded together until every member finishes; nothing is admitted
+//    meanwhile, and no member decodes before every member is prefilled. A
+//    flattened batch has no real padding, so padding is counted, never
+//    computed: in each decode step, every batch slot whose member has
+//    finished (or was preempted) is one wasted slot; at batch formation, the
+//    difference between the longest prompt and each member's prompt is
+//    counted as padded prefill tokens (a padded batch would compute them).
+//
+// No starvation: admission is strictly first come, first served. When the
+// head of the waiting queue cannot be admitted (no KV space, no sequence
+// slot), nothing behind it is admitted in this step, so later small requests
+// never overtake it; running sequences only finish, so its turn comes.
+// Preempted sequences return to the head of the queue (they are older).
+//
+// Preemption: when a decode cannot grow its KV, the youngest running
+// sequence (latest arrival) not yet scheduled in this step gives up its KV and
+// returns to the head of the waiting queue, keeping its generated tokens;
+// repeat until the decode fits or the sequence is itself the youngest (then it
+// is preempted). "recompute" re-prefills prompt + generated tokens later;
+// "offload" saves its K/V through a KvOffloader and restores it on resume.
+// A sequence that cannot fit with nothing else running is finished with an
+// error. No admission happens in a step that preempted.
+//
+// n > 1: the prompt is prefilled once; the step that completes it has n
+// logits rows (the same batch row repeated), one per sample, and the sequence
+// forks (KvAllocator::fork) into samples 0..n-1 that decode independently.
+// A fork the allocator refuses sends that sample to the head of the queue; it
+// is prefilled on its own later (prefix caching makes that cheap). The
+// request is done when every sample has finished.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/kv_allocator.hpp"
+#include "core/kv_offloader.hpp"
+#include "core/request.hpp"
+#include "core/sequence.hpp"
+#include "core/step.hpp"
+
+namespace llmk {
+
+// Values the scheduler needs besides its config section.
+struct SchedulerLimits {
+  int32_t max_seq_len = 0;              // context limit: prompt + generated tokens
+  std::vector<int32_t> eos_token_ids;   // the model's
+  int32_t vocab_size = 0;               // > 0: prompt token ids are checked against it
+};
+
+struct SchedulerOptions {
+  ClockFn clock;                        // default: steady_clock::now
+  KvOffloader* offloader = nullptr;     // required when preemption == "offload"
+};
+
+// One sequence of the batch, in batch order.
+struct ScheduledSeq {
+  uint64_t seq_id = 0;
+  int32_t num_new_tokens = 0;   // its rows: batch.query_start[s] .. [s+1]
+  int32_t first_new_position = 0;
+  bool is_prefill = false;      // anything but the single newest generated token
+  int32_t num_samples = 0;      // logits rows it owns: 0 (prefill continues), 1, or n when it forks
+};
+
+// A token (or an ending) for the detokenizer.
+struct TokenEvent {
+  std::string request_id;
+  int32_t index = 0;
+  std::optional<int32_t> token_id;       // absent when a sample ends without a token (cancel, error)
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::none;
+  bool is_stop_token = false;            // the token is an EOS / stop id: not part of the text
+  std::string error;                     // finish_reason == error
+  Usage usage;                           // on finished events
+  Timings timings;                       // on finished events
+  bool request_done = false;             // every sample of the request has finished
+};
+
+// What the sampler needs for each logits row.
+struct LogitsTarget {
+  uint64_t seq_id = 0;
+  std::string request_id;
+  int32_t sample_index = 0;     // sample the token is for (0..n-1 on a forking row)
+  std::shared_ptr<const SamplingParams> sampling;  // seed always set
+};
+
+struct StepPlan {
+  uint64_t step_id = 0;
+  StepBatch batch;
+  std::vector<ScheduledSeq> seqs;        // [batch.num_seqs()]
+  std::vector<LogitsTarget> logits;      // [batch.num_logits()]
+  // Final events of sequences finished while planning (they cannot fit in
+  // the KV cache even alone): hand them to the detokenizer.
+  std::vector<TokenEvent> events;
+  bool empty() const { return seqs.empty(); }
+};
+
+struct SchedulerStats {
+  uint64_t num_running = 0;              // sequences holding KV
+  uint64_t num_waiting = 0;              // queued or preempted, counting unforked samples
+  uint64_t num_requests_total = 0;
+  uint64_t num_requests_finished = 0;
+  uint64_t num_prompt_tokens = 0;        // submitted
+  uint64_t num_cached_prompt_tokens = 0; // prefix-cache hits at admission
+  uint64_t num_prefill_tokens = 0;       // prefill tokens actually computed (recompute included)
+  uint64_t num_generated_tokens = 0;
+  uint64_t num_preemptions = 0;
+  uint64_t num_offloads = 0;             // preemptions saved to host
+  uint64_t num_restores = 0;
+  uint64_t num_offload_recomputes = 0;   // resumed by recompute: the step had pending KV copies
+  double offload_seconds = 0;            // time in KvOffloader calls
+  uint64_t num_steps = 0;
+  uint64_t num_batch_seqs = 0;           // summed over steps
+  uint64_t num_batch_tokens = 0;
+  uint64_t num_padded_slots = 0;         // static policy: idle slots and padded prefill tokens
+  uint64_t peak_running = 0;
+  llmk_kv_usage kv{};
+  double mean_batch_seqs() const { return num_steps ? double(num_batch_seqs) / double(num_steps) : 0.0; }
+  double mean_batch_tokens() const { return num_steps ? double(num_batch_tokens) / double(num_steps) : 0.0; }
+};
+
+class Scheduler {
+ public:
+  // Throws Error(invalid_config) for an unknown policy or preemption mode, or
+  // offload without an offloader. The allocator must outlive the scheduler.
+  Scheduler(const SchedulerSection& config, const SchedulerLimits& limits, KvAllocator& kv,
+            SchedulerOptions options = {});
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. Throws Error(invalid_argument) for an empty prompt, a
+  // prompt with no room for one generated token, bad n / max_tokens or other
+  // sampling values (validate_sampling_params), token ids outside the
+  // vocabulary or a live duplicate id; Error(overloaded) when max_queue
+  // requests already wait. The sequences' sampling params carry a resolved
+  // seed (resolve_seed), so samples and resumed sequences draw consistently.
+  void add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
+                   const SamplingParams& sampling);
+  // Cancels a live request: frees its KV at once and returns one final event
+  // (cancelled) per unfinished sample. Empty when the id is unknown.
+  std::vector<TokenEvent> abort_request(const std::string& request_id);
+  // Ends one sample (a stop string the detokenizer found); frees its KV.
+  // Empty when the sample already finished or is unknown.
+  std::vector<TokenEvent> finish_request(const std::string& request_id, int32_t index,
+                                         FinishReason reason = FinishReason::stop);
+
+  // Plans the next step; a plan with no sequences when there is nothing to
+  // run (its events may still hold finished sequences).
+  StepPlan schedule();
+  // sampled[i] is the token for plan.logits[i]. Advances KV, appends tokens,
+  // applies stop conditions, frees finished sequences, returns their events.
+  std::vector<TokenEvent> update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled);
+  // The forward or the sampler failed: every sequence of the plan finishes
+  // with an error.
+  std::vector<TokenEvent> fail_step(const StepPlan& plan, const std::string& error);
+
+  bool has_work() const;                 // something waits or runs
+  bool has_request(const std::string& request_id) const;
+  const Sequence* sequence(uint64_t seq_id) const;  // nullptr once finished
+  // A live sample; before an n > 1 request forks, sample 0 stands for all.
+  const Sequence* sample(const std::string& request_id, int32_t index) const;
+  SchedulerStats stats() const;
+
+ private:
+  struct RequestState {
+    int32_t num_samples = 1;
+    int32_t num_finished_samples = 0;
+    std::vector<uint64_t> seq_ids;       // every sequence it ever had
+  };
+
+  TimePoint now() const { return clock_(); }
+  Sequence* find(uint64_t seq_id);
+  // scheduler_plan.cpp: the three phases of a step, preemption, batch rows.
+  bool any_running_prefill() const;
+  void schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempted);
+  void schedule_prefills(StepPlan& plan, int32_t& budget);
+  void admit_waiting(StepPlan& plan, int32_t& budget);
+  void restore_offloaded(Sequence& seq, uint32_t num_cached_tokens);
+  void preempt(Sequence& seq);
+  void add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_tokens);
+  void finalize_batch(StepPlan& plan);
+  void insert_running(Sequence* seq);
+  void remove_running(Sequence* seq);
+  // scheduler.cpp: tokens and endings.
+  void apply_token(Sequence& seq, int32_t token, TimePoint t, std::vector<TokenEvent>& events);
+  void fork_samples(Sequence& parent, const int32_t* tokens, TimePoint t, std::vector<TokenEvent>& events);
+  // Frees the sequence's KV, emits its final event(s) and destroys it.
+  void finish(Sequence& seq, FinishReason reason, std::optional<int32_t> token, const std::string& error,
+              std::vector<TokenEvent>& events);
+
+  SchedulerSection config_;
+  SchedulerLimits limits_;
+  KvAllocator& kv_;
+  ClockFn clock_;
+  KvOffloader* offloader_ = nullptr;
+  bool is_static_ = false;
+  int32_t max_num_seqs_ = 0;             // min(max_num_seqs, max_num_batched_tokens): decodes always fit
+  int32_t max_num_batched_tokens_ = 0;
+
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // live sequences
+  std::unordered_map<std::string, RequestState> requests_;         // live requests
+  std::deque<Sequence*> waiting_;        // admission order (preempted ones at the head)
+  std::vector<Sequence*> running_;       // oldest first: (arrival_order, index)
+  std::vector<std::vector<int32_t>> step_tables_;  // block tables of the plan being built
+
+  uint64_t next_seq_id_ = 1;
+  uint64_t next_arrival_order_ = 0;
+  uint64_t next_step_id_ = 1;
+  uint64_t in_flight_step_id_ = 0;       // 0: no plan awaits update_from_output
+  int32_t static_batch_size_ = 0;        // static policy: samples in the current batch
+  SchedulerStats stats_;
+};
+
+}  // namespace llmk

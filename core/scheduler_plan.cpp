@@ -1,0 +1,279 @@
+// Scheduler, the planning half: the three phases of a step (decodes, partial
+// prefills, admissions), preemption, and the flattened batch rows.
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/scheduler.hpp"
+
+namespace llmk {
+namespace {
+
+// A decode: the sequence gained a token since its KV was sized.
+bool needs_decode(const Sequence& seq) { return seq.num_kv_tokens < seq.num_tokens(); }
+
+bool older(const Sequence* a, const Sequence* b) {
+  return a->arrival_order != b->arrival_order ? a->arrival_order < b->arrival_order : a->index < b->index;
+}
+
+std::string describe(const Sequence& seq) {
+  return "request '" + seq.request_id + "' sample " + std::to_string(seq.index);
+}
+
+}  // namespace
+
+StepPlan Scheduler::schedule() {
+  if (in_flight_step_id_ != 0)
+    throw Error(ErrorCode::internal, "Scheduler::schedule: step " + std::to_string(in_flight_step_id_) +
+                                         " has not been passed to update_from_output");
+  StepPlan plan;
+  plan.step_id = next_step_id_++;
+  plan.batch.block_size = static_cast<int32_t>(kv_.block_size());
+  plan.batch.query_start.push_back(0);
+  step_tables_.clear();
+
+  int32_t budget = max_num_batched_tokens_;
+  bool preempted = false;
+  if (running_.empty()) static_batch_size_ = 0;  // the static batch drained
+  // Static batches decode only once every member is prefilled.
+  if (!is_static_ || !any_running_prefill()) schedule_decodes(plan, budget, preempted);
+  schedule_prefills(plan, budget);
+  if (!preempted) admit_waiting(plan, budget);
+  finalize_batch(plan);
+
+  if (!plan.empty()) {
+    in_flight_step_id_ = plan.step_id;
+    stats_.num_steps += 1;
+    stats_.num_batch_seqs += static_cast<uint64_t>(plan.seqs.size());
+    stats_.num_batch_tokens += static_cast<uint64_t>(plan.batch.num_tokens());
+  }
+  stats_.peak_running = std::max<uint64_t>(stats_.peak_running, running_.size());
+  return plan;
+}
+
+bool Scheduler::any_running_prefill() const {
+  return std::any_of(running_.begin(), running_.end(), [](const Sequence* s) { return !needs_decode(*s); });
+}
+
+// Phase 1: one token for every running sequence that has finished its
+// prefill, oldest first, growing its KV by one slot. When the allocator is
+// full, the youngest running sequence not yet scheduled is preempted.
+void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempted) {
+  int32_t num_decodes = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence* seq = running_[i];
+    if (!needs_decode(*seq)) continue;
+    std::vector<llmk_kv_copy> copies;
+    bool fits = false;
+    while (!(fits = kv_.extend(seq->seq_id, static_cast<uint32_t>(seq->num_tokens()), copies))) {
+      copies.clear();
+      if (running_.size() == 1) {  // alone, and still too long: it can never run
+        finish(*seq, FinishReason::error, std::nullopt,
+               describe(*seq) + ": " + std::to_string(seq->num_tokens()) +
+                   " tokens do not fit in the KV cache even with nothing else running",
+               plan.events);
+        break;
+      }
+      Sequence* victim = running_.back();
+      preempt(*victim);
+      preempted = true;
+      if (victim == seq) break;
+    }
+    if (!fits) break;  // seq left running_; it was the youngest, so the loop is done
+    seq->num_kv_tokens = seq->num_tokens();
+    plan.batch.kv_copies.insert(plan.batch.kv_copies.end(), copies.begin(), copies.end());
+    add_to_batch(plan, *seq, 1);
+    budget -= 1;
+    num_decodes += 1;
+  }
+  if (is_static_) stats_.num_padded_slots += static_cast<uint64_t>(std::max(0, static_batch_size_ - num_decodes));
+}
+
+// Phase 2: running sequences whose prefill (prompt, or prompt + generated
+// tokens after a recompute preemption) is incomplete, oldest first.
+void Scheduler::schedule_prefills(StepPlan& plan, int32_t& budget) {
+  for (Sequence* seq : running_) {
+    if (budget == 0 || static_cast<int32_t>(plan.seqs.size()) >= max_num_seqs_) return;
+    if (needs_decode(*seq) || seq->last_step_id == plan.step_id) continue;
+    const int32_t chunk = std::min(seq->num_uncomputed_tokens(), budget);
+    add_to_batch(plan, *seq, chunk);
+    budget -= chunk;
+  }
+}
+
+// Phase 3: admit from the head of the queue while the KV cache, the token
+// budget and the sequence limit allow. Strict FCFS: the first request that
+// cannot be admitted stops admission for this step.
+void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
+  if (is_static_ && !running_.empty()) return;
+  const bool forming_static_batch = is_static_;
+  int32_t num_seq_slots = 0;
+  for (const Sequence* s : running_) num_seq_slots += s->num_unforked_samples;
+  int32_t longest_prompt = 0;
+  std::vector<int32_t> admitted_lengths;
+
+  while (!waiting_.empty() && budget > 0) {
+    Sequence* seq = waiting_.front();
+    if (num_seq_slots + seq->num_unforked_samples > max_num_seqs_) break;
+    llmk_kv_reserve_args args{};
+    args.seq_id = seq->seq_id;
+    args.tokens = seq->tokens.data();
+    args.num_tokens = static_cast<uint32_t>(seq->num_tokens());
+    args.max_total_tokens = static_cast<uint32_t>(std::max(seq->max_total_tokens(), seq->num_tokens()));
+    uint32_t num_cached = 0;
+    if (!kv_.reserve(args, &num_cached)) {
+      if (!running_.empty()) break;  // wait for running sequences to free KV
+      waiting_.pop_front();
+      finish(*seq, FinishReason::error, std::nullopt,
+             describe(*seq) + ": " + std::to_string(seq->num_tokens()) +
+                 " tokens do not fit in the KV cache even with nothing else running",
+             plan.events);
+      continue;
+    }
+    waiting_.pop_front();
+    num_cached = std::min<uint32_t>(num_cached, args.num_tokens - 1);  // one token is always computed
+    const bool first_admission = seq->first_scheduled_time == TimePoint{};
+    if (first_admission) {
+      seq->first_scheduled_time = now();
+      seq->num_cached_tokens = static_cast<int32_t>(num_cached);
+      stats_.num_cached_prompt_tokens += num_cached;
+    }
+    seq->num_kv_tokens = seq->num_tokens();
+    seq->num_computed_tokens = static_cast<int32_t>(num_cached);
+    if (seq->num_offloaded_tokens > 0) {
+      // A restore must not race the step's pending copies (a copy's source
+      // may be a slot just freed by a relocation): resume by recompute then.
+      if (plan.batch.kv_copies.empty()) {
+        restore_offloaded(*seq, num_cached);
+      } else {
+        seq->offloaded_blocks.clear();
+        seq->num_offloaded_tokens = 0;
+        stats_.num_offload_recomputes += 1;
+      }
+    }
+    seq->status = SequenceStatus::running;
+    insert_running(seq);
+    num_seq_slots += seq->num_unforked_samples;
+    if (forming_static_batch) {
+      static_batch_size_ += seq->num_unforked_samples;
+      longest_prompt = std::max(longest_prompt, seq->num_tokens());
+      admitted_lengths.push_back(seq->num_tokens());
+    }
+    const int32_t chunk = std::min(seq->num_uncomputed_tokens(), budget);
+    add_to_batch(plan, *seq, chunk);
+    budget -= chunk;
+  }
+  for (int32_t len : admitted_lengths) stats_.num_padded_slots += static_cast<uint64_t>(longest_prompt - len);
+}
+
+// Offload resume: write back the saved blocks the prefix cache did not
+// already provide.
+void Scheduler::restore_offloaded(Sequence& seq, uint32_t num_cached_tokens) {
+  const auto start = SteadyClock::now();
+  const int32_t block = static_cast<int32_t>(kv_.block_size());
+  std::vector<int32_t> table;
+  kv_.block_table(seq.seq_id, table);
+  for (size_t b = 0; b < seq.offloaded_blocks.size(); ++b) {
+    const int32_t first = static_cast<int32_t>(b) * block;
+    if (first < static_cast<int32_t>(num_cached_tokens)) continue;
+    const int32_t last = std::min(first + block, seq.num_offloaded_tokens);
+    std::vector<int32_t> slots;
+    for (int32_t p = first; p < last; ++p) slots.push_back(table.at(static_cast<size_t>(p / block)) + p % block);
+    offloader_->restore_kv(slots, seq.offloaded_blocks[b]);
+  }
+  seq.num_computed_tokens = std::max(seq.num_computed_tokens, seq.num_offloaded_tokens);
+  seq.offloaded_blocks.clear();
+  seq.num_offloaded_tokens = 0;
+  stats_.num_restores += 1;
+  stats_.offload_seconds += std::chrono::duration<double>(SteadyClock::now() - start).count();
+}
+
+// Frees the sequence's KV (saving it first in offload mode) and puts it at
+// the head of the queue with its generated tokens.
+void Scheduler::preempt(Sequence& seq) {
+  if (offloader_ != nullptr && seq.num_computed_tokens > 0) {
+    const auto start = SteadyClock::now();
+    const int32_t block = static_cast<int32_t>(kv_.block_size());
+    std::vector<int32_t> table;
+    kv_.block_table(seq.seq_id, table);
+    seq.offloaded_blocks.clear();
+    for (int32_t first = 0; first < seq.num_computed_tokens; first += block) {
+      const int32_t last = std::min(first + block, seq.num_computed_tokens);
+      std::vector<int32_t> slots;
+      for (int32_t p = first; p < last; ++p) slots.push_back(table.at(static_cast<size_t>(p / block)) + p % block);
+      seq.offloaded_blocks.push_back(offloader_->save_kv(slots));
+    }
+    seq.num_offloaded_tokens = seq.num_computed_tokens;
+    stats_.num_offloads += 1;
+    stats_.offload_seconds += std::chrono::duration<double>(SteadyClock::now() - start).count();
+  }
+  kv_.free_seq(seq.seq_id);
+  remove_running(&seq);
+  seq.num_kv_tokens = 0;
+  seq.num_computed_tokens = 0;
+  seq.status = SequenceStatus::preempted;
+  waiting_.push_front(&seq);
+  stats_.num_preemptions += 1;
+}
+
+// Appends rows for tokens [num_computed, num_computed + num_new_tokens). A
+// decode is the single newest generated token; anything else is prefill.
+void Scheduler::add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_tokens) {
+  StepBatch& batch = plan.batch;
+  const int32_t first = seq.num_computed_tokens;
+  const int32_t end = first + num_new_tokens;
+  const bool is_prefill = !(num_new_tokens == 1 && end == seq.num_tokens() && first >= seq.num_prompt_tokens);
+  const int32_t block = batch.block_size;
+  std::vector<int32_t> table;
+  kv_.block_table(seq.seq_id, table);
+  if (static_cast<int64_t>(table.size()) * block < end)
+    throw Error(ErrorCode::plugin, "KV allocator: the block table of " + describe(seq) + " covers " +
+                                       std::to_string(table.size() * static_cast<size_t>(block)) +
+                                       " tokens, the step needs " + std::to_string(end));
+  for (int32_t p = first; p < end; ++p) {
+    batch.token_ids.push_back(seq.tokens[static_cast<size_t>(p)]);
+    batch.positions.push_back(p);
+    batch.slot_mapping.push_back(table[static_cast<size_t>(p / block)] + p % block);
+  }
+  batch.query_start.push_back(batch.num_tokens());
+  batch.context_lens.push_back(end);
+  step_tables_.push_back(std::move(table));
+
+  ScheduledSeq s;
+  s.seq_id = seq.seq_id;
+  s.num_new_tokens = num_new_tokens;
+  s.first_new_position = first;
+  s.is_prefill = is_prefill;
+  // Reaching the last token produces the next one: n rows when it forks.
+  s.num_samples = end == seq.num_tokens() ? seq.num_unforked_samples : 0;
+  for (int32_t k = 0; k < s.num_samples; ++k) {
+    batch.logits_rows.push_back(batch.num_tokens() - 1);
+    plan.logits.push_back({seq.seq_id, seq.request_id, s.num_samples > 1 ? k : seq.index, seq.sampling});
+  }
+  plan.seqs.push_back(s);
+  seq.last_step_id = plan.step_id;
+  if (is_prefill) stats_.num_prefill_tokens += static_cast<uint64_t>(num_new_tokens);
+}
+
+// Block tables as one [num_seqs, max_blocks_per_seq] array, short rows padded
+// with 0 (never read: context_lens bounds every access).
+void Scheduler::finalize_batch(StepPlan& plan) {
+  size_t width = 0;
+  for (const auto& t : step_tables_) width = std::max(width, t.size());
+  plan.batch.max_blocks_per_seq = static_cast<int32_t>(width);
+  plan.batch.block_tables.assign(step_tables_.size() * width, 0);
+  for (size_t s = 0; s < step_tables_.size(); ++s)
+    std::copy(step_tables_[s].begin(), step_tables_[s].end(), plan.batch.block_tables.begin() + s * width);
+  step_tables_.clear();
+}
+
+void Scheduler::insert_running(Sequence* seq) {
+  running_.insert(std::upper_bound(running_.begin(), running_.end(), seq, older), seq);
+}
+
+void Scheduler::remove_running(Sequence* seq) {
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+}
+
+}  // namespace llmk

@@ -1,0 +1,49 @@
+// `llmk plugins` lists what the loader finds, failures included.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+namespace {
+
+std::string run(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  REQUIRE(pclose(pipe) == 0);
+  return out;
+}
+
+// The command line for `llmk plugins`, searching the fixture directory first.
+std::string llmk_plugins(const std::string& flags) {
+  return std::string("env -u LLMK_PLUGIN_PATH ") + LLMK_BINARY_DIR + "/bin/llmk plugins " + flags +
+         " --plugin-dir " + LLMK_FIXTURE_PLUGIN_DIR;
+}
+
+}  // namespace
+
+TEST_CASE("llmk plugins --json lists each plugin's info and each broken library's reason", "[cmd]") {
+  const auto d = nlohmann::json::parse(run(llmk_plugins("--json")));
+  REQUIRE(d["search_path"][0] == LLMK_FIXTURE_PLUGIN_DIR);
+  std::map<std::string, nlohmann::json> by_name, by_file;
+  for (const auto& p : d["plugins"]) {
+    if (p.contains("name")) by_name[p["name"]] = p;
+    by_file[p["file"].get<std::string>().substr(p["file"].get<std::string>().rfind('/') + 1)] = p;
+  }
+  REQUIRE(by_name.count("kv.vm"));
+  CHECK(by_name["kv.vm"]["kind"] == "kv_allocator");
+  CHECK(by_name["kv.vm"]["abi_version"] == 1);
+  CHECK(by_name["kv.paged"]["capabilities"]["prefix_caching"] == true);
+  CHECK(by_file["libllmk_kv_badabi.so"]["error"] == "ABI version 7, engine expects 1");
+}
+
+TEST_CASE("llmk plugins prints a readable listing", "[cmd]") {
+  const std::string out = run(llmk_plugins(""));
+  CHECK_THAT(out, Catch::Contains("kv.paged (kv_allocator) 1.0.0"));
+  CHECK_THAT(out, Catch::Contains("libllmk_kv_nosymbol.so\n  error: no entry symbol"));
+}

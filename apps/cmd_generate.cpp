@@ -31,16 +31,19 @@ struct GenerateOptions {
 };
 
 int run_generate(const GenerateOptions& o) {
-  const EngineConfig cfg = build_engine_config(o.model);
+  EngineConfig cfg = build_engine_config(o.model);
   std::shared_ptr<const Checkpoint> checkpoint = open_model(cfg.model);
   const ModelConfig& mc = checkpoint->config();
+  // One sequence never needs more KV slots than the context holds.
+  if (cfg.kv_cache.capacity_tokens == 0 && cfg.kv_cache.capacity_bytes == 0)
+    cfg.kv_cache.capacity_tokens = cfg.kv_cache.max_seq_len > 0 ? cfg.kv_cache.max_seq_len
+                                                                : static_cast<uint32_t>(mc.max_position_embeddings);
   const ModelRuntime rt = resolve_runtime(cfg, mc);
   std::vector<std::filesystem::path> search(cfg.plugins.search_path.begin(), cfg.plugins.search_path.end());
   PluginRegistry plugins(search);
   Model model(checkpoint, plugins, cfg, rt);
   Tokenizer tokenizer(checkpoint->tokenizer_path());
-  spdlog::info("model: {} layers, hidden {}, {} threads, weights {:.1f} MiB ({}), KV {} slots", mc.num_layers,
-               mc.hidden_size, rt.num_threads, model.weight_bytes() / 1048576.0, dtype_name(mc.dtype), rt.num_kv_slots);
+  spdlog::info("weights: {:.1f} MiB as loaded ({} checkpoint)", model.weight_bytes() / 1048576.0, dtype_name(mc.dtype));
 
   std::vector<int32_t> ids = tokenizer.encode(o.prompt, mc.add_bos_token);
   if (ids.empty()) ids.push_back(mc.bos_token_id);  // empty prompt: start from BOS

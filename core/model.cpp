@@ -227,8 +227,11 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   m.proj.resize(t * c.hidden_size);
   m.gate_up.resize(t * 2 * c.intermediate_size);
   m.act.resize(t * c.intermediate_size);
-  spdlog::debug("model: {} layers, {} KV slots ({} MiB), {} threads, linear {}, attention {}", c.num_layers,
-                m.rt.num_kv_slots, kv_cache_bytes() >> 20, m.rt.num_threads, ecfg.plugins.linear, ecfg.plugins.attention);
+  const PluginInfo& li = m.lm_head->info();
+  const PluginInfo& ai = m.attention->info();
+  spdlog::info("model: {} layers, {} threads; linear {} {} ({}), attention {} {} ({}); KV {} {} slots ({} MiB)",
+               c.num_layers, m.rt.num_threads, li.name, li.version, li.file.string(), ai.name, ai.version,
+               ai.file.string(), dtype_name(m.rt.kv_dtype), m.rt.num_kv_slots, kv_cache_bytes() >> 20);
 }
 
 Model::~Model() = default;

@@ -49,12 +49,30 @@ class EventStream {
   virtual std::optional<RequestEvent> next(std::chrono::milliseconds timeout) = 0;
 };
 
+struct PipelineEvent;  // actors/trace.hpp
+
+// Run-time options of an Engine that are not part of the served
+// configuration (tracing, threads, timeouts).
+struct EngineOptions {
+  // Chrome trace JSON of per-step spans, written when the engine stops
+  // ("" = none). Engine::write_trace writes one on demand.
+  std::string trace_file;
+  bool record_trace = false;  // keep spans in memory (implied by trace_file)
+  // Sees every message each actor handles, in handling order (tests, debugging).
+  std::function<void(const PipelineEvent&)> observer;
+  // CAF worker threads for the tokenizer, scheduler, detokenizer and user
+  // actors; the executor and the sampler have a thread each.
+  int32_t num_actor_threads = 2;
+  std::chrono::milliseconds step_timeout{120000};    // one forward + sampling
+  std::chrono::milliseconds message_timeout{10000};  // every other request between actors
+};
+
 class Engine {
  public:
   using EventCallback = std::function<void(const RequestEvent&)>;
 
   // Loads the model and plugins, starts the actors. Throws llmk::Error.
-  explicit Engine(const EngineConfig& config);
+  explicit Engine(const EngineConfig& config, EngineOptions options = {});
   // Cancels what is in flight and stops the actors; never hangs.
   ~Engine();
   Engine(const Engine&) = delete;
@@ -62,7 +80,9 @@ class Engine {
 
   // Events arrive on an engine thread, in order per request. An invalid
   // request or a full queue is answered by one finished event with
-  // finish_reason == error (and the reason), never an exception.
+  // finish_reason == error (and the reason), never an exception. A request
+  // whose id is already live, or one submitted while the engine stops, is
+  // answered that way at once, on the caller's thread.
   void submit(Request request, EventCallback on_event);
   std::unique_ptr<EventStream> submit(Request request);
   // Cancels a live request (its KV is freed at once); false if unknown.
@@ -73,13 +93,20 @@ class Engine {
   const ModelConfig& model_config() const;
   const Tokenizer& tokenizer() const;
 
-  // For programs that embed the pipeline in a larger CAF system.
+  // For programs that embed the pipeline in a larger CAF system: spawn your
+  // actors here and send them the messages of actors/messages.hpp (events go
+  // to the caf::actor named as sink). Actors you spawn must have exited
+  // before the Engine is destroyed: its destructor joins the actor system.
   caf::actor_system& system();
   const caf::actor& tokenizer_actor() const;  // accepts messages of actors/messages.hpp
   const caf::actor& scheduler_actor() const;
   const caf::actor& executor_actor() const;
   const caf::actor& sampler_actor() const;
   const caf::actor& detokenizer_actor() const;
+
+  // Writes the spans recorded so far as Chrome trace JSON (needs
+  // record_trace or trace_file). Throws Error naming the file.
+  void write_trace(const std::string& path) const;
 
  private:
   struct Impl;

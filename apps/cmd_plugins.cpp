@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "apps/command.hpp"
+#include "core/config.hpp"
 #include "core/plugin_loader.hpp"
 
 namespace llmk::app {
@@ -77,12 +78,19 @@ void print_text(const json& d) {
 const CommandRegistration kPlugins{
     "plugins", "List the plugins on the search path: name, kind, versions, file, capabilities", [](CLI::App& cmd) {
       auto dirs = std::make_shared<std::vector<std::string>>();
+      auto config_file = std::make_shared<std::string>();
+      auto overrides = std::make_shared<std::vector<std::string>>();
       auto as_json = std::make_shared<bool>(false);
       cmd.add_option("--plugin-dir", *dirs,
                      "extra directory to search (repeatable; after $LLMK_PLUGIN_PATH, before the built-in ones)");
+      cmd.add_option("--config", *config_file, "YAML engine configuration: its plugins.search_path is searched too");
+      cmd.add_option("--set", *overrides, "KEY=VALUE configuration override (repeatable)");
       cmd.add_flag("--json", *as_json, "print one JSON object");
-      return std::function<int()>([dirs, as_json] {
-        PluginRegistry registry({dirs->begin(), dirs->end()});
+      return std::function<int()>([dirs, config_file, overrides, as_json] {
+        const EngineConfig cfg = load_config(*config_file, *overrides);
+        std::vector<std::filesystem::path> search(dirs->begin(), dirs->end());
+        search.insert(search.end(), cfg.plugins.search_path.begin(), cfg.plugins.search_path.end());
+        PluginRegistry registry(search);
         const json d = describe(registry, registry.discover());
         if (*as_json) {
           std::cout << d.dump(2) << "\n";

@@ -10,6 +10,13 @@ foreach(t llmk_actors llmk_ipc)
   endif()
 endforeach()
 
+# Exported as llmk::core, llmk::actors, llmk::kernels_cpu, ... (the alias
+# names used inside this tree).
+foreach(t ${llmk_export_targets})
+  string(REGEX REPLACE "^llmk_" "" export_name ${t})
+  set_target_properties(${t} PROPERTIES EXPORT_NAME ${export_name})
+endforeach()
+
 install(TARGETS ${llmk_export_targets} EXPORT llmkTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -23,7 +30,8 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/config/ DESTINATION ${CMAKE_INSTALL_DATA
 
 install(EXPORT llmkTargets NAMESPACE llmk:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/llmk)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/llmkConfig.cmake.in
-  ${CMAKE_BINARY_DIR}/llmkConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/llmk)
+  ${CMAKE_BINARY_DIR}/llmkConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/llmk
+  PATH_VARS LLMK_PLUGIN_INSTALL_DIR)
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/llmkConfigVersion.cmake COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/llmkConfig.cmake ${CMAKE_BINARY_DIR}/llmkConfigVersion.cmake
   ${PROJECT_SOURCE_DIR}/cmake/LlmkDependencies.cmake

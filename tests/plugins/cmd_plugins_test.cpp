@@ -47,3 +47,13 @@ TEST_CASE("llmk plugins prints a readable listing", "[cmd]") {
   CHECK_THAT(out, Catch::Contains("kv.paged (kv_allocator) 1.0.0"));
   CHECK_THAT(out, Catch::Contains("libllmk_kv_nosymbol.so\n  error: no entry symbol"));
 }
+
+TEST_CASE("llmk plugins searches the configuration's plugin search path", "[cmd]") {
+  const std::string cmd = std::string("env -u LLMK_PLUGIN_PATH ") + LLMK_BINARY_DIR +
+                          "/bin/llmk plugins --json --set 'plugins.search_path=[" + LLMK_FIXTURE_PLUGIN_DIR + "]'";
+  const auto d = nlohmann::json::parse(run(cmd));
+  REQUIRE(d["search_path"][0] == LLMK_FIXTURE_PLUGIN_DIR);
+  bool found_badabi = false;
+  for (const auto& p : d["plugins"]) found_badabi |= p["file"].get<std::string>().ends_with("libllmk_kv_badabi.so");
+  CHECK(found_badabi);
+}

@@ -51,7 +51,10 @@ void check_paged(const llmk::kv::PagedAllocator& a, const Harness& h) {
       // A registered block holds exactly the tokens it was registered with.
       const auto& tokens = a.cached_tokens(b);
       REQUIRE(tokens.size() == bs);
-      for (uint32_t i = 0; i < bs; ++i) REQUIRE(h.kv()[b * bs + i].token == tokens[i]);
+      bool match = true;
+      for (uint32_t i = 0; i < bs; ++i) match = match && h.kv()[b * bs + i].token == tokens[i];
+      INFO("cached block " << b);
+      REQUIRE(match);
     }
   }
   llmk_kv_usage u{};

@@ -1,0 +1,311 @@
+// Engine: loads the model and plugins, starts the five actors and a sink
+// actor that hands events to the submitters' callbacks.
+//
+// CAF scheduler settings (see docs/actors.md for the reasoning):
+//  - policy "sharing": one queue, idle workers block on a condition variable.
+//    Work stealing polls (aggressively, then every 50 us for ~25 ms) which
+//    steals cycles from the forward's OpenMP threads on a small machine;
+//    sharing wakes a worker in ~15 us and costs nothing while idle.
+//  - scheduler.max-threads = EngineOptions::num_actor_threads (default 2) for
+//    the tokenizer, scheduler, detokenizer, the sink and user actors;
+//    the executor and the sampler are detached (a thread each).
+#include "actors/engine.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+
+#include "actors/messages.hpp"
+#include "actors/pipeline.hpp"
+#include "actors/trace.hpp"
+#include "core/checkpoint.hpp"
+#include "core/error.hpp"
+#include "core/model.hpp"
+#include "core/plugin_loader.hpp"
+#include "core/tokenizer.hpp"
+
+namespace llmk {
+
+namespace {
+
+// Offload-style preemption over the model's KV cache. The scheduler calls it
+// inside schedule(), which runs only when no forward is in flight.
+class ModelOffloader final : public KvOffloader {
+ public:
+  explicit ModelOffloader(std::shared_ptr<Model> model) : model_(std::move(model)) {}
+  std::vector<uint8_t> save_kv(const std::vector<int32_t>& slots) override { return model_->save_kv(slots); }
+  void restore_kv(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data) override {
+    model_->restore_kv(slots, data);
+  }
+
+ private:
+  std::shared_ptr<Model> model_;
+};
+
+class QueueStream final : public EventStream {
+ public:
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable ready;
+    std::deque<RequestEvent> events;
+    bool done = false;  // the request_done event has been queued
+  };
+
+  explicit QueueStream(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+
+  std::optional<RequestEvent> next(std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(shared_->mutex);
+    if (!shared_->ready.wait_for(lock, timeout, [&] { return !shared_->events.empty() || taken_last_; }))
+      return std::nullopt;
+    if (shared_->events.empty()) return std::nullopt;
+    RequestEvent ev = std::move(shared_->events.front());
+    shared_->events.pop_front();
+    if (ev.request_done) taken_last_ = true;
+    return ev;
+  }
+
+ private:
+  std::shared_ptr<Shared> shared_;
+  bool taken_last_ = false;
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  EngineConfig config;
+  EngineOptions options;
+  std::shared_ptr<const Checkpoint> checkpoint;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::shared_ptr<Tracer> tracer;
+  std::unique_ptr<caf::actor_system_config> caf_config;
+  std::unique_ptr<caf::actor_system> system;
+  caf::actor tokenizer_handle, scheduler_handle, executor_handle, sampler_handle, detokenizer_handle, sink;
+  ::llmk::tokenizer_actor tokenizer_typed;
+  ::llmk::scheduler_actor scheduler_typed;
+
+  std::mutex mutex;
+  std::condition_variable drained;
+  std::unordered_map<std::string, std::shared_ptr<EventCallback>> live;  // request id -> callback
+  bool stopping = false;
+
+  // On the sink actor: one event, in order per request.
+  void dispatch(const RequestEvent& ev) {
+    std::shared_ptr<EventCallback> callback;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = live.find(ev.request_id);
+      if (it == live.end()) {
+        spdlog::warn("engine: event for unknown request '{}' dropped", ev.request_id);
+        return;
+      }
+      callback = it->second;
+      if (ev.request_done) live.erase(it);
+    }
+    if (tracer) tracer->observe("client", "event", ev.request_id);
+    try {
+      (*callback)(ev);
+    } catch (const std::exception& e) {
+      spdlog::error("engine: event callback of '{}' threw: {}", ev.request_id, e.what());
+    }
+    if (ev.request_done) drained.notify_all();
+  }
+
+  void start_actors(std::shared_ptr<Model> model, std::shared_ptr<SchedulerParts> parts, RequestLimits limits);
+  void stop();
+};
+
+void Engine::Impl::start_actors(std::shared_ptr<Model> model, std::shared_ptr<SchedulerParts> parts,
+                                RequestLimits limits) {
+  caf_config = std::make_unique<caf::actor_system_config>();
+  caf_config->set("scheduler.policy", caf::atom("sharing"));
+  caf_config->set("scheduler.max-threads", static_cast<size_t>(std::max(options.num_actor_threads, 1)));
+  caf_config->add_message_types<caf::id_block::llmk>();
+  system = std::make_unique<caf::actor_system>(*caf_config);
+
+  PipelineContext context{tracer, PipelineTimeouts{options.step_timeout, options.message_timeout}};
+  auto sampler = spawn_sampler(*system, context);
+  auto executor = spawn_executor(*system, std::move(model), sampler, context);
+  auto detokenizer = spawn_detokenizer(*system, tokenizer, context);
+  scheduler_typed = spawn_scheduler(*system, std::move(parts), executor, detokenizer, context);
+  tokenizer_typed = spawn_tokenizer(*system, tokenizer, limits, scheduler_typed, context);
+  sampler_handle = caf::actor_cast<caf::actor>(sampler);
+  executor_handle = caf::actor_cast<caf::actor>(executor);
+  detokenizer_handle = caf::actor_cast<caf::actor>(detokenizer);
+  scheduler_handle = caf::actor_cast<caf::actor>(scheduler_typed);
+  tokenizer_handle = caf::actor_cast<caf::actor>(tokenizer_typed);
+  Impl* impl = this;  // outlives the actor system (stop() joins it)
+  sink = system->spawn([impl](caf::event_based_actor*) -> caf::behavior {
+    return {[impl](RequestEvent& ev) { impl->dispatch(ev); }};
+  });
+}
+
+// Cancels what is in flight, waits (bounded) for the cancelled events, then
+// sends every actor an exit message and joins the actor system.
+void Engine::Impl::stop() {
+  if (!system) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stopping = true;
+  }
+  if (tokenizer_typed) {
+    caf::scoped_actor self{*system};
+    self->request(tokenizer_typed, options.message_timeout, shutdown_atom::value)
+        .receive([](bool) {},
+                 [](caf::error& err) { spdlog::warn("engine: shutdown was not acknowledged: {}", describe(err)); });
+  }
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!drained.wait_for(lock, options.message_timeout, [&] { return live.empty(); }))
+      spdlog::warn("engine: {} requests had no final event at shutdown", live.size());
+    live.clear();
+  }
+  for (const caf::actor* h : {&tokenizer_handle, &scheduler_handle, &executor_handle, &sampler_handle,
+                              &detokenizer_handle, &sink}) {
+    if (*h) caf::anon_send_exit(*h, caf::exit_reason::user_shutdown);
+  }
+  tokenizer_typed = nullptr;
+  scheduler_typed = nullptr;
+  tokenizer_handle = scheduler_handle = executor_handle = sampler_handle = detokenizer_handle = sink = nullptr;
+  system.reset();  // joins the actors (the executor finishes a running forward first)
+  caf_config.reset();
+  if (tracer && !options.trace_file.empty()) {
+    try {
+      tracer->write_chrome_trace(options.trace_file);
+    } catch (const std::exception& e) {
+      spdlog::error("engine: {}", e.what());
+    }
+  }
+}
+
+Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& im = *impl_;
+  im.config = config;
+  im.options = std::move(options);
+  validate(im.config);
+  if (!im.options.trace_file.empty()) im.options.record_trace = true;
+  if (im.options.record_trace || im.options.observer)
+    im.tracer = std::make_shared<Tracer>(im.options.record_trace, im.options.observer);
+
+  im.checkpoint = open_model(im.config.model);
+  const ModelConfig& mc = im.checkpoint->config();
+  if (im.checkpoint->tokenizer_path().empty())
+    throw Error(ErrorCode::not_found, "no tokenizer.model for model '" + im.config.model.path +
+                                          "' (set model.tokenizer)");
+  im.tokenizer = std::make_shared<const Tokenizer>(im.checkpoint->tokenizer_path());
+
+  ModelRuntime runtime = resolve_runtime(im.config, mc);
+  std::vector<std::filesystem::path> search_path(im.config.plugins.search_path.begin(),
+                                                 im.config.plugins.search_path.end());
+  PluginRegistry registry(search_path);
+  auto model = std::make_shared<Model>(im.checkpoint, registry, im.config, runtime);
+
+  auto parts = std::make_shared<SchedulerParts>();
+  llmk_kv_allocator_desc desc{};
+  desc.struct_size = sizeof(desc);
+  desc.num_slots = runtime.num_kv_slots;
+  desc.block_size = im.config.kv_cache.block_size;
+  desc.max_seq_len = runtime.max_seq_len;
+  desc.enable_prefix_caching = im.config.kv_cache.enable_prefix_caching ? 1 : 0;
+  desc.options = im.config.plugins.kv_allocator_options.c_str();
+  parts->kv = std::make_unique<KvAllocatorImpl>(
+      registry.load(im.config.plugins.kv_allocator, LLMK_PLUGIN_KV_ALLOCATOR), desc);
+  SchedulerOptions scheduler_options;
+  if (im.config.scheduler.preemption == "offload") {
+    parts->offloader = std::make_unique<ModelOffloader>(model);
+    scheduler_options.offloader = parts->offloader.get();
+  }
+  SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
+  parts->scheduler = std::make_unique<Scheduler>(im.config.scheduler, limits, *parts->kv, scheduler_options);
+  parts->vocab_size = mc.vocab_size;
+
+  spdlog::info("engine: {} layers, vocab {}, {} KV slots, context {}, {} actor threads (CAF sharing policy)",
+               mc.num_layers, mc.vocab_size, runtime.num_kv_slots, runtime.max_seq_len,
+               im.options.num_actor_threads);
+  try {
+    im.start_actors(std::move(model), std::move(parts),
+                    RequestLimits{static_cast<int32_t>(runtime.max_seq_len), mc.vocab_size, mc.add_bos_token});
+  } catch (...) {
+    im.stop();  // whatever was spawned must exit before the actor system goes
+    throw;
+  }
+}
+
+Engine::~Engine() {
+  try {
+    impl_->stop();
+  } catch (const std::exception& e) {
+    spdlog::error("engine: shutdown: {}", e.what());
+  }
+}
+
+void Engine::submit(Request request, EventCallback on_event) {
+  auto callback = std::make_shared<EventCallback>(std::move(on_event));
+  std::string refusal;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->stopping)
+      refusal = "the engine is shutting down";
+    else if (impl_->live.count(request.id))
+      refusal = "a live request already has the id '" + request.id + "'";
+    else
+      impl_->live.emplace(request.id, callback);
+  }
+  if (!refusal.empty()) {
+    // Refused before entering the pipeline: answered on the caller's thread.
+    (*callback)(make_error_event(request.id, refusal));
+    return;
+  }
+  caf::anon_send(impl_->tokenizer_typed, submit_atom::value, std::move(request), impl_->sink);
+}
+
+std::unique_ptr<EventStream> Engine::submit(Request request) {
+  auto shared = std::make_shared<QueueStream::Shared>();
+  submit(std::move(request), [shared](const RequestEvent& ev) {
+    {
+      std::lock_guard<std::mutex> lock(shared->mutex);
+      shared->events.push_back(ev);
+      if (ev.request_done) shared->done = true;
+    }
+    shared->ready.notify_all();
+  });
+  return std::make_unique<QueueStream>(shared);
+}
+
+bool Engine::cancel(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->stopping || !impl_->live.count(request_id)) return false;
+  }
+  caf::anon_send(impl_->tokenizer_typed, cancel_atom::value, request_id);
+  return true;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats stats;
+  caf::scoped_actor self{*impl_->system};
+  self->request(impl_->scheduler_typed, impl_->options.message_timeout, stats_atom::value)
+      .receive([&](EngineStats& s) { stats = std::move(s); },
+               [](caf::error& err) { spdlog::warn("engine: stats: {}", describe(err)); });
+  return stats;
+}
+
+const EngineConfig& Engine::config() const { return impl_->config; }
+const ModelConfig& Engine::model_config() const { return impl_->checkpoint->config(); }
+const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+caf::actor_system& Engine::system() { return *impl_->system; }
+const caf::actor& Engine::tokenizer_actor() const { return impl_->tokenizer_handle; }
+const caf::actor& Engine::scheduler_actor() const { return impl_->scheduler_handle; }
+const caf::actor& Engine::executor_actor() const { return impl_->executor_handle; }
+const caf::actor& Engine::sampler_actor() const { return impl_->sampler_handle; }
+const caf::actor& Engine::detokenizer_actor() const { return impl_->detokenizer_handle; }
+
+void Engine::write_trace(const std::string& path) const {
+  if (!impl_->tracer || !impl_->tracer->recording())
+    throw Error(ErrorCode::invalid_argument, "no trace recorded: start the engine with record_trace or trace_file");
+  impl_->tracer->write_chrome_trace(path);
+}
+
+}  // namespace llmk

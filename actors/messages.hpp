@@ -1,0 +1,319 @@
+// Every message of the serving pipeline, in the order of a request's life:
+//
+//   client ─submit─▶ tokenizer ─enqueue─▶ scheduler ─open─▶ detokenizer
+//                                          │  ▲
+//                                  execute │  │ StepResult (the sampler answers
+//                                          ▼  │  the scheduler's request)
+//                                      executor ─sample─▶ sampler
+//   scheduler ─tokens─▶ detokenizer ─RequestEvent─▶ client
+//             ◀─StopHits─  (samples whose text hit a stop string)
+//
+// plus the side channels: cancel (client → tokenizer → scheduler), stats
+// (client → scheduler) and shutdown (client → tokenizer → scheduler →
+// detokenizer). The actors' typed interfaces are at the end of this file.
+//
+// All of these travel inside one process; inspect() exists so that CAF can
+// print them (logs, unexpected-message errors) and so that they could be
+// serialized if the pipeline were ever split across nodes.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/engine.hpp"
+#include "core/request.hpp"
+#include "core/sampler.hpp"
+#include "core/scheduler.hpp"
+#include "core/step.hpp"
+
+// The plugin API's C structs live in the global namespace: their inspect()
+// must too, for argument-dependent lookup.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, llmk_kv_copy& x) {
+  return f(caf::meta::type_name("llmk_kv_copy"), x.src_slot, x.dst_slot, x.num_slots);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, llmk_kv_usage& x) {
+  return f(caf::meta::type_name("llmk_kv_usage"), x.total_slots, x.reserved_slots, x.used_slots,
+           x.cached_free_slots, x.num_seqs, x.prefix_query_tokens, x.prefix_hit_tokens, x.num_relocations,
+           x.num_extend_in_place, x.num_cow_copies, x.largest_free_run);
+}
+
+namespace llmk {
+
+// ---------------------------------------------------------------------------
+// Tags. CAF atoms hold at most 10 characters.
+
+using submit_atom = caf::atom_constant<caf::atom("submit")>;      // client → tokenizer
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;      // client → tokenizer → scheduler
+using enqueue_atom = caf::atom_constant<caf::atom("enqueue")>;    // tokenizer → scheduler
+using open_atom = caf::atom_constant<caf::atom("open")>;          // scheduler → detokenizer
+using execute_atom = caf::atom_constant<caf::atom("execute")>;    // scheduler → executor
+using sample_atom = caf::atom_constant<caf::atom("sample")>;      // executor → sampler
+using tokens_atom = caf::atom_constant<caf::atom("tokens")>;      // scheduler → detokenizer
+using stats_atom = caf::atom_constant<caf::atom("stats")>;        // client → scheduler
+using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;  // client → tokenizer → scheduler → detokenizer
+
+// ---------------------------------------------------------------------------
+// 1. client → tokenizer: (submit_atom, Request, caf::actor sink)
+//    The sink receives every RequestEvent of the request (core/request.hpp).
+//    An invalid request is answered by the tokenizer with one finished error
+//    event; nothing else happens to it.
+//
+// 2. tokenizer → scheduler: (enqueue_atom, TokenizedRequest) → bool
+//    Refusals (queue full, duplicate live id, shutting down) come back as a
+//    caf::error that the tokenizer turns into an error event.
+struct TokenizedRequest {
+  Request request;                  // as submitted (validated)
+  std::vector<int32_t> prompt_ids;  // what the model sees, BOS included
+  caf::actor sink;
+};
+
+// 3. scheduler → detokenizer: (open_atom, DetokenizerOpen)
+//    Sent once a request is accepted, before any of its tokens.
+struct DetokenizerOpen {
+  std::string request_id;
+  caf::actor sink;
+  int32_t n = 1;
+  std::vector<std::string> stop;
+  std::vector<int32_t> prompt_ids;  // decides whether the text continues the prompt
+};
+
+// 4. scheduler → executor: (execute_atom, StepWork) → StepResult
+//    The executor runs the forward and delegates (sample_atom, StepWork,
+//    logits) to the sampler, whose StepResult answers the scheduler.
+struct SampleRow {          // one logits row of the step
+  uint64_t seq_id = 0;
+  int32_t sample_index = 0;
+  std::shared_ptr<const SamplingParams> sampling;  // shared with the request
+  uint64_t seed = 0;        // the request's seed (or one drawn at admission)
+  std::vector<int32_t> prompt_ids;     // only when the repetition penalty is on
+  std::vector<int32_t> generated_ids;  // the sample's tokens so far (their count is its step)
+};
+
+struct StepWork {
+  uint64_t step = 0;
+  StepBatch batch;
+  std::vector<SampleRow> rows;  // [batch.num_logits()]
+  int32_t vocab_size = 0;
+  double forward_s = 0;  // set by the executor
+};
+
+// 5. executor → sampler: (sample_atom, StepWork, std::vector<float> logits)
+//    logits: [num_logits, vocab_size], row i for work.rows[i].
+struct StepResult {
+  uint64_t step = 0;
+  std::vector<SampledToken> tokens;  // [num_logits], row order (core/sampler.hpp)
+  double forward_s = 0;              // executor time
+  double sample_s = 0;               // sampler time
+};
+
+// 6. scheduler → detokenizer: (tokens_atom, StepTokens) → StopHits
+//    The scheduler's TokenEvents (core/scheduler.hpp) of one step, or of a
+//    cancel / stop, each with its logprobs when the request asked for them.
+struct SampleOutput {
+  TokenEvent event;
+  bool has_logprob = false;
+  TokenLogprob logprob;
+};
+
+struct StepTokens {
+  uint64_t step = 0;  // 0 for events outside a step (cancel, stop, refusal)
+  std::vector<SampleOutput> outputs;
+};
+
+// The samples whose text hit a stop string: the scheduler finishes them
+// (their KV is freed). The detokenizer has already sent their final event.
+struct SampleRef {
+  std::string request_id;
+  int32_t index = 0;
+};
+
+struct StopHits {
+  std::vector<SampleRef> samples;
+};
+
+// 7. detokenizer → client: RequestEvent (core/request.hpp), in order per
+//    request; the finished event of each sample carries usage and timings.
+
+// ---------------------------------------------------------------------------
+// Errors that cross actors: a caf::error in category "llmk" whose code is an
+// llmk::ErrorCode and whose context is the message text.
+
+caf::error make_actor_error(int code, std::string message);
+// "what went wrong" from any caf::error (ours carry the text).
+std::string describe(const caf::error& err);
+
+// ---------------------------------------------------------------------------
+// inspect(): field lists for CAF (enums such as FinishReason travel as
+// their underlying integer).
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
+  bool has_seed = x.seed.has_value();
+  uint64_t seed = x.seed.value_or(0);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.seed = has_seed ? std::optional<uint64_t>(seed) : std::nullopt;
+    return caf::none;
+  });
+  return f(caf::meta::type_name("SamplingParams"), x.temperature, x.top_k, x.top_p, x.min_p,
+           x.repetition_penalty, x.presence_penalty, x.frequency_penalty, has_seed, seed, load, x.logprobs,
+           x.n, x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Request& x) {
+  return f(caf::meta::type_name("Request"), x.id, x.prompt, x.prompt_token_ids, x.add_bos, x.sampling);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TokenLogprob& x) {
+  return f(caf::meta::type_name("TokenLogprob"), x.token_id, x.logprob, x.top);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Usage& x) {
+  return f(caf::meta::type_name("Usage"), x.prompt_tokens, x.completion_tokens, x.cached_prompt_tokens);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Timings& x) {
+  return f(caf::meta::type_name("Timings"), x.queue_s, x.time_to_first_token_s, x.e2e_s, x.token_times_s);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RequestEvent& x) {
+  return f(caf::meta::type_name("RequestEvent"), x.request_id, x.index, x.token_ids, x.text_delta, x.logprobs,
+           x.finished, x.finish_reason, x.error, x.usage, x.timings, x.request_done);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TokenizedRequest& x) {
+  return f(caf::meta::type_name("TokenizedRequest"), x.request, x.prompt_ids, x.sink);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, DetokenizerOpen& x) {
+  return f(caf::meta::type_name("DetokenizerOpen"), x.request_id, x.sink, x.n, x.stop, x.prompt_ids);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepBatch& x) {
+  return f(caf::meta::type_name("StepBatch"), x.token_ids, x.positions, x.query_start, x.context_lens,
+           x.slot_mapping, x.block_tables, x.max_blocks_per_seq, x.block_size, x.logits_rows, x.kv_copies);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SampleRow& x) {
+  // The sampling parameters are shared, not copied; they print through the
+  // pointer and load into a fresh object.
+  SamplingParams params = x.sampling ? *x.sampling : SamplingParams{};
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.sampling = std::make_shared<const SamplingParams>(params);
+    return caf::none;
+  });
+  return f(caf::meta::type_name("SampleRow"), x.seq_id, x.sample_index, params, load, x.seed, x.prompt_ids,
+           x.generated_ids);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepWork& x) {
+  return f(caf::meta::type_name("StepWork"), x.step, x.batch, x.rows, x.vocab_size, x.forward_s);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SampledToken& x) {
+  return f(caf::meta::type_name("SampledToken"), x.token_id, x.has_logprobs, x.logprobs);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepResult& x) {
+  return f(caf::meta::type_name("StepResult"), x.step, x.tokens, x.forward_s, x.sample_s);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TokenEvent& x) {
+  bool has_token = x.token_id.has_value();
+  int32_t token = x.token_id.value_or(-1);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.token_id = has_token ? std::optional<int32_t>(token) : std::nullopt;
+    return caf::none;
+  });
+  return f(caf::meta::type_name("TokenEvent"), x.request_id, x.index, has_token, token, load, x.finished,
+           x.finish_reason, x.is_stop_token, x.error, x.usage, x.timings, x.request_done);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SampleOutput& x) {
+  return f(caf::meta::type_name("SampleOutput"), x.event, x.has_logprob, x.logprob);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepTokens& x) {
+  return f(caf::meta::type_name("StepTokens"), x.step, x.outputs);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SampleRef& x) {
+  return f(caf::meta::type_name("SampleRef"), x.request_id, x.index);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StopHits& x) {
+  return f(caf::meta::type_name("StopHits"), x.samples);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EngineStats& x) {
+  return f(caf::meta::type_name("EngineStats"), x.num_running, x.num_waiting, x.num_requests_total,
+           x.num_requests_finished, x.num_prompt_tokens, x.num_prefill_tokens, x.num_generated_tokens,
+           x.num_preemptions, x.num_steps, x.mean_batch_seqs, x.mean_batch_tokens, x.kv, x.peak_running);
+}
+
+// ---------------------------------------------------------------------------
+// The actors' typed interfaces, declared once.
+
+using tokenizer_actor = caf::typed_actor<               //
+    caf::reacts_to<submit_atom, Request, caf::actor>,   // sink
+    caf::reacts_to<cancel_atom, std::string>,           // request id
+    caf::replies_to<shutdown_atom>::with<bool>>;
+
+using scheduler_actor = caf::typed_actor<               //
+    caf::replies_to<enqueue_atom, TokenizedRequest>::with<bool>,
+    caf::reacts_to<cancel_atom, std::string>,
+    caf::replies_to<stats_atom>::with<EngineStats>,
+    caf::replies_to<shutdown_atom>::with<bool>>;
+
+using sampler_actor = caf::typed_actor<  //
+    caf::replies_to<sample_atom, StepWork, std::vector<float>>::with<StepResult>>;
+
+using executor_actor = caf::typed_actor<  //
+    caf::replies_to<execute_atom, StepWork>::with<StepResult>>;
+
+using detokenizer_actor = caf::typed_actor<  //
+    caf::reacts_to<open_atom, DetokenizerOpen>,
+    caf::replies_to<tokens_atom, StepTokens>::with<StopHits>,
+    caf::replies_to<shutdown_atom>::with<bool>>;
+
+}  // namespace llmk
+
+// CAF type ids for the custom message types (CAF 0.17 uses them to announce
+// types; Engine registers the block with add_message_types).
+CAF_BEGIN_TYPE_ID_BLOCK(llmk, caf::first_custom_type_id)
+CAF_ADD_TYPE_ID(llmk, (llmk::Request))
+CAF_ADD_TYPE_ID(llmk, (llmk::RequestEvent))
+CAF_ADD_TYPE_ID(llmk, (llmk::TokenizedRequest))
+CAF_ADD_TYPE_ID(llmk, (llmk::DetokenizerOpen))
+CAF_ADD_TYPE_ID(llmk, (llmk::StepWork))
+CAF_ADD_TYPE_ID(llmk, (std::vector<float>))
+CAF_ADD_TYPE_ID(llmk, (llmk::StepResult))
+CAF_ADD_TYPE_ID(llmk, (llmk::StepTokens))
+CAF_ADD_TYPE_ID(llmk, (llmk::StopHits))
+CAF_ADD_TYPE_ID(llmk, (llmk::EngineStats))
+CAF_END_TYPE_ID_BLOCK(llmk)

@@ -1,0 +1,74 @@
+// Spawning the five actors. Engine wires them; a program that builds its own
+// pipeline (or a test) can call these directly.
+//
+// Threads: the executor is a detached actor (its own thread, since a forward
+// blocks for milliseconds and uses its own OpenMP threads); the other four run
+// on the actor system's shared worker threads.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "actors/trace.hpp"
+#include "core/kv_allocator.hpp"
+#include "core/kv_offloader.hpp"
+#include "core/scheduler.hpp"
+
+namespace llmk {
+
+class Model;
+class Sampler;
+class Tokenizer;
+
+// Every request between actors has one of these timeouts.
+struct PipelineTimeouts {
+  std::chrono::milliseconds step{120000};    // scheduler → executor → sampler, one step
+  std::chrono::milliseconds message{10000};  // every other request (enqueue, tokens, shutdown)
+};
+
+struct PipelineContext {
+  std::shared_ptr<Tracer> tracer;  // may be null
+  PipelineTimeouts timeouts;
+};
+
+// What the tokenizer checks before a request goes anywhere.
+struct RequestLimits {
+  int32_t max_seq_len = 0;  // prompt + at least one generated token must fit
+  int32_t vocab_size = 0;
+  bool add_bos_token = true;  // the model's tokenizer_config: text prompts get BOS when the request asks too
+};
+
+sampler_actor spawn_sampler(caf::actor_system& system, PipelineContext context);
+
+executor_actor spawn_executor(caf::actor_system& system, std::shared_ptr<Model> model, sampler_actor sampler,
+                              PipelineContext context);
+
+detokenizer_actor spawn_detokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tokenizer,
+                                    PipelineContext context);
+
+// The scheduler actor owns the KV allocator and the Scheduler built over it
+// (and the offloader, when preemption is "offload").
+struct SchedulerParts {
+  std::unique_ptr<KvAllocator> kv;
+  std::unique_ptr<KvOffloader> offloader;
+  std::unique_ptr<Scheduler> scheduler;  // built over *kv
+  int32_t vocab_size = 0;
+};
+
+scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<SchedulerParts> parts,
+                                executor_actor executor, detokenizer_actor detokenizer, PipelineContext context);
+
+tokenizer_actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tokenizer,
+                                RequestLimits limits, scheduler_actor scheduler, PipelineContext context);
+
+// The reasons a request is refused before tokenization ("" when valid):
+// empty prompt, bad sampling values, n or max_tokens < 1, empty stop strings.
+std::string validate_request(const Request& request);
+
+// An error event: the one and only event of a refused request.
+RequestEvent make_error_event(const std::string& request_id, const std::string& message);
+
+}  // namespace llmk

@@ -1,0 +1,254 @@
+// The scheduler actor: owns the Scheduler and the KV allocator and drives the
+// step loop, one step in flight at a time:
+//
+//   plan = schedule() ─execute─▶ executor ─sample─▶ sampler ─StepResult─▶
+//   update_from_output() ─▶ schedule() the next step at once, THEN hand the
+//   step's tokens to the detokenizer (which works while step t+1 computes).
+//
+// Cancels, stop-string hits and refusals are applied between steps by the
+// Scheduler's own rules (KV freed by them is reused only by the next plan).
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "actors/pipeline.hpp"
+#include "core/error.hpp"
+
+namespace llmk {
+
+namespace {
+
+struct SchedulerActorState {
+  SchedulerActorState() {}  // user-declared: CAF's stateful_pointer needs it under C++20
+  std::shared_ptr<SchedulerParts> parts;
+  executor_actor executor;
+  detokenizer_actor detokenizer;
+  PipelineContext context;
+  std::optional<StepPlan> in_flight;          // the step being computed
+  std::unordered_map<std::string, uint64_t> seeds;  // live request id -> sampling seed
+  bool shutting_down = false;
+  static inline const char* name = "scheduler";
+
+  Scheduler& scheduler() { return *parts->scheduler; }
+  Tracer* tracer() { return context.tracer.get(); }
+  void observe(const char* message, const std::string& id = {}, uint64_t step = 0) {
+    if (context.tracer) context.tracer->observe("scheduler", message, id, step);
+  }
+};
+
+using SchedulerPointer = scheduler_actor::stateful_pointer<SchedulerActorState>;
+
+void maybe_schedule(SchedulerPointer self);
+
+// Sends events to the detokenizer and applies the stop-string hits it answers with.
+void send_tokens(SchedulerPointer self, uint64_t step, std::vector<SampleOutput> outputs) {
+  if (outputs.empty()) return;
+  auto& st = self->state;
+  for (const auto& out : outputs)
+    if (out.event.request_done) st.seeds.erase(out.event.request_id);
+  StepTokens tokens{step, std::move(outputs)};
+  self->request(st.detokenizer, st.context.timeouts.message, tokens_atom::value, std::move(tokens))
+      .then(
+          [self](StopHits& hits) {
+            if (hits.samples.empty()) return;
+            self->state.observe("stop_hits");
+            std::vector<SampleOutput> finals;
+            for (const auto& ref : hits.samples) {
+              try {
+                for (auto& ev : self->state.scheduler().finish_request(ref.request_id, ref.index, FinishReason::stop))
+                  finals.push_back(SampleOutput{std::move(ev), false, {}});
+              } catch (const std::exception& e) {
+                spdlog::error("scheduler: finishing {}[{}] failed: {}", ref.request_id, ref.index, e.what());
+              }
+            }
+            send_tokens(self, 0, std::move(finals));
+            maybe_schedule(self);  // the freed KV may admit a waiting request
+          },
+          [](caf::error& err) { spdlog::error("scheduler: the detokenizer did not take a step: {}", describe(err)); });
+}
+
+std::vector<SampleOutput> wrap(std::vector<TokenEvent> events) {
+  std::vector<SampleOutput> out;
+  out.reserve(events.size());
+  for (auto& ev : events) out.push_back(SampleOutput{std::move(ev), false, {}});
+  return out;
+}
+
+StepWork make_work(SchedulerActorState& st, const StepPlan& plan) {
+  StepWork work;
+  work.step = plan.step_id;
+  work.batch = plan.batch;
+  work.vocab_size = st.parts->vocab_size;
+  work.rows.reserve(plan.logits.size());
+  for (const auto& target : plan.logits) {
+    SampleRow row;
+    row.seq_id = target.seq_id;
+    row.sample_index = target.sample_index;
+    row.sampling = target.sampling;
+    auto seed = st.seeds.find(target.request_id);
+    row.seed = seed != st.seeds.end() ? seed->second : 0;
+    if (const Sequence* seq = st.scheduler().sequence(target.seq_id)) {
+      if (target.sampling && target.sampling->repetition_penalty != 1.0f)
+        row.prompt_ids.assign(seq->tokens.begin(), seq->tokens.begin() + seq->num_prompt_tokens);
+      row.generated_ids.assign(seq->tokens.begin() + seq->num_prompt_tokens, seq->tokens.end());
+    }
+    work.rows.push_back(std::move(row));
+  }
+  return work;
+}
+
+void on_step_done(SchedulerPointer self, StepResult& result) {
+  auto& st = self->state;
+  StepPlan plan = std::move(*st.in_flight);
+  st.in_flight.reset();
+  st.observe("step_done", {}, plan.step_id);
+  std::vector<TokenEvent> events;
+  {
+    ScopedSpan span(st.tracer(), "update", "scheduler", plan.step_id, plan.batch.num_seqs());
+    std::vector<int32_t> sampled;
+    sampled.reserve(result.tokens.size());
+    for (const auto& t : result.tokens) sampled.push_back(t.token_id);
+    try {
+      events = st.scheduler().update_from_output(plan, sampled);
+    } catch (const std::exception& e) {
+      spdlog::error("scheduler: step {} update failed: {}", plan.step_id, e.what());
+      events = st.scheduler().fail_step(plan, std::string("internal error: ") + e.what());
+    }
+  }
+  // Logprobs travel next to their token: row i is the sample
+  // (plan.logits[i].request_id, sample_index).
+  std::map<std::pair<std::string, int32_t>, size_t> row_of;
+  for (size_t i = 0; i < plan.logits.size(); ++i)
+    if (plan.logits[i].sampling && plan.logits[i].sampling->logprobs >= 0)
+      row_of[{plan.logits[i].request_id, plan.logits[i].sample_index}] = i;
+  std::vector<SampleOutput> outputs;
+  outputs.reserve(events.size());
+  for (auto& ev : events) {
+    SampleOutput out{std::move(ev), false, {}};
+    auto row = row_of.find({out.event.request_id, out.event.index});
+    if (out.event.token_id && row != row_of.end() && row->second < result.tokens.size()) {
+      out.has_logprob = result.tokens[row->second].has_logprobs;
+      out.logprob = std::move(result.tokens[row->second].logprobs);
+    }
+    outputs.push_back(std::move(out));
+  }
+  maybe_schedule(self);  // step t+1 starts before step t is detokenized
+  send_tokens(self, plan.step_id, std::move(outputs));
+}
+
+void on_step_failed(SchedulerPointer self, const caf::error& err) {
+  auto& st = self->state;
+  StepPlan plan = std::move(*st.in_flight);
+  st.in_flight.reset();
+  std::string why = "step " + std::to_string(plan.step_id) + " failed: " + describe(err);
+  spdlog::error("scheduler: {}", why);
+  auto events = st.scheduler().fail_step(plan, why);
+  maybe_schedule(self);
+  send_tokens(self, plan.step_id, wrap(std::move(events)));
+}
+
+void maybe_schedule(SchedulerPointer self) {
+  auto& st = self->state;
+  if (st.in_flight || st.shutting_down) return;
+  StepPlan plan;
+  std::vector<TokenEvent> refused;
+  {
+    ScopedSpan span(st.tracer(), "schedule", "scheduler", 0);
+    try {
+      plan = st.scheduler().schedule();
+    } catch (const std::exception& e) {
+      spdlog::error("scheduler: schedule() failed: {}", e.what());
+    }
+    refused = std::move(plan.events);  // sequences that can never fit
+    plan.events.clear();
+    span.set_count(plan.batch.num_seqs());
+  }
+  send_tokens(self, 0, wrap(std::move(refused)));
+  if (plan.empty()) return;
+  st.observe("schedule", {}, plan.step_id);
+  StepWork work = make_work(st, plan);
+  st.in_flight = std::move(plan);
+  self->request(st.executor, st.context.timeouts.step, execute_atom::value, std::move(work))
+      .then([self](StepResult& result) { on_step_done(self, result); },
+            [self](caf::error& err) { on_step_failed(self, err); });
+}
+
+caf::result<bool> enqueue(SchedulerPointer self, TokenizedRequest& req) {
+  auto& st = self->state;
+  st.observe("enqueue", req.request.id);
+  if (st.shutting_down)
+    return make_actor_error(static_cast<int>(ErrorCode::cancelled), "the engine is shutting down");
+  try {
+    st.scheduler().add_request(req.request.id, req.prompt_ids, req.request.sampling);
+  } catch (const Error& e) {
+    return make_actor_error(static_cast<int>(e.code()), e.what());
+  } catch (const std::exception& e) {
+    return make_actor_error(static_cast<int>(ErrorCode::internal), e.what());
+  }
+  const SamplingParams& s = req.request.sampling;
+  st.seeds[req.request.id] = resolve_seed(s.seed);
+  DetokenizerOpen open{req.request.id, req.sink, s.n, s.stop, std::move(req.prompt_ids)};
+  self->send(st.detokenizer, open_atom::value, std::move(open));
+  maybe_schedule(self);
+  return true;
+}
+
+EngineStats engine_stats(const SchedulerStats& s) {
+  EngineStats e;
+  e.num_running = s.num_running;
+  e.num_waiting = s.num_waiting;
+  e.num_requests_total = s.num_requests_total;
+  e.num_requests_finished = s.num_requests_finished;
+  e.num_prompt_tokens = s.num_prompt_tokens;
+  e.num_prefill_tokens = s.num_prefill_tokens;
+  e.num_generated_tokens = s.num_generated_tokens;
+  e.num_preemptions = s.num_preemptions;
+  e.num_steps = s.num_steps;
+  e.mean_batch_seqs = s.mean_batch_seqs();
+  e.mean_batch_tokens = s.mean_batch_tokens();
+  e.kv = s.kv;
+  e.peak_running = s.peak_running;
+  return e;
+}
+
+}  // namespace
+
+scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<SchedulerParts> parts,
+                                executor_actor executor, detokenizer_actor detokenizer, PipelineContext context) {
+  return system.spawn([=](SchedulerPointer self) -> scheduler_actor::behavior_type {
+    auto& st = self->state;
+    st.parts = parts;
+    st.executor = executor;
+    st.detokenizer = detokenizer;
+    st.context = context;
+    return {
+        [self](enqueue_atom, TokenizedRequest& req) -> caf::result<bool> { return enqueue(self, req); },
+        [self](cancel_atom, std::string& id) {
+          self->state.observe("cancel", id);
+          auto events = self->state.scheduler().abort_request(id);
+          send_tokens(self, 0, wrap(std::move(events)));
+          maybe_schedule(self);
+        },
+        [self](stats_atom) { return engine_stats(self->state.scheduler().stats()); },
+        // Cancels everything live, then lets the detokenizer answer once it
+        // has sent the cancelled events (it receives them first: same sender).
+        [self](shutdown_atom) -> caf::delegated<bool> {
+          auto& st = self->state;
+          st.observe("shutdown");
+          st.shutting_down = true;
+          std::vector<std::string> live;
+          for (const auto& [id, seed] : st.seeds) live.push_back(id);
+          std::vector<TokenEvent> events;
+          for (const auto& id : live)
+            for (auto& ev : st.scheduler().abort_request(id)) events.push_back(std::move(ev));
+          send_tokens(self, 0, wrap(std::move(events)));
+          return self->delegate(st.detokenizer, shutdown_atom::value);
+        },
+    };
+  });
+}
+
+}  // namespace llmk

@@ -54,12 +54,17 @@ double read_bandwidth_gbs(int threads) {
       const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
       const size_t begin = n * t / nt / 64 * 64, end = n * (t + 1) / nt / 64 * 64;
 #if defined(__AVX512F__)
+      // Four accumulators and a software prefetch 2 KiB ahead, as the weight streaming kernels do.
       __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       for (size_t i = begin; i < end; i += 64) {
-        a0 = _mm512_add_ps(a0, _mm512_load_ps(buf.data() + i));
-        a1 = _mm512_add_ps(a1, _mm512_load_ps(buf.data() + i + 16));
-        a2 = _mm512_add_ps(a2, _mm512_load_ps(buf.data() + i + 32));
-        a3 = _mm512_add_ps(a3, _mm512_load_ps(buf.data() + i + 48));
+        _mm_prefetch(reinterpret_cast<const char*>(buf.data() + i) + 2048, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(buf.data() + i) + 2112, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(buf.data() + i) + 2176, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(buf.data() + i) + 2240, _MM_HINT_T0);
+        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(buf.data() + i));
+        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(buf.data() + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(buf.data() + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(buf.data() + i + 48));
       }
       total += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 #else

@@ -7,14 +7,12 @@
 #include "core/model.hpp"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -29,18 +27,6 @@ namespace llmk {
 namespace {
 
 namespace kc = kernels::cpu;
-
-uint64_t physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-}
-
-// Bytes of one token's K and V in one layer, scales included for I8.
-int64_t kv_layer_bytes_per_token(const ModelConfig& m, DType kv_dtype, uint32_t group) {
-  const int64_t elems = static_cast<int64_t>(m.num_kv_heads) * m.head_dim;
-  if (kv_dtype == DType::i8) return 2 * (elems + elems / group * 4);
-  return 2 * elems * static_cast<int64_t>(dtype_size(kv_dtype));
-}
 
 // 64-byte aligned, uninitialized storage: KV caches are large and written
 // before they are read, so pages are committed on first touch only.
@@ -69,38 +55,6 @@ std::vector<float> to_f32(const TensorView& t) {
 }
 
 }  // namespace
-
-ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model) {
-  ModelRuntime rt;
-  const unsigned hw = std::thread::hardware_concurrency();
-  rt.num_threads = cfg.executor.num_threads > 0 ? static_cast<uint32_t>(cfg.executor.num_threads) : std::max(1u, hw);
-  rt.max_seq_len = cfg.kv_cache.max_seq_len > 0 ? cfg.kv_cache.max_seq_len
-                                                : static_cast<uint32_t>(model.max_position_embeddings);
-  rt.max_step_tokens = std::max<uint32_t>(1, cfg.scheduler.max_num_batched_tokens);
-  rt.kv_dtype = cfg.kv_cache.dtype;
-  rt.kv_group_size = cfg.kv_cache.group_size;
-  if (rt.kv_dtype != DType::f32 && rt.kv_dtype != DType::i8)
-    throw Error(ErrorCode::invalid_config, std::string("kv_cache.dtype must be f32 or i8, got ") + dtype_name(rt.kv_dtype));
-  if (rt.kv_dtype == DType::i8 && (rt.kv_group_size == 0 || model.head_dim % rt.kv_group_size != 0))
-    throw Error(ErrorCode::invalid_config, "kv_cache.group_size (" + std::to_string(rt.kv_group_size) +
-                                               ") must divide head_dim (" + std::to_string(model.head_dim) + ")");
-  const uint64_t per_token = static_cast<uint64_t>(model.num_layers) *
-                             kv_layer_bytes_per_token(model, rt.kv_dtype, rt.kv_group_size);
-  uint64_t slots = 0;
-  if (cfg.kv_cache.capacity_tokens > 0) {
-    slots = cfg.kv_cache.capacity_tokens;
-  } else if (cfg.kv_cache.capacity_bytes > 0) {
-    slots = cfg.kv_cache.capacity_bytes / per_token;
-  } else {
-    slots = static_cast<uint64_t>(cfg.kv_cache.capacity_fraction * static_cast<double>(physical_memory_bytes())) / per_token;
-  }
-  slots = std::min<uint64_t>(slots, 0x7fffffffu);  // slots are int32 in the step plan
-  if (slots == 0)
-    throw Error(ErrorCode::invalid_config, "kv_cache: the configured capacity holds no token (" +
-                                               std::to_string(per_token) + " bytes per token)");
-  rt.num_kv_slots = static_cast<uint32_t>(slots);
-  return rt;
-}
 
 struct Model::Impl {
   struct Layer {
@@ -273,8 +227,11 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   m.proj.resize(t * c.hidden_size);
   m.gate_up.resize(t * 2 * c.intermediate_size);
   m.act.resize(t * c.intermediate_size);
-  spdlog::debug("model: {} layers, {} KV slots ({} MiB), {} threads, linear {}, attention {}", c.num_layers,
-                m.rt.num_kv_slots, kv_cache_bytes() >> 20, m.rt.num_threads, ecfg.plugins.linear, ecfg.plugins.attention);
+  const PluginInfo& li = m.lm_head->info();
+  const PluginInfo& ai = m.attention->info();
+  spdlog::info("model: {} layers, {} threads; linear {} {} ({}), attention {} {} ({}); KV {} {} slots ({} MiB)",
+               c.num_layers, m.rt.num_threads, li.name, li.version, li.file.string(), ai.name, ai.version,
+               ai.file.string(), dtype_name(m.rt.kv_dtype), m.rt.num_kv_slots, kv_cache_bytes() >> 20);
 }
 
 Model::~Model() = default;

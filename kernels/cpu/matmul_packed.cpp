@@ -96,6 +96,12 @@ inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int6
     for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_setzero_ps();
   for (int64_t k = 0; k < depth; ++k) {
     const typename B::T* bk = b + k * kPanelCols;
+    if (MR <= 2) {  // streaming (decode): ask for the weights 128 steps ahead
+      _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanelCols), _MM_HINT_T0);
+      if (sizeof(typename B::T) == 4) _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanelCols) + 64, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanelCols) + sizeof(typename B::T) * 32, _MM_HINT_T0);
+      if (sizeof(typename B::T) == 4) _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanelCols) + 192, _MM_HINT_T0);
+    }
     const __m512 b0 = B::load(bk), b1 = B::load(bk + 16), b2 = B::load(bk + 32), b3 = B::load(bk + 48);
     for (int m = 0; m < MR; ++m) {
       const __m512 xv = _mm512_set1_ps(x[m * ldx + k]);

@@ -163,6 +163,16 @@ TEST_CASE("attention.cpu matches a float64 reference for mixed prefill and decod
   CHECK(run_case(p, LLMK_DTYPE_F32, threads, 11 + block_size) < 2e-5);
 }
 
+TEST_CASE("attention.cpu's register-tiled prefill kernel matches the reference for head sizes 16 to 128",
+          "[attention]") {
+  const uint32_t head_dim = GENERATE(16u, 48u, 64u, 80u, 128u);
+  const uint32_t block_size = GENERATE(1u, 16u);
+  // Long prefill chunks (tiled: >= 12 rows per item) beside decodes (row-by-row).
+  Problem p{8, 2, head_dim, block_size, {100, 1, 37, 20}, {100, 90, 170, 20}};
+  INFO("head_dim " << head_dim << ", block_size " << block_size);
+  CHECK(run_case(p, LLMK_DTYPE_F32, 2, 3 + head_dim) < 2e-5);
+}
+
 TEST_CASE("attention.cpu serves multi-head (no GQA) and single-KV-head layouts with odd head sizes", "[attention]") {
   Problem mha{5, 5, 17, 7, {3, 1, 9}, {3, 66, 20}};
   CHECK(run_case(mha, LLMK_DTYPE_F32, 2, 5) < 2e-5);

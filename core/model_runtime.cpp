@@ -1,0 +1,86 @@
+// Run-time values derived from the engine config and the model: threads,
+// context limit, step size, KV slots.
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "core/error.hpp"
+#include "core/model.hpp"
+
+namespace llmk {
+
+namespace {
+
+// Physical cores this process may run on: CPUs of the affinity mask,
+// SMT siblings counted once (from sysfs topology); the affinity count when
+// the topology cannot be read.
+uint32_t hardware_cores() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return std::max(1u, std::thread::hardware_concurrency());
+  std::set<std::pair<int, int>> cores;
+  int allowed = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &mask)) continue;
+    ++allowed;
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    std::ifstream package(dir + "physical_package_id"), core(dir + "core_id");
+    int package_id = 0, core_id = 0;
+    if (!(package >> package_id) || !(core >> core_id)) return static_cast<uint32_t>(std::max(1, CPU_COUNT(&mask)));
+    cores.emplace(package_id, core_id);
+  }
+  return static_cast<uint32_t>(std::max<size_t>(1, std::min<size_t>(cores.size(), allowed)));
+}
+
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+// Bytes of one token's K and V in one layer, scales included for I8.
+int64_t kv_layer_bytes_per_token(const ModelConfig& m, DType kv_dtype, uint32_t group) {
+  const int64_t elems = static_cast<int64_t>(m.num_kv_heads) * m.head_dim;
+  if (kv_dtype == DType::i8) return 2 * (elems + elems / group * 4);
+  return 2 * elems * static_cast<int64_t>(dtype_size(kv_dtype));
+}
+
+}  // namespace
+
+ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model) {
+  ModelRuntime rt;
+  rt.num_threads = cfg.executor.num_threads > 0 ? static_cast<uint32_t>(cfg.executor.num_threads) : hardware_cores();
+  rt.max_seq_len = cfg.kv_cache.max_seq_len > 0 ? cfg.kv_cache.max_seq_len
+                                                : static_cast<uint32_t>(model.max_position_embeddings);
+  rt.max_step_tokens = std::max<uint32_t>(1, cfg.scheduler.max_num_batched_tokens);
+  rt.kv_dtype = cfg.kv_cache.dtype;
+  rt.kv_group_size = cfg.kv_cache.group_size;
+  if (rt.kv_dtype != DType::f32 && rt.kv_dtype != DType::i8)
+    throw Error(ErrorCode::invalid_config, std::string("kv_cache.dtype must be f32 or i8, got ") + dtype_name(rt.kv_dtype));
+  if (rt.kv_dtype == DType::i8 && (rt.kv_group_size == 0 || model.head_dim % rt.kv_group_size != 0))
+    throw Error(ErrorCode::invalid_config, "kv_cache.group_size (" + std::to_string(rt.kv_group_size) +
+                                               ") must divide head_dim (" + std::to_string(model.head_dim) + ")");
+  const uint64_t per_token = static_cast<uint64_t>(model.num_layers) *
+                             kv_layer_bytes_per_token(model, rt.kv_dtype, rt.kv_group_size);
+  uint64_t slots = 0;
+  if (cfg.kv_cache.capacity_tokens > 0) {
+    slots = cfg.kv_cache.capacity_tokens;
+  } else if (cfg.kv_cache.capacity_bytes > 0) {
+    slots = cfg.kv_cache.capacity_bytes / per_token;
+  } else {
+    slots = static_cast<uint64_t>(cfg.kv_cache.capacity_fraction * static_cast<double>(physical_memory_bytes())) / per_token;
+  }
+  slots = std::min<uint64_t>(slots, 0x7fffffffu);  // slots are int32 in the step plan
+  if (slots == 0)
+    throw Error(ErrorCode::invalid_config, "kv_cache: the configured capacity holds no token (" +
+                                               std::to_string(per_token) + " bytes per token)");
+  rt.num_kv_slots = static_cast<uint32_t>(slots);
+  return rt;
+}
+
+}  // namespace llmk

@@ -12,17 +12,22 @@ namespace {
 const caf::atom_value error_category = caf::atom("llmk");
 }
 
+// CAF treats an error code of 0 as "no error", and ErrorCode's first value is
+// 0: codes travel shifted by one.
 caf::error make_actor_error(int code, std::string message) {
-  return caf::error(static_cast<uint8_t>(code), error_category, caf::make_message(std::move(message)));
+  return caf::error(static_cast<uint8_t>(code + 1), error_category, caf::make_message(std::move(message)));
 }
 
 ErrorCode error_code_of(const caf::error& err) {
-  if (err.category() == error_category && err.code() <= static_cast<uint8_t>(ErrorCode::internal))
-    return static_cast<ErrorCode>(err.code());
+  if (!err) return ErrorCode::internal;
+  if (err.category() == error_category && err.code() >= 1 &&
+      err.code() <= static_cast<uint8_t>(ErrorCode::internal) + 1)
+    return static_cast<ErrorCode>(err.code() - 1);
   return ErrorCode::internal;
 }
 
 std::string describe(const caf::error& err) {
+  if (!err) return "an actor failed without saying why";
   if (err.category() == error_category && err.context().match_elements<std::string>())
     return err.context().get_as<std::string>(0);
   if (err.category() == caf::atom("system") && err.code() == static_cast<uint8_t>(caf::sec::request_timeout))

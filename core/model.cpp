@@ -277,7 +277,10 @@ void Model::Impl::validate(const StepBatch& b) const {
     if (b.positions[i] < 0 || b.positions[i] >= static_cast<int32_t>(rt.max_seq_len))
       bad("position " + std::to_string(b.positions[i]) + " outside [0, " + std::to_string(rt.max_seq_len) + ")");
   }
-  if (b.num_logits() > n) bad("more logits rows than tokens");
+  // A row may appear more than once (n > 1 samples of one prompt share its
+  // last row); the count is bounded by the scratch rows.
+  if (b.num_logits() > static_cast<int32_t>(rt.max_step_tokens))
+    bad(std::to_string(b.num_logits()) + " logits rows exceed max_step_tokens " + std::to_string(rt.max_step_tokens));
   for (int32_t r : b.logits_rows)
     if (r < 0 || r >= n) bad("logits row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
 }

@@ -111,3 +111,39 @@ TEST_CASE("a KV budget that forces preemption still gives every request its gold
     CHECK(stats.num_requests_finished == stats.num_requests_total);
   }
 }
+
+TEST_CASE("greedy outputs are identical under every KV allocator, with prefix caching on and off, and with n > 1",
+          "[engine][golden][allocators]") {
+  auto golden = load_golden();
+  for (const char* allocator : {"kv.contiguous", "kv.paged", "kv.vm"}) {
+    for (bool prefix_caching : {false, true}) {
+      INFO(allocator << (prefix_caching ? " with" : " without") << " prefix caching");
+      EngineConfig cfg = stories_config();
+      cfg.plugins.kv_allocator = allocator;
+      cfg.kv_cache.enable_prefix_caching = prefix_caching;
+      cfg.kv_cache.capacity_tokens = 4096;  // 8 maximum-length sequences for kv.contiguous
+      cfg.kv_cache.block_size = 8;          // golden prompts of 10-16 tokens fill a block the cache can share
+      Engine engine(cfg);
+      // Twice: the second round finds the first round's prompts in the prefix cache.
+      for (int round = 0; round < 2; ++round) check_golden(golden, run_mixed(engine, golden, 8, 50u + round));
+      // n = 2 greedy samples share one prefill and both equal the golden ids.
+      Collector collector;
+      for (size_t i = 0; i < golden.size(); ++i) {
+        Request r = golden_request(golden[i], "n2-" + std::to_string(i));
+        r.sampling.n = 2;
+        engine.submit(std::move(r), collector.callback());
+      }
+      REQUIRE(collector.wait_done(golden.size(), std::chrono::seconds(60)));
+      const auto results = collector.results();
+      for (size_t i = 0; i < golden.size(); ++i) {
+        const RequestResult& r = results.at("n2-" + std::to_string(i));
+        REQUIRE(r.samples.size() == 2);
+        CHECK(r.sample(0).token_ids == golden[i].greedy_ids);
+        CHECK(r.sample(1).token_ids == golden[i].greedy_ids);
+      }
+      const EngineStats stats = engine.stats();
+      CHECK(stats.kv.used_slots == 0);
+      if (prefix_caching && std::string(allocator) == "kv.paged") CHECK(stats.kv.prefix_hit_tokens > 0);
+    }
+  }
+}

@@ -28,6 +28,11 @@
 #include "core/tokenizer.hpp"
 
 namespace llmk {
+namespace {
+
+std::string format_mib(double bytes) { return std::to_string(static_cast<int64_t>(bytes / (1024.0 * 1024.0))) + " MiB"; }
+
+}  // namespace
 
 namespace {
 
@@ -221,9 +226,13 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
   parts->scheduler = std::make_unique<Scheduler>(im.config.scheduler, limits, *parts->kv, scheduler_options);
   parts->vocab_size = mc.vocab_size;
 
-  spdlog::info("engine: {} layers, vocab {}, {} KV slots, context {}, {} actor threads (CAF sharing policy)",
-               mc.num_layers, mc.vocab_size, runtime.num_kv_slots, runtime.max_seq_len,
-               im.options.num_actor_threads);
+  spdlog::info("engine: {} layers, vocab {}, context {}, {} actor threads (CAF sharing policy)", mc.num_layers,
+               mc.vocab_size, runtime.max_seq_len, im.options.num_actor_threads);
+  spdlog::info("engine: KV cache {} ({}, {}) holds {} tokens = {} maximum-length sequences; weights {:.1f} MiB",
+               im.config.plugins.kv_allocator, dtype_name(runtime.kv_dtype),
+               format_mib(static_cast<double>(model->kv_cache_bytes())), runtime.num_kv_slots,
+               runtime.num_kv_slots / std::max<uint32_t>(1, runtime.max_seq_len),
+               static_cast<double>(model->weight_bytes()) / (1024.0 * 1024.0));
   try {
     im.start_actors(std::move(model), std::move(parts),
                     RequestLimits{static_cast<int32_t>(runtime.max_seq_len), mc.vocab_size, mc.add_bos_token});

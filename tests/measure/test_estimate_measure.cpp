@@ -5,12 +5,19 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "render_check.hpp"
 
 using namespace llmk::test;
 
 TEST_CASE("estimate --measure predicts the llama-110m decode step within 30%", "[estimate]") {
+  if (std::getenv("LLMK_TEST_SANITIZED") != nullptr) {
+    // A sanitized build runs several times slower than the hardware's
+    // limits predict: the comparison only means something in a release build.
+    WARN("skipped in a sanitized build: it compares speed with the machine's limits");
+    return;
+  }
   const std::string cmd = std::string(LLMK_BINARY_DIR) +
                           "/bin/llmk estimate --preset llama-110m --measure --threads 1 --batch 1 --prompt-len 128 "
                           "--output-len 64 --json 2>/dev/null";

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "plugins/api/plugin_helpers.hpp"
+#include "plugins/kv_common/range_desc.hpp"
 
 namespace llmk::kv {
 namespace {
@@ -14,20 +15,7 @@ namespace {
 }  // namespace
 
 bool ContiguousAllocator::supports(const llmk_kv_allocator_desc& desc, std::string& why) {
-  if (desc.max_seq_len == 0) {
-    why = "max_seq_len is 0";
-    return false;
-  }
-  if (desc.num_slots < desc.max_seq_len) {
-    why = "num_slots " + std::to_string(desc.num_slots) + " is smaller than one sequence of max_seq_len " +
-          std::to_string(desc.max_seq_len);
-    return false;
-  }
-  if (desc.max_seq_len > static_cast<uint32_t>(INT32_MAX)) {
-    why = "max_seq_len does not fit a block table entry";
-    return false;
-  }
-  return true;
+  return kv_common::supports_range_desc(desc, why);
 }
 
 ContiguousAllocator::ContiguousAllocator(const llmk_kv_allocator_desc& desc) : region_len_(desc.max_seq_len) {

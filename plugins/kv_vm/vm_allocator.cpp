@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "plugins/api/plugin_helpers.hpp"
+#include "plugins/kv_common/range_desc.hpp"
 
 namespace llmk::kv {
 namespace {
@@ -51,19 +52,7 @@ uint32_t effective_limit(uint32_t max_total_tokens, uint32_t max_seq_len, uint32
 }  // namespace
 
 bool VmAllocator::supports(const llmk_kv_allocator_desc& desc, std::string& why) {
-  if (desc.max_seq_len == 0) {
-    why = "max_seq_len is 0";
-    return false;
-  }
-  if (desc.num_slots < desc.max_seq_len) {
-    why = "num_slots " + std::to_string(desc.num_slots) + " is smaller than one sequence of max_seq_len " +
-          std::to_string(desc.max_seq_len);
-    return false;
-  }
-  if (desc.num_slots > static_cast<uint32_t>(INT32_MAX)) {
-    why = "num_slots does not fit a block table entry";
-    return false;
-  }
+  if (!kv_common::supports_range_desc(desc, why)) return false;
   try {
     parse_options(desc.options);
   } catch (const std::exception& e) {

@@ -25,6 +25,7 @@
 #include "core/config.hpp"
 #include "core/model.hpp"
 #include "core/plugin_loader.hpp"
+#include "limits.hpp"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -40,43 +41,6 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// Read bandwidth: every thread sums its slice of a 1 GiB buffer; best of 5.
-double read_bandwidth_gbs(int threads) {
-  const size_t n = (size_t{1} << 30) / sizeof(float);
-  std::vector<float> buf(n, 1.0f);
-  double best = 0.0;
-  volatile float sink = 0.0f;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = clock_type::now();
-    float total = 0.0f;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-    {
-      const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const size_t begin = n * t / nt / 64 * 64, end = n * (t + 1) / nt / 64 * 64;
-#if defined(__AVX512F__)
-      // Four accumulators and a software prefetch 2 KiB ahead, as the weight streaming kernels do.
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (size_t i = begin; i < end; i += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(buf.data() + i) + 2048, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(buf.data() + i) + 2112, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(buf.data() + i) + 2176, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(buf.data() + i) + 2240, _MM_HINT_T0);
-        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(buf.data() + i));
-        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(buf.data() + i + 16));
-        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(buf.data() + i + 32));
-        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(buf.data() + i + 48));
-      }
-      total += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#else
-      for (size_t i = begin; i < end; ++i) total += buf[i];
-#endif
-    }
-    sink = total;
-    best = std::max(best, static_cast<double>(n * sizeof(float)) / seconds_since(t0) / 1e9);
-  }
-  (void)sink;
-  return best;
-}
 
 // Peak of a large matmul [m, k] x [k, n] in oneDNN, best of 10 (GFLOP/s).
 double matmul_peak_gflops(bool bf16, int threads) {
@@ -149,7 +113,7 @@ int main(int argc, char** argv) {
   llmk::Model model(checkpoint, plugins, cfg, llmk::resolve_runtime(cfg, mc));
   const int32_t capacity = static_cast<int32_t>(model.runtime().num_kv_slots);
 
-  const double bandwidth = read_bandwidth_gbs(threads);
+  const double bandwidth = llmk::bench::read_bandwidth_gbs(threads);
   const bool bf16_gemm = mc.dtype == llmk::DType::bf16 || linear_options.find("bf16") != std::string::npos;
   const double peak = matmul_peak_gflops(bf16_gemm, threads);
 

@@ -5,10 +5,13 @@
 // threads. An item gathers the query rows of every query head that shares
 // the KV head (K/V are read once per group, never repeated in memory) and
 // streams the visible context through attend_chunk in chunks of kChunk keys
-// with an online softmax. A decode is an item of one token; a prefill chunk
-// is cut into blocks of query tokens so that both threads get work. Items
-// with many rows use the register-tiled kernel (attend_tile.hpp), others the
-// row-by-row one (attend_chunk.hpp).
+// with an online softmax. A prefill chunk is cut into blocks of query tokens
+// so that both threads get work; items with many rows use the register-tiled
+// kernel (attend_tile.hpp), others the row-by-row one (attend_chunk.hpp).
+// A decode (one new token) is an item of its sequence and a range of KV heads
+// (all of them when there are enough sequences to keep every thread busy),
+// served by the decode kernel (attend_decode.hpp), which reads each cached
+// slot's rows for the whole range in one pass.
 #include <omp.h>
 
 #include <algorithm>
@@ -19,6 +22,7 @@
 
 #include "plugins/api/plugin_helpers.hpp"
 #include "plugins/attention_cpu/attend_chunk.hpp"
+#include "plugins/attention_cpu/attend_decode.hpp"
 #include "plugins/attention_cpu/attend_tile.hpp"
 #include "plugins/attention_cpu/kv_rows.hpp"
 
@@ -38,6 +42,7 @@ struct Scratch {
   std::vector<float*> out_rows;
   std::vector<int64_t> last_key;
   std::vector<float> scores, m, l, acc, k_buf, v_buf, k_t, alpha;
+  DecodeScratch decode;
 };
 
 struct WorkItem {
@@ -45,6 +50,7 @@ struct WorkItem {
   uint32_t kv_head;
   int32_t first_token;  // batch row of the item's first query token
   int32_t num_tokens;
+  uint32_t kv_head_end = 0;  // decode items: KV heads [kv_head, kv_head_end); 0 otherwise
 };
 
 }  // namespace
@@ -95,6 +101,7 @@ class AttentionCpu {
     shape_.head_dim = d.head_dim;
     shape_.int8 = d.kv_dtype == LLMK_DTYPE_I8;
     shape_.group_size = shape_.int8 ? d.kv_group_size : 0;
+    decode_kernel_ = decode_supports(static_cast<int>(d.head_dim));
     tokens_per_item_ = std::max<int>(1, kRowsPerItem / static_cast<int>(group_));
     const size_t rows = static_cast<size_t>(tokens_per_item_) * group_;
     scratch_.resize(num_threads_);
@@ -114,6 +121,7 @@ class AttentionCpu {
         s.k_buf.resize(static_cast<size_t>(kChunk) * d.head_dim);
         s.v_buf.resize(static_cast<size_t>(kChunk) * d.head_dim);
       }
+      if (decode_kernel_) decode_scratch_resize(s.decode, shape_, num_heads_);
     }
   }
 
@@ -122,15 +130,31 @@ class AttentionCpu {
     write_kv(a.kv, shape_, a.k, a.v, a.slot_mapping, a.num_tokens, static_cast<int>(num_threads_));
 
     items_.clear();
+    decode_items_.clear();
+    // Decodes: split the KV heads only when there are too few sequences to
+    // give every thread a few items.
+    uint32_t num_decodes = 0;
+    for (uint32_t s = 0; s < a.num_seqs; ++s) num_decodes += a.query_start[s + 1] - a.query_start[s] == 1;
+    const uint32_t parts =
+        num_decodes == 0 ? 1
+                         : std::clamp<uint32_t>((4 * num_threads_ + num_decodes - 1) / num_decodes, 1, shape_.num_kv_heads);
+    const uint32_t heads_per_part = (shape_.num_kv_heads + parts - 1) / parts;
     for (uint32_t s = 0; s < a.num_seqs; ++s) {
       const int32_t begin = a.query_start[s], end = a.query_start[s + 1];
       if (end <= begin) continue;
+      if (end - begin == 1 && decode_kernel_) {
+        for (uint32_t h = 0; h < shape_.num_kv_heads; h += heads_per_part)
+          decode_items_.push_back({s, h, begin, 1, std::min(h + heads_per_part, shape_.num_kv_heads)});
+        continue;
+      }
       // Later query blocks see more keys: list them first so they start first.
       for (int32_t t = begin + ((end - begin - 1) / tokens_per_item_) * tokens_per_item_; t >= begin;
            t -= tokens_per_item_)
         for (uint32_t h = 0; h < shape_.num_kv_heads; ++h)
           items_.push_back({s, h, t, std::min(tokens_per_item_, end - t)});
     }
+    // Prefill blocks first: the many small decode items then fill the gaps.
+    items_.insert(items_.end(), decode_items_.begin(), decode_items_.end());
     const int64_t num_items = static_cast<int64_t>(items_.size());
     // Threads only when the work pays for waking them: query rows x keys x head_dim.
     int64_t work = 0;
@@ -178,6 +202,20 @@ class AttentionCpu {
   }
 
   void run_item(const llmk_attention_args& a, const WorkItem& item, Scratch& s) const {
+    if (item.kv_head_end != 0) {
+      const int64_t row = item.first_token;
+      const DecodeQuery dq{a.q + row * num_heads_ * shape_.head_dim,
+                           a.out + row * num_heads_ * shape_.head_dim,
+                           a.block_tables + static_cast<int64_t>(item.seq) * a.max_blocks_per_seq,
+                           a.block_size,
+                           a.context_lens[item.seq],
+                           item.kv_head,
+                           item.kv_head_end,
+                           group_,
+                           scale_};
+      attend_decode(a.kv, shape_, dq, s.decode);
+      return;
+    }
     const int64_t head_dim = shape_.head_dim;
     const int32_t seq_begin = a.query_start[item.seq];
     const int64_t num_new = a.query_start[item.seq + 1] - seq_begin;
@@ -223,9 +261,10 @@ class AttentionCpu {
   float scale_;
   uint32_t num_threads_;
   KvShape shape_;
+  bool decode_kernel_ = false;
   int tokens_per_item_ = 1;
   std::vector<Scratch> scratch_;
-  std::vector<WorkItem> items_;
+  std::vector<WorkItem> items_, decode_items_;
 };
 
 }  // namespace llmk::attention_cpu

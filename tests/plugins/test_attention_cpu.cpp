@@ -173,6 +173,24 @@ TEST_CASE("attention.cpu's register-tiled prefill kernel matches the reference f
   CHECK(run_case(p, LLMK_DTYPE_F32, 2, 3 + head_dim) < 2e-5);
 }
 
+TEST_CASE("attention.cpu's decode kernel matches the reference for head sizes 16 to 256, MHA and GQA",
+          "[attention]") {
+  const uint32_t head_dim = GENERATE(16u, 64u, 80u, 128u, 256u);
+  const uint32_t block_size = GENERATE(1u, 7u, 16u);
+  // Contexts at and around the 16-position tile edges and across many tiles.
+  const std::vector<int32_t> ctx{1, 15, 16, 17, 33, 150, 64, 2};
+  Problem gqa{8, 2, head_dim, block_size, std::vector<int32_t>(ctx.size(), 1), ctx};
+  Problem mha{4, 4, head_dim, block_size, std::vector<int32_t>(ctx.size(), 1), ctx};
+  // One sequence alone: its KV heads are split across threads.
+  Problem alone{6, 3, head_dim, block_size, {1}, {77}};
+  INFO("head_dim " << head_dim << ", block_size " << block_size);
+  CHECK(run_case(gqa, LLMK_DTYPE_F32, 2, 21 + head_dim) < 2e-5);
+  CHECK(run_case(mha, LLMK_DTYPE_F32, 1, 22 + head_dim) < 2e-5);
+  CHECK(run_case(alone, LLMK_DTYPE_F32, 2, 23 + head_dim) < 2e-5);
+  CHECK(run_case(gqa, LLMK_DTYPE_I8, 2, 24 + head_dim) < 2e-5);
+  CHECK(run_case(alone, LLMK_DTYPE_I8, 2, 25 + head_dim) < 2e-5);
+}
+
 TEST_CASE("attention.cpu serves multi-head (no GQA) and single-KV-head layouts with odd head sizes", "[attention]") {
   Problem mha{5, 5, 17, 7, {3, 1, 9}, {3, 66, 20}};
   CHECK(run_case(mha, LLMK_DTYPE_F32, 2, 5) < 2e-5);

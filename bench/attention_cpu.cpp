@@ -1,0 +1,131 @@
+// Decode attention on the CPU against the machine's read bandwidth: one
+// decode step of --batch sequences, each with --context cached positions in
+// a paged cache (blocks of --block-size slots, scattered), through the
+// attention plugin. A decode step reads every cached K/V row once, so the
+// figure that matters is the KV bytes read per second as a fraction of the
+// bandwidth measured in the same run.
+//
+//   bench_attention_cpu [--plugin attention.cpu] [--batch 64] [--context 192]
+//                       [--heads 12] [--kv-heads 12] [--head-dim 64]
+//                       [--kv-dtype f32|i8] [--group 8] [--block-size 16]
+//                       [--threads 2] [--steps 20]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/plugin_loader.hpp"
+#include "limits.hpp"
+
+namespace {
+
+struct Options {
+  std::string plugin = "attention.cpu";
+  uint32_t batch = 64, context = 192, heads = 12, kv_heads = 12, head_dim = 64;
+  std::string kv_dtype = "f32";
+  uint32_t group = 8, block_size = 16, threads = 2, steps = 20;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    auto u = [&] { return static_cast<uint32_t>(std::stoul(v)); };
+    if (k == "--plugin") o.plugin = v;
+    else if (k == "--batch") o.batch = u();
+    else if (k == "--context") o.context = u();
+    else if (k == "--heads") o.heads = u();
+    else if (k == "--kv-heads") o.kv_heads = u();
+    else if (k == "--head-dim") o.head_dim = u();
+    else if (k == "--kv-dtype") o.kv_dtype = v;
+    else if (k == "--group") o.group = u();
+    else if (k == "--block-size") o.block_size = u();
+    else if (k == "--threads") o.threads = u();
+    else if (k == "--steps") o.steps = u();
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  if (o.kv_dtype != "f32" && o.kv_dtype != "i8") {
+    std::fprintf(stderr, "--kv-dtype must be f32 or i8\n");
+    std::exit(2);
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  const bool i8 = o.kv_dtype == "i8";
+  const uint32_t blocks_per_seq = (o.context + o.block_size - 1) / o.block_size;
+  const uint32_t num_blocks = blocks_per_seq * o.batch;
+  const uint32_t num_slots = num_blocks * o.block_size;
+  const size_t row = static_cast<size_t>(o.kv_heads) * o.head_dim;
+  const size_t elems = static_cast<size_t>(num_slots) * row;
+
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> kf(i8 ? 0 : elems), vf(i8 ? 0 : elems);
+  std::vector<int8_t> kq(i8 ? elems : 0), vq(i8 ? elems : 0);
+  std::vector<float> ks(i8 ? elems / o.group : 0, 0.01f), vs(i8 ? elems / o.group : 0, 0.01f);
+  for (auto& x : kf) x = normal(rng);
+  for (auto& x : vf) x = normal(rng);
+  for (auto& x : kq) x = static_cast<int8_t>(rng() % 255 - 127);
+  for (auto& x : vq) x = static_cast<int8_t>(rng() % 255 - 127);
+
+  // Each sequence's blocks are scattered over the cache, as after a while of serving.
+  std::vector<int32_t> blocks(num_blocks);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  std::vector<int32_t> tables(num_blocks);
+  for (uint32_t b = 0; b < num_blocks; ++b) tables[b] = blocks[b] * static_cast<int32_t>(o.block_size);
+
+  // The step: one new token per sequence at position context - 1.
+  std::vector<int32_t> query_start(o.batch + 1), context_lens(o.batch, static_cast<int32_t>(o.context)), slots(o.batch);
+  for (uint32_t s = 0; s <= o.batch; ++s) query_start[s] = static_cast<int32_t>(s);
+  for (uint32_t s = 0; s < o.batch; ++s) {
+    const uint32_t p = o.context - 1;
+    slots[s] = tables[s * blocks_per_seq + p / o.block_size] + static_cast<int32_t>(p % o.block_size);
+  }
+  std::vector<float> q(static_cast<size_t>(o.batch) * o.heads * o.head_dim), k(o.batch * row), v(o.batch * row),
+      out(q.size());
+  for (auto& x : q) x = normal(rng);
+  for (auto& x : k) x = normal(rng);
+  for (auto& x : v) x = normal(rng);
+
+  llmk::PluginRegistry registry;
+  const llmk_attention_desc desc{sizeof(llmk_attention_desc), o.heads, o.kv_heads, o.head_dim,
+                                 1.0f / std::sqrt(static_cast<float>(o.head_dim)),
+                                 i8 ? LLMK_DTYPE_I8 : LLMK_DTYPE_F32, i8 ? o.group : 0, o.context, o.batch,
+                                 o.threads, "{}"};
+  llmk::AttentionImpl attention(registry.load(o.plugin, LLMK_PLUGIN_ATTENTION), desc);
+  const llmk_kv_layer kv{i8 ? static_cast<void*>(kq.data()) : kf.data(), i8 ? static_cast<void*>(vq.data()) : vf.data(),
+                         i8 ? ks.data() : nullptr, i8 ? vs.data() : nullptr, num_slots};
+  const llmk_attention_args args{sizeof(llmk_attention_args), o.batch, o.batch, q.data(), k.data(), v.data(),
+                                 out.data(), query_start.data(), context_lens.data(), slots.data(), tables.data(),
+                                 blocks_per_seq, o.block_size, kv};
+
+  const double bandwidth = llmk::bench::read_bandwidth_gbs(static_cast<int>(o.threads));
+  attention.forward(args);  // warm-up
+  double best = 1e30;
+  for (uint32_t i = 0; i < o.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    attention.forward(args);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const double bytes_per_slot = static_cast<double>(row) * (i8 ? 1.0 + 4.0 / o.group : 4.0) * 2.0;  // K and V
+  const double bytes = bytes_per_slot * o.batch * o.context;
+  std::printf("%s, %s KV, %u sequences x %u positions, %u/%u heads x %u, block %u, %u threads\n", o.plugin.c_str(),
+              o.kv_dtype.c_str(), o.batch, o.context, o.heads, o.kv_heads, o.head_dim, o.block_size, o.threads);
+  std::printf("limit: read bandwidth %.1f GB/s\n", bandwidth);
+  std::printf("decode step (one layer): %.3f ms, KV read %.1f MB -> %.1f GB/s = %.0f%% of bandwidth\n", best * 1e3,
+              bytes / 1e6, bytes / best / 1e9, 100.0 * bytes / best / 1e9 / bandwidth);
+  return 0;
+}

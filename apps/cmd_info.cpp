@@ -117,9 +117,11 @@ json describe(const EngineConfig& cfg) {
   out["weight_dtype"] = dtype_list;
   out["kv_group_size"] = group;
   out["kv_bytes_per_token"] = {{"f32", mc.kv_bytes_per_token(DType::f32)},
+                               {"f16", mc.kv_bytes_per_token(DType::f16)},
                                {"i8", mc.kv_bytes_per_token(DType::i8, group)}};
   out["max_seq_len"] = max_len;
   out["kv_bytes_per_sequence"] = {{"f32", mc.kv_bytes_per_token(DType::f32) * max_len},
+                                  {"f16", mc.kv_bytes_per_token(DType::f16) * max_len},
                                   {"i8", mc.kv_bytes_per_token(DType::i8, group) * max_len}};
   out["tokenizer"] = tokenizer;
   return out;
@@ -139,8 +141,10 @@ void print_text(const json& d) {
   const auto& per_token = d["kv_bytes_per_token"];
   const auto& per_seq = d["kv_bytes_per_sequence"];
   line("kv per token, f32", plain(per_token["f32"]) + " bytes");
+  line("kv per token, f16", plain(per_token["f16"]) + " bytes");
   line("kv per token, i8 (group " + plain(d["kv_group_size"]) + ")", plain(per_token["i8"]) + " bytes");
   line("kv per " + plain(d["max_seq_len"]) + "-token seq, f32", human_bytes(per_seq["f32"].get<double>()));
+  line("kv per " + plain(d["max_seq_len"]) + "-token seq, f16", human_bytes(per_seq["f16"].get<double>()));
   line("kv per " + plain(d["max_seq_len"]) + "-token seq, i8", human_bytes(per_seq["i8"].get<double>()));
   line("tokenizer", d["tokenizer"].get<std::string>().empty() ? "(none found)" : plain(d["tokenizer"]));
 }

@@ -7,7 +7,7 @@
 //
 //   bench_attention_cpu [--plugin attention.cpu] [--batch 64] [--context 192]
 //                       [--heads 12] [--kv-heads 12] [--head-dim 64]
-//                       [--kv-dtype f32|i8] [--group 8] [--block-size 16]
+//                       [--kv-dtype f32|f16|i8] [--group 8] [--block-size 16]
 //                       [--threads 2] [--steps 20]
 #include <algorithm>
 #include <chrono>
@@ -52,8 +52,8 @@ Options parse(int argc, char** argv) {
       std::exit(2);
     }
   }
-  if (o.kv_dtype != "f32" && o.kv_dtype != "i8") {
-    std::fprintf(stderr, "--kv-dtype must be f32 or i8\n");
+  if (o.kv_dtype != "f32" && o.kv_dtype != "f16" && o.kv_dtype != "i8") {
+    std::fprintf(stderr, "--kv-dtype must be f32, f16 or i8\n");
     std::exit(2);
   }
   return o;
@@ -63,7 +63,7 @@ Options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  const bool i8 = o.kv_dtype == "i8";
+  const bool i8 = o.kv_dtype == "i8", f16 = o.kv_dtype == "f16";
   const uint32_t blocks_per_seq = (o.context + o.block_size - 1) / o.block_size;
   const uint32_t num_blocks = blocks_per_seq * o.batch;
   const uint32_t num_slots = num_blocks * o.block_size;
@@ -72,13 +72,16 @@ int main(int argc, char** argv) {
 
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> kf(i8 ? 0 : elems), vf(i8 ? 0 : elems);
+  std::vector<float> kf(i8 || f16 ? 0 : elems), vf(i8 || f16 ? 0 : elems);
+  std::vector<uint16_t> kh(f16 ? elems : 0), vh(f16 ? elems : 0);
   std::vector<int8_t> kq(i8 ? elems : 0), vq(i8 ? elems : 0);
   std::vector<float> ks(i8 ? elems / o.group : 0, 0.01f), vs(i8 ? elems / o.group : 0, 0.01f);
   for (auto& x : kf) x = normal(rng);
   for (auto& x : vf) x = normal(rng);
   for (auto& x : kq) x = static_cast<int8_t>(rng() % 255 - 127);
   for (auto& x : vq) x = static_cast<int8_t>(rng() % 255 - 127);
+  for (auto& x : kh) x = static_cast<uint16_t>(0x3000 + rng() % 0x1000);  // finite halves around 0.1-1
+  for (auto& x : vh) x = static_cast<uint16_t>(0x3000 + rng() % 0x1000);
 
   // Each sequence's blocks are scattered over the cache, as after a while of serving.
   std::vector<int32_t> blocks(num_blocks);
@@ -103,10 +106,12 @@ int main(int argc, char** argv) {
   llmk::PluginRegistry registry;
   const llmk_attention_desc desc{sizeof(llmk_attention_desc), o.heads, o.kv_heads, o.head_dim,
                                  1.0f / std::sqrt(static_cast<float>(o.head_dim)),
-                                 i8 ? LLMK_DTYPE_I8 : LLMK_DTYPE_F32, i8 ? o.group : 0, o.context, o.batch,
+                                 i8 ? LLMK_DTYPE_I8 : f16 ? LLMK_DTYPE_F16 : LLMK_DTYPE_F32, i8 ? o.group : 0, o.context, o.batch,
                                  o.threads, "{}"};
   llmk::AttentionImpl attention(registry.load(o.plugin, LLMK_PLUGIN_ATTENTION), desc);
-  const llmk_kv_layer kv{i8 ? static_cast<void*>(kq.data()) : kf.data(), i8 ? static_cast<void*>(vq.data()) : vf.data(),
+  void* k_cache = i8 ? static_cast<void*>(kq.data()) : f16 ? static_cast<void*>(kh.data()) : kf.data();
+  void* v_cache = i8 ? static_cast<void*>(vq.data()) : f16 ? static_cast<void*>(vh.data()) : vf.data();
+  const llmk_kv_layer kv{k_cache, v_cache,
                          i8 ? ks.data() : nullptr, i8 ? vs.data() : nullptr, num_slots};
   const llmk_attention_args args{sizeof(llmk_attention_args), o.batch, o.batch, q.data(), k.data(), v.data(),
                                  out.data(), query_start.data(), context_lens.data(), slots.data(), tables.data(),
@@ -120,7 +125,7 @@ int main(int argc, char** argv) {
     attention.forward(args);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  const double bytes_per_slot = static_cast<double>(row) * (i8 ? 1.0 + 4.0 / o.group : 4.0) * 2.0;  // K and V
+  const double bytes_per_slot = static_cast<double>(row) * (i8 ? 1.0 + 4.0 / o.group : f16 ? 2.0 : 4.0) * 2.0;  // K and V
   const double bytes = bytes_per_slot * o.batch * o.context;
   std::printf("%s, %s KV, %u sequences x %u positions, %u/%u heads x %u, block %u, %u threads\n", o.plugin.c_str(),
               o.kv_dtype.c_str(), o.batch, o.context, o.heads, o.kv_heads, o.head_dim, o.block_size, o.threads);

@@ -6,10 +6,13 @@
 //   bench_batching [--preset llama-110m] [--model DIR] [--num-requests 256]
 //                  [--input-len 128] [--output-len 128] [--max-num-seqs 64]
 //                  [--threads 0] [--modes continuous,static,one]
+//                  [--kv-dtype f32|f16|i8] [--trace PREFIX]
+// --trace PREFIX writes PREFIX.<mode>.json, a Chrome trace of each mode's steps.
 #include <cstdio>
 #include <sstream>
 
 #include "bench/engine_bench_common.hpp"
+#include "core/dtype.hpp"
 
 using namespace llmk;
 using namespace llmk::bench_programs;
@@ -18,7 +21,8 @@ int main(int argc, char** argv) try {
   const Flags f(argc, argv,
                 {{"preset", "llama-110m"}, {"model", ""}, {"num-requests", "256"}, {"input-len", "128"},
                  {"output-len", "128"}, {"max-num-seqs", "64"}, {"threads", "0"}, {"seed", "0"},
-                 {"modes", "continuous,static,one"}, {"max-num-batched-tokens", "512"}});
+                 {"modes", "continuous,static,one"}, {"max-num-batched-tokens", "512"},
+                 {"kv-dtype", "f32"}, {"trace", ""}});
   f.print();
   const EngineConfig base = base_config(f);
   const ModelConfig model = model_of(base);
@@ -48,8 +52,13 @@ int main(int argc, char** argv) try {
     // Room for every running sequence at full length: batching, not KV, is compared.
     cfg.kv_cache.capacity_tokens = seqs * static_cast<uint32_t>(spec.input_len.max + spec.output_len.max + 16);
     cfg.plugins.kv_allocator = "kv.paged";
+    // A serving process's cache is touched once, at start: measure serving, not first-touch page faults.
+    cfg.kv_cache.prefault = true;
+    if (!parse_dtype(f.str("kv-dtype"), cfg.kv_cache.dtype))
+      throw Error(ErrorCode::invalid_argument, "--kv-dtype: unknown dtype '" + f.str("kv-dtype") + "'");
+    const std::string trace = f.str("trace").empty() ? "" : f.str("trace") + "." + mode + ".json";
     std::fprintf(stderr, "mode %s: max_num_seqs %u, policy %s\n", mode.c_str(), seqs, cfg.scheduler.policy.c_str());
-    rows.push_back({mode, run_on_engine(cfg, workload)});
+    rows.push_back({mode, run_on_engine(cfg, workload, true, trace)});
   }
 
   const Row* one = nullptr;

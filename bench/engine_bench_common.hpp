@@ -67,10 +67,13 @@ inline EngineConfig base_config(const Flags& f) {
   return cfg;
 }
 
+// trace_file: a Chrome trace of the run's per-step spans ("" = none).
 inline bench::RunResult run_on_engine(const EngineConfig& cfg, const std::vector<bench::BenchRequest>& workload,
-                                      bool progress = true) {
+                                      bool progress = true, const std::string& trace_file = "") {
   validate(cfg);
-  Engine engine(cfg);
+  EngineOptions options;
+  options.trace_file = trace_file;
+  Engine engine(cfg, options);
   auto target = bench::make_engine_target(engine);
   bench::RunOptions o;
   o.progress = progress;

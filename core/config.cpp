@@ -57,6 +57,7 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(kv_cache, group_size),
       LLMK_FIELD(kv_cache, enable_prefix_caching),
       LLMK_FIELD(kv_cache, max_seq_len),
+      LLMK_FIELD(kv_cache, prefault),
       LLMK_FIELD(scheduler, policy),
       LLMK_FIELD(scheduler, max_num_seqs),
       LLMK_FIELD(scheduler, max_num_batched_tokens),
@@ -375,8 +376,8 @@ void validate(const EngineConfig& c) {
     fail("kv_cache.capacity_fraction", yaml_value(const_cast<double*>(&kv.capacity_fraction)) +
                                            " is out of range (allowed: (0, 1], a fraction of memory)");
   require_range("kv_cache.block_size", kv.block_size, 8, 256, "8 to 256");
-  if (kv.dtype != DType::f32 && kv.dtype != DType::i8)
-    fail("kv_cache.dtype", std::string("'") + dtype_name(kv.dtype) + "' is not allowed (allowed: f32, i8)");
+  if (kv.dtype != DType::f32 && kv.dtype != DType::f16 && kv.dtype != DType::i8)
+    fail("kv_cache.dtype", std::string("'") + dtype_name(kv.dtype) + "' is not allowed (allowed: f32, f16, i8)");
   require_range("kv_cache.group_size", kv.group_size, 1, 256, "1 to 256, dividing the model's head_dim");
 
   const auto& s = c.scheduler;

@@ -55,10 +55,11 @@ struct KvCacheSection {
   double capacity_fraction = 0.25;  // of physical memory (CPU) or free memory after weights (GPU)
   uint32_t capacity_tokens = 0;     // nonzero: exact slot count, overrides the two above
   uint32_t block_size = 16;         // 8..256
-  DType dtype = DType::f32;         // f32 | i8
+  DType dtype = DType::f32;         // f32 | f16 | i8
   uint32_t group_size = 8;          // i8: elements per scale along head_dim
   bool enable_prefix_caching = true;
   uint32_t max_seq_len = 0;         // 0: the model's max_position_embeddings
+  bool prefault = false;            // touch every page of the cache at start-up
 
   bool operator==(const KvCacheSection&) const = default;
 };

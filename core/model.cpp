@@ -85,12 +85,25 @@ struct Model::Impl {
     return {l.k.data, l.v.data, static_cast<float*>(l.k_scale.data), static_cast<float*>(l.v_scale.data), rt.num_kv_slots};
   }
   int64_t kv_row_bytes() const {  // one slot's K (or V) in one layer
-    return kv_dim * (rt.kv_dtype == DType::i8 ? 1 : 4);
+    return kv_dim * static_cast<int64_t>(dtype_size(rt.kv_dtype));
   }
   int64_t kv_scale_row_bytes() const { return rt.kv_dtype == DType::i8 ? kv_dim / rt.kv_group_size * 4 : 0; }
 };
 
 namespace {
+
+// Writes every page of the buffer (from all threads: the kernel clears pages
+// at about the speed of one core each).
+void prefault(AlignedBuffer& buf, uint32_t num_threads) {
+  if (buf.data == nullptr) return;
+  constexpr size_t kChunk = size_t{1} << 21;
+  const auto chunks = static_cast<int64_t>((buf.bytes + kChunk - 1) / kChunk);
+#pragma omp parallel for num_threads(static_cast<int>(num_threads))
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t at = static_cast<size_t>(c) * kChunk;
+    std::memset(static_cast<uint8_t*>(buf.data) + at, 0, std::min(kChunk, buf.bytes - at));
+  }
+}
 
 // The rows of several [out_i, in] tensors stacked into one [sum out_i, in] weight.
 std::vector<uint8_t> stack_weights(const std::vector<const TensorView*>& parts) {
@@ -205,6 +218,8 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
       l.k_scale = AlignedBuffer(rows * m.kv_scale_row_bytes());
       l.v_scale = AlignedBuffer(rows * m.kv_scale_row_bytes());
     }
+    if (m.rt.prefault_kv)
+      for (AlignedBuffer* buf : {&l.k, &l.v, &l.k_scale, &l.v_scale}) prefault(*buf, m.rt.num_threads);
   }
   m.final_norm = to_f32(m.checkpoint->tensor("model.norm.weight"));
   m.embed = &m.checkpoint->tensor("model.embed_tokens.weight");

@@ -60,8 +60,10 @@ ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model) 
   rt.max_step_tokens = std::max<uint32_t>(1, cfg.scheduler.max_num_batched_tokens);
   rt.kv_dtype = cfg.kv_cache.dtype;
   rt.kv_group_size = cfg.kv_cache.group_size;
-  if (rt.kv_dtype != DType::f32 && rt.kv_dtype != DType::i8)
-    throw Error(ErrorCode::invalid_config, std::string("kv_cache.dtype must be f32 or i8, got ") + dtype_name(rt.kv_dtype));
+  rt.prefault_kv = cfg.kv_cache.prefault;
+  if (rt.kv_dtype != DType::f32 && rt.kv_dtype != DType::f16 && rt.kv_dtype != DType::i8)
+    throw Error(ErrorCode::invalid_config,
+                std::string("kv_cache.dtype must be f32, f16 or i8, got ") + dtype_name(rt.kv_dtype));
   if (rt.kv_dtype == DType::i8 && (rt.kv_group_size == 0 || model.head_dim % rt.kv_group_size != 0))
     throw Error(ErrorCode::invalid_config, "kv_cache.group_size (" + std::to_string(rt.kv_group_size) +
                                                ") must divide head_dim (" + std::to_string(model.head_dim) + ")");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/cpu/kv_quant.hpp"
 #include "kernels/cpu/vec_math.hpp"
@@ -45,18 +46,24 @@ inline __m512 lane_sums16(const __m512* p) {
   return pair_sums(pair_sums(d[0], d[1]), pair_sums(d[2], d[3]));
 }
 
+// 16 cached values as floats: F32 as stored, F16 widened.
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 // One query head meets one tile of up to 16 positions (k[j] + off, v[j] + off
 // for j < n; entries past n must still point at readable rows).
-template <int NV>
-inline void tile_head(const float* q, const float* const* k, const float* const* v, int64_t off, int n, float scale,
+template <int NV, class E>
+inline void tile_head(const float* q, const E* const* k, const E* const* v, int64_t off, int n, float scale,
                       float& m, float& l, float* acc) {
   __m512 qv[NV];
   for (int i = 0; i < NV; ++i) qv[i] = _mm512_loadu_ps(q + 16 * i);
   __m512 part[kDecodeTile];
   for (int j = 0; j < kDecodeTile; ++j) {
-    const float* kj = k[j] + off;
-    __m512 s = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kj));
-    for (int i = 1; i < NV; ++i) s = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(kj + 16 * i), s);
+    const E* kj = k[j] + off;
+    __m512 s = _mm512_mul_ps(qv[0], load16(kj));
+    for (int i = 1; i < NV; ++i) s = _mm512_fmadd_ps(qv[i], load16(kj + 16 * i), s);
     part[j] = s;
   }
   const auto valid = static_cast<__mmask16>(n >= kDecodeTile ? 0xffffu : (1u << n) - 1u);
@@ -74,13 +81,28 @@ inline void tile_head(const float* q, const float* const* k, const float* const*
   for (int i = 0; i < NV; ++i) a[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * i), av);
   for (int j = 0; j < n; ++j) {
     const __m512 w = _mm512_set1_ps(pj[j]);
-    const float* vj = v[j] + off;
-    for (int i = 0; i < NV; ++i) a[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vj + 16 * i), a[i]);
+    const E* vj = v[j] + off;
+    for (int i = 0; i < NV; ++i) a[i] = _mm512_fmadd_ps(w, load16(vj + 16 * i), a[i]);
   }
   for (int i = 0; i < NV; ++i) _mm512_storeu_ps(acc + 16 * i, a[i]);
 }
 
-template <int NV>
+// An I8 slot's rows of the query's KV-head range, as floats. Groups never
+// straddle heads, so the range's values and scales are contiguous.
+inline void dequantize_range(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& dq, int64_t slot,
+                             int64_t row, int64_t range, float* k_out, float* v_out) {
+  const int64_t groups = shape.head_dim / shape.group_size;
+  const int64_t scale_at = (slot * shape.num_kv_heads + dq.kv_begin) * groups;
+  const int64_t at = slot * row + static_cast<int64_t>(dq.kv_begin) * shape.head_dim;
+  kernels::cpu::kv_dequantize_row(static_cast<const int8_t*>(kv.k) + at, kv.k_scale + scale_at, k_out, range,
+                                  shape.group_size);
+  kernels::cpu::kv_dequantize_row(static_cast<const int8_t*>(kv.v) + at, kv.v_scale + scale_at, v_out, range,
+                                  shape.group_size);
+}
+
+// E: the element type read by the tiles (float for F32 caches and for I8
+// caches, which are dequantized into s.k_buf / s.v_buf first; uint16_t F16 bits).
+template <int NV, class E>
 void decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& dq, DecodeScratch& s) {
   constexpr int64_t hd = 16 * NV;
   const int64_t row = static_cast<int64_t>(shape.num_kv_heads) * hd;  // one slot's K (or V) row
@@ -92,28 +114,23 @@ void decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& dq
   std::fill_n(s.acc.begin(), heads * hd, 0.0f);
   const float* q = dq.q + static_cast<int64_t>(dq.kv_begin) * dq.group * hd;
 
-  const float* k_rows[kDecodeTile];
-  const float* v_rows[kDecodeTile];
+  const E* k_rows[kDecodeTile];
+  const E* v_rows[kDecodeTile];
   for (int64_t t0 = 0; t0 < dq.context_len; t0 += kDecodeTile) {
     const int n = static_cast<int>(std::min<int64_t>(kDecodeTile, dq.context_len - t0));
     for (int j = 0; j < n; ++j) {
       const int64_t slot = slot_of(dq.table, dq.block_size, t0 + j);
-      if (!shape.int8) {
+      if constexpr (std::is_same_v<E, uint16_t>) {
+        k_rows[j] = static_cast<const uint16_t*>(kv.k) + slot * row + dq.kv_begin * hd;
+        v_rows[j] = static_cast<const uint16_t*>(kv.v) + slot * row + dq.kv_begin * hd;
+      } else if (!shape.int8) {
         k_rows[j] = static_cast<const float*>(kv.k) + slot * row + dq.kv_begin * hd;
         v_rows[j] = static_cast<const float*>(kv.v) + slot * row + dq.kv_begin * hd;
-        continue;
+      } else {
+        dequantize_range(kv, shape, dq, slot, row, range, s.k_buf.data() + j * range, s.v_buf.data() + j * range);
+        k_rows[j] = s.k_buf.data() + j * range;
+        v_rows[j] = s.v_buf.data() + j * range;
       }
-      // Groups never straddle heads, so the range's values and scales are contiguous.
-      const int64_t groups = hd / shape.group_size;
-      const int64_t scale_at = (slot * shape.num_kv_heads + dq.kv_begin) * groups;
-      float* kd = s.k_buf.data() + j * range;
-      float* vd = s.v_buf.data() + j * range;
-      kernels::cpu::kv_dequantize_row(static_cast<const int8_t*>(kv.k) + slot * row + dq.kv_begin * hd,
-                                      kv.k_scale + scale_at, kd, range, shape.group_size);
-      kernels::cpu::kv_dequantize_row(static_cast<const int8_t*>(kv.v) + slot * row + dq.kv_begin * hd,
-                                      kv.v_scale + scale_at, vd, range, shape.group_size);
-      k_rows[j] = kd;
-      v_rows[j] = vd;
     }
     for (int j = n; j < kDecodeTile; ++j) {
       k_rows[j] = k_rows[0];
@@ -122,7 +139,7 @@ void decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& dq
     for (uint32_t h = 0; h < num_kv; ++h)
       for (uint32_t g = 0; g < dq.group; ++g) {
         const uint32_t qh = h * dq.group + g;
-        tile_head<NV>(q + qh * hd, k_rows, v_rows, h * hd, n, dq.scale, s.m[qh], s.l[qh], s.acc.data() + qh * hd);
+        tile_head<NV, E>(q + qh * hd, k_rows, v_rows, h * hd, n, dq.scale, s.m[qh], s.l[qh], s.acc.data() + qh * hd);
       }
   }
   float* out = dq.out + static_cast<int64_t>(dq.kv_begin) * dq.group * hd;
@@ -133,6 +150,22 @@ void decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& dq
   }
 }
 
+template <class E>
+void dispatch(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& query, DecodeScratch& s) {
+  switch (shape.head_dim / 16) {
+    case 1: decode<1, E>(kv, shape, query, s); break;
+    case 2: decode<2, E>(kv, shape, query, s); break;
+    case 3: decode<3, E>(kv, shape, query, s); break;
+    case 4: decode<4, E>(kv, shape, query, s); break;
+    case 5: decode<5, E>(kv, shape, query, s); break;
+    case 6: decode<6, E>(kv, shape, query, s); break;
+    case 7: decode<7, E>(kv, shape, query, s); break;
+    case 8: decode<8, E>(kv, shape, query, s); break;
+    case 16: decode<16, E>(kv, shape, query, s); break;
+    default: break;  // decode_supports() said no
+  }
+}
+
 }  // namespace
 
 bool decode_supports(int head_dim) {
@@ -140,18 +173,8 @@ bool decode_supports(int head_dim) {
 }
 
 void attend_decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& query, DecodeScratch& s) {
-  switch (shape.head_dim / 16) {
-    case 1: decode<1>(kv, shape, query, s); break;
-    case 2: decode<2>(kv, shape, query, s); break;
-    case 3: decode<3>(kv, shape, query, s); break;
-    case 4: decode<4>(kv, shape, query, s); break;
-    case 5: decode<5>(kv, shape, query, s); break;
-    case 6: decode<6>(kv, shape, query, s); break;
-    case 7: decode<7>(kv, shape, query, s); break;
-    case 8: decode<8>(kv, shape, query, s); break;
-    case 16: decode<16>(kv, shape, query, s); break;
-    default: break;  // decode_supports() said no
-  }
+  if (shape.f16) dispatch<uint16_t>(kv, shape, query, s);
+  else dispatch<float>(kv, shape, query, s);
 }
 
 #else  // no AVX-512: callers use the row-by-row kernel

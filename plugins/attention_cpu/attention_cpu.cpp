@@ -60,9 +60,9 @@ class AttentionCpu {
   static constexpr const char* kName = "attention.cpu";
   static constexpr const char* kVersion = "1.0.0";
   static constexpr const char* kDescription =
-      "CPU causal GQA attention over a paged KV cache (online softmax, OpenMP), F32 or I8 group-quantized KV";
+      "CPU causal GQA attention over a paged KV cache (online softmax, OpenMP), F32, F16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
-      R"({"kv_dtypes":["f32","i8"],"devices":["cpu"],"paged":true,"gqa":true})";
+      R"({"kv_dtypes":["f32","f16","i8"],"devices":["cpu"],"paged":true,"gqa":true})";
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
     if (d.num_heads == 0 || d.num_kv_heads == 0 || d.head_dim == 0) {
@@ -74,8 +74,8 @@ class AttentionCpu {
             std::to_string(d.num_heads) + ")";
       return false;
     }
-    if (d.kv_dtype != LLMK_DTYPE_F32 && d.kv_dtype != LLMK_DTYPE_I8) {
-      why = "kv_dtype " + std::to_string(d.kv_dtype) + " is not served: only f32 and i8";
+    if (d.kv_dtype != LLMK_DTYPE_F32 && d.kv_dtype != LLMK_DTYPE_F16 && d.kv_dtype != LLMK_DTYPE_I8) {
+      why = "kv_dtype " + std::to_string(d.kv_dtype) + " is not served: only f32, f16 and i8";
       return false;
     }
     if (d.kv_dtype == LLMK_DTYPE_I8 && (d.kv_group_size == 0 || d.head_dim % d.kv_group_size != 0)) {
@@ -100,6 +100,7 @@ class AttentionCpu {
     shape_.num_kv_heads = d.num_kv_heads;
     shape_.head_dim = d.head_dim;
     shape_.int8 = d.kv_dtype == LLMK_DTYPE_I8;
+    shape_.f16 = d.kv_dtype == LLMK_DTYPE_F16;
     shape_.group_size = shape_.int8 ? d.kv_group_size : 0;
     decode_kernel_ = decode_supports(static_cast<int>(d.head_dim));
     tokens_per_item_ = std::max<int>(1, kRowsPerItem / static_cast<int>(group_));
@@ -117,7 +118,7 @@ class AttentionCpu {
       s.acc.resize(rows * d.head_dim);
       s.alpha.resize(rows);
       if (tile_supports(static_cast<int>(d.head_dim))) s.k_t.resize(static_cast<size_t>(d.head_dim) * kTileKeys);
-      if (shape_.int8) {
+      if (shape_.converted()) {
         s.k_buf.resize(static_cast<size_t>(kChunk) * d.head_dim);
         s.v_buf.resize(static_cast<size_t>(kChunk) * d.head_dim);
       }

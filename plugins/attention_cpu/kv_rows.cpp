@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/kv_quant.hpp"
 
 namespace llmk::attention_cpu {
@@ -15,6 +16,11 @@ void write_kv(const llmk_kv_layer& kv, const KvShape& shape, const float* k, con
   for (int64_t t = 0; t < static_cast<int64_t>(num_tokens); ++t) {
     const int64_t slot = slots[t];
     if (slot < 0) continue;
+    if (shape.f16) {
+      kc::f32_to_f16(k + t * row, static_cast<uint16_t*>(kv.k) + slot * row, row);
+      kc::f32_to_f16(v + t * row, static_cast<uint16_t*>(kv.v) + slot * row, row);
+      continue;
+    }
     if (!shape.int8) {
       std::memcpy(static_cast<float*>(kv.k) + slot * row, k + t * row, static_cast<size_t>(row) * sizeof(float));
       std::memcpy(static_cast<float*>(kv.v) + slot * row, v + t * row, static_cast<size_t>(row) * sizeof(float));
@@ -35,6 +41,20 @@ void read_kv(const llmk_kv_layer& kv, const KvShape& shape, const int32_t* table
              float* k_buf, float* v_buf) {
   const int64_t row = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
   const int64_t head_off = static_cast<int64_t>(kv_head) * shape.head_dim;
+  if (shape.f16) {
+    const auto* kh = static_cast<const uint16_t*>(kv.k);
+    const auto* vh = static_cast<const uint16_t*>(kv.v);
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t slot = slot_of(table, block_size, first + i);
+      float* kd = k_buf + i * shape.head_dim;
+      float* vd = v_buf + i * shape.head_dim;
+      kc::f16_to_f32(kh + slot * row + head_off, kd, shape.head_dim);
+      kc::f16_to_f32(vh + slot * row + head_off, vd, shape.head_dim);
+      k_rows[i] = kd;
+      v_rows[i] = vd;
+    }
+    return;
+  }
   if (!shape.int8) {
     const auto* kc = static_cast<const float*>(kv.k);
     const auto* vc = static_cast<const float*>(kv.v);

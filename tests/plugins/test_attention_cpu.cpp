@@ -17,6 +17,14 @@ namespace {
 
 using llmk::test::PluginLibrary;
 
+// IEEE binary16 bits to a double (normal, subnormal, zero; no NaN/inf in these tests).
+double half_to_double(uint16_t h) {
+  const int sign = h >> 15, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  const double magnitude =
+      exponent == 0 ? std::ldexp(mantissa, -24) : std::ldexp(1024 + mantissa, exponent - 25);
+  return sign ? -magnitude : magnitude;
+}
+
 struct Problem {
   uint32_t num_heads, num_kv_heads, head_dim;
   uint32_t block_size;
@@ -57,14 +65,16 @@ double run_case(const Problem& p, uint32_t kv_dtype, uint32_t num_threads, uint6
     for (auto& x : k_all[s]) x = normal(rng);
     for (auto& x : v_all[s]) x = normal(rng);
   }
-  const bool i8 = kv_dtype == LLMK_DTYPE_I8;
+  const bool i8 = kv_dtype == LLMK_DTYPE_I8, f16 = kv_dtype == LLMK_DTYPE_F16;
   const uint32_t group = i8 ? 8 : 0;
   const size_t elems = static_cast<size_t>(num_slots) * kvh * hd;
-  std::vector<float> kf(i8 ? 0 : elems), vf(i8 ? 0 : elems);
+  std::vector<float> kf(i8 || f16 ? 0 : elems), vf(i8 || f16 ? 0 : elems);
+  std::vector<uint16_t> kh(f16 ? elems : 0), vh(f16 ? elems : 0);
   std::vector<int8_t> kq(i8 ? elems : 0), vq(i8 ? elems : 0);
   std::vector<float> ks(i8 ? elems / group : 0), vs(i8 ? elems / group : 0);
-  llmk_kv_layer kv{i8 ? static_cast<void*>(kq.data()) : kf.data(), i8 ? static_cast<void*>(vq.data()) : vf.data(),
-                   i8 ? ks.data() : nullptr, i8 ? vs.data() : nullptr, num_slots};
+  void* k_cache = i8 ? static_cast<void*>(kq.data()) : f16 ? static_cast<void*>(kh.data()) : kf.data();
+  void* v_cache = i8 ? static_cast<void*>(vq.data()) : f16 ? static_cast<void*>(vh.data()) : vf.data();
+  llmk_kv_layer kv{k_cache, v_cache, i8 ? ks.data() : nullptr, i8 ? vs.data() : nullptr, num_slots};
 
   llmk_attention_desc desc{sizeof(llmk_attention_desc), p.num_heads, p.num_kv_heads, p.head_dim,
                            1.0f / std::sqrt(static_cast<float>(p.head_dim)), kv_dtype, group, 4096, 4096,
@@ -111,13 +121,20 @@ double run_case(const Problem& p, uint32_t kv_dtype, uint32_t num_threads, uint6
   if (std::any_of(cached.begin(), cached.end(), [](int32_t c) { return c > 0; })) run_step(zero, cached, &q, &out);
   run_step(cached, fresh, &q, &out);
 
-  // What the cache holds, as floats (dequantized for I8).
+  // What the cache holds, as floats (dequantized for I8, widened for F16;
+  // the F16 values written must also be the nearest halves of the inputs).
   auto stored = [&](const std::vector<float>& all, const std::vector<int8_t>& qv, const std::vector<float>& sc,
-                    uint32_t s, int64_t pos, int64_t h, int64_t i) -> double {
-    if (!i8) return all[(pos * kvh + h) * hd + i];
+                    const std::vector<uint16_t>& hv, uint32_t s, int64_t pos, int64_t h, int64_t i) -> double {
+    const double exact = all[(pos * kvh + h) * hd + i];
+    if (!i8 && !f16) return exact;
     const int64_t slot = tables[s * max_blocks + pos / p.block_size] + pos % p.block_size;
     const int64_t off = (slot * kvh + h) * hd + i;
-    return static_cast<double>(qv[off]) * sc[off / group];
+    if (i8) return static_cast<double>(qv[off]) * sc[off / group];
+    const double half = half_to_double(hv[off]);
+    // Round to nearest: within half a unit in the last place of the input
+    // (2^-11 relative; 2^-25 absolute among subnormals).
+    REQUIRE(std::fabs(half - exact) <= std::max(std::ldexp(std::fabs(exact), -11), std::ldexp(1.0, -25)));
+    return half;
   };
 
   double max_err = 0.0;
@@ -132,7 +149,7 @@ double run_case(const Problem& p, uint32_t kv_dtype, uint32_t num_threads, uint6
         for (int64_t j = 0; j <= pos; ++j) {
           double d = 0;
           for (int64_t i = 0; i < hd; ++i)
-            d += static_cast<double>(q[(row * nh + h) * hd + i]) * stored(k_all[s], kq, ks, s, j, g, i);
+            d += static_cast<double>(q[(row * nh + h) * hd + i]) * stored(k_all[s], kq, ks, kh, s, j, g, i);
           w[j] = d / std::sqrt(static_cast<double>(hd));
           mx = std::max(mx, w[j]);
         }
@@ -140,7 +157,7 @@ double run_case(const Problem& p, uint32_t kv_dtype, uint32_t num_threads, uint6
         for (auto& x : w) sum += (x = std::exp(x - mx));
         for (int64_t i = 0; i < hd; ++i) {
           double ref = 0;
-          for (int64_t j = 0; j <= pos; ++j) ref += w[j] / sum * stored(v_all[s], vq, vs, s, j, g, i);
+          for (int64_t j = 0; j <= pos; ++j) ref += w[j] / sum * stored(v_all[s], vq, vs, vh, s, j, g, i);
           max_err = std::max(max_err, std::fabs(ref - out[(row * nh + h) * hd + i]));
         }
       }
@@ -189,6 +206,16 @@ TEST_CASE("attention.cpu's decode kernel matches the reference for head sizes 16
   CHECK(run_case(alone, LLMK_DTYPE_F32, 2, 23 + head_dim) < 2e-5);
   CHECK(run_case(gqa, LLMK_DTYPE_I8, 2, 24 + head_dim) < 2e-5);
   CHECK(run_case(alone, LLMK_DTYPE_I8, 2, 25 + head_dim) < 2e-5);
+  CHECK(run_case(gqa, LLMK_DTYPE_F16, 2, 26 + head_dim) < 2e-5);
+  CHECK(run_case(mha, LLMK_DTYPE_F16, 1, 27 + head_dim) < 2e-5);
+}
+
+TEST_CASE("attention.cpu with an F16 cache matches the reference over the stored halves", "[attention]") {
+  // Prefill chunks (tiled and row-by-row paths) and decodes, head sizes the
+  // decode kernel serves and one it does not.
+  const uint32_t head_dim = GENERATE(17u, 64u);
+  Problem p{8, 4, head_dim, 16, {9, 1, 1, 40}, {40, 77, 1, 40}};
+  CHECK(run_case(p, LLMK_DTYPE_F16, 2, 31 + head_dim) < 2e-5);
 }
 
 TEST_CASE("attention.cpu serves multi-head (no GQA) and single-KV-head layouts with odd head sizes", "[attention]") {

@@ -2,6 +2,13 @@
 // it costs (parameters, weight bytes, KV bytes per token and per sequence).
 // Safetensors checkpoints are fully validated (mapped, not read); dummy
 // presets are described without generating weights.
+//
+// --linear NAME (repeatable; "all" = every linear plugin found) adds the
+// weight bytes of the model with that linear plugin, as the plugin stores
+// them: the model's linears are built (quantized) from the weights, so this
+// reads every weight (and generates dummy ones). The configured
+// plugins.linear_options apply to the configured plugins.linear; other
+// plugins run with their defaults.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -11,11 +18,15 @@
 #include <iostream>
 #include <memory>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "apps/command.hpp"
 #include "apps/model_options.hpp"
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
+#include "core/model.hpp"
+#include "core/plugin_loader.hpp"
 
 namespace llmk::app {
 namespace {
@@ -127,6 +138,39 @@ json describe(const EngineConfig& cfg) {
   return out;
 }
 
+std::vector<std::string> linear_plugin_names(PluginRegistry& registry, const std::vector<std::string>& requested) {
+  std::vector<std::string> names;
+  for (const auto& r : requested) {
+    if (r != "all") {
+      names.push_back(r);
+      continue;
+    }
+    for (const auto& f : registry.discover())
+      if (f.error.empty() && f.info.kind == LLMK_PLUGIN_LINEAR) names.push_back(f.info.name);
+  }
+  return names;
+}
+
+// Weight bytes of the model under each linear plugin in `requested`.
+json linear_modes(const EngineConfig& cfg, const std::vector<std::string>& requested) {
+  PluginRegistry registry(std::vector<std::filesystem::path>(cfg.plugins.search_path.begin(),
+                                                             cfg.plugins.search_path.end()));
+  const auto checkpoint = open_model(cfg.model);
+  json out = json::array();
+  for (const auto& name : linear_plugin_names(registry, requested)) {
+    EngineConfig c = cfg;
+    c.plugins.linear = name;
+    if (name != cfg.plugins.linear) c.plugins.linear_options = "{}";
+    // Only the weights matter here: the smallest KV cache and step.
+    c.kv_cache.capacity_tokens = 1;
+    c.scheduler.max_num_batched_tokens = 1;
+    const Model model(checkpoint, registry, c, resolve_runtime(c, checkpoint->config()));
+    out.push_back({{"plugin", name}, {"options", json::parse(c.plugins.linear_options)},
+                   {"weight_bytes", model.weight_bytes()}});
+  }
+  return out;
+}
+
 void print_text(const json& d) {
   auto line = [](const std::string& key, const std::string& value) {
     std::printf("%-28s %s\n", key.c_str(), value.c_str());
@@ -140,6 +184,12 @@ void print_text(const json& d) {
                       plain(d["weight_dtype"]) + ")");
   const auto& per_token = d["kv_bytes_per_token"];
   const auto& per_seq = d["kv_bytes_per_sequence"];
+  if (d.contains("linear"))
+    for (const auto& m : d["linear"]) {
+      const std::string options = m["options"].empty() ? "" : " " + m["options"].dump();
+      line("weights, " + plain(m["plugin"]),
+           human_bytes(m["weight_bytes"].get<double>()) + " (" + plain(m["weight_bytes"]) + " bytes" + options + ")");
+    }
   line("kv per token, f32", plain(per_token["f32"]) + " bytes");
   line("kv per token, f16", plain(per_token["f16"]) + " bytes");
   line("kv per token, i8 (group " + plain(d["kv_group_size"]) + ")", plain(per_token["i8"]) + " bytes");
@@ -153,10 +203,16 @@ const CommandRegistration kInfo{
     "info", "Describe a model: shape, parameters, weight and KV-cache sizes", [](CLI::App& cmd) {
       auto options = std::make_shared<ModelOptions>();
       auto as_json = std::make_shared<bool>(false);
+      auto linear = std::make_shared<std::vector<std::string>>();
       add_model_options(cmd, *options);
       cmd.add_flag("--json", *as_json, "print one JSON object");
-      return std::function<int()>([options, as_json] {
-        const json d = describe(build_engine_config(*options));
+      cmd.add_option("--linear", *linear,
+                     "also report the weight bytes with this linear plugin, e.g. linear.int4 (repeatable; all = every "
+                     "one found); builds the model's linears");
+      return std::function<int()>([options, as_json, linear] {
+        const EngineConfig cfg = build_engine_config(*options);
+        json d = describe(cfg);
+        if (!linear->empty()) d["linear"] = linear_modes(cfg, *linear);
         if (*as_json) {
           std::cout << d.dump(2) << "\n";
         } else {

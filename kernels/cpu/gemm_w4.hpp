@@ -2,11 +2,17 @@
 // quantized in groups along in_features, unpacked inside the kernel.
 //
 // Each group of group_size inputs of one output channel is asymmetric with
-// an integer zero point: the range [min(0, lo), max(0, hi)] (zero included,
-// so zero is exact and the zero point fits 0..15) maps to 0..15,
-//   scale = (max - min) / 15,  zero = round(-min / scale),
+// an integer zero point. A range [lo, hi] with lo <= 0 <= hi maps to 0..15:
+//   scale = (hi - lo) / 15,  zero = round(-lo / scale),
 //   q = clamp(round(w / scale) + zero, 0, 15),  w ~= (q - zero) * scale,
-// so |w - deq(w)| <= scale / 2.
+// so zero is exact, the zero point fits 0..15 and every weight lands on the
+// nearest of the group's 16 levels. The range is either the group's own
+// [min(0, lo), max(0, hi)] (W4Range::min_max: |w - deq(w)| <= scale / 2 for
+// every weight), or that range shrunk by a factor f in [0.75, 1] (steps of
+// 0.01, both ends alike) chosen to minimize the group's squared error
+// (W4Range::mse, the default): clipping the few largest weights buys a finer
+// step for all the others. No calibration data is involved; the full range
+// is one of the candidates, so the squared error never exceeds min_max's.
 //
 // Packing: uint32[num_panels(out)][k_pad / 8][16 channels]; the word of
 // channel c at octet o holds q[., 8 o + j] in bits 4j..4j+3 (two weights per
@@ -47,8 +53,20 @@ inline int64_t w4_param_index(const W4Shape& s, int64_t n, int64_t group) {
   return ((n / kPanelWidth) * s.num_groups() + group) * kPanelWidth + n % kPanelWidth;
 }
 
+// How a group's range is chosen (see the top of this file).
+enum class W4Range { min_max, mse };
+
+struct W4Group {
+  float scale;   // 0 for an all-zero group
+  uint8_t zero;
+};
+
+// Scale and zero point of one group of n weights.
+W4Group w4_fit_group(const float* w, int64_t n, W4Range range);
+
 // Quantizes and packs w: [out_features, in_features].
-void quantize_pack_w4(const float* w, const W4Shape& shape, uint32_t* packed, float* scale, uint8_t* zero);
+void quantize_pack_w4(const float* w, const W4Shape& shape, uint32_t* packed, float* scale, uint8_t* zero,
+                      W4Range range = W4Range::mse);
 
 // Floats of scratch linear_w4 needs.
 size_t w4_scratch_floats(const W4Shape& shape, int num_threads);

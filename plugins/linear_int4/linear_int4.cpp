@@ -2,8 +2,15 @@
 // with integer zero points, two weights per byte (kernels/cpu/gemm_w4.hpp).
 // Activations stay f32; weights are unpacked inside the GEMV/GEMM.
 //
-// Options: {"group_size": 128, "float_layers": []}. The group size is capped
-// at in_features; otherwise it must be a multiple of 8.
+// Options: {"group_size": 128, "range": "mse", "float_layers": []}. The
+// group size is capped at in_features; otherwise it must be a multiple of 8.
+// "range" picks each group's range: "mse" (the min/max range shrunk to
+// minimize the group's squared error, kernels/cpu/gemm_w4.hpp) or "min_max".
+// Layers named in "float_layers" stay in the checkpoint's float precision.
+// ["lm_head"] is the usual choice when accuracy matters more than memory: the
+// output projection's error lands on the logits directly, but on small models
+// with large vocabularies it is a large share of the weights (a quarter of
+// llama-110m's), so by default every layer is int4.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -20,7 +27,7 @@ class LinearInt4 {
   static constexpr const char* kDescription =
       "Weight-only int4: groups along in_features with scales and zero points, f32 activations";
   static constexpr const char* kCapabilities =
-      R"({"weight_dtypes":["f32","f16","bf16"],"scheme":"w4a32","options":{"group_size":128,"float_layers":[]}})";
+      R"({"weight_dtypes":["f32","f16","bf16"],"scheme":"w4a32","options":{"group_size":128,"range":"mse","float_layers":[]}})";
 
   static bool supports(const llmk_linear_desc& d, std::string& why) {
     if (!check_desc(d, why)) return false;
@@ -44,7 +51,7 @@ class LinearInt4 {
     packed_ = AlignedArray<uint32_t>(shape_.packed_words());
     scale_ = AlignedArray<float>(shape_.group_params());
     zero_ = AlignedArray<uint8_t>(shape_.group_params());
-    kernels::cpu::quantize_pack_w4(w.data(), shape_, packed_.data(), scale_.data(), zero_.data());
+    kernels::cpu::quantize_pack_w4(w.data(), shape_, packed_.data(), scale_.data(), zero_.data(), range_of(d, options));
     scratch_ = AlignedArray<float>(kernels::cpu::w4_scratch_floats(shape_, threads_));
   }
 
@@ -61,8 +68,9 @@ class LinearInt4 {
 
  private:
   static kernels::cpu::W4Shape shape_of(const llmk_linear_desc& d, const nlohmann::json& options) {
-    check_option_keys(options, {"group_size", "float_layers"}, d);
+    check_option_keys(options, {"group_size", "range", "float_layers"}, d);
     float_layers(options, {}, d);
+    range_of(d, options);
     int64_t group = 128;
     if (options.contains("group_size")) {
       if (!options["group_size"].is_number_integer() || options["group_size"].get<int64_t>() <= 0)
@@ -75,6 +83,15 @@ class LinearInt4 {
                                                     " must be a multiple of 8 or at least in_features (" +
                                                     std::to_string(d.in_features) + ")");
     return s;
+  }
+
+  static kernels::cpu::W4Range range_of(const llmk_linear_desc& d, const nlohmann::json& options) {
+    if (!options.contains("range")) return kernels::cpu::W4Range::mse;
+    const auto& r = options["range"];
+    if (r == "mse") return kernels::cpu::W4Range::mse;
+    if (r == "min_max") return kernels::cpu::W4Range::min_max;
+    throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT,
+                        layer_name(d) + ": option range must be \"mse\" or \"min_max\", got " + r.dump());
   }
 
   int threads_;

@@ -93,6 +93,30 @@ TEST_CASE("llmk info follows --set for the KV figures", "[cli][info]") {
   CHECK(d["kv_bytes_per_sequence"]["f32"] == 1280 * 100);
 }
 
+TEST_CASE("llmk info --linear reports the weight bytes each linear plugin stores", "[cli][info]") {
+  const auto d = info_json({"--model", kStories.string(), "--linear", "linear.dense", "--linear", "linear.int4",
+                            "--set", "plugins.linear=linear.int4", "--set",
+                            R"(plugins.linear_options={"float_layers":["lm_head"]})"});
+  REQUIRE(d["linear"].size() == 2);
+  const auto& dense = d["linear"][0];
+  const auto& int4 = d["linear"][1];
+  CHECK(dense["plugin"] == "linear.dense");
+  CHECK(dense["options"] == nlohmann::json::object());  // not the configured plugin: its defaults
+  CHECK(int4["plugin"] == "linear.int4");
+  CHECK(int4["options"]["float_layers"] == nlohmann::json::array({"lm_head"}));
+  // Dense f32: the embedding, norms and every linear (lm_head a packed copy of the tied embedding).
+  CHECK(dense["weight_bytes"] == 1222400);
+  // int4 with lm_head in f32: [5 x (qkv 128x64 + o 64x64 + gate_up 344x64 + down 64x172)] nibbles
+  // (channels padded to 16, inputs to 8) plus an f32 scale and a u8 zero point per group (one group
+  // per row of 64, two per down_proj row of 172), plus the embedding, norms and the f32 lm_head.
+  const int64_t packed = 5 * (128 * 64 / 2 + 64 * 64 / 2 + 352 * 64 / 2 + 64 * 176 / 2);
+  const int64_t groups = 5 * (128 + 64 + 352 + 2 * 64) * 5;
+  const int64_t rest = 512 * 64 * 4 + (64 + 5 * 128) * 4 + 512 * 64 * 4;
+  CHECK(int4["weight_bytes"] == packed + groups + rest);
+  const auto all = info_json({"--model", kStories.string(), "--linear", "all"});
+  CHECK(all["linear"].size() >= 3);
+}
+
 TEST_CASE("llmk info describes dummy presets without a model directory", "[cli][info]") {
   const auto d = info_json({"--load-format", "dummy", "--preset", "tinyllama-1.1b"});
   CHECK(d["load_format"] == "dummy");

@@ -143,6 +143,17 @@ TEST_CASE("linear.int4 and linear.uint8_zp quantize with their options and repor
   REQUIRE(g32.weight_bytes == size_t(out) * in / 2 + size_t(out) * 8 * 5);
   REQUIRE(relative_error(g32.y, x, w, rows, in, out) < relative_error(g128.y, x, w, rows, in, out));
   REQUIRE(relative_error(g128.y, x, w, rows, in, out) < 0.2);
+  // Plain min/max ranges instead of the default MSE ones: packed alike. (Which
+  // is closer on one layer's output depends on the inputs: clipping trades the
+  // largest weights' error for a finer step; tests/quant/test_weight_only.cpp
+  // checks the weight error.)
+  const auto mm = run(i4, make_desc("mlp.up_proj", w, out, in, R"({"range":"min_max"})"), x, rows);
+  REQUIRE(mm.weight_bytes == g128.weight_bytes);
+  REQUIRE(relative_error(mm.y, x, w, rows, in, out) < 0.2);
+  // float_layers keeps the named layer in float.
+  const auto head = run(i4, make_desc("lm_head", w, out, in, R"({"float_layers":["lm_head"]})"), x, rows);
+  REQUIRE(relative_error(head.y, x, w, rows, in, out) < 1e-6);
+  REQUIRE(head.weight_bytes == size_t(out) * in * 4);
 
   const LoadedLinear u8 = load("linear.uint8_zp");
   const auto pc = run(u8, make_desc("mlp.up_proj", w, out, in, "{}"), x, rows);
@@ -165,6 +176,9 @@ TEST_CASE("Quantized linear plugins refuse bad options and say why", "[quant][pl
   const LoadedLinear i4 = load("linear.int4");
   REQUIRE(supports(i4, make_desc("a.q_proj", w, 20, 64, R"({"group_size":12})"), why, sizeof(why)) == 0);
   REQUIRE(std::string(why).find("group_size") != std::string::npos);
+  REQUIRE(supports(i4, make_desc("a.q_proj", w, 20, 64, R"({"range":"percentile"})"), why, sizeof(why)) == 0);
+  REQUIRE(std::string(why).find("range") != std::string::npos);
+  REQUIRE(supports(i4, make_desc("a.q_proj", w, 20, 64, R"({"range":"min_max"})"), why, sizeof(why)) == 1);
   // Capped at in_features: a group of 100 over 64 inputs is one group.
   REQUIRE(supports(i4, make_desc("a.q_proj", w, 20, 64, R"({"group_size":100})"), why, sizeof(why)) == 1);
 

@@ -179,14 +179,26 @@ TEST_CASE("Quantized modes agree with the float model on stories260K within thei
   std::printf("%-24s %9.4f %9.4f %11.2e %11.2e %9.3f %12zu %10zu\n", "float", 1.0, 1.0, 0.0, 0.0, self.perplexity(),
               ref.weight_bytes(), ref.kv_cache_bytes());
 
-  // Gates sit below the measured values (in brackets: top-1 / mean KL, prefill
-  // and decode agree) with room for thread-count rounding differences. stories260K
-  // has head_dim 8, so the default KV group of 8 is one scale per head and token;
-  // int4 groups are capped at in_features (64, and 172 for down_proj), i.e. one
-  // group per row. Its int4 top-1 (0.841) is below the 0.90 aimed for: a float64
-  // NumPy model with the same fake-quantized weights gives the same figure, and
-  // neither MSE-clipped ranges (0.866) nor groups of 32 (0.870) reach 0.90 on this
-  // tiny model, whose next-token margins are often below 0.1 logits.
+  // Gates (in brackets: measured top-1 / mean KL, prefill and decode alike,
+  // one thread). The issue's targets: int8 KV >= 0.99, W8A8 >= 0.97, int4 >= 0.90.
+  //
+  // int8 KV, group 8: 0.986, under its target. stories260K has head_dim 8, so
+  // the default group is one scale per head and token, the coarsest the
+  // scheme allows. The engine adds nothing to the scheme's own error: storing
+  // f32 K/V rounded through the same int8 groups gives the same figures. The
+  // loss is K's (V alone: KL 4e-6), and decode, which reads every earlier
+  // token back from the cache, cannot avoid it: attending to a step's own
+  // tokens in float would make prefill exact but leaves decode at 0.987. The
+  // 11 flipped positions have float top-two margins of 0.002 to 0.15 logits
+  // (5% of all positions have margins under 0.15). Group 4 meets the target.
+  //
+  // int4 at the default group (128, capped at in_features: one group per row
+  // of 64 weights, groups of 128 and 44 on down_proj's rows of 172): 0.859 with MSE ranges (0.841 with min/max ones, as
+  // a float64 NumPy model with the same weights also gives), under its target.
+  // Its flips are not near-ties (margins up to 2.6 logits): per-row int4 on a
+  // 64-wide model is simply coarse. Keeping lm_head in float gives 0.879;
+  // groups of 16 with lm_head in float meet the target at 37% of the float
+  // weight bytes.
   struct Gate {
     Mode mode;
     double min_top1;
@@ -195,11 +207,15 @@ TEST_CASE("Quantized modes agree with the float model on stories260K within thei
   const Gate gates[] = {
       {{"kv_i8 group 8", "linear.dense", "{}", llmk::DType::i8, 8}, 0.98, 2e-3},             // [0.986 / 8.8e-4]
       {{"kv_i8 group 4", "linear.dense", "{}", llmk::DType::i8, 4}, 0.99, 6e-4},             // [0.995 / 2.5e-4]
-      {{"w8a8 (o_proj float)", "linear.int8", "{}", llmk::DType::f32}, 0.97, 2e-3},            // [0.981 / 1.06e-3]
-      {{"int4 group<=128", "linear.int4", "{}", llmk::DType::f32}, 0.82, 0.15},              // [0.841 / 9.7e-2]
+      {{"w8a8 (o_proj float)", "linear.int8", "{}", llmk::DType::f32}, 0.975, 2e-3},           // [0.981 / 1.06e-3]
+      {{"int4 group<=128", "linear.int4", "{}", llmk::DType::f32}, 0.85, 0.13},              // [0.859 / 9.0e-2]
+      {{"int4 group<=128 min_max", "linear.int4", R"({"range":"min_max"})", llmk::DType::f32}, 0.83, 0.14},  // [0.841 / 9.7e-2]
+      {{"int4 lm_head float", "linear.int4", R"({"float_layers":["lm_head"]})", llmk::DType::f32}, 0.87, 0.1},  // [0.879 / 6.8e-2]
+      {{"int4 g16 lm_head float", "linear.int4", R"({"group_size":16,"float_layers":["lm_head"]})", llmk::DType::f32},
+       0.90, 0.06},                                                                            // [0.920 / 3.9e-2]
       {{"uint8_zp per channel", "linear.uint8_zp", "{}", llmk::DType::f32}, 0.99, 6e-4},     // [0.994 / 3.0e-4]
       {{"uint8_zp per tensor", "linear.uint8_zp", R"({"per_channel":false})", llmk::DType::f32}, 0.95, 8e-3},  // [0.973 / 4.4e-3]
-      {{"w8a8 + kv_i8 group 8", "linear.int8", "{}", llmk::DType::i8, 8}, 0.97, 4e-3},       // [0.984 / 2.0e-3]
+      {{"w8a8 + kv_i8 group 8", "linear.int8", "{}", llmk::DType::i8, 8}, 0.975, 4e-3},      // [0.984 / 2.0e-3]
   };
   for (const Gate& gate : gates) {
     Runner run(gate.mode);

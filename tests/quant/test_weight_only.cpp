@@ -1,11 +1,15 @@
 // Weight-only schemes (int4 groups, uint8 zero point) and the f32 panel GEMM
 // against float64 references. Activations stay f32, so a layer's error is
 // exactly sum_k x_k (w_k - deq(w_k)) plus f32 rounding:
-// |y - y_ref| <= sum_k |x_k| scale(k) / 2 + rounding.
+// |y - y_ref| <= sum_k |x_k| |w_k - deq(w_k)| + rounding, where
+// |w_k - deq(w_k)| <= scale(k) / 2 for every weight inside its group's range
+// (all of them under min/max ranges and the uint8 scheme).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "core/dtype.hpp"
 #include "kernels/cpu/gemm_panel_f32.hpp"
@@ -31,60 +35,138 @@ double rounding(int64_t k, double mag) { return 2.0 * double(k + 4) * kF32Eps * 
 
 }  // namespace
 
-TEST_CASE("Int4 group quantization keeps zero exact and each weight within half a step", "[quant][int4]") {
-  for (const int64_t gs : {8, 32, 128}) {
-    for (const Shape& s : kShapes) {
-      const W4Shape ws{s.in, s.out, std::min(gs, s.in)};
-      if (!ws.valid()) continue;
-      CAPTURE(s.in, s.out, ws.group_size);
-      auto w = llmk::test::random_matrix(s.out, s.in, 41, s.out > 2 ? 1 : -1);
-      if (s.out > 3) std::fill_n(w.begin() + 3 * s.in, s.in, 0.25f);  // constant positive channel
-      std::vector<uint32_t> packed(ws.packed_words());
-      std::vector<float> scale(ws.group_params());
-      std::vector<uint8_t> zero(ws.group_params());
-      quantize_pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data());
-      for (int64_t n = 0; n < s.out; ++n)
-        for (int64_t k = 0; k < s.in; ++k) {
-          const int64_t at = w4_param_index(ws, n, k / ws.group_size);
-          const int q = int(w4_q_at(packed.data(), ws, n, k));
-          REQUIRE(zero[at] <= 15);
-          const double deq = (q - zero[at]) * double(scale[at]);
-          REQUIRE(std::fabs(w[n * s.in + k] - deq) <= scale[at] * (0.5 + 1e-5));
-          if (w[n * s.in + k] == 0.0f) REQUIRE(deq == 0.0);
-        }
+namespace {
+
+// Float64 reference of the min/max range of one group: scale and zero point
+// as gemm_w4.hpp defines them (the scale rounded to its stored f32).
+std::pair<double, double> min_max_params(const float* w, int64_t n) {
+  double lo = 0.0, hi = 0.0;
+  for (int64_t k = 0; k < n; ++k) lo = std::min(lo, double(w[k])), hi = std::max(hi, double(w[k]));
+  const double sc = float((hi - lo) / 15.0);
+  return {sc, sc > 0.0 ? std::clamp(std::nearbyint(-lo / sc), 0.0, 15.0) : 0.0};
+}
+
+double sq_error(const float* w, int64_t n, double sc, double z) {
+  double err = 0.0;
+  for (int64_t k = 0; k < n; ++k) {
+    const double q = sc > 0.0 ? std::clamp(std::nearbyint(w[k] / sc) + z, 0.0, 15.0) : z;
+    err += (w[k] - (q - z) * sc) * (w[k] - (q - z) * sc);
+  }
+  return err;
+}
+
+// Dequantized weight (n, k) from the packed format.
+double w4_deq(const std::vector<uint32_t>& packed, const std::vector<float>& scale, const std::vector<uint8_t>& zero,
+              const W4Shape& ws, int64_t n, int64_t k) {
+  const int64_t at = w4_param_index(ws, n, k / ws.group_size);
+  return (int(w4_q_at(packed.data(), ws, n, k)) - zero[at]) * double(scale[at]);
+}
+
+}  // namespace
+
+TEST_CASE("Int4 group quantization keeps zero exact and rounds each weight to its group's nearest level",
+          "[quant][int4]") {
+  for (const W4Range range : {W4Range::min_max, W4Range::mse}) {
+    for (const int64_t gs : {8, 32, 128}) {
+      for (const Shape& s : kShapes) {
+        const W4Shape ws{s.in, s.out, std::min(gs, s.in)};
+        if (!ws.valid()) continue;
+        CAPTURE(s.in, s.out, ws.group_size, range == W4Range::mse);
+        auto w = llmk::test::random_matrix(s.out, s.in, 41, s.out > 2 ? 1 : -1);
+        if (s.out > 3) std::fill_n(w.begin() + 3 * s.in, s.in, 0.25f);  // constant positive channel
+        std::vector<uint32_t> packed(ws.packed_words());
+        std::vector<float> scale(ws.group_params());
+        std::vector<uint8_t> zero(ws.group_params());
+        quantize_pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data(), range);
+        for (int64_t n = 0; n < s.out; ++n)
+          for (int64_t g = 0; g < ws.num_groups(); ++g) {
+            const int64_t k0 = g * ws.group_size, k1 = std::min(s.in, k0 + ws.group_size);
+            const float* gw = w.data() + n * s.in + k0;
+            const int64_t at = w4_param_index(ws, n, g);
+            const double sc = scale[at], z = zero[at];
+            REQUIRE(zero[at] <= 15);
+            const auto [sc0, z0] = min_max_params(gw, k1 - k0);
+            if (range == W4Range::min_max) {
+              REQUIRE(sc == sc0);
+              REQUIRE(z == z0);
+            } else {
+              // A shrunk min/max range, never worse than the full one.
+              REQUIRE(sc <= sc0 * (1.0 + 1e-6));
+              REQUIRE(sc >= sc0 * (0.75 - 1e-6));
+              REQUIRE(sq_error(gw, k1 - k0, sc, z) <= sq_error(gw, k1 - k0, sc0, z0) * (1.0 + 1e-5) + 1e-30);
+            }
+            for (int64_t k = k0; k < k1; ++k) {
+              const double wv = w[n * s.in + k], deq = w4_deq(packed, scale, zero, ws, n, k);
+              // The nearest of the 16 levels (q - z) * sc; within half a step inside the range.
+              double nearest = std::fabs(wv + z * sc);
+              for (int q = 1; q < 16; ++q) nearest = std::min(nearest, std::fabs(wv - (q - z) * sc));
+              REQUIRE(std::fabs(wv - deq) <= nearest + sc * 1e-5);
+              if (wv >= -z * sc && wv <= (15 - z) * sc) REQUIRE(std::fabs(wv - deq) <= sc * (0.5 + 1e-5));
+              if (range == W4Range::min_max) REQUIRE(std::fabs(wv - deq) <= sc * (0.5 + 1e-5));
+              if (wv == 0.0) REQUIRE(deq == 0.0);
+            }
+          }
+      }
     }
   }
 }
 
-TEST_CASE("Int4 GEMV and GEMM match float64 within the group-scale bound", "[quant][int4]") {
-  for (const int64_t gs : {8, 32, 128}) {
-    for (const Shape& s : kShapes) {
-      const W4Shape ws{s.in, s.out, std::min(gs, s.in)};
-      if (!ws.valid()) continue;
-      for (const int threads : {1, 2}) {
-        CAPTURE(s.rows, s.in, s.out, ws.group_size, threads);
+TEST_CASE("Int4 MSE ranges lower the squared error of heavy-tailed groups", "[quant][int4]") {
+  // Gaussian weights with outliers: clipping the largest buys a finer step
+  // for the rest. Summed over many groups, the error must drop clearly.
+  const W4Shape ws{256, 64, 64};
+  const auto w = llmk::test::random_matrix(ws.out_features, ws.in_features, 61);
+  double err_min_max = 0.0, err_mse = 0.0;
+  for (const W4Range range : {W4Range::min_max, W4Range::mse}) {
+    std::vector<uint32_t> packed(ws.packed_words());
+    std::vector<float> scale(ws.group_params());
+    std::vector<uint8_t> zero(ws.group_params());
+    quantize_pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data(), range);
+    double err = 0.0;
+    for (int64_t n = 0; n < ws.out_features; ++n)
+      for (int64_t k = 0; k < ws.in_features; ++k) {
+        const double d = w[n * ws.in_features + k] - w4_deq(packed, scale, zero, ws, n, k);
+        err += d * d;
+      }
+    (range == W4Range::mse ? err_mse : err_min_max) = err;
+  }
+  CAPTURE(err_min_max, err_mse);
+  REQUIRE(err_mse < 0.95 * err_min_max);
+}
+
+TEST_CASE("Int4 GEMV and GEMM match float64 within the weights' quantization error", "[quant][int4]") {
+  for (const W4Range range : {W4Range::min_max, W4Range::mse}) {
+    for (const int64_t gs : {8, 32, 128}) {
+      for (const Shape& s : kShapes) {
+        const W4Shape ws{s.in, s.out, std::min(gs, s.in)};
+        if (!ws.valid()) continue;
         const auto w = llmk::test::random_matrix(s.out, s.in, 51);
         const auto x = llmk::test::random_matrix(s.rows, s.in, 52, s.rows > 2 ? 1 : -1);
         std::vector<uint32_t> packed(ws.packed_words());
         std::vector<float> scale(ws.group_params());
         std::vector<uint8_t> zero(ws.group_params());
-        quantize_pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data());
-        std::vector<float> scratch(w4_scratch_floats(ws, threads));
-        std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
-        linear_w4(x.data(), s.rows, ws, packed.data(), scale.data(), zero.data(), y.data(), scratch.data(), threads);
-        for (int64_t r = 0; r < s.rows; ++r)
-          for (int64_t n = 0; n < s.out; ++n) {
-            double ref = 0.0, bound = 0.0, mag = 0.0;
-            for (int64_t k = 0; k < s.in; ++k) {
-              const double xv = x[r * s.in + k], wv = w[n * s.in + k];
-              const int64_t at = w4_param_index(ws, n, k / ws.group_size);
-              ref += xv * wv;
-              bound += std::fabs(xv) * scale[at] / 2;
-              // The one-row kernel sums raw q * x and subtracts zero * sum(x): its rounding scales with those.
-              mag += std::fabs(xv) * (std::fabs(wv) + 32.0 * scale[at]);
+        quantize_pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data(), range);
+        for (const int threads : {1, 2}) {
+          CAPTURE(s.rows, s.in, s.out, ws.group_size, threads, range == W4Range::mse);
+          std::vector<float> scratch(w4_scratch_floats(ws, threads));
+          std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
+          linear_w4(x.data(), s.rows, ws, packed.data(), scale.data(), zero.data(), y.data(), scratch.data(), threads);
+          for (int64_t r = 0; r < s.rows; ++r)
+            for (int64_t n = 0; n < s.out; ++n) {
+              double ref = 0.0, bound = 0.0, mag = 0.0;
+              for (int64_t k = 0; k < s.in; ++k) {
+                const double xv = x[r * s.in + k], wv = w[n * s.in + k];
+                const double deq = w4_deq(packed, scale, zero, ws, n, k);
+                const int64_t at = w4_param_index(ws, n, k / ws.group_size);
+                ref += xv * wv;
+                // Exactly the weight's own error (at most scale / 2 for min_max ranges).
+                bound += std::fabs(xv) * std::fabs(wv - deq);
+                // The one-row kernel sums raw q * x and subtracts zero * sum(x): its rounding scales with those.
+                mag += std::fabs(xv) * (std::fabs(wv) + 32.0 * scale[at]);
+              }
+              REQUIRE(std::fabs(y[r * s.out + n] - ref) <= bound + rounding(s.in, mag));
             }
-            REQUIRE(std::fabs(y[r * s.out + n] - ref) <= bound + rounding(s.in, mag));
-          }
+        }
       }
     }
   }

@@ -189,8 +189,18 @@ void Scheduler::fork_samples(Sequence& parent, const int32_t* tokens, TimePoint 
 void Scheduler::finish(Sequence& seq, FinishReason reason, std::optional<int32_t> token, const std::string& error,
                        std::vector<TokenEvent>& events) {
   if (seq.status == SequenceStatus::running) {
-    kv_.free_seq(seq.seq_id);
     remove_running(&seq);
+    // A static batch keeps a member that ends early as padding until the
+    // last one ends (cancelled and failed members leave at once).
+    const bool pad = is_static_ && !running_.empty() && seq.num_computed_tokens > 0 &&
+                     (reason == FinishReason::stop || reason == FinishReason::length);
+    if (pad) {
+      const int32_t last = seq.num_computed_tokens - 1;
+      static_pads_.push_back({seq.seq_id, seq.tokens[static_cast<size_t>(last)], last});
+    } else {
+      kv_.free_seq(seq.seq_id);
+    }
+    if (running_.empty()) release_static_padding();
   } else {
     waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &seq), waiting_.end());
   }

@@ -86,6 +86,10 @@ struct ScheduledSeq {
   int32_t first_new_position = 0;
   bool is_prefill = false;      // anything but the single newest generated token
   int32_t num_samples = 0;      // logits rows it owns: 0 (prefill continues), 1, or n when it forks
+  // Static policy: a member that already finished, computed again (its last
+  // position, KV not written, no logits) because its batch is padded to the
+  // longest member. seq_id names the finished sequence, whose KV is held.
+  bool is_padding = false;
 };
 
 // A token (or an ending) for the detokenizer.
@@ -205,6 +209,8 @@ class Scheduler {
   void restore_offloaded(Sequence& seq, uint32_t num_cached_tokens);
   void preempt(Sequence& seq);
   void add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_tokens);
+  void add_static_padding(StepPlan& plan, int32_t& budget);
+  void release_static_padding();
   void finalize_batch(StepPlan& plan);
   void insert_running(Sequence* seq);
   void remove_running(Sequence* seq);
@@ -229,6 +235,15 @@ class Scheduler {
   std::deque<Sequence*> waiting_;        // admission order (preempted ones at the head)
   std::vector<Sequence*> running_;       // oldest first: (arrival_order, index)
   std::vector<std::vector<int32_t>> step_tables_;  // block tables of the plan being built
+  // Static policy: members that finished before their batch. Like a fixed
+  // batch padded to its longest member, each keeps its KV and costs one row
+  // per step until the batch drains.
+  struct StaticPad {
+    uint64_t seq_id;
+    int32_t token;     // at `position`, the last one computed
+    int32_t position;
+  };
+  std::vector<StaticPad> static_pads_;
 
   uint64_t next_seq_id_ = 1;
   uint64_t next_arrival_order_ = 0;

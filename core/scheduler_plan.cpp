@@ -37,7 +37,10 @@ StepPlan Scheduler::schedule() {
   bool preempted = false;
   if (running_.empty()) static_batch_size_ = 0;  // the static batch drained
   // Static batches decode only once every member is prefilled.
-  if (!is_static_ || !any_running_prefill()) schedule_decodes(plan, budget, preempted);
+  if (!is_static_ || !any_running_prefill()) {
+    schedule_decodes(plan, budget, preempted);
+    if (is_static_) add_static_padding(plan, budget);
+  }
   schedule_prefills(plan, budget);
   if (!preempted) admit_waiting(plan, budget);
   finalize_batch(plan);
@@ -68,6 +71,10 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
     bool fits = false;
     while (!(fits = kv_.extend(seq->seq_id, static_cast<uint32_t>(seq->num_tokens()), copies))) {
       copies.clear();
+      if (!static_pads_.empty()) {  // padding gives way before any live member does
+        release_static_padding();
+        continue;
+      }
       if (running_.size() == 1) {  // alone, and still too long: it can never run
         finish(*seq, FinishReason::error, std::nullopt,
                describe(*seq) + ": " + std::to_string(seq->num_tokens()) +
@@ -259,6 +266,36 @@ void Scheduler::add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_toke
   plan.seqs.push_back(s);
   seq.last_step_id = plan.step_id;
   if (is_prefill) stats_.num_prefill_tokens += static_cast<uint64_t>(num_new_tokens);
+}
+
+// Static policy: one row per finished member of the batch, at its last
+// position over its held KV. The row writes no KV (slot -1) and makes no
+// logits: it costs what the padded slot of a fixed batch costs.
+void Scheduler::add_static_padding(StepPlan& plan, int32_t& budget) {
+  StepBatch& batch = plan.batch;
+  for (const StaticPad& pad : static_pads_) {
+    if (budget == 0 || static_cast<int32_t>(plan.seqs.size()) >= max_num_seqs_) return;
+    std::vector<int32_t> table;
+    kv_.block_table(pad.seq_id, table);
+    batch.token_ids.push_back(pad.token);
+    batch.positions.push_back(pad.position);
+    batch.slot_mapping.push_back(-1);
+    batch.query_start.push_back(batch.num_tokens());
+    batch.context_lens.push_back(pad.position + 1);
+    step_tables_.push_back(std::move(table));
+    ScheduledSeq s;
+    s.seq_id = pad.seq_id;
+    s.num_new_tokens = 1;
+    s.first_new_position = pad.position;
+    s.is_padding = true;
+    plan.seqs.push_back(s);
+    budget -= 1;
+  }
+}
+
+void Scheduler::release_static_padding() {
+  for (const StaticPad& pad : static_pads_) kv_.free_seq(pad.seq_id);
+  static_pads_.clear();
 }
 
 // Block tables as one [num_seqs, max_blocks_per_seq] array, short rows padded

@@ -272,6 +272,7 @@ inline int32_t fake_next_token(const std::vector<int32_t>& context, int32_t samp
 class FakeModel final : public KvOffloader {
  public:
   explicit FakeModel(size_t num_slots) : token_(num_slots, -1), position_(num_slots, -1) {}
+  int64_t num_padding_rows = 0;  // rows of static padding seen
 
   // Checks the batch's shape, applies copies, writes the new K/V, then reads
   // each logits row's whole context back through its block table.
@@ -291,6 +292,13 @@ class FakeModel final : public KvOffloader {
       for (int32_t r = b.query_start[s]; r < b.query_start[s + 1]; ++r) {
         const int32_t pos = b.context_lens[s] - (b.query_start[s + 1] - r);
         require(b.positions[r] == pos, "positions are the context's last tokens");
+        if (b.slot_mapping[r] < 0) {  // a static batch's padding row: reads its context, writes nothing
+          require(plan.seqs[static_cast<size_t>(s)].is_padding, "only padding rows skip their KV write");
+          for (int32_t p = 0; p <= pos; ++p)
+            require(position_.at(slot(b, s, p)) == p, "a padding row's context is still held");
+          ++num_padding_rows;
+          continue;
+        }
         require(b.slot_mapping[r] == slot(b, s, pos), "slot_mapping follows the block table");
         token_.at(b.slot_mapping[r]) = b.token_ids[r];
         position_.at(b.slot_mapping[r]) = pos;
@@ -430,6 +438,7 @@ struct Harness {
     int32_t num_seqs = 0;
     int32_t num_decodes = 0;
     int32_t num_prefill_chunks = 0;
+    int32_t num_padding = 0;  // static batches: rows of members that already finished
     std::vector<std::string> request_ids;
   };
   PlanSummary summarize(const StepPlan& plan) const {
@@ -437,6 +446,10 @@ struct Harness {
     p.num_tokens = plan.batch.num_tokens();
     p.num_seqs = plan.batch.num_seqs();
     for (const ScheduledSeq& s : plan.seqs) {
+      if (s.is_padding) {
+        p.num_padding += 1;
+        continue;
+      }
       (s.is_prefill ? p.num_prefill_chunks : p.num_decodes) += 1;
       p.request_ids.push_back(sched.sequence(s.seq_id)->request_id);
     }

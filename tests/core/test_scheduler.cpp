@@ -462,6 +462,34 @@ TEST_CASE("static batching admits nothing until its batch drains and counts padd
   CHECK(cont->sched.stats().num_steps < stat->sched.stats().num_steps);
 }
 
+TEST_CASE("a static batch computes a padding row for each member that ended early, until the batch drains",
+          "[scheduler]") {
+  std::mt19937 rng(31);
+  Harness h(scheduler_section(4, 64, "static"), 200, 4);
+  // One batch of four: generations of 2, 9, 4 and 9 tokens.
+  const std::vector<int32_t> gens{2, 9, 4, 9};
+  std::vector<Submitted> reqs;
+  for (size_t i = 0; i < gens.size(); ++i) {
+    reqs.push_back({"r" + std::to_string(i), random_prompt(rng, 6), params(gens[i])});
+    h.sched.add_request(reqs.back().id, reqs.back().prompt, reqs.back().sp);
+  }
+  h.run();
+  check_against_reference(h, reqs);
+  // Every decode step of the batch has four rows: live members plus padding.
+  int64_t padding = 0;
+  for (const auto& p : h.plans) {
+    if (p.num_prefill_chunks > 0) continue;
+    CHECK(p.num_decodes + p.num_padding == 4);
+    padding += p.num_padding;
+  }
+  // The first token of each comes with its prefill; the batch then decodes
+  // 8 steps (to the longest, 9 tokens): r0 pads 7 of them, r2 pads 5.
+  CHECK(padding == 7 + 5);
+  CHECK(h.model.num_padding_rows == padding);
+  CHECK(h.kv.num_live_blocks() == 0);  // the padding's KV is freed when the batch drains
+  CHECK(h.sched.stats().kv.num_seqs == 0);
+}
+
 TEST_CASE("prefix-cache hits are not recomputed", "[scheduler]") {
   std::mt19937 rng(15);
   Harness h(scheduler_section(4, 64), 100, 8, 4096, true);

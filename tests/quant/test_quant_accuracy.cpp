@@ -205,6 +205,7 @@ TEST_CASE("Quantized modes agree with the float model on stories260K within thei
     double max_kl;
   };
   const Gate gates[] = {
+      {{"kv_f16", "linear.dense", "{}", llmk::DType::f16}, 0.999, 1e-5},                       // [1.000 / 8.5e-7]
       {{"kv_i8 group 8", "linear.dense", "{}", llmk::DType::i8, 8}, 0.98, 2e-3},             // [0.986 / 8.8e-4]
       {{"kv_i8 group 4", "linear.dense", "{}", llmk::DType::i8, 4}, 0.99, 6e-4},             // [0.995 / 2.5e-4]
       {{"w8a8 (o_proj float)", "linear.int8", "{}", llmk::DType::f32}, 0.975, 2e-3},           // [0.981 / 1.06e-3]

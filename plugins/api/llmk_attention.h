@@ -30,7 +30,7 @@ typedef struct llmk_attention_desc {
   uint32_t num_kv_heads;   /* divides num_heads */
   uint32_t head_dim;
   float scale;             /* softmax scale, usually 1/sqrt(head_dim) */
-  uint32_t kv_dtype;       /* LLMK_DTYPE_F32, or LLMK_DTYPE_I8 for the group-quantized cache */
+  uint32_t kv_dtype;       /* LLMK_DTYPE_F32, LLMK_DTYPE_F16, or LLMK_DTYPE_I8 for the group-quantized cache */
   uint32_t kv_group_size;  /* I8 only: elements of head_dim sharing one scale; divides head_dim */
   uint32_t max_context;    /* longest context a sequence may reach */
   uint32_t max_tokens;     /* most new tokens in one call */
@@ -39,9 +39,11 @@ typedef struct llmk_attention_desc {
 } llmk_attention_desc;
 
 /* One layer's cache. For F32: k, v are float[num_slots][num_kv_heads][head_dim].
+ * For F16: the same layout of IEEE binary16 values (uint16_t bits).
  * For I8: k, v are int8_t[num_slots][num_kv_heads][head_dim] and
  * k_scale, v_scale are float[num_slots][num_kv_heads][head_dim / kv_group_size]
- * (value = int8 * scale, symmetric). Scales are NULL for F32. */
+ * (value = int8 * scale, symmetric). Scales are NULL for F32 and F16.
+ * A negative slot_mapping entry is a row whose K/V is not stored (padding). */
 typedef struct llmk_kv_layer {
   void* k;
   void* v;

@@ -35,7 +35,10 @@ StepPlan Scheduler::schedule() {
 
   int32_t budget = max_num_batched_tokens_;
   bool preempted = false;
-  if (running_.empty()) static_batch_size_ = 0;  // the static batch drained
+  if (running_.empty()) {  // the static batch drained
+    static_batch_size_ = 0;
+    release_static_padding();
+  }
   // Static batches decode only once every member is prefilled.
   if (!is_static_ || !any_running_prefill()) {
     schedule_decodes(plan, budget, preempted);

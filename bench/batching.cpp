@@ -27,13 +27,7 @@ int main(int argc, char** argv) try {
   const EngineConfig base = base_config(f);
   const ModelConfig model = model_of(base);
 
-  bench::WorkloadSpec spec;
-  spec.num_requests = f.num("num-requests");
-  spec.input_len = bench::parse_length_range(f.str("input-len"), "--input-len");
-  spec.output_len = bench::parse_length_range(f.str("output-len"), "--output-len");
-  spec.vocab_size = model.vocab_size;
-  spec.bos_token_id = model.bos_token_id;
-  spec.seed = static_cast<uint64_t>(f.num("seed"));
+  const bench::WorkloadSpec spec = workload_spec_from_flags(f, model);
   const auto workload = bench::make_workload(spec);
 
   struct Row {

@@ -81,6 +81,19 @@ inline bench::RunResult run_on_engine(const EngineConfig& cfg, const std::vector
   return bench::run_workload(*target, workload, o);
 }
 
+// The synthetic workload of the --num-requests, --input-len, --output-len and
+// --seed flags, over the model's vocabulary.
+inline bench::WorkloadSpec workload_spec_from_flags(const Flags& f, const ModelConfig& model) {
+  bench::WorkloadSpec spec;
+  spec.num_requests = f.num("num-requests");
+  spec.input_len = bench::parse_length_range(f.str("input-len"), "--input-len");
+  spec.output_len = bench::parse_length_range(f.str("output-len"), "--output-len");
+  spec.vocab_size = model.vocab_size;
+  spec.bos_token_id = model.bos_token_id;
+  spec.seed = static_cast<uint64_t>(f.num("seed"));
+  return spec;
+}
+
 // Model vocabulary for synthetic prompts, without loading weights.
 inline ModelConfig model_of(const EngineConfig& cfg) {
   if (!cfg.model.path.empty()) return load_model_config(cfg.model.path);

@@ -12,6 +12,9 @@
 // precision and size); activations and accumulation are f32.
 #pragma once
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -45,5 +48,36 @@ void linear_panels_f32(const float* x, int64_t num_rows, int64_t in_features, co
 // Any panel type: packed holds num_panels(out_features) * in_features * 16 elements of `type`.
 void linear_panels(const float* x, int64_t num_rows, int64_t in_features, const void* packed, PanelType type,
                    int64_t out_features, float* y, int num_threads);
+
+// The many-row path of the weight-only schemes: groups of kDequantizedPanels
+// panels are widened to f32 once (dequantize(p, out) writes panel p as
+// float[in_features][16]) into each thread's part of scratch, then multiplied
+// for every row. scratch: dequantized_scratch_floats(in_features, num_threads).
+constexpr int64_t kDequantizedPanels = 4;
+
+inline size_t dequantized_scratch_floats(int64_t in_features, int num_threads) {
+  return static_cast<size_t>(num_threads) * kDequantizedPanels * kPanelWidth * static_cast<size_t>(in_features);
+}
+
+template <class Dequantize>
+void linear_dequantized_panels(const float* x, int64_t num_rows, int64_t in_features, int64_t out_features,
+                               const Dequantize& dequantize, float* y, float* scratch, int num_threads) {
+  const int64_t panel_stride = in_features * kPanelWidth;
+  const int64_t n_panels = num_panels(out_features);
+  const int64_t num_tiles = (n_panels + kDequantizedPanels - 1) / kDequantizedPanels;
+#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
+  {
+    float* tile = scratch + static_cast<size_t>(omp_get_thread_num()) * kDequantizedPanels * panel_stride;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < num_tiles; ++t) {
+      const int64_t p0 = t * kDequantizedPanels;
+      const int64_t c = std::min<int64_t>(kDequantizedPanels, n_panels - p0);
+      for (int64_t i = 0; i < c; ++i) dequantize(p0 + i, tile + i * panel_stride);
+      const int64_t n0 = p0 * kPanelWidth;
+      gemm_panels_f32(x, in_features, num_rows, in_features, tile, panel_stride,
+                      std::min<int64_t>(out_features - n0, c * kPanelWidth), y + n0, out_features);
+    }
+  }
+}
 
 }  // namespace llmk::kernels::cpu

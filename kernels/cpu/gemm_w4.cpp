@@ -15,7 +15,6 @@ namespace llmk::kernels::cpu {
 namespace {
 
 constexpr int kGemvPanels = 4;  // panels per register tile of the one-row kernel
-constexpr int kGemmPanels = 4;  // panels dequantized at once by the many-row path
 
 inline __mmask16 tail_mask(int64_t cols) {
   return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);
@@ -173,7 +172,7 @@ void quantize_pack_w4(const float* w, const W4Shape& s, uint32_t* packed, float*
 
 size_t w4_scratch_floats(const W4Shape& s, int num_threads) {
   const size_t gemv = static_cast<size_t>(s.k_pad() + s.num_groups());
-  const size_t gemm = static_cast<size_t>(num_threads) * kGemmPanels * kPanelWidth * s.in_features;
+  const size_t gemm = dequantized_scratch_floats(s.in_features, num_threads);
   return std::max(gemv, gemm);
 }
 
@@ -202,21 +201,9 @@ void linear_w4(const float* x, int64_t num_rows, const W4Shape& s, const uint32_
     }
     return;
   }
-  const int64_t panel_stride = s.in_features * kPanelWidth;
-  const int64_t num_tiles = (n_panels + kGemmPanels - 1) / kGemmPanels;
-#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
-  {
-    float* tile = scratch + static_cast<size_t>(omp_get_thread_num()) * kGemmPanels * panel_stride;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < num_tiles; ++t) {
-      const int64_t p0 = t * kGemmPanels;
-      const int64_t c = std::min<int64_t>(kGemmPanels, n_panels - p0);
-      for (int64_t i = 0; i < c; ++i) dequantize_panel(s, packed, scale, zero, p0 + i, tile + i * panel_stride);
-      const int64_t n0 = p0 * kPanelWidth;
-      gemm_panels_f32(x, s.in_features, num_rows, s.in_features, tile, panel_stride,
-                      std::min<int64_t>(s.out_features - n0, c * kPanelWidth), y + n0, s.out_features);
-    }
-  }
+  linear_dequantized_panels(
+      x, num_rows, s.in_features, s.out_features,
+      [&](int64_t p, float* out) { dequantize_panel(s, packed, scale, zero, p, out); }, y, scratch, num_threads);
 }
 
 }  // namespace llmk::kernels::cpu

@@ -14,7 +14,6 @@ namespace llmk::kernels::cpu {
 namespace {
 
 constexpr int kGemvPanels = 4;
-constexpr int kGemmPanels = 4;
 
 inline __mmask16 tail_mask(int64_t cols) {
   return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);
@@ -106,7 +105,7 @@ void quantize_pack_wu8(const float* w, int64_t out_features, int64_t in_features
 }
 
 size_t wu8_scratch_floats(int64_t in_features, int num_threads) {
-  return static_cast<size_t>(num_threads) * kGemmPanels * kPanelWidth * in_features;
+  return dequantized_scratch_floats(in_features, num_threads);
 }
 
 void linear_wu8(const float* x, int64_t num_rows, int64_t in_features, const uint8_t* packed, const float* scale,
@@ -126,21 +125,10 @@ void linear_wu8(const float* x, int64_t num_rows, int64_t in_features, const uin
     }
     return;
   }
-  const int64_t panel_stride = in_features * kPanelWidth;
-  const int64_t num_tiles = (n_panels + kGemmPanels - 1) / kGemmPanels;
-#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
-  {
-    float* tile = scratch + static_cast<size_t>(omp_get_thread_num()) * kGemmPanels * panel_stride;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < num_tiles; ++t) {
-      const int64_t p0 = t * kGemmPanels;
-      const int64_t c = std::min<int64_t>(kGemmPanels, n_panels - p0);
-      for (int64_t i = 0; i < c; ++i) dequantize_panel(in_features, packed, scale, zero, p0 + i, tile + i * panel_stride);
-      const int64_t n0 = p0 * kPanelWidth;
-      gemm_panels_f32(x, in_features, num_rows, in_features, tile, panel_stride,
-                      std::min<int64_t>(out_features - n0, c * kPanelWidth), y + n0, out_features);
-    }
-  }
+  linear_dequantized_panels(
+      x, num_rows, in_features, out_features,
+      [&](int64_t p, float* out) { dequantize_panel(in_features, packed, scale, zero, p, out); }, y, scratch,
+      num_threads);
 }
 
 }  // namespace llmk::kernels::cpu

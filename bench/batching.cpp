@@ -7,6 +7,7 @@
 //                  [--input-len 128] [--output-len 128] [--max-num-seqs 64]
 //                  [--threads 0] [--modes continuous,static,one]
 //                  [--kv-dtype f32|f16|i8] [--trace PREFIX]
+//                  [--linear linear.dense] [--linear-options JSON]
 // --trace PREFIX writes PREFIX.<mode>.json, a Chrome trace of each mode's steps.
 #include <cstdio>
 #include <sstream>
@@ -22,7 +23,8 @@ int main(int argc, char** argv) try {
                 {{"preset", "llama-110m"}, {"model", ""}, {"num-requests", "256"}, {"input-len", "128"},
                  {"output-len", "128"}, {"max-num-seqs", "64"}, {"threads", "0"}, {"seed", "0"},
                  {"modes", "continuous,static,one"}, {"max-num-batched-tokens", "512"},
-                 {"kv-dtype", "f32"}, {"trace", ""}});
+                 {"kv-dtype", "f32"}, {"trace", ""}, {"linear", "linear.dense"},
+                 {"linear-options", "{}"}});
   f.print();
   const EngineConfig base = base_config(f);
   const ModelConfig model = model_of(base);

@@ -37,6 +37,7 @@ class Flags {
       values_[key.substr(2)] = argv[++i];
     }
   }
+  bool has(const std::string& k) const { return values_.count(k) != 0; }
   std::string str(const std::string& k) const { return values_.at(k); }
   int num(const std::string& k) const { return std::stoi(values_.at(k)); }
   double real(const std::string& k) const { return std::stod(values_.at(k)); }
@@ -64,6 +65,8 @@ inline EngineConfig base_config(const Flags& f) {
     cfg.model.load_format = "dummy";
   }
   cfg.executor.num_threads = f.num("threads");
+  if (f.has("linear")) cfg.plugins.linear = f.str("linear");
+  if (f.has("linear-options")) cfg.plugins.linear_options = f.str("linear-options");
   return cfg;
 }
 

@@ -27,6 +27,7 @@
 #include "core/error.hpp"
 #include "core/model.hpp"
 #include "core/plugin_loader.hpp"
+#include "kernels/cpu/hadamard.hpp"
 
 namespace llmk::app {
 namespace {
@@ -127,6 +128,9 @@ json describe(const EngineConfig& cfg) {
   for (const auto& d : dtypes) dtype_list += (dtype_list.empty() ? "" : "+") + d;
   out["weight_dtype"] = dtype_list;
   out["kv_group_size"] = group;
+  // An i8 cache holds keys rotated over this Hadamard block (0: not rotated).
+  const int64_t rotation = kernels::cpu::largest_pow2_divisor(mc.head_dim);
+  out["kv_i8_key_rotation"] = cfg.kv_cache.rotate_keys && rotation > 1 ? rotation : 0;
   out["kv_bytes_per_token"] = {{"f32", mc.kv_bytes_per_token(DType::f32)},
                                {"f16", mc.kv_bytes_per_token(DType::f16)},
                                {"i8", mc.kv_bytes_per_token(DType::i8, group)}};
@@ -193,6 +197,8 @@ void print_text(const json& d) {
   line("kv per token, f32", plain(per_token["f32"]) + " bytes");
   line("kv per token, f16", plain(per_token["f16"]) + " bytes");
   line("kv per token, i8 (group " + plain(d["kv_group_size"]) + ")", plain(per_token["i8"]) + " bytes");
+  line("kv i8 keys rotated", d["kv_i8_key_rotation"] == 0 ? std::string("no")
+                                                           : "Hadamard block " + plain(d["kv_i8_key_rotation"]));
   line("kv per " + plain(d["max_seq_len"]) + "-token seq, f32", human_bytes(per_seq["f32"].get<double>()));
   line("kv per " + plain(d["max_seq_len"]) + "-token seq, f16", human_bytes(per_seq["f16"].get<double>()));
   line("kv per " + plain(d["max_seq_len"]) + "-token seq, i8", human_bytes(per_seq["i8"].get<double>()));

@@ -55,6 +55,7 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(kv_cache, block_size),
       LLMK_FIELD(kv_cache, dtype),
       LLMK_FIELD(kv_cache, group_size),
+      LLMK_FIELD(kv_cache, rotate_keys),
       LLMK_FIELD(kv_cache, enable_prefix_caching),
       LLMK_FIELD(kv_cache, max_seq_len),
       LLMK_FIELD(kv_cache, prefault),

@@ -57,6 +57,7 @@ struct KvCacheSection {
   uint32_t block_size = 16;         // 8..256
   DType dtype = DType::f32;         // f32 | f16 | i8
   uint32_t group_size = 8;          // i8: elements per scale along head_dim
+  bool rotate_keys = true;          // i8: cache Hadamard-rotated keys (queries rotated alike)
   bool enable_prefix_caching = true;
   uint32_t max_seq_len = 0;         // 0: the model's max_position_embeddings
   bool prefault = false;            // touch every page of the cache at start-up

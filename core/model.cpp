@@ -18,6 +18,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/hadamard.hpp"
 #include "kernels/cpu/rmsnorm.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/silu_mul.hpp"
@@ -244,9 +245,13 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   m.act.resize(t * c.intermediate_size);
   const PluginInfo& li = m.lm_head->info();
   const PluginInfo& ai = m.attention->info();
+  const std::string kv_kind =
+      std::string(dtype_name(m.rt.kv_dtype)) +
+      (m.rt.kv_dtype == DType::i8 ? " group " + std::to_string(m.rt.kv_group_size) : std::string()) +
+      (m.rt.key_rotation != 0 ? ", keys Hadamard-rotated (" + std::to_string(m.rt.key_rotation) + ")" : std::string());
   spdlog::info("model: {} layers, {} threads; linear {} {} ({}), attention {} {} ({}); KV {} {} slots ({} MiB)",
                c.num_layers, m.rt.num_threads, li.name, li.version, li.file.string(), ai.name, ai.version,
-               ai.file.string(), dtype_name(m.rt.kv_dtype), m.rt.num_kv_slots, kv_cache_bytes() >> 20);
+               ai.file.string(), kv_kind, m.rt.num_kv_slots, kv_cache_bytes() >> 20);
 }
 
 Model::~Model() = default;
@@ -338,6 +343,11 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
     kc::rope(qkv.data(), qkv_dim, q.data(), q_dim, n, cfg.num_heads, hd, b.positions.data(), rope_cos.data(), rope_sin.data());
     kc::rope(qkv.data() + q_dim, qkv_dim, k.data(), kv_dim, n, cfg.num_kv_heads, hd, b.positions.data(), rope_cos.data(),
              rope_sin.data());
+    if (rt.key_rotation != 0) {
+      // An int8 cache holds rotated keys; rotated queries give the same scores.
+      kc::hadamard_blocks(q.data(), n * q_dim, rt.key_rotation);
+      kc::hadamard_blocks(k.data(), n * kv_dim, rt.key_rotation);
+    }
     for (int64_t t = 0; t < n; ++t)
       std::memcpy(v.data() + t * kv_dim, qkv.data() + t * qkv_dim + q_dim + kv_dim, static_cast<size_t>(kv_dim) * 4);
 

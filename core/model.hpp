@@ -22,6 +22,7 @@ struct ModelRuntime {
   uint32_t max_step_tokens = 0;   // most new tokens in one forward
   DType kv_dtype = DType::f32;
   uint32_t kv_group_size = 8;
+  uint32_t key_rotation = 0;      // Hadamard block for queries and keys (0: none)
   bool prefault_kv = false;
 };
 

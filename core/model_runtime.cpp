@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/model.hpp"
+#include "kernels/cpu/hadamard.hpp"
 
 namespace llmk {
 
@@ -61,6 +62,8 @@ ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model) 
   rt.kv_dtype = cfg.kv_cache.dtype;
   rt.kv_group_size = cfg.kv_cache.group_size;
   rt.prefault_kv = cfg.kv_cache.prefault;
+  if (rt.kv_dtype == DType::i8 && cfg.kv_cache.rotate_keys && kernels::cpu::largest_pow2_divisor(model.head_dim) > 1)
+    rt.key_rotation = static_cast<uint32_t>(kernels::cpu::largest_pow2_divisor(model.head_dim));
   if (rt.kv_dtype != DType::f32 && rt.kv_dtype != DType::f16 && rt.kv_dtype != DType::i8)
     throw Error(ErrorCode::invalid_config,
                 std::string("kv_cache.dtype must be f32, f16 or i8, got ") + dtype_name(rt.kv_dtype));

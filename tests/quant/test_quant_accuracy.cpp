@@ -31,6 +31,7 @@ struct Mode {
   const char* options;
   llmk::DType kv_dtype;
   uint32_t kv_group_size = 8;
+  bool rotate_keys = true;
 };
 
 std::vector<int32_t> fixture_ids() {
@@ -66,6 +67,7 @@ class Runner {
     cfg.plugins.linear_options = mode.options;
     cfg.kv_cache.dtype = mode.kv_dtype;
     cfg.kv_cache.group_size = mode.kv_group_size;
+    cfg.kv_cache.rotate_keys = mode.rotate_keys;
     cfg.kv_cache.capacity_tokens = 512;
     cfg.scheduler.max_num_batched_tokens = 512;
     cfg.executor.num_threads = 1;  // kernel tests cover the threaded paths; one thread keeps this quick on a busy machine
@@ -180,17 +182,19 @@ TEST_CASE("Quantized modes agree with the float model on stories260K within thei
               ref.weight_bytes(), ref.kv_cache_bytes());
 
   // Gates (in brackets: measured top-1 / mean KL, prefill and decode alike,
-  // one thread). The issue's targets: int8 KV >= 0.99, W8A8 >= 0.97, int4 >= 0.90.
+  // one thread). Targets: int8 KV >= 0.99, W8A8 >= 0.97, int4 >= 0.90.
   //
-  // int8 KV, group 8: 0.986, under its target. stories260K has head_dim 8, so
-  // the default group is one scale per head and token, the coarsest the
-  // scheme allows. The engine adds nothing to the scheme's own error: storing
-  // f32 K/V rounded through the same int8 groups gives the same figures. The
-  // loss is K's (V alone: KL 4e-6), and decode, which reads every earlier
-  // token back from the cache, cannot avoid it: attending to a step's own
-  // tokens in float would make prefill exact but leaves decode at 0.987. The
-  // 11 flipped positions have float top-two margins of 0.002 to 0.15 logits
-  // (5% of all positions have margins under 0.15). Group 4 meets the target.
+  // int8 KV, group 8 (the default, keys Hadamard-rotated): 0.991, KL 4.8e-4;
+  // 7 of 788 positions flip, the most the 0.99 gate allows. stories260K has
+  // head_dim 8, so group 8 is one scale per head and token, the coarsest the
+  // scheme allows. The loss is K's (V alone: KL 4e-6), and decode, which
+  // reads every earlier token back from the cache, cannot avoid it. Without
+  // the rotation one large key channel sets each head's scale: 0.986, KL
+  // 8.8e-4 (11 flips, at float top-two margins of 0.002 to 0.15 logits; 5% of
+  // all positions have margins under 0.15). The engine adds nothing to the
+  // scheme's own error: storing f32 K/V rounded through the same int8 groups
+  // gives the same figures. Group 4 gains nothing from a rotation over both
+  // of its groups.
   //
   // int4 at the default group (128, capped at in_features: one group per row
   // of 64 weights, groups of 128 and 44 on down_proj's rows of 172): 0.859 with MSE ranges (0.841 with min/max ones, as
@@ -209,8 +213,10 @@ TEST_CASE("Quantized modes agree with the float model on stories260K within thei
       // Weights rounded to BF16; many-row GEMMs also round activations to BF16.
       {{"dense bf16", "linear.dense", R"({"weight_dtype":"bf16","bf16_layout":"rows"})", llmk::DType::f32},
        0.99, 1.5e-4},                                                                          // [0.994-0.995 / 5.2e-5]
-      {{"kv_i8 group 8", "linear.dense", "{}", llmk::DType::i8, 8}, 0.98, 2e-3},             // [0.986 / 8.8e-4]
-      {{"kv_i8 group 4", "linear.dense", "{}", llmk::DType::i8, 4}, 0.99, 6e-4},             // [0.995 / 2.5e-4]
+      {{"kv_i8 group 8", "linear.dense", "{}", llmk::DType::i8, 8}, 0.99, 7e-4},             // [0.991 / 4.8e-4]
+      {{"kv_i8 group 4", "linear.dense", "{}", llmk::DType::i8, 4}, 0.99, 6e-4},             // [0.992 / 2.6e-4]
+      {{"kv_i8 g8 unrotated", "linear.dense", "{}", llmk::DType::i8, 8, false}, 0.98, 2e-3},  // [0.986 / 8.8e-4]
+      {{"kv_i8 g4 unrotated", "linear.dense", "{}", llmk::DType::i8, 4, false}, 0.99, 6e-4},  // [0.995 / 2.5e-4]
       {{"w8a8 (o_proj float)", "linear.int8", "{}", llmk::DType::f32}, 0.975, 2e-3},           // [0.981 / 1.06e-3]
       {{"int4 group<=128", "linear.int4", "{}", llmk::DType::f32}, 0.85, 0.13},              // [0.859 / 9.0e-2]
       {{"int4 group<=128 min_max", "linear.int4", R"({"range":"min_max"})", llmk::DType::f32}, 0.83, 0.14},  // [0.841 / 9.7e-2]
@@ -219,7 +225,7 @@ TEST_CASE("Quantized modes agree with the float model on stories260K within thei
        0.90, 0.06},                                                                            // [0.920 / 3.9e-2]
       {{"uint8_zp per channel", "linear.uint8_zp", "{}", llmk::DType::f32}, 0.99, 6e-4},     // [0.994 / 3.0e-4]
       {{"uint8_zp per tensor", "linear.uint8_zp", R"({"per_channel":false})", llmk::DType::f32}, 0.95, 8e-3},  // [0.973 / 4.4e-3]
-      {{"w8a8 + kv_i8 group 8", "linear.int8", "{}", llmk::DType::i8, 8}, 0.975, 4e-3},      // [0.984 / 2.0e-3]
+      {{"w8a8 + kv_i8 group 8", "linear.int8", "{}", llmk::DType::i8, 8}, 0.975, 3e-3},      // [0.980 / 1.4e-3]
   };
   for (const Gate& gate : gates) {
     Runner run(gate.mode);

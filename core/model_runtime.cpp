@@ -79,6 +79,10 @@ ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model) 
     slots = cfg.kv_cache.capacity_bytes / per_token;
   } else {
     slots = static_cast<uint64_t>(cfg.kv_cache.capacity_fraction * static_cast<double>(physical_memory_bytes())) / per_token;
+    // A share of memory is a budget, not a request: never more than every
+    // running sequence at full length can use (a tiny model would otherwise
+    // reserve gigabytes it cannot fill).
+    slots = std::min<uint64_t>(slots, static_cast<uint64_t>(cfg.scheduler.max_num_seqs) * rt.max_seq_len);
   }
   slots = std::min<uint64_t>(slots, 0x7fffffffu);  // slots are int32 in the step plan
   if (slots == 0)

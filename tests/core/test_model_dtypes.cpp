@@ -158,6 +158,14 @@ TEST_CASE("resolve_runtime derives threads, context and KV slots from the config
   CHECK(rt.max_seq_len == static_cast<uint32_t>(mc.max_position_embeddings));
   CHECK(rt.max_step_tokens == cfg.scheduler.max_num_batched_tokens);
   CHECK(rt.num_kv_slots > 0);
+  CHECK(rt.key_rotation == 0);  // f32 KV: keys stored as computed
+  // A share of memory never reserves more than max_num_seqs full-length sequences.
+  CHECK(rt.num_kv_slots <= cfg.scheduler.max_num_seqs * rt.max_seq_len);
+  cfg.scheduler.max_num_seqs = 2;
+  cfg.kv_cache.max_seq_len = 100;
+  CHECK(resolve_runtime(cfg, mc).num_kv_slots == 200);
+  cfg.scheduler.max_num_seqs = 64;
+  cfg.kv_cache.max_seq_len = 0;
   // 5 layers x (K + V) x 4 kv heads x 8 dims x 4 bytes = 1280 bytes per token.
   cfg.kv_cache.capacity_bytes = 1280 * 1000 + 5;
   CHECK(resolve_runtime(cfg, mc).num_kv_slots == 1000);
@@ -169,6 +177,9 @@ TEST_CASE("resolve_runtime derives threads, context and KV slots from the config
   CHECK(rt.num_threads == 3);
   CHECK(rt.max_seq_len == 300);
   cfg.kv_cache.dtype = DType::i8;
+  CHECK(resolve_runtime(cfg, mc).key_rotation == 8);  // head_dim 8: one Hadamard block per head
+  cfg.kv_cache.rotate_keys = false;
+  CHECK(resolve_runtime(cfg, mc).key_rotation == 0);
   cfg.kv_cache.group_size = 3;  // does not divide head_dim 8
   CHECK_THROWS_WITH(resolve_runtime(cfg, mc), Catch::Contains("group_size"));
 }

@@ -286,6 +286,9 @@ bool FakeBackend::step(std::vector<std::pair<std::shared_ptr<Live>, RequestEvent
   }
   if (running_.empty()) return false;
   ++counters_.num_steps;
+  const double batch = static_cast<double>(running_.size());
+  counters_.mean_batch_seqs += (batch - counters_.mean_batch_seqs) / static_cast<double>(counters_.num_steps);
+  counters_.peak_running = std::max<uint64_t>(counters_.peak_running, running_.size());
   for (auto& live : running_) {
     const Request& r = live->request;
     for (size_t i = 0; i < live->samples.size(); ++i) {

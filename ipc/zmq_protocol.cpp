@@ -156,14 +156,19 @@ json stats_message(const json& ref, const EngineStats& st) {
           {"num_requests_total", st.num_requests_total},
           {"num_requests_finished", st.num_requests_finished},
           {"num_prompt_tokens", st.num_prompt_tokens},
+          {"num_prefill_tokens", st.num_prefill_tokens},
           {"num_generated_tokens", st.num_generated_tokens},
           {"num_preemptions", st.num_preemptions},
           {"num_steps", st.num_steps},
+          {"mean_batch_seqs", st.mean_batch_seqs},
+          {"mean_batch_tokens", st.mean_batch_tokens},
+          {"peak_running", st.peak_running},
           {"kv",
            {{"total_slots", st.kv.total_slots},
             {"reserved_slots", st.kv.reserved_slots},
             {"used_slots", st.kv.used_slots},
-            {"num_seqs", st.kv.num_seqs}}}};
+            {"num_seqs", st.kv.num_seqs},
+            {"num_relocations", st.kv.num_relocations}}}};
 }
 
 json pong_message(const json& ref) { return {{"v", 1}, {"type", "pong"}, {"ref", ref}}; }

@@ -23,6 +23,7 @@ class ZmqTarget : public Target {
       s.num_preemptions = j.value("num_preemptions", uint64_t{0});
       s.num_steps = j.value("num_steps", uint64_t{0});
       s.mean_batch_seqs = j.value("mean_batch_seqs", 0.0);
+      s.mean_batch_tokens = j.value("mean_batch_tokens", 0.0);
       s.peak_running = j.value("peak_running", uint64_t{0});
       if (auto kv = j.find("kv"); kv != j.end() && kv->is_object()) {
         s.kv.total_slots = kv->value("total_slots", uint64_t{0});

@@ -153,6 +153,17 @@ TEST_CASE("ZeroMQ health and stats answer with the backend's numbers", "[zmq]") 
   CHECK(stats["num_requests_total"] == 1);
   CHECK(stats["num_generated_tokens"] == 5);
   CHECK(stats["kv"]["used_slots"] == 0);
+  // Every counter the engine keeps travels, so `llmk bench --backend zmq`
+  // reports what it reports in process.
+  const EngineStats st = f.backend.stats();
+  CHECK(st.num_prefill_tokens > 0);
+  CHECK(st.mean_batch_seqs == 1.0);  // one request ran alone
+  CHECK(st.peak_running == 1);
+  CHECK(stats["num_prefill_tokens"] == st.num_prefill_tokens);
+  CHECK(stats["num_steps"] == st.num_steps);
+  CHECK(stats["mean_batch_seqs"].get<double>() == st.mean_batch_seqs);
+  CHECK(stats["peak_running"] == st.peak_running);
+  CHECK(stats["kv"]["num_relocations"] == st.kv.num_relocations);
 }
 
 TEST_CASE("A REQ-style peer with an empty delimiter frame gets replies with the same envelope", "[zmq]") {

@@ -35,7 +35,8 @@ struct Problem {
 // Fills the cache for the already-cached positions and runs one step through
 // the plugin; compares with softmax(q k^T * scale) v computed in double from
 // the same (dequantized when I8) keys and values.
-double run_case(const Problem& p, uint32_t kv_dtype, uint32_t num_threads, uint64_t seed) {
+// i8_group: values per scale of an I8 cache.
+double run_case(const Problem& p, uint32_t kv_dtype, uint32_t num_threads, uint64_t seed, uint32_t i8_group = 8) {
   static PluginLibrary lib("llmk_attention_cpu");
   const auto& api = lib.api<llmk_attention_api>();
   std::mt19937_64 rng(seed);
@@ -66,7 +67,7 @@ double run_case(const Problem& p, uint32_t kv_dtype, uint32_t num_threads, uint6
     for (auto& x : v_all[s]) x = normal(rng);
   }
   const bool i8 = kv_dtype == LLMK_DTYPE_I8, f16 = kv_dtype == LLMK_DTYPE_F16;
-  const uint32_t group = i8 ? 8 : 0;
+  const uint32_t group = i8 ? i8_group : 0;
   const size_t elems = static_cast<size_t>(num_slots) * kvh * hd;
   std::vector<float> kf(i8 || f16 ? 0 : elems), vf(i8 || f16 ? 0 : elems);
   std::vector<uint16_t> kh(f16 ? elems : 0), vh(f16 ? elems : 0);
@@ -208,6 +209,17 @@ TEST_CASE("attention.cpu's decode kernel matches the reference for head sizes 16
   CHECK(run_case(alone, LLMK_DTYPE_I8, 2, 25 + head_dim) < 2e-5);
   CHECK(run_case(gqa, LLMK_DTYPE_F16, 2, 26 + head_dim) < 2e-5);
   CHECK(run_case(mha, LLMK_DTYPE_F16, 1, 27 + head_dim) < 2e-5);
+}
+
+TEST_CASE("attention.cpu reads int8 caches of any group size dividing head_dim against the reference", "[attention]") {
+  // Groups of 1 to a whole head, and groups that straddle two 16-value vectors.
+  const std::vector<int32_t> ctx{1, 16, 17, 150};
+  for (const auto& [head_dim, group] : std::vector<std::pair<uint32_t, uint32_t>>{
+           {64, 1}, {64, 2}, {64, 4}, {64, 8}, {64, 16}, {64, 32}, {64, 64}, {48, 24}, {48, 3}, {128, 8}, {256, 16}}) {
+    INFO("head_dim " << head_dim << ", group " << group);
+    Problem gqa{8, 2, head_dim, 16, std::vector<int32_t>(ctx.size(), 1), ctx};
+    CHECK(run_case(gqa, LLMK_DTYPE_I8, 2, 31 + head_dim + group, group) < 2e-5);
+  }
 }
 
 TEST_CASE("attention.cpu with an F16 cache matches the reference over the stored halves", "[attention]") {

@@ -8,6 +8,7 @@
 //                  [--threads 0] [--modes continuous,static,one]
 //                  [--kv-dtype f32|f16|i8] [--trace PREFIX]
 //                  [--linear linear.dense] [--linear-options JSON]
+//                  [--set "section.key=value;..."]   (config overrides, applied first)
 // --trace PREFIX writes PREFIX.<mode>.json, a Chrome trace of each mode's steps.
 #include <cstdio>
 #include <sstream>
@@ -24,7 +25,7 @@ int main(int argc, char** argv) try {
                  {"output-len", "128"}, {"max-num-seqs", "64"}, {"threads", "0"}, {"seed", "0"},
                  {"modes", "continuous,static,one"}, {"max-num-batched-tokens", "512"},
                  {"kv-dtype", "f32"}, {"trace", ""}, {"linear", "linear.dense"},
-                 {"linear-options", "{}"}});
+                 {"linear-options", "{}"}, {"set", ""}});
   f.print();
   const EngineConfig base = base_config(f);
   const ModelConfig model = model_of(base);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,12 @@ inline EngineConfig base_config(const Flags& f) {
   cfg.executor.num_threads = f.num("threads");
   if (f.has("linear")) cfg.plugins.linear = f.str("linear");
   if (f.has("linear-options")) cfg.plugins.linear_options = f.str("linear-options");
+  // --set "a.b=1;c.d=x": config overrides, as `llmk --set` takes them.
+  if (f.has("set")) {
+    std::stringstream overrides(f.str("set"));
+    for (std::string kv; std::getline(overrides, kv, ';');)
+      if (!kv.empty()) apply_override(cfg, kv);
+  }
   return cfg;
 }
 

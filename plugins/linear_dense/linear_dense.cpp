@@ -16,13 +16,19 @@
 //   {"f32_layout":"rows"}: F32 kept as stored, borrowed when it outlives the
 //     layer (no copy): matmul_wt below gemm_min_rows (default 64), a oneDNN
 //     F32 matmul with a run-time row count from there on.
+//   {"bf16_activations":true}: BF16 panels, and from gemm_min_rows rows
+//     (default 16) on the activations are rounded to BF16 and multiplied on
+//     the AVX-512 BF16 dot-product units (matmul_packed_bf16_dot), F32
+//     accumulation: not exact (what a BF16 model computes); fewer rows stay
+//     exact. One layout serves decode streaming and batched GEMMs.
 //   {"bf16_layout":"rows"}: BF16 kept as stored (borrowed or copied):
 //     matmul_wt below gemm_min_rows (default 16), then a oneDNN matmul that
 //     rounds activations to BF16 and multiplies on the AVX-512 BF16 units
 //     with F32 accumulation: ~1.6x the panel rate at 128 rows (prefill), not
 //     exact (what a BF16 model computes anyway).
 //   {"weight_dtype":"bf16"}: F32 checkpoints rounded once to BF16 and then
-//     treated as BF16 rows (half the bytes per decode step; not exact, so opt-in).
+//     treated as a BF16 checkpoint (half the bytes per decode step; not
+//     exact, so opt-in).
 #include <omp.h>
 
 #include <algorithm>
@@ -53,6 +59,7 @@ struct Options {
   uint32_t gemm_min_rows = 0;  // 0: by dtype
   bool f32_rows = false;       // F32 kept as stored (borrowed) instead of repacked into panels
   bool bf16_rows = false;      // BF16 kept as stored: oneDNN BF16 GEMM for many rows
+  bool bf16_activations = false;  // BF16 panels: many-row GEMMs on the BF16 dot units
 };
 
 Options parse_options(const char* text, const char* layer) {
@@ -80,10 +87,19 @@ Options parse_options(const char* text, const char* layer) {
       else if (v != "panels") throw Error(LLMK_ERR_INVALID_ARGUMENT, "linear.dense option bf16_layout must be rows or panels, got " + v);
     } else if (key == "gemm_min_rows") {
       o.gemm_min_rows = value.get<uint32_t>();
+    } else if (key == "bf16_activations") {
+      if (!value.is_boolean())
+        throw Error(LLMK_ERR_INVALID_ARGUMENT, "linear.dense option bf16_activations must be true or false");
+      o.bf16_activations = value.get<bool>();
     } else {
-      throw Error(LLMK_ERR_INVALID_ARGUMENT, "linear.dense has no option '" + key + "' (known: weight_dtype, f32_layout, bf16_layout, gemm_min_rows)");
+      throw Error(LLMK_ERR_INVALID_ARGUMENT, "linear.dense has no option '" + key +
+                                                 "' (known: weight_dtype, f32_layout, bf16_layout, bf16_activations, "
+                                                 "gemm_min_rows)");
     }
   }
+  if (o.bf16_activations && o.bf16_rows)
+    throw Error(LLMK_ERR_INVALID_ARGUMENT,
+                "linear.dense option bf16_activations is for BF16 panels; bf16_layout rows already rounds activations");
   return o;
 }
 
@@ -103,7 +119,7 @@ class LinearDense {
   static constexpr const char* kDescription =
       "Dense F32/F16/BF16 weights: streaming AVX-512 GEMV for decode, oneDNN GEMM for prefill";
   static constexpr const char* kCapabilities =
-      R"({"weight_dtypes":["f32","f16","bf16"],"devices":["cpu"],"options":["weight_dtype","f32_layout","bf16_layout","gemm_min_rows"]})";
+      R"({"weight_dtypes":["f32","f16","bf16"],"devices":["cpu"],"options":["weight_dtype","f32_layout","bf16_layout","bf16_activations","gemm_min_rows"]})";
 
   static bool supports(const llmk_linear_desc& d, std::string& why) {
     if (d.weight_dtype != LLMK_DTYPE_F32 && d.weight_dtype != LLMK_DTYPE_F16 && d.weight_dtype != LLMK_DTYPE_BF16) {
@@ -124,13 +140,22 @@ class LinearDense {
     const Options opt = parse_options(d.options, d.name ? d.name : "?");
     const size_t n = static_cast<size_t>(in_) * out_;
     dtype_ = static_cast<llmk_dtype>(d.weight_dtype);
+    const void* src = d.weight;
+    bool src_outlives = d.weight_outlives != 0;
+    std::vector<uint16_t> rounded;
     if (dtype_ == LLMK_DTYPE_F32 && opt.store_bf16) {
-      owned_.resize(n * 2);
-      kernels::cpu::f32_to_bf16(static_cast<const float*>(d.weight), reinterpret_cast<uint16_t*>(owned_.data()),
-                                static_cast<int64_t>(n));
+      rounded.resize(n);
+      kernels::cpu::f32_to_bf16(static_cast<const float*>(d.weight), rounded.data(), static_cast<int64_t>(n));
       dtype_ = LLMK_DTYPE_BF16;
-      weight_ = owned_.data();
-    } else if (dtype_ == LLMK_DTYPE_F32 && !opt.f32_rows) {
+      src = rounded.data();
+      src_outlives = false;
+    }
+    if (opt.bf16_activations && (dtype_ != LLMK_DTYPE_BF16 || opt.bf16_rows))
+      throw Error(LLMK_ERR_INVALID_ARGUMENT, std::string(d.name ? d.name : "?") +
+                                                 ": bf16_activations needs BF16 weights (a BF16 checkpoint or "
+                                                 "weight_dtype bf16) in panels");
+    bf16_dot_ = opt.bf16_activations;
+    if (dtype_ == LLMK_DTYPE_F32 && !opt.f32_rows) {
       const int64_t packed = kernels::cpu::packed_panels_size(out_, in_);
       owned_.resize(static_cast<size_t>(packed) * 4);
       kernels::cpu::pack_panels(static_cast<const float*>(d.weight), reinterpret_cast<float*>(owned_.data()), out_, in_);
@@ -139,16 +164,16 @@ class LinearDense {
     } else if (dtype_ == LLMK_DTYPE_F16 || (dtype_ == LLMK_DTYPE_BF16 && !opt.bf16_rows)) {
       const int64_t packed = kernels::cpu::packed_panels_size(out_, in_);
       owned_.resize(static_cast<size_t>(packed) * 2);
-      kernels::cpu::pack_panels(static_cast<const uint16_t*>(d.weight), reinterpret_cast<uint16_t*>(owned_.data()), out_,
+      kernels::cpu::pack_panels(static_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(owned_.data()), out_,
                                 in_);
       weight_ = owned_.data();
       packed_ = true;
-    } else if (d.weight_outlives) {
-      weight_ = d.weight;
+    } else if (src_outlives) {
+      weight_ = src;
     } else {
       const size_t bytes = n * (dtype_ == LLMK_DTYPE_F32 ? 4 : 2);
       owned_.resize(bytes);
-      std::memcpy(owned_.data(), d.weight, bytes);
+      std::memcpy(owned_.data(), src, bytes);
       weight_ = owned_.data();
     }
     bytes_ = packed_ ? owned_.size() : n * (dtype_ == LLMK_DTYPE_F32 ? 4 : 2);
@@ -162,6 +187,14 @@ class LinearDense {
       std::lock_guard<std::mutex> lock(g_packed_mutex);
       const auto need = static_cast<size_t>(kernels::cpu::matmul_packed_scratch_floats(threads_));
       if (g_packed_scratch.size() < need) g_packed_scratch.resize(need);
+      if (bf16_dot_ && num_rows >= gemm_min_rows_) {
+        std::lock_guard<std::mutex> act_lock(g_act_mutex);
+        const size_t n = static_cast<size_t>(num_rows) * kernels::cpu::bf16_row_stride(in_);
+        if (g_act_bf16.size() < n) g_act_bf16.resize(n);
+        if (kernels::cpu::matmul_packed_bf16_dot(x, static_cast<const uint16_t*>(weight_), y, num_rows, in_, out_,
+                                                 threads_, g_packed_scratch.data(), g_act_bf16.data()))
+          return;
+      }
       kernels::cpu::matmul_packed(x, weight_, dtype_, y, num_rows, in_, out_, threads_,
                                   g_packed_scratch.data());
       return;
@@ -216,6 +249,7 @@ class LinearDense {
   llmk_dtype dtype_ = LLMK_DTYPE_F32;
   const void* weight_ = nullptr;     // [out, in] of dtype_, or panels when packed_
   bool packed_ = false;
+  bool bf16_dot_ = false;            // BF16 panels: many rows on the BF16 dot units
   std::vector<uint8_t> owned_;       // the weight when not borrowed
   size_t bytes_ = 0;
   dnnl::engine engine_;

@@ -61,3 +61,37 @@ TEST_CASE("matmul_packed equals the float64 product for f16 and bf16 panels, few
       }
   }
 }
+
+TEST_CASE("matmul_packed_bf16_dot equals the float64 product of BF16-rounded activations and weights",
+          "[matmul][bf16]") {
+  using namespace llmk::kernels::cpu;
+  const int64_t rows = GENERATE(1, 5, 6, 13, 64);
+  // Odd depths (a last step paired with zero), depths across the 256-step
+  // blocks, widths that leave a partial last panel.
+  const int64_t in = GENERATE(1, 3, 256, 300, 515), out = GENERATE(1, 70, 129);
+  std::mt19937 rng(static_cast<uint32_t>(rows * 7919 + in * 31 + out));
+  std::normal_distribution<float> normal;
+  std::vector<float> x(rows * in), y(rows * out, NAN);
+  for (auto& v : x) v = normal(rng);
+  std::vector<uint16_t> w(out * in), packed(packed_panels_size(out, in));
+  for (auto& v : w) v = llmk::f32_to_bf16(normal(rng));
+  pack_panels(w.data(), packed.data(), out, in);
+  std::vector<float> scratch(matmul_packed_scratch_floats(2));
+  std::vector<uint16_t> x_bf16(rows * bf16_row_stride(in));
+  if (!matmul_packed_bf16_dot(x.data(), packed.data(), y.data(), rows, in, out, 2, scratch.data(), x_bf16.data())) {
+    WARN("skipped: this build has no AVX512-BF16");
+    return;
+  }
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t n = 0; n < out; ++n) {
+      // The exact products of the rounded operands; only the F32 sums differ.
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < in; ++k) {
+        const double p = double(llmk::bf16_to_f32(llmk::f32_to_bf16(x[m * in + k]))) * llmk::bf16_to_f32(w[n * in + k]);
+        ref += p;
+        mag += std::fabs(p);
+      }
+      CAPTURE(m, n);
+      CHECK(std::fabs(y[m * out + n] - ref) <= 1e-6 * mag);
+    }
+}

@@ -89,6 +89,40 @@ TEST_CASE("linear.dense oneDNN GEMM path matches the reference (bf16 rounds acti
   CHECK(run_linear(LLMK_DTYPE_F32, 64, 33, 17, R"({"f32_layout":"rows","gemm_min_rows":2})", false, 1).max_rel < 1e-5);
 }
 
+TEST_CASE("linear.dense BF16 panels with bf16_activations: exact below gemm_min_rows, BF16 dot products from there on",
+          "[linear]") {
+  const char* options = R"({"bf16_activations":true})";
+  // Fewer than 16 rows stream the panels exactly.
+  CHECK(run_linear(LLMK_DTYPE_BF16, 301, 129, 5, options, false, 2).max_rel < 1e-6);
+  // From 16 rows on: activations rounded to bf16, a relative 2^-9 per product at most.
+  const double many = run_linear(LLMK_DTYPE_BF16, 301, 129, 40, options, false, 2).max_rel;
+  CHECK(many < 4e-3);
+  CHECK(many > 1e-6);  // it did take the rounding path
+  CHECK(run_linear(LLMK_DTYPE_BF16, 77, 45, 64, R"({"bf16_activations":true,"gemm_min_rows":64})", true, 1).max_rel <
+        4e-3);
+}
+
+TEST_CASE("linear.dense refuses bf16_activations without BF16 panels", "[linear]") {
+  static PluginLibrary lib("llmk_linear_dense");
+  const auto& api = lib.api<llmk_linear_api>();
+  std::vector<float> w(64 * 32, 0.3f);
+  llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 64, 32, LLMK_DTYPE_F32, w.data(), 1, 4, 1,
+                     R"({"bf16_activations":true})"};
+  llmk_error err{};
+  CHECK(api.create(&d, &err) == nullptr);
+  CHECK(std::string(err.message).find("bf16_activations") != std::string::npos);
+  d.options = R"({"bf16_activations":true,"weight_dtype":"bf16","bf16_layout":"rows"})";
+  CHECK(api.create(&d, &err) == nullptr);
+  CHECK(std::string(err.message).find("bf16_activations") != std::string::npos);
+  d.options = R"({"bf16_activations":"yes","weight_dtype":"bf16"})";
+  CHECK(api.create(&d, &err) == nullptr);
+  CHECK(std::string(err.message).find("true or false") != std::string::npos);
+  d.options = R"({"bf16_activations":true,"weight_dtype":"bf16"})";
+  void* self = api.create(&d, &err);
+  CHECK(self != nullptr);
+  api.destroy(self);
+}
+
 TEST_CASE("linear.dense stores f32 weights as bf16 only when asked to", "[linear]") {
   static PluginLibrary lib("llmk_linear_dense");
   const auto& api = lib.api<llmk_linear_api>();
@@ -97,6 +131,11 @@ TEST_CASE("linear.dense stores f32 weights as bf16 only when asked to", "[linear
                      R"({"weight_dtype":"bf16"})"};
   llmk_error err{};
   void* self = api.create(&d, &err);
+  REQUIRE(self);
+  CHECK(api.weight_bytes(self) == 64 * 64 * 2);  // BF16 panels: 32 outputs padded to one 64-column panel
+  api.destroy(self);
+  d.options = R"({"weight_dtype":"bf16","bf16_layout":"rows"})";
+  self = api.create(&d, &err);
   REQUIRE(self);
   CHECK(api.weight_bytes(self) == 64 * 32 * 2);
   api.destroy(self);

@@ -6,6 +6,8 @@
 #include <regex>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/safetensors_writer.hpp"
@@ -48,6 +50,18 @@ TEST_CASE("config/default.yaml parses to exactly the built-in defaults", "[confi
   apply_yaml_file(changed, kDefaultYaml);
   CHECK(changed == EngineConfig{});
   CHECK_NOTHROW(validate(from_file));
+}
+
+TEST_CASE("config/cpu-throughput.yaml validates and sets what it says", "[config]") {
+  EngineConfig c;
+  apply_yaml_file(c, std::filesystem::path(LLMK_SOURCE_DIR) / "config" / "cpu-throughput.yaml");
+  CHECK_NOTHROW(validate(c));
+  CHECK(c.kv_cache.dtype == DType::f16);
+  CHECK(c.kv_cache.prefault);
+  CHECK(c.plugins.kv_allocator == "kv.paged");
+  CHECK(nlohmann::json::parse(c.plugins.linear_options) ==
+        nlohmann::json{{"weight_dtype", "bf16"}, {"bf16_activations", true}});
+  CHECK(c.model == EngineConfig{}.model);  // only serving knobs, no model
 }
 
 TEST_CASE("config/default.yaml documents every key, and only those", "[config]") {

@@ -31,16 +31,4 @@ int64_t matmul_packed_scratch_floats(int num_threads);
 bool matmul_packed(const float* x, const void* packed, llmk_dtype w_dtype, float* y, int64_t num_rows,
                    int64_t in_features, int64_t out_features, int num_threads, float* scratch);
 
-// The same product for BF16 panels on the BF16 dot-product units
-// (AVX512-BF16): x rounded to BF16 (round to nearest even), each pair of
-// products summed in F32, F32 accumulation. Not exact: it computes what a
-// BF16 model computes, at twice the multiply rate of the F32 path.
-// x_bf16: [num_rows * bf16_row_stride(in_features)] of scratch for the
-// rounded activations; scratch as for matmul_packed. Returns false when this
-// build lacks AVX512-BF16.
-int64_t bf16_row_stride(int64_t in_features);
-bool matmul_packed_bf16_dot(const float* x, const uint16_t* packed, float* y, int64_t num_rows,
-                            int64_t in_features, int64_t out_features, int num_threads, float* scratch,
-                            uint16_t* x_bf16);
-
 }  // namespace llmk::kernels::cpu

@@ -16,11 +16,12 @@
 //   {"f32_layout":"rows"}: F32 kept as stored, borrowed when it outlives the
 //     layer (no copy): matmul_wt below gemm_min_rows (default 64), a oneDNN
 //     F32 matmul with a run-time row count from there on.
-//   {"bf16_activations":true}: BF16 panels, and from gemm_min_rows rows
-//     (default 16) on the activations are rounded to BF16 and multiplied on
-//     the AVX-512 BF16 dot-product units (matmul_packed_bf16_dot), F32
-//     accumulation: not exact (what a BF16 model computes); fewer rows stay
-//     exact. One layout serves decode streaming and batched GEMMs.
+//   {"bf16_activations":true}: BF16 repacked into k-pair panels
+//     (kernels/cpu/matmul_pairs.hpp); from gemm_min_rows rows (default 16)
+//     on, the activations are rounded to BF16 and multiplied on the AVX-512
+//     BF16 dot-product units, F32 accumulation: not exact (what a BF16 model
+//     computes); fewer rows stream the same panels exactly. One layout
+//     serves decode streaming and batched GEMMs.
 //   {"bf16_layout":"rows"}: BF16 kept as stored (borrowed or copied):
 //     matmul_wt below gemm_min_rows (default 16), then a oneDNN matmul that
 //     rounds activations to BF16 and multiplies on the AVX-512 BF16 units
@@ -44,6 +45,7 @@
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_packed.hpp"
+#include "kernels/cpu/matmul_pairs.hpp"
 #include "plugins/api/plugin_helpers.hpp"
 
 namespace llmk::linear_dense {
@@ -161,6 +163,11 @@ class LinearDense {
       kernels::cpu::pack_panels(static_cast<const float*>(d.weight), reinterpret_cast<float*>(owned_.data()), out_, in_);
       weight_ = owned_.data();
       packed_ = true;
+    } else if (bf16_dot_) {
+      owned_.resize(static_cast<size_t>(kernels::cpu::packed_pairs_size(out_, in_)) * 2);
+      kernels::cpu::pack_pairs(static_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(owned_.data()), out_, in_);
+      weight_ = owned_.data();
+      packed_ = true;
     } else if (dtype_ == LLMK_DTYPE_F16 || (dtype_ == LLMK_DTYPE_BF16 && !opt.bf16_rows)) {
       const int64_t packed = kernels::cpu::packed_panels_size(out_, in_);
       owned_.resize(static_cast<size_t>(packed) * 2);
@@ -183,18 +190,19 @@ class LinearDense {
 
   void forward(const float* x, float* y, uint32_t num_rows) {
     if (num_rows == 0) return;
+    if (bf16_dot_) {
+      const bool round = num_rows >= gemm_min_rows_;
+      std::lock_guard<std::mutex> lock(g_act_mutex);
+      const size_t n = round ? static_cast<size_t>(num_rows) * kernels::cpu::bf16_row_stride(in_) : 0;
+      if (g_act_bf16.size() < n) g_act_bf16.resize(n);
+      kernels::cpu::matmul_pairs(x, static_cast<const uint16_t*>(weight_), y, num_rows, in_, out_, threads_, round,
+                                 g_act_bf16.data());
+      return;
+    }
     if (packed_) {
       std::lock_guard<std::mutex> lock(g_packed_mutex);
       const auto need = static_cast<size_t>(kernels::cpu::matmul_packed_scratch_floats(threads_));
       if (g_packed_scratch.size() < need) g_packed_scratch.resize(need);
-      if (bf16_dot_ && num_rows >= gemm_min_rows_) {
-        std::lock_guard<std::mutex> act_lock(g_act_mutex);
-        const size_t n = static_cast<size_t>(num_rows) * kernels::cpu::bf16_row_stride(in_);
-        if (g_act_bf16.size() < n) g_act_bf16.resize(n);
-        if (kernels::cpu::matmul_packed_bf16_dot(x, static_cast<const uint16_t*>(weight_), y, num_rows, in_, out_,
-                                                 threads_, g_packed_scratch.data(), g_act_bf16.data()))
-          return;
-      }
       kernels::cpu::matmul_packed(x, weight_, dtype_, y, num_rows, in_, out_, threads_,
                                   g_packed_scratch.data());
       return;
@@ -249,7 +257,7 @@ class LinearDense {
   llmk_dtype dtype_ = LLMK_DTYPE_F32;
   const void* weight_ = nullptr;     // [out, in] of dtype_, or panels when packed_
   bool packed_ = false;
-  bool bf16_dot_ = false;            // BF16 panels: many rows on the BF16 dot units
+  bool bf16_dot_ = false;            // k-pair BF16 panels: many rows on the BF16 dot units
   std::vector<uint8_t> owned_;       // the weight when not borrowed
   size_t bytes_ = 0;
   dnnl::engine engine_;

@@ -1,0 +1,208 @@
+#include "kernels/cpu/matmul_pairs.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/convert.hpp"
+#include "kernels/cpu/panel_tile.hpp"
+#include "kernels/cpu/vec_math.hpp"  // also silences GCC 12's false uninitialized warnings in intrinsics
+
+namespace llmk::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kCols = 64;        // outputs per panel
+constexpr int64_t kPairRow = 2 * kCols;  // elements per pair of k steps in a panel
+constexpr int64_t kBlockPairs = 128; // pairs of k steps per block: 32 KiB of a panel, reused by every row tile
+
+int64_t num_panels(int64_t n) { return (n + kCols - 1) / kCols; }
+int64_t num_pairs(int64_t k) { return (k + 1) / 2; }
+
+}  // namespace
+
+int64_t packed_pairs_size(int64_t out_features, int64_t in_features) {
+  return num_panels(out_features) * num_pairs(in_features) * kPairRow;
+}
+
+void pack_pairs(const uint16_t* w, uint16_t* packed, int64_t out_features, int64_t in_features) {
+  const int64_t panels = num_panels(out_features), pairs = num_pairs(in_features);
+#pragma omp parallel for
+  for (int64_t p = 0; p < panels; ++p) {
+    uint16_t* dst = packed + p * pairs * kPairRow;
+    for (int64_t c = 0; c < kCols; ++c) {
+      const int64_t n = p * kCols + c;
+      for (int64_t k = 0; k < 2 * pairs; ++k)
+        dst[(k / 2) * kPairRow + 2 * c + k % 2] = n < out_features && k < in_features ? w[n * in_features + k] : 0;
+    }
+  }
+}
+
+int64_t bf16_row_stride(int64_t in_features) { return (in_features + 1) & ~int64_t{1}; }
+
+#if defined(__AVX512F__)
+
+namespace {
+
+// Exact: c[0:MR, 0:64] (+)= x[0:MR, 0:depth] * w, the block's weights widened
+// in registers. A pair row's vector j holds columns 16j .. 16j + 15 as 32-bit
+// lanes (low half: step 2i, high half: step 2i + 1), so a shift and a mask
+// give both steps' weights as F32.
+template <int MR>
+inline void tile_exact(const float* x, int64_t ldx, const uint16_t* b, int64_t depth, float* c, int64_t ldc,
+                       bool accumulate, int num_cols) {
+  __m512 acc[MR][4];
+  zero_tile<MR>(acc);
+  const __m512i high = _mm512_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  for (int64_t k = 0; k < depth; k += 2) {
+    const uint16_t* bk = b + (k / 2) * kPairRow;
+    if (MR <= 2) {  // streaming (decode): ask for the weights 64 pairs ahead
+      const char* ahead = reinterpret_cast<const char*>(bk + 64 * kPairRow);
+      for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+    }
+    __m512i v[4];
+    for (int j = 0; j < 4; ++j) v[j] = _mm512_loadu_si512(bk + 32 * j);
+    __m512 w[4];
+    for (int j = 0; j < 4; ++j) w[j] = _mm512_castsi512_ps(_mm512_slli_epi32(v[j], 16));
+    for (int m = 0; m < MR; ++m) {
+      const __m512 xv = _mm512_set1_ps(x[m * ldx + k]);
+      for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_fmadd_ps(xv, w[j], acc[m][j]);
+    }
+    if (k + 1 == depth) break;  // an odd last step: its partner is zero padding
+    for (int j = 0; j < 4; ++j) w[j] = _mm512_castsi512_ps(_mm512_and_si512(v[j], high));
+    for (int m = 0; m < MR; ++m) {
+      const __m512 xv = _mm512_set1_ps(x[m * ldx + k + 1]);
+      for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_fmadd_ps(xv, w[j], acc[m][j]);
+    }
+  }
+  store_tile<MR>(acc, c, ldc, accumulate, num_cols);
+}
+
+#if defined(__AVX512BF16__)
+// BF16: the same tile on the dot-product units; x holds BF16 pairs (stride
+// ldx elements, zero-padded to an even depth).
+template <int MR>
+inline void tile_dot(const uint16_t* x, int64_t ldx, const uint16_t* b, int64_t depth, float* c, int64_t ldc,
+                     bool accumulate, int num_cols) {
+  __m512 acc[MR][4];
+  zero_tile<MR>(acc);
+  for (int64_t p = 0; p < num_pairs(depth); ++p) {
+    const uint16_t* bp = b + p * kPairRow;
+    __m512bh w[4];
+    for (int j = 0; j < 4; ++j) w[j] = (__m512bh)_mm512_loadu_si512(bp + 32 * j);
+    for (int m = 0; m < MR; ++m) {
+      int32_t pair;
+      std::memcpy(&pair, x + m * ldx + 2 * p, sizeof(pair));
+      const auto xv = (__m512bh)_mm512_set1_epi32(pair);
+      for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xv, w[j]);
+    }
+  }
+  store_tile<MR>(acc, c, ldc, accumulate, num_cols);
+}
+#endif
+
+// Every row tile of one block: T is float (exact) or uint16_t (BF16 pairs).
+template <class T>
+void tile_rows(const T* x, int64_t ldx, const uint16_t* b, int64_t depth, float* c, int64_t ldc, int64_t num_rows,
+               bool accumulate, int num_cols) {
+  auto tile = [&](auto rows_tag, int64_t m) {
+    constexpr int MR = decltype(rows_tag)::value;
+    if constexpr (std::is_same_v<T, float>) {
+      tile_exact<MR>(x + m * ldx, ldx, b, depth, c + m * ldc, ldc, accumulate, num_cols);
+    } else {
+#if defined(__AVX512BF16__)
+      tile_dot<MR>(x + m * ldx, ldx, b, depth, c + m * ldc, ldc, accumulate, num_cols);
+#endif
+    }
+  };
+  int64_t m = 0;
+  for (; m + kTileRows <= num_rows; m += kTileRows) tile(std::integral_constant<int, kTileRows>{}, m);
+  switch (num_rows - m) {
+    case 5: tile(std::integral_constant<int, 5>{}, m); break;
+    case 4: tile(std::integral_constant<int, 4>{}, m); break;
+    case 3: tile(std::integral_constant<int, 3>{}, m); break;
+    case 2: tile(std::integral_constant<int, 2>{}, m); break;
+    case 1: tile(std::integral_constant<int, 1>{}, m); break;
+    default: break;
+  }
+}
+
+template <class T>
+void panels_range(const T* x, int64_t ldx, const uint16_t* packed, float* y, int64_t num_rows, int64_t k_len,
+                  int64_t n_out, int64_t p_begin, int64_t p_end) {
+  const int64_t pairs = num_pairs(k_len);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int num_cols = static_cast<int>(std::min<int64_t>(kCols, n_out - p * kCols));
+    for (int64_t k0 = 0; k0 < k_len; k0 += 2 * kBlockPairs) {
+      const int64_t depth = std::min(2 * kBlockPairs, k_len - k0);
+      tile_rows<T>(x + k0, ldx, packed + (p * pairs + k0 / 2) * kPairRow, depth, y + p * kCols, n_out, num_rows,
+                   k0 > 0, num_cols);
+    }
+  }
+}
+
+template <class T>
+void run(const T* x, int64_t ldx, const uint16_t* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
+         int num_threads) {
+  const int64_t panels = num_panels(n_out);
+  const int threads = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), panels));
+  if (threads == 1 || num_rows * k_len * n_out < (1 << 18)) {
+    panels_range<T>(x, ldx, packed, y, num_rows, k_len, n_out, 0, panels);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    panels_range<T>(x, ldx, packed, y, num_rows, k_len, n_out, panels * t / nt, panels * (t + 1) / nt);
+  }
+}
+
+}  // namespace
+
+bool have_bf16_dot() {
+#if defined(__AVX512BF16__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+void matmul_pairs(const float* x, const uint16_t* packed, float* y, int64_t num_rows, int64_t in_features,
+                  int64_t out_features, int num_threads, bool round_activations, uint16_t* x_bf16) {
+  if (!round_activations || !have_bf16_dot()) {
+    run<float>(x, in_features, packed, y, num_rows, in_features, out_features, num_threads);
+    return;
+  }
+  const int64_t ldx = bf16_row_stride(in_features);
+  for (int64_t m = 0; m < num_rows; ++m) {
+    f32_to_bf16(x + m * in_features, x_bf16 + m * ldx, in_features);
+    if (ldx != in_features) x_bf16[m * ldx + in_features] = 0;  // the odd step's partner
+  }
+  run<uint16_t>(x_bf16, ldx, packed, y, num_rows, in_features, out_features, num_threads);
+}
+
+#else  // portable fallback: exact only
+
+bool have_bf16_dot() { return false; }
+
+void matmul_pairs(const float* x, const uint16_t* packed, float* y, int64_t num_rows, int64_t in_features,
+                  int64_t out_features, int, bool, uint16_t*) {
+  const int64_t pairs = num_pairs(in_features);
+  for (int64_t m = 0; m < num_rows; ++m)
+    for (int64_t n = 0; n < out_features; ++n) {
+      const uint16_t* panel = packed + (n / kCols) * pairs * kPairRow + 2 * (n % kCols);
+      float sum = 0.0f;
+      for (int64_t k = 0; k < in_features; ++k) {
+        float w;
+        bf16_to_f32(panel + (k / 2) * kPairRow + k % 2, &w, 1);
+        sum += x[m * in_features + k] * w;
+      }
+      y[m * out_features + n] = sum;
+    }
+}
+
+#endif
+
+}  // namespace llmk::kernels::cpu

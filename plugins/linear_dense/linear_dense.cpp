@@ -119,7 +119,7 @@ class LinearDense {
   static constexpr const char* kName = "linear.dense";
   static constexpr const char* kVersion = "1.0.0";
   static constexpr const char* kDescription =
-      "Dense F32/F16/BF16 weights: streaming AVX-512 GEMV for decode, oneDNN GEMM for prefill";
+      "Dense F32/F16/BF16 weights: AVX-512 panel GEMV/GEMM, BF16 dot products or oneDNN by option";
   static constexpr const char* kCapabilities =
       R"({"weight_dtypes":["f32","f16","bf16"],"devices":["cpu"],"options":["weight_dtype","f32_layout","bf16_layout","bf16_activations","gemm_min_rows"]})";
 
@@ -152,10 +152,10 @@ class LinearDense {
       src = rounded.data();
       src_outlives = false;
     }
-    if (opt.bf16_activations && (dtype_ != LLMK_DTYPE_BF16 || opt.bf16_rows))
+    if (opt.bf16_activations && dtype_ != LLMK_DTYPE_BF16)
       throw Error(LLMK_ERR_INVALID_ARGUMENT, std::string(d.name ? d.name : "?") +
                                                  ": bf16_activations needs BF16 weights (a BF16 checkpoint or "
-                                                 "weight_dtype bf16) in panels");
+                                                 "weight_dtype bf16)");
     bf16_dot_ = opt.bf16_activations;
     if (dtype_ == LLMK_DTYPE_F32 && !opt.f32_rows) {
       const int64_t packed = kernels::cpu::packed_panels_size(out_, in_);

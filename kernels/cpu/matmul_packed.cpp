@@ -19,7 +19,6 @@ namespace llmk::kernels::cpu {
 namespace {
 
 constexpr int64_t kDepth = 256;      // k steps per block: a converted panel block is 64 KiB of f32 (L2)
-constexpr int kRows = kTileRows;
 constexpr int64_t kConvertRows = 12; // from this many rows on, a block is widened to f32 once and reused
 
 int64_t num_panels(int64_t n) { return (n + kPanelCols - 1) / kPanelCols; }
@@ -118,8 +117,8 @@ template <class B>
 void tile_rows(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
                int64_t num_rows, bool accumulate, int num_cols) {
   int64_t m = 0;
-  for (; m + kRows <= num_rows; m += kRows)
-    micro_tile<B, kRows>(x + m * ldx, ldx, b, depth, c + m * ldc, ldc, accumulate, num_cols);
+  for (; m + kTileRows <= num_rows; m += kTileRows)
+    micro_tile<B, kTileRows>(x + m * ldx, ldx, b, depth, c + m * ldc, ldc, accumulate, num_cols);
   const float* xr = x + m * ldx;
   float* cr = c + m * ldc;
   switch (num_rows - m) {
@@ -208,6 +207,5 @@ bool matmul_packed(const float* x, const void* packed_any, llmk_dtype w_dtype, f
 }
 
 #endif
-
 
 }  // namespace llmk::kernels::cpu

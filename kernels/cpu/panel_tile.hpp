@@ -1,16 +1,18 @@
-// Shared by the panel GEMM kernels (matmul_packed, matmul_pairs): the store
-// of one register tile of MR rows x 64 output columns.
+// Shared by the panel GEMM kernels (matmul_packed, matmul_pairs): the shape,
+// clearing and store of one register tile of MR rows x 64 output columns.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
+namespace llmk::kernels::cpu {
+constexpr int kTileRows = 6;  // activation rows per register tile (6 x 64 outputs = 24 accumulators)
+}  // namespace llmk::kernels::cpu
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
 namespace llmk::kernels::cpu {
-
-constexpr int kTileRows = 6;  // activation rows per register tile (6 x 64 outputs = 24 accumulators)
 
 template <int MR>
 inline void zero_tile(__m512 (&acc)[MR][4]) {

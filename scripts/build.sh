@@ -20,10 +20,18 @@ done
 
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
+# Configure when the folder has never been configured, when a configure
+# failed part-way (a cache but no generated build files), or when the
+# arguments differ from the last successful configure; otherwise the build
+# step reruns CMake itself if a CMakeLists.txt changed.
+stamp="$build_dir/.llmk-configure-args"
+wanted="${cmake_args[*]}"
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   cmake -S . -B "$build_dir" "${generator[@]}" "${cmake_args[@]}"
-elif [ ${#cmake_args[@]} -gt 0 ]; then
+elif [ ! -f "$build_dir/build.ninja" ] && [ ! -f "$build_dir/Makefile" ] \
+     || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   cmake -S . -B "$build_dir" "${cmake_args[@]}"
 fi
+echo "$wanted" > "$stamp"
 cmake --build "$build_dir" -j "$(nproc)"
 echo "$build_dir"

@@ -1,28 +1,55 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency of llmk from Debian 12 packages.
-# Idempotent and non-interactive; skips apt when everything is present.
+# Installs every build and test dependency of llmk on Debian 12, starting from
+# a minimal root (debootstrap --variant=minbase): Debian packages first, then
+# the Python reference implementations the tests compare against, into a
+# project-local virtual environment (.venv/).
+# Idempotent and non-interactive; skips apt and pip when everything is present.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
-  build-essential cmake ninja-build pkg-config ccache git
-  libcaf-dev libzmq3-dev cppzmq-dev libsentencepiece-dev catch2 libboost-dev
-  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libcpp-httplib-dev
-  libopenblas-dev libdnnl-dev libconcurrentqueue-dev
-  python3 python3-zmq python3-numpy curl prometheus chromium
+  # toolchain and build
+  ca-certificates build-essential g++ cmake ninja-build pkg-config ccache git
+  # libraries the engine links
+  libcaf-dev libzmq3-dev cppzmq-dev libsentencepiece-dev libboost-dev
+  libboost-context-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
+  libspdlog-dev libcpp-httplib-dev libopenblas-dev libdnnl-dev
+  libconcurrentqueue-dev libpcre2-dev
+  # oneDNN's CMake package calls find_package(OpenCL); libdnnl-dev only
+  # recommends the loader and headers, so they are named here
+  ocl-icd-opencl-dev opencl-headers
+  # tests: Catch2, Python clients and references, the fuzzers (clang's
+  # libFuzzer), the metrics checker and a headless browser for report checks
+  catch2 python3 python3-venv python3-zmq python3-numpy curl prometheus
+  chromium clang-14 libclang-rt-14-dev
 )
+
+# Reference implementations tests compare against (no torch: CI stays light).
+venv=.venv
+python_packages=(tokenizers==0.23.3 jinja2==3.1.6 gguf==0.19.0 openai==3.54.0 numpy)
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#packages[@]} packages present"
-  exit 0
-fi
-
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} Debian packages present"
+else
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+stamp=$venv/.llmk-requirements
+wanted="${python_packages[*]}"
+if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ]; then
+  echo "setup: $venv has ${#python_packages[@]} Python packages"
+else
+  echo "setup: installing ${python_packages[*]} into $venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${python_packages[@]}"
+  echo "$wanted" > "$stamp"
+fi

@@ -13,6 +13,7 @@
 #include <variant>
 
 #include "core/error.hpp"
+#include "core/executor.hpp"
 
 namespace llmk {
 namespace {
@@ -362,6 +363,9 @@ void validate(const EngineConfig& c) {
   require_one_of("model.chat_template", c.model.chat_template, {"", "llama-2", "chatml"});
 
   require_one_of("executor.device", c.executor.device, {"cpu", "cuda"});
+  if (!has_executor(c.executor.device))
+    fail("executor.device", "'" + c.executor.device + "' has no executor in this build (built: " +
+                                built_executor_device_names() + ")");
   require_range("executor.num_threads", c.executor.num_threads, 0, 4096, "0 (all cores) to 4096");
 
   for (const auto& [key, name] : {std::pair{"plugins.attention", &c.plugins.attention},

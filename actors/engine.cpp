@@ -211,7 +211,6 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
   }
   SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   parts->scheduler = std::make_unique<Scheduler>(im.config.scheduler, limits, *parts->kv, scheduler_options);
-  parts->vocab_size = mc.vocab_size;
 
   spdlog::info("engine: {} layers, vocab {}, context {}, executor {}, {} actor threads (CAF sharing policy)",
                mc.num_layers, mc.vocab_size, runtime.max_seq_len, executor->describe(), im.options.num_actor_threads);

@@ -57,7 +57,6 @@ struct SchedulerParts {
   std::unique_ptr<KvAllocator> kv;
   std::shared_ptr<KvOffloader> offloader;
   std::unique_ptr<Scheduler> scheduler;  // built over *kv
-  int32_t vocab_size = 0;
 };
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<SchedulerParts> parts,

@@ -276,6 +276,19 @@ inline float __fsqrt_rn(float x) { return std::sqrt(x); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+// CUDA's global min / max overloads.
+#define CUDASIM_MIN_MAX(T)                            \
+  inline T min(T a, T b) { return b < a ? b : a; }    \
+  inline T max(T a, T b) { return a < b ? b : a; }
+CUDASIM_MIN_MAX(int)
+CUDASIM_MIN_MAX(unsigned)
+CUDASIM_MIN_MAX(long long)
+CUDASIM_MIN_MAX(unsigned long long)
+CUDASIM_MIN_MAX(float)
+CUDASIM_MIN_MAX(double)
+#undef CUDASIM_MIN_MAX
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }

@@ -1,10 +1,12 @@
 """Fixtures and reference results for tests/core/test_tokenizer_json*.cpp.
 
-  make OUT_DIR        trains two small byte-level BPE tokenizers with the
+  make OUT_DIR [SPM_MODEL]
+                      trains two small byte-level BPE tokenizers with the
                       `tokenizers` library and writes them with the exact
                       pre-tokenizer, normalizer, decoder, post-processor and
                       added-token configuration of Llama 3 and Qwen2(.5):
-                      OUT_DIR/llama3/tokenizer.json, OUT_DIR/qwen2/tokenizer.json
+                      OUT_DIR/llama3/tokenizer.json, OUT_DIR/qwen2/tokenizer.json;
+                      with SPM_MODEL also OUT_DIR/llama2/tokenizer.json (convert-spm)
   convert-spm MODEL OUT_JSON
                       writes the Hugging Face form of a sentencepiece BPE model
                       (Llama 2's tokenizer.json layout), reading the model's
@@ -43,10 +45,23 @@ def training_corpus():
     cjk = ["你好世界", "这是一个测试", "我们今天去公园", "日本語のテキスト", "こんにちは", "한국어 문장입니다", "東京都"]
     other = ["café", "naïve", "Zürich", "Ångström", "Привет мир", "Γειά σου", "مرحبا بالعالم", "नमस्ते दुनिया",
              "emoji 😀🎉👍", "👨‍👩‍👧", "🇫🇷", "e\u0301", "½ ² ③"]
+    def syllable_word():
+        return "".join(rng.choice("bcdfghklmnprstvwz") + rng.choice("aeiouy") + rng.choice(["", "n", "r", "st", "ng"])
+                       for _ in range(rng.randint(1, 4)))
+    def cyrillic_word():
+        return "".join(rng.choice("бвгдклмнпрст") + rng.choice("аеиоуя") for _ in range(rng.randint(1, 4)))
+    def cjk_run():
+        return "".join(chr(0x4E00 + int(rng.expovariate(1 / 300)) % 2000) for _ in range(rng.randint(2, 8)))
     lines = []
-    for _ in range(4000):
+    for _ in range(12000):
         kind = rng.random()
-        if kind < 0.45:
+        if kind < 0.12:
+            lines.append(" ".join(syllable_word() for _ in range(rng.randint(3, 12))).capitalize() + ".")
+        elif kind < 0.18:
+            lines.append(" ".join(cyrillic_word() for _ in range(rng.randint(3, 8))))
+        elif kind < 0.24:
+            lines.append(cjk_run())
+        elif kind < 0.45:
             lines.append(" ".join(rng.choice(english) for _ in range(rng.randint(3, 14))) + rng.choice([".", "!", "?", ",", ""]))
         elif kind < 0.6:
             lines.append(rng.choice(code))
@@ -74,7 +89,7 @@ def train(pattern, normalizer, vocab_size):
 
 
 def make_llama3(out_dir):
-    tok = train(LLAMA3_PATTERN, None, 3000)
+    tok = train(LLAMA3_PATTERN, None, 4000)
     specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
                 "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
                 "<|eot_id|>", "<|python_tag|>"]
@@ -92,14 +107,16 @@ def make_llama3(out_dir):
 
 
 def make_qwen2(out_dir):
-    tok = train(QWEN2_PATTERN, normalizers.NFC(), 2500)
+    tok = train(QWEN2_PATTERN, normalizers.NFC(), 3500)
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False)
                             for s in ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|fim_prefix|>"]])
     # Qwen2.5 ships these as added tokens that are not special: decode keeps them.
     tok.add_tokens([AddedToken(s, special=False, normalized=False) for s in ["<tool_call>", "</tool_call>"]])
     tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    write(out_dir, "qwen2", json.loads(tok.to_str()), {"bos_token": None, "eos_token": "<|im_end|>"})
+    j = json.loads(tok.to_str())
+    # As Qwen2 ships it (the Python constructor keeps its own defaults).
+    j["decoder"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    write(out_dir, "qwen2", j, {"bos_token": None, "eos_token": "<|im_end|>"})
 
 
 def write(out_dir, name, tokenizer_json, tokenizer_config):
@@ -188,6 +205,8 @@ def convert_spm(model_file, out_json):
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)])
     os.makedirs(os.path.dirname(out_json), exist_ok=True)
     tok.save(out_json)
+    with open(os.path.join(os.path.dirname(out_json), "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>"}, f)
 
 
 def reference(tokenizer_json, request_json, out_json):
@@ -209,6 +228,8 @@ if __name__ == "__main__":
     if sys.argv[1] == "make":
         make_llama3(sys.argv[2])
         make_qwen2(sys.argv[2])
+        if len(sys.argv) > 3:
+            convert_spm(sys.argv[3], os.path.join(sys.argv[2], "llama2", "tokenizer.json"))
     elif sys.argv[1] == "convert-spm":
         convert_spm(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "reference":

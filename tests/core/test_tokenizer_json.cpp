@@ -105,7 +105,8 @@ TEST_CASE("Llama 2's tokenizer.json and its sentencepiece model agree on the cor
     // Hugging Face reads "<s>" in text as BOS; sentencepiece does when asked.
     const auto ids = json_tokenizer.encode(text, true);
     CHECK(spm.encode_with_special_tokens(text, true) == ids);
-    CHECK(json_tokenizer.decode(ids) == spm.decode(ids));
+    // Hugging Face drops <unk> as a special token; sentencepiece shows " ⁇ ".
+    if (text.find("<unk>") == std::string::npos) CHECK(json_tokenizer.decode(ids) == spm.decode(ids));
   }
   // Plain encode keeps sentencepiece's own reading of "<s>" as text.
   CHECK(spm.encode("<s>", false) != std::vector<int32_t>{spm.bos_id()});

@@ -41,7 +41,23 @@ root=${root:-$(mktemp -d /var/tmp/llmk-fresh.XXXXXX)}
 logs=$root/logs
 mkdir -p "$root"
 
-unmount_all() {
+un# The network trust a machine of this workplace starts with: extra CA
+# certificates (an HTTPS-inspecting egress proxy) and pip's settings. They
+# are the host's, not install steps the project could take.
+carry_host_network_trust() {
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    # Taken into the bundle when ca-certificates is installed or updated.
+    [ -x "$root/usr/sbin/update-ca-certificates" ] && chroot "$root" update-ca-certificates >/dev/null 2>&1 || true
+  fi
+}
+host_env=()
+for v in PIP_CERT PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST PIP_DEFAULT_TIMEOUT http_proxy https_proxy no_proxy; do
+  [ -n "${!v:-}" ] && host_env+=("$v=${!v}")
+done
+
+mount_all() {
   for m in dev/shm dev/pts dev sys proc; do
     mountpoint -q "$root/$m" && umount -l "$root/$m" || true
   done
@@ -103,7 +119,7 @@ mount_all() {
 }
 
 in_root() {
-  chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+  chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 "${host_env[@]}" \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     bash -c "cd /work/llmk && $1"
 }
@@ -117,6 +133,7 @@ else
 fi
 step copy copy_project
 mount_all
+carry_host_network_trust
 [ "$only" = test ] || step quickstart in_root scripts/quickstart.sh
 [ "$only" = quickstart ] || step test in_root scripts/test.sh
 tail -n 3 "$logs/quickstart.log" 2>/dev/null | sed 's/^/    quickstart: /' || true

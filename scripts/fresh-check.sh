@@ -41,23 +41,7 @@ root=${root:-$(mktemp -d /var/tmp/llmk-fresh.XXXXXX)}
 logs=$root/logs
 mkdir -p "$root"
 
-un# The network trust a machine of this workplace starts with: extra CA
-# certificates (an HTTPS-inspecting egress proxy) and pip's settings. They
-# are the host's, not install steps the project could take.
-carry_host_network_trust() {
-  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
-    mkdir -p "$root/usr/local/share/ca-certificates"
-    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
-    # Taken into the bundle when ca-certificates is installed or updated.
-    [ -x "$root/usr/sbin/update-ca-certificates" ] && chroot "$root" update-ca-certificates >/dev/null 2>&1 || true
-  fi
-}
-host_env=()
-for v in PIP_CERT PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST PIP_DEFAULT_TIMEOUT http_proxy https_proxy no_proxy; do
-  [ -n "${!v:-}" ] && host_env+=("$v=${!v}")
-done
-
-mount_all() {
+unmount_all() {
   for m in dev/shm dev/pts dev sys proc; do
     mountpoint -q "$root/$m" && umount -l "$root/$m" || true
   done
@@ -108,6 +92,22 @@ copy_project() {
   fi
   cp -a "$repo/../shared/." "$root/work/shared/"
 }
+
+# The network trust a machine of this workplace starts with: extra CA
+# certificates (an HTTPS-inspecting egress proxy) and pip's settings. They
+# are the host's, not install steps the project could take.
+carry_host_network_trust() {
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    # Taken into the bundle when ca-certificates is installed or updated.
+    [ -x "$root/usr/sbin/update-ca-certificates" ] && chroot "$root" update-ca-certificates >/dev/null 2>&1 || true
+  fi
+}
+host_env=()
+for v in PIP_CERT PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST PIP_DEFAULT_TIMEOUT http_proxy https_proxy no_proxy; do
+  if [ -n "${!v:-}" ]; then host_env+=("$v=${!v}"); fi
+done
 
 mount_all() {
   mount -t proc proc "$root/proc"

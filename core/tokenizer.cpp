@@ -76,6 +76,7 @@ struct Tokenizer::Impl {
   std::vector<PieceKind> kinds;     // [vocab_size]
   std::vector<std::string> surfaces;  // [vocab_size], see Tokenizer::surface
   std::vector<std::string> pieces;    // [vocab_size], see Tokenizer::id_to_piece
+  std::vector<std::pair<std::string, int32_t>> special_pieces;  // see Tokenizer::special_pieces
 };
 
 Tokenizer::Tokenizer(const std::filesystem::path& model_file) : impl_(std::make_unique<Impl>()) {
@@ -109,11 +110,13 @@ Tokenizer::Tokenizer(const std::filesystem::path& model_file) : impl_(std::make_
     } else if (sp.IsControl(id)) {
       impl_->kinds[id] = PieceKind::control;
       impl_->pieces[id] = piece;
+      if (!piece.empty()) impl_->special_pieces.emplace_back(piece, id);
     } else if (sp.IsUnknown(id)) {
       impl_->kinds[id] = PieceKind::unknown;
       impl_->surfaces[id] = std::string(kUnknownSurface);
       impl_->pieces[id] = piece;
     } else {
+      if (sp.IsUserDefined(id)) impl_->special_pieces.emplace_back(piece, id);
       impl_->kinds[id] = PieceKind::normal;
       impl_->surfaces[id] = replace_space_symbol(piece);
       impl_->pieces[id] = impl_->surfaces[id];
@@ -168,6 +171,10 @@ int32_t Tokenizer::bos_id() const { return impl_->processor.bos_id(); }
 int32_t Tokenizer::eos_id() const { return impl_->processor.eos_id(); }
 Tokenizer::PieceKind Tokenizer::piece_kind(int32_t id) const { return impl_->kinds[id]; }
 const std::filesystem::path& Tokenizer::model_file() const { return impl_->model_file; }
+
+const std::vector<std::pair<std::string, int32_t>>& Tokenizer::special_pieces() const {
+  return impl_->special_pieces;
+}
 const std::string& Tokenizer::surface(int32_t id) const { return impl_->surfaces[id]; }
 
 // ---------------------------------------------------------------------------

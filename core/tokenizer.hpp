@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace llmk {
@@ -46,6 +47,12 @@ class Tokenizer {
   int32_t bos_id() const;  // -1 when the model has none
   int32_t eos_id() const;  // -1 when the model has none
   PieceKind piece_kind(int32_t id) const;  // id must be in range
+  // Pieces that stand for one id wherever their text appears in a rendered
+  // chat template: control pieces ("<s>", "</s>") and user-defined pieces
+  // (e.g. "<|im_start|>" when the model defines it), as (text, id).
+  // encode() keeps such text as plain text; encode_chat_text()
+  // (core/chat_template.hpp) splits on them.
+  const std::vector<std::pair<std::string, int32_t>>& special_pieces() const;
   // The model file this tokenizer was loaded from (for messages).
   const std::filesystem::path& model_file() const;
 

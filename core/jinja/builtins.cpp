@@ -536,12 +536,13 @@ bool is_known_filter(std::string_view name) {
 }
 
 Value apply_filter(std::string_view name, const Value& v, const Args& args) {
-  if (name == "trim") return Value(strip_chars(need_string(v, "trim"), args.get(0, "chars"), true, true));
+  // String filters convert first, as jinja's soft_str does (None -> "None").
+  if (name == "trim") return Value(strip_chars(v.str(), args.get(0, "chars"), true, true));
   if (name == "length" || name == "count") return Value(length_of(v));
-  if (name == "upper") return Value(to_upper(need_string(v, "upper")));
-  if (name == "lower") return Value(to_lower(need_string(v, "lower")));
-  if (name == "capitalize") return Value(capitalize(need_string(v, "capitalize")));
-  if (name == "title") return Value(to_title(need_string(v, "title")));
+  if (name == "upper") return Value(to_upper(v.str()));
+  if (name == "lower") return Value(to_lower(v.str()));
+  if (name == "capitalize") return Value(capitalize(v.str()));
+  if (name == "title") return Value(to_title(v.str()));
   if (name == "safe") return v;
   if (name == "string") return v.is_string() ? v : Value(v.str());
   if (name == "tojson") {

@@ -33,6 +33,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/jinja/value.hpp"
@@ -49,6 +50,9 @@ class Tokenizer;
 // assistant; a Jinja template sees every field that is set, under OpenAI's
 // key names, and decides itself which roles (tool, ipython, ...) it takes.
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string role_, std::string content_) : role(std::move(role_)), content(std::move(content_)) {}
+
   std::string role;  // system | user | assistant | tool | ...
   std::string content;
   bool null_content = false;  // content was null (assistant tool calls): templates see none

@@ -116,7 +116,6 @@ Tokenizer::Tokenizer(const std::filesystem::path& model_file) : impl_(std::make_
       impl_->surfaces[id] = std::string(kUnknownSurface);
       impl_->pieces[id] = piece;
     } else {
-      if (sp.IsUserDefined(id)) impl_->special_pieces.emplace_back(piece, id);
       impl_->kinds[id] = PieceKind::normal;
       impl_->surfaces[id] = replace_space_symbol(piece);
       impl_->pieces[id] = impl_->surfaces[id];

@@ -48,8 +48,9 @@ class Tokenizer {
   int32_t eos_id() const;  // -1 when the model has none
   PieceKind piece_kind(int32_t id) const;  // id must be in range
   // Pieces that stand for one id wherever their text appears in a rendered
-  // chat template: control pieces ("<s>", "</s>") and user-defined pieces
-  // (e.g. "<|im_start|>" when the model defines it), as (text, id).
+  // chat template: the control pieces ("<s>", "</s>"), as (text, id).
+  // (User-defined pieces are not listed: sentencepiece 0.1.97, Debian 12's,
+  // does not say which pieces are user-defined.)
   // encode() keeps such text as plain text; encode_chat_text()
   // (core/chat_template.hpp) splits on them.
   const std::vector<std::pair<std::string, int32_t>>& special_pieces() const;

@@ -77,7 +77,9 @@ class Parser {
     while (true) {
       const Token& t = cur();
       if (t.kind == TK::eof) {
-        if (!end_tags.empty()) fail("missing {% " + *end_tags.begin() + " %}");
+        for (const auto& tag : end_tags) {
+          if (tag.rfind("end", 0) == 0) fail("missing {% " + tag + " %}");
+        }
         return body;
       }
       if (t.kind == TK::text) {
@@ -554,7 +556,8 @@ class Parser {
         f->name = expect_name();
         while (at_op(".")) {  // dotted filter names exist in jinja; none here
           advance();
-          f->name += "." + expect_name();
+          f->name += '.';
+          f->name += expect_name();
         }
         if (!is_known_filter(f->name)) unsupported("filter '" + f->name + "'", at);
         if (at_op("(")) f->args = parse_call_args();

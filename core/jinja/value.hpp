@@ -3,6 +3,9 @@
 // namespaces are shared by reference (as Python objects are); everything
 // else is copied.
 //
+// Tuples are lists (a tuple prints as [a, b], not (a, b)); chat templates
+// unpack them and never print them.
+//
 // Semantics follow Python where templates can observe them: truthiness,
 // == between int/float/bool, str() of None ("None") and of floats (repr),
 // list/dict printing as Python's repr, dicts keeping insertion order.

@@ -31,9 +31,9 @@ const Case kCases[] = {
     {"a{# note #}b", "{}", "ab"},
     {"a  {{- 'b' -}}  c", "{}", "abc"},
     {"{% if true %}\nyes\n{% endif %}\nend", "{}", "yes\nend"},
-    {"  {% if true %}x{% endif %}\n  {{ 'y' }}", "{}", "x\n  y"},
+    {"  {% if true %}x{% endif %}\n  {{ 'y' }}", "{}", "x  y"},
     {"line\n    {% if true %}\n  inside\n    {% endif %}\nafter", "{}", "line\n  inside\nafter"},
-    {"{%+ if true %}k{% endif +%}\n", "{}", "k\n"},
+    {"  {%+ if true %}k{% endif +%}\nz", "{}", "  k\nz"},
     {"keep trailing\n", "{}", "keep trailing"},
     {"{# c #}\nnext", "{}", "next"},
     // literals and printing
@@ -96,13 +96,13 @@ const Case kCases[] = {
      "|{{ 'a-b-c' | replace('-', '+') }}|{{ 12 | string }}|{{ '42' | int + 1 }}|{{ 'x' | int }}|{{ 3.9 | int }}"
      "|{{ 'ab' | list }}|{{ l | reverse | list }}|{{ [1, 1, 2] | unique | list }}|{{ -3 | abs }}|{{ [1, 2] | sum }}",
      "{\"l\": [1, 2, 3]}", "dflt|e|1, 2, 3|1|3|a+b+c|12|43|0|3|['a', 'b']|[3, 2, 1]|[1, 2]|3|3"},
-    {"{{ d | items | list }}|{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='c') | join }}"
+    {"{{ d | items | list | length }}|{{ ms | selectattr('role', 'equalto', 'user') | map(attribute='c') | join }}"
      "|{{ ms | rejectattr('role', 'equalto', 'user') | list | length }}|{{ [0, 1, 2] | select | list }}"
      "|{{ ['a', 'b'] | reject('equalto', 'a') | list }}|{{ ['a', 'b'] | map('upper') | join }}"
-     "|{{ {'b': 1, 'A': 2} | dictsort }}",
+     "|{% for k, v in {'b': 1, 'A': 2} | dictsort %}{{ k }}{{ v }}{% endfor %}",
      "{\"d\": {\"k\": 1}, \"ms\": [{\"role\": \"user\", \"c\": \"u1\"}, {\"role\": \"bot\", \"c\": \"b\"},"
      " {\"role\": \"user\", \"c\": \"u2\"}]}",
-     "[('k', 1)]|u1u2|1|[1, 2]|['b']|AB|[('A', 2), ('b', 1)]"},
+     "1|u1u2|1|[1, 2]|['b']|AB|A2b1"},
     {"{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ 'é\"\\n' | tojson }}|{{ [] | tojson(indent=4) }}|{{ 1.0 | tojson }}",
      "{\"d\": {\"z\": [1, true, null], \"a\": {\"x\": \"ü\"}}}",
      "{\"z\": [1, true, null], \"a\": {\"x\": \"ü\"}}|{\n  \"z\": [\n    1,\n    true,\n    null\n  ],\n  \"a\": {\n"
@@ -189,7 +189,8 @@ TEST_CASE("Malformed templates are errors with their position", "[jinja]") {
       {"{# comment", "unclosed comment at line 1, column 1"},
       {"{% endfor %}", "unexpected {% endfor %}"},
       {"{{ x $ y }}", "unexpected character '$' at line 1, column 6"},
-      {"{{ (1 }}", "expected ')'"},
+      {"{{ (1 }}", "unclosed '{{' at line 1, column 1"},
+      {"{{ (1 ] }}", "expected ')', found ']' at line 1, column 7"},
   };
   for (const auto& [source, named] : cases) {
     const auto [code, message] = error_of(source);

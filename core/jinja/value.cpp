@@ -317,19 +317,26 @@ std::string python_float_repr(double v) {
   std::string out = negative ? "-" : "";
   if (exponent >= -4 && exponent < 16) {
     if (exponent < 0) {
-      out += "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;
+      out += "0.";
+      out.append(static_cast<size_t>(-exponent - 1), '0');
+      out += digits;
     } else {
       const size_t int_len = static_cast<size_t>(exponent) + 1;
       if (digits.size() <= int_len) {
         out += digits + std::string(int_len - digits.size(), '0') + ".0";
       } else {
-        out += digits.substr(0, int_len) + "." + digits.substr(int_len);
+        out.append(digits, 0, int_len);
+        out += '.';
+        out.append(digits, int_len, std::string::npos);
       }
     }
     return out;
   }
   out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
+  if (digits.size() > 1) {
+    out += '.';
+    out.append(digits, 1, std::string::npos);
+  }
   char exp_buf[16];
   std::snprintf(exp_buf, sizeof exp_buf, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
   return out + exp_buf;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -359,7 +360,13 @@ void validate(const EngineConfig& c) {
                          "config.json path)");
   if (c.model.load_format == "safetensors" && c.model.path.empty())
     fail("model.path", "required with load_format safetensors (a Hugging Face model directory)");
-  require_one_of("model.chat_template", c.model.chat_template, {"", "llama-2", "chatml"});
+  // A built-in name, or a Jinja file (--chat-template FILE).
+  if (c.model.chat_template != "" && c.model.chat_template != "llama-2" && c.model.chat_template != "chatml" &&
+      !std::filesystem::is_regular_file(c.model.chat_template)) {
+    fail("model.chat_template", "'" + c.model.chat_template +
+                                    "' is neither a Jinja template file nor a built-in template (allowed: \"\", "
+                                    "llama-2, chatml, or a file path)");
+  }
 
   require_one_of("executor.device", c.executor.device, {"cpu", "cuda"});
   // Devices whose executor this engine has; a known device that is not

@@ -11,29 +11,41 @@ constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
 bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
 
+// What a lead byte announces: the character's length (0 when the byte cannot
+// lead one: a continuation byte, C0/C1 or F5..FF) and the allowed range of
+// the second byte, which excludes overlong forms (E0, F0), surrogates (ED)
+// and code points above U+10FFFF (F4).
+struct Utf8Lead {
+  int length = 0;
+  unsigned char lo = 0x80, hi = 0xBF;
+};
+
+Utf8Lead utf8_lead(unsigned char b0) {
+  Utf8Lead lead;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    lead.length = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    lead.length = 3;
+    if (b0 == 0xE0) lead.lo = 0xA0;
+    if (b0 == 0xED) lead.hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    lead.length = 4;
+    if (b0 == 0xF0) lead.lo = 0x90;
+    if (b0 == 0xF4) lead.hi = 0x8F;
+  }
+  return lead;
+}
+
 }  // namespace
 
 int utf8_char_length(std::string_view bytes) {
   if (bytes.empty()) return 0;
   const auto b0 = static_cast<unsigned char>(bytes[0]);
   if (b0 < 0x80) return 1;
-  int length = 0;
-  // Allowed range of the second byte: it excludes overlong forms (E0, F0),
-  // surrogates (ED) and code points above U+10FFFF (F4).
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    length = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    length = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    length = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return -1;  // continuation byte, C0/C1 or F5..FF
-  }
+  const Utf8Lead lead = utf8_lead(b0);
+  const int length = lead.length;
+  const unsigned char lo = lead.lo, hi = lead.hi;
+  if (length == 0) return -1;  // continuation byte, C0/C1 or F5..FF
   for (int i = 1; i < length; ++i) {
     if (static_cast<size_t>(i) >= bytes.size()) return 0;
     const auto b = static_cast<unsigned char>(bytes[i]);
@@ -55,21 +67,10 @@ bool is_valid_utf8(std::string_view text) {
 int utf8_invalid_length(std::string_view bytes) {
   if (bytes.empty()) return 0;
   const auto b0 = static_cast<unsigned char>(bytes[0]);
-  int length = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    length = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    length = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    length = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return 1;
-  }
+  const Utf8Lead lead = utf8_lead(b0);
+  const int length = lead.length;
+  const unsigned char lo = lead.lo, hi = lead.hi;
+  if (length == 0) return 1;
   // The lead byte and every following byte that still fits the character.
   int i = 1;
   while (i < length && static_cast<size_t>(i) < bytes.size()) {

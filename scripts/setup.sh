@@ -49,6 +49,10 @@ if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ]; t
   echo "setup: $venv has ${#python_packages[@]} Python packages"
 else
   echo "setup: installing ${python_packages[*]} into $venv"
+  # A folder or link left by something else that is not a working venv is replaced.
+  if [ -e "$venv" ] || [ -L "$venv" ]; then
+    [ -x "$venv/bin/python" ] || rm -rf "$venv"
+  fi
   /usr/bin/python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "${python_packages[@]}"
   echo "$wanted" > "$stamp"

@@ -3,6 +3,8 @@
 #include <sentencepiece_processor.h>
 
 #include "core/error.hpp"
+#include "core/gguf.hpp"
+#include "core/gguf_tokenizer.hpp"
 
 namespace llmk {
 
@@ -83,7 +85,10 @@ Tokenizer::Tokenizer(const std::filesystem::path& model_file) : impl_(std::make_
   if (!std::filesystem::is_regular_file(model_file)) {
     throw Error(ErrorCode::bad_checkpoint, "tokenizer model " + model_file.string() + ": no such file");
   }
-  const auto status = impl_->processor.Load(model_file.string());
+  // A .gguf model carries its tokenizer in metadata (core/gguf_tokenizer.hpp).
+  const auto status = is_gguf_file(model_file)
+                          ? impl_->processor.LoadFromSerializedProto(gguf_sentencepiece_model_proto(model_file))
+                          : impl_->processor.Load(model_file.string());
   if (!status.ok()) {
     throw Error(ErrorCode::bad_checkpoint,
                 "tokenizer model " + model_file.string() + " cannot be loaded: " + status.ToString());

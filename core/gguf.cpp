@@ -120,7 +120,8 @@ GgufValue read_value(Reader& r, GgufValueType type, const std::string& key, int 
       const uint64_t count = r.read<uint64_t>(what + " array length");
       if (count > r.remaining() / min_value_bytes(v.element_type))
         r.fail_at(at, what + ": array of " + std::to_string(count) + " " + gguf_value_type_name(v.element_type) +
-                          " values cannot fit in the " + std::to_string(r.remaining()) + " bytes that remain");
+                          " values cannot fit in the " + std::to_string(r.remaining()) +
+                          " bytes left in the file (corrupt count or truncated file)");
       v.elements.reserve(static_cast<size_t>(count));
       for (uint64_t i = 0; i < count; ++i) v.elements.push_back(read_value(r, v.element_type, key, depth + 1));
       break;
@@ -229,10 +230,10 @@ void GgufFile::parse() {
   // value), each tensor info at least 24: absurd counts fail before any allocation.
   if (num_kv > r.remaining() / 13)
     r.fail_at(16, "metadata count " + std::to_string(num_kv) + " cannot fit in the " + std::to_string(r.remaining()) +
-                      " bytes of the file");
+                      " bytes left in the file (corrupt count or truncated file)");
   if (num_tensors > r.remaining() / 24)
     r.fail_at(8, "tensor count " + std::to_string(num_tensors) + " cannot fit in the " +
-                     std::to_string(r.remaining()) + " bytes of the file");
+                     std::to_string(r.remaining()) + " bytes left in the file (corrupt count or truncated file)");
 
   for (uint64_t i = 0; i < num_kv; ++i) {
     const uint64_t at = r.pos();

@@ -109,12 +109,12 @@ GgufCheckpoint::GgufCheckpoint(const fs::path& path) : file_(std::make_unique<Gg
     int64_t permute_heads = 0;
     if (name.rfind("model.layers.", 0) == 0 && m.shape.size() == 2) {
       const std::string prefix = name.substr(0, name.find('.', 13) + 1);  // "model.layers.N."
-      std::optional<DType> common = stored;
+      bool all_stored_alike = stored.has_value();
       for (const char* p : kProjections) {
         const auto other = found.find(prefix + p + ".weight");
-        if (other == found.end() || float_dtype(other->second.info->type) != common) common = std::nullopt;
+        all_stored_alike = all_stored_alike && other != found.end() && other->second.info->type == m.info->type;
       }
-      target = common.value_or(DType::f32);
+      target = all_stored_alike ? target : DType::f32;
       if (is_llama && name == prefix + "self_attn.q_proj.weight") permute_heads = config_.num_heads;
       if (is_llama && name == prefix + "self_attn.k_proj.weight") permute_heads = config_.num_kv_heads;
     }

@@ -191,10 +191,11 @@ TEST_CASE("stories260K as a Q8_0 GGUF agrees with the F32 model to a stated marg
   const double agreement = double(num_agree) / double(num_rows);
   INFO("top-1 agreement " << agreement << " over " << num_rows << " positions, max |logit diff| " << max_diff
                           << " (largest |logit| " << max_logit << ")");
-  // Measured: see docs (README, GGUF). Asserted with a margin.
-  CHECK(agreement >= 0.0);
-  CHECK(max_diff <= 1e9);
-  WARN("q8 agreement " << agreement << " max diff " << max_diff << " max logit " << max_logit << " rows " << num_rows);
+  // Measured: top-1 agreement 47/47 positions, max |logit diff| 0.27 with
+  // logits up to 18.9. Asserted with a margin: at most two positions may
+  // flip, and the largest difference may nearly double.
+  CHECK(agreement >= 45.0 / 47.0);
+  CHECK(max_diff <= 0.5);
 }
 
 TEST_CASE("llmk generate --model file.gguf prints the golden greedy text", "[gguf][golden][cli]") {

@@ -127,6 +127,7 @@ void dequantize_ggml(GgmlType type, const void* src, float* dst, int64_t num_val
   if (num_values < 0 || num_values % info->block_size != 0)
     throw Error(ErrorCode::invalid_argument, "dequantize_ggml: " + std::to_string(num_values) +
                                                  " values is not a whole number of " + info->name + " blocks");
+  if (num_values == 0) return;  // dst may be null for an empty tensor
   const auto* in = static_cast<const uint8_t*>(src);
   const int64_t num_blocks = num_values / info->block_size;
   switch (type) {

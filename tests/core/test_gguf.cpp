@@ -3,6 +3,7 @@
 // malformation is an Error(bad_checkpoint) naming what and where.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -113,6 +114,26 @@ TEST_CASE("GGUF metadata of every value type reads back as PyPI gguf wrote it", 
   REQUIRE(b != nullptr);
   CHECK(b->type == GgmlType::f16);
   CHECK(b->shape() == std::vector<int64_t>{2, 3});
+}
+
+TEST_CASE("a file PyPI gguf wrote, truncated anywhere, is refused with a named error", "[gguf][errors]") {
+  if (!have_gguf_python()) LLMK_SKIP("the project venv with PyPI gguf is absent");
+  TempDir dir;
+  const auto file = dir.path() / "m.gguf";
+  REQUIRE(run_gguf_writer("metadata " + file.string()));
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The writer pads after the last tensor; cutting only padding leaves a valid file.
+  const GgufFile whole(file);
+  uint64_t end = 0;
+  for (const GgufTensorInfo& t : whole.tensors()) end = std::max(end, whole.data_offset() + t.offset + t.nbytes);
+  REQUIRE(end > 500);
+  REQUIRE(end <= bytes.size());
+  for (size_t n = 0; n < end; ++n) {
+    INFO("truncated to " << n << " of " << bytes.size() << " bytes");
+    const std::string message = parse_error(bytes.substr(0, n));
+    CHECK_THAT(message, Contains("truncated") || Contains("too short") || Contains("past the end"));
+  }
 }
 
 TEST_CASE("every GGUF decoder matches gguf.quants on tensors of odd row count", "[gguf][quants]") {

@@ -42,7 +42,7 @@ struct FreeDeleter {
 // permuted tensors live in owned_, the rest point into the mapping.
 class GgufCheckpoint final : public Checkpoint {
  public:
-  explicit GgufCheckpoint(const fs::path& path);
+  explicit GgufCheckpoint(std::unique_ptr<GgufFile> file);
 
  private:
   struct Mapped {
@@ -55,11 +55,18 @@ class GgufCheckpoint final : public Checkpoint {
   std::vector<std::unique_ptr<void, FreeDeleter>> owned_;  // 64-byte aligned converted tensors
 };
 
-GgufCheckpoint::GgufCheckpoint(const fs::path& path) : file_(std::make_unique<GgufFile>(path)) {
+GgufCheckpoint::GgufCheckpoint(std::unique_ptr<GgufFile> file) : file_(std::move(file)) {
   const GgufFile& f = *file_;
   config_ = gguf_model_config(f);
-  source_ = path.string();
+  source_ = f.name();
   const bool is_llama = config_.architecture == "LlamaForCausalLM";
+  // Nine tensors per layer plus the embedding and final norm: a block_count
+  // the file cannot hold is refused before listing what it should hold.
+  const uint64_t min_tensors = 9 * uint64_t(config_.num_layers) + 2;
+  if (f.tensors().size() < min_tensors)
+    throw Error(ErrorCode::bad_checkpoint, f.name() + ": metadata says " + std::to_string(config_.num_layers) +
+                                               " layers, which need at least " + std::to_string(min_tensors) +
+                                               " tensors, but the file holds " + std::to_string(f.tensors().size()));
   const auto expected = expected_tensors(config_);
 
   std::map<std::string, Mapped> found;  // engine name -> GGUF tensor
@@ -121,7 +128,7 @@ GgufCheckpoint::GgufCheckpoint(const fs::path& path) : file_(std::make_unique<Gg
     adopt(name, m, target, permute_heads);
   }
   config_.dtype = tensors_.at("model.layers.0.self_attn.q_proj.weight").dtype;
-  if (!gguf_tokenizer_model(f).empty()) tokenizer_path_ = path;
+  if (!gguf_tokenizer_model(f).empty()) tokenizer_path_ = f.name();
 }
 
 void GgufCheckpoint::adopt(const std::string& hf_name, const Mapped& m, DType target, int64_t permute_heads) {
@@ -269,7 +276,11 @@ ModelConfig gguf_model_config(const GgufFile& f) {
 ModelConfig load_gguf_model_config(const fs::path& file) { return gguf_model_config(GgufFile(file)); }
 
 std::unique_ptr<Checkpoint> load_gguf_checkpoint(const fs::path& file) {
-  return std::make_unique<GgufCheckpoint>(file);
+  return load_gguf_checkpoint(std::make_unique<GgufFile>(file));
+}
+
+std::unique_ptr<Checkpoint> load_gguf_checkpoint(std::unique_ptr<GgufFile> file) {
+  return std::make_unique<GgufCheckpoint>(std::move(file));
 }
 
 }  // namespace llmk

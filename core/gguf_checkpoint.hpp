@@ -58,5 +58,8 @@ void unpermute_rotary_rows(const uint8_t* src, uint8_t* dst, int64_t num_heads, 
 // Loads and validates a GGUF model; the file's tokenizer (if its metadata
 // has one) becomes the checkpoint's tokenizer_path, i.e. the .gguf itself.
 std::unique_ptr<Checkpoint> load_gguf_checkpoint(const std::filesystem::path& file);
+// The same over an already validated file; source() and the tokenizer path
+// are its name().
+std::unique_ptr<Checkpoint> load_gguf_checkpoint(std::unique_ptr<GgufFile> file);
 
 }  // namespace llmk

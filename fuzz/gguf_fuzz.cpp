@@ -4,6 +4,7 @@
 // and decoder paths that consume its metadata and tensors.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/error.hpp"
@@ -15,11 +16,13 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace llmk;
   try {
+    // The whole loader: config, name and shape checks, dequantization and
+    // the Q/K row permutation of every tensor it accepts.
+    load_gguf_checkpoint(std::make_unique<GgufFile>(data, size, "fuzz.gguf"));
+  } catch (const Error&) {
+  }
+  try {
     const GgufFile file(data, size, "fuzz.gguf");
-    try {
-      gguf_model_config(file);
-    } catch (const Error&) {
-    }
     try {
       gguf_sentencepiece_model_proto(file);
     } catch (const Error&) {

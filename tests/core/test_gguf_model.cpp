@@ -377,3 +377,17 @@ TEST_CASE("a GGUF BPE vocabulary is read for the byte-level tokenizer, and refus
   CHECK_THROWS_WITH(gguf_sentencepiece_model_proto(g),
                     Contains("'tokenizer.ggml.scores' has 1 entries but there are 2 tokens"));
 }
+
+TEST_CASE("a GGUF block_count the file's tensors cannot hold is refused before anything is listed", "[gguf][errors]") {
+  GgufBytes b;
+  b.u32(GgufFile::kMagic).u32(3).u64(1).u64(8);
+  b.kv_str("general.architecture", "llama");
+  b.str("llama.attention.layer_norm_rms_epsilon").u32(6).f32(1e-5f);
+  b.kv_u32("llama.context_length", 128).kv_u32("llama.embedding_length", 8).kv_u32("llama.block_count", 2000000000);
+  b.kv_u32("llama.feed_forward_length", 16).kv_u32("llama.attention.head_count", 2).kv_u32("llama.vocab_size", 4);
+  b.tensor("token_embd.weight", {8, 4}, 0, 0).pad_to(32);
+  b.bytes.append(128, '\0');
+  auto file = std::make_unique<GgufFile>(reinterpret_cast<const uint8_t*>(b.bytes.data()), b.bytes.size(), "mem.gguf");
+  CHECK_THROWS_WITH(load_gguf_checkpoint(std::move(file)),
+                    Contains("mem.gguf: metadata says 2000000000 layers") && Contains("the file holds 1"));
+}

@@ -12,6 +12,8 @@ and quantizers), the independent reference for llmk's GGUF reader.
            NAME.f32: gguf.quants' own dequantization of the same bytes.
   metadata OUT.gguf                      every metadata value type, arrays
            and nested arrays, general.alignment 64, three small tensors.
+  kquant   OUT_QUANT.gguf OUT_F32.gguf       a one-layer model in every
+           quantized type, and its F32 twin (gguf.quants' dequantization).
   tiny     OUT.gguf llama|qwen2 [VARIANT...]   a 2-layer random model (see
            write_tiny for the variants).
 """
@@ -284,6 +286,55 @@ def write_tiny(out, arch, variants):
     finish(w)
 
 
+def write_kquant_pair(out_quant, out_f32):
+    """A one-layer llama whose tensors use every quantized type (random
+    blocks with small scales for the K-quants, gguf.quants' encoders for
+    Q8_0/Q4_0), and its twin holding gguf.quants' F32 dequantization of
+    exactly those blocks."""
+    rng = np.random.default_rng(11)
+    hidden, inter, heads, kv, vocab = 256, 512, 4, 2, 64
+    hd = hidden // heads
+    files = [gguf.GGUFWriter(out_quant, "llama"), gguf.GGUFWriter(out_f32, "llama")]
+    for w in files:
+        w.add_context_length(128)
+        w.add_embedding_length(hidden)
+        w.add_block_count(1)
+        w.add_feed_forward_length(inter)
+        w.add_head_count(heads)
+        w.add_head_count_kv(kv)
+        w.add_layer_norm_rms_eps(1e-5)
+        w.add_vocab_size(vocab)
+
+    def add(name, rows, cols, qtype):
+        if qtype in (Q.Q4_K, Q.Q6_K):
+            blocks = random_blocks(rng, qtype, rows * cols // 256)
+            if qtype == Q.Q4_K:  # scales small enough for O(1) activations
+                blocks[:, 0:4] = rng.uniform(-0.002, 0.002, size=(blocks.shape[0], 2)).astype(np.float16).view(np.uint8)
+            else:
+                blocks[:, 208:210] = rng.uniform(-0.001, 0.001, size=(blocks.shape[0], 1)).astype(np.float16).view(np.uint8)
+            stored = blocks.reshape(rows, -1)
+        else:
+            stored = gguf.quants.quantize((rng.standard_normal((rows, cols)) * 0.05).astype(np.float32), qtype)
+        files[0].add_tensor(name, stored, raw_dtype=qtype)
+        files[1].add_tensor(name, gguf.quants.dequantize(stored, qtype).astype(np.float32).reshape(rows, cols))
+
+    add("token_embd.weight", vocab, hidden, Q.Q6_K)
+    for w in files:
+        w.add_tensor("blk.0.attn_norm.weight", np.ones(hidden, np.float32))
+        w.add_tensor("blk.0.ffn_norm.weight", np.ones(hidden, np.float32))
+        w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    add("blk.0.attn_q.weight", heads * hd, hidden, Q.Q4_K)
+    add("blk.0.attn_k.weight", kv * hd, hidden, Q.Q4_K)
+    add("blk.0.attn_v.weight", kv * hd, hidden, Q.Q6_K)
+    add("blk.0.attn_output.weight", hidden, heads * hd, Q.Q8_0)
+    add("blk.0.ffn_gate.weight", inter, hidden, Q.Q4_0)
+    add("blk.0.ffn_up.weight", inter, hidden, Q.Q8_0)
+    add("blk.0.ffn_down.weight", hidden, inter, Q.Q6_K)
+    add("output.weight", vocab, hidden, Q.Q4_K)
+    for w in files:
+        finish(w)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "stories":
@@ -292,6 +343,8 @@ if __name__ == "__main__":
         write_quants(*args)
     elif cmd == "metadata":
         write_metadata(*args)
+    elif cmd == "kquant":
+        write_kquant_pair(*args)
     elif cmd == "tiny":
         write_tiny(args[0], args[1], args[2:])
     else:

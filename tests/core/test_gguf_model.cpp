@@ -391,3 +391,34 @@ TEST_CASE("a GGUF block_count the file's tensors cannot hold is refused before a
   CHECK_THROWS_WITH(load_gguf_checkpoint(std::move(file)),
                     Contains("mem.gguf: metadata says 2000000000 layers") && Contains("the file holds 1"));
 }
+
+TEST_CASE("a model in every quantized GGUF type runs as its F32 twin dequantized by gguf.quants", "[gguf][quants]") {
+  if (!have_gguf_python()) LLMK_SKIP("the project venv with PyPI gguf is absent");
+  TempDir dir;
+  const fs::path quant_file = dir.path() / "kq.gguf", f32_file = dir.path() / "kf.gguf";
+  REQUIRE(run_gguf_writer("kquant " + quant_file.string() + " " + f32_file.string()));
+  std::shared_ptr<const Checkpoint> quant = load_gguf_checkpoint(quant_file);
+  std::shared_ptr<const Checkpoint> f32 = load_gguf_checkpoint(f32_file);
+  // Q4_K, Q6_K, Q8_0 and Q4_0 decode to the twin's values, and the Q/K rows
+  // are restored to the same order after decoding as the twin's F32 rows.
+  for (const auto& [name, t] : f32->tensors()) {
+    INFO(name);
+    const TensorView& q = quant->tensor(name);
+    REQUIRE(q.dtype == DType::f32);
+    const auto* a = static_cast<const float*>(q.data);
+    const auto* b = static_cast<const float*>(t.data);
+    float max_abs = 0, max_diff = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      max_abs = std::max(max_abs, std::fabs(b[i]));
+      max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
+    }
+    CHECK(max_diff <= 1e-6f * max_abs);  // same float operations; slack for a fused multiply-add
+  }
+  PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
+  auto mq = make_model(quant, plugins);
+  auto mf = make_model(f32, plugins);
+  const std::vector<int32_t> ids = {1, 5, 9, 33, 2, 63, 17, 40};
+  const std::vector<float> a = all_logits(*mq, ids), b = all_logits(*mf, ids);
+  const std::vector<double> want(b.begin(), b.end());
+  CHECK(rel_l2(a.data(), want) < 1e-5);
+}

@@ -364,6 +364,11 @@ void validate(const EngineConfig& c) {
   require_one_of("model.chat_template", c.model.chat_template, {"", "llama-2", "chatml"});
 
   require_one_of("executor.device", c.executor.device, {"cpu", "cuda"});
+  // Devices whose executor this engine has; a known device that is not
+  // built is refused here rather than silently served by another.
+  const std::vector<std::string> built_devices = {"cpu"};
+  if (std::find(built_devices.begin(), built_devices.end(), c.executor.device) == built_devices.end())
+    fail("executor.device", "'" + c.executor.device + "' has no executor in this build (built: " + join(built_devices) + ")");
   require_range("executor.num_threads", c.executor.num_threads, 0, 4096, "0 (all cores) to 4096");
 
   for (const auto& [key, name] : {std::pair{"plugins.attention", &c.plugins.attention},

@@ -14,7 +14,7 @@ packages=(
   libcaf-dev libzmq3-dev cppzmq-dev libsentencepiece-dev libboost-dev
   libboost-context-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libspdlog-dev libcpp-httplib-dev libopenblas-dev libdnnl-dev
-  libconcurrentqueue-dev libpcre2-dev
+  libconcurrentqueue-dev libpcre2-dev libicu-dev
   # oneDNN's CMake package calls find_package(OpenCL); libdnnl-dev only
   # recommends the loader and headers, so they are named here
   ocl-icd-opencl-dev opencl-headers

@@ -191,6 +191,7 @@ TEST_CASE("every validation error names its key and what is allowed", "[config]"
       {{"model.load_format=safetensors"}, {"model.path", "required with load_format safetensors"}},
       {{"model.chat_template=vicuna"}, {"model.chat_template", "'vicuna'", "llama-2, chatml"}},
       {{"executor.device=tpu"}, {"executor.device", "'tpu'", "cpu, cuda"}},
+      {{"executor.device=cuda"}, {"executor.device", "'cuda' has no executor in this build", "built: cpu"}},
       {{"executor.num_threads=-2"}, {"executor.num_threads", "out of range"}},
       {{"plugins.attention="}, {"plugins.attention", "must name a plugin"}},
       {{"kv_cache.capacity_fraction=0"}, {"kv_cache.capacity_fraction", "(0, 1]"}},
@@ -223,7 +224,7 @@ TEST_CASE("every validation error names its key and what is allowed", "[config]"
 }
 
 TEST_CASE("valid non-default settings pass validation", "[config]") {
-  CHECK_NOTHROW(validate(with({"model.load_format=dummy", "model.preset=llama-110m", "executor.device=cuda",
+  CHECK_NOTHROW(validate(with({"model.load_format=dummy", "model.preset=llama-110m",
                                "kv_cache.dtype=i8", "kv_cache.group_size=32", "kv_cache.block_size=256",
                                "kv_cache.capacity_fraction=1", "scheduler.policy=static",
                                "scheduler.preemption=offload", "server.http=", "server.zmq=ipc:///tmp/llmk",

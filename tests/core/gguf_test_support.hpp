@@ -14,7 +14,8 @@ namespace llmk::test {
 
 inline std::string venv_python() { return std::string(LLMK_SOURCE_DIR) + "/.venv/bin/python"; }
 inline bool have_gguf_python() {
-  if (!std::filesystem::exists(venv_python())) return false;
+  std::error_code ec;  // a dangling or looping .venv link counts as absent
+  if (!std::filesystem::is_regular_file(venv_python(), ec)) return false;
   return std::system((venv_python() + " -c 'import gguf, numpy' >/dev/null 2>&1").c_str()) == 0;
 }
 // Runs the writer script with `args`; true on success.

@@ -5,9 +5,11 @@
 namespace llmk::app {
 
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
-  cmd.add_option("--model", o.model_dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.model or tokenizer.json)");
-  cmd.add_option("--load-format", o.load_format, "auto, safetensors or dummy (random weights)")
-      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+  cmd.add_option("--model", o.model_dir,
+                 "Hugging Face model directory (config.json, *.safetensors, tokenizer.model or tokenizer.json) or a "
+                 ".gguf file");
+  cmd.add_option("--load-format", o.load_format, "auto, safetensors, gguf or dummy (random weights)")
+      ->check(CLI::IsMember({"auto", "safetensors", "gguf", "dummy"}));
   cmd.add_option("--preset", o.preset,
                  "model shape for dummy weights: llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b or a config.json");
   cmd.add_option("--tokenizer", o.tokenizer, "tokenizer.model or tokenizer.json to use instead of the model's");

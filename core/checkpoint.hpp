@@ -78,8 +78,10 @@ std::unique_ptr<Checkpoint> make_dummy_checkpoint(const ModelConfig& config, uin
 
 struct ModelSection;
 
-// "safetensors" or "dummy": what section.load_format resolves to. "auto"
-// means safetensors when a path is given, else dummy when a preset is given.
+// "safetensors", "gguf" or "dummy": what section.load_format resolves to.
+// "auto" means gguf when the path is a file starting with the GGUF magic
+// (core/gguf_checkpoint.hpp), safetensors for any other path, else dummy
+// when a preset is given.
 // Throws Error(invalid_config) when neither is.
 std::string resolve_load_format(const ModelSection& section);
 // The model's config without loading weights (preset or config.json).

@@ -2,6 +2,8 @@
 #include <sentencepiece_processor.h>
 
 #include "core/error.hpp"
+#include "core/gguf.hpp"
+#include "core/gguf_tokenizer.hpp"
 #include "core/tokenizer_backend.hpp"
 
 namespace llmk::detail {
@@ -29,7 +31,10 @@ std::string replace_space_symbol(std::string_view piece) {
 class SentencepieceBackend final : public TokenizerBackend {
  public:
   explicit SentencepieceBackend(const std::filesystem::path& model_file) : model_file_(model_file) {
-    const auto status = processor_.Load(model_file.string());
+    // A .gguf model carries its vocabulary in metadata (core/gguf_tokenizer.hpp).
+    const auto status = is_gguf_file(model_file)
+                            ? processor_.LoadFromSerializedProto(gguf_sentencepiece_model_proto(model_file))
+                            : processor_.Load(model_file.string());
     if (!status.ok()) {
       throw Error(ErrorCode::bad_checkpoint,
                   "tokenizer model " + model_file.string() + " cannot be loaded: " + status.ToString());

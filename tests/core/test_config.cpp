@@ -186,7 +186,7 @@ TEST_CASE("values of the wrong type are refused naming the key", "[config]") {
 
 TEST_CASE("every validation error names its key and what is allowed", "[config]") {
   const std::vector<std::pair<std::vector<const char*>, std::vector<const char*>>> cases = {
-      {{"model.load_format=pickle"}, {"model.load_format", "'pickle'", "auto, safetensors, dummy"}},
+      {{"model.load_format=pickle"}, {"model.load_format", "'pickle'", "auto, safetensors, gguf, dummy"}},
       {{"model.load_format=dummy"}, {"model.preset", "required with load_format dummy"}},
       {{"model.load_format=safetensors"}, {"model.path", "required with load_format safetensors"}},
       {{"model.chat_template=vicuna"}, {"model.chat_template", "'vicuna'", "llama-2, chatml"}},

@@ -99,7 +99,7 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
   json body;
   try {
     body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number that overflows
     throw ProtocolError(ProtocolFailure::malformed, std::string("malformed JSON body: ") + e.what());
   }
   if (!body.is_object()) throw ProtocolError(ProtocolFailure::malformed, "the body must be a JSON object");

@@ -183,7 +183,7 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
   im.checkpoint = open_model(im.config.model);
   const ModelConfig& mc = im.checkpoint->config();
   if (im.checkpoint->tokenizer_path().empty())
-    throw Error(ErrorCode::not_found, "no tokenizer.model for model '" + im.config.model.path +
+    throw Error(ErrorCode::not_found, "no tokenizer.model or tokenizer.json for model '" + im.config.model.path +
                                           "' (set model.tokenizer)");
   im.tokenizer = std::make_shared<const Tokenizer>(im.checkpoint->tokenizer_path());
 

@@ -5,12 +5,16 @@
 namespace llmk::app {
 
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
-  cmd.add_option("--model", o.model_dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.model)");
-  cmd.add_option("--load-format", o.load_format, "auto, safetensors or dummy (random weights)")
-      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+  cmd.add_option("--model", o.model_dir,
+                 "Hugging Face model directory (config.json, *.safetensors, tokenizer.model or tokenizer.json) or a "
+                 ".gguf file");
+  cmd.add_option("--load-format", o.load_format, "auto, safetensors, gguf or dummy (random weights)")
+      ->check(CLI::IsMember({"auto", "safetensors", "gguf", "dummy"}));
   cmd.add_option("--preset", o.preset,
                  "model shape for dummy weights: llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b or a config.json");
-  cmd.add_option("--tokenizer", o.tokenizer, "tokenizer.model to use instead of the model's");
+  cmd.add_option("--tokenizer", o.tokenizer, "tokenizer.model or tokenizer.json to use instead of the model's");
+  cmd.add_option("--chat-template", o.chat_template,
+                 "Jinja chat template file to use instead of the model's (or llama-2, chatml)");
   cmd.add_option("--config", o.config_file, "YAML engine configuration (see config/default.yaml)");
   cmd.add_option("--set", o.overrides, "override one config key, e.g. --set scheduler.max_num_seqs=32 (repeatable)")
       ->take_all()
@@ -26,6 +30,7 @@ EngineConfig build_engine_config(const ModelOptions& o) {
   if (!o.load_format.empty()) cfg.model.load_format = o.load_format;
   if (!o.preset.empty()) cfg.model.preset = o.preset;
   if (!o.tokenizer.empty()) cfg.model.tokenizer = o.tokenizer;
+  if (!o.chat_template.empty()) cfg.model.chat_template = o.chat_template;
   if (o.num_threads >= 0) cfg.executor.num_threads = o.num_threads;
   validate(cfg);
   return cfg;

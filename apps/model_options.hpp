@@ -20,12 +20,13 @@ struct ModelOptions {
   std::string load_format;              // --load-format auto|safetensors|dummy ("" = from config)
   std::string preset;                   // --preset NAME|config.json
   std::string tokenizer;                // --tokenizer FILE
+  std::string chat_template;            // --chat-template FILE (or a built-in name)
   std::string config_file;              // --config FILE (YAML)
   std::vector<std::string> overrides;   // --set KEY=VALUE, repeatable
   int32_t num_threads = -1;             // --threads N (-1 = from config)
 };
 
-// Adds --model, --load-format, --preset, --tokenizer, --config, --set and
+// Adds --model, --load-format, --preset, --tokenizer, --chat-template, --config, --set and
 // --threads to `cmd`, writing into `options` (which must outlive parsing).
 void add_model_options(CLI::App& cmd, ModelOptions& options);
 

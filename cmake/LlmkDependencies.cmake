@@ -26,6 +26,10 @@ endif()
 
 find_package(cppzmq REQUIRED)
 pkg_check_modules(SPM REQUIRED IMPORTED_TARGET sentencepiece)
+# tokenizer.json: Unicode regexes of pre-tokenizers (PCRE2) and Unicode
+# normalizers such as Qwen2's NFC (ICU; without it such files are refused).
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(ICU_UC IMPORTED_TARGET icu-uc)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(yaml-cpp REQUIRED)

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/jinja/template.hpp"
 #include "core/tokenizer.hpp"
 
 namespace llmk {
@@ -19,6 +20,9 @@ std::string strip(std::string_view s) {
 
 void check_messages(std::span<const ChatMessage> messages) {
   if (messages.empty()) throw Error(ErrorCode::invalid_argument, "chat: the message list is empty");
+}
+
+void check_builtin_roles(std::span<const ChatMessage> messages) {
   for (size_t i = 0; i < messages.size(); ++i) {
     const auto& role = messages[i].role;
     if (role != "system" && role != "user" && role != "assistant") {
@@ -28,7 +32,56 @@ void check_messages(std::span<const ChatMessage> messages) {
   }
 }
 
+// A message as transformers hands it to the template: OpenAI's keys, only
+// those that are set.
+jinja::Value message_value(const ChatMessage& m) {
+  jinja::Dict d;
+  d.set("role", jinja::Value(m.role));
+  d.set("content", m.null_content ? jinja::Value::none() : jinja::Value(m.content));
+  if (!m.tool_calls.is_undefined()) d.set("tool_calls", m.tool_calls);
+  if (!m.tool_call_id.empty()) d.set("tool_call_id", jinja::Value(m.tool_call_id));
+  if (!m.name.empty()) d.set("name", jinja::Value(m.name));
+  return jinja::Value(std::move(d));
+}
+
+// tokenizer_config.json writes a special token as a string or as an
+// AddedToken object {"content": ...}.
+std::string token_text(const nlohmann::json& config, const char* key) {
+  const auto it = config.find(key);
+  if (it == config.end()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  return "";
+}
+
+std::string read_file(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return {};
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 }  // namespace
+
+ChatTemplate::ChatTemplate(Kind kind) : kind_(kind) {
+  if (kind == Kind::jinja) {
+    throw Error(ErrorCode::invalid_argument, "chat: a Jinja template is made with ChatTemplate::from_jinja");
+  }
+}
+
+ChatTemplate ChatTemplate::from_jinja(std::string_view source, ChatSpecialTokens tokens, std::string name,
+                                      std::string_view tool_use_source) {
+  ChatTemplate t(Kind::llama2);
+  t.kind_ = Kind::jinja;
+  t.name_ = std::move(name);
+  t.jinja_ = std::make_shared<const jinja::Template>(source);
+  if (!tool_use_source.empty()) t.tool_use_ = std::make_shared<const jinja::Template>(tool_use_source);
+  t.tokens_ = std::make_shared<const ChatSpecialTokens>(std::move(tokens));
+  return t;
+}
+
+bool is_builtin_chat_template(std::string_view name) {
+  return name == "llama-2" || name == "llama2" || name == "chatml";
+}
 
 ChatTemplate ChatTemplate::by_name(std::string_view name) {
   if (name == "llama-2" || name == "llama2") return ChatTemplate(Kind::llama2);
@@ -45,10 +98,18 @@ ChatTemplate ChatTemplate::detect(std::string_view jinja_template) {
               "llama-2 or chatml");
 }
 
-std::string_view ChatTemplate::name() const { return kind_ == Kind::llama2 ? "llama-2" : "chatml"; }
+std::string_view ChatTemplate::name() const {
+  switch (kind_) {
+    case Kind::llama2: return "llama-2";
+    case Kind::chatml: return "chatml";
+    case Kind::jinja: return name_;
+  }
+  return "";
+}
 
 std::vector<ChatTemplate::Segment> ChatTemplate::segments(std::span<const ChatMessage> messages) const {
   check_messages(messages);
+  check_builtin_roles(messages);
   std::vector<Segment> out;
   auto text = [&](std::string s) {
     if (!out.empty() && out.back().type == Segment::Type::text) {
@@ -95,6 +156,31 @@ std::vector<ChatTemplate::Segment> ChatTemplate::segments(std::span<const ChatMe
 }
 
 std::string ChatTemplate::render(std::span<const ChatMessage> messages) const {
+  return render(messages, ChatRenderOptions{});
+}
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages, const ChatRenderOptions& options) const {
+  if (kind_ == Kind::jinja) {
+    check_messages(messages);
+    const bool has_tools = options.tools.truthy();
+    const jinja::Template& tpl = has_tools && tool_use_ ? *tool_use_ : *jinja_;
+    jinja::List list;
+    for (const auto& m : messages) list.push_back(message_value(m));
+    jinja::Dict vars;
+    vars.set("messages", jinja::Value(std::move(list)));
+    vars.set("tools", options.tools.is_undefined() ? jinja::Value::none() : options.tools);
+    vars.set("documents", jinja::Value::none());
+    vars.set("add_generation_prompt", jinja::Value(options.add_generation_prompt));
+    // As transformers: the special tokens the tokenizer has, by name.
+    const std::pair<const char*, const std::string*> tokens[] = {{"bos_token", &tokens_->bos_token},
+                                                                  {"eos_token", &tokens_->eos_token},
+                                                                  {"unk_token", &tokens_->unk_token},
+                                                                  {"pad_token", &tokens_->pad_token}};
+    for (const auto& [key, text] : tokens) {
+      if (!text->empty()) vars.set(key, jinja::Value(*text));
+    }
+    return tpl.render(vars);
+  }
   std::string prompt;
   for (const auto& s : segments(messages)) {
     switch (s.type) {
@@ -108,6 +194,12 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages) const {
 
 std::vector<int32_t> ChatTemplate::encode(std::span<const ChatMessage> messages, const Tokenizer& tokenizer,
                                           bool add_bos) const {
+  return encode(messages, ChatRenderOptions{}, tokenizer, add_bos);
+}
+
+std::vector<int32_t> ChatTemplate::encode(std::span<const ChatMessage> messages, const ChatRenderOptions& options,
+                                          const Tokenizer& tokenizer, bool add_bos) const {
+  if (kind_ == Kind::jinja) return tokenizer.encode_with_special_tokens(render(messages, options), false);
   std::vector<int32_t> ids;
   // chatml's text has no BOS of its own (the tokenizer adds it); llama-2 has one per turn.
   if (kind_ == Kind::chatml && add_bos && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
@@ -130,38 +222,59 @@ std::vector<int32_t> ChatTemplate::encode(std::span<const ChatMessage> messages,
 }
 
 ChatTemplate resolve_chat_template(std::string_view configured, const std::filesystem::path& model_dir) {
-  if (!configured.empty()) return ChatTemplate::by_name(configured);
+  if (is_builtin_chat_template(configured)) return ChatTemplate::by_name(configured);
   const auto file = model_dir / "tokenizer_config.json";
-  const std::string hint = "; set model.chat_template to llama-2 or chatml";
-  std::ifstream in(file);
-  if (!in) throw Error(ErrorCode::unsupported, "no chat template: " + file.string() + " cannot be read" + hint);
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorCode::bad_checkpoint, file.string() + " is not valid JSON: " + e.what());
+  const std::string hint = "; set model.chat_template (--chat-template) to a Jinja file, llama-2 or chatml";
+  nlohmann::json config = nlohmann::json::object();
+  const bool has_config = !model_dir.empty() && std::filesystem::is_regular_file(file);
+  if (has_config) {
+    try {
+      config = nlohmann::json::parse(read_file(file));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(ErrorCode::bad_checkpoint, file.string() + " is not valid JSON: " + e.what());
+    }
+    if (!config.is_object()) throw Error(ErrorCode::bad_checkpoint, file.string() + " is not a JSON object");
   }
+  ChatSpecialTokens tokens{token_text(config, "bos_token"), token_text(config, "eos_token"),
+                           token_text(config, "unk_token"), token_text(config, "pad_token")};
+  const auto build = [](const std::string& where, std::string_view source, ChatSpecialTokens t, std::string_view tool_use) {
+    try {
+      return ChatTemplate::from_jinja(source, std::move(t), where, tool_use);
+    } catch (const Error& e) {
+      throw Error(e.code(), where + ": " + e.what());
+    }
+  };
+  if (!configured.empty()) {
+    const std::filesystem::path path(configured);
+    if (!std::filesystem::is_regular_file(path)) {
+      throw Error(ErrorCode::invalid_config, "model.chat_template: '" + std::string(configured) +
+                                                 "' is neither a built-in template (llama-2, chatml) nor a file");
+    }
+    return build(path.string(), read_file(path), std::move(tokens), {});
+  }
+  if (!has_config) throw Error(ErrorCode::unsupported, "no chat template: " + file.string() + " cannot be read" + hint);
   const auto it = config.find("chat_template");
   if (it == config.end() || it->is_null()) {
     throw Error(ErrorCode::unsupported, "no chat template: " + file.string() + " has no chat_template" + hint);
   }
-  std::string jinja;
+  std::string source;
+  std::string tool_use;
   if (it->is_string()) {
-    jinja = it->get<std::string>();
+    source = it->get<std::string>();
   } else if (it->is_array()) {
-    // Newer files list named templates; the one named "default" is the chat one.
+    // Newer files list named templates: "default" for chat, "tool_use" for requests with tools.
     for (const auto& entry : *it) {
-      if (entry.is_object() && entry.value("name", "") == "default") jinja = entry.value("template", "");
+      if (!entry.is_object() || !entry.contains("template") || !entry["template"].is_string()) continue;
+      const std::string name = entry.value("name", "");
+      if (name == "default") source = entry["template"].get<std::string>();
+      if (name == "tool_use") tool_use = entry["template"].get<std::string>();
     }
+    if (source.empty()) std::swap(source, tool_use);  // only a tool_use template: it serves every request
   }
-  if (jinja.empty()) {
+  if (source.empty()) {
     throw Error(ErrorCode::unsupported, "no chat template: " + file.string() + " chat_template is not a template" + hint);
   }
-  try {
-    return ChatTemplate::detect(jinja);
-  } catch (const Error& e) {
-    throw Error(ErrorCode::unsupported, file.string() + ": " + e.what());
-  }
+  return build(file.string(), source, std::move(tokens), tool_use);
 }
 
 }  // namespace llmk

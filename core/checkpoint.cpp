@@ -67,7 +67,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const fs::path& model_dir) {
                 model_dir.string() +
                     ": no model.safetensors or model.safetensors.index.json (only safetensors weights are supported)");
   }
-  if (fs::exists(model_dir / "tokenizer.model")) tokenizer_path_ = model_dir / "tokenizer.model";
+  tokenizer_path_ = find_tokenizer(model_dir);
 }
 
 void SafetensorsCheckpoint::open_single(const fs::path& file, std::map<std::string, Found>& found) {
@@ -203,6 +203,13 @@ std::map<std::string, std::vector<int64_t>> expected_tensors(const ModelConfig& 
   t["model.norm.weight"] = {h};
   if (!c.tie_word_embeddings) t["lm_head.weight"] = {c.vocab_size, h};
   return t;
+}
+
+fs::path find_tokenizer(const fs::path& model_dir) {
+  for (const char* name : {"tokenizer.model", "tokenizer.json"}) {
+    if (fs::is_regular_file(model_dir / name)) return model_dir / name;
+  }
+  return {};
 }
 
 std::unique_ptr<Checkpoint> load_checkpoint(const fs::path& model_dir) {

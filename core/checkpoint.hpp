@@ -78,8 +78,10 @@ std::unique_ptr<Checkpoint> make_dummy_checkpoint(const ModelConfig& config, uin
 
 struct ModelSection;
 
-// "safetensors" or "dummy": what section.load_format resolves to. "auto"
-// means safetensors when a path is given, else dummy when a preset is given.
+// "safetensors", "gguf" or "dummy": what section.load_format resolves to.
+// "auto" means gguf when the path is a file starting with the GGUF magic
+// (core/gguf_checkpoint.hpp), safetensors for any other path, else dummy
+// when a preset is given.
 // Throws Error(invalid_config) when neither is.
 std::string resolve_load_format(const ModelSection& section);
 // The model's config without loading weights (preset or config.json).
@@ -87,13 +89,19 @@ ModelConfig resolve_model_config(const ModelSection& section);
 // The one entry point every command uses: loads safetensors from
 // section.path or builds dummy weights for section.preset (seed
 // section.seed), and sets the tokenizer path: section.tokenizer when given
-// (must exist), else the directory's tokenizer.model, else for dummy weights
-// default_tokenizer_path().
+// (must exist), else the directory's tokenizer (find_tokenizer), else for
+// dummy weights default_tokenizer_path().
 std::shared_ptr<const Checkpoint> open_model(const ModelSection& section);
 // The tokenizer for dummy weights: models/llama2-tokenizer/tokenizer.model
 // under $LLMK_SHARED_DIR, then ../shared (relative to the current
 // directory), then the shared folder beside the source tree. Throws
 // Error(not_found) listing the places tried.
 std::filesystem::path default_tokenizer_path();
+// The tokenizer file of a Hugging Face model directory: tokenizer.model
+// (sentencepiece) when present, else tokenizer.json; empty when neither is.
+// tokenizer.model wins when both exist (Llama 2 and Mistral repositories ship
+// both): sentencepiece is those models' own tokenizer, and the Hugging Face
+// conversion differs from it in corner cases.
+std::filesystem::path find_tokenizer(const std::filesystem::path& model_dir);
 
 }  // namespace llmk

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -354,15 +355,25 @@ void apply_override(EngineConfig& cfg, const std::string& key_equals_value) {
 }
 
 void validate(const EngineConfig& c) {
-  require_one_of("model.load_format", c.model.load_format, {"auto", "safetensors", "dummy"});
+  require_one_of("model.load_format", c.model.load_format, {"auto", "safetensors", "gguf", "dummy"});
   if (c.model.load_format == "dummy" && c.model.preset.empty())
     fail("model.preset", "required with load_format dummy (llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b, or a "
                          "config.json path)");
+  if (c.model.load_format == "gguf" && c.model.path.empty())
+    fail("model.path", "required with load_format gguf (a .gguf file)");
   if (c.model.load_format == "safetensors" && c.model.path.empty())
     fail("model.path", "required with load_format safetensors (a Hugging Face model directory)");
-  require_one_of("model.chat_template", c.model.chat_template, {"", "llama-2", "chatml"});
+  // A built-in name, or a Jinja file (--chat-template FILE).
+  if (c.model.chat_template != "" && c.model.chat_template != "llama-2" && c.model.chat_template != "chatml" &&
+      !std::filesystem::is_regular_file(c.model.chat_template)) {
+    fail("model.chat_template", "'" + c.model.chat_template +
+                                    "' is neither a Jinja template file nor a built-in template (allowed: \"\", "
+                                    "llama-2, chatml, or a file path)");
+  }
 
   require_one_of("executor.device", c.executor.device, {"cpu", "cuda"});
+  // A known device that is not built is refused here rather than silently
+  // served by another; the list is core/executor.hpp's, the one make_executor reads.
   if (!has_executor(c.executor.device))
     fail("executor.device", "'" + c.executor.device + "' has no executor in this build (built: " +
                                 built_executor_device_names() + ")");

@@ -5,6 +5,8 @@
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/gguf.hpp"
+#include "core/gguf_checkpoint.hpp"
 
 #ifndef LLMK_DEFAULT_SHARED_DIR
 #define LLMK_DEFAULT_SHARED_DIR ""
@@ -32,11 +34,11 @@ fs::path default_tokenizer_path() {
 }
 
 std::string resolve_load_format(const ModelSection& s) {
-  if (s.load_format == "safetensors" || s.load_format == "dummy") return s.load_format;
+  if (s.load_format == "safetensors" || s.load_format == "gguf" || s.load_format == "dummy") return s.load_format;
   if (s.load_format != "auto")
     throw Error(ErrorCode::invalid_config,
-                "model.load_format: '" + s.load_format + "' is not allowed (allowed: auto, safetensors, dummy)");
-  if (!s.path.empty()) return "safetensors";
+                "model.load_format: '" + s.load_format + "' is not allowed (allowed: auto, safetensors, gguf, dummy)");
+  if (!s.path.empty()) return is_gguf_file(s.path) ? "gguf" : "safetensors";
   if (!s.preset.empty()) return "dummy";
   throw Error(ErrorCode::invalid_config,
               "model.path: no model given: pass --model DIR (a Hugging Face directory) or --load-format dummy "
@@ -57,6 +59,7 @@ ModelConfig resolve_model_config(const ModelSection& s) {
     return *c;
   }
   if (s.path.empty()) throw Error(ErrorCode::invalid_config, "model.path: required with load_format safetensors");
+  if (resolve_load_format(s) == "gguf") return load_gguf_model_config(s.path);
   return load_model_config(s.path);
 }
 
@@ -70,7 +73,7 @@ std::shared_ptr<const Checkpoint> open_model(const ModelSection& s) {
     checkpoint = make_dummy_checkpoint(config, s.seed, tokenizer);
   } else {
     if (s.path.empty()) throw Error(ErrorCode::invalid_config, "model.path: required with load_format safetensors");
-    checkpoint = load_checkpoint(s.path);
+    checkpoint = resolve_load_format(s) == "gguf" ? load_gguf_checkpoint(s.path) : load_checkpoint(s.path);
     if (!s.tokenizer.empty()) checkpoint->set_tokenizer_path(s.tokenizer);
   }
   return checkpoint;

@@ -1,33 +1,40 @@
 #include "core/tokenizer.hpp"
 
-#include <sentencepiece_processor.h>
-
 #include "core/error.hpp"
+#include "core/tokenizer_backend.hpp"
 
 namespace llmk {
 
 namespace {
 
-constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";  // '▁' U+2581
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
-constexpr std::string_view kUnknownSurface = " \xE2\x81\x87 ";  // " ⁇ ", as sentencepiece writes <unk>
-
-std::string replace_space_symbol(std::string_view piece) {
-  std::string out;
-  out.reserve(piece.size());
-  size_t i = 0;
-  while (i < piece.size()) {
-    if (piece.compare(i, kSpaceSymbol.size(), kSpaceSymbol) == 0) {
-      out.push_back(' ');
-      i += kSpaceSymbol.size();
-    } else {
-      out.push_back(piece[i++]);
-    }
-  }
-  return out;
-}
 
 bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+// What a lead byte announces: the character's length (0 when the byte cannot
+// lead one: a continuation byte, C0/C1 or F5..FF) and the allowed range of
+// the second byte, which excludes overlong forms (E0, F0), surrogates (ED)
+// and code points above U+10FFFF (F4).
+struct Utf8Lead {
+  int length = 0;
+  unsigned char lo = 0x80, hi = 0xBF;
+};
+
+Utf8Lead utf8_lead(unsigned char b0) {
+  Utf8Lead lead;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    lead.length = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    lead.length = 3;
+    if (b0 == 0xE0) lead.lo = 0xA0;
+    if (b0 == 0xED) lead.hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    lead.length = 4;
+    if (b0 == 0xF0) lead.lo = 0x90;
+    if (b0 == 0xF4) lead.hi = 0x8F;
+  }
+  return lead;
+}
 
 }  // namespace
 
@@ -35,23 +42,10 @@ int utf8_char_length(std::string_view bytes) {
   if (bytes.empty()) return 0;
   const auto b0 = static_cast<unsigned char>(bytes[0]);
   if (b0 < 0x80) return 1;
-  int length = 0;
-  // Allowed range of the second byte: it excludes overlong forms (E0, F0),
-  // surrogates (ED) and code points above U+10FFFF (F4).
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    length = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    length = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    length = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return -1;  // continuation byte, C0/C1 or F5..FF
-  }
+  const Utf8Lead lead = utf8_lead(b0);
+  const int length = lead.length;
+  const unsigned char lo = lead.lo, hi = lead.hi;
+  if (length == 0) return -1;  // continuation byte, C0/C1 or F5..FF
   for (int i = 1; i < length; ++i) {
     if (static_cast<size_t>(i) >= bytes.size()) return 0;
     const auto b = static_cast<unsigned char>(bytes[i]);
@@ -70,12 +64,44 @@ bool is_valid_utf8(std::string_view text) {
   return true;
 }
 
+int utf8_invalid_length(std::string_view bytes) {
+  if (bytes.empty()) return 0;
+  const auto b0 = static_cast<unsigned char>(bytes[0]);
+  const Utf8Lead lead = utf8_lead(b0);
+  const int length = lead.length;
+  const unsigned char lo = lead.lo, hi = lead.hi;
+  if (length == 0) return 1;
+  // The lead byte and every following byte that still fits the character.
+  int i = 1;
+  while (i < length && static_cast<size_t>(i) < bytes.size()) {
+    const auto b = static_cast<unsigned char>(bytes[i]);
+    if (i == 1 ? (b < lo || b > hi) : !is_continuation(b)) break;
+    ++i;
+  }
+  return i;
+}
+
+std::string utf8_lossy(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const int n = utf8_char_length(text.substr(i));
+    if (n > 0) {
+      out.append(text, i, static_cast<size_t>(n));
+      i += static_cast<size_t>(n);
+    } else {
+      out.append(kReplacement);
+      i += static_cast<size_t>(utf8_invalid_length(text.substr(i)));
+    }
+  }
+  return out;
+}
+
 struct Tokenizer::Impl {
-  sentencepiece::SentencePieceProcessor processor;
   std::filesystem::path model_file;
-  std::vector<PieceKind> kinds;     // [vocab_size]
-  std::vector<std::string> surfaces;  // [vocab_size], see Tokenizer::surface
-  std::vector<std::string> pieces;    // [vocab_size], see Tokenizer::id_to_piece
+  std::unique_ptr<detail::TokenizerBackend> backend;
+  const detail::PieceTable* table = nullptr;  // owned by backend
 };
 
 Tokenizer::Tokenizer(const std::filesystem::path& model_file) : impl_(std::make_unique<Impl>()) {
@@ -83,76 +109,37 @@ Tokenizer::Tokenizer(const std::filesystem::path& model_file) : impl_(std::make_
   if (!std::filesystem::is_regular_file(model_file)) {
     throw Error(ErrorCode::bad_checkpoint, "tokenizer model " + model_file.string() + ": no such file");
   }
-  const auto status = impl_->processor.Load(model_file.string());
-  if (!status.ok()) {
-    throw Error(ErrorCode::bad_checkpoint,
-                "tokenizer model " + model_file.string() + " cannot be loaded: " + status.ToString());
+  if (model_file.extension() == ".json") {
+    impl_->backend = detail::make_tokenizer_json_backend(model_file);
+  } else {
+    impl_->backend = detail::make_sentencepiece_backend(model_file);
   }
-  auto& sp = impl_->processor;
-  const int n = sp.GetPieceSize();
-  if (n <= 0) throw Error(ErrorCode::bad_checkpoint, "tokenizer model " + model_file.string() + " has no pieces");
-  impl_->kinds.resize(n);
-  impl_->surfaces.resize(n);
-  impl_->pieces.resize(n);
-  for (int id = 0; id < n; ++id) {
-    const std::string& piece = sp.IdToPiece(id);
-    if (sp.IsByte(id)) {
-      // "<0xNN>"
-      if (piece.size() != 6) {
-        throw Error(ErrorCode::bad_checkpoint, "tokenizer model " + model_file.string() +
-                                                   ": malformed byte piece '" + piece + "'");
-      }
-      const char byte = static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16));
-      impl_->kinds[id] = PieceKind::byte;
-      impl_->surfaces[id] = std::string(1, byte);
-      impl_->pieces[id] = impl_->surfaces[id];
-    } else if (sp.IsControl(id)) {
-      impl_->kinds[id] = PieceKind::control;
-      impl_->pieces[id] = piece;
-    } else if (sp.IsUnknown(id)) {
-      impl_->kinds[id] = PieceKind::unknown;
-      impl_->surfaces[id] = std::string(kUnknownSurface);
-      impl_->pieces[id] = piece;
-    } else {
-      impl_->kinds[id] = PieceKind::normal;
-      impl_->surfaces[id] = replace_space_symbol(piece);
-      impl_->pieces[id] = impl_->surfaces[id];
-    }
-  }
+  impl_->table = &impl_->backend->table();
 }
 
 Tokenizer::~Tokenizer() = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const {
-  std::vector<int> ids;
-  const auto status = impl_->processor.Encode(text, &ids);
-  if (!status.ok()) {
-    throw Error(ErrorCode::invalid_argument, "tokenizer " + impl_->model_file.string() +
-                                                 " cannot encode the text: " + status.ToString());
-  }
-  std::vector<int32_t> out;
-  out.reserve(ids.size() + 1);
-  if (add_bos && bos_id() >= 0) out.push_back(bos_id());
-  out.insert(out.end(), ids.begin(), ids.end());
-  return out;
+  auto ids = impl_->backend->encode(text, /*parse_special=*/false);
+  if (add_bos) impl_->backend->add_special_tokens(ids);
+  return ids;
+}
+
+std::vector<int32_t> Tokenizer::encode_with_special_tokens(std::string_view text, bool add_bos) const {
+  auto ids = impl_->backend->encode(text, /*parse_special=*/true);
+  if (add_bos) impl_->backend->add_special_tokens(ids);
+  return ids;
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
-  std::vector<int> sp_ids(ids.begin(), ids.end());
-  for (int id : sp_ids) {
+  for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size()) {
       throw Error(ErrorCode::invalid_argument, "token id " + std::to_string(id) + " is outside the vocabulary of " +
                                                    std::to_string(vocab_size()) + " (" +
                                                    impl_->model_file.string() + ")");
     }
   }
-  std::string text;
-  const auto status = impl_->processor.Decode(sp_ids, &text);
-  if (!status.ok()) {
-    throw Error(ErrorCode::invalid_argument, "tokenizer " + impl_->model_file.string() +
-                                                 " cannot decode the ids: " + status.ToString());
-  }
-  return text;
+  return impl_->backend->decode(ids);
 }
 
 std::string Tokenizer::id_to_piece(int32_t id) const {
@@ -160,15 +147,16 @@ std::string Tokenizer::id_to_piece(int32_t id) const {
     throw Error(ErrorCode::invalid_argument,
                 "token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab_size()));
   }
-  return impl_->pieces[id];
+  return impl_->table->pieces[id];
 }
 
-int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->kinds.size()); }
-int32_t Tokenizer::bos_id() const { return impl_->processor.bos_id(); }
-int32_t Tokenizer::eos_id() const { return impl_->processor.eos_id(); }
-Tokenizer::PieceKind Tokenizer::piece_kind(int32_t id) const { return impl_->kinds[id]; }
+int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->table->kinds.size()); }
+int32_t Tokenizer::bos_id() const { return impl_->table->bos_id; }
+int32_t Tokenizer::eos_id() const { return impl_->table->eos_id; }
+Tokenizer::PieceKind Tokenizer::piece_kind(int32_t id) const { return impl_->table->kinds[id]; }
+const Tokenizer::DecodeRules& Tokenizer::decode_rules() const { return impl_->table->rules; }
 const std::filesystem::path& Tokenizer::model_file() const { return impl_->model_file; }
-const std::string& Tokenizer::surface(int32_t id) const { return impl_->surfaces[id]; }
+const std::string& Tokenizer::surface(int32_t id) const { return impl_->table->surfaces[id]; }
 
 // ---------------------------------------------------------------------------
 
@@ -186,25 +174,45 @@ bool prompt_has_visible_piece(const Tokenizer& tokenizer, std::span<const int32_
 }  // namespace
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool continues_prompt)
-    : tokenizer_(tokenizer), continues_prompt_(continues_prompt) {}
+    : tokenizer_(tokenizer),
+      continues_prompt_(continues_prompt),
+      strip_text_(!continues_prompt &&
+                  tokenizer.decode_rules().leading_space == Tokenizer::LeadingSpace::strip_text) {}
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, std::span<const int32_t> prompt_ids)
     : IncrementalDetokenizer(tokenizer, prompt_has_visible_piece(tokenizer, prompt_ids)) {}
 
 void IncrementalDetokenizer::drain_pending(std::string& out, bool end_of_run) {
-  // sentencepiece's rule for a run of byte pieces: at each position, a valid
-  // character is copied, anything else becomes U+FFFD and consumes one byte.
-  // pending_ holds at most 3 bytes (a proper prefix of a character), so this
-  // loop is O(1) per pushed byte.
+  switch (tokenizer_.decode_rules().byte_errors) {
+    case Tokenizer::ByteErrors::whole_run:
+      // Valid as a whole or one U+FFFD per byte: only the run's end decides.
+      if (!end_of_run) return;
+      if (is_valid_utf8(pending_)) {
+        out += pending_;
+      } else {
+        for (size_t i = 0; i < pending_.size(); ++i) out.append(kReplacement);
+      }
+      pending_.clear();
+      return;
+    case Tokenizer::ByteErrors::per_byte:
+    case Tokenizer::ByteErrors::lossy:
+      break;
+  }
+  // Left to right, a valid character is copied; otherwise sentencepiece
+  // (per_byte) replaces one byte, lossy the maximal invalid subsequence.
+  // After draining at most 3 bytes remain (a proper prefix of a character),
+  // so the work is O(1) per pushed byte.
+  const bool lossy = tokenizer_.decode_rules().byte_errors == Tokenizer::ByteErrors::lossy;
   size_t start = 0;
   while (start < pending_.size()) {
-    const int n = utf8_char_length(std::string_view(pending_).substr(start));
+    const std::string_view rest = std::string_view(pending_).substr(start);
+    const int n = utf8_char_length(rest);
     if (n > 0) {
       out.append(pending_, start, static_cast<size_t>(n));
       start += static_cast<size_t>(n);
     } else if (n < 0 || end_of_run) {
       out.append(kReplacement);
-      start += 1;
+      start += lossy ? static_cast<size_t>(utf8_invalid_length(rest)) : 1;
     } else {
       break;  // an incomplete character: wait for more bytes
     }
@@ -217,32 +225,42 @@ std::string IncrementalDetokenizer::push(int32_t id) {
     throw Error(ErrorCode::invalid_argument, "token id " + std::to_string(id) + " is outside the vocabulary of " +
                                                  std::to_string(tokenizer_.vocab_size()));
   }
+  const auto& rules = tokenizer_.decode_rules();
   std::string out;
   const auto kind = tokenizer_.piece_kind(id);
   if (kind == Tokenizer::PieceKind::byte) {
     pending_ += tokenizer_.surface(id);
     first_ = false;
     drain_pending(out, /*end_of_run=*/false);
+  } else if (kind == Tokenizer::PieceKind::control) {
+    // sentencepiece ends a byte run at a control token; Hugging Face drops
+    // special tokens before its decoders run, so the run goes on.
+    if (rules.control_ends_byte_run) drain_pending(out, /*end_of_run=*/true);
   } else {
-    // Any other piece ends a byte run, even an invisible control token.
     drain_pending(out, /*end_of_run=*/true);
-    if (kind != Tokenizer::PieceKind::control) {
-      std::string_view surface = tokenizer_.surface(id);
-      if (first_ && !continues_prompt_ && kind == Tokenizer::PieceKind::normal && !surface.empty() &&
-          surface.front() == ' ') {
-        surface.remove_prefix(1);
-      }
-      out.append(surface);
-      first_ = false;
+    std::string_view surface = tokenizer_.surface(id);
+    if (first_ && !continues_prompt_ && rules.leading_space == Tokenizer::LeadingSpace::strip_first_piece &&
+        kind == Tokenizer::PieceKind::normal && !surface.empty() && surface.front() == ' ') {
+      surface.remove_prefix(1);
     }
+    out.append(surface);
+    first_ = false;
   }
+  strip_leading_space(out);
   text_ += out;
   return out;
+}
+
+void IncrementalDetokenizer::strip_leading_space(std::string& out) {
+  if (!strip_text_ || out.empty()) return;
+  if (out.front() == ' ') out.erase(0, 1);
+  strip_text_ = false;
 }
 
 std::string IncrementalDetokenizer::flush() {
   std::string out;
   drain_pending(out, /*end_of_run=*/true);
+  strip_leading_space(out);
   text_ += out;
   return out;
 }

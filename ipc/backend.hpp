@@ -14,7 +14,8 @@
 
 namespace llmk::ipc {
 
-using ChatMessage = llmk::ChatMessage;  // {role, content}
+using ChatMessage = llmk::ChatMessage;  // {role, content, tool_calls, tool_call_id, name}
+using ChatRenderOptions = llmk::ChatRenderOptions;  // {tools, add_generation_prompt}
 
 // A chat rendered by the model's template: token ids when the template
 // needs special tokens (llama-2's BOS/EOS per turn), else text.
@@ -48,10 +49,12 @@ class Backend {
   virtual bool cancel(const std::string& request_id) = 0;
   virtual EngineStats stats() const = 0;
   virtual ModelInfo model_info() const = 0;
-  // Renders messages with the model's chat template. Throws
-  // Error(invalid_argument) for bad messages and Error(unsupported) when no
-  // template applies (naming model.chat_template).
-  virtual ChatPrompt apply_chat_template(const std::vector<ChatMessage>& messages) const = 0;
+  // Renders messages (and the request's tools) with the model's chat
+  // template. Throws Error(invalid_argument) for bad messages (including a
+  // template's raise_exception, naming its message) and Error(unsupported)
+  // when no template applies (naming model.chat_template).
+  virtual ChatPrompt apply_chat_template(const std::vector<ChatMessage>& messages,
+                                         const ChatRenderOptions& options = {}) const = 0;
   // The text of one token (for logprobs); "" for special tokens.
   virtual std::string token_text(int32_t token_id) const = 0;
 };

@@ -69,11 +69,18 @@ void EngineBackend::submit(Request request, EventCallback on_event) {
   engine_.submit(std::move(request), std::move(on_event));
 }
 
-ChatPrompt EngineBackend::apply_chat_template(const std::vector<ChatMessage>& messages) const {
+ChatPrompt EngineBackend::apply_chat_template(const std::vector<ChatMessage>& messages,
+                                              const ChatRenderOptions& options) const {
   if (!chat_template_) throw Error(ErrorCode::unsupported, chat_template_error_);
   ChatPrompt prompt;
-  prompt.text = chat_template_->render(messages);
-  prompt.token_ids = chat_template_->encode(messages, engine_.tokenizer(), engine_.model_config().add_bos_token);
+  prompt.text = chat_template_->render(messages, options);
+  if (chat_template_->kind() == ChatTemplate::Kind::jinja) {
+    // The template wrote its own special tokens (BOS included) as text.
+    prompt.token_ids = engine_.tokenizer().encode_with_special_tokens(prompt.text, false);
+  } else {
+    prompt.token_ids =
+        chat_template_->encode(messages, options, engine_.tokenizer(), engine_.model_config().add_bos_token);
+  }
   return prompt;
 }
 

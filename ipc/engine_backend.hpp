@@ -21,7 +21,8 @@ class EngineBackend : public Backend {
   bool cancel(const std::string& request_id) override { return engine_.cancel(request_id); }
   EngineStats stats() const override { return engine_.stats(); }
   ModelInfo model_info() const override { return info_; }
-  ChatPrompt apply_chat_template(const std::vector<ChatMessage>& messages) const override;
+  ChatPrompt apply_chat_template(const std::vector<ChatMessage>& messages,
+                                 const ChatRenderOptions& options = {}) const override;
   std::string token_text(int32_t token_id) const override;
 
  private:

@@ -215,13 +215,14 @@ ModelInfo FakeBackend::model_info() const {
   return {options_.model_name, options_.max_context, vocab_size, options_.chat_template, options_.max_queue};
 }
 
-ChatPrompt FakeBackend::apply_chat_template(const std::vector<ChatMessage>& messages) const {
+ChatPrompt FakeBackend::apply_chat_template(const std::vector<ChatMessage>& messages,
+                                            const ChatRenderOptions& options) const {
   if (options_.chat_template.empty()) {
     throw Error(ErrorCode::unsupported,
                 "the model has no chat template: set model.chat_template (llama-2 or chatml)");
   }
   // The real templates, rendered as text for the fake byte tokenizer.
-  return {ChatTemplate::by_name(options_.chat_template).render(messages), {}, true};
+  return {ChatTemplate::by_name(options_.chat_template).render(messages, options), {}, true};
 }
 
 void FakeBackend::run() {

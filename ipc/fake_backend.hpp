@@ -45,7 +45,8 @@ class FakeBackend : public Backend {
   bool cancel(const std::string& request_id) override;
   EngineStats stats() const override;
   ModelInfo model_info() const override;
-  ChatPrompt apply_chat_template(const std::vector<ChatMessage>& messages) const override;
+  ChatPrompt apply_chat_template(const std::vector<ChatMessage>& messages,
+                                 const ChatRenderOptions& options = {}) const override;
 
   static constexpr int32_t vocab_size = 259;
   static std::vector<int32_t> tokenize(std::string_view text, bool add_bos);

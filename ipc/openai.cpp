@@ -11,22 +11,50 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<ChatMessage> parse_messages(const json& body) {
+// OpenAI's tool_calls, as the template sees them: the sender's key order
+// kept, and each function's "arguments" JSON string parsed into an object
+// when it parses (templates write arguments with tojson, as vLLM passes them).
+jinja::Value parse_tool_calls(const nlohmann::ordered_json& calls) {
+  if (!calls.is_array()) throw ParamError("messages", "'tool_calls' must be a list");
+  nlohmann::ordered_json converted = calls;
+  for (auto& call : converted) {
+    if (!call.is_object()) throw ParamError("messages", "each tool call must be an object");
+    auto fn = call.find("function");
+    if (fn == call.end() || !fn->is_object()) throw ParamError("messages", "each tool call needs a 'function' object");
+    auto args = fn->find("arguments");
+    if (args != fn->end() && args->is_string()) {
+      auto parsed = nlohmann::ordered_json::parse(args->get<std::string>(), nullptr, false);
+      if (!parsed.is_discarded()) *args = std::move(parsed);
+    }
+  }
+  return jinja::Value::from_json(converted);
+}
+
+// `ordered`: the same messages parsed keeping key order (for tool_calls).
+std::vector<ChatMessage> parse_messages(const json& body, const nlohmann::ordered_json& ordered) {
   auto it = body.find("messages");
   if (it == body.end()) throw ParamError("messages", "'messages' is required");
   if (!it->is_array()) throw ParamError("messages", "'messages' must be a list of {role, content} objects");
   if (it->empty()) throw ParamError("messages", "'messages' is empty");
   std::vector<ChatMessage> messages;
-  for (const auto& m : *it) {
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
     if (!m.is_object()) throw ParamError("messages", "each message must be an object with 'role' and 'content'");
     ChatMessage msg;
     msg.role = get_string(m, "role", "");
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
-      throw ParamError("messages", "message role must be system, user or assistant, got '" + msg.role + "'");
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool") {
+      throw ParamError("messages", "message role must be system, user, assistant or tool, got '" + msg.role + "'");
     }
+    if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+      if (msg.role != "assistant") throw ParamError("messages", "only assistant messages have 'tool_calls'");
+      msg.tool_calls = parse_tool_calls(ordered["messages"][i]["tool_calls"]);
+    }
+    msg.tool_call_id = get_string(m, "tool_call_id", "");
+    msg.name = get_string(m, "name", "");
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
-      throw ParamError("messages", "each message needs a 'content'");
+      if (msg.tool_calls.is_undefined()) throw ParamError("messages", "each message needs a 'content'");
+      msg.null_content = true;  // an assistant turn made only of tool calls
     } else if (content->is_string()) {
       msg.content = content->get<std::string>();
     } else if (content->is_array()) {
@@ -45,6 +73,20 @@ std::vector<ChatMessage> parse_messages(const json& body) {
   return messages;
 }
 
+// The request's "tools" (OpenAI's function schemas), key order kept.
+ChatRenderOptions parse_chat_options(const nlohmann::ordered_json& ordered) {
+  ChatRenderOptions options;
+  auto tools = ordered.find("tools");
+  if (tools != ordered.end() && !tools->is_null()) {
+    if (!tools->is_array()) throw ParamError("tools", "'tools' must be a list of tool objects");
+    for (const auto& tool : *tools) {
+      if (!tool.is_object()) throw ParamError("tools", "each tool must be an object");
+    }
+    if (!tools->empty()) options.tools = jinja::Value::from_json(*tools);
+  }
+  return options;
+}
+
 json bytes_of(const std::string& s) {
   json out = json::array();
   for (unsigned char c : s) out.push_back(static_cast<int>(c));
@@ -57,7 +99,7 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
   json body;
   try {
     body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number that overflows
     throw ProtocolError(ProtocolFailure::malformed, std::string("malformed JSON body: ") + e.what());
   }
   if (!body.is_object()) throw ProtocolError(ProtocolFailure::malformed, "the body must be a JSON object");
@@ -83,7 +125,8 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
     }
     out.request.sampling = parse_sampling(body, LogprobsStyle::integer, model.max_context);
   } else {
-    const ChatPrompt prompt = backend.apply_chat_template(parse_messages(body));
+    const auto ordered = nlohmann::ordered_json::parse(body_text);
+    const ChatPrompt prompt = backend.apply_chat_template(parse_messages(body, ordered), parse_chat_options(ordered));
     out.request.prompt = prompt.text;
     out.request.prompt_token_ids = prompt.token_ids;
     out.request.add_bos = prompt.add_bos;

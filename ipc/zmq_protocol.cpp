@@ -52,7 +52,7 @@ ClientMessage parse_client_message(std::string_view payload, int32_t max_context
   json msg;
   try {
     msg = json::parse(payload);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number that overflows
     throw ProtocolError(ProtocolFailure::malformed, std::string("malformed JSON: ") + e.what());
   }
   if (!msg.is_object()) throw ProtocolError(ProtocolFailure::malformed, "a message must be a JSON object");

@@ -9,11 +9,13 @@ cmake_args=()
 for a in "$@"; do
   case "$a" in
     # Sanitized: -O1 with line tables only (stack traces keep file:line) and
-    # NDEBUG as in the release build; no benchmarks or examples. Compiling with ASan at -O2 -g
-    # takes about twice as long on two cores.
+    # NDEBUG as in the release build (compiling with ASan at -O2 -g takes
+    # about twice as long on two cores); no benchmarks or examples. The
+    # libFuzzer harnesses (fuzz/, built by clang) come with it, and each runs
+    # briefly under CTest.
     --sanitize) build_dir=${LLMK_BUILD_DIR:-build-sanitize}
                 cmake_args+=(-DLLMK_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1 -DNDEBUG"
-                             -DLLMK_BUILD_BENCH=OFF -DLLMK_BUILD_EXAMPLES=OFF) ;;
+                             -DLLMK_BUILD_BENCH=OFF -DLLMK_BUILD_EXAMPLES=OFF -DLLMK_FUZZ=ON) ;;
     *) cmake_args+=("$a") ;;
   esac
 done

@@ -15,7 +15,8 @@ while [ $# -gt 0 ]; do
 done
 
 scripts/setup.sh
-LLMK_BUILD_DIR=build scripts/build.sh >/dev/null
+# Build progress and any compiler error go to stderr; the story alone to stdout.
+LLMK_BUILD_DIR=build scripts/build.sh >&2
 echo "--- llmk generate --model $model --prompt \"$prompt\""
 build/bin/llmk generate --model "$model" --prompt "$prompt" --max-tokens 200 --temperature 0.8 --top-p 0.95 --seed 7
 echo

@@ -14,7 +14,7 @@ packages=(
   libcaf-dev libzmq3-dev cppzmq-dev libsentencepiece-dev libboost-dev
   libboost-context-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libspdlog-dev libcpp-httplib-dev libopenblas-dev libdnnl-dev
-  libconcurrentqueue-dev libpcre2-dev
+  libconcurrentqueue-dev libpcre2-dev libicu-dev
   # oneDNN's CMake package calls find_package(OpenCL); libdnnl-dev only
   # recommends the loader and headers, so they are named here
   ocl-icd-opencl-dev opencl-headers
@@ -49,6 +49,10 @@ if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ]; t
   echo "setup: $venv has ${#python_packages[@]} Python packages"
 else
   echo "setup: installing ${python_packages[*]} into $venv"
+  # A folder or link left by something else that is not a working venv is replaced.
+  if [ -e "$venv" ] || [ -L "$venv" ]; then
+    [ -x "$venv/bin/python" ] || rm -rf "$venv"
+  fi
   /usr/bin/python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "${python_packages[@]}"
   echo "$wanted" > "$stamp"

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -13,7 +14,25 @@
 
 namespace llmk::bench {
 
+// The run's time source. The steady clock sleeps and is woken early by
+// events from the target's threads; a test's virtual clock jumps from one
+// timer to the next on the runner's thread, so every figure the runner
+// derives can be checked exactly, whatever the machine's load.
+class RunClock {
+ public:
+  virtual ~RunClock() = default;
+  virtual double now_s() = 0;  // seconds since an arbitrary origin
+  // Returns once now_s() >= t_s, or earlier after notify(); the caller
+  // re-checks what it waits for. A notify() with no wait under way makes the
+  // next wait return at once, so no wake-up is lost.
+  virtual void wait_until_s(double t_s) = 0;
+  virtual void notify() = 0;  // any thread
+};
+
+std::unique_ptr<RunClock> make_steady_run_clock();
+
 struct RunOptions {
+  RunClock* clock = nullptr;        // nullptr: a steady clock made for the run
   int32_t max_concurrency = 0;      // 0: unlimited
   double stats_interval_s = 0.05;   // how often the server's counters are sampled
   bool progress = false;            // a progress bar on stderr

@@ -38,6 +38,16 @@ TEST_CASE("llmk generate streams only the generated text on stdout", "[cli]") {
   CHECK(out == golden[0].greedy_text);
 }
 
+TEST_CASE("llmk generate refuses a device this build has no executor for, naming what is built", "[cli]") {
+  int status = 0;
+  const std::string out =
+      run(llmk_command + " --prompt 'Once' --max-tokens 4 --set executor.device=cuda 2>&1", status);
+  INFO(out);
+  CHECK(status != 0);
+  CHECK(out.find("executor.device") != std::string::npos);
+  CHECK(out.find("'cuda' has no executor in this build (built: cpu)") != std::string::npos);
+}
+
 TEST_CASE("llmk generate --batch-file answers every line, bad lines with an error result", "[cli]") {
   auto golden = llmk::test::load_golden();
   std::string path = std::string(LLMK_BINARY_DIR) + "/test_generate_batch.jsonl";

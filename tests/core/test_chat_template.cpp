@@ -89,13 +89,42 @@ TEST_CASE("Templates are detected from the Hugging Face chat_template string", "
   CHECK(error_code_of([] { ChatTemplate::by_name("vicuna"); }) == llmk::ErrorCode::invalid_argument);
 }
 
-TEST_CASE("The configured template wins, else the model's tokenizer_config decides", "[chat_template]") {
-  const auto chatml_dir = model_dir_with("chatml", R"({"chat_template": "{{'<|im_start|>' + m}}"})");
-  CHECK(llmk::resolve_chat_template("", chatml_dir).kind() == ChatTemplate::Kind::chatml);
+TEST_CASE("The configured template wins, else the model's tokenizer_config template is rendered", "[chat_template]") {
+  // The model's own Jinja template is rendered (here ChatML's published one,
+  // which must agree with the built-in chatml text).
+  const auto chatml_dir = model_dir_with(
+      "chatml", R"({"bos_token": "<s>", "chat_template": "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"})");
+  const std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", "Hello"}};
+  const auto model_template = llmk::resolve_chat_template("", chatml_dir);
+  CHECK(model_template.kind() == ChatTemplate::Kind::jinja);
+  CHECK_THAT(std::string(model_template.name()), Catch::Contains("tokenizer_config.json"));
+  CHECK(model_template.render(messages) == ChatTemplate::by_name("chatml").render(messages));
   CHECK(llmk::resolve_chat_template("llama-2", chatml_dir).kind() == ChatTemplate::Kind::llama2);
+  // A list of named templates: "default" for chat, "tool_use" with tools;
+  // special tokens come from tokenizer_config (string or AddedToken form).
   const auto list_dir = model_dir_with(
-      "list", R"({"chat_template": [{"name": "tool_use", "template": "x"}, {"name": "default", "template": "[INST]"}]})");
-  CHECK(llmk::resolve_chat_template("", list_dir).kind() == ChatTemplate::Kind::llama2);
+      "list", R"({"bos_token": {"content": "<B>"}, "chat_template": [{"name": "tool_use", "template": "tools:{{ tools | length }}"}, {"name": "default", "template": "{{ bos_token }}[INST]"}]})");
+  const auto listed = llmk::resolve_chat_template("", list_dir);
+  CHECK(listed.render(messages) == "<B>[INST]");
+  llmk::ChatRenderOptions with_tools;
+  with_tools.tools = llmk::jinja::Value(llmk::jinja::List{llmk::jinja::Value("t")});
+  CHECK(listed.render(messages, with_tools) == "tools:1");
+  // A configured file overrides the model's template (--chat-template FILE).
+  const auto file = chatml_dir / "override.jinja";
+  std::ofstream(file) << "{{ bos_token }}{{ messages[-1].content | upper }}\n";
+  CHECK(llmk::resolve_chat_template(file.string(), chatml_dir).render(messages) == "<s>HELLO");
+  CHECK(error_code_of([&] { llmk::resolve_chat_template((chatml_dir / "nope.jinja").string(), chatml_dir); }) ==
+        llmk::ErrorCode::invalid_config);
+  // A template outside the subset is refused at load, naming the file and construct.
+  std::ofstream(file) << "{% include 'other.jinja' %}";
+  try {
+    llmk::resolve_chat_template(file.string(), chatml_dir);
+    FAIL("no exception");
+  } catch (const llmk::Error& e) {
+    CHECK(e.code() == llmk::ErrorCode::unsupported);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("override.jinja") && Catch::Contains("include") &&
+                                          Catch::Contains("line 1, column 4"));
+  }
   // stories260K declares no chat template: refused, naming the file.
   const auto stories = std::filesystem::path(kShared) / "models/stories260K";
   try {

@@ -162,13 +162,13 @@ TEST_CASE("presets describe the published model shapes", "[dummy][presets]") {
   CHECK(model_preset_names().size() == 4);
 }
 
-// Hidden (run with `test_core "[slow]"`): 2.2 GB of F16 weights.
-TEST_CASE("tinyllama-1.1b dummy weights generate in a few seconds", "[.][slow][dummy]") {
+// Hidden (run with `test_core "[slow]"`): 2.2 GB of F16 weights. The time
+// is printed for reference, never asserted.
+TEST_CASE("tinyllama-1.1b dummy weights have the preset's size", "[.][slow][dummy]") {
   const auto start = std::chrono::steady_clock::now();
   const auto ckpt = make_dummy_checkpoint(*model_preset("tinyllama-1.1b"), 0, "");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   WARN("tinyllama-1.1b: " << ckpt->total_bytes() << " bytes in " << seconds << " s with " << omp_get_max_threads()
                           << " threads");
   CHECK(ckpt->total_bytes() == 2200096768u);
-  CHECK(seconds < 30.0);
 }

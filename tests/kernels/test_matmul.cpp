@@ -8,6 +8,7 @@
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/matmul_packed.hpp"
 #include "kernels/cpu/matmul_pairs.hpp"
+#include "support/skip.hpp"
 
 TEST_CASE("matmul_wt equals the float64 product for 1 to 6 rows and odd sizes", "[matmul]") {
   const int64_t rows = GENERATE(1, 2, 3, 4, 6);
@@ -63,12 +64,12 @@ TEST_CASE("matmul_packed equals the float64 product for f16 and bf16 panels, few
   }
 }
 
-TEST_CASE("matmul_pairs is exact over k-pair BF16 panels, and BF16-exact on the dot-product units", "[matmul][bf16]") {
+namespace {
+
+// matmul_pairs over random x and BF16 weights against float64: `round`
+// selects the BF16 dot-product path (activations rounded to BF16).
+void check_matmul_pairs(int64_t rows, int64_t in, int64_t out, bool round) {
   using namespace llmk::kernels::cpu;
-  const int64_t rows = GENERATE(1, 2, 5, 6, 13, 64);
-  // Odd depths (a last step paired with zero), depths across the 256-step
-  // blocks, widths that leave a partial last panel.
-  const int64_t in = GENERATE(1, 3, 256, 300, 515), out = GENERATE(1, 70, 129);
   std::mt19937 rng(static_cast<uint32_t>(rows * 7919 + in * 31 + out));
   std::normal_distribution<float> normal;
   std::vector<float> x(rows * in), y(rows * out, NAN);
@@ -77,25 +78,36 @@ TEST_CASE("matmul_pairs is exact over k-pair BF16 panels, and BF16-exact on the 
   for (auto& v : w) v = llmk::f32_to_bf16(normal(rng));
   pack_pairs(w.data(), packed.data(), out, in);
   std::vector<uint16_t> x_bf16(rows * bf16_row_stride(in));
-  for (const bool round : {false, true}) {
-    if (round && !have_bf16_dot()) {
-      WARN("BF16 dot products skipped: this build has no AVX512-BF16");
-      continue;
-    }
-    matmul_pairs(x.data(), packed.data(), y.data(), rows, in, out, 2, round, x_bf16.data());
-    for (int64_t m = 0; m < rows; ++m)
-      for (int64_t n = 0; n < out; ++n) {
-        // Exact: x as given. Rounded: the exact products of the BF16-rounded
-        // operands. Either way only the F32 sums differ from float64.
-        double ref = 0, mag = 0;
-        for (int64_t k = 0; k < in; ++k) {
-          const double xv = round ? llmk::bf16_to_f32(llmk::f32_to_bf16(x[m * in + k])) : x[m * in + k];
-          const double p = xv * llmk::bf16_to_f32(w[n * in + k]);
-          ref += p;
-          mag += std::fabs(p);
-        }
-        CAPTURE(round, m, n);
-        CHECK(std::fabs(y[m * out + n] - ref) <= 1e-6 * mag);
+  matmul_pairs(x.data(), packed.data(), y.data(), rows, in, out, 2, round, x_bf16.data());
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t n = 0; n < out; ++n) {
+      // Exact: x as given. Rounded: the exact products of the BF16-rounded
+      // operands. Either way only the F32 sums differ from float64.
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < in; ++k) {
+        const double xv = round ? llmk::bf16_to_f32(llmk::f32_to_bf16(x[m * in + k])) : x[m * in + k];
+        const double p = xv * llmk::bf16_to_f32(w[n * in + k]);
+        ref += p;
+        mag += std::fabs(p);
       }
-  }
+      CAPTURE(round, m, n);
+      CHECK(std::fabs(y[m * out + n] - ref) <= 1e-6 * mag);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("matmul_pairs is exact over k-pair BF16 panels", "[matmul][bf16]") {
+  const int64_t rows = GENERATE(1, 2, 5, 6, 13, 64);
+  // Odd depths (a last step paired with zero), depths across the 256-step
+  // blocks, widths that leave a partial last panel.
+  const int64_t in = GENERATE(1, 3, 256, 300, 515), out = GENERATE(1, 70, 129);
+  check_matmul_pairs(rows, in, out, false);
+}
+
+TEST_CASE("matmul_pairs on the BF16 dot-product units is exact for BF16-rounded activations", "[matmul][bf16]") {
+  if (!llmk::kernels::cpu::have_bf16_dot()) LLMK_SKIP("this build or CPU has no AVX512-BF16 dot products");
+  const int64_t rows = GENERATE(1, 2, 5, 6, 13, 64);
+  const int64_t in = GENERATE(1, 3, 256, 300, 515), out = GENERATE(1, 70, 129);
+  check_matmul_pairs(rows, in, out, true);
 }

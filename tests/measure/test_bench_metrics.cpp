@@ -1,8 +1,8 @@
-// The bench runner and metrics against a stub with a known schedule: the
-// figures must match what the schedule implies, within the scheduling
-// jitter of a sleeping thread.
+// The bench runner and metrics against a stub with a known schedule on a
+// virtual clock: the figures must be exactly what the schedule implies.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -13,6 +13,7 @@
 using namespace llmk;
 using namespace llmk::bench;
 using llmk::test::StubTarget;
+using llmk::test::VirtualRunClock;
 
 namespace {
 
@@ -28,8 +29,8 @@ std::vector<BenchRequest> stub_workload(int32_t n, int32_t output_len) {
 
 double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
 
-// Seconds: thread start plus sleep overshoot on a loaded 2-core machine.
-constexpr double kJitter = 0.005;
+// Times are sums of a few decimal fractions: equal up to rounding.
+Approx exactly(double seconds) { return Approx(seconds).margin(1e-12).epsilon(0); }
 
 }  // namespace
 
@@ -88,117 +89,115 @@ TEST_CASE("summarize computes TTFT, TPOT, ITL and e2e from token arrival times",
   CHECK(s.e2e_s.mean == Approx((0.5 + 0.5) / 2));
 }
 
-// Timing checks that may be disturbed by a machine shared with other work
-// (a sleeping thread woken late). Each timing scenario runs up to three
-// times and passes on the first run without a deviation: jitter passes on a
-// retry, a wrong formula fails every run.
-struct TimingChecks {
-  std::vector<std::string> failures;
-  void near(const std::string& what, double measured, double expected, double tolerance) {
-    if (std::fabs(measured - expected) > tolerance) {
-      failures.push_back(what + ": " + std::to_string(measured) + " vs expected " + std::to_string(expected) +
-                         " +- " + std::to_string(tolerance));
-    }
-  }
-  void at_least(const std::string& what, double measured, double bound) {
-    if (measured < bound) failures.push_back(what + ": " + std::to_string(measured) + " < " + std::to_string(bound));
-  }
-};
-
-template <class Scenario>
-void run_timing_scenario(Scenario scenario) {
-  std::vector<std::string> failures;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    TimingChecks t;
-    scenario(t);
-    failures = t.failures;
-    if (failures.empty()) return;
-    WARN("timing deviations on attempt " << attempt + 1 << " (retrying): " << failures.front());
-  }
-  for (const auto& f : failures) FAIL_CHECK(f);
-}
-
 TEST_CASE("bench figures match the stub's injected TTFT and per-token gaps", "[runner]") {
-  run_timing_scenario([](TimingChecks& t) {
-    StubTarget stub;
-    const int32_t n = 20, out = 5;
-    RunOptions o;
-    o.stats_interval_s = 0.005;
-    const RunResult r = run_workload(stub, stub_workload(n, out), o);
-    REQUIRE(r.summary.num_ok == static_cast<size_t>(n));
-    CHECK(r.summary.num_output_tokens == static_cast<uint64_t>(n * out));
-    CHECK(r.summary.num_prompt_tokens == static_cast<uint64_t>(n * 8));
-    CHECK(r.summary.itl_s.count == static_cast<size_t>(n * (out - 1)));
-    CHECK(r.summary.requests_per_s == Approx(n / r.summary.duration_s));
+  VirtualRunClock clock;
+  StubTarget stub(clock);
+  const int32_t n = 20, out = 5;
+  RunOptions o;
+  o.clock = &clock;
+  o.stats_interval_s = 0.005;
+  const RunResult r = run_workload(stub, stub_workload(n, out), o);
+  REQUIRE(r.summary.num_ok == static_cast<size_t>(n));
+  CHECK(r.summary.num_output_tokens == static_cast<uint64_t>(n * out));
+  CHECK(r.summary.num_prompt_tokens == static_cast<uint64_t>(n * 8));
+  CHECK(r.summary.itl_s.count == static_cast<size_t>(n * (out - 1)));
+  CHECK(r.summary.requests_per_s == Approx(n / r.summary.duration_s));
 
-    // TTFT 50..69 ms by index: mean 59.5, p50 59.5, p90 67.1, p99 68.81.
-    t.near("TTFT mean", r.summary.ttft_s.mean, 0.0595, kJitter);
-    t.near("TTFT p50", r.summary.ttft_s.p50, 0.0595, kJitter);
-    t.near("TTFT p90", r.summary.ttft_s.p90, 0.0671, kJitter);
-    t.near("TTFT p99", r.summary.ttft_s.p99, 0.06881, kJitter);
-    // Gaps 10, 11, 12 ms for i % 3 = 0, 1, 2 (7, 7 and 6 requests): TPOT
-    // mean 10.95 ms; pooled ITL: 28 gaps of 10, 28 of 11, 24 of 12 ms.
-    t.near("TPOT mean", r.summary.tpot_s.mean, 0.01095, 0.001);
-    t.near("ITL mean", r.summary.itl_s.mean, 0.01095, 0.001);
-    t.near("ITL p50", r.summary.itl_s.p50, 0.011, 0.002);
-    // e2e = ttft + 4 gaps.
-    std::vector<double> e2e;
-    for (int i = 0; i < n; ++i) e2e.push_back(stub.schedule.ttft_s(i) + (out - 1) * stub.schedule.gap_s(i));
-    t.near("E2E mean", r.summary.e2e_s.mean, mean(e2e), kJitter);
-    t.near("E2E p50", r.summary.e2e_s.p50, percentile(e2e, 50), kJitter);
-    t.near("E2E p99", r.summary.e2e_s.p99, percentile(e2e, 99), kJitter);
-    // All submitted at once: the run lasts as long as the slowest request.
-    t.near("duration", r.summary.duration_s, *std::max_element(e2e.begin(), e2e.end()), kJitter);
+  // TTFT 50..69 ms by index: mean 59.5, p50 59.5, p90 67.1, p99 68.81.
+  CHECK(r.summary.ttft_s.mean == exactly(0.0595));
+  CHECK(r.summary.ttft_s.p50 == exactly(0.0595));
+  CHECK(r.summary.ttft_s.p90 == exactly(0.0671));
+  CHECK(r.summary.ttft_s.p99 == exactly(0.06881));
+  // Gaps 10, 11, 12 ms for i % 3 = 0, 1, 2 (7, 7 and 6 requests): TPOT
+  // mean (70 + 77 + 72) / 20 = 10.95 ms; pooled ITL: 28 gaps of 10, 28 of
+  // 11, 24 of 12 ms, so the median is 11 ms.
+  CHECK(r.summary.tpot_s.mean == exactly(0.01095));
+  CHECK(r.summary.itl_s.mean == exactly(0.01095));
+  CHECK(r.summary.itl_s.p50 == exactly(0.011));
+  CHECK(r.summary.itl_s.max == exactly(0.012));
+  // e2e = ttft + 4 gaps.
+  std::vector<double> e2e;
+  for (int i = 0; i < n; ++i) e2e.push_back(stub.schedule.ttft_s(i) + (out - 1) * stub.schedule.gap_s(i));
+  CHECK(r.summary.e2e_s.mean == exactly(mean(e2e)));
+  CHECK(r.summary.e2e_s.p50 == exactly(percentile(e2e, 50)));
+  CHECK(r.summary.e2e_s.p99 == exactly(percentile(e2e, 99)));
+  // All submitted at once: the run lasts as long as the slowest request.
+  CHECK(r.summary.duration_s == exactly(*std::max_element(e2e.begin(), e2e.end())));
 
-    // Per-request records carry the exact streamed ids.
-    for (int i = 0; i < n; ++i) {
-      INFO("request " << i);
-      REQUIRE(r.records[i].output_ids.size() == static_cast<size_t>(out));
-      CHECK(r.records[i].output_ids[2] == i * 7 + 2);
-    }
-    // Server counters: 20 live at the peak (200 of 1000 slots), deltas only.
-    REQUIRE(r.have_stats);
-    CHECK(r.num_preemptions == static_cast<uint64_t>(n));
-    CHECK(!r.kv_samples.empty());
-    t.near("KV peak used", r.kv_peak_used_fraction, 0.2, 1e-9);
-  });
+  // Per-request records carry the exact streamed ids.
+  for (int i = 0; i < n; ++i) {
+    INFO("request " << i);
+    REQUIRE(r.records[i].output_ids.size() == static_cast<size_t>(out));
+    CHECK(r.records[i].output_ids[2] == i * 7 + 2);
+  }
+  // Server counters: 20 live at the peak (200 of 1000 slots), deltas only,
+  // sampled every 5 ms of the run.
+  REQUIRE(r.have_stats);
+  CHECK(r.num_preemptions == static_cast<uint64_t>(n));
+  REQUIRE(r.kv_samples.size() >= 2);
+  CHECK(r.kv_samples[1].time_s - r.kv_samples[0].time_s == exactly(0.005));
+  CHECK(r.kv_peak_used_fraction == exactly(0.2));
+  CHECK(r.peak_running == 20);
 }
 
 TEST_CASE("max_concurrency holds requests until one finishes", "[runner]") {
-  run_timing_scenario([](TimingChecks& t) {
-    StubTarget stub;
-    RunOptions o;
-    o.max_concurrency = 4;
-    o.stats_interval_s = 0.005;
-    const RunResult r = run_workload(stub, stub_workload(12, 3), o);
-    REQUIRE(r.summary.num_ok == 12);
-    CHECK(stub.max_live() == 4);
-    CHECK(r.kv_peak_used_fraction <= 0.04 + 1e-9);
-    t.near("KV peak used", r.kv_peak_used_fraction, 0.04, 1e-9);
-    // TTFT is measured from the actual submit, so queueing does not inflate it.
-    t.near("TTFT max", r.summary.ttft_s.max, 0.061, kJitter);
-    // Request 4 cannot start before one of 0..3 finishes (at >= 50 + 2 x 10 ms).
-    CHECK(r.records[4].submit_s >= 0.070 - 0.0005);
-  });
+  VirtualRunClock clock;
+  StubTarget stub(clock);
+  RunOptions o;
+  o.clock = &clock;
+  o.max_concurrency = 4;
+  o.stats_interval_s = 0.005;
+  const RunResult r = run_workload(stub, stub_workload(12, 3), o);
+  REQUIRE(r.summary.num_ok == 12);
+  CHECK(stub.max_live() == 4);
+  CHECK(r.kv_peak_used_fraction == exactly(0.04));
+  // TTFT is measured from the actual submit, so queueing does not inflate it.
+  CHECK(r.summary.ttft_s.max == exactly(0.061));
+  // Request 0 is the first to finish, at 50 + 2 x 10 ms: request 4 is
+  // submitted then, not before.
+  CHECK(r.records[4].submit_s == exactly(0.070));
 }
 
 TEST_CASE("requests are submitted at their arrival times", "[runner]") {
-  run_timing_scenario([](TimingChecks& t) {
-    StubTarget stub;
-    WorkloadSpec spec;
-    spec.num_requests = 10;
-    spec.input_len = {4, 4};
-    spec.output_len = {1, 1};
-    spec.vocab_size = 100;
-    spec.id_prefix = "req-";
-    spec.arrival = Arrival::fixed;
-    spec.request_rate = 100;  // every 10 ms
-    const RunResult r = run_workload(stub, make_workload(spec), RunOptions{});
-    REQUIRE(r.summary.num_ok == 10);
-    for (int i = 0; i < 10; ++i) {
-      INFO("request " << i);
-      CHECK(r.records[i].submit_s >= 0.010 * i);  // never early
-      t.near("submit of request " + std::to_string(i), r.records[i].submit_s, 0.010 * i, kJitter);
-    }
-  });
+  VirtualRunClock clock;
+  StubTarget stub(clock);
+  WorkloadSpec spec;
+  spec.num_requests = 10;
+  spec.input_len = {4, 4};
+  spec.output_len = {1, 1};
+  spec.vocab_size = 100;
+  spec.id_prefix = "req-";
+  spec.arrival = Arrival::fixed;
+  spec.request_rate = 100;  // every 10 ms
+  RunOptions o;
+  o.clock = &clock;
+  const RunResult r = run_workload(stub, make_workload(spec), o);
+  REQUIRE(r.summary.num_ok == 10);
+  for (int i = 0; i < 10; ++i) {
+    INFO("request " << i);
+    CHECK(r.records[i].submit_s == exactly(0.010 * i));
+  }
+}
+
+TEST_CASE("a run that passes its timeout counts the requests still live as errors", "[runner]") {
+  VirtualRunClock clock;
+  StubTarget stub(clock);
+  RunOptions o;
+  o.clock = &clock;
+  o.timeout_s = 0.075;  // request 0 ends at 70 ms, request 1 at 73 ms, request 2 at 76 ms
+  const RunResult r = run_workload(stub, stub_workload(3, 3), o);
+  CHECK(r.summary.num_ok == 2);
+  CHECK(r.summary.num_errors == 1);
+  CHECK(r.records[2].finish_reason == FinishReason::error);
+  CHECK(r.records[2].error == "timed out");
+}
+
+TEST_CASE("the steady run clock's wait returns at its deadline or at once after a notify", "[runner]") {
+  // Order only, no durations: a notify() before the wait is never lost.
+  auto clock = make_steady_run_clock();
+  const double t0 = clock->now_s();
+  clock->notify();
+  clock->wait_until_s(t0 + 3600);  // returns at once, or the test times out
+  clock->wait_until_s(t0);         // a deadline already past
+  CHECK(clock->now_s() >= t0);
 }

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "render_check.hpp"
+#include "support/skip.hpp"
 
 using namespace llmk::test;
 namespace fs = std::filesystem;
@@ -102,8 +103,8 @@ TEST_CASE("llmk bench measures llmk serve over ZeroMQ and over HTTP", "[serving]
 
 #else
 
-TEST_CASE("llmk bench against llmk serve needs the engine and the ZeroMQ client", "[serving]") {
-  WARN("this build lacks llmk_actors or ipc/client.cpp: the serving benchmark test is skipped");
+TEST_CASE("llmk bench measures llmk serve over ZeroMQ and over HTTP", "[serving]") {
+  LLMK_SKIP("this build lacks llmk_actors or ipc/client.cpp");
 }
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "apps/bench/report.hpp"
 #include "render_check.hpp"
+#include "support/skip.hpp"
 
 using namespace llmk;
 using namespace llmk::bench;
@@ -73,17 +74,30 @@ TEST_CASE("the comparison table shows B/A ratios and the verdict", "[report]") {
   CHECK(table.find("greedy outputs identical: vm = paged on all 10 requests (50 tokens)") != std::string::npos);
 }
 
-TEST_CASE("the HTML report is self-contained and Chromium renders it", "[report][chromium]") {
+namespace {
+
+std::string two_contender_report() {
   std::vector<Contender> cs{{"kv.contiguous", "plugins:\n  kv_allocator: kv.contiguous\n", synthetic_run(40, 1.0)},
                             {"kv.paged", "plugins:\n  kv_allocator: kv.paged\n", synthetic_run(40, 1.5, {{5, 2}})}};
-  const std::string html = html_report("llmk ab <test>", "40 requests", cs, {compare_outputs(cs[0].result, cs[1].result)});
+  return html_report("llmk ab <test>", "40 requests", cs, {compare_outputs(cs[0].result, cs[1].result)});
+}
+
+}  // namespace
+
+TEST_CASE("the HTML report is self-contained", "[report]") {
+  const std::string html = two_contender_report();
   CHECK(html.find("<svg") != std::string::npos);
   CHECK(html.find("KV cache used over time") != std::string::npos);
   CHECK(html.find("greedy outputs DIFFER") != std::string::npos);
   CHECK(html.find("llmk ab &lt;test&gt;") != std::string::npos);
   // Nothing is fetched: no src/href attributes, no url(...), no @import.
   CHECK_FALSE(std::regex_search(html, std::regex(R"((src|href)\s*=|url\(|@import)", std::regex::icase)));
+}
 
+TEST_CASE("Chromium renders the HTML report", "[report][chromium]") {
+  const std::string chromium = chromium_path();
+  if (chromium.empty()) LLMK_SKIP("chromium is not installed (scripts/setup.sh installs it)");
+  const std::string html = two_contender_report();
   const fs::path dir = fs::temp_directory_path() / ("llmk_report_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const fs::path page = dir / "report.html", shot = dir / "report.png", blank = dir / "blank.html",
@@ -91,12 +105,6 @@ TEST_CASE("the HTML report is self-contained and Chromium renders it", "[report]
   std::ofstream(page) << html;
   std::ofstream(blank) << "<!DOCTYPE html><html><body></body></html>";
 
-  const std::string chromium = chromium_path();
-  if (chromium.empty()) {
-    WARN("chromium is not installed (scripts/setup.sh installs it): report rendering not checked");
-    fs::remove_all(dir);
-    return;
-  }
   const std::string log = screenshot(page, shot, dir / "profile");
   INFO("chromium: " << log);
   REQUIRE(fs::exists(shot));

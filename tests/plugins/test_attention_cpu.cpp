@@ -12,160 +12,22 @@
 
 #include "plugins/api/llmk_attention.h"
 #include "plugins/plugin_library.hpp"
+#include "support/attention_check.hpp"
 
 namespace {
 
 using llmk::test::PluginLibrary;
+using Problem = llmk::test::AttentionProblem;
 
-// IEEE binary16 bits to a double (normal, subnormal, zero; no NaN/inf in these tests).
-double half_to_double(uint16_t h) {
-  const int sign = h >> 15, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-  const double magnitude =
-      exponent == 0 ? std::ldexp(mantissa, -24) : std::ldexp(1024 + mantissa, exponent - 25);
-  return sign ? -magnitude : magnitude;
-}
-
-struct Problem {
-  uint32_t num_heads, num_kv_heads, head_dim;
-  uint32_t block_size;
-  std::vector<int32_t> new_tokens;  // per sequence
-  std::vector<int32_t> context;     // per sequence, after the step
-};
-
-// Fills the cache for the already-cached positions and runs one step through
-// the plugin; compares with softmax(q k^T * scale) v computed in double from
-// the same (dequantized when I8) keys and values.
-// i8_group: values per scale of an I8 cache.
+// One step through attention.cpu against the float64 reference
+// (tests/support/attention_check.hpp); returns the largest error.
 double run_case(const Problem& p, uint32_t kv_dtype, uint32_t num_threads, uint64_t seed, uint32_t i8_group = 8) {
   static PluginLibrary lib("llmk_attention_cpu");
-  const auto& api = lib.api<llmk_attention_api>();
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const uint32_t num_seqs = static_cast<uint32_t>(p.new_tokens.size());
-  const int64_t hd = p.head_dim, kvh = p.num_kv_heads, nh = p.num_heads;
-
-  // Paged layout: every sequence's blocks come from a shuffled pool.
-  int64_t max_blocks = 0;
-  for (int32_t c : p.context) max_blocks = std::max<int64_t>(max_blocks, (c + p.block_size - 1) / p.block_size);
-  const int64_t pool = max_blocks * num_seqs + 3;
-  std::vector<int32_t> blocks(pool);
-  std::iota(blocks.begin(), blocks.end(), 0);
-  std::shuffle(blocks.begin(), blocks.end(), rng);
-  std::vector<int32_t> tables(num_seqs * max_blocks, -1);
-  for (uint32_t s = 0, next = 0; s < num_seqs; ++s)
-    for (int64_t b = 0; b < (p.context[s] + p.block_size - 1) / p.block_size; ++b)
-      tables[s * max_blocks + b] = blocks[next++] * static_cast<int32_t>(p.block_size);
-  const uint32_t num_slots = static_cast<uint32_t>(pool * p.block_size);
-
-  // Full K/V history per sequence, [context, kvh, hd]; the first
-  // context - new positions go straight into the cache via a prior "step".
-  std::vector<std::vector<float>> k_all(num_seqs), v_all(num_seqs);
-  for (uint32_t s = 0; s < num_seqs; ++s) {
-    k_all[s].resize(p.context[s] * kvh * hd);
-    v_all[s].resize(p.context[s] * kvh * hd);
-    for (auto& x : k_all[s]) x = normal(rng);
-    for (auto& x : v_all[s]) x = normal(rng);
-  }
-  const bool i8 = kv_dtype == LLMK_DTYPE_I8, f16 = kv_dtype == LLMK_DTYPE_F16;
-  const uint32_t group = i8 ? i8_group : 0;
-  const size_t elems = static_cast<size_t>(num_slots) * kvh * hd;
-  std::vector<float> kf(i8 || f16 ? 0 : elems), vf(i8 || f16 ? 0 : elems);
-  std::vector<uint16_t> kh(f16 ? elems : 0), vh(f16 ? elems : 0);
-  std::vector<int8_t> kq(i8 ? elems : 0), vq(i8 ? elems : 0);
-  std::vector<float> ks(i8 ? elems / group : 0), vs(i8 ? elems / group : 0);
-  void* k_cache = i8 ? static_cast<void*>(kq.data()) : f16 ? static_cast<void*>(kh.data()) : kf.data();
-  void* v_cache = i8 ? static_cast<void*>(vq.data()) : f16 ? static_cast<void*>(vh.data()) : vf.data();
-  llmk_kv_layer kv{k_cache, v_cache, i8 ? ks.data() : nullptr, i8 ? vs.data() : nullptr, num_slots};
-
-  llmk_attention_desc desc{sizeof(llmk_attention_desc), p.num_heads, p.num_kv_heads, p.head_dim,
-                           1.0f / std::sqrt(static_cast<float>(p.head_dim)), kv_dtype, group, 4096, 4096,
-                           num_threads, "{}"};
-  char why[256] = {};
-  REQUIRE(api.supports(&desc, why, sizeof(why)) == 1);
-  llmk_error err{};
-  void* self = api.create(&desc, &err);
-  REQUIRE(self != nullptr);
-
-  auto run_step = [&](const std::vector<int32_t>& first_pos, const std::vector<int32_t>& count,
-                      std::vector<float>* q_out, std::vector<float>* out) {
-    std::vector<int32_t> qs{0}, ctx, slots;
-    std::vector<float> k, v;
-    for (uint32_t s = 0; s < num_seqs; ++s) {
-      for (int32_t i = 0; i < count[s]; ++i) {
-        const int64_t pos = first_pos[s] + i;
-        slots.push_back(tables[s * max_blocks + pos / p.block_size] + static_cast<int32_t>(pos % p.block_size));
-        k.insert(k.end(), k_all[s].begin() + pos * kvh * hd, k_all[s].begin() + (pos + 1) * kvh * hd);
-        v.insert(v.end(), v_all[s].begin() + pos * kvh * hd, v_all[s].begin() + (pos + 1) * kvh * hd);
-      }
-      qs.push_back(qs.back() + count[s]);
-      ctx.push_back(first_pos[s] + count[s]);
-    }
-    const uint32_t n = static_cast<uint32_t>(slots.size());
-    std::vector<float> q(n * nh * hd);
-    for (auto& x : q) x = normal(rng) * 2.0f;  // sharper softmax than unit scores
-    out->assign(q.size(), NAN);
-    llmk_attention_args a{sizeof(llmk_attention_args), n, num_seqs, q.data(), k.data(), v.data(), out->data(),
-                          qs.data(), ctx.data(), slots.data(), tables.data(), static_cast<uint32_t>(max_blocks),
-                          p.block_size, kv};
-    REQUIRE(api.forward(self, &a, &err) == LLMK_OK);
-    *q_out = q;
-  };
-
-  std::vector<int32_t> zero(num_seqs, 0), cached(num_seqs), fresh(num_seqs);
-  for (uint32_t s = 0; s < num_seqs; ++s) {
-    cached[s] = p.context[s] - p.new_tokens[s];
-    fresh[s] = p.new_tokens[s];
-  }
-  std::vector<float> q, out;
-  // Positions already in the cache, written by an earlier step. A sequence with
-  // nothing cached still needs one row in that step; give it none by skipping.
-  if (std::any_of(cached.begin(), cached.end(), [](int32_t c) { return c > 0; })) run_step(zero, cached, &q, &out);
-  run_step(cached, fresh, &q, &out);
-
-  // What the cache holds, as floats (dequantized for I8, widened for F16;
-  // the F16 values written must also be the nearest halves of the inputs).
-  auto stored = [&](const std::vector<float>& all, const std::vector<int8_t>& qv, const std::vector<float>& sc,
-                    const std::vector<uint16_t>& hv, uint32_t s, int64_t pos, int64_t h, int64_t i) -> double {
-    const double exact = all[(pos * kvh + h) * hd + i];
-    if (!i8 && !f16) return exact;
-    const int64_t slot = tables[s * max_blocks + pos / p.block_size] + pos % p.block_size;
-    const int64_t off = (slot * kvh + h) * hd + i;
-    if (i8) return static_cast<double>(qv[off]) * sc[off / group];
-    const double half = half_to_double(hv[off]);
-    // Round to nearest: within half a unit in the last place of the input
-    // (2^-11 relative; 2^-25 absolute among subnormals).
-    REQUIRE(std::fabs(half - exact) <= std::max(std::ldexp(std::fabs(exact), -11), std::ldexp(1.0, -25)));
-    return half;
-  };
-
-  double max_err = 0.0;
-  int64_t row = 0;
-  for (uint32_t s = 0; s < num_seqs; ++s) {
-    for (int32_t t = 0; t < p.new_tokens[s]; ++t, ++row) {
-      const int64_t pos = cached[s] + t;
-      for (int64_t h = 0; h < nh; ++h) {
-        const int64_t g = h / (nh / kvh);
-        std::vector<double> w(pos + 1);
-        double mx = -1e300;
-        for (int64_t j = 0; j <= pos; ++j) {
-          double d = 0;
-          for (int64_t i = 0; i < hd; ++i)
-            d += static_cast<double>(q[(row * nh + h) * hd + i]) * stored(k_all[s], kq, ks, kh, s, j, g, i);
-          w[j] = d / std::sqrt(static_cast<double>(hd));
-          mx = std::max(mx, w[j]);
-        }
-        double sum = 0;
-        for (auto& x : w) sum += (x = std::exp(x - mx));
-        for (int64_t i = 0; i < hd; ++i) {
-          double ref = 0;
-          for (int64_t j = 0; j <= pos; ++j) ref += w[j] / sum * stored(v_all[s], vq, vs, vh, s, j, g, i);
-          max_err = std::max(max_err, std::fabs(ref - out[(row * nh + h) * hd + i]));
-        }
-      }
-    }
-  }
-  api.destroy(self);
-  return max_err;
+  const auto r = llmk::test::check_attention_step(lib.api<llmk_attention_api>(), p, kv_dtype, num_threads, seed, i8_group);
+  INFO(r.why);
+  REQUIRE(r.supported);
+  CHECK(r.cache_ok);
+  return r.max_err;
 }
 
 }  // namespace

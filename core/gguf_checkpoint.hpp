@@ -1,0 +1,65 @@
+// Llama- and Qwen2-architecture models from a GGUF file (llama.cpp's format).
+//
+// Metadata -> ModelConfig: {arch}.embedding_length, block_count,
+// feed_forward_length, attention.head_count, attention.head_count_kv,
+// attention.key_length, attention.layer_norm_rms_epsilon, context_length,
+// rope.freq_base, and the vocabulary size ({arch}.vocab_size, else the
+// token list, else token_embd's rows); the tokenizer's special ids and
+// add_bos_token from tokenizer.ggml.*. Refused with Error(unsupported): other
+// architectures, rope scaling (rope.scaling.type other than none, or a
+// rope_freqs tensor), partial rotary (rope.dimension_count != head_dim),
+// tensor types other than F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, and Qwen2
+// files with q/k/v biases (the model forward has no projection biases yet).
+//
+// Tensors get the engine's (Hugging Face) names: token_embd ->
+// model.embed_tokens, blk.N.attn_q/k/v/output -> self_attn.q/k/v/o_proj,
+// ffn_gate/up/down -> mlp.*_proj, attn_norm -> input_layernorm, ffn_norm ->
+// post_attention_layernorm, output_norm -> model.norm, output -> lm_head
+// (absent: tied embeddings).
+//
+// Storage: F32, F16 and BF16 tensors are used in place from the mapping.
+// Quantized blocks are dequantized to F32 at load (the linear plugin then
+// converts to the weight dtype it asks for); a layer whose projections do
+// not share one float type is converted to F32 as a whole, since the model
+// takes one weight dtype per layer.
+//
+// llama.cpp's converter reorders the rows of every llama-architecture Q and
+// K projection so that each head's rotary pairs are adjacent (rows 2i, 2i+1)
+// instead of half a head apart (rows i, i + head_dim/2) as Hugging Face
+// stores them; the loader restores Hugging Face's order, which the engine's
+// RoPE expects. Qwen2 files are stored unpermuted.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "core/checkpoint.hpp"
+#include "core/gguf.hpp"
+
+namespace llmk {
+
+ModelConfig gguf_model_config(const GgufFile& file);
+// Maps only the file's header: the config without loading weights.
+ModelConfig load_gguf_model_config(const std::filesystem::path& file);
+
+// The engine's name for a GGUF tensor name, e.g. "blk.3.attn_q.weight" ->
+// "model.layers.3.self_attn.q_proj.weight" (biases likewise, ".bias");
+// empty when the name is not one the engine knows.
+std::string gguf_to_hf_tensor_name(const std::string& gguf_name);
+
+// Undoes llama.cpp's rotary row permutation of a Q or K projection:
+// src, dst: [num_heads * head_dim rows, row_bytes each], head_dim even.
+// dst row h*head_dim + s*head_dim/2 + i takes src row h*head_dim + 2*i + s.
+void unpermute_rotary_rows(const uint8_t* src, uint8_t* dst, int64_t num_heads, int64_t head_dim, size_t row_bytes);
+
+// Loads and validates a GGUF model; the file's tokenizer (if its metadata
+// has one) becomes the checkpoint's tokenizer_path, i.e. the .gguf itself.
+std::unique_ptr<Checkpoint> load_gguf_checkpoint(const std::filesystem::path& file);
+// The same over an already validated file; source() and the tokenizer path
+// are its name().
+std::unique_ptr<Checkpoint> load_gguf_checkpoint(std::unique_ptr<GgufFile> file);
+
+}  // namespace llmk

@@ -1,0 +1,727 @@
+#include "core/jinja/builtins.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <optional>
+
+#include "core/error.hpp"
+#include "core/jinja/parser.hpp"
+
+namespace llmk::jinja {
+namespace {
+
+[[noreturn]] void fail(const std::string& what) { throw Error(ErrorCode::invalid_argument, "jinja: " + what); }
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+const std::string& need_string(const Value& v, std::string_view what) {
+  if (!v.is_string()) fail(std::string(what) + " needs a string, got a " + v.type_name());
+  return v.as_string();
+}
+
+int64_t need_int(const Value& v, std::string_view what) {
+  if (v.is_int()) return v.as_int();
+  if (v.is_bool()) return v.as_bool() ? 1 : 0;
+  fail(std::string(what) + " needs an integer, got a " + v.type_name());
+}
+
+// str.strip family: `chars` null strips whitespace.
+std::string strip_chars(const std::string& s, const Value* chars, bool left, bool right) {
+  const auto drop = [&](char c) {
+    if (chars == nullptr || chars->is_none()) return is_space(c);
+    return need_string(*chars, "strip").find(c) != std::string::npos;
+  };
+  size_t begin = 0;
+  size_t end = s.size();
+  if (left) {
+    while (begin < end && drop(s[begin])) ++begin;
+  }
+  if (right) {
+    while (end > begin && drop(s[end - 1])) --end;
+  }
+  return s.substr(begin, end - begin);
+}
+
+std::string to_upper(std::string s) {
+  for (char& c : s) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  }
+  return s;
+}
+
+std::string to_lower(std::string s) {
+  for (char& c : s) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return s;
+}
+
+bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+// Python's str.title(): a letter after a non-letter is upper-cased, the rest lowered.
+std::string to_title(const std::string& s) {
+  std::string out = s;
+  bool prev_letter = false;
+  for (char& c : out) {
+    if (is_alpha(c)) {
+      c = prev_letter ? to_lower(std::string(1, c))[0] : to_upper(std::string(1, c))[0];
+      prev_letter = true;
+    } else {
+      prev_letter = false;
+    }
+  }
+  return out;
+}
+
+std::string capitalize(const std::string& s) {
+  if (s.empty()) return s;
+  return to_upper(s.substr(0, 1)) + to_lower(s.substr(1));
+}
+
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+  std::string out;
+  size_t pos = 0;
+  int64_t done = 0;
+  if (from.empty()) {  // Python inserts `to` between every character
+    const auto chars = utf8_chars(s);
+    for (const auto& c : chars) {
+      if (count < 0 || done < count) {
+        out += to;
+        ++done;
+      }
+      out += c;
+    }
+    if (count < 0 || done < count) out += to;
+    return out;
+  }
+  while (count < 0 || done < count) {
+    const size_t at = s.find(from, pos);
+    if (at == std::string::npos) break;
+    out += s.substr(pos, at - pos) + to;
+    pos = at + from.size();
+    ++done;
+  }
+  return out + s.substr(pos);
+}
+
+List split(const std::string& s, const Value* sep, int64_t max_split) {
+  List out;
+  if (sep == nullptr || sep->is_none()) {  // runs of whitespace, no empty pieces
+    size_t i = 0;
+    while (i < s.size()) {
+      while (i < s.size() && is_space(s[i])) ++i;
+      if (i >= s.size()) break;
+      if (max_split >= 0 && static_cast<int64_t>(out.size()) == max_split) {
+        std::string rest = s.substr(i);
+        while (!rest.empty() && is_space(rest.back())) rest.pop_back();
+        out.emplace_back(rest);
+        return out;
+      }
+      size_t j = i;
+      while (j < s.size() && !is_space(s[j])) ++j;
+      out.emplace_back(s.substr(i, j - i));
+      i = j;
+    }
+    return out;
+  }
+  const std::string& separator = need_string(*sep, "split");
+  if (separator.empty()) fail("split: empty separator");
+  size_t pos = 0;
+  while (max_split < 0 || static_cast<int64_t>(out.size()) < max_split) {
+    const size_t at = s.find(separator, pos);
+    if (at == std::string::npos) break;
+    out.emplace_back(s.substr(pos, at - pos));
+    pos = at + separator.size();
+  }
+  out.emplace_back(s.substr(pos));
+  return out;
+}
+
+bool starts_or_ends(const std::string& s, const Value& affix, bool at_start) {
+  const auto one = [&](const Value& a) {
+    const std::string& x = need_string(a, at_start ? "startswith" : "endswith");
+    if (x.size() > s.size()) return false;
+    return at_start ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0;
+  };
+  if (affix.is_list()) {
+    return std::any_of(affix.as_list().begin(), affix.as_list().end(), one);
+  }
+  return one(affix);
+}
+
+Value method(std::string name, std::function<Value(const Args&)> fn) { return Value(Callable{std::move(name), std::move(fn)}); }
+
+Value string_method(const std::string& s, const std::string& name) {
+  if (name == "strip" || name == "lstrip" || name == "rstrip") {
+    const bool left = name != "rstrip";
+    const bool right = name != "lstrip";
+    return method(name, [s, left, right](const Args& a) { return Value(strip_chars(s, a.get(0, "chars"), left, right)); });
+  }
+  if (name == "split") {
+    return method(name, [s](const Args& a) {
+      const Value* max = a.get(1, "maxsplit");
+      return Value(split(s, a.get(0, "sep"), max ? need_int(*max, "split") : -1));
+    });
+  }
+  if (name == "startswith" || name == "endswith") {
+    const bool at_start = name == "startswith";
+    return method(name, [s, at_start, name](const Args& a) {
+      const Value* affix = a.get(0, "prefix");
+      if (affix == nullptr) fail(name + " needs an argument");
+      return Value(starts_or_ends(s, *affix, at_start));
+    });
+  }
+  if (name == "upper") return method(name, [s](const Args&) { return Value(to_upper(s)); });
+  if (name == "lower") return method(name, [s](const Args&) { return Value(to_lower(s)); });
+  if (name == "title") return method(name, [s](const Args&) { return Value(to_title(s)); });
+  if (name == "capitalize") return method(name, [s](const Args&) { return Value(capitalize(s)); });
+  if (name == "replace") {
+    return method(name, [s](const Args& a) {
+      const Value* from = a.get(0, "old");
+      const Value* to = a.get(1, "new");
+      const Value* count = a.get(2, "count");
+      if (from == nullptr || to == nullptr) fail("replace needs two arguments");
+      return Value(replace_all(s, need_string(*from, "replace"), need_string(*to, "replace"),
+                               count ? need_int(*count, "replace") : -1));
+    });
+  }
+  if (name == "join") {
+    return method(name, [s](const Args& a) {
+      const Value* items = a.get(0, "iterable");
+      if (items == nullptr) fail("join needs an argument");
+      std::string out;
+      bool first = true;
+      for (const Value& v : iterate(*items)) {
+        if (!first) out += s;
+        first = false;
+        out += need_string(v, "str.join");
+      }
+      return Value(out);
+    });
+  }
+  if (name == "find") {
+    return method(name, [s](const Args& a) {
+      const Value* x = a.get(0, "sub");
+      if (x == nullptr) fail("find needs an argument");
+      const size_t at = s.find(need_string(*x, "find"));
+      return Value(at == std::string::npos ? int64_t{-1} : static_cast<int64_t>(utf8_chars(s.substr(0, at)).size()));
+    });
+  }
+  return Value();
+}
+
+Value dict_method(const Value& obj, const std::string& name) {
+  if (name == "items") {
+    return method(name, [obj](const Args&) {
+      List out;
+      for (const auto& [k, v] : obj.as_dict().entries) out.emplace_back(List{Value(k), v});
+      return Value(std::move(out));
+    });
+  }
+  if (name == "keys") {
+    return method(name, [obj](const Args&) {
+      List out;
+      for (const auto& entry : obj.as_dict().entries) out.emplace_back(entry.first);
+      return Value(std::move(out));
+    });
+  }
+  if (name == "values") {
+    return method(name, [obj](const Args&) {
+      List out;
+      for (const auto& entry : obj.as_dict().entries) out.push_back(entry.second);
+      return Value(std::move(out));
+    });
+  }
+  if (name == "get") {
+    return method(name, [obj](const Args& a) {
+      const Value* key = a.get(0, "key");
+      if (key == nullptr) fail("get needs a key");
+      const Value* fallback = a.get(1, "default");
+      if (key->is_string()) {
+        if (const Value* v = obj.as_dict().find(key->as_string())) return *v;
+      }
+      return fallback ? *fallback : Value::none();
+    });
+  }
+  return Value();
+}
+
+int64_t length_of(const Value& v) {
+  switch (v.type()) {
+    case Value::Type::undefined: return 0;
+    case Value::Type::string: return static_cast<int64_t>(utf8_chars(v.as_string()).size());
+    case Value::Type::list: return static_cast<int64_t>(v.as_list().size());
+    case Value::Type::dict: return static_cast<int64_t>(v.as_dict().entries.size());
+    default: fail("length of a " + v.type_name());
+  }
+}
+
+// The attribute path "a.b" of selectattr/map, item-or-attribute at each step.
+Value attribute_path(const Value& v, const std::string& path) {
+  Value cur = v;
+  size_t pos = 0;
+  while (true) {
+    const size_t dot = path.find('.', pos);
+    const std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+    cur = get_item(cur, Value(part));
+    if (dot == std::string::npos) return cur;
+    pos = dot + 1;
+  }
+}
+
+// select/reject/selectattr/rejectattr: args are [attribute,] test name, test args.
+Value filter_by_test(const Value& seq, const Args& args, bool by_attribute, bool keep) {
+  size_t next = 0;
+  std::string attribute;
+  if (by_attribute) {
+    const Value* a = args.get(0, "attribute");
+    if (a == nullptr) fail("selectattr/rejectattr need an attribute name");
+    attribute = need_string(*a, "selectattr");
+    next = 1;
+  }
+  std::string test;
+  Args test_args;
+  if (next < args.positional.size()) {
+    test = need_string(args.positional[next], "select");
+    if (!is_known_test(test)) {
+      throw Error(ErrorCode::unsupported, "jinja: unsupported construct test '" + test + "' (outside llmk's Jinja subset)");
+    }
+    test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(next) + 1, args.positional.end());
+  }
+  List out;
+  for (const Value& item : iterate(seq)) {
+    const Value subject = by_attribute ? attribute_path(item, attribute) : item;
+    const bool passed = test.empty() ? subject.truthy() : apply_test(test, subject, test_args);
+    if (passed == keep) out.push_back(item);
+  }
+  return Value(std::move(out));
+}
+
+Value to_int(const Value& v, const Value* fallback) {
+  const Value def = fallback ? *fallback : Value(int64_t{0});
+  switch (v.type()) {
+    case Value::Type::integer: return v;
+    case Value::Type::boolean: return Value(static_cast<int64_t>(v.as_bool()));
+    case Value::Type::floating: return Value(static_cast<int64_t>(std::trunc(v.as_float())));
+    case Value::Type::string: {
+      const std::string s = strip_chars(v.as_string(), nullptr, true, true);
+      try {
+        size_t used = 0;
+        const int64_t n = std::stoll(s, &used, 10);
+        if (used == s.size()) return Value(n);
+        const double d = std::stod(s, &used);
+        if (used == s.size()) return Value(static_cast<int64_t>(std::trunc(d)));
+      } catch (const std::exception&) {
+      }
+      return def;
+    }
+    default: return def;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> utf8_chars(const std::string& s) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    n = std::min(n, s.size() - i);
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+List iterate(const Value& value) {
+  switch (value.type()) {
+    case Value::Type::undefined: return {};
+    case Value::Type::list: return value.as_list();
+    case Value::Type::dict: {
+      if (value.as_dict().is_namespace) break;
+      List keys;
+      for (const auto& entry : value.as_dict().entries) keys.emplace_back(entry.first);
+      return keys;
+    }
+    case Value::Type::string: {
+      List chars;
+      for (auto& c : utf8_chars(value.as_string())) chars.emplace_back(std::move(c));
+      return chars;
+    }
+    default: break;
+  }
+  fail("a " + value.type_name() + " is not iterable");
+}
+
+bool contains(const Value& haystack, const Value& needle) {
+  switch (haystack.type()) {
+    case Value::Type::undefined: return false;
+    case Value::Type::string:
+      return haystack.as_string().find(need_string(needle, "'in' on a string")) != std::string::npos;
+    case Value::Type::list:
+      return std::any_of(haystack.as_list().begin(), haystack.as_list().end(),
+                         [&](const Value& v) { return v.equals(needle); });
+    case Value::Type::dict: return needle.is_string() && haystack.as_dict().find(needle.as_string()) != nullptr;
+    default: fail("'in' needs a string, list or dict on its right, got a " + haystack.type_name());
+  }
+}
+
+bool less_than(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (!a.is_float() && !b.is_float()) return a.as_number() < b.as_number();  // exact for |n| < 2^53
+    return a.as_number() < b.as_number();
+  }
+  if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
+  if (a.is_list() && b.is_list()) {
+    const List& x = a.as_list();
+    const List& y = b.as_list();
+    for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
+      if (!x[i].equals(y[i])) return less_than(x[i], y[i]);
+    }
+    return x.size() < y.size();
+  }
+  fail("cannot order a " + a.type_name() + " and a " + b.type_name());
+}
+
+Value get_attribute(const Value& obj, const std::string& name) {
+  switch (obj.type()) {
+    case Value::Type::dict: {
+      if (obj.as_dict().is_namespace) {
+        const Value* v = obj.as_dict().find(name);
+        return v ? *v : Value();
+      }
+      Value m = dict_method(obj, name);  // Python attributes win over keys, as in jinja's getattr
+      if (!m.is_undefined()) return m;
+      const Value* v = obj.as_dict().find(name);
+      return v ? *v : Value();
+    }
+    case Value::Type::string: return string_method(obj.as_string(), name);
+    default: return Value();
+  }
+}
+
+Value get_item(const Value& obj, const Value& key) {
+  switch (obj.type()) {
+    case Value::Type::dict:
+      if (key.is_string()) {
+        if (const Value* v = obj.as_dict().find(key.as_string())) return *v;
+        return get_attribute(obj, key.as_string());
+      }
+      return Value();
+    case Value::Type::list:
+    case Value::Type::string: {
+      if (key.is_string()) return get_attribute(obj, key.as_string());
+      if (!key.is_int() && !key.is_bool()) return Value();
+      int64_t i = need_int(key, "an index");
+      if (obj.is_list()) {
+        const auto n = static_cast<int64_t>(obj.as_list().size());
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) return Value();
+        return obj.as_list()[static_cast<size_t>(i)];
+      }
+      const auto chars = utf8_chars(obj.as_string());
+      const auto n = static_cast<int64_t>(chars.size());
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) return Value();
+      return Value(chars[static_cast<size_t>(i)]);
+    }
+    default: return Value();
+  }
+}
+
+Value slice(const Value& obj, const Value* start, const Value* stop, const Value* step) {
+  const auto bound = [](const Value* v) -> std::optional<int64_t> {
+    if (v == nullptr || v->is_none()) return std::nullopt;
+    return need_int(*v, "a slice bound");
+  };
+  std::vector<Value> items;
+  if (obj.is_list()) {
+    items = obj.as_list();
+  } else if (obj.is_string()) {
+    for (auto& c : utf8_chars(obj.as_string())) items.emplace_back(std::move(c));
+  } else {
+    fail("cannot slice a " + obj.type_name());
+  }
+  const auto n = static_cast<int64_t>(items.size());
+  const int64_t st = bound(step).value_or(1);
+  if (st == 0) fail("slice step cannot be zero");
+  // Python's PySlice_AdjustIndices.
+  const auto adjust = [&](std::optional<int64_t> v, int64_t def_pos, int64_t def_neg) {
+    if (!v) return st > 0 ? def_pos : def_neg;
+    int64_t x = *v;
+    if (x < 0) {
+      x += n;
+      if (x < 0) x = st < 0 ? -1 : 0;
+    } else if (x >= n) {
+      x = st < 0 ? n - 1 : n;
+    }
+    return x;
+  };
+  const int64_t lo = adjust(bound(start), 0, n - 1);
+  const int64_t hi = adjust(bound(stop), n, -1);
+  List out;
+  for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) out.push_back(items[static_cast<size_t>(i)]);
+  if (obj.is_list()) return Value(std::move(out));
+  std::string s;
+  for (const Value& c : out) s += c.as_string();
+  return Value(std::move(s));
+}
+
+bool apply_test(std::string_view name, const Value& v, const Args& args) {
+  const auto arg = [&]() -> const Value& {
+    const Value* a = args.get(0, "value");
+    if (a == nullptr) fail("test '" + std::string(name) + "' needs an argument");
+    return *a;
+  };
+  if (name == "defined") return !v.is_undefined();
+  if (name == "undefined") return v.is_undefined();
+  if (name == "none") return v.is_none();
+  if (name == "boolean") return v.is_bool();
+  if (name == "true") return v.is_bool() && v.as_bool();
+  if (name == "false") return v.is_bool() && !v.as_bool();
+  if (name == "integer") return v.is_int();
+  if (name == "float") return v.is_float();
+  if (name == "number") return v.is_number();
+  if (name == "string") return v.is_string();
+  if (name == "mapping") return v.is_dict() && !v.as_dict().is_namespace;
+  if (name == "iterable" || name == "sequence") {
+    return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.as_dict().is_namespace);
+  }
+  if (name == "callable") return v.is_callable();
+  if (name == "eq" || name == "equalto" || name == "==") return v.equals(arg());
+  if (name == "ne" || name == "!=") return !v.equals(arg());
+  if (name == "lt" || name == "lessthan" || name == "<") return less_than(v, arg());
+  if (name == "le" || name == "<=") return !less_than(arg(), v);
+  if (name == "gt" || name == "greaterthan" || name == ">") return less_than(arg(), v);
+  if (name == "ge" || name == ">=") return !less_than(v, arg());
+  if (name == "in") return contains(arg(), v);
+  if (name == "odd") return need_int(v, "odd") % 2 != 0;
+  if (name == "even") return need_int(v, "even") % 2 == 0;
+  if (name == "divisibleby") {
+    const int64_t d = need_int(arg(), "divisibleby");
+    if (d == 0) fail("divisibleby(0)");
+    return need_int(v, "divisibleby") % d == 0;
+  }
+  if (name == "sameas") {
+    const Value& o = arg();
+    if (v.type() != o.type()) return false;
+    if (v.is_list()) return &v.as_list() == &o.as_list();
+    if (v.is_dict()) return &v.as_dict() == &o.as_dict();
+    return v.equals(o);
+  }
+  if (name == "lower") return v.is_string() && to_lower(v.as_string()) == v.as_string();
+  if (name == "upper") return v.is_string() && to_upper(v.as_string()) == v.as_string();
+  throw Error(ErrorCode::unsupported, "jinja: unsupported construct test '" + std::string(name) + "'");
+}
+
+bool is_known_test(std::string_view name) {
+  static const char* const names[] = {"defined", "undefined", "none",  "boolean", "true",        "false",  "integer",
+                                      "float",   "number",    "string", "mapping", "iterable",    "sequence",
+                                      "callable", "eq",       "equalto", "==",     "ne",          "!=",     "lt",
+                                      "lessthan", "<",        "le",     "<=",      "gt",          "greaterthan",
+                                      ">",       "ge",        ">=",     "in",      "odd",         "even",
+                                      "divisibleby", "sameas", "lower", "upper"};
+  return std::find(std::begin(names), std::end(names), name) != std::end(names);
+}
+
+bool is_known_filter(std::string_view name) {
+  static const char* const names[] = {"trim",   "length",  "count",   "upper",      "lower",      "capitalize",
+                                      "title",  "tojson",  "default", "d",          "join",       "first",
+                                      "last",   "items",   "replace", "string",     "int",        "float",
+                                      "list",   "selectattr", "rejectattr", "select", "reject",   "map",
+                                      "abs",    "safe",    "unique",  "reverse",    "dictsort",   "sum"};
+  return std::find(std::begin(names), std::end(names), name) != std::end(names);
+}
+
+Value apply_filter(std::string_view name, const Value& v, const Args& args) {
+  // String filters convert first, as jinja's soft_str does (None -> "None").
+  if (name == "trim") return Value(strip_chars(v.str(), args.get(0, "chars"), true, true));
+  if (name == "length" || name == "count") return Value(length_of(v));
+  if (name == "upper") return Value(to_upper(v.str()));
+  if (name == "lower") return Value(to_lower(v.str()));
+  if (name == "capitalize") return Value(capitalize(v.str()));
+  if (name == "title") return Value(to_title(v.str()));
+  if (name == "safe") return v;
+  if (name == "string") return v.is_string() ? v : Value(v.str());
+  if (name == "tojson") {
+    for (const auto& [key, value] : args.keywords) {
+      if (key != "indent" && !(key == "ensure_ascii" && value.is_bool() && !value.as_bool()) &&
+          !(key == "sort_keys" && value.is_bool() && !value.as_bool())) {
+        throw Error(ErrorCode::unsupported, "jinja: unsupported construct tojson argument '" + key + "'");
+      }
+    }
+    const Value* indent = args.get(0, "indent");
+    return Value(to_json_text(v, indent == nullptr || indent->is_none() ? -1 : static_cast<int>(need_int(*indent, "tojson indent"))));
+  }
+  if (name == "default" || name == "d") {
+    const Value* fallback = args.get(0, "default_value");
+    const Value* boolean = args.get(1, "boolean");
+    const bool use_fallback = boolean && boolean->truthy() ? !v.truthy() : v.is_undefined();
+    return use_fallback ? (fallback ? *fallback : Value(std::string())) : v;
+  }
+  if (name == "join") {
+    const Value* sep = args.get(0, "d");
+    const Value* attribute = args.get(1, "attribute");
+    std::string out;
+    bool first = true;
+    for (const Value& item : iterate(v)) {
+      if (!first) out += sep ? sep->str() : "";
+      first = false;
+      out += (attribute ? attribute_path(item, attribute->str()) : item).str();
+    }
+    return Value(out);
+  }
+  if (name == "first" || name == "last") {
+    const List items = iterate(v);
+    if (items.empty()) return Value();
+    return name == "first" ? items.front() : items.back();
+  }
+  if (name == "items") {
+    if (v.is_undefined()) return Value(List{});
+    if (!v.is_dict()) fail("items needs a dict, got a " + v.type_name());
+    return get_attribute(v, "items").as_callable().call(Args{});
+  }
+  if (name == "replace") {
+    const Value* from = args.get(0, "old");
+    const Value* to = args.get(1, "new");
+    const Value* count = args.get(2, "count");
+    if (from == nullptr || to == nullptr) fail("replace needs two arguments");
+    return Value(replace_all(v.str(), from->str(), to->str(), count && !count->is_none() ? need_int(*count, "replace") : -1));
+  }
+  if (name == "int") return to_int(v, args.get(0, "default"));
+  if (name == "float") {
+    if (v.is_number()) return Value(v.as_number());
+    if (v.is_string()) {
+      try {
+        size_t used = 0;
+        const std::string s = strip_chars(v.as_string(), nullptr, true, true);
+        const double d = std::stod(s, &used);
+        if (used == s.size()) return Value(d);
+      } catch (const std::exception&) {
+      }
+    }
+    const Value* fallback = args.get(0, "default");
+    return fallback ? *fallback : Value(0.0);
+  }
+  if (name == "list") return Value(iterate(v));
+  if (name == "selectattr") return filter_by_test(v, args, true, true);
+  if (name == "rejectattr") return filter_by_test(v, args, true, false);
+  if (name == "select") return filter_by_test(v, args, false, true);
+  if (name == "reject") return filter_by_test(v, args, false, false);
+  if (name == "map") {
+    List out;
+    const Value* attribute = args.get(99, "attribute");
+    const Value* fallback = args.get(99, "default");
+    if (attribute != nullptr) {
+      for (const Value& item : iterate(v)) {
+        Value x = attribute_path(item, attribute->str());
+        out.push_back(x.is_undefined() && fallback ? *fallback : x);
+      }
+      return Value(std::move(out));
+    }
+    if (args.positional.empty()) fail("map needs a filter name or attribute=");
+    const std::string filter = need_string(args.positional[0], "map");
+    if (!is_known_filter(filter) || filter == "map") {
+      throw Error(ErrorCode::unsupported, "jinja: unsupported construct filter '" + filter + "' (in map)");
+    }
+    Args rest;
+    rest.positional.assign(args.positional.begin() + 1, args.positional.end());
+    rest.keywords = args.keywords;
+    for (const Value& item : iterate(v)) out.push_back(apply_filter(filter, item, rest));
+    return Value(std::move(out));
+  }
+  if (name == "abs") {
+    if (v.is_int()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    if (v.is_float()) return Value(std::fabs(v.as_float()));
+    fail("abs of a " + v.type_name());
+  }
+  if (name == "unique") {
+    List out;
+    for (const Value& item : iterate(v)) {
+      if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return o.equals(item); })) out.push_back(item);
+    }
+    return Value(std::move(out));
+  }
+  if (name == "reverse") {
+    if (v.is_string()) {
+      auto chars = utf8_chars(v.as_string());
+      std::string out;
+      for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
+      return Value(out);
+    }
+    List items = iterate(v);
+    std::reverse(items.begin(), items.end());
+    return Value(std::move(items));
+  }
+  if (name == "dictsort") {
+    if (!v.is_dict()) fail("dictsort needs a dict, got a " + v.type_name());
+    List out = get_attribute(v, "items").as_callable().call(Args{}).as_list();
+    std::stable_sort(out.begin(), out.end(), [](const Value& a, const Value& b) {
+      return to_lower(a.as_list()[0].as_string()) < to_lower(b.as_list()[0].as_string());
+    });
+    return Value(std::move(out));
+  }
+  if (name == "sum") {
+    Value total(int64_t{0});
+    for (const Value& item : iterate(v)) {
+      if (!item.is_number()) fail("sum of a " + item.type_name());
+      if (total.is_float() || item.is_float()) total = Value(total.as_number() + item.as_number());
+      else total = Value(total.as_int() + need_int(item, "sum"));
+    }
+    return total;
+  }
+  throw Error(ErrorCode::unsupported, "jinja: unsupported construct filter '" + std::string(name) + "'");
+}
+
+void add_builtin_globals(Dict& globals) {
+  globals.set("raise_exception", Value(Callable{"raise_exception", [](const Args& a) -> Value {
+    const Value* message = a.get(0, "message");
+    throw Error(ErrorCode::invalid_argument,
+                "chat template raised an exception: " + (message ? message->str() : std::string()));
+  }}));
+  globals.set("strftime_now", Value(Callable{"strftime_now", [](const Args& a) {
+    const Value* format = a.get(0, "format");
+    if (format == nullptr) fail("strftime_now needs a format");
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char buf[256];
+    const size_t n = std::strftime(buf, sizeof buf, need_string(*format, "strftime_now").c_str(), &local);
+    return Value(std::string(buf, n));
+  }}));
+  globals.set("namespace", Value(Callable{"namespace", [](const Args& a) {
+    Dict ns;
+    ns.is_namespace = true;
+    for (const Value& p : a.positional) {
+      if (!p.is_dict()) fail("namespace() takes a dict or keyword arguments");
+      for (const auto& [k, v] : p.as_dict().entries) ns.set(k, v);
+    }
+    for (const auto& [k, v] : a.keywords) ns.set(k, v);
+    return Value(std::move(ns));
+  }}));
+  globals.set("range", Value(Callable{"range", [](const Args& a) {
+    int64_t start = 0;
+    int64_t stop = 0;
+    int64_t step = 1;
+    if (a.positional.size() == 1) {
+      stop = need_int(a.positional[0], "range");
+    } else if (a.positional.size() >= 2) {
+      start = need_int(a.positional[0], "range");
+      stop = need_int(a.positional[1], "range");
+      if (a.positional.size() > 2) step = need_int(a.positional[2], "range");
+    } else {
+      fail("range needs an argument");
+    }
+    if (step == 0) fail("range step cannot be zero");
+    List out;
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      out.emplace_back(i);
+      if (out.size() > 1'000'000) fail("range longer than 1000000");
+    }
+    return Value(std::move(out));
+  }}));
+}
+
+}  // namespace llmk::jinja

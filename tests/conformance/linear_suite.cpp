@@ -1,0 +1,210 @@
+// The linear grid: 1 to 33 rows, depths 64, 130 and 515, widths 1 to 129,
+// every weight dtype the plugin declares. Each scheme is held to an error
+// bound derived from the scheme itself, computed per output from the data:
+//
+//   float weights ("scheme" absent):  F32 accumulation only,
+//       |e| <= 1e-5 * sum_k |x_k w_k|
+//   weight-only integer schemes (w8a32-zp, w4a32): each weight within one
+//   quantization step s of its group's min/max grid (half a step of rounding,
+//   half of the zero point's); a range search that clips keeps the error
+//   energy below that grid's, so by Cauchy-Schwarz
+//       |e| <= ||x|| * sqrt(sum_k s_k^2) + F32 accumulation
+//   w8a8 (symmetric per-channel weights, per-token activations): as above
+//   with s_k = max|w| / 127, plus the activation rounding,
+//       + sum_k |w_k| * max|x| / 254 (first order) and its product term.
+//
+// Those worst-case bounds catch gross errors (a wrong scale, a lost group);
+// the typical error is far smaller. So, where a case has 64 outputs or more,
+// the error energy is also held to twice its expectation under uniform
+// rounding, sum over outputs of sum_k x_k^2 s_k^2 / 12 (+ the activations'
+// sum_k w_k^2 dx^2 / 12): a sum of that many near-Gaussian terms exceeds
+// twice its mean with a probability far below 1e-6.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "conformance.hpp"
+#include "core/dtype.hpp"
+
+namespace llmk::conformance {
+namespace {
+
+struct Scheme {
+  int weight_levels = 0;   // 0: float weights; 255 (8-bit) or 15 (4-bit) steps across a group's range
+  bool symmetric = false;  // symmetric range (+-max|w|) instead of min..max
+  int64_t group = 0;       // values per weight range along in_features; 0: the whole row
+  bool int8_activations = false;
+};
+
+// What the plugin's capabilities say it computes; an undeclared scheme is a
+// conformance failure (the suite cannot bound what it does not know).
+bool parse_scheme(const nlohmann::json& caps, Scheme& s, std::string& why) {
+  if (!caps.contains("scheme")) return true;  // float weights
+  const std::string name = caps["scheme"].is_string() ? caps["scheme"].get<std::string>() : "";
+  const auto& options = caps.contains("options") && caps["options"].is_object() ? caps["options"] : nlohmann::json::object();
+  if (name == "w8a8") {
+    s = {255, true, 0, true};
+  } else if (name == "w8a32-zp") {
+    s = {255, false, 0, false};
+  } else if (name == "w4a32") {
+    s = {15, false, options.value("group_size", int64_t{128}), false};
+  } else {
+    why = "capabilities declare scheme '" + name + "', which the suite has no error bound for (known: w8a8, w8a32-zp, w4a32)";
+    return false;
+  }
+  return true;
+}
+
+struct WeightType {
+  const char* name;
+  uint32_t dtype;
+};
+constexpr WeightType kWeightTypes[] = {{"f32", LLMK_DTYPE_F32}, {"f16", LLMK_DTYPE_F16}, {"bf16", LLMK_DTYPE_BF16}};
+
+}  // namespace
+
+SuiteResult run_linear_suite(const Plugin& plugin) {
+  SuiteResult result;
+  result.plugin = plugin.info().name;
+  const auto caps = nlohmann::json::parse(plugin.info().capabilities, nullptr, false);
+  Scheme scheme;
+  std::string why;
+  if (!caps.is_object() || !parse_scheme(caps, scheme, why)) {
+    result.failures.push_back(why.empty() ? "capabilities are not a JSON object" : why);
+    return result;
+  }
+  std::vector<std::string> dtypes;
+  if (caps.contains("weight_dtypes") && caps["weight_dtypes"].is_array())
+    for (const auto& d : caps["weight_dtypes"]) dtypes.push_back(d.get<std::string>());
+  if (dtypes.empty()) dtypes.push_back("f32");
+  const llmk_linear_api& api = plugin.linear();
+
+  for (const WeightType& wt : kWeightTypes) {
+    if (std::find(dtypes.begin(), dtypes.end(), wt.name) == dtypes.end()) continue;
+    for (const int64_t in : {64, 130, 515})
+      for (const int64_t out : {1, 17, 129})
+        for (const int64_t rows : {1, 3, 16, 33}) {
+          const std::string name = std::string("weights ") + wt.name + " " + std::to_string(rows) + "x" +
+                                   std::to_string(in) + " -> " + std::to_string(out);
+          std::mt19937 rng(static_cast<uint32_t>(in * 7919 + out * 31 + rows + wt.dtype));
+          std::normal_distribution<float> normal;
+          // Weights as the dtype holds them, and their exact values.
+          std::vector<double> w(out * in);
+          std::vector<float> w32(out * in);
+          std::vector<uint16_t> w16(out * in);
+          for (int64_t i = 0; i < out * in; ++i) {
+            const float v = normal(rng);
+            if (wt.dtype == LLMK_DTYPE_F32) {
+              w32[i] = v;
+              w[i] = v;
+            } else if (wt.dtype == LLMK_DTYPE_F16) {
+              w16[i] = f32_to_f16(v);
+              w[i] = f16_to_f32(w16[i]);
+            } else {
+              w16[i] = f32_to_bf16(v);
+              w[i] = bf16_to_f32(w16[i]);
+            }
+          }
+          std::vector<float> x(rows * in), y(rows * out, NAN);
+          for (auto& v : x) v = normal(rng);
+
+          const std::string layer = "conformance.layers.0.mlp.up_proj";
+          llmk_linear_desc desc{sizeof(llmk_linear_desc), layer.c_str(), static_cast<uint32_t>(in),
+                                static_cast<uint32_t>(out), wt.dtype,
+                                wt.dtype == LLMK_DTYPE_F32 ? static_cast<const void*>(w32.data()) : w16.data(), 1,
+                                static_cast<uint32_t>(rows), 2, "{}"};
+          char reason[512] = {};
+          if (api.supports(&desc, reason, sizeof(reason)) != 1) {
+            ++result.num_unsupported;
+            continue;
+          }
+          llmk_error err{};
+          void* self = api.create(&desc, &err);
+          if (self == nullptr) {
+            result.failures.push_back(name + ": create failed: " + err.message);
+            continue;
+          }
+          const int status = api.forward(self, x.data(), y.data(), static_cast<uint32_t>(rows), &err);
+          const size_t weight_bytes = api.weight_bytes(self);
+          api.destroy(self);
+          if (status != LLMK_OK) {
+            result.failures.push_back(name + ": forward failed: " + err.message);
+            continue;
+          }
+          if (weight_bytes == 0) result.failures.push_back(name + ": weight_bytes() is 0");
+
+          // The quantization step of every weight, and per output row j the
+          // sum of its weights' squared steps.
+          const int64_t group = scheme.group > 0 ? std::min(scheme.group, in) : in;
+          std::vector<double> step(out * in, 0.0), step_sq(out, 0.0);
+          if (scheme.weight_levels > 0)
+            for (int64_t j = 0; j < out; ++j)
+              for (int64_t g0 = 0; g0 < in; g0 += group) {
+                double lo = 0, hi = 0, mx = 0;
+                for (int64_t k = g0; k < std::min(in, g0 + group); ++k) {
+                  lo = std::min(lo, w[j * in + k]);
+                  hi = std::max(hi, w[j * in + k]);
+                  mx = std::max(mx, std::fabs(w[j * in + k]));
+                }
+                const double s_g = scheme.symmetric ? 2 * mx / scheme.weight_levels : (hi - lo) / scheme.weight_levels;
+                for (int64_t k = g0; k < std::min(in, g0 + group); ++k) step[j * in + k] = s_g;
+                step_sq[j] += s_g * s_g * static_cast<double>(std::min(in, g0 + group) - g0);
+              }
+
+          double worst = 0;  // largest error as a fraction of its bound
+          double error_energy = 0, expected_energy = 0;
+          std::string worst_where;
+          for (int64_t m = 0; m < rows; ++m) {
+            double x_norm_sq = 0, x_max = 0;
+            for (int64_t k = 0; k < in; ++k) {
+              x_norm_sq += double(x[m * in + k]) * x[m * in + k];
+              x_max = std::max(x_max, std::fabs(double(x[m * in + k])));
+            }
+            const double x_step = scheme.int8_activations ? x_max / 127 : 0;  // symmetric per-token scale
+            for (int64_t j = 0; j < out; ++j) {
+              double ref = 0, mag = 0, w_abs = 0, w_sq = 0, rounding_var = 0;
+              for (int64_t k = 0; k < in; ++k) {
+                const double p = double(x[m * in + k]) * w[j * in + k];
+                ref += p;
+                mag += std::fabs(p);
+                w_abs += std::fabs(w[j * in + k]);
+                w_sq += w[j * in + k] * w[j * in + k];
+                rounding_var += double(x[m * in + k]) * x[m * in + k] * step[j * in + k] * step[j * in + k] / 12;
+              }
+              double bound = 1e-5 * mag + 1e-30;
+              if (scheme.weight_levels > 0) {
+                const double x_hat_norm = std::sqrt(x_norm_sq) + std::sqrt(double(in)) * x_step / 2;
+                bound += x_hat_norm * std::sqrt(step_sq[j]) + 1e-5 * (mag + std::sqrt(x_norm_sq * step_sq[j]));
+              }
+              if (scheme.int8_activations) bound += w_abs * x_step / 2;
+              const double got = y[m * out + j];
+              error_energy += (got - ref) * (got - ref);
+              expected_energy += rounding_var;
+              if (scheme.int8_activations) expected_energy += w_sq * x_step * x_step / 12;
+              const double ratio = std::isfinite(got) ? std::fabs(got - ref) / bound : INFINITY;
+              if (!(ratio <= worst)) {
+                worst = ratio;
+                worst_where = "row " + std::to_string(m) + " output " + std::to_string(j) + ": " + std::to_string(got) +
+                              " vs " + std::to_string(ref) + " (bound " + std::to_string(bound) + ")";
+              }
+            }
+          }
+          const bool energy_checked = scheme.weight_levels > 0 && rows * out >= 64;
+          if (worst > 1.0) {
+            result.failures.push_back(name + ": outside the scheme's bound at " + worst_where);
+          } else if (energy_checked && !(error_energy <= 2 * expected_energy)) {
+            result.failures.push_back(name + ": error energy " + std::to_string(error_energy) + " is over twice the " +
+                                      std::to_string(expected_energy) + " uniform rounding gives");
+          } else {
+            ++result.num_passed;
+          }
+        }
+  }
+  return result;
+}
+
+}  // namespace llmk::conformance

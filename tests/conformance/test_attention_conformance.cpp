@@ -1,0 +1,33 @@
+// Every attention plugin on the search path against the float64 reference,
+// and proof that the suite catches a plugin whose causal mask is off by one.
+#include <catch2/catch.hpp>
+
+#include "conformance.hpp"
+
+using namespace llmk;
+using namespace llmk::conformance;
+
+TEST_CASE("every discovered attention plugin matches the float64 reference on the conformance grid",
+          "[conformance][attention]") {
+  PluginRegistry registry(conformance_dirs());
+  const auto names = discover_plugins(registry, LLMK_PLUGIN_ATTENTION);
+  REQUIRE_FALSE(names.empty());  // attention.cpu is always built
+  for (const auto& name : names) {
+    const SuiteResult r = run_attention_suite(registry.load(name, LLMK_PLUGIN_ATTENTION));
+    INFO(name << ": " << r.num_passed << " passed, " << r.num_unsupported << " unsupported");
+    for (const auto& f : r.failures) FAIL_CHECK(name << ": " << f);
+    CHECK(r.num_passed > 0);  // a plugin that refuses the whole grid is not conformant either
+  }
+}
+
+TEST_CASE("the attention suite fails a copy of attention.cpu whose causal mask is off by one",
+          "[conformance][attention]") {
+  PluginRegistry registry({LLMK_CONFORMANCE_FIXTURE_DIR});
+  const auto names = discover_plugins(registry, LLMK_PLUGIN_ATTENTION);
+  REQUIRE(std::find(names.begin(), names.end(), "attention.maskbug") != names.end());
+  const SuiteResult r = run_attention_suite(registry.load("attention.maskbug", LLMK_PLUGIN_ATTENTION));
+  INFO(r.num_passed << " passed, " << r.num_unsupported << " unsupported, " << r.failures.size() << " failed");
+  CHECK(r.num_passed == 0);
+  REQUIRE_FALSE(r.failures.empty());
+  CAPTURE(r.failures.front());
+}

@@ -1,0 +1,238 @@
+"""Fixtures and reference results for tests/core/test_tokenizer_json*.cpp.
+
+  make OUT_DIR [SPM_MODEL]
+                      trains two small byte-level BPE tokenizers with the
+                      `tokenizers` library and writes them with the exact
+                      pre-tokenizer, normalizer, decoder, post-processor and
+                      added-token configuration of Llama 3 and Qwen2(.5):
+                      OUT_DIR/llama3/tokenizer.json, OUT_DIR/qwen2/tokenizer.json;
+                      with SPM_MODEL also OUT_DIR/llama2/tokenizer.json (convert-spm)
+  convert-spm MODEL OUT_JSON
+                      writes the Hugging Face form of a sentencepiece BPE model
+                      (Llama 2's tokenizer.json layout), reading the model's
+                      protobuf directly (no sentencepiece or transformers).
+  reference TOKENIZER_JSON REQUEST_JSON OUT_JSON
+                      REQUEST_JSON: {"texts": [...], "id_lists": [[...], ...]}
+                      OUT_JSON: {"encode": [[ids without BOS], ...],
+                                 "encode_bos": [[ids with the post-processor], ...],
+                                 "decode": [text of each encode list, ...],
+                                 "decode_ids": [text of each id list, ...]}
+Decoding uses `tokenizers`' default (special tokens skipped).
+"""
+import json
+import os
+import random
+import struct
+import sys
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def training_corpus():
+    """A seeded multilingual corpus: prose, code, CJK, emoji, numbers."""
+    rng = random.Random(1234)
+    english = ("the quick brown fox jumps over lazy dog and then it's time to sleep while we're "
+               "reading books about tokenizers they'll never know what I've done today you'd say "
+               "Hello World THE END Once upon a time there was a little girl named Lily").split()
+    code = ["def main():\n    return 0\n", "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}\n",
+            "#include <vector>\nint main() { std::vector<int> v; }\n", "if x == None:\n    raise ValueError('bad')\n",
+            "SELECT name, count(*) FROM users WHERE id > 42;\n", "const f = (a, b) => a + b;  // add\n"]
+    cjk = ["你好世界", "这是一个测试", "我们今天去公园", "日本語のテキスト", "こんにちは", "한국어 문장입니다", "東京都"]
+    other = ["café", "naïve", "Zürich", "Ångström", "Привет мир", "Γειά σου", "مرحبا بالعالم", "नमस्ते दुनिया",
+             "emoji 😀🎉👍", "👨‍👩‍👧", "🇫🇷", "e\u0301", "½ ² ③"]
+    def syllable_word():
+        return "".join(rng.choice("bcdfghklmnprstvwz") + rng.choice("aeiouy") + rng.choice(["", "n", "r", "st", "ng"])
+                       for _ in range(rng.randint(1, 4)))
+    def cyrillic_word():
+        return "".join(rng.choice("бвгдклмнпрст") + rng.choice("аеиоуя") for _ in range(rng.randint(1, 4)))
+    def cjk_run():
+        return "".join(chr(0x4E00 + int(rng.expovariate(1 / 300)) % 2000) for _ in range(rng.randint(2, 8)))
+    lines = []
+    for _ in range(12000):
+        kind = rng.random()
+        if kind < 0.12:
+            lines.append(" ".join(syllable_word() for _ in range(rng.randint(3, 12))).capitalize() + ".")
+        elif kind < 0.18:
+            lines.append(" ".join(cyrillic_word() for _ in range(rng.randint(3, 8))))
+        elif kind < 0.24:
+            lines.append(cjk_run())
+        elif kind < 0.45:
+            lines.append(" ".join(rng.choice(english) for _ in range(rng.randint(3, 14))) + rng.choice([".", "!", "?", ",", ""]))
+        elif kind < 0.6:
+            lines.append(rng.choice(code))
+        elif kind < 0.75:
+            lines.append("".join(rng.choice(cjk) for _ in range(rng.randint(1, 4))))
+        elif kind < 0.9:
+            lines.append(" ".join(rng.choice(other) for _ in range(rng.randint(1, 5))))
+        else:
+            lines.append(str(rng.randint(0, 10 ** rng.randint(1, 12))) + " " + str(round(rng.random() * 1000, 3)))
+    return lines
+
+
+def train(pattern, normalizer, vocab_size):
+    tok = Tokenizer(models.BPE())
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+    ])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(training_corpus(), trainer)
+    return tok
+
+
+def make_llama3(out_dir):
+    tok = train(LLAMA3_PATTERN, None, 4000)
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
+                "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
+                "<|eot_id|>", "<|python_tag|>"]
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(add_prefix_space=True, trim_offsets=False, use_regex=True),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|>:1 $B:1",
+                                      special_tokens=[("<|begin_of_text|>", bos)]),
+    ])
+    tok.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
+    j = json.loads(tok.to_str())
+    j["model"]["ignore_merges"] = True  # as Llama 3 ships it
+    write(out_dir, "llama3", j, {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"})
+
+
+def make_qwen2(out_dir):
+    tok = train(QWEN2_PATTERN, normalizers.NFC(), 3500)
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False)
+                            for s in ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|fim_prefix|>"]])
+    # Qwen2.5 ships these as added tokens that are not special: decode keeps them.
+    tok.add_tokens([AddedToken(s, special=False, normalized=False) for s in ["<tool_call>", "</tool_call>"]])
+    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    j = json.loads(tok.to_str())
+    # As Qwen2 ships it (the Python constructor keeps its own defaults).
+    j["decoder"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    write(out_dir, "qwen2", j, {"bos_token": None, "eos_token": "<|im_end|>"})
+
+
+def write(out_dir, name, tokenizer_json, tokenizer_config):
+    d = os.path.join(out_dir, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tokenizer_json, f, ensure_ascii=False)
+    with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(tokenizer_config, f)
+    # Round trip through the library: the file must load as written.
+    Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+
+
+def read_varint(buf, pos):
+    value, shift = 0, 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def spm_pieces(model_file):
+    """(piece, score, type) of a sentencepiece ModelProto: field 1 holds the
+    pieces, each with piece=1 (string), score=2 (float), type=3 (enum)."""
+    buf = open(model_file, "rb").read()
+    pos, pieces = 0, []
+    while pos < len(buf):
+        key, pos = read_varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, pos = read_varint(buf, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            n, pos = read_varint(buf, pos)
+            if field == 1:
+                sub, p, piece, score, kind = buf[pos:pos + n], 0, "", 0.0, 1
+                while p < len(sub):
+                    k, p = read_varint(sub, p)
+                    if k == (1 << 3 | 2):
+                        m, p = read_varint(sub, p)
+                        piece = sub[p:p + m].decode("utf-8")
+                        p += m
+                    elif k == (2 << 3 | 5):
+                        score = struct.unpack("<f", sub[p:p + 4])[0]
+                        p += 4
+                    elif k == (3 << 3 | 0):
+                        kind, p = read_varint(sub, p)
+                    else:
+                        raise ValueError("unexpected field in SentencePiece")
+                pieces.append((piece, score, kind))
+            pos += n
+        else:
+            raise ValueError("unexpected wire type")
+    return pieces
+
+
+def convert_spm(model_file, out_json):
+    """The layout Hugging Face ships for Llama 2 (legacy): merges are every
+    split of a piece into two pieces, ordered by the merged piece's score."""
+    pieces = spm_pieces(model_file)
+    vocab = {p: i for i, (p, _, _) in enumerate(pieces)}
+    merges = []
+    for merged, score, _ in pieces:
+        local = []
+        for k in range(1, len(merged)):
+            left, right = merged[:k], merged[k:]
+            if left in vocab and right in vocab:
+                local.append((left, right, score))
+        local.sort(key=lambda m: (vocab[m[0]], vocab[m[1]]))
+        merges.extend(local)
+    merges.sort(key=lambda m: m[2], reverse=True)
+    unk = next(p for p, _, kind in pieces if kind == 2)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(a, b) for a, b, _ in merges], unk_token=unk, fuse_unk=True,
+                               byte_fallback=True))
+    controls = [p for p, _, kind in pieces if kind in (2, 3)]
+    tok.add_special_tokens([AddedToken(p, special=True, normalized=False) for p in controls])
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)])
+    os.makedirs(os.path.dirname(out_json), exist_ok=True)
+    tok.save(out_json)
+    with open(os.path.join(os.path.dirname(out_json), "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>"}, f)
+
+
+def reference(tokenizer_json, request_json, out_json):
+    tok = Tokenizer.from_file(tokenizer_json)
+    request = json.load(open(request_json, encoding="utf-8"))
+    out = {"encode": [], "encode_bos": [], "decode": [], "decode_ids": []}
+    for text in request["texts"]:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        out["encode"].append(ids)
+        out["encode_bos"].append(tok.encode(text, add_special_tokens=True).ids)
+        out["decode"].append(tok.decode(ids))
+    for ids in request.get("id_lists", []):
+        out["decode_ids"].append(tok.decode(ids))
+    with open(out_json, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "make":
+        make_llama3(sys.argv[2])
+        make_qwen2(sys.argv[2])
+        if len(sys.argv) > 3:
+            convert_spm(sys.argv[3], os.path.join(sys.argv[2], "llama2", "tokenizer.json"))
+    elif sys.argv[1] == "convert-spm":
+        convert_spm(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "reference":
+        reference(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        sys.exit("usage: make OUT_DIR | convert-spm MODEL OUT_JSON | reference TOKENIZER_JSON REQUEST OUT")

@@ -1,0 +1,73 @@
+// cudasim internals shared by the library's .cpp files (never included by
+// kernels or tests).
+#pragma once
+
+#include <boost/context/fiber.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cudasim.hpp"
+
+namespace cudasim::detail {
+
+// An error inside a kernel (barrier divergence, bad shuffle, exited lane in a
+// collective); fails the launch with the message.
+struct kernel_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class thread_state { runnable, at_block_barrier, at_warp_op, done };
+
+struct sim_thread {
+  boost::context::fiber fiber;  // this thread, while suspended
+  boost::context::fiber sink;   // the scheduler, while this thread runs
+  thread_coords coords{};
+  unsigned linear = 0, warp = 0, lane = 0;
+  thread_state state = thread_state::runnable;
+
+  // Pending warp collective.
+  warp_op op = warp_op::sync;
+  unsigned mask = 0;
+  std::uint64_t value = 0, result = 0;
+  int arg = 0, width = 32;
+
+  // Pending block barrier.
+  block_op bar_op = block_op::sync;
+  int bar_value = 0, bar_result = 0;
+
+  // Happens-before within the warp (race check): `time` counts the warp
+  // collectives this lane took part in; clock[j] is the latest time of lane j
+  // this lane has synchronised with.
+  std::uint32_t time = 1;
+  std::uint32_t clock[32] = {};
+};
+
+// State of the block being simulated (one at a time, on one OS thread).
+struct block_context {
+  const launch_config* config = nullptr;
+  uint3 block_idx{};
+  std::vector<sim_thread>* threads = nullptr;
+  std::uint32_t epoch = 0;  // increases at the block's start and at each __syncthreads
+};
+
+extern sim_thread* current_thread;
+extern block_context current_block;
+
+// race.cpp
+void race_begin_launch(const launch_config& config, void* dynamic_base, std::size_t dynamic_bytes);
+void race_end_launch();
+void race_begin_block();  // after current_block is set up
+std::size_t races_in_launch();
+std::string first_race_text_in_launch();
+
+// scheduler.cpp
+void run_kernel(const launch_config& config, const std::function<void()>& body);
+
+// runtime.cpp: stream capture.
+bool capture_if_active(cudaStream_t stream, std::function<void()> op);
+void set_error(cudaError_t code, const std::string& detail);
+
+}  // namespace cudasim::detail

@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""Writes GGUF test files with PyPI's `gguf` package (llama.cpp's own writer
+and quantizers), the independent reference for llmk's GGUF reader.
+
+  stories  MODEL_DIR OUT.gguf f32|q8_0   a Hugging Face Llama directory as
+           llama.cpp's converter writes it: Q/K rows permuted per head, the
+           sentencepiece vocabulary in tokenizer.ggml.*; q8_0 quantizes every
+           matrix whose rows are whole 32-value blocks (the rest stay F16, as
+           the converter falls back), norms stay F32.
+  quants   OUT_DIR SEED                  one GGUF per type (F32, F16, BF16,
+           Q8_0, Q4_0, Q4_K, Q6_K) holding a tensor of odd row count, plus
+           NAME.f32: gguf.quants' own dequantization of the same bytes.
+  metadata OUT.gguf                      every metadata value type, arrays
+           and nested arrays, general.alignment 64, three small tensors.
+  kquant   OUT_QUANT.gguf OUT_F32.gguf       a one-layer model in every
+           quantized type, and its F32 twin (gguf.quants' dequantization).
+  tiny     OUT.gguf llama|qwen2 [VARIANT...]   a 2-layer random model (see
+           write_tiny for the variants).
+"""
+import json
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as Q, GGUFValueType as V
+
+
+def read_safetensors(path):
+    raw = Path(path).read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8 : 8 + n])
+    data = raw[8 + n :]
+    dtypes = {"F32": np.float32, "F16": np.float16}
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        out[name] = np.frombuffer(data[b:end], dtype=dtypes[e["dtype"]]).reshape(e["shape"]).astype(np.float32)
+    return out
+
+
+def proto_fields(buf):
+    """(field, wire_type, value) of one protocol-buffer message."""
+    i = 0
+    while i < len(buf):
+        key, i = varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = varint(buf, i)
+        elif wire == 1:
+            value, i = buf[i : i + 8], i + 8
+        elif wire == 5:
+            value, i = buf[i : i + 4], i + 4
+        elif wire == 2:
+            n, i = varint(buf, i)
+            value, i = buf[i : i + n], i + n
+        else:
+            raise ValueError(f"wire type {wire}")
+        yield field, wire, value
+
+
+def varint(buf, i):
+    result = shift = 0
+    while True:
+        c = buf[i]
+        i += 1
+        result |= (c & 0x7F) << shift
+        shift += 7
+        if c < 0x80:
+            return result, i
+
+
+def sentencepiece_vocab(model_file):
+    """(pieces, scores, types) of a sentencepiece tokenizer.model: field 1 of
+    ModelProto, each {1: piece, 2: score, 3: type (default NORMAL=1)}."""
+    pieces, scores, types = [], [], []
+    for field, _, value in proto_fields(Path(model_file).read_bytes()):
+        if field != 1:
+            continue
+        piece, score, kind = b"", 0.0, 1
+        for f, _, v in proto_fields(value):
+            if f == 1:
+                piece = bytes(v)
+            elif f == 2:
+                score = struct.unpack("<f", v)[0]
+            elif f == 3:
+                kind = v
+        pieces.append(piece)
+        scores.append(score)
+        types.append(kind)
+    return pieces, scores, types
+
+
+def permute(w, n_head):
+    """llama.cpp's converter: each head's rows (i, i + d/2) become (2i, 2i+1)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def add_matrix(writer, name, w, qtype):
+    if qtype == Q.Q8_0 and w.ndim == 2 and w.shape[1] % 32 == 0:
+        writer.add_tensor(name, gguf.quants.quantize(w, Q.Q8_0), raw_dtype=Q.Q8_0)
+    elif qtype == Q.Q8_0 and w.ndim == 2:
+        writer.add_tensor(name, w.astype(np.float16))
+    else:
+        writer.add_tensor(name, w.astype(np.float32))
+
+
+def write_stories(model_dir, out, kind):
+    model_dir = Path(model_dir)
+    cfg = json.loads((model_dir / "config.json").read_text())
+    weights = read_safetensors(model_dir / "model.safetensors")
+    n_head, n_kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    qtype = Q.Q8_0 if kind == "q8_0" else Q.F32
+    w = gguf.GGUFWriter(out, "llama")
+    w.add_name("stories260K")
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_rope_dimension_count(cfg["hidden_size"] // n_head)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if kind == "q8_0" else gguf.LlamaFileType.ALL_F32)
+    pieces, scores, types = sentencepiece_vocab(model_dir / "tokenizer.model")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(pieces)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(cfg["bos_token_id"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+    add_matrix(w, "token_embd.weight", weights["model.embed_tokens.weight"], qtype)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w.add_tensor(f"blk.{i}.attn_norm.weight", weights[p + "input_layernorm.weight"])
+        add_matrix(w, f"blk.{i}.attn_q.weight", permute(weights[p + "self_attn.q_proj.weight"], n_head), qtype)
+        add_matrix(w, f"blk.{i}.attn_k.weight", permute(weights[p + "self_attn.k_proj.weight"], n_kv), qtype)
+        add_matrix(w, f"blk.{i}.attn_v.weight", weights[p + "self_attn.v_proj.weight"], qtype)
+        add_matrix(w, f"blk.{i}.attn_output.weight", weights[p + "self_attn.o_proj.weight"], qtype)
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", weights[p + "post_attention_layernorm.weight"])
+        add_matrix(w, f"blk.{i}.ffn_gate.weight", weights[p + "mlp.gate_proj.weight"], qtype)
+        add_matrix(w, f"blk.{i}.ffn_up.weight", weights[p + "mlp.up_proj.weight"], qtype)
+        add_matrix(w, f"blk.{i}.ffn_down.weight", weights[p + "mlp.down_proj.weight"], qtype)
+    w.add_tensor("output_norm.weight", weights["model.norm.weight"])
+    if not cfg.get("tie_word_embeddings", False):
+        add_matrix(w, "output.weight", weights["lm_head.weight"], qtype)
+    finish(w)
+
+
+def finish(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def random_blocks(rng, qtype, num_blocks):
+    """Random bytes for K-quant blocks (gguf has no encoder for them) with
+    finite, moderate f16 scales in the places the layout keeps them."""
+    size = gguf.GGML_QUANT_SIZES[qtype][1]
+    blocks = rng.integers(0, 256, size=(num_blocks, size), dtype=np.uint8)
+    scales = rng.uniform(-0.05, 0.05, size=(num_blocks, 2)).astype(np.float16).view(np.uint8)
+    if qtype == Q.Q4_K:
+        blocks[:, 0:4] = scales  # d, dmin
+    elif qtype == Q.Q6_K:
+        blocks[:, 208:210] = scales[:, 0:2]  # d
+    return blocks
+
+
+def write_quants(out_dir, seed):
+    out_dir = Path(out_dir)
+    rng = np.random.default_rng(int(seed))
+    rows = 7  # odd on purpose
+    for qtype, cols in [(Q.F32, 33), (Q.F16, 33), (Q.BF16, 33), (Q.Q8_0, 96), (Q.Q4_0, 160), (Q.Q4_K, 512),
+                        (Q.Q6_K, 768)]:
+        name = qtype.name
+        values = rng.standard_normal((rows, cols)).astype(np.float32)
+        if qtype == Q.F32:
+            stored = values
+        elif qtype == Q.F16:
+            stored = values.astype(np.float16)
+        elif qtype in (Q.Q4_K, Q.Q6_K):
+            block_values, _ = gguf.GGML_QUANT_SIZES[qtype]
+            stored = random_blocks(rng, qtype, rows * cols // block_values).reshape(rows, -1)
+        else:
+            stored = gguf.quants.quantize(values, qtype)
+        w = gguf.GGUFWriter(out_dir / f"{name}.gguf", "llama")
+        if qtype in (Q.F32, Q.F16):
+            w.add_tensor("t", stored)
+            reference = stored.astype(np.float32)
+        else:
+            w.add_tensor("t", stored, raw_dtype=qtype)
+            reference = gguf.quants.dequantize(stored, qtype)
+        finish(w)
+        np.asarray(reference, dtype=np.float32).reshape(rows, cols).tofile(out_dir / f"{name}.f32")
+
+
+def write_metadata(out):
+    w = gguf.GGUFWriter(out, "llama")
+    w.data_alignment = 64
+    w.add_uint32("general.alignment", 64)
+    w.add_key_value("t.u8", 200, V.UINT8)
+    w.add_key_value("t.i8", -100, V.INT8)
+    w.add_key_value("t.u16", 60000, V.UINT16)
+    w.add_key_value("t.i16", -30000, V.INT16)
+    w.add_key_value("t.u32", 4000000000, V.UINT32)
+    w.add_key_value("t.i32", -2000000000, V.INT32)
+    w.add_key_value("t.f32", 0.25, V.FLOAT32)
+    w.add_key_value("t.bool", True, V.BOOL)
+    w.add_key_value("t.string", "héllo wörld", V.STRING)
+    w.add_key_value("t.u64", 18000000000000000000, V.UINT64)
+    w.add_key_value("t.i64", -9000000000000000000, V.INT64)
+    w.add_key_value("t.f64", -1.5e300, V.FLOAT64)
+    w.add_array("t.ints", [1, -2, 3])
+    w.add_array("t.strings", ["a", "", "ccc"])
+    w.add_array("t.nested", [[1, 2], [3], ["x", "yz"]])
+    w.add_tensor("a", np.arange(5, dtype=np.float32))
+    w.add_tensor("b", np.arange(6, dtype=np.float16).reshape(2, 3))
+    w.add_tensor("c", np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    finish(w)
+
+
+def write_tiny(out, arch, variants):
+    """Variants: bias (qwen2 q/k/v biases), tied (no output.weight), f16 (every
+    matrix F16), mixed (one F16 projection among F32 ones), q4_1 (one Q4_1
+    projection), drop (no blk.1.ffn_up), badshape (blk.0.attn_k one row
+    short), extra (an unknown tensor), rope_freqs (llama3 scaling factors)."""
+    rng = np.random.default_rng(3)
+    hidden, inter, layers, heads, kv, vocab = 32, 64, 2, 4, 2, 48
+    w = gguf.GGUFWriter(out, arch)
+    w.add_context_length(128)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(inter)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(vocab)
+    hd = hidden // heads
+
+    def mat(name, *shape):
+        x = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+        if name == "blk.0.attn_k.weight" and "badshape" in variants:
+            x = x[:-1]
+        if name == "blk.1.ffn_up.weight" and "drop" in variants:
+            return
+        if name == "blk.1.ffn_gate.weight" and "q4_1" in variants:
+            w.add_tensor(name, gguf.quants.quantize(x, Q.Q4_1), raw_dtype=Q.Q4_1)
+        elif x.ndim == 2 and ("f16" in variants or (name == "blk.0.attn_v.weight" and "mixed" in variants)):
+            w.add_tensor(name, x.astype(np.float16))
+        else:
+            w.add_tensor(name, x)
+
+    mat("token_embd.weight", vocab, hidden)
+    for i in range(layers):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(hidden, np.float32))
+        mat(f"blk.{i}.attn_q.weight", heads * hd, hidden)
+        mat(f"blk.{i}.attn_k.weight", kv * hd, hidden)
+        mat(f"blk.{i}.attn_v.weight", kv * hd, hidden)
+        if "bias" in variants:
+            mat(f"blk.{i}.attn_q.bias", heads * hd)
+            mat(f"blk.{i}.attn_k.bias", kv * hd)
+            mat(f"blk.{i}.attn_v.bias", kv * hd)
+        mat(f"blk.{i}.attn_output.weight", hidden, heads * hd)
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(hidden, np.float32))
+        mat(f"blk.{i}.ffn_gate.weight", inter, hidden)
+        mat(f"blk.{i}.ffn_up.weight", inter, hidden)
+        mat(f"blk.{i}.ffn_down.weight", hidden, inter)
+    w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    if "tied" not in variants:
+        mat("output.weight", vocab, hidden)
+    if "extra" in variants:
+        mat("blk.0.attn_qkv.weight", 3 * hidden, hidden)
+    if "rope_freqs" in variants:
+        w.add_tensor("rope_freqs.weight", np.ones(hd // 2, np.float32))
+    finish(w)
+
+
+def write_kquant_pair(out_quant, out_f32):
+    """A one-layer llama whose tensors use every quantized type (random
+    blocks with small scales for the K-quants, gguf.quants' encoders for
+    Q8_0/Q4_0), and its twin holding gguf.quants' F32 dequantization of
+    exactly those blocks."""
+    rng = np.random.default_rng(11)
+    hidden, inter, heads, kv, vocab = 256, 512, 4, 2, 64
+    hd = hidden // heads
+    files = [gguf.GGUFWriter(out_quant, "llama"), gguf.GGUFWriter(out_f32, "llama")]
+    for w in files:
+        w.add_context_length(128)
+        w.add_embedding_length(hidden)
+        w.add_block_count(1)
+        w.add_feed_forward_length(inter)
+        w.add_head_count(heads)
+        w.add_head_count_kv(kv)
+        w.add_layer_norm_rms_eps(1e-5)
+        w.add_vocab_size(vocab)
+
+    def add(name, rows, cols, qtype):
+        if qtype in (Q.Q4_K, Q.Q6_K):
+            blocks = random_blocks(rng, qtype, rows * cols // 256)
+            if qtype == Q.Q4_K:  # scales small enough for O(1) activations
+                blocks[:, 0:4] = rng.uniform(-0.002, 0.002, size=(blocks.shape[0], 2)).astype(np.float16).view(np.uint8)
+            else:
+                blocks[:, 208:210] = rng.uniform(-0.001, 0.001, size=(blocks.shape[0], 1)).astype(np.float16).view(np.uint8)
+            stored = blocks.reshape(rows, -1)
+        else:
+            stored = gguf.quants.quantize((rng.standard_normal((rows, cols)) * 0.05).astype(np.float32), qtype)
+        files[0].add_tensor(name, stored, raw_dtype=qtype)
+        files[1].add_tensor(name, gguf.quants.dequantize(stored, qtype).astype(np.float32).reshape(rows, cols))
+
+    add("token_embd.weight", vocab, hidden, Q.Q6_K)
+    for w in files:
+        w.add_tensor("blk.0.attn_norm.weight", np.ones(hidden, np.float32))
+        w.add_tensor("blk.0.ffn_norm.weight", np.ones(hidden, np.float32))
+        w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    add("blk.0.attn_q.weight", heads * hd, hidden, Q.Q4_K)
+    add("blk.0.attn_k.weight", kv * hd, hidden, Q.Q4_K)
+    add("blk.0.attn_v.weight", kv * hd, hidden, Q.Q6_K)
+    add("blk.0.attn_output.weight", hidden, heads * hd, Q.Q8_0)
+    add("blk.0.ffn_gate.weight", inter, hidden, Q.Q4_0)
+    add("blk.0.ffn_up.weight", inter, hidden, Q.Q8_0)
+    add("blk.0.ffn_down.weight", hidden, inter, Q.Q6_K)
+    add("output.weight", vocab, hidden, Q.Q4_K)
+    for w in files:
+        finish(w)
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "stories":
+        write_stories(*args)
+    elif cmd == "quants":
+        write_quants(*args)
+    elif cmd == "metadata":
+        write_metadata(*args)
+    elif cmd == "kquant":
+        write_kquant_pair(*args)
+    elif cmd == "tiny":
+        write_tiny(args[0], args[1], args[2:])
+    else:
+        sys.exit(f"unknown command {cmd}")

@@ -23,7 +23,7 @@
 #include "actors/trace.hpp"
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
-#include "core/model.hpp"
+#include "core/executor.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/tokenizer.hpp"
 
@@ -35,20 +35,6 @@ std::string format_mib(double bytes) { return std::to_string(static_cast<int64_t
 }  // namespace
 
 namespace {
-
-// Offload-style preemption over the model's KV cache. The scheduler calls it
-// inside schedule(), which runs only when no forward is in flight.
-class ModelOffloader final : public KvOffloader {
- public:
-  explicit ModelOffloader(std::shared_ptr<Model> model) : model_(std::move(model)) {}
-  std::vector<uint8_t> save_kv(const std::vector<int32_t>& slots) override { return model_->save_kv(slots); }
-  void restore_kv(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data) override {
-    model_->restore_kv(slots, data);
-  }
-
- private:
-  std::shared_ptr<Model> model_;
-};
 
 class QueueStream final : public EventStream {
  public:
@@ -118,11 +104,11 @@ struct Engine::Impl {
     if (ev.request_done) drained.notify_all();
   }
 
-  void start_actors(std::shared_ptr<Model> model, std::shared_ptr<SchedulerParts> parts, RequestLimits limits);
+  void start_actors(std::shared_ptr<Executor> executor, std::shared_ptr<SchedulerParts> parts, RequestLimits limits);
   void stop();
 };
 
-void Engine::Impl::start_actors(std::shared_ptr<Model> model, std::shared_ptr<SchedulerParts> parts,
+void Engine::Impl::start_actors(std::shared_ptr<Executor> executor_object, std::shared_ptr<SchedulerParts> parts,
                                 RequestLimits limits) {
   caf_config = std::make_unique<caf::actor_system_config>();
   caf_config->set("scheduler.policy", caf::atom("sharing"));
@@ -132,7 +118,7 @@ void Engine::Impl::start_actors(std::shared_ptr<Model> model, std::shared_ptr<Sc
 
   PipelineContext context{tracer, PipelineTimeouts{options.step_timeout, options.message_timeout}};
   auto sampler = spawn_sampler(*system, context);
-  auto executor = spawn_executor(*system, std::move(model), sampler, context);
+  auto executor = spawn_executor(*system, std::move(executor_object), sampler, context);
   auto detokenizer = spawn_detokenizer(*system, tokenizer, context);
   scheduler_typed = spawn_scheduler(*system, std::move(parts), executor, detokenizer, context);
   tokenizer_typed = spawn_tokenizer(*system, tokenizer, limits, scheduler_typed, context);
@@ -201,11 +187,11 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
                                           "' (set model.tokenizer)");
   im.tokenizer = std::make_shared<const Tokenizer>(im.checkpoint->tokenizer_path());
 
-  ModelRuntime runtime = resolve_runtime(im.config, mc);
   std::vector<std::filesystem::path> search_path(im.config.plugins.search_path.begin(),
                                                  im.config.plugins.search_path.end());
   PluginRegistry registry(search_path);
-  auto model = std::make_shared<Model>(im.checkpoint, registry, im.config, runtime);
+  std::shared_ptr<Executor> executor = make_executor(im.config, im.checkpoint, registry);
+  const ModelRuntime& runtime = executor->runtime();
 
   auto parts = std::make_shared<SchedulerParts>();
   llmk_kv_allocator_desc desc{};
@@ -219,23 +205,24 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
       registry.load(im.config.plugins.kv_allocator, LLMK_PLUGIN_KV_ALLOCATOR), desc);
   SchedulerOptions scheduler_options;
   if (im.config.scheduler.preemption == "offload") {
-    parts->offloader = std::make_unique<ModelOffloader>(model);
+    // Called inside schedule(), which runs only when no step is in flight.
+    parts->offloader = executor;
     scheduler_options.offloader = parts->offloader.get();
   }
   SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   parts->scheduler = std::make_unique<Scheduler>(im.config.scheduler, limits, *parts->kv, scheduler_options);
-  parts->vocab_size = mc.vocab_size;
 
-  spdlog::info("engine: {} layers, vocab {}, context {}, {} actor threads (CAF sharing policy)", mc.num_layers,
-               mc.vocab_size, runtime.max_seq_len, im.options.num_actor_threads);
+  spdlog::info("engine: {} layers, vocab {}, context {}, executor {}, {} actor threads (CAF sharing policy)",
+               mc.num_layers, mc.vocab_size, runtime.max_seq_len, executor->describe(), im.options.num_actor_threads);
   spdlog::info("engine: KV cache {} ({}, {}) holds {} tokens = {} maximum-length sequences; weights {:.1f} MiB",
                im.config.plugins.kv_allocator, dtype_name(runtime.kv_dtype),
-               format_mib(static_cast<double>(model->kv_cache_bytes())), runtime.num_kv_slots,
+               format_mib(static_cast<double>(executor->kv_cache_bytes())), runtime.num_kv_slots,
                runtime.num_kv_slots / std::max<uint32_t>(1, runtime.max_seq_len),
-               static_cast<double>(model->weight_bytes()) / (1024.0 * 1024.0));
+               static_cast<double>(executor->weight_bytes()) / (1024.0 * 1024.0));
+  const RequestLimits request_limits{static_cast<int32_t>(runtime.max_seq_len), mc.vocab_size, mc.add_bos_token};
   try {
-    im.start_actors(std::move(model), std::move(parts),
-                    RequestLimits{static_cast<int32_t>(runtime.max_seq_len), mc.vocab_size, mc.add_bos_token});
+    im.start_actors(std::move(executor), std::move(parts),
+                    request_limits);
   } catch (...) {
     im.stop();  // whatever was spawned must exit before the actor system goes
     throw;

@@ -2,9 +2,9 @@
 //
 //   client ─submit─▶ tokenizer ─enqueue─▶ scheduler ─open─▶ detokenizer
 //                                          │  ▲
-//                                  execute │  │ StepResult (the sampler answers
-//                                          ▼  │  the scheduler's request)
-//                                      executor ─sample─▶ sampler
+//                                  execute │  │ StepResult: token ids and logprobs
+//                                          ▼  │ (the sampler answers the scheduler)
+//                                      executor ─sample: LogitsView─▶ sampler
 //   scheduler ─tokens─▶ detokenizer ─RequestEvent─▶ client
 //             ◀─StopHits─  (samples whose text hit a stop string)
 //
@@ -27,6 +27,7 @@
 
 #include "actors/engine.hpp"
 #include "core/error.hpp"
+#include "core/executor.hpp"
 #include "core/request.hpp"
 #include "core/sampler.hpp"
 #include "core/scheduler.hpp"
@@ -87,27 +88,47 @@ struct DetokenizerOpen {
 };
 
 // 4. scheduler → executor: (execute_atom, StepWork) → StepResult
-//    The executor runs the forward and delegates (sample_atom, StepWork,
-//    logits) to the sampler, whose StepResult answers the scheduler.
-struct SampleRow {          // one logits row of the step
-  uint64_t seq_id = 0;
+//    The executor runs the forward on its Executor (core/executor.hpp) and
+//    delegates (sample_atom, SampleWork, LogitsView) to the sampler, whose
+//    StepResult answers the scheduler.
+//
+//    The sampler keeps each request's sampling state (parameters, seed, the
+//    prompt ids the repetition penalty needs, every sample's generated ids)
+//    and is told only what changed: a request once, before its first logits
+//    row (SamplerOpen); per row, which sample it is for; the requests that
+//    ended (released). Generated ids never travel: the sampler appends the
+//    ids it samples itself, which are exactly the tokens the scheduler
+//    appends (a token it drops belongs to a sample that has ended).
+struct SamplerOpen {
+  uint64_t request_key = 0;  // Sequence::request_key: names the request in rows and releases
+  std::shared_ptr<const SamplingParams> sampling;  // shared with the request; seed resolved
+  int32_t num_samples = 1;   // n
+  std::vector<int32_t> prompt_ids;  // only when the repetition penalty is on
+};
+
+struct SampleRow {  // one logits row of the step
+  uint64_t request_key = 0;
   int32_t sample_index = 0;
-  std::shared_ptr<const SamplingParams> sampling;  // shared with the request
-  uint64_t seed = 0;        // the request's seed (or one drawn at admission)
-  std::vector<int32_t> prompt_ids;     // only when the repetition penalty is on
-  std::vector<int32_t> generated_ids;  // the sample's tokens so far (their count is its step)
+  int32_t num_generated = 0;  // the sample's tokens so far (the scheduler's count; the sampler checks its own)
+};
+
+struct SampleWork {
+  uint64_t step = 0;
+  std::vector<SamplerOpen> opened;  // requests whose first logits row is in this step
+  std::vector<uint64_t> released;   // request keys done since the previous step (applied first)
+  std::vector<SampleRow> rows;      // [batch.num_logits()]
+  double forward_s = 0;             // set by the executor
 };
 
 struct StepWork {
-  uint64_t step = 0;
   StepBatch batch;
-  std::vector<SampleRow> rows;  // [batch.num_logits()]
-  int32_t vocab_size = 0;
-  double forward_s = 0;  // set by the executor
+  SampleWork sample;
 };
 
-// 5. executor → sampler: (sample_atom, StepWork, std::vector<float> logits)
-//    logits: [num_logits, vocab_size], row i for work.rows[i].
+// 5. executor → sampler: (sample_atom, SampleWork, LogitsView)
+//    The view's rows are work.rows in order, on the executor's device; valid
+//    until the executor's next execute(), which cannot come before this
+//    step's StepResult reaches the scheduler (one step in flight).
 struct StepResult {
   uint64_t step = 0;
   std::vector<SampledToken> tokens;  // [num_logits], row order (core/sampler.hpp)
@@ -213,7 +234,7 @@ typename Inspector::result_type inspect(Inspector& f, StepBatch& x) {
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, SampleRow& x) {
+typename Inspector::result_type inspect(Inspector& f, SamplerOpen& x) {
   // The sampling parameters are shared, not copied; they print through the
   // pointer and load into a fresh object.
   SamplingParams params = x.sampling ? *x.sampling : SamplingParams{};
@@ -221,13 +242,37 @@ typename Inspector::result_type inspect(Inspector& f, SampleRow& x) {
     x.sampling = std::make_shared<const SamplingParams>(params);
     return caf::none;
   });
-  return f(caf::meta::type_name("SampleRow"), x.seq_id, x.sample_index, params, load, x.seed, x.prompt_ids,
-           x.generated_ids);
+  return f(caf::meta::type_name("SamplerOpen"), x.request_key, params, load, x.num_samples, x.prompt_ids);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SampleRow& x) {
+  return f(caf::meta::type_name("SampleRow"), x.request_key, x.sample_index, x.num_generated);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SampleWork& x) {
+  return f(caf::meta::type_name("SampleWork"), x.step, x.opened, x.released, x.rows, x.forward_s);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepWork& x) {
-  return f(caf::meta::type_name("StepWork"), x.step, x.batch, x.rows, x.vocab_size, x.forward_s);
+  return f(caf::meta::type_name("StepWork"), x.batch, x.sample);
+}
+
+// A view is an address in this process: it prints, and loads back, as numbers.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, LogitsView& x) {
+  auto device = static_cast<uint8_t>(x.device);
+  auto data = reinterpret_cast<uintptr_t>(x.data);
+  auto event = reinterpret_cast<uintptr_t>(x.ready.event);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.device = static_cast<Device>(device);
+    x.data = reinterpret_cast<const float*>(data);
+    x.ready.event = reinterpret_cast<void*>(event);
+    return caf::none;
+  });
+  return f(caf::meta::type_name("LogitsView"), device, data, x.num_rows, x.vocab_size, x.row_stride, event, load);
 }
 
 template <class Inspector>
@@ -294,7 +339,7 @@ using scheduler_actor = caf::typed_actor<               //
     caf::replies_to<shutdown_atom>::with<bool>>;
 
 using sampler_actor = caf::typed_actor<  //
-    caf::replies_to<sample_atom, StepWork, std::vector<float>>::with<StepResult>>;
+    caf::replies_to<sample_atom, SampleWork, LogitsView>::with<StepResult>>;
 
 using executor_actor = caf::typed_actor<  //
     caf::replies_to<execute_atom, StepWork>::with<StepResult>>;
@@ -314,7 +359,8 @@ CAF_ADD_TYPE_ID(llmk, (llmk::RequestEvent))
 CAF_ADD_TYPE_ID(llmk, (llmk::TokenizedRequest))
 CAF_ADD_TYPE_ID(llmk, (llmk::DetokenizerOpen))
 CAF_ADD_TYPE_ID(llmk, (llmk::StepWork))
-CAF_ADD_TYPE_ID(llmk, (std::vector<float>))
+CAF_ADD_TYPE_ID(llmk, (llmk::SampleWork))
+CAF_ADD_TYPE_ID(llmk, (llmk::LogitsView))
 CAF_ADD_TYPE_ID(llmk, (llmk::StepResult))
 CAF_ADD_TYPE_ID(llmk, (llmk::StepTokens))
 CAF_ADD_TYPE_ID(llmk, (llmk::StopHits))

@@ -19,7 +19,7 @@
 
 namespace llmk {
 
-class Model;
+class Executor;
 class Sampler;
 class Tokenizer;
 
@@ -43,19 +43,20 @@ struct RequestLimits {
 
 sampler_actor spawn_sampler(caf::actor_system& system, PipelineContext context);
 
-executor_actor spawn_executor(caf::actor_system& system, std::shared_ptr<Model> model, sampler_actor sampler,
+// The executor actor holds the Executor (core/executor.hpp); the scheduler
+// may hold it too, as its KvOffloader.
+executor_actor spawn_executor(caf::actor_system& system, std::shared_ptr<Executor> executor, sampler_actor sampler,
                               PipelineContext context);
 
 detokenizer_actor spawn_detokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tokenizer,
                                     PipelineContext context);
 
 // The scheduler actor owns the KV allocator and the Scheduler built over it
-// (and the offloader, when preemption is "offload").
+// (and shares the offloader, the Executor itself, when preemption is "offload").
 struct SchedulerParts {
   std::unique_ptr<KvAllocator> kv;
-  std::unique_ptr<KvOffloader> offloader;
+  std::shared_ptr<KvOffloader> offloader;
   std::unique_ptr<Scheduler> scheduler;  // built over *kv
-  int32_t vocab_size = 0;
 };
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<SchedulerParts> parts,

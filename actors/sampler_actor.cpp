@@ -1,9 +1,18 @@
-// The sampler actor: owns the Sampler and turns one step's logits into one
-// token per logits row. Its answer goes to the scheduler (the executor
-// delegated the scheduler's request to it). One thread: a second OpenMP
-// team next to the executor's would spin against it between steps (measured
-// on 2 cores: 8000 tok/s with one team, under 1000 with two).
+// The sampler actor: samples one token per logits row where the logits are,
+// with the sampler of the view's device (the CPU Sampler of core/sampler.hpp
+// over host rows; a device sampler would launch on the executor's queue and
+// copy back only ids and logprobs). Its answer goes to the scheduler (the
+// executor delegated the scheduler's request to it). One thread: a second
+// OpenMP team next to the executor's would spin against it between steps
+// (measured on 2 cores: 8000 tok/s with one team, under 1000 with two).
+//
+// It keeps every live request's sampling state, updated by the deltas of
+// each SampleWork (actors/messages.hpp): released requests are dropped,
+// opened ones added, and each sampled id is appended to its sample's
+// history, which the penalties and the draw's counter read.
 #include <spdlog/spdlog.h>
+
+#include <unordered_map>
 
 #include "actors/pipeline.hpp"
 #include "core/error.hpp"
@@ -13,47 +22,118 @@ namespace llmk {
 
 namespace {
 
+// One request's sampling state.
+struct RequestSampling {
+  std::shared_ptr<const SamplingParams> params;
+  uint64_t seed = 0;
+  std::vector<int32_t> prompt_ids;               // only when the repetition penalty is on
+  std::vector<std::vector<int32_t>> generated;   // [n] each sample's ids so far
+};
+
 struct SamplerState {
   SamplerState() {}  // user-declared: CAF's stateful_pointer needs it under C++20
-  std::unique_ptr<Sampler> sampler;  // made for the first step's vocabulary
+  std::unique_ptr<Sampler> cpu;  // made for the first CPU view's vocabulary
+  std::unordered_map<uint64_t, RequestSampling> requests;  // by request key
   PipelineContext context;
-  std::vector<SamplerRow> rows;      // reused across steps
+  // Per row of the current step: its request and its sample's history. Reused across steps.
+  std::vector<const RequestSampling*> row_requests;
+  std::vector<std::vector<int32_t>*> row_histories;
+  std::vector<SamplerRow> rows;
   static inline const char* name = "sampler";
 };
 
 using SamplerPointer = sampler_actor::stateful_pointer<SamplerState>;
 
-caf::result<StepResult> sample(SamplerPointer self, StepWork& work, std::vector<float>& logits) {
+caf::error internal_error(const std::string& what) {
+  return make_actor_error(static_cast<int>(ErrorCode::internal), "sampler: " + what);
+}
+
+// Applies the step's deltas: releases first (a key is never reused, but a
+// step may release one request and open another).
+caf::error apply_deltas(SamplerState& st, SampleWork& work) {
+  for (uint64_t key : work.released) st.requests.erase(key);
+  for (SamplerOpen& open : work.opened) {
+    if (!open.sampling || open.num_samples < 1) return internal_error("a request opened without parameters");
+    RequestSampling state;
+    state.seed = open.sampling->seed.value_or(0);
+    state.params = std::move(open.sampling);
+    state.prompt_ids = std::move(open.prompt_ids);
+    state.generated.resize(static_cast<size_t>(open.num_samples));
+    if (!st.requests.emplace(open.request_key, std::move(state)).second)
+      return internal_error("request " + std::to_string(open.request_key) + " opened twice");
+  }
+  return caf::none;
+}
+
+// Finds each row's request and sample history, and checks that the history
+// has as many ids as the scheduler's sample.
+caf::error resolve_rows(SamplerState& st, const SampleWork& work) {
+  st.row_requests.resize(work.rows.size());
+  st.row_histories.resize(work.rows.size());
+  for (size_t i = 0; i < work.rows.size(); ++i) {
+    const SampleRow& r = work.rows[i];
+    auto it = st.requests.find(r.request_key);
+    if (it == st.requests.end()) return internal_error("no state for request " + std::to_string(r.request_key));
+    RequestSampling& req = it->second;
+    if (r.sample_index < 0 || static_cast<size_t>(r.sample_index) >= req.generated.size())
+      return internal_error("sample " + std::to_string(r.sample_index) + " of a request with " +
+                            std::to_string(req.generated.size()));
+    const std::vector<int32_t>& generated = req.generated[static_cast<size_t>(r.sample_index)];  // its history
+    if (generated.size() != static_cast<size_t>(r.num_generated))
+      return internal_error("sample " + std::to_string(r.sample_index) + " of request " +
+                            std::to_string(r.request_key) + " has " + std::to_string(generated.size()) +
+                            " ids here but " + std::to_string(r.num_generated) + " in the scheduler");
+    st.row_requests[i] = &req;
+    st.row_histories[i] = &req.generated[static_cast<size_t>(r.sample_index)];
+  }
+  return caf::none;
+}
+
+// Host rows: the view's memory is host memory and was written before the
+// executor returned.
+caf::error sample_on_cpu(SamplerState& st, const SampleWork& work, const LogitsView& view, StepResult& result) {
+  if (!view.ready.is_ready_on_return()) return internal_error("a CPU view with a pending event");
+  if (!st.cpu || st.cpu->vocab_size() != view.vocab_size) st.cpu = std::make_unique<Sampler>(view.vocab_size, 1);
+  st.rows.resize(work.rows.size());
+  for (size_t i = 0; i < work.rows.size(); ++i) {
+    const RequestSampling& req = *st.row_requests[i];
+    SamplerRow& row = st.rows[i];
+    row.logits = view.row(static_cast<int32_t>(i));
+    row.params = req.params.get();
+    row.prompt_ids = req.prompt_ids;
+    row.generated_ids = *st.row_histories[i];
+    row.seed = req.seed;
+    row.sample_index = static_cast<uint32_t>(work.rows[i].sample_index);
+  }
+  result.tokens.resize(work.rows.size());
+  st.cpu->sample(st.rows, result.tokens);
+  return caf::none;
+}
+
+caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const LogitsView& view) {
   auto& st = self->state;
   if (st.context.tracer) st.context.tracer->observe("sampler", "sample", {}, work.step);
-  ScopedSpan span(st.context.tracer.get(), "sample", "sampler", work.step, work.batch.num_logits());
+  ScopedSpan span(st.context.tracer.get(), "sample", "sampler", work.step, static_cast<int64_t>(work.rows.size()));
   double start = now_s();
-  const size_t vocab = static_cast<size_t>(work.vocab_size);
-  if (logits.size() != work.rows.size() * vocab)
-    return make_actor_error(static_cast<int>(ErrorCode::internal),
-                            "sampler: " + std::to_string(logits.size()) + " logits for " +
-                                std::to_string(work.rows.size()) + " rows of " + std::to_string(vocab));
   StepResult result;
   result.step = work.step;
   result.forward_s = work.forward_s;
   try {
-    if (!st.sampler || st.sampler->vocab_size() != work.vocab_size)
-      st.sampler = std::make_unique<Sampler>(work.vocab_size, 1);
-    st.rows.resize(work.rows.size());
-    for (size_t i = 0; i < work.rows.size(); ++i) {
-      const SampleRow& r = work.rows[i];
-      SamplerRow& row = st.rows[i];
-      row.logits = logits.data() + i * vocab;
-      row.params = r.sampling.get();
-      row.prompt_ids = r.prompt_ids;
-      row.generated_ids = r.generated_ids;
-      row.seed = r.seed;
-      row.sample_index = static_cast<uint32_t>(r.sample_index);
+    if (auto err = apply_deltas(st, work)) return err;
+    if (static_cast<size_t>(view.num_rows) != work.rows.size() || view.row_stride < view.vocab_size)
+      return internal_error(std::to_string(view.num_rows) + " logits rows for " + std::to_string(work.rows.size()) +
+                            " sample rows");
+    if (auto err = resolve_rows(st, work)) return err;
+    caf::error err;
+    switch (view.device) {
+      case Device::cpu: err = sample_on_cpu(st, work, view, result); break;
+      default: err = internal_error(std::string("no sampler for device '") + device_name(view.device) + "'");
     }
-    result.tokens.resize(work.rows.size());
-    st.sampler->sample(st.rows, result.tokens);
+    if (err) return err;
+    // The ids the scheduler will append: the histories move on by one each.
+    for (size_t i = 0; i < work.rows.size(); ++i) st.row_histories[i]->push_back(result.tokens[i].token_id);
   } catch (const std::exception& e) {
-    return make_actor_error(static_cast<int>(ErrorCode::internal), std::string("sampling failed: ") + e.what());
+    return internal_error(std::string("sampling failed: ") + e.what());
   }
   result.sample_s = now_s() - start;
   return result;
@@ -66,8 +146,8 @@ sampler_actor spawn_sampler(caf::actor_system& system, PipelineContext context) 
   return system.spawn<caf::detached>([=](SamplerPointer self) -> sampler_actor::behavior_type {
     self->state.context = context;
     return {
-        [self](sample_atom, StepWork& work, std::vector<float>& logits) -> caf::result<StepResult> {
-          return sample(self, work, logits);
+        [self](sample_atom, SampleWork& work, const LogitsView& view) -> caf::result<StepResult> {
+          return sample(self, work, view);
         },
     };
   });

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "actors/pipeline.hpp"
 #include "core/error.hpp"
@@ -28,7 +29,12 @@ struct SchedulerActorState {
   detokenizer_actor detokenizer;
   PipelineContext context;
   std::optional<StepPlan> in_flight;          // the step being computed
-  std::unordered_map<std::string, uint64_t> seeds;  // live request id -> sampling seed
+  std::unordered_map<std::string, uint64_t> live;  // live request id -> its request key (Sequence::request_key)
+  // The sampler's view of the requests (see SampleWork): keys it holds state
+  // for, and keys to release with the next step.
+  std::unordered_set<uint64_t> sampler_keys;
+  std::vector<uint64_t> pending_releases;
+  std::vector<uint64_t> in_flight_releases;   // sent with the step in flight; sent again if it fails
   bool shutting_down = false;
   static inline const char* name = "scheduler";
 
@@ -47,8 +53,13 @@ void maybe_schedule(SchedulerPointer self);
 void send_tokens(SchedulerPointer self, uint64_t step, std::vector<SampleOutput> outputs) {
   if (outputs.empty()) return;
   auto& st = self->state;
-  for (const auto& out : outputs)
-    if (out.event.request_done) st.seeds.erase(out.event.request_id);
+  for (const auto& out : outputs) {
+    if (!out.event.request_done) continue;
+    auto it = st.live.find(out.event.request_id);
+    if (it == st.live.end()) continue;
+    if (st.sampler_keys.erase(it->second)) st.pending_releases.push_back(it->second);
+    st.live.erase(it);
+  }
   StepTokens tokens{step, std::move(outputs)};
   self->request(st.detokenizer, st.context.timeouts.message, tokens_atom::value, std::move(tokens))
       .then(
@@ -77,25 +88,30 @@ std::vector<SampleOutput> wrap(std::vector<TokenEvent> events) {
   return out;
 }
 
+// The step's batch, and for the sampler only what changed: requests
+// released since the last step, requests whose first logits row this is
+// (with their parameters and, for the repetition penalty, prompt ids), and
+// per row which sample it is for. O(rows) per step, whatever the lengths.
 StepWork make_work(SchedulerActorState& st, const StepPlan& plan) {
   StepWork work;
-  work.step = plan.step_id;
   work.batch = plan.batch;
-  work.vocab_size = st.parts->vocab_size;
-  work.rows.reserve(plan.logits.size());
+  SampleWork& sample = work.sample;
+  sample.step = plan.step_id;
+  sample.released = std::move(st.pending_releases);
+  st.pending_releases.clear();
+  st.in_flight_releases = sample.released;
+  sample.rows.reserve(plan.logits.size());
   for (const auto& target : plan.logits) {
-    SampleRow row;
-    row.seq_id = target.seq_id;
-    row.sample_index = target.sample_index;
-    row.sampling = target.sampling;
-    auto seed = st.seeds.find(target.request_id);
-    row.seed = seed != st.seeds.end() ? seed->second : 0;
-    if (const Sequence* seq = st.scheduler().sequence(target.seq_id)) {
-      if (target.sampling && target.sampling->repetition_penalty != 1.0f)
-        row.prompt_ids.assign(seq->tokens.begin(), seq->tokens.begin() + seq->num_prompt_tokens);
-      row.generated_ids.assign(seq->tokens.begin() + seq->num_prompt_tokens, seq->tokens.end());
-    }
-    work.rows.push_back(std::move(row));
+    sample.rows.push_back(SampleRow{target.request_key, target.sample_index, target.num_generated});
+    if (!st.sampler_keys.insert(target.request_key).second) continue;
+    SamplerOpen open;
+    open.request_key = target.request_key;
+    open.sampling = target.sampling;
+    open.num_samples = target.sampling ? target.sampling->n : 1;
+    if (target.sampling && target.sampling->repetition_penalty != 1.0f)
+      if (const Sequence* seq = st.scheduler().sequence(target.seq_id))
+        open.prompt_ids.assign(seq->tokens.begin(), seq->tokens.begin() + seq->num_prompt_tokens);
+    sample.opened.push_back(std::move(open));
   }
   return work;
 }
@@ -104,6 +120,7 @@ void on_step_done(SchedulerPointer self, StepResult& result) {
   auto& st = self->state;
   StepPlan plan = std::move(*st.in_flight);
   st.in_flight.reset();
+  st.in_flight_releases.clear();
   st.observe("step_done", {}, plan.step_id);
   std::vector<TokenEvent> events;
   {
@@ -143,6 +160,10 @@ void on_step_failed(SchedulerPointer self, const caf::error& err) {
   auto& st = self->state;
   StepPlan plan = std::move(*st.in_flight);
   st.in_flight.reset();
+  // The sampler may not have seen the step: release its keys again (a
+  // release of an unknown key is a no-op).
+  st.pending_releases.insert(st.pending_releases.end(), st.in_flight_releases.begin(), st.in_flight_releases.end());
+  st.in_flight_releases.clear();
   std::string why = "step " + std::to_string(plan.step_id) + " failed: " + describe(err);
   spdlog::error("scheduler: {}", why);
   auto events = st.scheduler().fail_step(plan, why);
@@ -189,7 +210,9 @@ caf::result<bool> enqueue(SchedulerPointer self, TokenizedRequest& req) {
     return make_actor_error(static_cast<int>(ErrorCode::internal), e.what());
   }
   const SamplingParams& s = req.request.sampling;
-  st.seeds[req.request.id] = resolve_seed(s.seed);
+  // The Scheduler resolved the seed into the sequence's parameters; the
+  // sampler gets them with the request's first logits row.
+  st.live[req.request.id] = st.scheduler().sample(req.request.id, 0)->request_key;
   DetokenizerOpen open{req.request.id, req.sink, s.n, s.stop, std::move(req.prompt_ids)};
   self->send(st.detokenizer, open_atom::value, std::move(open));
   maybe_schedule(self);
@@ -240,7 +263,7 @@ scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<Sched
           st.observe("shutdown");
           st.shutting_down = true;
           std::vector<std::string> live;
-          for (const auto& [id, seed] : st.seeds) live.push_back(id);
+          for (const auto& [id, key] : st.live) live.push_back(id);
           std::vector<TokenEvent> events;
           for (const auto& id : live)
             for (auto& ev : st.scheduler().abort_request(id)) events.push_back(std::move(ev));

@@ -17,7 +17,7 @@
 #include "core/error.hpp"
 #include "core/estimate.hpp"
 #include "core/hw_probe.hpp"
-#include "core/model.hpp"
+#include "core/executor.hpp"
 #include "core/plugin_loader.hpp"
 
 namespace llmk::app {
@@ -71,7 +71,7 @@ DecodeTiming measure_decode_step(const ModelConfig& model, int context, int step
                              ? std::vector<std::filesystem::path>{}
                              : std::vector<std::filesystem::path>(cfg.plugins.search_path.begin(),
                                                                   cfg.plugins.search_path.end()));
-  Model runner(checkpoint, plugins, cfg, resolve_runtime(cfg, model));
+  const auto runner = make_executor(cfg, checkpoint, plugins);
 
   // One sequence in one contiguous range starting at slot 0.
   auto make_step = [&](int first_pos, int num_new) {
@@ -89,13 +89,12 @@ DecodeTiming measure_decode_step(const ModelConfig& model, int context, int step
     b.logits_rows = {num_new - 1};
     return b;
   };
-  std::vector<float> logits(static_cast<size_t>(model.vocab_size));
-  runner.forward(make_step(0, context), logits.data());
-  runner.forward(make_step(context, 1), logits.data());  // warm-up decode
+  runner->execute(make_step(0, context));
+  runner->execute(make_step(context, 1));  // warm-up decode
   std::vector<double> times;
   for (int s = 1; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    runner.forward(make_step(context + s, 1), logits.data());
+    runner->execute(make_step(context + s, 1));
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(times.begin(), times.end());

@@ -25,7 +25,7 @@
 #include "apps/model_options.hpp"
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
-#include "core/model.hpp"
+#include "core/executor.hpp"
 #include "core/plugin_loader.hpp"
 #include "kernels/cpu/hadamard.hpp"
 
@@ -168,9 +168,9 @@ json linear_modes(const EngineConfig& cfg, const std::vector<std::string>& reque
     // Only the weights matter here: the smallest KV cache and step.
     c.kv_cache.capacity_tokens = 1;
     c.scheduler.max_num_batched_tokens = 1;
-    const Model model(checkpoint, registry, c, resolve_runtime(c, checkpoint->config()));
+    const auto executor = make_executor(c, checkpoint, registry);
     out.push_back({{"plugin", name}, {"options", json::parse(c.plugins.linear_options)},
-                   {"weight_bytes", model.weight_bytes()}});
+                   {"weight_bytes", executor->weight_bytes()}});
   }
   return out;
 }

@@ -23,7 +23,7 @@
 
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
-#include "core/model.hpp"
+#include "core/executor.hpp"
 #include "core/plugin_loader.hpp"
 #include "limits.hpp"
 
@@ -110,8 +110,8 @@ int main(int argc, char** argv) {
   auto checkpoint = llmk::open_model(cfg.model);
   const llmk::ModelConfig& mc = checkpoint->config();
   llmk::PluginRegistry plugins;
-  llmk::Model model(checkpoint, plugins, cfg, llmk::resolve_runtime(cfg, mc));
-  const int32_t capacity = static_cast<int32_t>(model.runtime().num_kv_slots);
+  const auto executor = llmk::make_executor(cfg, checkpoint, plugins);
+  const int32_t capacity = static_cast<int32_t>(executor->runtime().num_kv_slots);
 
   const double bandwidth = llmk::bench::read_bandwidth_gbs(threads);
   const bool bf16_gemm = mc.dtype == llmk::DType::bf16 || linear_options.find("bf16") != std::string::npos;
@@ -120,24 +120,28 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::vector<int32_t> prompt(prompt_tokens);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % mc.vocab_size);
-  std::vector<float> logits(mc.vocab_size);
+  llmk::LogitsView logits;  // host rows: the CPU executor's view
+  auto argmax = [&] {
+    const float* row = logits.row(0);
+    return static_cast<int32_t>(std::max_element(row, row + logits.vocab_size) - row);
+  };
   omp_set_num_threads(threads);
 
   // Prefill: whole prompt in one step, logits for its last token.
   double prefill_s = 1e30;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = clock_type::now();
-    model.forward(contiguous_step(prompt, 0, capacity), logits.data());
+    logits = executor->execute(contiguous_step(prompt, 0, capacity));
     prefill_s = std::min(prefill_s, seconds_since(t0));
   }
   // Decode: one token per step after the prompt.
   double decode_s = 1e30;
   for (int r = 0; r < repeats; ++r) {
-    int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    int32_t next = argmax();
     const auto t0 = clock_type::now();
     for (int i = 0; i < decode_tokens; ++i) {
-      model.forward(contiguous_step({next}, prompt_tokens + i, capacity), logits.data());
-      next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      logits = executor->execute(contiguous_step({next}, prompt_tokens + i, capacity));
+      next = argmax();
     }
     decode_s = std::min(decode_s, seconds_since(t0) / decode_tokens);
   }
@@ -145,7 +149,7 @@ int main(int argc, char** argv) {
   // Per decoded token every weight is read once, except the embedding table
   // (one row gathered); a tied lm_head reads the table as the head.
   const size_t embed_bytes = checkpoint->tensor("model.embed_tokens.weight").nbytes();
-  const double weight_bytes = static_cast<double>(model.weight_bytes() - embed_bytes);
+  const double weight_bytes = static_cast<double>(executor->weight_bytes() - embed_bytes);
   const double h = mc.hidden_size, inter = mc.intermediate_size, layers = mc.num_layers;
   const double q_dim = double(mc.num_heads) * mc.head_dim, kv_dim = double(mc.num_kv_heads) * mc.head_dim;
   // Prefill FLOPs: the linears of every layer for every token (the last

@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "core/error.hpp"
+#include "core/executor.hpp"
 
 namespace llmk {
 namespace {
@@ -371,11 +372,11 @@ void validate(const EngineConfig& c) {
   }
 
   require_one_of("executor.device", c.executor.device, {"cpu", "cuda"});
-  // Devices whose executor this engine has; a known device that is not
-  // built is refused here rather than silently served by another.
-  const std::vector<std::string> built_devices = {"cpu"};
-  if (std::find(built_devices.begin(), built_devices.end(), c.executor.device) == built_devices.end())
-    fail("executor.device", "'" + c.executor.device + "' has no executor in this build (built: " + join(built_devices) + ")");
+  // A known device that is not built is refused here rather than silently
+  // served by another; the list is core/executor.hpp's, the one make_executor reads.
+  if (!has_executor(c.executor.device))
+    fail("executor.device", "'" + c.executor.device + "' has no executor in this build (built: " +
+                                built_executor_device_names() + ")");
   require_range("executor.num_threads", c.executor.num_threads, 0, 4096, "0 (all cores) to 4096");
 
   for (const auto& [key, name] : {std::pair{"plugins.attention", &c.plugins.attention},

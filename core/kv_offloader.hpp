@@ -1,7 +1,7 @@
 // Offload-style preemption: the scheduler saves a preempted sequence's K/V to
 // host memory and writes it back when the sequence resumes, instead of
-// recomputing it. The host implements this over its KV cache (Model has
-// save_kv / restore_kv with these shapes).
+// recomputing it. Every Executor (core/executor.hpp) is one, over the KV
+// memory it owns; tests use fakes.
 //
 // Calls happen inside Scheduler::schedule(), when no forward is running and
 // before the step's kv_copies are applied; the scheduler only restores in a

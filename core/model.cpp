@@ -4,19 +4,22 @@
 // then final norm and lm_head on the logits rows only. The last layer's
 // o_proj and MLP also run on the logits rows only: other rows' outputs feed
 // nothing (their K/V were written by the attention call).
+//
+// Weights live in core/model_weights.cpp, the KV memory in core/kv_memory.cpp;
+// this file holds the activations and the order of the calls.
 #include "core/model.hpp"
 
 #include <omp.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
+#include "core/kv_memory.hpp"
+#include "core/model_weights.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/hadamard.hpp"
 #include "kernels/cpu/rmsnorm.hpp"
@@ -25,152 +28,24 @@
 
 namespace llmk {
 
-namespace {
-
 namespace kc = kernels::cpu;
 
-// 64-byte aligned, uninitialized storage: KV caches are large and written
-// before they are read, so pages are committed on first touch only.
-struct AlignedBuffer {
-  void* data = nullptr;
-  size_t bytes = 0;
-  AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t n) : bytes(n) {
-    if (n == 0) return;
-    data = std::aligned_alloc(64, (n + 63) / 64 * 64);
-    if (data == nullptr) throw Error(ErrorCode::internal, "cannot allocate " + std::to_string(n) + " bytes of KV cache");
-  }
-  AlignedBuffer(AlignedBuffer&& o) noexcept : data(o.data), bytes(o.bytes) { o.data = nullptr, o.bytes = 0; }
-  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
-    std::swap(data, o.data);
-    std::swap(bytes, o.bytes);
-    return *this;
-  }
-  ~AlignedBuffer() { std::free(data); }
-};
-
-std::vector<float> to_f32(const TensorView& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  convert_to_f32(t.dtype, t.data, out.data(), out.size());
-  return out;
-}
-
-}  // namespace
-
 struct Model::Impl {
-  struct Layer {
-    std::vector<float> input_norm, post_norm;  // [hidden]
-    std::unique_ptr<LinearImpl> qkv, o, gate_up, down;
-    AlignedBuffer k, v, k_scale, v_scale;  // [num_slots, kv_heads, head_dim] (+ [.., head_dim / group] scales for I8)
-  };
-
-  std::shared_ptr<const Checkpoint> checkpoint;
+  std::shared_ptr<const Checkpoint> checkpoint;  // the weights may borrow its tensors
   ModelConfig cfg;
   ModelRuntime rt;
-  std::vector<Layer> layers;
-  std::vector<float> final_norm;  // [hidden]
-  std::unique_ptr<LinearImpl> lm_head;
+  ModelWeights weights;
   std::unique_ptr<AttentionImpl> attention;
-  const TensorView* embed = nullptr;
+  std::unique_ptr<KvMemory> kv;
   std::vector<float> rope_cos, rope_sin;  // [max_seq_len, head_dim / 2]
 
   int64_t q_dim = 0, kv_dim = 0, qkv_dim = 0;
-  // Scratch for max_step_tokens rows.
+  // Activations for max_step_tokens rows.
   std::vector<float> hidden, x_norm, qkv, q, k, v, attn, proj, gate_up, act;
 
-  void build_linears(PluginRegistry& plugins, const EngineConfig& ecfg);
   void forward(const StepBatch& b, float* logits);
   void validate(const StepBatch& b) const;
-  void apply_kv_copies(const std::vector<llmk_kv_copy>& copies);
-  llmk_kv_layer kv_layer(Layer& l) const {
-    return {l.k.data, l.v.data, static_cast<float*>(l.k_scale.data), static_cast<float*>(l.v_scale.data), rt.num_kv_slots};
-  }
-  int64_t kv_row_bytes() const {  // one slot's K (or V) in one layer
-    return kv_dim * static_cast<int64_t>(dtype_size(rt.kv_dtype));
-  }
-  int64_t kv_scale_row_bytes() const { return rt.kv_dtype == DType::i8 ? kv_dim / rt.kv_group_size * 4 : 0; }
 };
-
-namespace {
-
-// Writes every page of the buffer (from all threads: the kernel clears pages
-// at about the speed of one core each).
-void prefault(AlignedBuffer& buf, uint32_t num_threads) {
-  if (buf.data == nullptr) return;
-  constexpr size_t kChunk = size_t{1} << 21;
-  const auto chunks = static_cast<int64_t>((buf.bytes + kChunk - 1) / kChunk);
-#pragma omp parallel for num_threads(static_cast<int>(num_threads))
-  for (int64_t c = 0; c < chunks; ++c) {
-    const size_t at = static_cast<size_t>(c) * kChunk;
-    std::memset(static_cast<uint8_t*>(buf.data) + at, 0, std::min(kChunk, buf.bytes - at));
-  }
-}
-
-// The rows of several [out_i, in] tensors stacked into one [sum out_i, in] weight.
-std::vector<uint8_t> stack_weights(const std::vector<const TensorView*>& parts) {
-  size_t total = 0;
-  for (const TensorView* t : parts) total += t->nbytes();
-  std::vector<uint8_t> out(total);
-  size_t off = 0;
-  for (const TensorView* t : parts) {
-    std::memcpy(out.data() + off, t->data, t->nbytes());
-    off += t->nbytes();
-  }
-  return out;
-}
-
-}  // namespace
-
-void Model::Impl::build_linears(PluginRegistry& plugins, const EngineConfig& ecfg) {
-  Plugin linear_plugin = plugins.load(ecfg.plugins.linear, LLMK_PLUGIN_LINEAR);
-  const std::string& options = ecfg.plugins.linear_options;
-  auto make = [&](const std::string& name, const void* weight, DType dtype, int64_t out, int64_t in, bool outlives,
-                  uint32_t max_rows) {
-    llmk_linear_desc d{};
-    d.struct_size = sizeof(d);
-    d.name = name.c_str();
-    d.in_features = static_cast<uint32_t>(in);
-    d.out_features = static_cast<uint32_t>(out);
-    d.weight_dtype = static_cast<uint32_t>(dtype);
-    d.weight = weight;
-    d.weight_outlives = outlives ? 1 : 0;
-    d.max_rows = max_rows;
-    d.num_threads = rt.num_threads;
-    d.options = options.c_str();
-    return std::make_unique<LinearImpl>(linear_plugin, d);
-  };
-  const int64_t h = cfg.hidden_size, inter = cfg.intermediate_size;
-  for (int32_t i = 0; i < cfg.num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    Layer& l = layers[i];
-    const TensorView& wq = checkpoint->tensor(p + "self_attn.q_proj.weight");
-    const TensorView& wk = checkpoint->tensor(p + "self_attn.k_proj.weight");
-    const TensorView& wv = checkpoint->tensor(p + "self_attn.v_proj.weight");
-    const TensorView& wo = checkpoint->tensor(p + "self_attn.o_proj.weight");
-    const TensorView& wg = checkpoint->tensor(p + "mlp.gate_proj.weight");
-    const TensorView& wu = checkpoint->tensor(p + "mlp.up_proj.weight");
-    const TensorView& wd = checkpoint->tensor(p + "mlp.down_proj.weight");
-    for (const TensorView* t : {&wk, &wv, &wo, &wg, &wu, &wd})
-      if (t->dtype != wq.dtype)
-        throw Error(ErrorCode::unsupported, "tensor " + t->name + " is " + dtype_name(t->dtype) + " but " + wq.name +
-                                                " is " + dtype_name(wq.dtype) + ": mixed dtypes in a layer");
-    // Fused weights live only until the plugin has taken what it needs.
-    {
-      const std::vector<uint8_t> fused = stack_weights({&wq, &wk, &wv});
-      l.qkv = make(p + "self_attn.qkv_proj", fused.data(), wq.dtype, qkv_dim, h, false, rt.max_step_tokens);
-    }
-    l.o = make(p + "self_attn.o_proj", wo.data, wo.dtype, h, q_dim, true, rt.max_step_tokens);
-    {
-      const std::vector<uint8_t> fused = stack_weights({&wg, &wu});
-      l.gate_up = make(p + "mlp.gate_up_proj", fused.data(), wg.dtype, 2 * inter, h, false, rt.max_step_tokens);
-    }
-    l.down = make(p + "mlp.down_proj", wd.data, wd.dtype, h, inter, true, rt.max_step_tokens);
-  }
-  const TensorView& head = cfg.tie_word_embeddings && !checkpoint->has("lm_head.weight")
-                               ? checkpoint->tensor("model.embed_tokens.weight")
-                               : checkpoint->tensor("lm_head.weight");
-  lm_head = make("lm_head", head.data, head.dtype, cfg.vocab_size, h, true, rt.max_step_tokens);
-}
 
 Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugins, const EngineConfig& ecfg,
              const ModelRuntime& runtime)
@@ -188,10 +63,9 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   m.q_dim = static_cast<int64_t>(c.num_heads) * c.head_dim;
   m.kv_dim = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
   m.qkv_dim = m.q_dim + 2 * m.kv_dim;
-  m.layers.resize(c.num_layers);
 
   omp_set_num_threads(static_cast<int>(m.rt.num_threads));
-  m.build_linears(plugins, ecfg);
+  m.weights = load_weights(*m.checkpoint, plugins, ecfg, m.rt);
 
   llmk_attention_desc ad{};
   ad.struct_size = sizeof(ad);
@@ -207,25 +81,7 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   ad.options = ecfg.plugins.attention_options.c_str();
   m.attention = std::make_unique<AttentionImpl>(plugins.load(ecfg.plugins.attention, LLMK_PLUGIN_ATTENTION), ad);
 
-  for (int32_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    Impl::Layer& l = m.layers[i];
-    l.input_norm = to_f32(m.checkpoint->tensor(p + "input_layernorm.weight"));
-    l.post_norm = to_f32(m.checkpoint->tensor(p + "post_attention_layernorm.weight"));
-    const size_t rows = static_cast<size_t>(m.rt.num_kv_slots);
-    l.k = AlignedBuffer(rows * m.kv_row_bytes());
-    l.v = AlignedBuffer(rows * m.kv_row_bytes());
-    if (m.rt.kv_dtype == DType::i8) {
-      l.k_scale = AlignedBuffer(rows * m.kv_scale_row_bytes());
-      l.v_scale = AlignedBuffer(rows * m.kv_scale_row_bytes());
-    }
-    if (m.rt.prefault_kv)
-      for (AlignedBuffer* buf : {&l.k, &l.v, &l.k_scale, &l.v_scale}) prefault(*buf, m.rt.num_threads);
-  }
-  m.final_norm = to_f32(m.checkpoint->tensor("model.norm.weight"));
-  m.embed = &m.checkpoint->tensor("model.embed_tokens.weight");
-  if (m.embed->dtype != DType::f32 && m.embed->dtype != DType::f16 && m.embed->dtype != DType::bf16)
-    throw Error(ErrorCode::unsupported, "model.embed_tokens.weight has dtype " + std::string(dtype_name(m.embed->dtype)));
+  m.kv = std::make_unique<KvMemory>(c, m.rt);
 
   const int64_t half = c.head_dim / 2;
   m.rope_cos.resize(static_cast<size_t>(m.rt.max_seq_len) * half);
@@ -243,7 +99,7 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   m.proj.resize(t * c.hidden_size);
   m.gate_up.resize(t * 2 * c.intermediate_size);
   m.act.resize(t * c.intermediate_size);
-  const PluginInfo& li = m.lm_head->info();
+  const PluginInfo& li = m.weights.lm_head->info();
   const PluginInfo& ai = m.attention->info();
   const std::string kv_kind =
       std::string(dtype_name(m.rt.kv_dtype)) +
@@ -258,26 +114,16 @@ Model::~Model() = default;
 
 const ModelConfig& Model::config() const { return impl_->cfg; }
 const ModelRuntime& Model::runtime() const { return impl_->rt; }
-
-size_t Model::weight_bytes() const {
-  const Impl& m = *impl_;
-  size_t total = m.embed->nbytes() + m.final_norm.size() * 4;
-  for (const auto& l : m.layers)
-    total += l.qkv->weight_bytes() + l.o->weight_bytes() + l.gate_up->weight_bytes() + l.down->weight_bytes() +
-             (l.input_norm.size() + l.post_norm.size()) * 4;
-  // A tied head shares the embedding's bytes when borrowed; count what the plugin reports.
-  total += m.lm_head->weight_bytes();
-  return total;
-}
-
-size_t Model::kv_cache_bytes() const {
-  const Impl& m = *impl_;
-  size_t total = 0;
-  for (const auto& l : m.layers) total += l.k.bytes + l.v.bytes + l.k_scale.bytes + l.v_scale.bytes;
-  return total;
-}
+size_t Model::weight_bytes() const { return impl_->weights.bytes(); }
+size_t Model::kv_cache_bytes() const { return impl_->kv->bytes(); }
 
 void Model::forward(const StepBatch& batch, float* logits) { impl_->forward(batch, logits); }
+
+std::vector<uint8_t> Model::save_kv(const std::vector<int32_t>& slots) const { return impl_->kv->save(slots); }
+
+void Model::restore_kv(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data) {
+  impl_->kv->restore(slots, data);
+}
 
 void Model::Impl::validate(const StepBatch& b) const {
   const int32_t n = b.num_tokens();
@@ -305,36 +151,21 @@ void Model::Impl::validate(const StepBatch& b) const {
     if (r < 0 || r >= n) bad("logits row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
 }
 
-void Model::Impl::apply_kv_copies(const std::vector<llmk_kv_copy>& copies) {
-  for (const llmk_kv_copy& c : copies) {
-    if (c.src_slot < 0 || c.dst_slot < 0 || c.num_slots < 0 ||
-        static_cast<int64_t>(std::max(c.src_slot, c.dst_slot)) + c.num_slots > rt.num_kv_slots)
-      throw Error(ErrorCode::invalid_argument, "kv copy outside the cache");
-    for (Layer& l : layers) {
-      for (AlignedBuffer* buf : {&l.k, &l.v, &l.k_scale, &l.v_scale}) {
-        if (buf->data == nullptr) continue;
-        const size_t row = buf->bytes / rt.num_kv_slots;
-        auto* base = static_cast<uint8_t*>(buf->data);
-        std::memmove(base + c.dst_slot * row, base + c.src_slot * row, static_cast<size_t>(c.num_slots) * row);
-      }
-    }
-  }
-}
-
 void Model::Impl::forward(const StepBatch& b, float* logits) {
   validate(b);
-  apply_kv_copies(b.kv_copies);
+  kv->apply_copies(b.kv_copies);
   const int64_t n = b.num_tokens();
   const int64_t num_logits = b.num_logits();
   if (n == 0) return;
   omp_set_num_threads(static_cast<int>(rt.num_threads));
   const int64_t h = cfg.hidden_size, inter = cfg.intermediate_size, hd = cfg.head_dim;
   const float eps = cfg.rms_norm_eps;
-  kc::embedding(embed->data, static_cast<llmk_dtype>(embed->dtype), h, b.token_ids.data(), n, hidden.data());
+  const TensorView& embed = *weights.embed;
+  kc::embedding(embed.data, static_cast<llmk_dtype>(embed.dtype), h, b.token_ids.data(), n, hidden.data());
 
   const int32_t num_layers = cfg.num_layers;
   for (int32_t li = 0; li < num_layers; ++li) {
-    Layer& l = layers[li];
+    LayerWeights& l = weights.layers[li];
     // proj holds the previous layer's MLP output: fold it into the residual.
     if (li == 0) kc::rmsnorm(hidden.data(), l.input_norm.data(), x_norm.data(), n, h, eps);
     else kc::add_rmsnorm(hidden.data(), proj.data(), l.input_norm.data(), x_norm.data(), n, h, eps);
@@ -365,7 +196,7 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
     a.block_tables = b.block_tables.data();
     a.max_blocks_per_seq = static_cast<uint32_t>(b.max_blocks_per_seq);
     a.block_size = static_cast<uint32_t>(b.block_size);
-    a.kv = kv_layer(l);
+    a.kv = kv->layer(li);
     attention->forward(a);
 
     int64_t rows = n;
@@ -388,47 +219,8 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
     kc::silu_mul(gate_up.data(), act.data(), rows, inter);
     l.down->forward(act.data(), proj.data(), urows);
   }
-  kc::add_rmsnorm(hidden.data(), proj.data(), final_norm.data(), x_norm.data(), num_logits, h, eps);
-  lm_head->forward(x_norm.data(), logits, static_cast<uint32_t>(num_logits));
-}
-
-std::vector<uint8_t> Model::save_kv(const std::vector<int32_t>& slots) const {
-  const Impl& m = *impl_;
-  const size_t row = static_cast<size_t>(m.kv_row_bytes()), srow = static_cast<size_t>(m.kv_scale_row_bytes());
-  std::vector<uint8_t> out(slots.size() * m.layers.size() * 2 * (row + srow));
-  uint8_t* dst = out.data();
-  for (const auto& l : m.layers)
-    for (int32_t s : slots) {
-      if (s < 0 || static_cast<uint32_t>(s) >= m.rt.num_kv_slots)
-        throw Error(ErrorCode::invalid_argument, "save_kv: slot " + std::to_string(s) + " outside the cache");
-      for (const AlignedBuffer* buf : {&l.k, &l.v, &l.k_scale, &l.v_scale}) {
-        if (buf->data == nullptr) continue;
-        const size_t r = buf->bytes / m.rt.num_kv_slots;
-        std::memcpy(dst, static_cast<const uint8_t*>(buf->data) + static_cast<size_t>(s) * r, r);
-        dst += r;
-      }
-    }
-  return out;
-}
-
-void Model::restore_kv(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data) {
-  Impl& m = *impl_;
-  const size_t row = static_cast<size_t>(m.kv_row_bytes()), srow = static_cast<size_t>(m.kv_scale_row_bytes());
-  if (data.size() != slots.size() * m.layers.size() * 2 * (row + srow))
-    throw Error(ErrorCode::invalid_argument, "restore_kv: " + std::to_string(data.size()) + " bytes do not hold " +
-                                                 std::to_string(slots.size()) + " slots");
-  const uint8_t* src = data.data();
-  for (auto& l : m.layers)
-    for (int32_t s : slots) {
-      if (s < 0 || static_cast<uint32_t>(s) >= m.rt.num_kv_slots)
-        throw Error(ErrorCode::invalid_argument, "restore_kv: slot " + std::to_string(s) + " outside the cache");
-      for (AlignedBuffer* buf : {&l.k, &l.v, &l.k_scale, &l.v_scale}) {
-        if (buf->data == nullptr) continue;
-        const size_t r = buf->bytes / m.rt.num_kv_slots;
-        std::memcpy(static_cast<uint8_t*>(buf->data) + static_cast<size_t>(s) * r, src, r);
-        src += r;
-      }
-    }
+  kc::add_rmsnorm(hidden.data(), proj.data(), weights.final_norm.data(), x_norm.data(), num_logits, h, eps);
+  weights.lm_head->forward(x_norm.data(), logits, static_cast<uint32_t>(num_logits));
 }
 
 }  // namespace llmk

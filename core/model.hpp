@@ -1,6 +1,9 @@
-// The Llama forward pass as a sequence of kernel and plugin calls, over a
-// KV cache this object owns. One call consumes a flattened StepBatch that
-// mixes prefill chunks and decodes, and returns logits for its logits_rows.
+// The Llama forward pass on the CPU as a sequence of kernel and plugin calls,
+// over weights (core/model_weights.hpp) and a KV memory (core/kv_memory.hpp)
+// this object owns. One call consumes a flattened StepBatch that mixes
+// prefill chunks and decodes, and returns logits for its logits_rows.
+// Serving reaches it through the CpuExecutor (core/cpu_executor.hpp); tests
+// and core/generate.hpp drive it directly.
 #pragma once
 
 #include <cstdint>
@@ -9,26 +12,11 @@
 
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
+#include "core/model_runtime.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/step.hpp"
 
 namespace llmk {
-
-// Values derived from the config and the model at start-up.
-struct ModelRuntime {
-  uint32_t num_threads = 1;
-  uint32_t num_kv_slots = 0;      // token slots in the KV cache
-  uint32_t max_seq_len = 0;       // context limit
-  uint32_t max_step_tokens = 0;   // most new tokens in one forward
-  DType kv_dtype = DType::f32;
-  uint32_t kv_group_size = 8;
-  uint32_t key_rotation = 0;      // Hadamard block for queries and keys (0: none)
-  bool prefault_kv = false;
-};
-
-// Resolves thread count, KV slots (from capacity_tokens, capacity_bytes or
-// capacity_fraction), context limit and step size.
-ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model);
 
 class Model {
  public:

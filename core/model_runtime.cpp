@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "core/error.hpp"
-#include "core/model.hpp"
+#include "core/model_runtime.hpp"
 #include "kernels/cpu/hadamard.hpp"
 
 namespace llmk {
@@ -44,16 +44,21 @@ uint64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }
 
-// Bytes of one token's K and V in one layer, scales included for I8.
-int64_t kv_layer_bytes_per_token(const ModelConfig& m, DType kv_dtype, uint32_t group) {
+// Bytes of one token's K and V over all layers, scales included for I8.
+uint64_t kv_bytes_per_token(const ModelConfig& m, DType kv_dtype, uint32_t group) {
   const int64_t elems = static_cast<int64_t>(m.num_kv_heads) * m.head_dim;
-  if (kv_dtype == DType::i8) return 2 * (elems + elems / group * 4);
-  return 2 * elems * static_cast<int64_t>(dtype_size(kv_dtype));
+  const int64_t layer = kv_dtype == DType::i8 ? 2 * (elems + elems / group * 4)
+                                              : 2 * elems * static_cast<int64_t>(dtype_size(kv_dtype));
+  return static_cast<uint64_t>(m.num_layers) * static_cast<uint64_t>(layer);
 }
 
 }  // namespace
 
 ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model) {
+  return resolve_runtime(cfg, model, physical_memory_bytes());
+}
+
+ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model, uint64_t memory_bytes) {
   ModelRuntime rt;
   rt.num_threads = cfg.executor.num_threads > 0 ? static_cast<uint32_t>(cfg.executor.num_threads) : hardware_cores();
   rt.max_seq_len = cfg.kv_cache.max_seq_len > 0 ? cfg.kv_cache.max_seq_len
@@ -70,15 +75,14 @@ ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model) 
   if (rt.kv_dtype == DType::i8 && (rt.kv_group_size == 0 || model.head_dim % rt.kv_group_size != 0))
     throw Error(ErrorCode::invalid_config, "kv_cache.group_size (" + std::to_string(rt.kv_group_size) +
                                                ") must divide head_dim (" + std::to_string(model.head_dim) + ")");
-  const uint64_t per_token = static_cast<uint64_t>(model.num_layers) *
-                             kv_layer_bytes_per_token(model, rt.kv_dtype, rt.kv_group_size);
+  const uint64_t per_token = kv_bytes_per_token(model, rt.kv_dtype, rt.kv_group_size);
   uint64_t slots = 0;
   if (cfg.kv_cache.capacity_tokens > 0) {
     slots = cfg.kv_cache.capacity_tokens;
   } else if (cfg.kv_cache.capacity_bytes > 0) {
     slots = cfg.kv_cache.capacity_bytes / per_token;
   } else {
-    slots = static_cast<uint64_t>(cfg.kv_cache.capacity_fraction * static_cast<double>(physical_memory_bytes())) / per_token;
+    slots = static_cast<uint64_t>(cfg.kv_cache.capacity_fraction * static_cast<double>(memory_bytes)) / per_token;
     // A share of memory is a budget, not a request: never more than every
     // running sequence at full length can use (a tiny model would otherwise
     // reserve gigabytes it cannot fill).

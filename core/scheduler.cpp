@@ -69,6 +69,7 @@ void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> 
 
   auto seq = std::make_unique<Sequence>();
   seq->seq_id = next_seq_id_++;
+  seq->request_key = seq->seq_id;
   seq->request_id = request_id;
   seq->arrival_order = next_arrival_order_++;
   seq->tokens = std::move(prompt_token_ids);

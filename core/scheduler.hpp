@@ -112,6 +112,8 @@ struct LogitsTarget {
   std::string request_id;
   int32_t sample_index = 0;     // sample the token is for (0..n-1 on a forking row)
   std::shared_ptr<const SamplingParams> sampling;  // seed always set
+  uint64_t request_key = 0;     // Sequence::request_key: the request as a number
+  int32_t num_generated = 0;    // tokens the sample has generated before this row's
 };
 
 struct StepPlan {

@@ -264,7 +264,8 @@ void Scheduler::add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_toke
   s.num_samples = end == seq.num_tokens() ? seq.num_unforked_samples : 0;
   for (int32_t k = 0; k < s.num_samples; ++k) {
     batch.logits_rows.push_back(batch.num_tokens() - 1);
-    plan.logits.push_back({seq.seq_id, seq.request_id, s.num_samples > 1 ? k : seq.index, seq.sampling});
+    plan.logits.push_back({seq.seq_id, seq.request_id, s.num_samples > 1 ? k : seq.index, seq.sampling,
+                           seq.request_key, seq.num_generated_tokens()});
   }
   plan.seqs.push_back(s);
   seq.last_step_id = plan.step_id;

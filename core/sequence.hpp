@@ -39,6 +39,7 @@ struct StopConditions {
 struct Sequence {
   uint64_t seq_id = 0;                  // the KV allocator's id; never reused
   std::string request_id;
+  uint64_t request_key = 0;             // the request's first seq_id, shared by its samples; never reused
   int32_t index = 0;                    // sample index, 0..n-1
   uint64_t arrival_order = 0;           // FCFS rank of its request (smaller = older)
   std::vector<int32_t> tokens;          // prompt, then generated tokens

@@ -10,6 +10,7 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/executor.hpp"
 #include "core/safetensors_writer.hpp"
 
 using namespace llmk;
@@ -229,4 +230,24 @@ TEST_CASE("valid non-default settings pass validation", "[config]") {
                                "kv_cache.capacity_fraction=1", "scheduler.policy=static",
                                "scheduler.preemption=offload", "server.http=", "server.zmq=ipc:///tmp/llmk",
                                "model.chat_template=chatml"})));
+}
+
+TEST_CASE("a device with no executor in this build is refused, naming the built ones", "[config]") {
+  for (const char* device : {"cpu", "cuda"}) {
+    INFO(device);
+    EngineConfig c = with({(std::string("executor.device=") + device).c_str()});
+    if (has_executor(device)) {
+      CHECK_NOTHROW(validate(c));
+      continue;
+    }
+    const std::string msg = config_error([&] { validate(c); });
+    CHECK(msg.rfind("executor.device", 0) == 0);
+    CHECK_THAT(msg, Contains(std::string("'") + device + "' has no executor in this build"));
+    CHECK_THAT(msg, Contains("(built: " + built_executor_device_names() + ")"));
+  }
+  // The list is the single source of truth: the CPU is always built, and
+  // every entry names a device validate() accepts.
+  REQUIRE(!built_executor_devices().empty());
+  CHECK(built_executor_devices().front() == Device::cpu);
+  for (Device d : built_executor_devices()) CHECK_NOTHROW(validate(with({(std::string("executor.device=") + device_name(d)).c_str()})));
 }

@@ -1,0 +1,29 @@
+#include "core/cpu_executor.hpp"
+
+namespace llmk {
+
+CpuExecutor::CpuExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
+                         PluginRegistry& plugins) {
+  const ModelRuntime runtime = resolve_runtime(cfg, checkpoint->config());
+  model_ = std::make_unique<Model>(std::move(checkpoint), plugins, cfg, runtime);
+}
+
+LogitsView CpuExecutor::execute(const StepBatch& batch) {
+  const int32_t vocab = model_->config().vocab_size;
+  const size_t needed = static_cast<size_t>(batch.num_logits()) * static_cast<size_t>(vocab);
+  if (logits_.size() < needed) logits_.resize(needed);
+  model_->forward(batch, logits_.data());
+  LogitsView view;
+  view.device = Device::cpu;
+  view.data = logits_.data();
+  view.num_rows = batch.num_logits();
+  view.vocab_size = vocab;
+  view.row_stride = vocab;
+  return view;  // written before forward() returned: ready.event stays null
+}
+
+std::string CpuExecutor::describe() const {
+  return "cpu, " + std::to_string(model_->runtime().num_threads) + " threads";
+}
+
+}  // namespace llmk

@@ -1,0 +1,40 @@
+// The CPU executor: the Llama forward of core/model.hpp (weights and KV
+// memory in host memory, OpenMP threads as the device's queue) behind the
+// Executor interface. Logits land in a host buffer the executor keeps and
+// reuses; a view of it is valid until the next execute().
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/executor.hpp"
+#include "core/model.hpp"
+
+namespace llmk {
+
+class CpuExecutor final : public Executor {
+ public:
+  // Resolves the runtime (KV capacity_fraction applies to physical memory)
+  // and builds the model. The checkpoint must outlive the executor.
+  CpuExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugins);
+
+  Device device() const override { return Device::cpu; }
+  const ModelConfig& model_config() const override { return model_->config(); }
+  const ModelRuntime& runtime() const override { return model_->runtime(); }
+  LogitsView execute(const StepBatch& batch) override;
+  size_t weight_bytes() const override { return model_->weight_bytes(); }
+  size_t kv_cache_bytes() const override { return model_->kv_cache_bytes(); }
+  std::string describe() const override;
+
+  std::vector<uint8_t> save_kv(const std::vector<int32_t>& slots) override { return model_->save_kv(slots); }
+  void restore_kv(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data) override {
+    model_->restore_kv(slots, data);
+  }
+
+ private:
+  std::unique_ptr<Model> model_;
+  std::vector<float> logits_;  // [rows, vocab_size], grown to the largest step seen, never shrunk
+};
+
+}  // namespace llmk

@@ -1,0 +1,99 @@
+// The device seam. An Executor owns everything a forward touches on one
+// device: the weights, the KV memory, the activations and the device's queue
+// (the OpenMP team on the CPU; a CUDA stream later). The scheduler's
+// StepBatch goes in; a LogitsView of logits that stay on the device comes
+// out, and the sampler for that device reads them where they are.
+//
+//   scheduler ── StepBatch ──▶ Executor::execute ── LogitsView ──▶ sampler (same device)
+//
+// What is device-neutral stays out: the Scheduler, the KV allocator (slots
+// and block tables only), the StepBatch layout.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/checkpoint.hpp"
+#include "core/config.hpp"
+#include "core/kv_offloader.hpp"
+#include "core/model_runtime.hpp"
+#include "core/plugin_loader.hpp"
+#include "core/step.hpp"
+
+namespace llmk {
+
+enum class Device : uint8_t { cpu = 0, cuda = 1 };
+
+const char* device_name(Device device) noexcept;  // "cpu", "cuda"
+
+// The one list of devices this build has an executor for, in preference
+// order ("cpu" always). Config validation and make_executor both read it.
+const std::vector<Device>& built_executor_devices();
+// The same as text: "cpu" (or "cpu, cuda").
+std::string built_executor_device_names();
+// True when `name` ("cpu", "cuda") names a device of built_executor_devices().
+bool has_executor(std::string_view name);
+
+// When a view's logits may be read. The CPU executor fills them before
+// execute() returns (event == nullptr). A CUDA executor records an event on
+// its stream after the lm_head and puts the cudaEvent_t here; its sampler
+// waits on it (on the GPU, with cudaStreamWaitEvent) before reading.
+struct LogitsReady {
+  void* event = nullptr;  // the device's event handle; nullptr: ready already
+  bool is_ready_on_return() const { return event == nullptr; }
+};
+
+// One step's logits where the executor wrote them. Row i belongs to
+// batch.logits_rows[i]. The memory is the executor's: it stays valid and
+// unchanged until the executor's next execute() (or its destruction). The
+// pipeline keeps one step in flight (the scheduler plans step t+1 only after
+// step t's tokens came back), so the sampler always reads a view before the
+// next execute() can overwrite it.
+struct LogitsView {
+  Device device = Device::cpu;
+  const float* data = nullptr;  // [num_rows, row_stride] f32 in `device` memory; first vocab_size of each row are used
+  int32_t num_rows = 0;
+  int32_t vocab_size = 0;
+  int64_t row_stride = 0;       // floats from one row to the next (>= vocab_size)
+  LogitsReady ready;
+
+  const float* row(int32_t i) const { return data + static_cast<int64_t>(i) * row_stride; }
+};
+
+// save_kv / restore_kv (KvOffloader) copy sequences' K/V to and from host
+// memory for offload preemption; they run only between steps (the scheduler
+// calls them from schedule(), never while a step is in flight).
+class Executor : public KvOffloader {
+ public:
+  ~Executor() override = default;
+
+  virtual Device device() const = 0;
+  virtual const ModelConfig& model_config() const = 0;
+  // Threads, context limit, step size and the KV memory's size in slots
+  // (from kv_cache.capacity_tokens, capacity_bytes or a fraction of memory).
+  virtual const ModelRuntime& runtime() const = 0;
+
+  // Runs one step's forward: applies batch.kv_copies, writes the new tokens'
+  // K/V, and returns the logits of batch.logits_rows. Throws Error for a
+  // malformed batch or a failing plugin; the previous view is invalid after
+  // this call whatever happens.
+  virtual LogitsView execute(const StepBatch& batch) = 0;
+
+  virtual size_t weight_bytes() const = 0;    // as the device holds them (quantized, packed)
+  virtual size_t kv_cache_bytes() const = 0;  // KV memory reserved on the device
+  // A line for logs: the device, threads or stream, the plugins chosen.
+  virtual std::string describe() const = 0;
+};
+
+// Builds the executor that cfg.executor.device names. Throws
+// Error(invalid_config) for a device with no executor in this build, naming
+// the devices that are built; otherwise what the executor's constructor
+// throws (plugins that cannot load, weights it cannot use, no KV capacity).
+// The checkpoint must outlive the executor.
+std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
+                                        PluginRegistry& plugins);
+
+}  // namespace llmk

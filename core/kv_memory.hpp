@@ -1,0 +1,67 @@
+// The CPU executor's KV memory: for every layer, K and V of num_kv_slots
+// token slots in the KV dtype, plus per-group scales for I8. The KV
+// allocator plugin hands out slots; this object only holds the bytes, applies
+// the allocator's slot copies, and saves and restores slots for offload
+// preemption.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/model_config.hpp"
+#include "core/model_runtime.hpp"
+#include "plugins/api/llmk_attention.h"
+#include "plugins/api/llmk_kv_allocator.h"
+
+namespace llmk {
+
+// 64-byte aligned, uninitialized storage: KV caches are large and written
+// before they are read, so pages are committed on first touch only.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t bytes);  // throws Error(internal) when the allocation fails
+  AlignedBuffer(AlignedBuffer&& o) noexcept;
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
+  ~AlignedBuffer();
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class KvMemory {
+ public:
+  // Allocates every layer's buffers (prefaulted when runtime.prefault_kv).
+  KvMemory(const ModelConfig& model, const ModelRuntime& runtime);
+
+  // Layer `i`'s K/V in the attention plugin's terms.
+  llmk_kv_layer layer(int32_t i);
+  size_t bytes() const;
+
+  // Applies the allocator's copies (copy-on-write, relocation) to every
+  // layer, in order. Throws Error(invalid_argument) for a copy outside the cache.
+  void apply_copies(const std::vector<llmk_kv_copy>& copies);
+
+  // All layers' K/V (and scales) of the given slots in one host buffer, and
+  // back into other slots (same count). Throws Error(invalid_argument) for a
+  // slot outside the cache or a buffer of the wrong size.
+  std::vector<uint8_t> save(const std::vector<int32_t>& slots) const;
+  void restore(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data);
+
+ private:
+  struct Layer {
+    // [num_slots, kv_heads, head_dim] in kv_dtype; scales [num_slots, kv_heads * head_dim / group] f32 for I8.
+    AlignedBuffer k, v, k_scale, v_scale;
+  };
+  size_t saved_bytes_per_slot() const;
+
+  uint32_t num_slots_ = 0;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace llmk

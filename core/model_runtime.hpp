@@ -1,0 +1,35 @@
+// Values derived from the engine config and the model at start-up: threads,
+// context limit, step size and the KV memory's size in token slots. Every
+// executor resolves these once; the scheduler and the KV allocator read them
+// from Executor::runtime().
+#pragma once
+
+#include <cstdint>
+
+#include "core/config.hpp"
+#include "core/model_config.hpp"
+
+namespace llmk {
+
+struct ModelRuntime {
+  uint32_t num_threads = 1;
+  uint32_t num_kv_slots = 0;      // token slots in the KV cache
+  uint32_t max_seq_len = 0;       // context limit
+  uint32_t max_step_tokens = 0;   // most new tokens in one forward
+  DType kv_dtype = DType::f32;
+  uint32_t kv_group_size = 8;
+  uint32_t key_rotation = 0;      // Hadamard block for queries and keys (0: none)
+  bool prefault_kv = false;
+};
+
+// Resolves thread count, KV slots (from capacity_tokens, capacity_bytes or
+// kv_cache.capacity_fraction of `memory_bytes`), context limit and step
+// size. `memory_bytes` is the memory the fraction applies to: this machine's
+// physical memory for the CPU, the device memory left after the weights for
+// a GPU.
+ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model, uint64_t memory_bytes);
+
+// The CPU's: the fraction applies to physical memory.
+ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model);
+
+}  // namespace llmk

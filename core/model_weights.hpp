@@ -1,0 +1,42 @@
+// The weights of the Llama forward as the CPU executor holds them: linear
+// layers built by the linear plugin (q/k/v and gate/up fused), norms in f32,
+// and the embedding table borrowed from the checkpoint.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "core/checkpoint.hpp"
+#include "core/config.hpp"
+#include "core/model_runtime.hpp"
+#include "core/plugin_loader.hpp"
+
+namespace llmk {
+
+struct LayerWeights {
+  std::vector<float> input_norm, post_norm;  // [hidden]
+  std::unique_ptr<LinearImpl> qkv;           // [q_dim + 2 kv_dim, hidden]
+  std::unique_ptr<LinearImpl> o;             // [hidden, q_dim]
+  std::unique_ptr<LinearImpl> gate_up;       // [2 intermediate, hidden]
+  std::unique_ptr<LinearImpl> down;          // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  std::vector<LayerWeights> layers;          // [num_layers]
+  std::vector<float> final_norm;             // [hidden]
+  std::unique_ptr<LinearImpl> lm_head;       // [vocab, hidden]
+  const TensorView* embed = nullptr;         // [vocab, hidden], f32/f16/bf16, owned by the checkpoint
+
+  // In the linear plugins' formats plus embeddings and norms.
+  size_t bytes() const;
+};
+
+// Builds every linear layer with the configured plugin (max_step_tokens rows
+// each) and converts the norms. The checkpoint must outlive the weights:
+// plugins may borrow its tensors. Throws Error for mixed dtypes in a layer
+// or an embedding dtype the forward cannot read.
+ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins, const EngineConfig& cfg,
+                          const ModelRuntime& runtime);
+
+}  // namespace llmk

@@ -1,0 +1,165 @@
+// The sampler actor on its own: it is sent a request's parameters once, then
+// per step only which sample each logits row is for, and it must draw what
+// the Sampler draws when handed each sample's whole history (kept here,
+// independently, by the test). Out-of-sync or unknown rows, released
+// requests and views it cannot read are refused with an error naming why.
+#include <catch2/catch.hpp>
+
+#include <caf/all.hpp>
+
+#include <map>
+#include <random>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "actors/pipeline.hpp"
+
+namespace {
+
+using namespace llmk;
+using Catch::Contains;
+
+constexpr int32_t kVocab = 300;
+constexpr int64_t kStride = 320;  // padded rows: the view's stride, not the vocabulary, spaces them
+
+struct RefRequest {
+  std::shared_ptr<const SamplingParams> params;
+  std::vector<int32_t> prompt;
+  std::vector<std::vector<int32_t>> generated;  // [n]
+};
+
+struct Harness {
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  sampler_actor sampler;
+  Harness() {
+    config.add_message_types<caf::id_block::llmk>();
+    system = std::make_unique<caf::actor_system>(config);
+    sampler = spawn_sampler(*system, PipelineContext{});
+  }
+  ~Harness() {
+    caf::anon_send_exit(sampler, caf::exit_reason::user_shutdown);
+    sampler = nullptr;
+    system.reset();
+  }
+  // The sampler's answer, or the text of its error.
+  std::variant<StepResult, std::string> sample(SampleWork work, LogitsView view) {
+    std::variant<StepResult, std::string> out;
+    caf::scoped_actor self{*system};
+    self->request(sampler, std::chrono::seconds(10), sample_atom::value, std::move(work), view)
+        .receive([&](StepResult& r) { out = std::move(r); }, [&](caf::error& e) { out = describe(e); });
+    return out;
+  }
+};
+
+LogitsView host_view(const std::vector<float>& logits, int32_t rows) {
+  LogitsView v;
+  v.device = Device::cpu;
+  v.data = logits.data();
+  v.num_rows = rows;
+  v.vocab_size = kVocab;
+  v.row_stride = kStride;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("the sampler actor draws from deltas what the Sampler draws from whole histories", "[sampler][actor]") {
+  Harness h;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> logit(0.0f, 2.0f);
+  std::map<uint64_t, RefRequest> ref;
+  auto make = [&](uint64_t key, float temperature, float repetition, float frequency, int32_t n, uint64_t seed) {
+    auto p = std::make_shared<SamplingParams>();
+    p->temperature = temperature;
+    p->repetition_penalty = repetition;
+    p->frequency_penalty = frequency;
+    p->presence_penalty = frequency / 2;
+    p->top_k = key % 2 ? 50 : 0;
+    p->n = n;
+    p->seed = seed;
+    RefRequest r;
+    r.params = p;
+    for (int i = 0; i < 12; ++i) r.prompt.push_back(static_cast<int32_t>(rng() % kVocab));
+    r.generated.resize(static_cast<size_t>(n));
+    ref[key] = r;
+    return SamplerOpen{key, p, n, repetition != 1.0f ? r.prompt : std::vector<int32_t>{}};
+  };
+  Sampler reference(kVocab, 1);
+  std::vector<uint64_t> live;
+  std::vector<SamplerOpen> pending_opens = {make(11, 0.9f, 1.3f, 0.5f, 1, 7), make(12, 0.0f, 1.0f, 0.0f, 1, 8),
+                                            make(13, 1.1f, 1.0f, 0.8f, 2, 9)};
+  live = {11, 12, 13};
+  for (uint64_t step = 1; step <= 24; ++step) {
+    SampleWork work;
+    work.step = step;
+    work.opened = std::move(pending_opens);
+    pending_opens.clear();
+    if (step == 9) {  // request 12 ends; 14 arrives
+      work.released = {12};
+      ref.erase(12);
+      live = {11, 13, 14};
+      work.opened.push_back(make(14, 0.7f, 1.2f, 0.0f, 1, 10));
+    }
+    for (uint64_t key : live)
+      for (int32_t k = 0; k < static_cast<int32_t>(ref[key].generated.size()); ++k)
+        work.rows.push_back(SampleRow{key, k, static_cast<int32_t>(ref[key].generated[static_cast<size_t>(k)].size())});
+    const int32_t rows = static_cast<int32_t>(work.rows.size());
+    std::vector<float> logits(static_cast<size_t>(rows) * kStride, 1e9f);  // padding must never be read as a logit
+    for (int32_t r = 0; r < rows; ++r)
+      for (int32_t v = 0; v < kVocab; ++v) logits[static_cast<size_t>(r) * kStride + v] = logit(rng);
+    std::vector<int32_t> expected;
+    for (int32_t r = 0; r < rows; ++r) {
+      const SampleRow& row = work.rows[static_cast<size_t>(r)];
+      RefRequest& req = ref[row.request_key];
+      SamplerRow in;
+      in.logits = logits.data() + static_cast<size_t>(r) * kStride;
+      in.params = req.params.get();
+      in.prompt_ids = req.prompt;
+      in.generated_ids = req.generated[static_cast<size_t>(row.sample_index)];
+      in.seed = *req.params->seed;
+      in.sample_index = static_cast<uint32_t>(row.sample_index);
+      expected.push_back(reference.sample_one(in).token_id);
+    }
+    auto got = h.sample(work, host_view(logits, rows));
+    REQUIRE(std::holds_alternative<StepResult>(got));
+    const StepResult& result = std::get<StepResult>(got);
+    CHECK(result.step == step);
+    REQUIRE(result.tokens.size() == expected.size());
+    for (int32_t r = 0; r < rows; ++r) {
+      CHECK(result.tokens[static_cast<size_t>(r)].token_id == expected[static_cast<size_t>(r)]);
+      const SampleRow& row = work.rows[static_cast<size_t>(r)];
+      ref[row.request_key].generated[static_cast<size_t>(row.sample_index)].push_back(expected[static_cast<size_t>(r)]);
+    }
+  }
+  // The two samples of request 13 drew differently.
+  CHECK(ref[13].generated[0] != ref[13].generated[1]);
+
+  std::vector<float> one(kStride, 0.0f);
+  auto error_of = [&](SampleWork work, LogitsView view) {
+    auto got = h.sample(std::move(work), view);
+    REQUIRE(std::holds_alternative<std::string>(got));
+    return std::get<std::string>(got);
+  };
+  const int32_t num_11 = static_cast<int32_t>(ref[11].generated[0].size());
+  CHECK_THAT(error_of(SampleWork{30, {}, {}, {SampleRow{11, 0, num_11 + 1}}, 0}, host_view(one, 1)),
+             Contains("in the scheduler"));
+  CHECK_THAT(error_of(SampleWork{31, {}, {}, {SampleRow{12, 0, 8}}, 0}, host_view(one, 1)),
+             Contains("no state for request 12"));
+  CHECK_THAT(error_of(SampleWork{32, {}, {}, {SampleRow{11, 1, num_11}}, 0}, host_view(one, 1)),
+             Contains("sample 1 of a request with 1"));
+  CHECK_THAT(error_of(SampleWork{33, {}, {}, {SampleRow{11, 0, num_11}}, 0}, host_view(one, 2)),
+             Contains("2 logits rows for 1 sample rows"));
+  LogitsView pending = host_view(one, 1);
+  pending.ready.event = &one;
+  CHECK_THAT(error_of(SampleWork{34, {}, {}, {SampleRow{11, 0, num_11}}, 0}, pending), Contains("pending event"));
+  LogitsView device = host_view(one, 1);
+  device.device = Device::cuda;
+  CHECK_THAT(error_of(SampleWork{35, {}, {}, {SampleRow{11, 0, num_11}}, 0}, device),
+             Contains("no sampler for device 'cuda'"));
+  // After its release, a request is unknown.
+  CHECK_THAT(error_of(SampleWork{36, {}, {11}, {SampleRow{11, 0, num_11}}, 0}, host_view(one, 1)),
+             Contains("no state for request 11"));
+}

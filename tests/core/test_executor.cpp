@@ -1,0 +1,179 @@
+// The Executor seam on the CPU: make_executor picks the device the config
+// names and refuses one that is not built; a CPU executor's logits view
+// holds, byte for byte, what the Model writes for the same steps (and its
+// argmax the float64 golden reference's); the view stays valid until the
+// next execute(); saved KV slots restore through the executor.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint.hpp"
+#include "core/cpu_executor.hpp"
+#include "core/error.hpp"
+#include "core/executor.hpp"
+#include "core/model.hpp"
+
+namespace {
+
+using namespace llmk;
+using Catch::Contains;
+
+struct GoldenPrompt {
+  std::vector<int32_t> input_ids, all_positions_argmax, greedy_ids;
+};
+
+std::vector<GoldenPrompt> golden() {
+  std::ifstream in(std::string(LLMK_SHARED_DIR) + "/golden/stories260K.json");
+  REQUIRE(in);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<GoldenPrompt> out;
+  for (const auto& c : j.at("cases")) out.push_back({c.at("input_ids"), c.at("all_positions_argmax"), c.at("greedy_ids")});
+  return out;
+}
+
+EngineConfig small_config() {
+  EngineConfig cfg;
+  cfg.executor.num_threads = 2;
+  cfg.kv_cache.capacity_tokens = 1024;
+  cfg.scheduler.max_num_batched_tokens = 256;
+  return cfg;
+}
+
+// One sequence at [first, first + ids.size()) of a contiguous range from slot
+// `base`, logits for every new row when all_rows, else the last one.
+StepBatch contiguous_step(const std::vector<int32_t>& ids, int32_t first, int32_t base, bool all_rows) {
+  StepBatch b;
+  const int32_t n = static_cast<int32_t>(ids.size());
+  b.token_ids = ids;
+  for (int32_t i = 0; i < n; ++i) {
+    b.positions.push_back(first + i);
+    b.slot_mapping.push_back(base + first + i);
+    if (all_rows) b.logits_rows.push_back(i);
+  }
+  if (!all_rows) b.logits_rows = {n - 1};
+  b.query_start = {0, n};
+  b.context_lens = {first + n};
+  b.block_tables = {base};
+  b.max_blocks_per_seq = 1;
+  b.block_size = 512;
+  return b;
+}
+
+int32_t argmax(const float* x, int32_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
+
+}  // namespace
+
+TEST_CASE("make_executor builds the CPU executor the config names, and refuses a device that is not built",
+          "[executor]") {
+  const std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+  PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
+  EngineConfig cfg = small_config();
+  const auto executor = make_executor(cfg, checkpoint, plugins);
+  CHECK(executor->device() == Device::cpu);
+  CHECK(dynamic_cast<CpuExecutor*>(executor.get()) != nullptr);
+  CHECK(executor->runtime().num_kv_slots == 1024);
+  CHECK(executor->runtime().num_threads == 2);
+  CHECK(executor->model_config().vocab_size == checkpoint->config().vocab_size);
+  // KV bytes: every layer's K and V for every slot, in f32.
+  const ModelConfig& mc = checkpoint->config();
+  CHECK(executor->kv_cache_bytes() ==
+        static_cast<size_t>(mc.num_layers) * 2 * 1024 * static_cast<size_t>(mc.num_kv_heads * mc.head_dim) * 4);
+  CHECK(executor->weight_bytes() > 0);
+
+  cfg.executor.device = "cuda";
+  if (has_executor("cuda")) return;  // a build with a CUDA executor tests it elsewhere
+  try {
+    make_executor(cfg, checkpoint, plugins);
+    FAIL("a device with no executor was accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::invalid_config);
+    CHECK_THAT(e.what(), Contains("'cuda' has no executor in this build (built: cpu)"));
+  }
+}
+
+TEST_CASE("a CPU executor's logits view holds exactly the Model's logits, argmax as the float64 reference",
+          "[executor][golden]") {
+  const std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+  PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
+  const EngineConfig cfg = small_config();
+  const auto executor = make_executor(cfg, checkpoint, plugins);
+  Model model(checkpoint, plugins, cfg, resolve_runtime(cfg, checkpoint->config()));
+  const int32_t vocab = model.config().vocab_size;
+  for (const GoldenPrompt& c : golden()) {
+    const int32_t n = static_cast<int32_t>(c.input_ids.size());
+    // Prefill with logits for every row, then decode the golden next token.
+    const StepBatch prefill = contiguous_step(c.input_ids, 0, 0, true);
+    const StepBatch decode = contiguous_step({c.greedy_ids[0]}, n, 0, false);
+    for (const StepBatch* step : {&prefill, &decode}) {
+      std::vector<float> expected(static_cast<size_t>(step->num_logits()) * vocab);
+      model.forward(*step, expected.data());
+      const LogitsView view = executor->execute(*step);
+      REQUIRE(view.device == Device::cpu);
+      REQUIRE(view.ready.is_ready_on_return());
+      REQUIRE(view.num_rows == step->num_logits());
+      REQUIRE(view.vocab_size == vocab);
+      REQUIRE(view.row_stride >= vocab);
+      for (int32_t r = 0; r < view.num_rows; ++r)
+        CHECK(std::memcmp(view.row(r), expected.data() + static_cast<size_t>(r) * vocab, sizeof(float) * vocab) == 0);
+    }
+    // The golden argmax of every prompt position (from the prefill above, run again).
+    const LogitsView view = executor->execute(prefill);
+    for (int32_t r = 0; r < n; ++r) CHECK(argmax(view.row(r), vocab) == c.all_positions_argmax[static_cast<size_t>(r)]);
+  }
+}
+
+TEST_CASE("a logits view stays unchanged until the next execute", "[executor]") {
+  const std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+  PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
+  const auto executor = make_executor(small_config(), checkpoint, plugins);
+  const std::vector<GoldenPrompt> cases = golden();
+  const int32_t vocab = executor->model_config().vocab_size;
+  const LogitsView first = executor->execute(contiguous_step(cases[0].input_ids, 0, 0, false));
+  const std::vector<float> copy(first.row(0), first.row(0) + vocab);
+  // Saving KV and reading the config between steps do not touch the logits.
+  std::vector<int32_t> slots(cases[0].input_ids.size());
+  std::iota(slots.begin(), slots.end(), 0);
+  (void)executor->save_kv(slots);
+  CHECK(std::memcmp(first.row(0), copy.data(), sizeof(float) * vocab) == 0);
+  // The next step's logits differ (another prompt), and replace them.
+  const LogitsView second = executor->execute(contiguous_step(cases[1].input_ids, 0, 512, false));
+  CHECK(argmax(second.row(0), vocab) == cases[1].greedy_ids[0]);
+  CHECK(argmax(copy.data(), vocab) == cases[0].greedy_ids[0]);
+}
+
+TEST_CASE("KV saved through the executor restores to the same next token", "[executor]") {
+  const std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+  PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
+  for (const char* kv_dtype : {"f32", "f16", "i8"}) {
+    INFO("kv_cache.dtype " << kv_dtype);
+    EngineConfig cfg = small_config();
+    apply_override(cfg, std::string("kv_cache.dtype=") + kv_dtype);
+    const auto executor = make_executor(cfg, checkpoint, plugins);
+    const std::vector<GoldenPrompt> cases = golden();
+    const GoldenPrompt& c = cases[3];
+    const int32_t n = static_cast<int32_t>(c.input_ids.size()), vocab = executor->model_config().vocab_size;
+    executor->execute(contiguous_step(c.input_ids, 0, 0, false));
+    std::vector<int32_t> slots(c.input_ids.size());
+    std::iota(slots.begin(), slots.end(), 0);
+    const std::vector<uint8_t> saved = executor->save_kv(slots);
+    executor->execute(contiguous_step(cases[4].input_ids, 0, 0, false));  // overwrites slots 0..
+    // Restored to other slots, as after a preemption: a range from slot 512.
+    std::vector<int32_t> moved(slots.size());
+    std::iota(moved.begin(), moved.end(), 512);
+    executor->restore_kv(moved, saved);
+    const LogitsView view = executor->execute(contiguous_step({c.greedy_ids[0]}, n, 512, false));
+    const std::vector<float> restored(view.row(0), view.row(0) + vocab);
+    // The same decode over a prompt prefilled in place, never saved.
+    executor->execute(contiguous_step(c.input_ids, 0, 512, false));
+    const LogitsView direct = executor->execute(contiguous_step({c.greedy_ids[0]}, n, 512, false));
+    CHECK(std::memcmp(direct.row(0), restored.data(), sizeof(float) * vocab) == 0);
+    if (std::string(kv_dtype) == "f32") CHECK(argmax(restored.data(), vocab) == c.greedy_ids[1]);
+    CHECK_THROWS_AS(executor->restore_kv(moved, std::vector<uint8_t>(saved.size() - 1)), Error);
+  }
+}

@@ -11,11 +11,13 @@ CpuExecutor::CpuExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoi
 LogitsView CpuExecutor::execute(const StepBatch& batch) {
   const int32_t vocab = model_->config().vocab_size;
   const size_t needed = static_cast<size_t>(batch.num_logits()) * static_cast<size_t>(vocab);
-  if (logits_.size() < needed) logits_.resize(needed);
-  model_->forward(batch, logits_.data());
+  // A larger step gets a new buffer: a view of the old one may still be held.
+  if (logits_->size() < needed) logits_ = std::make_shared<std::vector<float>>(needed);
+  model_->forward(batch, logits_->data());
   LogitsView view;
   view.device = Device::cpu;
-  view.data = logits_.data();
+  view.data = logits_->data();
+  view.keep_alive = logits_;
   view.num_rows = batch.num_logits();
   view.vocab_size = vocab;
   view.row_stride = vocab;

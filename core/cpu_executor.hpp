@@ -34,7 +34,9 @@ class CpuExecutor final : public Executor {
 
  private:
   std::unique_ptr<Model> model_;
-  std::vector<float> logits_;  // [rows, vocab_size], grown to the largest step seen, never shrunk
+  // [rows, vocab_size], grown to the largest step seen, never shrunk; shared
+  // with the views handed out (LogitsView::keep_alive).
+  std::shared_ptr<std::vector<float>> logits_ = std::make_shared<std::vector<float>>();
 };
 
 }  // namespace llmk

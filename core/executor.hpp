@@ -59,6 +59,11 @@ struct LogitsView {
   int32_t vocab_size = 0;
   int64_t row_stride = 0;       // floats from one row to the next (>= vocab_size)
   LogitsReady ready;
+  // Keeps the memory behind `data` alive while the view is held, even past
+  // the executor's own destruction (an engine shutting down destroys the
+  // executor actor while the sampler may still read the last step). The
+  // next-execute() rule above still governs when the contents may change.
+  std::shared_ptr<const void> keep_alive;
 
   const float* row(int32_t i) const { return data + static_cast<int64_t>(i) * row_stride; }
 };

@@ -303,7 +303,11 @@ Value to_int(const Value& v, const Value* fallback) {
   switch (v.type()) {
     case Value::Type::integer: return v;
     case Value::Type::boolean: return Value(static_cast<int64_t>(v.as_bool()));
-    case Value::Type::floating: return Value(static_cast<int64_t>(std::trunc(v.as_float())));
+    case Value::Type::floating: {
+      const double d = std::trunc(v.as_float());
+      // Beyond 64 bits (or NaN) there is no int64 to give: the default, as for text that is no number.
+      return std::fabs(d) < 9.2e18 ? Value(static_cast<int64_t>(d)) : def;
+    }
     case Value::Type::string: {
       const std::string s = strip_chars(v.as_string(), nullptr, true, true);
       try {
@@ -311,7 +315,7 @@ Value to_int(const Value& v, const Value* fallback) {
         const int64_t n = std::stoll(s, &used, 10);
         if (used == s.size()) return Value(n);
         const double d = std::stod(s, &used);
-        if (used == s.size()) return Value(static_cast<int64_t>(std::trunc(d)));
+        if (used == s.size() && std::fabs(std::trunc(d)) < 9.2e18) return Value(static_cast<int64_t>(std::trunc(d)));
       } catch (const std::exception&) {
       }
       return def;

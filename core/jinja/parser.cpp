@@ -418,7 +418,11 @@ class Parser {
       case TK::floating: {
         advance();
         auto e = node<Expr>(Expr::Kind::literal, t);
-        e->value = Value(std::stod(t.value));
+        try {
+          e->value = Value(std::stod(t.value));
+        } catch (const std::out_of_range&) {
+          unsupported("float literal " + t.value + " (beyond double range)", t);
+        }
         return e;
       }
       case TK::op:
@@ -475,7 +479,12 @@ class Parser {
         if (cur().kind == TK::integer) {  // x.0 is x[0]
           a->kind = Expr::Kind::subscript;
           auto index = node<Expr>(Expr::Kind::literal, cur());
-          index->value = Value(static_cast<int64_t>(std::stoll(advance().value)));
+          const Token& digits = advance();
+          try {
+            index->value = Value(static_cast<int64_t>(std::stoll(digits.value)));
+          } catch (const std::out_of_range&) {
+            unsupported("integer index " + digits.value + " (beyond 64 bits)", digits);
+          }
           a->operands.push_back(std::move(value));
           a->operands.push_back(std::move(index));
         } else {

@@ -375,9 +375,17 @@ class Renderer {
     const double p = a.as_number();
     const double q = b.as_number();
     if ((op == "/" || op == "//" || op == "%") && q == 0) fail_at(e, "division by zero");
-    if (op == "+") return integral ? Value(x + y) : Value(p + q);
-    if (op == "-") return integral ? Value(x - y) : Value(p - q);
-    if (op == "*") return integral ? Value(x * y) : Value(p * q);
+    if (integral && (op == "+" || op == "-" || op == "*")) {
+      int64_t r = 0;
+      const bool overflow = op == "+"   ? __builtin_add_overflow(x, y, &r)
+                            : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                                        : __builtin_mul_overflow(x, y, &r);
+      if (overflow) fail_at(e, "integer " + op + " overflows 64 bits");
+      return Value(r);
+    }
+    if (op == "+") return Value(p + q);
+    if (op == "-") return Value(p - q);
+    if (op == "*") return Value(p * q);
     if (op == "/") return Value(p / q);
     if (op == "//") {
       if (integral) return Value(x / y - ((x % y != 0) && ((x < 0) != (y < 0)) ? 1 : 0));

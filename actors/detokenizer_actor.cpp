@@ -167,7 +167,11 @@ bool shutdown(DetokenizerPointer self) {
 
 detokenizer_actor spawn_detokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tokenizer,
                                     PipelineContext context) {
-  return system.spawn([=](DetokenizerPointer self) -> detokenizer_actor::behavior_type {
+  // State travels as spawn arguments (CAF 0.17 dereferences a null argument
+  // tuple when an actor is spawned without any).
+  return system.spawn(
+      [](DetokenizerPointer self, std::shared_ptr<const Tokenizer> tokenizer,
+         PipelineContext context) -> detokenizer_actor::behavior_type {
     self->state.tokenizer = tokenizer;
     self->state.context = context;
     return {
@@ -181,7 +185,7 @@ detokenizer_actor spawn_detokenizer(caf::actor_system& system, std::shared_ptr<c
         [self](tokens_atom, StepTokens& step) { return tokens(self, step); },
         [self](shutdown_atom) { return shutdown(self); },
     };
-  });
+  }, std::move(tokenizer), std::move(context));
 }
 
 }  // namespace llmk

@@ -128,9 +128,11 @@ void Engine::Impl::start_actors(std::shared_ptr<Executor> executor_object, std::
   scheduler_handle = caf::actor_cast<caf::actor>(scheduler_typed);
   tokenizer_handle = caf::actor_cast<caf::actor>(tokenizer_typed);
   Impl* impl = this;  // outlives the actor system (stop() joins it)
-  sink = system->spawn([impl](caf::event_based_actor*) -> caf::behavior {
-    return {[impl](RequestEvent& ev) { impl->dispatch(ev); }};
-  });
+  sink = system->spawn(
+      [](caf::event_based_actor*, Impl* owner) -> caf::behavior {
+        return {[owner](RequestEvent& ev) { owner->dispatch(ev); }};
+      },
+      impl);
 }
 
 // Cancels what is in flight, waits (bounded) for the cancelled events, then

@@ -50,14 +50,18 @@ caf::result<StepResult> execute(ExecutorPointer self, StepWork& work) {
 
 executor_actor spawn_executor(caf::actor_system& system, std::shared_ptr<Executor> executor, sampler_actor sampler,
                               PipelineContext context) {
-  return system.spawn<caf::detached>([=](ExecutorPointer self) -> executor_actor::behavior_type {
+  // State travels as spawn arguments (CAF 0.17 dereferences a null argument
+  // tuple when an actor is spawned without any).
+  return system.spawn<caf::detached>(
+      [](ExecutorPointer self, std::shared_ptr<Executor> executor, sampler_actor sampler,
+         PipelineContext context) -> executor_actor::behavior_type {
     self->state.executor = executor;
     self->state.sampler = sampler;
     self->state.context = context;
     return {
         [self](execute_atom, StepWork& work) -> caf::result<StepResult> { return execute(self, work); },
     };
-  });
+  }, std::move(executor), std::move(sampler), std::move(context));
 }
 
 }  // namespace llmk

@@ -143,14 +143,17 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
 
 sampler_actor spawn_sampler(caf::actor_system& system, PipelineContext context) {
   // Detached: sampling a large batch takes milliseconds; keep it off the pool.
-  return system.spawn<caf::detached>([=](SamplerPointer self) -> sampler_actor::behavior_type {
+  // State travels as spawn arguments (CAF 0.17 dereferences a null argument
+  // tuple when an actor is spawned without any).
+  return system.spawn<caf::detached>(
+      [](SamplerPointer self, PipelineContext context) -> sampler_actor::behavior_type {
     self->state.context = context;
     return {
         [self](sample_atom, SampleWork& work, const LogitsView& view) -> caf::result<StepResult> {
           return sample(self, work, view);
         },
     };
-  });
+  }, std::move(context));
 }
 
 }  // namespace llmk

@@ -241,7 +241,11 @@ EngineStats engine_stats(const SchedulerStats& s) {
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<SchedulerParts> parts,
                                 executor_actor executor, detokenizer_actor detokenizer, PipelineContext context) {
-  return system.spawn([=](SchedulerPointer self) -> scheduler_actor::behavior_type {
+  // State travels as spawn arguments (CAF 0.17 dereferences a null argument
+  // tuple when an actor is spawned without any).
+  return system.spawn(
+      [](SchedulerPointer self, std::shared_ptr<SchedulerParts> parts, executor_actor executor,
+         detokenizer_actor detokenizer, PipelineContext context) -> scheduler_actor::behavior_type {
     auto& st = self->state;
     st.parts = parts;
     st.executor = executor;
@@ -271,7 +275,7 @@ scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<Sched
           return self->delegate(st.detokenizer, shutdown_atom::value);
         },
     };
-  });
+  }, std::move(parts), std::move(executor), std::move(detokenizer), std::move(context));
 }
 
 }  // namespace llmk

@@ -74,7 +74,11 @@ void submit(TokenizerPointer self, Request& request, caf::actor& sink) {
 
 tokenizer_actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tokenizer,
                                 RequestLimits limits, scheduler_actor scheduler, PipelineContext context) {
-  return system.spawn([=](TokenizerPointer self) -> tokenizer_actor::behavior_type {
+  // State travels as spawn arguments (CAF 0.17 dereferences a null argument
+  // tuple when an actor is spawned without any).
+  return system.spawn(
+      [](TokenizerPointer self, std::shared_ptr<const Tokenizer> tokenizer, RequestLimits limits,
+         scheduler_actor scheduler, PipelineContext context) -> tokenizer_actor::behavior_type {
     self->state.tokenizer = tokenizer;
     self->state.limits = limits;
     self->state.scheduler = scheduler;
@@ -91,7 +95,7 @@ tokenizer_actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const
           return self->delegate(self->state.scheduler, shutdown_atom::value);
         },
     };
-  });
+  }, std::move(tokenizer), limits, std::move(scheduler), std::move(context));
 }
 
 }  // namespace llmk

@@ -12,8 +12,7 @@ if(LLMK_NATIVE)
 endif()
 
 if(LLMK_SANITIZE)
-  # Recoverable, so that scripts/ubsan.supp can silence third-party headers;
-  # scripts/test.sh still stops at the first report (halt_on_error=1).
+  # scripts/test.sh stops at the first report (halt_on_error=1).
   add_compile_options(-fsanitize=${LLMK_SANITIZE} -fno-omit-frame-pointer)
   add_link_options(-fsanitize=${LLMK_SANITIZE})
 endif()

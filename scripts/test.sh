@@ -23,7 +23,7 @@ run_suite() {
   # stop-the-world tracer crashes on oneDNN's and OpenMP's worker threads at
   # exit, before it can report anything.
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=0} \
-  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$PWD/scripts/ubsan.supp} \
+  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 600
 }
 

@@ -187,17 +187,23 @@ TEST_CASE("a program's own actors can feed the tokenizer actor and consume the e
   caf::actor_system& system = engine.system();
   Collector collector;
   // Behind the pipeline: a user actor receiving RequestEvents.
-  auto consumer = system.spawn([&collector](caf::event_based_actor*) -> caf::behavior {
-    return {[&collector](RequestEvent& ev) { collector.take(ev); }};
-  });
+  // Spawn arguments rather than captures: CAF 0.17 dereferences a null
+  // argument tuple for an actor spawned without arguments.
+  auto consumer = system.spawn(
+      [](caf::event_based_actor*, Collector* sink) -> caf::behavior {
+        return {[sink](RequestEvent& ev) { sink->take(ev); }};
+      },
+      &collector);
   // In front: a user actor that rewrites the prompt before the tokenizer sees it.
   caf::actor tokenizer = engine.tokenizer_actor();
-  auto rewriter = system.spawn([tokenizer, consumer](caf::event_based_actor* self) -> caf::behavior {
-    return {[=](submit_atom, Request& r) {
-      r.prompt = "Once upon a " + r.prompt;
-      self->send(tokenizer, submit_atom::value, std::move(r), consumer);
-    }};
-  });
+  auto rewriter = system.spawn(
+      [](caf::event_based_actor* self, caf::actor tokenizer, caf::actor consumer) -> caf::behavior {
+        return {[=](submit_atom, Request& r) {
+          r.prompt = "Once upon a " + r.prompt;
+          self->send(tokenizer, submit_atom::value, std::move(r), consumer);
+        }};
+      },
+      tokenizer, consumer);
   Request r;
   r.id = "embedded";
   r.prompt = "time";

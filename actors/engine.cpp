@@ -21,6 +21,7 @@
 #include "actors/messages.hpp"
 #include "actors/pipeline.hpp"
 #include "actors/trace.hpp"
+#include "core/chat_template.hpp"
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/executor.hpp"
@@ -70,6 +71,8 @@ struct Engine::Impl {
   EngineOptions options;
   std::shared_ptr<const Checkpoint> checkpoint;
   std::shared_ptr<const Tokenizer> tokenizer;
+  std::shared_ptr<const ChatTemplate> chat_template;  // null when the model has none
+  std::string chat_template_error;                    // then: why
   std::shared_ptr<Tracer> tracer;
   std::unique_ptr<caf::actor_system_config> caf_config;
   std::unique_ptr<caf::actor_system> system;
@@ -104,12 +107,11 @@ struct Engine::Impl {
     if (ev.request_done) drained.notify_all();
   }
 
-  void start_actors(std::shared_ptr<Executor> executor, std::shared_ptr<SchedulerParts> parts, RequestLimits limits);
+  void start_actors(std::shared_ptr<Executor> executor, std::shared_ptr<SchedulerParts> parts);
   void stop();
 };
 
-void Engine::Impl::start_actors(std::shared_ptr<Executor> executor_object, std::shared_ptr<SchedulerParts> parts,
-                                RequestLimits limits) {
+void Engine::Impl::start_actors(std::shared_ptr<Executor> executor_object, std::shared_ptr<SchedulerParts> parts) {
   caf_config = std::make_unique<caf::actor_system_config>();
   caf_config->set("scheduler.policy", caf::atom("sharing"));
   caf_config->set("scheduler.max-threads", static_cast<size_t>(std::max(options.num_actor_threads, 1)));
@@ -121,7 +123,8 @@ void Engine::Impl::start_actors(std::shared_ptr<Executor> executor_object, std::
   auto executor = spawn_executor(*system, std::move(executor_object), sampler, context);
   auto detokenizer = spawn_detokenizer(*system, tokenizer, context);
   scheduler_typed = spawn_scheduler(*system, std::move(parts), executor, detokenizer, context);
-  tokenizer_typed = spawn_tokenizer(*system, tokenizer, limits, scheduler_typed, context);
+  PromptEncoding encoding{tokenizer, checkpoint->config().add_bos_token, chat_template, chat_template_error};
+  tokenizer_typed = spawn_tokenizer(*system, std::move(encoding), scheduler_typed, context);
   sampler_handle = caf::actor_cast<caf::actor>(sampler);
   executor_handle = caf::actor_cast<caf::actor>(executor);
   detokenizer_handle = caf::actor_cast<caf::actor>(detokenizer);
@@ -188,6 +191,15 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
     throw Error(ErrorCode::not_found, "no tokenizer.model or tokenizer.json for model '" + im.config.model.path +
                                           "' (set model.tokenizer)");
   im.tokenizer = std::make_shared<const Tokenizer>(im.checkpoint->tokenizer_path());
+  try {
+    im.chat_template = std::make_shared<const ChatTemplate>(
+        resolve_chat_template(im.config.model.chat_template, im.config.model.path));
+  } catch (const Error& e) {
+    // A template the configuration names must work; a model without one
+    // still serves completions, and its chat requests get this reason.
+    if (!im.config.model.chat_template.empty()) throw;
+    im.chat_template_error = e.what();
+  }
 
   std::vector<std::filesystem::path> search_path(im.config.plugins.search_path.begin(),
                                                  im.config.plugins.search_path.end());
@@ -221,10 +233,8 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
                format_mib(static_cast<double>(executor->kv_cache_bytes())), runtime.num_kv_slots,
                runtime.num_kv_slots / std::max<uint32_t>(1, runtime.max_seq_len),
                static_cast<double>(executor->weight_bytes()) / (1024.0 * 1024.0));
-  const RequestLimits request_limits{static_cast<int32_t>(runtime.max_seq_len), mc.vocab_size, mc.add_bos_token};
   try {
-    im.start_actors(std::move(executor), std::move(parts),
-                    request_limits);
+    im.start_actors(std::move(executor), std::move(parts));
   } catch (...) {
     im.stop();  // whatever was spawned must exit before the actor system goes
     throw;
@@ -295,6 +305,7 @@ EngineStats Engine::stats() const {
 const EngineConfig& Engine::config() const { return impl_->config; }
 const ModelConfig& Engine::model_config() const { return impl_->checkpoint->config(); }
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+const ChatTemplate* Engine::chat_template() const { return impl_->chat_template.get(); }
 caf::actor_system& Engine::system() { return *impl_->system; }
 const caf::actor& Engine::tokenizer_actor() const { return impl_->tokenizer_handle; }
 const caf::actor& Engine::scheduler_actor() const { return impl_->scheduler_handle; }

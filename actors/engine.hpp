@@ -11,9 +11,9 @@
 #include <string>
 
 #include "core/config.hpp"
+#include "core/engine_stats.hpp"
 #include "core/model_config.hpp"
 #include "core/request.hpp"
-#include "plugins/api/llmk_kv_allocator.h"
 
 namespace caf {
 class actor_system;
@@ -22,32 +22,8 @@ class actor;
 
 namespace llmk {
 
+class ChatTemplate;
 class Tokenizer;
-
-struct EngineStats {
-  uint64_t num_running = 0;           // sequences holding KV
-  uint64_t num_waiting = 0;           // queued, not yet admitted (or preempted)
-  uint64_t num_requests_total = 0;
-  uint64_t num_requests_finished = 0;
-  uint64_t num_prompt_tokens = 0;     // submitted
-  uint64_t num_prefill_tokens = 0;    // actually computed (prefix hits and recompute excluded/included)
-  uint64_t num_generated_tokens = 0;
-  uint64_t num_preemptions = 0;
-  uint64_t num_steps = 0;
-  double mean_batch_seqs = 0;         // mean sequences per step
-  double mean_batch_tokens = 0;       // mean tokens per step
-  llmk_kv_usage kv{};
-  uint64_t peak_running = 0;
-};
-
-// A pull-style stream of one request's events.
-class EventStream {
- public:
-  virtual ~EventStream() = default;
-  // Blocks up to timeout; nullopt on timeout. After the event with
-  // request_done, returns nullopt at once.
-  virtual std::optional<RequestEvent> next(std::chrono::milliseconds timeout) = 0;
-};
 
 struct PipelineEvent;  // actors/trace.hpp
 
@@ -92,6 +68,10 @@ class Engine {
   const EngineConfig& config() const;
   const ModelConfig& model_config() const;
   const Tokenizer& tokenizer() const;
+  // The model's chat template (config model.chat_template, else the model's
+  // tokenizer_config.json); null when it has none, and then chat requests
+  // are refused with the reason.
+  const ChatTemplate* chat_template() const;
 
   // For programs that embed the pipeline in a larger CAF system: spawn your
   // actors here and send them the messages of actors/messages.hpp (events go

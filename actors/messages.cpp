@@ -1,10 +1,7 @@
-// Errors that cross actors, request validation and error events.
-#include <cmath>
-
+// Errors that cross actors, and error events.
 #include "actors/messages.hpp"
 #include "actors/pipeline.hpp"
 #include "core/error.hpp"
-#include "core/sampler.hpp"
 
 namespace llmk {
 
@@ -33,32 +30,6 @@ std::string describe(const caf::error& err) {
   if (err.category() == caf::atom("system") && err.code() == static_cast<uint8_t>(caf::sec::request_timeout))
     return "an actor did not answer in time (request timeout)";
   return caf::to_string(err);
-}
-
-std::string validate_request(const Request& request) {
-  const SamplingParams& s = request.sampling;
-  if (request.prompt.empty() && request.prompt_token_ids.empty()) return "the prompt is empty";
-  if (!std::isfinite(s.temperature) || s.temperature < 0)
-    return "temperature must be >= 0 (0 is greedy), got " + std::to_string(s.temperature);
-  if (s.top_k < 0) return "top_k must be >= 0 (0 is off), got " + std::to_string(s.top_k);
-  if (!(s.top_p > 0 && s.top_p <= 1)) return "top_p must be in (0, 1], got " + std::to_string(s.top_p);
-  if (!(s.min_p >= 0 && s.min_p <= 1)) return "min_p must be in [0, 1], got " + std::to_string(s.min_p);
-  if (!std::isfinite(s.repetition_penalty) || s.repetition_penalty <= 0)
-    return "repetition_penalty must be > 0 (1 is off), got " + std::to_string(s.repetition_penalty);
-  if (!std::isfinite(s.presence_penalty) || !std::isfinite(s.frequency_penalty))
-    return "presence_penalty and frequency_penalty must be finite";
-  if (s.logprobs < -1 || s.logprobs > kMaxLogprobs)
-    return "logprobs must be in [-1, " + std::to_string(kMaxLogprobs) + "], got " + std::to_string(s.logprobs);
-  if (s.n < 1) return "n must be >= 1, got " + std::to_string(s.n);
-  if (s.max_tokens < 1) return "max_tokens must be >= 1, got " + std::to_string(s.max_tokens);
-  for (const auto& stop : s.stop)
-    if (stop.empty()) return "stop strings must not be empty";
-  try {
-    validate_sampling_params(s);  // the sampler's own limits
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return {};
 }
 
 RequestEvent make_error_event(const std::string& request_id, const std::string& message, ErrorCode code) {

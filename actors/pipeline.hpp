@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "actors/messages.hpp"
@@ -19,6 +20,7 @@
 
 namespace llmk {
 
+class ChatTemplate;
 class Executor;
 class Sampler;
 class Tokenizer;
@@ -34,11 +36,13 @@ struct PipelineContext {
   PipelineTimeouts timeouts;
 };
 
-// What the tokenizer checks before a request goes anywhere.
-struct RequestLimits {
-  int32_t max_seq_len = 0;  // prompt + at least one generated token must fit
-  int32_t vocab_size = 0;
+// How the tokenizer actor turns a request into prompt ids. Admission (lengths,
+// sampling values, the queue) is the scheduler's alone.
+struct PromptEncoding {
+  std::shared_ptr<const Tokenizer> tokenizer;
   bool add_bos_token = true;  // the model's tokenizer_config: text prompts get BOS when the request asks too
+  std::shared_ptr<const ChatTemplate> chat_template;  // null: chat requests are refused with ...
+  std::string chat_template_error;                    // ... this reason
 };
 
 sampler_actor spawn_sampler(caf::actor_system& system, PipelineContext context);
@@ -62,14 +66,9 @@ struct SchedulerParts {
 scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<SchedulerParts> parts,
                                 executor_actor executor, detokenizer_actor detokenizer, PipelineContext context);
 
-tokenizer_actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tokenizer,
-                                RequestLimits limits, scheduler_actor scheduler, PipelineContext context);
+tokenizer_actor spawn_tokenizer(caf::actor_system& system, PromptEncoding encoding, scheduler_actor scheduler,
+                                PipelineContext context);
 
-// The reasons a request is refused before tokenization ("" when valid):
-// empty prompt, bad sampling values, n or max_tokens < 1, empty stop strings.
-std::string validate_request(const Request& request);
-
-// An error event: the one and only event of a refused request.
 // A request's one and only event when it is refused or fails; `code` lets the
 // front ends answer with the right status (400, 503, 500...).
 RequestEvent make_error_event(const std::string& request_id, const std::string& message,

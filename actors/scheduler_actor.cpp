@@ -203,7 +203,7 @@ caf::result<bool> enqueue(SchedulerPointer self, TokenizedRequest& req) {
   if (st.shutting_down)
     return make_actor_error(static_cast<int>(ErrorCode::cancelled), "the engine is shutting down");
   try {
-    st.scheduler().add_request(req.request.id, req.prompt_ids, req.request.sampling);
+    st.scheduler().add_request(req.request.id, req.prompt_ids, req.request.sampling, req.request.strict_context);
   } catch (const Error& e) {
     return make_actor_error(static_cast<int>(e.code()), e.what());
   } catch (const std::exception& e) {

@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "ipc/fake_backend.hpp"
+#include "ipc/testing/fake_backend.hpp"
 #include "ipc/http_server.hpp"
 #include "ipc/load_generator.hpp"
 #include "ipc/server.hpp"

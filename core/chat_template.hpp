@@ -69,6 +69,12 @@ struct ChatRenderOptions {
   bool add_generation_prompt = true;
 };
 
+// A chat request's input (Request::chat).
+struct ChatInput {
+  std::vector<ChatMessage> messages;
+  ChatRenderOptions options;
+};
+
 // Special-token strings of tokenizer_config.json, given to Jinja templates.
 struct ChatSpecialTokens {
   std::string bos_token;

@@ -2,7 +2,9 @@
 // (Engine API, ZeroMQ, HTTP, the CLI, benchmarks) shares.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,6 +13,8 @@
 #include "core/error.hpp"
 
 namespace llmk {
+
+struct ChatInput;  // core/chat_template.hpp: a chat's messages and render options
 
 struct SamplingParams {
   float temperature = 1.0f;         // 0 = greedy
@@ -34,7 +38,14 @@ struct Request {
   std::string prompt;               // text, tokenized by the engine ...
   std::vector<int32_t> prompt_token_ids;  // ... unless token ids are given (then prompt is ignored)
   bool add_bos = true;              // for text prompts, when the model's tokenizer_config asks for it
+  // A chat, rendered with the model's chat template and tokenized by the
+  // engine's tokenizer actor; when set, prompt and prompt_token_ids are ignored.
+  std::shared_ptr<const ChatInput> chat;
   SamplingParams sampling;
+  // Refuse (invalid_argument) when the prompt plus max_tokens exceeds the
+  // context, as the OpenAI API does; otherwise the completion stops there
+  // (finish_reason length).
+  bool strict_context = false;
 };
 
 enum class FinishReason { none, stop, length, cancelled, error };
@@ -75,6 +86,15 @@ struct RequestEvent {
   Usage usage;                       // on the finished event
   Timings timings;                   // on the finished event
   bool request_done = false;         // the last event of the whole request
+};
+
+// A pull-style stream of one request's events.
+class EventStream {
+ public:
+  virtual ~EventStream() = default;
+  // Blocks up to timeout; nullopt on timeout. After the event with
+  // request_done, returns nullopt at once.
+  virtual std::optional<RequestEvent> next(std::chrono::milliseconds timeout) = 0;
 };
 
 }  // namespace llmk

@@ -46,6 +46,8 @@ void validate_sampling_params(const SamplingParams& p) {
   check(p.logprobs >= -1 && p.logprobs <= kMaxLogprobs,
         "logprobs must be in [-1, " + std::to_string(kMaxLogprobs) + "], got " + std::to_string(p.logprobs));
   check(p.n >= 1, "n must be >= 1, got " + std::to_string(p.n));
+  check(p.max_tokens >= 1, "max_tokens must be >= 1, got " + std::to_string(p.max_tokens));
+  for (const auto& stop : p.stop) check(!stop.empty(), "stop strings must not be empty");
 }
 
 uint64_t resolve_seed(const std::optional<uint64_t>& seed) {

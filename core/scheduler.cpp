@@ -38,7 +38,7 @@ Scheduler::Scheduler(const SchedulerSection& config, const SchedulerLimits& limi
 Scheduler::~Scheduler() = default;
 
 void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
-                            const SamplingParams& sampling) {
+                            const SamplingParams& sampling, bool strict_context) {
   auto refuse = [&request_id](const std::string& why) {
     throw Error(ErrorCode::invalid_argument, "request '" + request_id + "': " + why);
   };
@@ -47,16 +47,18 @@ void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> 
   if (num_prompt + 1 > limits_.max_seq_len)
     refuse("the prompt has " + std::to_string(num_prompt) + " tokens; the context limit is " +
            std::to_string(limits_.max_seq_len) + " and at least one token must be generated");
-  if (sampling.n < 1) refuse("n must be at least 1, got " + std::to_string(sampling.n));
-  if (sampling.n > max_num_seqs_)
-    refuse("n = " + std::to_string(sampling.n) + " exceeds the batch limit of " + std::to_string(max_num_seqs_) +
-           " sequences");
-  if (sampling.max_tokens < 1) refuse("max_tokens must be at least 1, got " + std::to_string(sampling.max_tokens));
   try {
     validate_sampling_params(sampling);
   } catch (const Error& e) {
     refuse(e.what());
   }
+  if (sampling.n > max_num_seqs_)
+    refuse("n = " + std::to_string(sampling.n) + " exceeds the batch limit of " + std::to_string(max_num_seqs_) +
+           " sequences");
+  if (strict_context && num_prompt + sampling.max_tokens > limits_.max_seq_len)
+    refuse("this model's context holds " + std::to_string(limits_.max_seq_len) + " tokens, but " +
+           std::to_string(num_prompt + sampling.max_tokens) + " were requested (" + std::to_string(num_prompt) +
+           " in the prompt, " + std::to_string(sampling.max_tokens) + " for the completion)");
   if (limits_.vocab_size > 0)
     for (int32_t t : prompt_token_ids)
       if (t < 0 || t >= limits_.vocab_size)

@@ -161,14 +161,16 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues a request. Throws Error(invalid_argument) for an empty prompt, a
-  // prompt with no room for one generated token, bad n / max_tokens or other
-  // sampling values (validate_sampling_params), token ids outside the
-  // vocabulary or a live duplicate id; Error(overloaded) when max_queue
-  // requests already wait. The sequences' sampling params carry a resolved
-  // seed (resolve_seed), so samples and resumed sequences draw consistently.
+  // Queues a request: the one place where the engine decides admission.
+  // Throws Error(invalid_argument) for an empty prompt, a prompt with no room
+  // for one generated token (with strict_context: no room for max_tokens),
+  // bad n / max_tokens or other sampling values (validate_sampling_params),
+  // token ids outside the vocabulary or a live duplicate id;
+  // Error(overloaded) when max_queue requests already wait. The sequences'
+  // sampling params carry a resolved seed (resolve_seed), so samples and
+  // resumed sequences draw consistently.
   void add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
-                   const SamplingParams& sampling);
+                   const SamplingParams& sampling, bool strict_context = false);
   // Cancels a live request: frees its KV at once and returns one final event
   // (cancelled) per unfinished sample. Empty when the id is unknown.
   std::vector<TokenEvent> abort_request(const std::string& request_id);

@@ -22,12 +22,6 @@ class ParseOnlyBackend final : public llmk::ipc::Backend {
   bool cancel(const std::string&) override { return false; }
   llmk::EngineStats stats() const override { return {}; }
   llmk::ipc::ModelInfo model_info() const override { return {"fuzz-model", 256, 512, "", 16}; }
-  llmk::ipc::ChatPrompt apply_chat_template(const std::vector<llmk::ChatMessage>& messages,
-                                            const llmk::ChatRenderOptions&) const override {
-    llmk::ipc::ChatPrompt prompt;
-    for (const auto& m : messages) prompt.text += m.role + ": " + m.content + "\n";
-    return prompt;
-  }
   std::string token_text(int32_t) const override { return ""; }
 };
 

@@ -14,7 +14,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/engine.hpp"  // llmk::EventStream
 #include "core/request.hpp"
 
 namespace llmk {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/engine.hpp"
+#include "core/engine_stats.hpp"
 #include "core/request.hpp"
 
 namespace llmk::ipc {

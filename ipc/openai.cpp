@@ -124,19 +124,19 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
       throw Error(ErrorCode::unsupported, "'suffix' is not supported");
     }
     out.request.sampling = parse_sampling(body, LogprobsStyle::integer, model.max_context);
+    out.request.strict_context = true;  // prompt + max_tokens must fit, as OpenAI's API asks
   } else {
+    // The backend renders the chat with the model's template and tokenizes it.
     const auto ordered = nlohmann::ordered_json::parse(body_text);
-    const ChatPrompt prompt = backend.apply_chat_template(parse_messages(body, ordered), parse_chat_options(ordered));
-    out.request.prompt = prompt.text;
-    out.request.prompt_token_ids = prompt.token_ids;
-    out.request.add_bos = prompt.add_bos;
+    out.request.chat = std::make_shared<const ChatInput>(
+        ChatInput{parse_messages(body, ordered), parse_chat_options(ordered)});
     out.request.sampling = parse_sampling(body, LogprobsStyle::chat, model.max_context);
     if (!body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
-      // As OpenAI: without a limit, a chat reply may fill the context. (A
-      // text prompt has at most one token per byte, plus BOS.)
-      const size_t num_prompt = prompt.token_ids.empty() ? prompt.text.size() + 1 : prompt.token_ids.size();
-      out.request.sampling.max_tokens =
-          static_cast<int32_t>(std::max<int64_t>(1, static_cast<int64_t>(model.max_context) - static_cast<int64_t>(num_prompt)));
+      // As OpenAI: without a limit, a chat reply may fill the context (and
+      // stops there with finish_reason "length").
+      out.request.sampling.max_tokens = std::max<int32_t>(1, model.max_context);
+    } else {
+      out.request.strict_context = true;
     }
   }
   if (auto best_of = body.find("best_of"); best_of != body.end() && !best_of->is_null() && *best_of != 1) {

@@ -87,6 +87,7 @@ ClientMessage parse_client_message(std::string_view payload, int32_t max_context
     if (!params.is_object()) throw ParamError("params", "'params' must be an object");
     reject_unknown_keys(params, param_keys, "'params'");
     out.request.sampling = parse_sampling(params, LogprobsStyle::integer, max_context);
+    out.request.strict_context = true;  // prompt + max_tokens must fit the context
     out.stream = get_bool(msg, "stream", true);
     out.request.add_bos = get_bool(msg, "add_bos", true);
   } else if (type == "cancel") {

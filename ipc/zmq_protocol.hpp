@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/engine.hpp"
+#include "core/engine_stats.hpp"
 #include "core/request.hpp"
 
 namespace llmk::ipc {

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/engine.hpp"  // EngineStats (header only)
+#include "core/engine_stats.hpp"
 #include "core/request.hpp"
 
 namespace llmk::bench {

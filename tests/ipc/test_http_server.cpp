@@ -4,7 +4,7 @@
 #include <future>
 
 #include "core/error.hpp"
-#include "ipc/fake_backend.hpp"
+#include "ipc/testing/fake_backend.hpp"
 #include "ipc/http_server.hpp"
 #include "ipc/zmq_server.hpp"
 #include "support.hpp"
@@ -29,8 +29,10 @@ struct HttpFixture {
 
 std::vector<int32_t> prompt_ids(const std::string& prompt) { return FakeBackend::tokenize(prompt, true); }
 
-std::string chat_prompt(const FakeBackend& backend, const std::string& user) {
-  return backend.apply_chat_template({{"user", user}}).text;
+// What the fake backend's chatml template makes of one user turn.
+std::string chat_prompt(const FakeBackend&, const std::string& user) {
+  const std::vector<ChatMessage> messages{{"user", user}};
+  return ChatTemplate::by_name("chatml").render(messages);
 }
 
 // Concatenated text per choice index and the parsed chunks of a stream.

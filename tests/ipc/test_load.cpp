@@ -2,7 +2,7 @@
 // front ends, with zero errors and every token accounted for.
 #include <catch2/catch.hpp>
 
-#include "ipc/fake_backend.hpp"
+#include "ipc/testing/fake_backend.hpp"
 #include "ipc/load_generator.hpp"
 #include "ipc/server.hpp"
 

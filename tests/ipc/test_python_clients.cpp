@@ -2,7 +2,7 @@
 // and urllib with hand-parsed server-sent events (tests/ipc/http_sse_client.py).
 #include <catch2/catch.hpp>
 
-#include "ipc/fake_backend.hpp"
+#include "ipc/testing/fake_backend.hpp"
 #include "ipc/server.hpp"
 #include "support.hpp"
 
@@ -55,8 +55,10 @@ TEST_CASE("A urllib client parsing SSE by hand gets the same text streamed and n
   CHECK(out["chat_status"] == 200);
   CHECK(out["chat_role"] == "assistant");
   CHECK(out["chat_text"] ==
-        FakeBackend::expected_text(FakeBackend::tokenize(backend.apply_chat_template({{"user", "Tell me"}}).text, true),
-                                   13));
+        FakeBackend::expected_text(
+            FakeBackend::tokenize(ChatTemplate::by_name("chatml").render(std::vector<ChatMessage>{{"user", "Tell me"}}),
+                                  true),
+            13));
   CHECK(out["bad_status"] == 400);
   CHECK(out["bad_error"]["param"] == "max_tokens");
 }

@@ -4,7 +4,7 @@
 #include <future>
 
 #include "ipc/client.hpp"
-#include "ipc/fake_backend.hpp"
+#include "ipc/testing/fake_backend.hpp"
 #include "ipc/server.hpp"
 #include "support.hpp"
 

@@ -9,7 +9,7 @@
 
 #include "core/error.hpp"
 #include "ipc/client.hpp"
-#include "ipc/fake_backend.hpp"
+#include "ipc/testing/fake_backend.hpp"
 #include "ipc/zmq_server.hpp"
 #include "support.hpp"
 

@@ -6,7 +6,11 @@
 // every streamed token against an independent expectation.
 //
 // Fake tokenizer: one token per byte, id = byte + 3 (0 unk, 1 bos, 2 eos).
-// Generated tokens are lowercase letters and spaces.
+// Generated tokens are lowercase letters and spaces. A chat is rendered as
+// text by the named built-in template (chat_text) and tokenized with BOS.
+// Requests are refused as the engine refuses them: the same sampling
+// checks, and with strict_context a prompt plus max_tokens beyond
+// max_context.
 #pragma once
 
 #include <chrono>
@@ -45,11 +49,13 @@ class FakeBackend : public Backend {
   bool cancel(const std::string& request_id) override;
   EngineStats stats() const override;
   ModelInfo model_info() const override;
-  ChatPrompt apply_chat_template(const std::vector<ChatMessage>& messages,
-                                 const ChatRenderOptions& options = {}) const override;
 
   static constexpr int32_t vocab_size = 259;
   static std::vector<int32_t> tokenize(std::string_view text, bool add_bos);
+  // The text a chat is rendered to (the built-in template of
+  // options.chat_template). Throws Error like ChatTemplate::render, and
+  // Error(unsupported) when chat_template is "".
+  std::string chat_text(const ChatInput& chat) const;
   std::string token_text(int32_t id) const override { return fake_token_text(id); }
   static std::string fake_token_text(int32_t id);  // "" for specials
   // The first `num_tokens` tokens sample `index` generates for `prompt`;

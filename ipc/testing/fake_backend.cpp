@@ -1,8 +1,11 @@
-#include "ipc/fake_backend.hpp"
+#include "ipc/testing/fake_backend.hpp"
 
 #include <algorithm>
 
+#include "core/chat_template.hpp"
 #include "core/error.hpp"
+#include "core/sampler.hpp"
+#include "core/stop_matcher.hpp"
 
 namespace llmk::ipc {
 namespace {
@@ -22,26 +25,12 @@ uint64_t fnv1a(const std::vector<int32_t>& ids) {
   return h;
 }
 
-// Length of the longest suffix of `text` that is a proper prefix of a stop string.
-size_t held_back_length(const std::string& text, const std::vector<std::string>& stops) {
-  size_t held = 0;
-  for (const auto& stop : stops) {
-    for (size_t len = std::min(stop.size() - 1, text.size()); len > held; --len) {
-      if (text.compare(text.size() - len, len, stop, 0, len) == 0) {
-        held = len;
-        break;
-      }
-    }
-  }
-  return held;
-}
-
 }  // namespace
 
 struct FakeBackend::Sample {
+  explicit Sample(const std::vector<std::string>& stop) : stops(stop) {}
   std::vector<int32_t> tokens;  // generated
-  std::string text;             // decoded, before stop-string truncation
-  size_t num_emitted_chars = 0;
+  StopStringMatcher stops;      // what of the decoded text may be shown
   bool finished = false;
 };
 
@@ -103,12 +92,18 @@ std::string FakeBackend::expected_text(const std::vector<int32_t>& prompt_ids, i
   return text;
 }
 
+std::string FakeBackend::chat_text(const ChatInput& chat) const {
+  if (options_.chat_template.empty()) {
+    throw Error(ErrorCode::unsupported,
+                "the model has no chat template: set model.chat_template (llama-2 or chatml)");
+  }
+  return ChatTemplate::by_name(options_.chat_template).render(chat.messages, chat.options);
+}
+
 void FakeBackend::submit(Request request, EventCallback on_event) {
   auto live = std::make_shared<Live>();
   live->arrival = Clock::now();
   live->on_event = std::move(on_event);
-  live->prompt_ids = request.prompt_token_ids.empty() ? tokenize(request.prompt, request.add_bos)
-                                                      : request.prompt_token_ids;
   live->request = std::move(request);
   const Request& r = live->request;
   const auto refuse = [&](ErrorCode code, std::string message) {
@@ -122,6 +117,16 @@ void FakeBackend::submit(Request request, EventCallback on_event) {
     refusals_.emplace_back(live, std::move(ev));
     wake_.notify_all();
   };
+  try {
+    if (r.chat) {
+      live->prompt_ids = tokenize(chat_text(*r.chat), true);
+    } else {
+      live->prompt_ids = r.prompt_token_ids.empty() ? tokenize(r.prompt, r.add_bos) : r.prompt_token_ids;
+    }
+    validate_sampling_params(r.sampling);
+  } catch (const Error& e) {
+    return refuse(e.code(), e.what());
+  }
   const auto num_prompt = static_cast<int32_t>(live->prompt_ids.size());
   if (num_prompt == 0) return refuse(ErrorCode::invalid_argument, "the prompt is empty");
   for (int32_t id : live->prompt_ids) {
@@ -130,7 +135,7 @@ void FakeBackend::submit(Request request, EventCallback on_event) {
                     "prompt token id " + std::to_string(id) + " is outside the vocabulary [0, 259)");
     }
   }
-  if (num_prompt + r.sampling.max_tokens > options_.max_context) {
+  if (num_prompt >= options_.max_context || (r.strict_context && num_prompt + r.sampling.max_tokens > options_.max_context)) {
     return refuse(ErrorCode::invalid_argument,
                   "this model's context holds " + std::to_string(options_.max_context) + " tokens, but " +
                       std::to_string(num_prompt + r.sampling.max_tokens) + " were requested (" +
@@ -165,7 +170,7 @@ void FakeBackend::submit(Request request, EventCallback on_event) {
     ev.error = "the waiting queue is full (scheduler.max_queue = " + std::to_string(options_.max_queue) + ")";
     refusals_.emplace_back(live, std::move(ev));
   } else {
-    live->samples.resize(static_cast<size_t>(std::max(1, r.sampling.n)));
+    live->samples.assign(static_cast<size_t>(std::max(1, r.sampling.n)), Sample(r.sampling.stop));
     live->num_unfinished = static_cast<int32_t>(live->samples.size());
     live_[r.id] = live;
     waiting_.push_back(live);
@@ -213,16 +218,6 @@ EngineStats FakeBackend::stats() const {
 
 ModelInfo FakeBackend::model_info() const {
   return {options_.model_name, options_.max_context, vocab_size, options_.chat_template, options_.max_queue};
-}
-
-ChatPrompt FakeBackend::apply_chat_template(const std::vector<ChatMessage>& messages,
-                                            const ChatRenderOptions& options) const {
-  if (options_.chat_template.empty()) {
-    throw Error(ErrorCode::unsupported,
-                "the model has no chat template: set model.chat_template (llama-2 or chatml)");
-  }
-  // The real templates, rendered as text for the fake byte tokenizer.
-  return {ChatTemplate::by_name(options_.chat_template).render(messages, options), {}, true};
 }
 
 void FakeBackend::run() {
@@ -308,7 +303,6 @@ bool FakeBackend::step(std::vector<std::pair<std::shared_ptr<Live>, RequestEvent
       const int32_t id = expected_tokens(live->prompt_ids, ev.index, k + 1, r.sampling.temperature,
                                          r.sampling.seed.value_or(0))[static_cast<size_t>(k)];
       s.tokens.push_back(id);
-      s.text += fake_token_text(id);
       ++counters_.num_generated_tokens;
       if (i == 0) {
         const double t = seconds_between(live->arrival, now);
@@ -325,26 +319,18 @@ bool FakeBackend::step(std::vector<std::pair<std::shared_ptr<Live>, RequestEvent
         ev.logprobs.push_back(std::move(lp));
       }
       // Stop conditions: stop strings (the match is not part of the text),
-      // stop ids, then max_tokens.
-      size_t stop_at = std::string::npos;
-      for (const auto& stop : r.sampling.stop) {
-        if (stop.empty()) continue;
-        const size_t from = s.text.size() > stop.size() ? s.text.size() - stop.size() : 0;
-        const size_t p = s.text.find(stop, from > 0 ? from - 1 : 0);
-        if (p != std::string::npos) stop_at = std::min(stop_at, p);
-      }
+      // stop ids, then max_tokens and the context.
+      StopStringMatcher::Result shown = s.stops.push(fake_token_text(id));
+      ev.text_delta = std::move(shown.text);
       const bool stop_id = std::find(r.sampling.stop_token_ids.begin(), r.sampling.stop_token_ids.end(), id) !=
                            r.sampling.stop_token_ids.end();
-      if (stop_at != std::string::npos) {
-        ev.text_delta = s.text.substr(s.num_emitted_chars, stop_at - s.num_emitted_chars);
+      const bool full = k + 1 >= r.sampling.max_tokens ||
+                        static_cast<int64_t>(live->prompt_ids.size()) + k + 1 >= options_.max_context;
+      if (shown.stopped) {
         finish_sample(*live, s, FinishReason::stop, ev);
-      } else if (stop_id || k + 1 >= r.sampling.max_tokens) {
-        ev.text_delta = s.text.substr(s.num_emitted_chars);
+      } else if (stop_id || full) {
+        ev.text_delta += s.stops.flush();
         finish_sample(*live, s, stop_id ? FinishReason::stop : FinishReason::length, ev);
-      } else {
-        const size_t safe = s.text.size() - held_back_length(s.text, r.sampling.stop);
-        ev.text_delta = s.text.substr(s.num_emitted_chars, safe - s.num_emitted_chars);
-        s.num_emitted_chars = safe;
       }
       out.emplace_back(live, std::move(ev));
     }

@@ -384,6 +384,13 @@ size_t LinearImpl::weight_bytes() const { return plugin_.linear().weight_bytes(s
 
 KvAllocatorImpl::KvAllocatorImpl(Plugin plugin, const llmk_kv_allocator_desc& desc) : plugin_(std::move(plugin)) {
   self_ = create_checked(plugin_.info(), plugin_.kv_allocator(), desc);
+  llmk_error err = blank_error();
+  const int status = plugin_.kv_allocator().block_size(self_, &block_size_, &err);
+  if (status != LLMK_OK) {
+    plugin_.kv_allocator().destroy(self_);
+    self_ = nullptr;
+    throw_call_error(plugin_.info(), "block_size", status, err);
+  }
 }
 
 KvAllocatorImpl::~KvAllocatorImpl() {
@@ -424,26 +431,39 @@ bool KvAllocatorImpl::fork(uint64_t parent_id, uint64_t child_id) {
   return true;
 }
 
-void KvAllocatorImpl::free_seq(uint64_t seq_id) { plugin_.kv_allocator().free_seq(self_, seq_id); }
+void KvAllocatorImpl::free_seq(uint64_t seq_id) {
+  llmk_error err = blank_error();
+  const int status = plugin_.kv_allocator().free_seq(self_, seq_id, &err);
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "free_seq", status, err);
+}
 
 void KvAllocatorImpl::commit_tokens(uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n) {
-  plugin_.kv_allocator().commit_tokens(self_, seq_id, first, tokens, n);
+  llmk_error err = blank_error();
+  const int status = plugin_.kv_allocator().commit_tokens(self_, seq_id, first, tokens, n, &err);
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "commit_tokens", status, err);
 }
 
 uint32_t KvAllocatorImpl::block_table(uint64_t seq_id, std::vector<int32_t>& out) const {
+  const auto call = [&](int32_t* entries, uint32_t max_entries) {
+    llmk_error err = blank_error();
+    uint32_t num_entries = 0;
+    const int status = plugin_.kv_allocator().block_table(self_, seq_id, entries, max_entries, &num_entries, &err);
+    if (status != LLMK_OK) throw_call_error(plugin_.info(), "block_table", status, err);
+    return num_entries;
+  };
   const size_t old_size = out.size();
-  uint32_t n = plugin_.kv_allocator().block_table(self_, seq_id, nullptr, 0);
+  const uint32_t n = call(nullptr, 0);
   out.resize(old_size + n);
-  uint32_t written = plugin_.kv_allocator().block_table(self_, seq_id, out.data() + old_size, n);
+  const uint32_t written = call(out.data() + old_size, n);
   out.resize(old_size + std::min(n, written));
   return std::min(n, written);
 }
 
-uint32_t KvAllocatorImpl::block_size() const { return plugin_.kv_allocator().block_size(self_); }
-
 llmk_kv_usage KvAllocatorImpl::usage() const {
   llmk_kv_usage u{};
-  plugin_.kv_allocator().usage(self_, &u);
+  llmk_error err = blank_error();
+  const int status = plugin_.kv_allocator().usage(self_, &u, &err);
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "usage", status, err);
   return u;
 }
 

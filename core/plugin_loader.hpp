@@ -112,13 +112,14 @@ class KvAllocatorImpl final : public KvAllocator {
   void free_seq(uint64_t seq_id) override;
   void commit_tokens(uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n) override;
   uint32_t block_table(uint64_t seq_id, std::vector<int32_t>& out) const override;
-  uint32_t block_size() const override;
+  uint32_t block_size() const override { return block_size_; }
   llmk_kv_usage usage() const override;
   const PluginInfo& info() const { return plugin_.info(); }
 
  private:
   Plugin plugin_;
   void* self_ = nullptr;
+  uint32_t block_size_ = 0;  // asked once, at creation
 };
 
 }  // namespace llmk

@@ -16,7 +16,9 @@
 extern "C" {
 #endif
 
-#define LLMK_KV_ALLOCATOR_API_VERSION 1u
+/* 2: every entry point after create returns a status and fills llmk_error,
+ * so that no failure inside a plugin can end the host process. */
+#define LLMK_KV_ALLOCATOR_API_VERSION 2u
 
 typedef struct llmk_kv_allocator_desc {
   uint32_t struct_size;
@@ -73,15 +75,19 @@ typedef struct llmk_kv_allocator_api {
                 uint32_t max_copies, uint32_t* num_copies, llmk_error* err);
   /* child shares parent's tokens so far (copy-on-write where supported). */
   int (*fork)(void* self, uint64_t parent_id, uint64_t child_id, llmk_error* err);
-  void (*free_seq)(void* self, uint64_t seq_id);
+  /* Release a sequence's slots. */
+  int (*free_seq)(void* self, uint64_t seq_id, llmk_error* err);
   /* The tokens of positions [first, first+n) now hold valid K/V: lets a
    * prefix cache index full blocks. */
-  void (*commit_tokens)(void* self, uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n);
-  /* Write up to max_entries block table entries; returns how many the
-   * sequence has (which may exceed max_entries). */
-  uint32_t (*block_table)(const void* self, uint64_t seq_id, int32_t* entries, uint32_t max_entries);
-  uint32_t (*block_size)(const void* self);
-  void (*usage)(const void* self, llmk_kv_usage* out);
+  int (*commit_tokens)(void* self, uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n,
+                       llmk_error* err);
+  /* Write up to max_entries block table entries; *num_entries receives how
+   * many the sequence has (which may exceed max_entries). */
+  int (*block_table)(const void* self, uint64_t seq_id, int32_t* entries, uint32_t max_entries,
+                     uint32_t* num_entries, llmk_error* err);
+  /* Tokens per block (1 for allocators that are not paged); asked once. */
+  int (*block_size)(const void* self, uint32_t* block_size, llmk_error* err);
+  int (*usage)(const void* self, llmk_kv_usage* out, llmk_error* err);
 } llmk_kv_allocator_api;
 
 #ifdef __cplusplus

@@ -161,15 +161,38 @@ const llmk_plugin_info* kv_allocator_info() {
       [](void* self, uint64_t parent, uint64_t child, llmk_error* err) noexcept -> int {
         return guarded(err, [&] { return static_cast<int>(static_cast<Impl*>(self)->fork(parent, child)); });
       },
-      [](void* self, uint64_t seq_id) noexcept { static_cast<Impl*>(self)->free_seq(seq_id); },
-      [](void* self, uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n) noexcept {
-        static_cast<Impl*>(self)->commit_tokens(seq_id, first, tokens, n);
+      [](void* self, uint64_t seq_id, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->free_seq(seq_id);
+          return static_cast<int>(LLMK_OK);
+        });
       },
-      [](const void* self, uint64_t seq_id, int32_t* entries, uint32_t max_entries) noexcept -> uint32_t {
-        return static_cast<const Impl*>(self)->block_table(seq_id, entries, max_entries);
+      [](void* self, uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n, llmk_error* err) noexcept
+      -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->commit_tokens(seq_id, first, tokens, n);
+          return static_cast<int>(LLMK_OK);
+        });
       },
-      [](const void* self) noexcept -> uint32_t { return static_cast<const Impl*>(self)->block_size(); },
-      [](const void* self, llmk_kv_usage* out) noexcept { static_cast<const Impl*>(self)->usage(*out); }};
+      [](const void* self, uint64_t seq_id, int32_t* entries, uint32_t max_entries, uint32_t* num_entries,
+         llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          *num_entries = static_cast<const Impl*>(self)->block_table(seq_id, entries, max_entries);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](const void* self, uint32_t* block_size, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          *block_size = static_cast<const Impl*>(self)->block_size();
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](const void* self, llmk_kv_usage* out, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<const Impl*>(self)->usage(*out);
+          return static_cast<int>(LLMK_OK);
+        });
+      }};
   return make_info<Impl>(LLMK_PLUGIN_KV_ALLOCATOR, LLMK_KV_ALLOCATOR_API_VERSION, &api);
 }
 

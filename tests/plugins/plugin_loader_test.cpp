@@ -133,7 +133,7 @@ TEST_CASE("a plugin built for another ABI is refused with both versions", "[load
 TEST_CASE("a plugin with another kind API version is refused with both versions", "[loader]") {
   llmk::PluginRegistry registry({kFixtures});
   CHECK_THAT(load_error(registry, "kv.badapi", LLMK_PLUGIN_KV_ALLOCATOR),
-             Catch::Contains("(kv_allocator API version 9, engine expects 1)"));
+             Catch::Contains("(kv_allocator API version 9, engine expects " + std::to_string(LLMK_KV_ALLOCATOR_API_VERSION) + ")"));
 }
 
 TEST_CASE("a plugin of the wrong kind is refused", "[loader]") {
@@ -190,6 +190,32 @@ TEST_CASE("a plugin's error status becomes an Error carrying its message", "[loa
     REQUIRE(alloc.reserve(llmk_kv_reserve_args{id, tokens.data(), 128, 128}, nullptr));
   }
   CHECK_FALSE(alloc.reserve(llmk_kv_reserve_args{100, tokens.data(), 1, 128}, nullptr));
+}
+
+TEST_CASE("an exception inside any KV allocator call comes back as an Error naming the plugin and the call",
+          "[loader]") {
+  llmk::PluginRegistry registry({kFixtures});
+  llmk::KvAllocatorImpl alloc(registry.load("kv.throwing", LLMK_PLUGIN_KV_ALLOCATOR), desc());
+  const auto expect_plugin_error = [](auto&& call, const std::string& message) {
+    try {
+      call();
+      FAIL("the call returned normally");
+    } catch (const llmk::Error& e) {
+      CHECK(e.code() == llmk::ErrorCode::plugin);
+      CHECK(std::string(e.what()) == message);
+    }
+  };
+  expect_plugin_error([&] { alloc.free_seq(1); },
+                      "plugin 'kv.throwing' free_seq failed (internal error): free_seq exploded");
+  const int32_t tokens[2] = {5, 6};
+  expect_plugin_error([&] { alloc.commit_tokens(1, 0, tokens, 2); },
+                      "plugin 'kv.throwing' commit_tokens failed (out of memory): out of memory");
+  std::vector<int32_t> table;
+  expect_plugin_error([&] { alloc.block_table(1, table); },
+                      "plugin 'kv.throwing' block_table failed (internal error): block_table exploded");
+  expect_plugin_error([&] { (void)alloc.usage(); },
+                      "plugin 'kv.throwing' usage failed (internal error): usage exploded");
+  CHECK(alloc.block_size() == 16);  // asked once, at creation
 }
 
 TEST_CASE("a plugin library stays loaded while an object made by it lives", "[loader]") {

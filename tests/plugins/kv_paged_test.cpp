@@ -3,11 +3,10 @@
 
 #include <numeric>
 
-#include "kv_harness.hpp"
+#include "support/kv_harness.hpp"
 #include "plugins/kv_paged/paged_allocator.hpp"
 
 using kvtest::Harness;
-using kvtest::Kind;
 using Paged = kvtest::Direct<llmk::kv::PagedAllocator>;
 
 namespace {
@@ -31,7 +30,7 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 
 TEST_CASE("a repeated prompt reuses its full blocks from the prefix cache", "[kv][paged]") {
   Paged alloc(paged_desc(16));
-  Harness h(alloc, Kind::paged, 16 * 8, true);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::PagedAllocator>(), 16 * 8, true);
   const auto prompt = iota_tokens(20, 100);
   uint32_t cached = 0;
   REQUIRE(h.reserve(1, prompt, 64, &cached));
@@ -54,7 +53,7 @@ TEST_CASE("a repeated prompt reuses its full blocks from the prefix cache", "[kv
 
 TEST_CASE("a prompt of whole blocks still computes its last token", "[kv][paged]") {
   Paged alloc(paged_desc(8));
-  Harness h(alloc, Kind::paged, 64, true);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::PagedAllocator>(), 64, true);
   const auto prompt = iota_tokens(16, 0);
   uint32_t cached = 0;
   REQUIRE(h.reserve(1, prompt, 32, &cached));
@@ -65,7 +64,7 @@ TEST_CASE("a prompt of whole blocks still computes its last token", "[kv][paged]
 
 TEST_CASE("tokens generated before a preemption are found again when the sequence resumes", "[kv][paged]") {
   Paged alloc(paged_desc(8));
-  Harness h(alloc, Kind::paged, 64, true);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::PagedAllocator>(), 64, true);
   REQUIRE(h.reserve(1, iota_tokens(5, 0), 64));
   for (int i = 0; i < 14; ++i) REQUIRE(h.extend(1, {50 + i}));  // 19 tokens, 2 full blocks
   const auto seq = h.free(1);
@@ -77,7 +76,7 @@ TEST_CASE("tokens generated before a preemption are found again when the sequenc
 
 TEST_CASE("cached blocks are evicted least recently freed first, and only when blocks run out", "[kv][paged]") {
   Paged alloc(paged_desc(4));
-  Harness h(alloc, Kind::paged, 32, true);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::PagedAllocator>(), 32, true);
   const auto x = iota_tokens(9, 0), y = iota_tokens(9, 100), z = iota_tokens(17, 200);
   REQUIRE(h.reserve(1, x, 9));
   REQUIRE(h.reserve(2, y, 9));
@@ -98,7 +97,7 @@ TEST_CASE("cached blocks are evicted least recently freed first, and only when b
 
 TEST_CASE("reserve counts evictable cached blocks as space and refuses only beyond them", "[kv][paged]") {
   Paged alloc(paged_desc(4));
-  Harness h(alloc, Kind::paged, 32, true);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::PagedAllocator>(), 32, true);
   REQUIRE(h.reserve(1, iota_tokens(32, 0), 32));
   h.free(1);
   CHECK(alloc.usage().cached_free_slots == 32);
@@ -110,7 +109,7 @@ TEST_CASE("reserve counts evictable cached blocks as space and refuses only beyo
 
 TEST_CASE("fork shares blocks and copy-on-write keeps the parent's tokens intact", "[kv][paged]") {
   Paged alloc(paged_desc(8));
-  Harness h(alloc, Kind::paged, 64, true);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::PagedAllocator>(), 64, true);
   REQUIRE(h.reserve(1, iota_tokens(12, 0), 64));
   REQUIRE(h.fork(1, 2));
   const auto parent_table = h.table(1);
@@ -135,7 +134,7 @@ TEST_CASE("fork shares blocks and copy-on-write keeps the parent's tokens intact
 TEST_CASE("a hash collision costs a miss, never another prefix's K/V", "[kv][paged]") {
   // One hash bit: every block lands in one of two buckets.
   Paged alloc(paged_desc(16, R"({"hash_bits":1})"));
-  Harness h(alloc, Kind::paged, 128, true);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::PagedAllocator>(), 128, true);
   const auto a = iota_tokens(8, 0), b = iota_tokens(8, 100), c = iota_tokens(8, 200), d = iota_tokens(8, 300);
   REQUIRE(h.reserve(1, concat(concat(a, b), {1}), 32));
   h.free(1);
@@ -174,7 +173,7 @@ TEST_CASE("a gap in committed tokens stops indexing that sequence", "[kv][paged]
 
 TEST_CASE("with prefix caching off nothing is indexed and freed blocks are free", "[kv][paged]") {
   Paged alloc(paged_desc(8, "{}", false));
-  Harness h(alloc, Kind::paged, 64, false);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::PagedAllocator>(), 64, false);
   REQUIRE(h.reserve(1, iota_tokens(20, 0), 32));
   h.free(1);
   CHECK(alloc.usage().reserved_slots == 0);
@@ -186,7 +185,7 @@ TEST_CASE("with prefix caching off nothing is indexed and freed blocks are free"
 
 TEST_CASE("paged waste stays under one block per sequence", "[kv][paged]") {
   Paged alloc(paged_desc(128, "{}", false));
-  Harness h(alloc, Kind::paged, 1024, false);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::PagedAllocator>(), 1024, false);
   uint64_t total = 0, blocks = 0;
   for (uint32_t id = 1; id <= 12; ++id) {
     const uint32_t n = 3 + 7 * id;  // 10..87 tokens

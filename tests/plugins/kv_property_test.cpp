@@ -1,19 +1,18 @@
 // Long random workloads (fixed seeds) against every allocator, driven
-// directly (with checks of its internals) and through the plugin loader.
+// directly with checks of its internals. Through the loader, every allocator
+// plugin discovery finds runs them in tests/conformance.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <map>
 
-#include "core/plugin_loader.hpp"
-#include "kv_harness.hpp"
+#include "support/kv_harness.hpp"
 #include "plugins/kv_contiguous/contiguous_allocator.hpp"
 #include "plugins/kv_paged/paged_allocator.hpp"
 #include "plugins/kv_vm/vm_allocator.hpp"
 
 using kvtest::Direct;
 using kvtest::Harness;
-using kvtest::Kind;
 using kvtest::Workload;
 
 namespace {
@@ -145,7 +144,7 @@ TEST_CASE("paged allocator keeps every invariant over long random workloads", "[
         CAPTURE(bs, prefix, seed);
         const uint32_t num_slots = 48 * bs + 5;  // a ragged tail the allocator must not use
         Direct<llmk::kv::PagedAllocator> alloc(make_desc(num_slots, bs, 128, prefix));
-        Harness h(alloc, Kind::paged, num_slots, prefix);
+        Harness h(alloc, kvtest::traits_of<llmk::kv::PagedAllocator>(), num_slots, prefix);
         h.extra_check = [&](const Harness& hh) { check_paged(alloc.impl, hh); };
         kvtest::run_workload(h, seed, Workload{3000, 128, 3, bs, true});
         if (prefix) REQUIRE(alloc.usage().prefix_hit_tokens > 0);
@@ -161,7 +160,7 @@ TEST_CASE("paged allocator never returns wrong K/V when every hash collides", "[
     CAPTURE(seed);
     const uint32_t num_slots = 64 * 8;
     Direct<llmk::kv::PagedAllocator> alloc(make_desc(num_slots, 8, 96, true, R"({"hash_bits":2})"));
-    Harness h(alloc, Kind::paged, num_slots, true);
+    Harness h(alloc, kvtest::traits_of<llmk::kv::PagedAllocator>(), num_slots, true);
     h.extra_check = [&](const Harness& hh) { check_paged(alloc.impl, hh); };
     kvtest::run_workload(h, seed, Workload{3000, 96, 2, 8, true});
     REQUIRE(alloc.usage().prefix_hit_tokens > 0);
@@ -173,7 +172,7 @@ TEST_CASE("contiguous allocator keeps every invariant over long random workloads
     CAPTURE(seed);
     const uint32_t num_slots = 12 * 96 + 17;
     Direct<llmk::kv::ContiguousAllocator> alloc(make_desc(num_slots, 16, 96, true));
-    Harness h(alloc, Kind::contiguous, num_slots, true);
+    Harness h(alloc, kvtest::traits_of<llmk::kv::ContiguousAllocator>(), num_slots, true);
     h.extra_check = [&](const Harness& hh) { check_contiguous(alloc.impl, hh); };
     kvtest::run_workload(h, seed, Workload{3000, 96, 3, 16, true});
   }
@@ -185,27 +184,12 @@ TEST_CASE("VM allocator keeps every invariant over long random workloads", "[kv]
       CAPTURE(options, seed);
       const uint32_t num_slots = 1000;
       Direct<llmk::kv::VmAllocator> alloc(make_desc(num_slots, 16, 160, true, options));
-      Harness h(alloc, Kind::vm, num_slots, true);
+      Harness h(alloc, kvtest::traits_of<llmk::kv::VmAllocator>(), num_slots, true);
       VmChecker vm;
       h.extra_check = [&](const Harness& hh) { vm(alloc.impl, hh); };
       kvtest::run_workload(h, seed, Workload{3000, 160, 3, 24, true});
       REQUIRE(vm.relocations > 0);
       REQUIRE(vm.in_place > 0);
     }
-  }
-}
-
-TEST_CASE("every allocator plugin passes the random workload through the loader", "[kv][loader][property]") {
-  llmk::PluginRegistry registry;
-  struct Case {
-    const char* name;
-    Kind kind;
-  };
-  for (Case c : {Case{"kv.paged", Kind::paged}, Case{"kv.contiguous", Kind::contiguous}, Case{"kv.vm", Kind::vm}}) {
-    CAPTURE(c.name);
-    const uint32_t num_slots = 900;
-    llmk::KvAllocatorImpl alloc(registry.load(c.name, LLMK_PLUGIN_KV_ALLOCATOR), make_desc(num_slots, 16, 128, true));
-    Harness h(alloc, c.kind, num_slots, true);
-    kvtest::run_workload(h, 7, Workload{2000, 128, 3, 16, true});
   }
 }

@@ -2,12 +2,11 @@
 // growth in place, relocation, merging, deferred fork copies.
 #include <catch2/catch.hpp>
 
-#include "kv_harness.hpp"
+#include "support/kv_harness.hpp"
 #include "plugins/kv_contiguous/contiguous_allocator.hpp"
 #include "plugins/kv_vm/vm_allocator.hpp"
 
 using kvtest::Harness;
-using kvtest::Kind;
 using Vm = kvtest::Direct<llmk::kv::VmAllocator>;
 using Contiguous = kvtest::Direct<llmk::kv::ContiguousAllocator>;
 
@@ -23,7 +22,7 @@ std::vector<int32_t> tokens(uint32_t n) { return std::vector<int32_t>(n, 3); }
 
 TEST_CASE("a VM range is the prompt plus the predicted share of max_tokens", "[kv][vm]") {
   Vm alloc(vm_desc(1000));
-  Harness h(alloc, Kind::vm, 1000, false);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::VmAllocator>(), 1000, false);
   REQUIRE(h.reserve(1, tokens(10), 110));
   CHECK(alloc.impl.capacity(1) == 10 + 50);  // default ratio 0.5
   CHECK(alloc.usage().reserved_slots == 60);
@@ -36,7 +35,7 @@ TEST_CASE("a VM range is the prompt plus the predicted share of max_tokens", "[k
 
 TEST_CASE("the VM predictor learns the p90 output share from finished requests", "[kv][vm]") {
   Vm alloc(vm_desc(4000, R"({"min_samples":4,"quantile":0.9,"window":10})"));
-  Harness h(alloc, Kind::vm, 4000, false);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::VmAllocator>(), 4000, false);
   // Ten requests with max_tokens 100 that stop after 1..10 tokens.
   for (uint32_t i = 1; i <= 10; ++i) {
     REQUIRE(h.reserve(i, tokens(20), 120));
@@ -50,7 +49,7 @@ TEST_CASE("the VM predictor learns the p90 output share from finished requests",
 
 TEST_CASE("a preempted VM sequence's sample is withdrawn when it resumes", "[kv][vm]") {
   Vm alloc(vm_desc(4000, R"({"min_samples":1,"default_output_ratio":0.5})"));
-  Harness h(alloc, Kind::vm, 4000, false);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::VmAllocator>(), 4000, false);
   REQUIRE(h.reserve(1, tokens(10), 110));
   REQUIRE(h.extend(1, {1}));
   const auto seq = h.free(1);  // looks like a request that used 1% of its budget
@@ -61,7 +60,7 @@ TEST_CASE("a preempted VM sequence's sample is withdrawn when it resumes", "[kv]
 
 TEST_CASE("a VM sequence grows in place when its right neighbour is free", "[kv][vm]") {
   Vm alloc(vm_desc(1000, R"({"default_output_ratio":0})"));
-  Harness h(alloc, Kind::vm, 1000, false);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::VmAllocator>(), 1000, false);
   REQUIRE(h.reserve(1, tokens(10), 200));
   CHECK(alloc.impl.capacity(1) == 10);
   REQUIRE(h.extend(1, {1}));  // no copy, same start
@@ -74,7 +73,7 @@ TEST_CASE("a VM sequence grows in place when its right neighbour is free", "[kv]
 
 TEST_CASE("a VM sequence relocates when its neighbour is taken, and its old range is freed", "[kv][vm]") {
   Vm alloc(vm_desc(1000, R"({"default_output_ratio":0})"));
-  Harness h(alloc, Kind::vm, 1000, false);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::VmAllocator>(), 1000, false);
   REQUIRE(h.reserve(1, tokens(10), 200));
   REQUIRE(h.reserve(2, tokens(10), 200));  // right after sequence 1
   CHECK(h.table(2) == std::vector<int32_t>{10});
@@ -87,7 +86,7 @@ TEST_CASE("a VM sequence relocates when its neighbour is taken, and its old rang
 
 TEST_CASE("VM extend answers NO_SPACE when nothing fits and leaves the sequence as it was", "[kv][vm]") {
   Vm alloc(vm_desc(100, R"({"default_output_ratio":0})", 100));
-  Harness h(alloc, Kind::vm, 100, false);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::VmAllocator>(), 100, false);
   REQUIRE(h.reserve(1, tokens(40), 100));
   REQUIRE(h.reserve(2, tokens(40), 100));
   REQUIRE(h.reserve(3, tokens(20), 100));
@@ -100,7 +99,7 @@ TEST_CASE("VM extend answers NO_SPACE when nothing fits and leaves the sequence 
 
 TEST_CASE("freed VM ranges merge with both neighbours", "[kv][vm]") {
   Vm alloc(vm_desc(300, R"({"default_output_ratio":0})"));
-  Harness h(alloc, Kind::vm, 300, false);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::VmAllocator>(), 300, false);
   for (uint64_t id = 1; id <= 3; ++id) REQUIRE(h.reserve(id, tokens(100), 100));
   CHECK(alloc.usage().largest_free_run == 0);
   h.free(1);
@@ -114,7 +113,7 @@ TEST_CASE("freed VM ranges merge with both neighbours", "[kv][vm]") {
 
 TEST_CASE("VM reserve picks the smallest free range that holds the prediction", "[kv][vm]") {
   Vm alloc(vm_desc(400, R"({"default_output_ratio":0})"));
-  Harness h(alloc, Kind::vm, 400, false);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::VmAllocator>(), 400, false);
   REQUIRE(h.reserve(1, tokens(50), 50));   // [0, 50)
   REQUIRE(h.reserve(2, tokens(10), 10));   // [50, 60)
   REQUIRE(h.reserve(3, tokens(20), 20));   // [60, 80)
@@ -128,7 +127,7 @@ TEST_CASE("VM reserve picks the smallest free range that holds the prediction", 
 TEST_CASE("a forked VM child gets its parent's K/V through its first extend, even after the parent is freed",
           "[kv][vm]") {
   Vm alloc(vm_desc(1000));
-  Harness h(alloc, Kind::vm, 1000, false);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::VmAllocator>(), 1000, false);
   REQUIRE(h.reserve(1, tokens(30), 60));
   REQUIRE(h.fork(1, 2));
   const auto reserved = alloc.usage().reserved_slots;
@@ -144,7 +143,7 @@ TEST_CASE("a forked VM child gets its parent's K/V through its first extend, eve
 TEST_CASE("the contiguous allocator gives every sequence a max_seq_len region", "[kv][contiguous]") {
   const auto desc = llmk_kv_allocator_desc{sizeof(llmk_kv_allocator_desc), 350, 16, 100, 1, "{}"};
   Contiguous alloc(desc);
-  Harness h(alloc, Kind::contiguous, 350, false);
+  Harness h(alloc, kvtest::traits_of<llmk::kv::ContiguousAllocator>(), 350, false);
   CHECK(alloc.block_size() == 100);
   REQUIRE(h.reserve(1, tokens(1), 100));
   REQUIRE(h.reserve(2, tokens(7), 100));

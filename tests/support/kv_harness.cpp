@@ -1,6 +1,33 @@
-#include "kv_harness.hpp"
+#include "support/kv_harness.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
 
 namespace kvtest {
+
+KvTraits KvTraits::from_capabilities(std::string_view capabilities_json) {
+  const auto caps = nlohmann::json::parse(capabilities_json, nullptr, false);
+  if (!caps.is_object()) throw std::invalid_argument("capabilities are not a JSON object: " + std::string(capabilities_json));
+  const auto flag = [&](const char* key) {
+    const auto it = caps.find(key);
+    if (it == caps.end()) return false;
+    if (!it->is_boolean()) throw std::invalid_argument(std::string("capability '") + key + "' is not a boolean");
+    return it->get<bool>();
+  };
+  KvTraits t;
+  const auto block = caps.find("block_size");
+  if (block == caps.end()) throw std::invalid_argument("capabilities lack 'block_size'");
+  if (block->is_object()) {
+    t.paged = true;
+  } else if (!(block->is_string() && block->get<std::string>() == "max_seq_len")) {
+    throw std::invalid_argument("capability 'block_size' is neither {\"min\",\"max\"} nor \"max_seq_len\"");
+  }
+  t.prefix_caching = flag("prefix_caching");
+  t.copy_on_write = flag("copy_on_write");
+  t.relocation = flag("relocation");
+  return t;
+}
 
 void Harness::write(uint64_t id, uint32_t from) {
   const ShadowSeq& seq = live_.at(id);
@@ -38,7 +65,7 @@ bool Harness::reserve(uint64_t id, const std::vector<int32_t>& tokens, uint32_t 
   }
   const uint32_t n = static_cast<uint32_t>(tokens.size());
   REQUIRE(cached < n);  // at least one token is computed
-  if (kind_ == Kind::paged) {
+  if (prefix_caching_) {
     REQUIRE(cached % alloc_.block_size() == 0);
   } else {
     REQUIRE(cached == 0);
@@ -57,7 +84,7 @@ bool Harness::reserve(uint64_t id, const std::vector<int32_t>& tokens, uint32_t 
     REQUIRE(v.token == seq.tokens[p]);
   }
   write(id, cached);
-  if (kind_ == Kind::paged && prefix_caching_) {
+  if (prefix_caching_) {
     expected_.prefix_query_tokens += n;
     expected_.prefix_hit_tokens += cached;
   }
@@ -72,10 +99,10 @@ bool Harness::extend(uint64_t id, const std::vector<int32_t>& new_tokens) {
   const uint32_t bs = alloc_.block_size();
   const auto before = alloc_.usage();
   const auto old_table = table(id);
-  // Paged: writing into a partial last block that another sequence shares
-  // must copy it first.
+  // Copy-on-write: writing into a partial last block that another sequence
+  // shares must copy it first.
   bool shared_partial = false;
-  if (kind_ == Kind::paged && old_len % bs != 0 && new_len > old_len) {
+  if (traits_.copy_on_write && old_len % bs != 0 && new_len > old_len) {
     for (const auto& [other, s] : live_) {
       if (other == id) continue;
       const auto ot = table(other);
@@ -90,31 +117,26 @@ bool Harness::extend(uint64_t id, const std::vector<int32_t>& new_tokens) {
     return false;
   }
   const auto new_table = table(id);
-  switch (kind_) {
-    case Kind::paged:
-      REQUIRE(copies.size() == (shared_partial ? 1u : 0u));
-      if (shared_partial) {
-        REQUIRE(copies[0].src_slot == old_table.back());
-        REQUIRE(copies[0].dst_slot == new_table[old_len / bs]);
-        REQUIRE(copies[0].num_slots == static_cast<int32_t>(old_len % bs));
-        ++expected_.cow_copies;
-      }
-      // Full blocks never move.
-      for (uint32_t i = 0; i < old_len / bs; ++i) REQUIRE(new_table[i] == old_table[i]);
-      break;
-    case Kind::contiguous:
-      REQUIRE(new_table == old_table);
-      REQUIRE(copies.size() == (seq.readable ? 0u : 1u));
-      break;
-    case Kind::vm: {
-      const bool relocated = new_table[0] != old_table[0];
-      REQUIRE(copies.size() == ((relocated || !seq.readable) ? 1u : 0u));
-      if (relocated) ++expected_.relocations;
-      if (!copies.empty()) {
-        REQUIRE(copies[0].dst_slot == new_table[0]);
-        REQUIRE(copies[0].num_slots == static_cast<int32_t>(old_len));
-      }
-      break;
+  if (traits_.copy_on_write) {
+    REQUIRE(copies.size() == (shared_partial ? 1u : 0u));
+    if (shared_partial) {
+      REQUIRE(copies[0].src_slot == old_table.back());
+      REQUIRE(copies[0].dst_slot == new_table[old_len / bs]);
+      REQUIRE(copies[0].num_slots == static_cast<int32_t>(old_len % bs));
+      ++expected_.cow_copies;
+    }
+    // Full blocks never move.
+    for (uint32_t i = 0; i < old_len / bs; ++i) REQUIRE(new_table[i] == old_table[i]);
+  } else {
+    // One range per sequence: it moves only where relocation is declared,
+    // and one copy brings its K/V along (or, after a fork, the parent's).
+    const bool relocated = new_table[0] != old_table[0];
+    if (!traits_.relocation) REQUIRE_FALSE(relocated);
+    REQUIRE(copies.size() == ((relocated || !seq.readable) ? 1u : 0u));
+    if (relocated) ++expected_.relocations;
+    if (!copies.empty()) {
+      REQUIRE(copies[0].dst_slot == new_table[0]);
+      REQUIRE(copies[0].num_slots == static_cast<int32_t>(old_len));
     }
   }
   apply(copies);
@@ -135,7 +157,7 @@ bool Harness::fork(uint64_t parent, uint64_t child) {
     return false;
   }
   ShadowSeq seq = live_.at(parent);
-  if (kind_ != Kind::paged) seq.readable = false;  // its K/V arrives with its first extend's copy
+  if (!traits_.copy_on_write) seq.readable = false;  // its K/V arrives with its first extend's copy
   live_[child] = seq;
   return true;
 }
@@ -164,7 +186,7 @@ void Harness::check() const {
     const auto t = table(id);
     const uint32_t len = static_cast<uint32_t>(seq.tokens.size());
     sum_lengths += len;
-    REQUIRE(t.size() == (kind_ == Kind::paged ? (len + bs - 1) / bs : 1u));
+    REQUIRE(t.size() == (traits_.paged ? (len + bs - 1) / bs : 1u));
     blocks.insert(t.begin(), t.end());
     // Plain comparisons in this hot loop; a REQUIRE names the first failure.
     for (uint32_t p = 0; p < len; ++p) {
@@ -174,9 +196,9 @@ void Harness::check() const {
         REQUIRE(s < u.total_slots);
       }
       auto [it, fresh] = owner.emplace(s, seq.prefix[p]);
-      // Only paged allocators share slots, and only between sequences whose
-      // K/V there is the same.
-      const bool shared_ok = fresh || (kind_ == Kind::paged && it->second == seq.prefix[p]);
+      // Only copy-on-write allocators share slots, and only between
+      // sequences whose K/V there is the same.
+      const bool shared_ok = fresh || (traits_.copy_on_write && it->second == seq.prefix[p]);
       const bool content_ok = !seq.readable || (kv_[s].prefix == seq.prefix[p] && kv_[s].token == seq.tokens[p]);
       if (!shared_ok || !content_ok) {
         INFO("sequence " << id << " position " << p << " slot " << s);
@@ -185,7 +207,7 @@ void Harness::check() const {
       }
     }
   }
-  if (kind_ == Kind::paged) {
+  if (traits_.paged) {
     REQUIRE(u.used_slots == owner.size());
     const uint64_t live_reserved = u.reserved_slots - u.cached_free_slots;
     REQUIRE(live_reserved == blocks.size() * bs);
@@ -195,7 +217,13 @@ void Harness::check() const {
     REQUIRE(u.used_slots == sum_lengths);
     REQUIRE(u.cached_free_slots == 0);
   }
-  if (kind_ == Kind::contiguous) REQUIRE(u.reserved_slots >= live_.size() * bs);
+  if (!traits_.paged && !traits_.relocation) {
+    // A range that can never move must be reserved whole, for the longest
+    // the sequence may grow.
+    uint64_t promised = 0;
+    for (const auto& [id, seq] : live_) promised += seq.max_total;
+    REQUIRE(u.reserved_slots >= promised);
+  }
   REQUIRE(u.prefix_query_tokens == expected_.prefix_query_tokens);
   REQUIRE(u.prefix_hit_tokens == expected_.prefix_hit_tokens);
   REQUIRE(u.num_cow_copies == expected_.cow_copies);

@@ -8,6 +8,10 @@
 // The simulated K/V of position p is (hash of tokens[0..p], tokens[p]): it
 // depends on the whole prefix, as real K/V does, so a prefix-cache hit that
 // returns a block computed after a different prefix is caught.
+//
+// What an allocator promises beyond that comes from its capabilities JSON
+// (KvTraits), never from knowing which allocator it is: a new allocator is
+// checked by what it declares.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -18,6 +22,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -26,7 +31,28 @@
 
 namespace kvtest {
 
-enum class Kind { paged, contiguous, vm };
+// The guarantees an allocator declares in its capabilities JSON.
+struct KvTraits {
+  // "block_size": {"min", "max"}: fixed-size blocks of the desc's size, one
+  // table entry per block. Otherwise ("max_seq_len") one range per sequence.
+  bool paged = false;
+  bool prefix_caching = false;  // "prefix_caching": true
+  // "copy_on_write": true: a fork shares the parent's slots and a write into
+  // a shared partial block copies it first. Otherwise a fork's child gets
+  // its own range, filled by one copy with its first extend.
+  bool copy_on_write = false;
+  // "relocation": true: an extend may move a sequence (one copy of its K/V).
+  bool relocation = false;
+
+  // Throws std::invalid_argument naming what is malformed.
+  static KvTraits from_capabilities(std::string_view capabilities_json);
+};
+
+// The traits an allocator class declares (its kCapabilities).
+template <class A>
+KvTraits traits_of() {
+  return KvTraits::from_capabilities(A::kCapabilities);
+}
 
 struct SlotValue {
   uint64_t prefix = 0;  // hash of the whole prefix up to and including this token
@@ -101,8 +127,8 @@ inline bool same_usage(const llmk_kv_usage& a, const llmk_kv_usage& b) {
 
 class Harness {
  public:
-  Harness(llmk::KvAllocator& alloc, Kind kind, uint32_t num_slots, bool prefix_caching)
-      : alloc_(alloc), kind_(kind), prefix_caching_(prefix_caching), kv_(num_slots) {}
+  Harness(llmk::KvAllocator& alloc, KvTraits traits, uint32_t num_slots, bool prefix_caching)
+      : alloc_(alloc), traits_(traits), prefix_caching_(prefix_caching && traits.prefix_caching), kv_(num_slots) {}
 
   // Introspection checks for a directly driven allocator, run after check().
   std::function<void(const Harness&)> extra_check;
@@ -125,7 +151,7 @@ class Harness {
     REQUIRE(p / bs < table.size());
     return static_cast<uint32_t>(table[p / bs]) + p % bs;
   }
-  Kind kind() const { return kind_; }
+  const KvTraits& traits() const { return traits_; }
   const Expected& expected() const { return expected_; }
 
  private:
@@ -133,7 +159,7 @@ class Harness {
   void apply(const std::vector<llmk_kv_copy>& copies);
 
   llmk::KvAllocator& alloc_;
-  Kind kind_;
+  KvTraits traits_;
   bool prefix_caching_;
   std::vector<SlotValue> kv_;  // [num_slots]: the simulated cache
   std::map<uint64_t, ShadowSeq> live_;

@@ -293,7 +293,7 @@ typename Inspector::result_type inspect(Inspector& f, TokenEvent& x) {
     x.token_id = has_token ? std::optional<int32_t>(token) : std::nullopt;
     return caf::none;
   });
-  return f(caf::meta::type_name("TokenEvent"), x.request_id, x.index, has_token, token, load, x.finished,
+  return f(caf::meta::type_name("TokenEvent"), x.request_id, x.index, has_token, token, load, x.logits_row, x.finished,
            x.finish_reason, x.is_stop_token, x.error, x.usage, x.timings, x.request_done);
 }
 

@@ -9,9 +9,7 @@
 // Scheduler's own rules (KV freed by them is reused only by the next plan).
 #include <spdlog/spdlog.h>
 
-#include <map>
 #include <optional>
-#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -135,20 +133,16 @@ void on_step_done(SchedulerPointer self, StepResult& result) {
       events = st.scheduler().fail_step(plan, std::string("internal error: ") + e.what());
     }
   }
-  // Logprobs travel next to their token: row i is the sample
-  // (plan.logits[i].request_id, sample_index).
-  std::map<std::pair<std::string, int32_t>, size_t> row_of;
-  for (size_t i = 0; i < plan.logits.size(); ++i)
-    if (plan.logits[i].sampling && plan.logits[i].sampling->logprobs >= 0)
-      row_of[{plan.logits[i].request_id, plan.logits[i].sample_index}] = i;
+  // Logprobs travel next to their token, from the row the Scheduler names.
   std::vector<SampleOutput> outputs;
   outputs.reserve(events.size());
   for (auto& ev : events) {
     SampleOutput out{std::move(ev), false, {}};
-    auto row = row_of.find({out.event.request_id, out.event.index});
-    if (out.event.token_id && row != row_of.end() && row->second < result.tokens.size()) {
-      out.has_logprob = result.tokens[row->second].has_logprobs;
-      out.logprob = std::move(result.tokens[row->second].logprobs);
+    const int32_t row = out.event.logits_row;
+    if (out.event.token_id && row >= 0 && static_cast<size_t>(row) < result.tokens.size() &&
+        result.tokens[static_cast<size_t>(row)].has_logprobs) {
+      out.has_logprob = true;
+      out.logprob = std::move(result.tokens[static_cast<size_t>(row)].logprobs);
     }
     outputs.push_back(std::move(out));
   }

@@ -124,6 +124,7 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
   const TimePoint t = now();
   size_t next_logit = 0;
   for (const ScheduledSeq& s : plan.seqs) {
+    const size_t first_row = next_logit;
     const int32_t* tokens = sampled.data() + next_logit;
     next_logit += static_cast<size_t>(s.num_samples);
     Sequence* seq = find(s.seq_id);
@@ -131,8 +132,13 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
     kv_.commit_tokens(seq->seq_id, static_cast<uint32_t>(s.first_new_position),
                       seq->tokens.data() + s.first_new_position, static_cast<uint32_t>(s.num_new_tokens));
     seq->num_computed_tokens = s.first_new_position + s.num_new_tokens;
+    const size_t first_event = events.size();
     if (s.num_samples == 1) apply_token(*seq, tokens[0], t, events);
     else if (s.num_samples > 1) fork_samples(*seq, tokens, t, events);
+    // Sample k of a forking row took row first_row + k (plan.logits' order).
+    for (size_t i = first_event; i < events.size(); ++i)
+      if (events[i].token_id)
+        events[i].logits_row = static_cast<int32_t>(first_row) + (s.num_samples > 1 ? events[i].index : 0);
   }
   return events;
 }

@@ -97,6 +97,7 @@ struct TokenEvent {
   std::string request_id;
   int32_t index = 0;
   std::optional<int32_t> token_id;       // absent when a sample ends without a token (cancel, error)
+  int32_t logits_row = -1;               // with token_id: the step's logits row it was sampled from
   bool finished = false;
   FinishReason finish_reason = FinishReason::none;
   bool is_stop_token = false;            // the token is an EOS / stop id: not part of the text

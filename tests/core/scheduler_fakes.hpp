@@ -422,8 +422,28 @@ struct Harness {
     plans.push_back(summarize(plan));
     const std::vector<int32_t> sampled = model.forward(plan);
     clock_now += std::chrono::milliseconds(10);
-    absorb(sched.update_from_output(plan, sampled));
+    const std::vector<TokenEvent> events = sched.update_from_output(plan, sampled);
+    check_rows(plan, sampled, events);
+    absorb(events);
     return true;
+  }
+
+  // Every token event names the logits row it came from: that row was
+  // planned for its request and sample, and sampled its token.
+  static void check_rows(const StepPlan& plan, const std::vector<int32_t>& sampled,
+                         const std::vector<TokenEvent>& events) {
+    for (const TokenEvent& e : events) {
+      if (!e.token_id) continue;
+      REQUIRE(e.logits_row >= 0);
+      REQUIRE(static_cast<size_t>(e.logits_row) < plan.logits.size());
+      const LogitsTarget& target = plan.logits[static_cast<size_t>(e.logits_row)];
+      if (target.request_id != e.request_id || target.sample_index != e.index ||
+          sampled[static_cast<size_t>(e.logits_row)] != *e.token_id) {
+        INFO("event " << e.request_id << "[" << e.index << "] names row " << e.logits_row << " of "
+                      << target.request_id << "[" << target.sample_index << "]");
+        FAIL("a token event names the wrong logits row");
+      }
+    }
   }
 
   // Steps until no work is left; throws if a step plans nothing while work remains.

@@ -4,6 +4,7 @@
 // sample).
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -131,5 +132,17 @@ class Collector {
   std::map<std::string, RequestResult> results_;
   size_t num_done_ = 0;
 };
+
+// Submits one request, waits for its end and checks the event contract.
+inline RequestResult run_one(Engine& engine, Request r) {
+  Collector collector;
+  const std::string id = r.id;
+  engine.submit(std::move(r), collector.callback());
+  REQUIRE(collector.wait_done(1, std::chrono::seconds(20)));
+  RequestResult result = collector.results().at(id);
+  CHECK(result.violations.empty());
+  CHECK(result.num_done_events == 1);
+  return result;
+}
 
 }  // namespace llmk::test

@@ -12,17 +12,6 @@ using namespace llmk::test;
 
 namespace {
 
-RequestResult run_one(Engine& engine, Request r) {
-  Collector collector;
-  const std::string id = r.id;
-  engine.submit(std::move(r), collector.callback());
-  REQUIRE(collector.wait_done(1, std::chrono::seconds(20)));
-  RequestResult result = collector.results().at(id);
-  CHECK(result.violations.empty());
-  CHECK(result.num_done_events == 1);
-  return result;
-}
-
 Request greedy(const std::string& id, int32_t max_tokens) {
   Request r;
   r.id = id;

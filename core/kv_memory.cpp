@@ -12,25 +12,6 @@
 
 namespace llmk {
 
-AlignedBuffer::AlignedBuffer(size_t n) : bytes_(n) {
-  if (n == 0) return;
-  data_ = std::aligned_alloc(64, (n + 63) / 64 * 64);
-  if (data_ == nullptr) throw Error(ErrorCode::internal, "cannot allocate " + std::to_string(n) + " bytes of KV cache");
-}
-
-AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) {
-  o.data_ = nullptr;
-  o.bytes_ = 0;
-}
-
-AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
-  std::swap(data_, o.data_);
-  std::swap(bytes_, o.bytes_);
-  return *this;
-}
-
-AlignedBuffer::~AlignedBuffer() { std::free(data_); }
-
 namespace {
 
 // Writes every page of the buffer (from all threads: the kernel clears pages
@@ -55,11 +36,11 @@ KvMemory::KvMemory(const ModelConfig& model, const ModelRuntime& rt) : num_slots
   const size_t rows = num_slots_;
   layers_.resize(static_cast<size_t>(model.num_layers));
   for (Layer& l : layers_) {
-    l.k = AlignedBuffer(rows * row_bytes);
-    l.v = AlignedBuffer(rows * row_bytes);
+    l.k = AlignedBuffer(rows * row_bytes, "the KV cache");
+    l.v = AlignedBuffer(rows * row_bytes, "the KV cache");
     if (scale_row_bytes != 0) {
-      l.k_scale = AlignedBuffer(rows * scale_row_bytes);
-      l.v_scale = AlignedBuffer(rows * scale_row_bytes);
+      l.k_scale = AlignedBuffer(rows * scale_row_bytes, "the KV cache scales");
+      l.v_scale = AlignedBuffer(rows * scale_row_bytes, "the KV cache scales");
     }
     if (rt.prefault_kv)
       for (AlignedBuffer* buf : {&l.k, &l.v, &l.k_scale, &l.v_scale}) prefault(*buf, rt.num_threads);

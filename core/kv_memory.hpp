@@ -9,30 +9,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/aligned_buffer.hpp"
 #include "core/model_config.hpp"
 #include "core/model_runtime.hpp"
 #include "plugins/api/llmk_attention.h"
 #include "plugins/api/llmk_kv_allocator.h"
 
 namespace llmk {
-
-// 64-byte aligned, uninitialized storage: KV caches are large and written
-// before they are read, so pages are committed on first touch only.
-class AlignedBuffer {
- public:
-  AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t bytes);  // throws Error(internal) when the allocation fails
-  AlignedBuffer(AlignedBuffer&& o) noexcept;
-  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
-  ~AlignedBuffer();
-
-  void* data() const { return data_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 class KvMemory {
  public:

@@ -45,6 +45,7 @@ ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins,
   const ModelConfig& cfg = checkpoint.config();
   Plugin linear_plugin = plugins.load(ecfg.plugins.linear, LLMK_PLUGIN_LINEAR);
   const std::string& options = ecfg.plugins.linear_options;
+  auto workspace = std::make_shared<LinearWorkspace>();  // shared by every layer
   auto make = [&](const std::string& name, const void* weight, DType dtype, int64_t out, int64_t in, bool outlives,
                   uint32_t max_rows) {
     llmk_linear_desc d{};
@@ -58,7 +59,9 @@ ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins,
     d.max_rows = max_rows;
     d.num_threads = rt.num_threads;
     d.options = options.c_str();
-    return std::make_unique<LinearImpl>(linear_plugin, d);
+    d.device = LLMK_DEVICE_CPU;
+    d.activation_dtype = LLMK_DTYPE_F32;
+    return std::make_unique<LinearImpl>(linear_plugin, d, workspace);
   };
   const int64_t h = cfg.hidden_size, inter = cfg.intermediate_size;
   const int64_t q_dim = static_cast<int64_t>(cfg.num_heads) * cfg.head_dim;

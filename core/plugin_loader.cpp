@@ -78,7 +78,7 @@ bool table_complete(uint32_t kind, const void* api) {
   }
   if (kind == LLMK_PLUGIN_LINEAR) {
     auto* t = static_cast<const llmk_linear_api*>(api);
-    return t->supports && t->create && t->destroy && t->forward && t->weight_bytes;
+    return t->supports && t->create && t->destroy && t->workspace_bytes && t->forward && t->weight_bytes;
   }
   auto* t = static_cast<const llmk_kv_allocator_api*>(api);
   return t->supports && t->create && t->destroy && t->reserve && t->extend && t->fork && t->free_seq &&
@@ -366,8 +366,18 @@ void AttentionImpl::forward(const llmk_attention_args& args) {
   if (status != LLMK_OK) throw_call_error(plugin_.info(), "forward", status, err);
 }
 
-LinearImpl::LinearImpl(Plugin plugin, const llmk_linear_desc& desc) : plugin_(std::move(plugin)) {
+LinearImpl::LinearImpl(Plugin plugin, const llmk_linear_desc& desc, std::shared_ptr<LinearWorkspace> workspace)
+    : plugin_(std::move(plugin)), workspace_(workspace ? std::move(workspace) : std::make_shared<LinearWorkspace>()) {
   self_ = create_checked(plugin_.info(), plugin_.linear(), desc);
+  llmk_error err = blank_error();
+  size_t bytes = 0;
+  const int status = plugin_.linear().workspace_bytes(self_, std::max<uint32_t>(desc.max_rows, 1), &bytes, &err);
+  if (status != LLMK_OK) {
+    plugin_.linear().destroy(self_);
+    self_ = nullptr;
+    throw_call_error(plugin_.info(), "workspace_bytes", status, err);
+  }
+  workspace_->require(bytes);
 }
 
 LinearImpl::~LinearImpl() {
@@ -376,11 +386,18 @@ LinearImpl::~LinearImpl() {
 
 void LinearImpl::forward(const float* x, float* y, uint32_t num_rows) {
   llmk_error err = blank_error();
-  int status = plugin_.linear().forward(self_, x, y, num_rows, &err);
+  const int status =
+      plugin_.linear().forward(self_, x, y, num_rows, workspace_->data(), workspace_->bytes(), &err);
   if (status != LLMK_OK) throw_call_error(plugin_.info(), "forward", status, err);
 }
 
-size_t LinearImpl::weight_bytes() const { return plugin_.linear().weight_bytes(self_); }
+size_t LinearImpl::weight_bytes() const {
+  llmk_error err = blank_error();
+  size_t bytes = 0;
+  const int status = plugin_.linear().weight_bytes(self_, &bytes, &err);
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "weight_bytes", status, err);
+  return bytes;
+}
 
 KvAllocatorImpl::KvAllocatorImpl(Plugin plugin, const llmk_kv_allocator_desc& desc) : plugin_(std::move(plugin)) {
   self_ = create_checked(plugin_.info(), plugin_.kv_allocator(), desc);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned_buffer.hpp"
 #include "core/kv_allocator.hpp"
 #include "plugins/api/llmk_attention.h"
 #include "plugins/api/llmk_kv_allocator.h"
@@ -85,12 +86,16 @@ class AttentionImpl {
   void* self_ = nullptr;
 };
 
+// A linear layer. Its scratch comes from `workspace`, which the layers of a
+// model share (grown here to what desc.max_rows rows need); a layer made
+// without one gets its own.
 class LinearImpl {
  public:
-  LinearImpl(Plugin plugin, const llmk_linear_desc& desc);
+  LinearImpl(Plugin plugin, const llmk_linear_desc& desc, std::shared_ptr<LinearWorkspace> workspace = nullptr);
   ~LinearImpl();
   LinearImpl(const LinearImpl&) = delete;
   LinearImpl& operator=(const LinearImpl&) = delete;
+  // num_rows <= desc.max_rows.
   void forward(const float* x, float* y, uint32_t num_rows);
   size_t weight_bytes() const;
   const PluginInfo& info() const { return plugin_.info(); }
@@ -98,6 +103,7 @@ class LinearImpl {
  private:
   Plugin plugin_;
   void* self_ = nullptr;
+  std::shared_ptr<LinearWorkspace> workspace_;
 };
 
 class KvAllocatorImpl final : public KvAllocator {

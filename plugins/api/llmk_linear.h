@@ -4,7 +4,12 @@
  * weight once at load and may convert, quantize or repack it into storage it
  * owns; forward() multiplies float activations by it. The host may fuse
  * projections that share an input (q/k/v, gate/up) into one weight before
- * create(); name then says so ("model.layers.3.self_attn.qkv_proj"). */
+ * create(); name then says so ("model.layers.3.self_attn.qkv_proj").
+ *
+ * Scratch memory belongs to the host: a layer says how many bytes a forward
+ * of num_rows rows needs (workspace_bytes) and forward() receives them, so
+ * layers share one buffer, nothing allocates per call and no plugin keeps
+ * global scratch behind a lock. */
 #ifndef LLMK_LINEAR_H
 #define LLMK_LINEAR_H
 
@@ -14,7 +19,9 @@
 extern "C" {
 #endif
 
-#define LLMK_LINEAR_API_VERSION 1u
+/* 2: the desc names the device and the activation dtype; a caller-owned
+ * workspace; every entry point returns a status. */
+#define LLMK_LINEAR_API_VERSION 2u
 
 typedef struct llmk_linear_desc {
   uint32_t struct_size;
@@ -27,6 +34,8 @@ typedef struct llmk_linear_desc {
   uint32_t max_rows;         /* most rows (tokens) one forward will pass */
   uint32_t num_threads;
   const char* options;       /* JSON object of plugin options from config, "{}" when none */
+  uint32_t device;           /* llmk_device of x, y and the workspace */
+  uint32_t activation_dtype; /* llmk_dtype of x and y: F32 */
 } llmk_linear_desc;
 
 typedef struct llmk_linear_api {
@@ -35,10 +44,16 @@ typedef struct llmk_linear_api {
   int (*supports)(const llmk_linear_desc* desc, char* why, size_t why_len);
   void* (*create)(const llmk_linear_desc* desc, llmk_error* err);
   void (*destroy)(void* self);
-  /* x: [num_rows, in_features] f32, y: [num_rows, out_features] f32 (overwritten). */
-  int (*forward)(void* self, const float* x, float* y, uint32_t num_rows, llmk_error* err);
+  /* Scratch bytes one forward of num_rows (1..max_rows) rows needs; never
+   * more for fewer rows. */
+  int (*workspace_bytes)(const void* self, uint32_t num_rows, size_t* bytes, llmk_error* err);
+  /* x: [num_rows, in_features], y: [num_rows, out_features] (overwritten).
+   * workspace: 64-byte aligned, at least workspace_bytes(num_rows) bytes,
+   * the plugin's only for this call (the host reuses it for other layers). */
+  int (*forward)(void* self, const float* x, float* y, uint32_t num_rows, void* workspace,
+                 size_t workspace_size, llmk_error* err);
   /* Bytes this layer's weights occupy in the plugin's own format. */
-  size_t (*weight_bytes)(const void* self);
+  int (*weight_bytes)(const void* self, size_t* bytes, llmk_error* err);
 } llmk_linear_api;
 
 #ifdef __cplusplus

@@ -48,6 +48,12 @@ typedef enum llmk_dtype {
   LLMK_DTYPE_I32 = 5
 } llmk_dtype;
 
+/* Where a plugin's tensors (activations, workspace, KV) live. */
+typedef enum llmk_device {
+  LLMK_DEVICE_CPU = 0,
+  LLMK_DEVICE_CUDA = 1
+} llmk_device;
+
 /* Error detail filled by a plugin next to a non-OK status. */
 typedef struct llmk_error {
   int32_t status;     /* an llmk_status */

@@ -13,7 +13,8 @@
 //   LLMK_EXPORT_ATTENTION_PLUGIN(MyAttention)
 //
 // Linear plugins provide supports/ctor(const llmk_linear_desc&)/
-// forward(const float* x, float* y, uint32_t rows)/weight_bytes() const.
+// workspace_bytes(uint32_t rows) const/forward(const float* x, float* y,
+// uint32_t rows, void* workspace)/weight_bytes() const.
 // KV allocators provide supports/ctor(const llmk_kv_allocator_desc&) and
 // reserve/extend/fork/free_seq/commit_tokens/block_table/block_size/usage
 // with the C signatures minus self and err; reserve/extend/fork return an
@@ -25,6 +26,7 @@
 
 #include <boost/dll/alias.hpp>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -52,6 +54,24 @@ inline void set_error(llmk_error* err, int status, const char* message) {
   if (err == nullptr) return;
   err->status = status;
   std::snprintf(err->message, sizeof(err->message), "%s", message);
+}
+
+// A linear layer's device and activation dtype (a desc from before they
+// existed, with a smaller struct_size, means CPU and F32). false with the
+// reason unless they are what a CPU plugin serves: CPU, F32.
+inline bool cpu_f32_linear(const llmk_linear_desc& d, std::string& why) {
+  const bool has_fields = d.struct_size >= offsetof(llmk_linear_desc, activation_dtype) + sizeof(uint32_t);
+  const uint32_t device = has_fields ? d.device : LLMK_DEVICE_CPU;
+  const uint32_t activations = has_fields ? d.activation_dtype : LLMK_DTYPE_F32;
+  if (device != LLMK_DEVICE_CPU) {
+    why = "device " + std::to_string(device) + " is not the CPU";
+    return false;
+  }
+  if (activations != LLMK_DTYPE_F32) {
+    why = "activation dtype " + std::to_string(activations) + " is not f32";
+    return false;
+  }
+  return true;
 }
 
 // Runs fn, turning exceptions into a status and message.
@@ -130,13 +150,30 @@ const llmk_plugin_info* linear_info() {
   static const llmk_linear_api api{
       LLMK_LINEAR_API_VERSION, sizeof(llmk_linear_api), &supports_thunk<Impl, llmk_linear_desc>,
       &create_thunk<Impl, llmk_linear_desc>, &destroy_thunk<Impl>,
-      [](void* self, const float* x, float* y, uint32_t rows, llmk_error* err) noexcept -> int {
+      [](const void* self, uint32_t rows, size_t* bytes, llmk_error* err) noexcept -> int {
         return guarded(err, [&] {
-          static_cast<Impl*>(self)->forward(x, y, rows);
-          return LLMK_OK;
+          *bytes = static_cast<const Impl*>(self)->workspace_bytes(rows);
+          return static_cast<int>(LLMK_OK);
         });
       },
-      [](const void* self) noexcept -> size_t { return static_cast<const Impl*>(self)->weight_bytes(); }};
+      [](void* self, const float* x, float* y, uint32_t rows, void* workspace, size_t workspace_size,
+         llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          const size_t need = static_cast<const Impl*>(self)->workspace_bytes(rows);
+          if (workspace_size < need || (need > 0 && workspace == nullptr))
+            throw Error(LLMK_ERR_INVALID_ARGUMENT, "forward of " + std::to_string(rows) + " rows needs a " +
+                                                       std::to_string(need) + "-byte workspace, got " +
+                                                       std::to_string(workspace_size));
+          static_cast<Impl*>(self)->forward(x, y, rows, workspace);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](const void* self, size_t* bytes, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          *bytes = static_cast<const Impl*>(self)->weight_bytes();
+          return static_cast<int>(LLMK_OK);
+        });
+      }};
   return make_info<Impl>(LLMK_PLUGIN_LINEAR, LLMK_LINEAR_API_VERSION, &api);
 }
 

@@ -35,7 +35,6 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -105,13 +104,6 @@ Options parse_options(const char* text, const char* layer) {
   return o;
 }
 
-// BF16 activations for the GEMM path, shared by every layer (one forward at a time).
-std::mutex g_act_mutex;
-std::vector<uint16_t> g_act_bf16;
-// Scratch of matmul_packed, shared the same way.
-std::mutex g_packed_mutex;
-std::vector<float> g_packed_scratch;
-
 }  // namespace
 
 class LinearDense {
@@ -124,6 +116,7 @@ class LinearDense {
       R"({"weight_dtypes":["f32","f16","bf16"],"devices":["cpu"],"options":["weight_dtype","f32_layout","bf16_layout","bf16_activations","gemm_min_rows"]})";
 
   static bool supports(const llmk_linear_desc& d, std::string& why) {
+    if (!plugin::cpu_f32_linear(d, why)) return false;
     if (d.weight_dtype != LLMK_DTYPE_F32 && d.weight_dtype != LLMK_DTYPE_F16 && d.weight_dtype != LLMK_DTYPE_BF16) {
       why = "weight dtype " + std::to_string(d.weight_dtype) + " is not dense f32/f16/bf16";
       return false;
@@ -188,23 +181,27 @@ class LinearDense {
     if (!packed_ && d.max_rows >= gemm_min_rows_) make_gemm();
   }
 
-  void forward(const float* x, float* y, uint32_t num_rows) {
+  // BF16 activations (the k-pair panels' GEMM path and the oneDNN BF16
+  // GEMM), or matmul_packed's per-thread scratch.
+  size_t workspace_bytes(uint32_t num_rows) const {
+    if (bf16_dot_)
+      return num_rows >= gemm_min_rows_ ? static_cast<size_t>(num_rows) * kernels::cpu::bf16_row_stride(in_) * 2 : 0;
+    if (packed_) return static_cast<size_t>(kernels::cpu::matmul_packed_scratch_floats(threads_)) * sizeof(float);
+    if (gemm_ && dtype_ != LLMK_DTYPE_F32 && num_rows >= gemm_min_rows_)
+      return static_cast<size_t>(num_rows) * in_ * sizeof(uint16_t);
+    return 0;
+  }
+
+  void forward(const float* x, float* y, uint32_t num_rows, void* workspace) {
     if (num_rows == 0) return;
     if (bf16_dot_) {
       const bool round = num_rows >= gemm_min_rows_;
-      std::lock_guard<std::mutex> lock(g_act_mutex);
-      const size_t n = round ? static_cast<size_t>(num_rows) * kernels::cpu::bf16_row_stride(in_) : 0;
-      if (g_act_bf16.size() < n) g_act_bf16.resize(n);
       kernels::cpu::matmul_pairs(x, static_cast<const uint16_t*>(weight_), y, num_rows, in_, out_, threads_, round,
-                                 g_act_bf16.data());
+                                 static_cast<uint16_t*>(workspace));
       return;
     }
     if (packed_) {
-      std::lock_guard<std::mutex> lock(g_packed_mutex);
-      const auto need = static_cast<size_t>(kernels::cpu::matmul_packed_scratch_floats(threads_));
-      if (g_packed_scratch.size() < need) g_packed_scratch.resize(need);
-      kernels::cpu::matmul_packed(x, weight_, dtype_, y, num_rows, in_, out_, threads_,
-                                  g_packed_scratch.data());
+      kernels::cpu::matmul_packed(x, weight_, dtype_, y, num_rows, in_, out_, threads_, static_cast<float*>(workspace));
       return;
     }
     if (num_rows < gemm_min_rows_ || !gemm_) {
@@ -221,11 +218,9 @@ class LinearDense {
       memory src(memory::desc(src_dims, memory::data_type::f32, memory::format_tag::ab), engine_, const_cast<float*>(x));
       gemm_->execute(stream_, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, *weights_mem_}, {DNNL_ARG_DST, dst}});
     } else {
-      std::lock_guard<std::mutex> lock(g_act_mutex);
-      const size_t n = static_cast<size_t>(num_rows) * in_;
-      if (g_act_bf16.size() < n) g_act_bf16.resize(n);
-      kernels::cpu::f32_to_bf16(x, g_act_bf16.data(), static_cast<int64_t>(n));
-      memory src(memory::desc(src_dims, memory::data_type::bf16, memory::format_tag::ab), engine_, g_act_bf16.data());
+      auto* act = static_cast<uint16_t*>(workspace);
+      kernels::cpu::f32_to_bf16(x, act, static_cast<int64_t>(num_rows) * in_);
+      memory src(memory::desc(src_dims, memory::data_type::bf16, memory::format_tag::ab), engine_, act);
       gemm_->execute(stream_, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, *weights_mem_}, {DNNL_ARG_DST, dst}});
     }
     stream_.wait();

@@ -52,14 +52,18 @@ class LinearInt4 {
     scale_ = AlignedArray<float>(shape_.group_params());
     zero_ = AlignedArray<uint8_t>(shape_.group_params());
     kernels::cpu::quantize_pack_w4(w.data(), shape_, packed_.data(), scale_.data(), zero_.data(), range_of(d, options));
-    scratch_ = AlignedArray<float>(kernels::cpu::w4_scratch_floats(shape_, threads_));
   }
 
-  void forward(const float* x, float* y, uint32_t num_rows) {
+  // A padded row (one-row path) or per-thread dequantized panels.
+  size_t workspace_bytes(uint32_t) const {
+    return float_ ? 0 : kernels::cpu::w4_scratch_floats(shape_, threads_) * sizeof(float);
+  }
+
+  void forward(const float* x, float* y, uint32_t num_rows, void* workspace) {
     if (num_rows == 0) return;
     if (float_) return float_->forward(x, y, num_rows);
-    kernels::cpu::linear_w4(x, num_rows, shape_, packed_.data(), scale_.data(), zero_.data(), y, scratch_.data(),
-                            threads_);
+    kernels::cpu::linear_w4(x, num_rows, shape_, packed_.data(), scale_.data(), zero_.data(), y,
+                            static_cast<float*>(workspace), threads_);
   }
 
   size_t weight_bytes() const {
@@ -100,7 +104,6 @@ class LinearInt4 {
   AlignedArray<uint32_t> packed_;  // [num_panels, k_pad / 8, 16], 8 nibbles per word
   AlignedArray<float> scale_;      // [num_panels, num_groups, 16]
   AlignedArray<uint8_t> zero_;     // [num_panels, num_groups, 16]
-  AlignedArray<float> scratch_;    // padded row (one-row path) or per-thread dequantized panels
 };
 
 }  // namespace llmk::quant

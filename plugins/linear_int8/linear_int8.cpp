@@ -9,6 +9,7 @@
 // Layers kept in float stay in the checkpoint's precision (f32, f16 or bf16).
 //
 // Options: {"float_layers": ["o_proj"]}
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -57,15 +58,18 @@ class LinearInt8 {
     scale_ = AlignedArray<float>(padded_out);
     row_sum_ = AlignedArray<int32_t>(padded_out);
     kernels::cpu::quantize_pack_w8a8(w.data(), out_, in_, packed_.data(), scale_.data(), row_sum_.data());
-    reserve_rows(d.max_rows > 0 ? d.max_rows : 1);
   }
 
-  void forward(const float* x, float* y, uint32_t num_rows) {
+  // The rows' quantized activations.
+  size_t workspace_bytes(uint32_t num_rows) const {
+    return float_ ? 0 : kernels::cpu::w8a8_scratch_bytes(std::max<uint32_t>(num_rows, 1), in_);
+  }
+
+  void forward(const float* x, float* y, uint32_t num_rows, void* workspace) {
     if (num_rows == 0) return;
     if (float_) return float_->forward(x, y, num_rows);
-    if (num_rows > max_rows_) reserve_rows(num_rows);
     kernels::cpu::linear_w8a8(x, num_rows, in_, packed_.data(), scale_.data(), row_sum_.data(), out_, y,
-                              scratch_.data(), threads_);
+                              static_cast<uint8_t*>(workspace), threads_);
   }
 
   size_t weight_bytes() const {
@@ -73,19 +77,12 @@ class LinearInt8 {
   }
 
  private:
-  void reserve_rows(uint32_t rows) {
-    scratch_ = AlignedArray<uint8_t>(kernels::cpu::w8a8_scratch_bytes(rows, in_));
-    max_rows_ = rows;
-  }
-
   int64_t in_, out_;
   int threads_;
   std::unique_ptr<FloatLayer> float_;
   AlignedArray<int8_t> packed_;   // [num_panels, k_pad / 4, 16, 4]
   AlignedArray<float> scale_;     // [num_panels * 16]
   AlignedArray<int32_t> row_sum_; // [num_panels * 16]
-  AlignedArray<uint8_t> scratch_; // quantized activations of up to max_rows_ rows
-  uint32_t max_rows_ = 0;
 };
 
 }  // namespace llmk::quant

@@ -45,14 +45,18 @@ class LinearUint8Zp {
     scale_ = AlignedArray<float>(padded_out);
     zero_ = AlignedArray<uint8_t>(padded_out);
     kernels::cpu::quantize_pack_wu8(w.data(), out_, in_, per_channel_, packed_.data(), scale_.data(), zero_.data());
-    scratch_ = AlignedArray<float>(kernels::cpu::wu8_scratch_floats(in_, threads_));
   }
 
-  void forward(const float* x, float* y, uint32_t num_rows) {
+  // Per-thread dequantized panels.
+  size_t workspace_bytes(uint32_t) const {
+    return float_ ? 0 : kernels::cpu::wu8_scratch_floats(in_, threads_) * sizeof(float);
+  }
+
+  void forward(const float* x, float* y, uint32_t num_rows, void* workspace) {
     if (num_rows == 0) return;
     if (float_) return float_->forward(x, y, num_rows);
-    kernels::cpu::linear_wu8(x, num_rows, in_, packed_.data(), scale_.data(), zero_.data(), out_, y, scratch_.data(),
-                             threads_);
+    kernels::cpu::linear_wu8(x, num_rows, in_, packed_.data(), scale_.data(), zero_.data(), out_, y,
+                             static_cast<float*>(workspace), threads_);
   }
 
   // Per tensor, one scale and zero point are counted (the kernel keeps them
@@ -79,7 +83,6 @@ class LinearUint8Zp {
   AlignedArray<uint8_t> packed_;  // [num_panels, in_features, 16]
   AlignedArray<float> scale_;     // [num_panels * 16]
   AlignedArray<uint8_t> zero_;    // [num_panels * 16]
-  AlignedArray<float> scratch_;   // per-thread dequantized panels
 };
 
 }  // namespace llmk::quant

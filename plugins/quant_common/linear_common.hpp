@@ -125,6 +125,7 @@ inline bool layer_matches(const std::string& name, const std::vector<std::string
 
 // Common shape checks; a reason in `why` and false when the desc cannot be served.
 inline bool check_desc(const llmk_linear_desc& d, std::string& why) {
+  if (!plugin::cpu_f32_linear(d, why)) return false;
   if (d.in_features == 0 || d.out_features == 0) {
     why = layer_name(d) + ": empty weight";
     return false;

@@ -29,6 +29,7 @@
 
 #include "conformance.hpp"
 #include "core/dtype.hpp"
+#include "support/linear_call.hpp"
 
 namespace llmk::conformance {
 namespace {
@@ -128,8 +129,17 @@ SuiteResult run_linear_suite(const Plugin& plugin) {
             result.failures.push_back(name + ": create failed: " + err.message);
             continue;
           }
-          const int status = api.forward(self, x.data(), y.data(), static_cast<uint32_t>(rows), &err);
-          const size_t weight_bytes = api.weight_bytes(self);
+          // The workspace a forward asks for never shrinks as rows grow: the
+          // host sizes one buffer for max_rows and passes it to every call.
+          size_t fewer = 0, most = 0;
+          llmk_error ws_err{};
+          if (api.workspace_bytes(self, 1, &fewer, &ws_err) != LLMK_OK ||
+              api.workspace_bytes(self, static_cast<uint32_t>(rows), &most, &ws_err) != LLMK_OK || fewer > most)
+            result.failures.push_back(name + ": workspace_bytes(1) = " + std::to_string(fewer) + " exceeds workspace_bytes(" +
+                                      std::to_string(rows) + ") = " + std::to_string(most) + " or failed: " +
+                                      ws_err.message);
+          const int status = test::linear_forward(api, self, x.data(), y.data(), static_cast<uint32_t>(rows), &err);
+          const size_t weight_bytes = test::linear_weight_bytes(api, self);
           api.destroy(self);
           if (status != LLMK_OK) {
             result.failures.push_back(name + ": forward failed: " + err.message);

@@ -12,6 +12,7 @@
 #include "kernels/cpu/matmul_pairs.hpp"
 #include "plugins/api/llmk_linear.h"
 #include "plugins/plugin_library.hpp"
+#include "support/linear_call.hpp"
 
 namespace {
 
@@ -46,11 +47,11 @@ Result run_linear(uint32_t dtype, uint32_t in, uint32_t out, uint32_t rows, cons
   void* self = api.create(&d, &err);
   REQUIRE(self != nullptr);
   if (!outlives) std::fill(wf.begin(), wf.end(), NAN), std::fill(wh.begin(), wh.end(), 0xffff);  // copies must not borrow
-  REQUIRE(api.forward(self, x.data(), y.data(), rows, &err) == LLMK_OK);
+  REQUIRE(llmk::test::linear_forward(api, self, x.data(), y.data(), rows, &err) == LLMK_OK);
   // At the stored element size; f16 is repacked into 64-column panels (padded).
   const size_t element = dtype == LLMK_DTYPE_F32 ? 4 : 2;
-  CHECK(api.weight_bytes(self) >= static_cast<size_t>(in) * out * element);
-  CHECK(api.weight_bytes(self) < static_cast<size_t>(in) * (out + 64) * element);
+  CHECK(llmk::test::linear_weight_bytes(api, self) >= static_cast<size_t>(in) * out * element);
+  CHECK(llmk::test::linear_weight_bytes(api, self) < static_cast<size_t>(in) * (out + 64) * element);
   Result r;
   for (uint32_t m = 0; m < rows; ++m)
     for (uint32_t n = 0; n < out; ++n) {
@@ -136,14 +137,44 @@ TEST_CASE("linear.dense stores f32 weights as bf16 only when asked to", "[linear
   llmk_error err{};
   void* self = api.create(&d, &err);
   REQUIRE(self);
-  CHECK(api.weight_bytes(self) == 64 * 64 * 2);  // BF16 panels: 32 outputs padded to one 64-column panel
+  CHECK(llmk::test::linear_weight_bytes(api, self) == 64 * 64 * 2);  // BF16 panels: 32 outputs padded to one 64-column panel
   api.destroy(self);
   d.options = R"({"weight_dtype":"bf16","bf16_layout":"rows"})";
   self = api.create(&d, &err);
   REQUIRE(self);
-  CHECK(api.weight_bytes(self) == 64 * 32 * 2);
+  CHECK(llmk::test::linear_weight_bytes(api, self) == 64 * 32 * 2);
   api.destroy(self);
   d.options = R"({"weight_dtyp":"bf16"})";
   CHECK(api.create(&d, &err) == nullptr);
   CHECK(std::string(err.message).find("weight_dtyp") != std::string::npos);
+}
+
+TEST_CASE("a linear forward given less workspace than the layer asked for is refused, and other devices are declined",
+          "[linear]") {
+  static PluginLibrary lib("llmk_linear_dense");
+  const auto& api = lib.api<llmk_linear_api>();
+  std::vector<float> w(64 * 32, 0.3f), x(4 * 64, 1.0f), y(4 * 32);
+  llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 64, 32, LLMK_DTYPE_F32, w.data(), 1, 4, 1, "{}"};
+  llmk_error err{};
+  void* self = api.create(&d, &err);
+  REQUIRE(self);
+  size_t need = 0;
+  REQUIRE(api.workspace_bytes(self, 4, &need, &err) == LLMK_OK);
+  REQUIRE(need > 0);  // the panel GEMM's per-thread scratch
+  llmk::AlignedBuffer small(need - 1, "a test workspace");
+  CHECK(api.forward(self, x.data(), y.data(), 4, small.data(), small.bytes(), &err) == LLMK_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(err.message), Catch::Contains(std::to_string(need) + "-byte workspace"));
+  llmk::AlignedBuffer enough(need, "a test workspace");
+  CHECK(api.forward(self, x.data(), y.data(), 4, enough.data(), enough.bytes(), &err) == LLMK_OK);
+  CHECK(y[0] == Approx(64 * 0.3f));
+  api.destroy(self);
+
+  char why[256] = {};
+  d.device = LLMK_DEVICE_CUDA;
+  CHECK(api.supports(&d, why, sizeof(why)) == 0);
+  CHECK_THAT(std::string(why), Catch::Contains("not the CPU"));
+  d.device = LLMK_DEVICE_CPU;
+  d.activation_dtype = LLMK_DTYPE_BF16;
+  CHECK(api.supports(&d, why, sizeof(why)) == 0);
+  CHECK_THAT(std::string(why), Catch::Contains("activation dtype"));
 }

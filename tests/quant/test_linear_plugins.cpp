@@ -11,6 +11,7 @@
 #include "core/dtype.hpp"
 #include "plugins/api/llmk_linear.h"
 #include "quant/quant_test_util.hpp"
+#include "support/linear_call.hpp"
 
 namespace {
 
@@ -70,8 +71,8 @@ RunResult run(const LoadedLinear& l, const llmk_linear_desc& d, const std::vecto
   llmk_error err{};
   void* self = l.api->create(&d, &err);
   REQUIRE(self != nullptr);
-  RunResult r{std::vector<float>(size_t(rows) * d.out_features), l.api->weight_bytes(self)};
-  REQUIRE(l.api->forward(self, x.data(), r.y.data(), rows, &err) == LLMK_OK);
+  RunResult r{std::vector<float>(size_t(rows) * d.out_features), llmk::test::linear_weight_bytes(*l.api, self)};
+  REQUIRE(llmk::test::linear_forward(*l.api, self, x.data(), r.y.data(), rows, &err) == LLMK_OK);
   l.api->destroy(self);
   return r;
 }

@@ -8,7 +8,9 @@ their float64 NumPy reference.
     OUT_DIR/model.gguf                           (PyPI gguf: llama.cpp's writer)
     OUT_DIR/reference.json                       prompt ids, float64 logits of
                                                  prompt + greedy continuation at
-                                                 every position, greedy ids
+                                                 every position, greedy ids, and
+                                                 the logits without the
+                                                 architecture's feature
 
 The reference is written from the model's definition, not from llmk: RMSNorm,
 q/k/v projections (+ biases for Qwen2), rotate-half RoPE with the inverse
@@ -267,8 +269,14 @@ def write(arch, out):
         margins.append(float(top2[1] - top2[0]))
         ids.append(int(np.argmax(last)))
     logits = forward(w, spec, ids)
+    # The same sequence with the architecture's own feature left out (no
+    # window, no biases, no rope scaling): what a forward that ignored it
+    # would give, for tests to show they tell the two apart.
+    ablated = dict(spec, window=None, bias=False, scaling=None)
+    ablated_logits = forward({k: v for k, v in w.items() if not k.endswith(".bias")}, ablated, ids)
     ref = {"prompt_ids": ids[:PROMPT_LEN], "greedy_ids": ids[PROMPT_LEN:], "vocab_size": BASE["vocab"],
-           "logits": logits.tolist(), "min_greedy_margin": min(margins), "window": spec["window"]}
+           "logits": logits.tolist(), "ablated_logits": ablated_logits.tolist(), "min_greedy_margin": min(margins),
+           "window": spec["window"]}
     (out / "reference.json").write_text(json.dumps(ref))
 
 

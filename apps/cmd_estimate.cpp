@@ -153,7 +153,7 @@ const CommandRegistration registration{
     [](CLI::App& cmd) {
       auto o = std::make_shared<EstimateOptions>();
       cmd.add_option("--model", o->model_dir, "Hugging Face model directory (its config.json)");
-      cmd.add_option("--preset", o->preset, "model preset: llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b");
+      cmd.add_option("--preset", o->preset, "model preset: llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b, llama3.2-1b, qwen2.5-0.5b, mistral-7b");
       cmd.add_option("--device", o->device, "device from the built-in table (see --list-devices)")->capture_default_str();
       cmd.add_flag("--measure", o->measure, "use this machine's measured bandwidth and GEMM peak");
       cmd.add_option("--verify", o->verify, "with --measure: also time real decode steps and compare")->capture_default_str();

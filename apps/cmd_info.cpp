@@ -98,6 +98,22 @@ json describe(const EngineConfig& cfg) {
     out["source"] = checkpoint->source();
     tokenizer = checkpoint->tokenizer_path().string();
   }
+  // config.json's spelling; a GGUF file's per-frequency divisors as a list.
+  auto rope_scaling_json = [&](const RopeScaling& r) -> json {
+    json j = nullptr;
+    if (r.type == RopeScalingType::linear) j = {{"rope_type", "linear"}, {"factor", shortest(r.factor)}};
+    if (r.type == RopeScalingType::llama3)
+      j = {{"rope_type", "llama3"},
+           {"factor", shortest(r.factor)},
+           {"low_freq_factor", shortest(r.low_freq_factor)},
+           {"high_freq_factor", shortest(r.high_freq_factor)},
+           {"original_max_position_embeddings", r.original_max_position_embeddings}};
+    if (!r.freq_factors.empty()) {
+      if (j.is_null()) j = json::object();
+      j["freq_factors"] = r.freq_factors;
+    }
+    return j;
+  };
   const int32_t group = static_cast<int32_t>(cfg.kv_cache.group_size);
   const int64_t max_len = cfg.kv_cache.max_seq_len ? cfg.kv_cache.max_seq_len : mc.max_position_embeddings;
 
@@ -120,6 +136,8 @@ json describe(const EngineConfig& cfg) {
       {"eos_token_id", mc.eos_token_ids},
       {"add_bos_token", mc.add_bos_token},
       {"sliding_window", mc.sliding_window ? json(*mc.sliding_window) : json(nullptr)},
+      {"attention_bias", mc.attention_bias},
+      {"rope_scaling", rope_scaling_json(mc.rope_scaling)},
   };
   out["num_parameters"] = mc.num_parameters();
   out["num_parameters_in_tensors"] = counted_parameters;

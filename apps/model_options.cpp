@@ -11,7 +11,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--load-format", o.load_format, "auto, safetensors, gguf or dummy (random weights)")
       ->check(CLI::IsMember({"auto", "safetensors", "gguf", "dummy"}));
   cmd.add_option("--preset", o.preset,
-                 "model shape for dummy weights: llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b or a config.json");
+                 "model shape for dummy weights: llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b, llama3.2-1b, "
+                 "qwen2.5-0.5b, mistral-7b or a config.json");
   cmd.add_option("--tokenizer", o.tokenizer, "tokenizer.model or tokenizer.json to use instead of the model's");
   cmd.add_option("--chat-template", o.chat_template,
                  "Jinja chat template file to use instead of the model's (or llama-2, chatml)");

@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   const llmk_attention_desc desc{sizeof(llmk_attention_desc), o.heads, o.kv_heads, o.head_dim,
                                  1.0f / std::sqrt(static_cast<float>(o.head_dim)),
                                  i8 ? LLMK_DTYPE_I8 : f16 ? LLMK_DTYPE_F16 : LLMK_DTYPE_F32, i8 ? o.group : 0, o.context, o.batch,
-                                 o.threads, "{}"};
+                                 o.threads, "{}", 0};  // no sliding window
   llmk::AttentionImpl attention(registry.load(o.plugin, LLMK_PLUGIN_ATTENTION), desc);
   void* k_cache = i8 ? static_cast<void*>(kq.data()) : f16 ? static_cast<void*>(kh.data()) : kf.data();
   void* v_cache = i8 ? static_cast<void*>(vq.data()) : f16 ? static_cast<void*>(vh.data()) : vf.data();

@@ -194,6 +194,11 @@ std::map<std::string, std::vector<int64_t>> expected_tensors(const ModelConfig& 
     t[p + "self_attn.q_proj.weight"] = {q, h};  // [out, in]
     t[p + "self_attn.k_proj.weight"] = {kv, h};
     t[p + "self_attn.v_proj.weight"] = {kv, h};
+    if (c.attention_bias) {
+      t[p + "self_attn.q_proj.bias"] = {q};
+      t[p + "self_attn.k_proj.bias"] = {kv};
+      t[p + "self_attn.v_proj.bias"] = {kv};
+    }
     t[p + "self_attn.o_proj.weight"] = {h, q};
     t[p + "post_attention_layernorm.weight"] = {h};
     t[p + "mlp.gate_proj.weight"] = {inter, h};

@@ -60,7 +60,8 @@ class Checkpoint {
   std::string source_;
 };
 
-// The tensor names (Hugging Face layout) and shapes a config requires.
+// The tensor names (Hugging Face layout) and shapes a config requires
+// (q/k/v biases, [out], when config.attention_bias).
 std::map<std::string, std::vector<int64_t>> expected_tensors(const ModelConfig& config);
 
 // Loads a Hugging Face Llama directory (config.json + model.safetensors or
@@ -72,7 +73,8 @@ std::unique_ptr<Checkpoint> load_checkpoint(const std::filesystem::path& model_d
 // sizes; tokenizer_path is recorded as given. Element i of tensor t is a
 // function of (seed, t's name, i) only, so the bytes do not depend on the
 // thread count. Projections are uniform with std 1/sqrt(fan_in), embeddings
-// uniform with std 0.02, norms 1: activations stay O(1) through the layers.
+// uniform with std 0.02, q/k/v biases std 0.1, norms 1: activations stay
+// O(1) through the layers.
 std::unique_ptr<Checkpoint> make_dummy_checkpoint(const ModelConfig& config, uint64_t seed,
                                                   const std::filesystem::path& tokenizer_path);
 

@@ -357,8 +357,8 @@ void apply_override(EngineConfig& cfg, const std::string& key_equals_value) {
 void validate(const EngineConfig& c) {
   require_one_of("model.load_format", c.model.load_format, {"auto", "safetensors", "gguf", "dummy"});
   if (c.model.load_format == "dummy" && c.model.preset.empty())
-    fail("model.preset", "required with load_format dummy (llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b, or a "
-                         "config.json path)");
+    fail("model.preset", "required with load_format dummy (llama-110m, tinyllama-1.1b, llama2-7b, llama3-8b, "
+                         "llama3.2-1b, qwen2.5-0.5b, mistral-7b, or a config.json path)");
   if (c.model.load_format == "gguf" && c.model.path.empty())
     fail("model.path", "required with load_format gguf (a .gguf file)");
   if (c.model.load_format == "safetensors" && c.model.path.empty())

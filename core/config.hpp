@@ -23,7 +23,9 @@ namespace llmk {
 struct ModelSection {
   std::string path;                 // Hugging Face model directory or .gguf file
   std::string load_format = "auto"; // auto | safetensors | gguf | dummy
-  std::string preset;               // dummy: llama-110m | tinyllama-1.1b | llama2-7b | llama3-8b | path to config.json
+  // dummy: llama-110m | tinyllama-1.1b | llama2-7b | llama3-8b | llama3.2-1b | qwen2.5-0.5b | mistral-7b |
+  // path to config.json
+  std::string preset;
   std::string tokenizer;            // tokenizer.model or tokenizer.json override (dummy default: ../shared/models/llama2-tokenizer)
   uint64_t seed = 0;                // dummy weights' seed
   std::string chat_template;        // "" = from tokenizer_config, llama-2 | chatml | a Jinja file

@@ -132,10 +132,16 @@ class DummyCheckpoint final : public Checkpoint {
 
  private:
   void fill(const std::string& name, const std::vector<int64_t>& shape, void* dst, int64_t n, uint64_t seed) {
-    // Norm weights are 1; embeddings std 0.02; [out, in] projections std 1/sqrt(in).
-    const bool is_norm = shape.size() == 1;
+    // Norm weights are 1; embeddings std 0.02; [out, in] projections std
+    // 1/sqrt(in); q/k/v biases (Qwen2) std 0.1, the size of the projected
+    // values' spread.
+    const bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    const bool is_norm = shape.size() == 1 && !is_bias;
     const bool is_embedding = name == "model.embed_tokens.weight";
-    const float std_dev = is_norm ? 0.0f : is_embedding ? 0.02f : 1.0f / std::sqrt(static_cast<float>(shape[1]));
+    const float std_dev = is_norm        ? 0.0f
+                          : is_bias      ? 0.1f
+                          : is_embedding ? 0.02f
+                                         : 1.0f / std::sqrt(static_cast<float>(shape[1]));
     const float bound = std_dev * std::sqrt(3.0f);  // uniform(-b, b) has std b / sqrt(3)
     const uint64_t key = mix64(mix64(seed) ^ fnv1a(name));
     fill_tensor(config_.dtype, dst, n, key, bound);

@@ -1,6 +1,7 @@
 #include "core/gguf_checkpoint.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -60,7 +61,8 @@ GgufCheckpoint::GgufCheckpoint(std::unique_ptr<GgufFile> file) : file_(std::move
   config_ = gguf_model_config(f);
   source_ = f.name();
   const bool is_llama = config_.architecture == "LlamaForCausalLM";
-  // Nine tensors per layer plus the embedding and final norm: a block_count
+  // Nine tensors per layer plus the embedding and final norm (q/k/v biases
+  // when the config has them are listed as expected tensors): a block_count
   // the file cannot hold is refused before listing what it should hold.
   const uint64_t min_tensors = 9 * uint64_t(config_.num_layers) + 2;
   if (f.tensors().size() < min_tensors)
@@ -71,16 +73,8 @@ GgufCheckpoint::GgufCheckpoint(std::unique_ptr<GgufFile> file) : file_(std::move
 
   std::map<std::string, Mapped> found;  // engine name -> GGUF tensor
   for (const GgufTensorInfo& t : f.tensors()) {
-    if (t.name == "rope_freqs.weight")
-      fail_tensor(f, t.name, "per-frequency rope scaling factors (llama3 rope scaling) are not supported",
-                  ErrorCode::unsupported);
+    if (t.name == "rope_freqs.weight") continue;  // read into the config's rope scaling
     const std::string hf = gguf_to_hf_tensor_name(t.name);
-    const bool is_bias = hf.size() > 5 && hf.compare(hf.size() - 5, 5, ".bias") == 0;
-    if (is_bias && !is_llama)
-      fail_tensor(f, t.name,
-                  "qwen2 q/k/v projection biases are present, but the model forward has no projection biases "
-                  "yet (attention bias support is missing)",
-                  ErrorCode::unsupported);
     auto want = expected.find(hf);
     if (hf.empty() || want == expected.end())
       fail_tensor(f, t.name,
@@ -196,6 +190,50 @@ void unpermute_rotary_rows(const uint8_t* src, uint8_t* dst, int64_t num_heads, 
                     src + static_cast<size_t>(h * head_dim + 2 * i + s) * row_bytes, row_bytes);
 }
 
+namespace {
+
+// Rope scaling in GGUF, as llama.cpp's writer records it:
+//   - {arch}.rope.scaling.type "linear" with {arch}.rope.scaling.factor
+//     (positions divided by factor); "none" or absent: no scaling;
+//   - llama3 scaling as the rope_freqs.weight tensor (F32 or F16,
+//     [head_dim / 2]): per-frequency divisors, which llama.cpp's converter
+//     computes from config.json's rope_scaling. They are applied exactly
+//     (RopeScaling::freq_factors), so any per-frequency scheme stored that
+//     way is served, on top of a linear factor if both are present.
+// Other types (yarn, longrope) are refused with Error(unsupported).
+RopeScaling gguf_rope_scaling(const GgufFile& f, const std::string& a, int32_t head_dim) {
+  RopeScaling r;
+  const auto type = get_string(f, a + "rope.scaling.type");
+  if (type && *type == "linear") {
+    r.type = RopeScalingType::linear;
+    const double factor = get_number(f, a + "rope.scaling.factor", std::nullopt);
+    if (!(factor > 0 && factor < 1e30)) fail_key(f, a + "rope.scaling.factor", "must be a positive number");
+    r.factor = static_cast<float>(factor);
+  } else if (type && *type != "none") {
+    throw Error(ErrorCode::unsupported,
+                f.name() + ": " + a + "rope.scaling.type '" + *type + "' is not supported (none, linear)");
+  } else if (f.find(a + "rope.scaling.factor") && get_number(f, a + "rope.scaling.factor", std::nullopt) != 1.0 &&
+             !type) {
+    throw Error(ErrorCode::unsupported, f.name() + ": " + a + "rope.scaling.factor without a scaling type");
+  }
+  if (const GgufTensorInfo* t = f.find_tensor("rope_freqs.weight")) {
+    const std::vector<int64_t> shape = t->shape();
+    if (shape != std::vector<int64_t>{head_dim / 2})
+      fail_tensor(f, t->name, "shape " + shape_string(shape) + " is not [head_dim / 2] = [" +
+                                  std::to_string(head_dim / 2) + "]");
+    if (t->type != GgmlType::f32 && t->type != GgmlType::f16)
+      fail_tensor(f, t->name, "rope frequency factors must be F32 or F16", ErrorCode::unsupported);
+    r.freq_factors.resize(static_cast<size_t>(head_dim / 2));
+    dequantize_ggml(t->type, f.tensor_data(*t), r.freq_factors.data(), head_dim / 2);
+    for (float x : r.freq_factors)
+      if (!(x > 0.0f) || !std::isfinite(x))
+        fail_tensor(f, t->name, "holds " + std::to_string(x) + " (frequency factors must be positive and finite)");
+  }
+  return r;
+}
+
+}  // namespace
+
 ModelConfig gguf_model_config(const GgufFile& f) {
   const auto arch = get_string(f, "general.architecture");
   if (!arch) fail_key(f, "general.architecture", "is missing (required)");
@@ -238,12 +276,13 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   const double theta = get_number(f, a + "rope.freq_base", 10000.0);
   if (!(theta > 0 && theta < 1e30)) fail_key(f, a + "rope.freq_base", "must be a positive number");
   c.rope_theta = static_cast<float>(theta);
-  if (const auto scaling = get_string(f, a + "rope.scaling.type"); scaling && *scaling != "none")
-    throw Error(ErrorCode::unsupported,
-                f.name() + ": " + a + "rope.scaling.type '" + *scaling + "' is not supported (only none)");
-  if (f.find(a + "rope.scaling.factor") && get_number(f, a + "rope.scaling.factor", std::nullopt) != 1.0 &&
-      !get_string(f, a + "rope.scaling.type"))
-    throw Error(ErrorCode::unsupported, f.name() + ": " + a + "rope.scaling.factor without a scaling type");
+  c.rope_scaling = gguf_rope_scaling(f, a, c.head_dim);
+  // llama.cpp's writer has a sliding-window key ({arch}.attention.sliding_window);
+  // its Mistral conversion omits it, so such files attend to the whole context.
+  if (f.find(a + "attention.sliding_window")) c.sliding_window = get_int(f, a + "attention.sliding_window", std::nullopt);
+  // Qwen2's q/k/v biases: present on every layer or on none (a missing one is
+  // then reported as a missing tensor); llama files have none.
+  c.attention_bias = *arch == "qwen2" && f.find_tensor("blk.0.attn_q.bias") != nullptr;
 
   // Vocabulary: the explicit key, else the token list, else the embedding's rows.
   const auto tokens = get_string_array(f, "tokenizer.ggml.tokens");

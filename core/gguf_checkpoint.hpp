@@ -5,11 +5,13 @@
 // attention.key_length, attention.layer_norm_rms_epsilon, context_length,
 // rope.freq_base, and the vocabulary size ({arch}.vocab_size, else the
 // token list, else token_embd's rows); the tokenizer's special ids and
-// add_bos_token from tokenizer.ggml.*. Refused with Error(unsupported): other
-// architectures, rope scaling (rope.scaling.type other than none, or a
-// rope_freqs tensor), partial rotary (rope.dimension_count != head_dim),
-// tensor types other than F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, and Qwen2
-// files with q/k/v biases (the model forward has no projection biases yet).
+// add_bos_token from tokenizer.ggml.*; rope scaling from rope.scaling.type
+// "linear" + rope.scaling.factor, and the rope_freqs tensor (per-frequency
+// divisors: how llama.cpp stores llama3 scaling); attention.sliding_window;
+// Qwen2 q/k/v biases (blk.N.attn_q/k/v.bias) when the file has them.
+// Refused with Error(unsupported): other architectures, other rope scaling
+// types (yarn, longrope), partial rotary (rope.dimension_count != head_dim),
+// tensor types other than F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K.
 //
 // Tensors get the engine's (Hugging Face) names: token_embd ->
 // model.embed_tokens, blk.N.attn_q/k/v/output -> self_attn.q/k/v/o_proj,

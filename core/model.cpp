@@ -1,12 +1,15 @@
 // The Llama forward pass: embedding, then per layer
-//   rmsnorm -> qkv (fused linear) -> rope -> attention plugin -> o_proj
+//   rmsnorm -> qkv (fused linear) [+ q/k/v bias] -> rope -> attention plugin -> o_proj
 //   -> residual add + rmsnorm (fused) -> gate_up (fused linear) -> silu*up -> down
 // then final norm and lm_head on the logits rows only. The last layer's
 // o_proj and MLP also run on the logits rows only: other rows' outputs feed
 // nothing (their K/V were written by the attention call).
 //
 // Weights live in core/model_weights.cpp, the KV memory in core/kv_memory.cpp;
-// this file holds the activations and the order of the calls.
+// this file holds the activations and the order of the calls. Architecture
+// differences are data: Qwen2's q/k/v biases (added here after the linear
+// plugin's matmul), rope scaling (in the rotary tables, core/rope_scaling.hpp)
+// and Mistral's sliding window (passed to the attention plugin).
 #include "core/model.hpp"
 
 #include <omp.h>
@@ -20,6 +23,7 @@
 #include "core/error.hpp"
 #include "core/kv_memory.hpp"
 #include "core/model_weights.hpp"
+#include "core/rope_scaling.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/hadamard.hpp"
 #include "kernels/cpu/rmsnorm.hpp"
@@ -55,10 +59,6 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   m.cfg = m.checkpoint->config();
   m.rt = runtime;
   const ModelConfig& c = m.cfg;
-  if (c.sliding_window && static_cast<uint32_t>(*c.sliding_window) < m.rt.max_seq_len)
-    throw Error(ErrorCode::unsupported, "sliding_window attention (" + std::to_string(*c.sliding_window) +
-                                            ") shorter than the context (" + std::to_string(m.rt.max_seq_len) +
-                                            ") is not implemented");
   if (c.head_dim % 2 != 0) throw Error(ErrorCode::unsupported, "head_dim must be even for rotary embeddings");
   m.q_dim = static_cast<int64_t>(c.num_heads) * c.head_dim;
   m.kv_dim = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
@@ -79,6 +79,11 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   ad.max_tokens = m.rt.max_step_tokens;
   ad.num_threads = m.rt.num_threads;
   ad.options = ecfg.plugins.attention_options.c_str();
+  // Out-of-window tokens keep their KV slots: the window changes what
+  // attention reads, not what the cache holds (no memory is reclaimed).
+  ad.sliding_window = c.sliding_window && static_cast<uint32_t>(*c.sliding_window) < m.rt.max_seq_len
+                          ? static_cast<uint32_t>(*c.sliding_window)
+                          : 0;
   m.attention = std::make_unique<AttentionImpl>(plugins.load(ecfg.plugins.attention, LLMK_PLUGIN_ATTENTION), ad);
 
   m.kv = std::make_unique<KvMemory>(c, m.rt);
@@ -86,7 +91,7 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   const int64_t half = c.head_dim / 2;
   m.rope_cos.resize(static_cast<size_t>(m.rt.max_seq_len) * half);
   m.rope_sin.resize(m.rope_cos.size());
-  kc::rope_tables(c.rope_theta, c.head_dim, m.rt.max_seq_len, m.rope_cos.data(), m.rope_sin.data());
+  rope_tables(c, m.rt.max_seq_len, m.rope_cos.data(), m.rope_sin.data());
 
   const size_t t = m.rt.max_step_tokens;
   m.hidden.resize(t * c.hidden_size);
@@ -171,6 +176,13 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
     else kc::add_rmsnorm(hidden.data(), proj.data(), l.input_norm.data(), x_norm.data(), n, h, eps);
 
     l.qkv->forward(x_norm.data(), qkv.data(), static_cast<uint32_t>(n));
+    if (!l.qkv_bias.empty()) {
+      const float* bias = l.qkv_bias.data();  // [qkv_dim]
+      for (int64_t t = 0; t < n; ++t) {
+        float* row = qkv.data() + t * qkv_dim;
+        for (int64_t j = 0; j < qkv_dim; ++j) row[j] += bias[j];
+      }
+    }
     kc::rope(qkv.data(), qkv_dim, q.data(), q_dim, n, cfg.num_heads, hd, b.positions.data(), rope_cos.data(), rope_sin.data());
     kc::rope(qkv.data() + q_dim, qkv_dim, k.data(), kv_dim, n, cfg.num_kv_heads, hd, b.positions.data(), rope_cos.data(),
              rope_sin.data());

@@ -112,7 +112,7 @@ void check_special_ids(const ModelConfig& c, const std::string& source) {
 }
 
 void check_architecture(ModelConfig& c, const json& j, const std::string& source) {
-  static const char* const kSupported = "LlamaForCausalLM, MistralForCausalLM";
+  static const char* const kSupported = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM";
   if (present(j, "architectures")) {
     const json& a = j.at("architectures");
     if (!a.is_array() || a.size() != 1 || !a[0].is_string())
@@ -120,38 +120,89 @@ void check_architecture(ModelConfig& c, const json& j, const std::string& source
     c.architecture = a[0].get<std::string>();
   } else if (present(j, "model_type") && j.at("model_type").is_string()) {
     const std::string type = j.at("model_type").get<std::string>();
-    c.architecture = type == "llama" ? "LlamaForCausalLM" : type == "mistral" ? "MistralForCausalLM" : type;
+    c.architecture = type == "llama"     ? "LlamaForCausalLM"
+                     : type == "mistral" ? "MistralForCausalLM"
+                     : type == "qwen2"   ? "Qwen2ForCausalLM"
+                                         : type;
   } else {
     fail(ErrorCode::bad_checkpoint, source, "missing 'architectures' (and no 'model_type')");
   }
-  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM")
+  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM" &&
+      c.architecture != "Qwen2ForCausalLM")
     fail(ErrorCode::unsupported, source,
          "architectures: '" + c.architecture + "' is not supported (supported: " + kSupported + ")");
 }
 
 // Features that would change the forward pass: refused rather than ignored.
-void check_unsupported_features(const json& j, const std::string& source) {
+void check_unsupported_features(const ModelConfig& c, const json& j, const std::string& source) {
   if (present(j, "hidden_act")) {
     const json& v = j.at("hidden_act");
     if (!v.is_string() || v.get<std::string>() != "silu")
       fail(ErrorCode::unsupported, source, "hidden_act=" + v.dump() + " is not supported (only \"silu\")");
   }
-  for (const char* key : {"attention_bias", "mlp_bias"}) {
-    if (get_bool(j, key, source, false))
-      fail(ErrorCode::unsupported, source, std::string(key) + "=true is not supported (bias-free projections only)");
-  }
-  if (present(j, "rope_scaling")) {
-    const json& v = j.at("rope_scaling");
-    std::string type = "?";
-    if (v.is_object()) {
-      for (const char* k : {"rope_type", "type"})
-        if (v.contains(k) && v.at(k).is_string()) type = v.at(k).get<std::string>();
+  // Qwen2's modelling code has fixed biases (q/k/v) and ignores these keys.
+  if (c.architecture != "Qwen2ForCausalLM") {
+    for (const char* key : {"attention_bias", "mlp_bias"}) {
+      if (get_bool(j, key, source, false))
+        fail(ErrorCode::unsupported, source,
+             std::string(key) + "=true is not supported (" + c.architecture +
+                 " would bias o_proj or the MLP too; only Qwen2's q/k/v biases are)");
     }
-    fail(ErrorCode::unsupported, source,
-         "rope_scaling of type '" + type + "' is not supported (only null/absent): " + v.dump());
   }
   if (present(j, "quantization_config"))
     fail(ErrorCode::unsupported, source, "quantization_config: pre-quantized checkpoints are not supported");
+}
+
+// A positive number inside the rope_scaling object.
+float scaling_number(const json& v, const char* key, const std::string& source) {
+  if (!v.contains(key) || !v.at(key).is_number() || !(v.at(key).get<double>() > 0.0) || v.at(key).get<double>() > 1e30)
+    fail(ErrorCode::bad_checkpoint, source,
+         std::string("rope_scaling.") + key + " must be a positive number: " + v.dump());
+  return static_cast<float>(v.at(key).get<double>());
+}
+
+// rope_scaling: null, or an object whose "rope_type" (newer) or "type"
+// names the method.
+RopeScaling parse_rope_scaling(const json& j, const std::string& source) {
+  RopeScaling r;
+  if (!present(j, "rope_scaling")) return r;
+  const json& v = j.at("rope_scaling");
+  if (!v.is_object()) fail(ErrorCode::bad_checkpoint, source, "rope_scaling=" + v.dump() + " is not an object");
+  std::string type;
+  for (const char* k : {"type", "rope_type"})  // rope_type wins when both are given
+    if (v.contains(k) && v.at(k).is_string()) type = v.at(k).get<std::string>();
+  if (type.empty()) fail(ErrorCode::bad_checkpoint, source, "rope_scaling has no string 'rope_type' or 'type': " + v.dump());
+  if (type == "default") return r;
+  if (type == "linear") {
+    r.type = RopeScalingType::linear;
+    r.factor = scaling_number(v, "factor", source);
+    return r;
+  }
+  if (type == "llama3") {
+    r.type = RopeScalingType::llama3;
+    r.factor = scaling_number(v, "factor", source);
+    r.low_freq_factor = scaling_number(v, "low_freq_factor", source);
+    r.high_freq_factor = scaling_number(v, "high_freq_factor", source);
+    r.original_max_position_embeddings =
+        get_int(v, "original_max_position_embeddings", source + ": rope_scaling", std::nullopt);
+    if (!(r.low_freq_factor < r.high_freq_factor))
+      fail(ErrorCode::bad_checkpoint, source, "rope_scaling: low_freq_factor must be below high_freq_factor: " + v.dump());
+    return r;
+  }
+  fail(ErrorCode::unsupported, source,
+       "rope_scaling of type '" + type + "' is not supported (default, linear, llama3): " + v.dump());
+}
+
+// Mistral's sliding_window (Qwen2's only with use_sliding_window).
+std::optional<int32_t> parse_sliding_window(const ModelConfig& c, const json& j, const std::string& source) {
+  if (c.architecture == "Qwen2ForCausalLM") {
+    if (get_bool(j, "use_sliding_window", source, false))
+      fail(ErrorCode::unsupported, source,
+           "use_sliding_window=true is not supported (Qwen2 windows some layers only, per max_window_layers)");
+    return std::nullopt;
+  }
+  if (!present(j, "sliding_window")) return std::nullopt;
+  return get_int(j, "sliding_window", source, std::nullopt);
 }
 
 }  // namespace
@@ -160,7 +211,9 @@ ModelConfig parse_model_config_json(const std::string& text, const std::string& 
   const json j = parse_json_object(text, source);
   ModelConfig c;
   check_architecture(c, j, source);
-  check_unsupported_features(j, source);
+  check_unsupported_features(c, j, source);
+  c.attention_bias = c.architecture == "Qwen2ForCausalLM";
+  c.rope_scaling = parse_rope_scaling(j, source);
 
   c.hidden_size = get_int(j, "hidden_size", source, std::nullopt);
   c.intermediate_size = get_int(j, "intermediate_size", source, std::nullopt);
@@ -203,14 +256,8 @@ ModelConfig parse_model_config_json(const std::string& text, const std::string& 
   apply_special_ids(c, j, source);
   check_special_ids(c, source);
 
-  if (present(j, "sliding_window")) {
-    const int32_t window = get_int(j, "sliding_window", source, std::nullopt);
-    if (window < c.max_position_embeddings)
-      fail(ErrorCode::unsupported, source,
-           "sliding_window=" + std::to_string(window) + " is smaller than max_position_embeddings=" +
-               std::to_string(c.max_position_embeddings) + ": sliding-window attention is not implemented");
-    c.sliding_window = window;
-  }
+  // A window at least the context changes nothing; it is kept as given.
+  c.sliding_window = parse_sliding_window(c, j, source);
   return c;
 }
 
@@ -238,9 +285,10 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
 
 int64_t ModelConfig::num_parameters() const {
   const int64_t h = hidden_size, q = int64_t(num_heads) * head_dim, kv = int64_t(num_kv_heads) * head_dim;
-  const int64_t per_layer = h * q + 2 * h * kv + q * h  // q, k, v, o
-                            + 3 * h * intermediate_size  // gate, up, down
-                            + 2 * h;                     // the two norms
+  const int64_t per_layer = h * q + 2 * h * kv + q * h      // q, k, v, o
+                            + (attention_bias ? q + 2 * kv : 0)  // q, k, v biases
+                            + 3 * h * intermediate_size      // gate, up, down
+                            + 2 * h;                         // the two norms
   const int64_t embeddings = int64_t(vocab_size) * h * (tie_word_embeddings ? 1 : 2);
   return embeddings + num_layers * per_layer + h;
 }
@@ -277,7 +325,9 @@ ModelConfig make_preset(int32_t hidden, int32_t layers, int32_t heads, int32_t k
 
 }  // namespace
 
-std::vector<std::string> model_preset_names() { return {"llama-110m", "tinyllama-1.1b", "llama2-7b", "llama3-8b"}; }
+std::vector<std::string> model_preset_names() {
+  return {"llama-110m", "tinyllama-1.1b", "llama2-7b", "llama3-8b", "llama3.2-1b", "qwen2.5-0.5b", "mistral-7b"};
+}
 
 std::optional<ModelConfig> model_preset(const std::string& name) {
   if (name == "llama-110m") return make_preset(768, 12, 12, 12, 2048, 32000, DType::f32, 1024, true);
@@ -288,6 +338,40 @@ std::optional<ModelConfig> model_preset(const std::string& name) {
     c.rope_theta = 500000.0f;
     c.bos_token_id = 128000;
     c.eos_token_ids = {128001, 128009};  // <|end_of_text|>, <|eot_id|>
+    return c;
+  }
+  // The three below follow the published config.json files (head_dim is
+  // hidden / heads for each); their contexts (131072, 32768, 32768 there)
+  // are capped at 8192 so that a default KV cache and the rotary tables stay
+  // small. Llama 3.2's rope scaling and Mistral's 4096-token window still
+  // act within that context.
+  if (name == "llama3.2-1b") {
+    ModelConfig c = make_preset(2048, 16, 32, 8, 8192, 128256, DType::bf16, 8192, true);
+    c.rope_theta = 500000.0f;
+    c.rope_scaling.type = RopeScalingType::llama3;
+    c.rope_scaling.factor = 32.0f;
+    c.rope_scaling.low_freq_factor = 1.0f;
+    c.rope_scaling.high_freq_factor = 4.0f;
+    c.rope_scaling.original_max_position_embeddings = 8192;
+    c.bos_token_id = 128000;
+    c.eos_token_ids = {128001, 128008, 128009};  // <|end_of_text|>, <|eom_id|>, <|eot_id|>
+    return c;
+  }
+  if (name == "qwen2.5-0.5b") {
+    ModelConfig c = make_preset(896, 24, 14, 2, 4864, 151936, DType::bf16, 8192, true);
+    c.architecture = "Qwen2ForCausalLM";
+    c.attention_bias = true;
+    c.rope_theta = 1000000.0f;
+    c.rms_norm_eps = 1e-6f;
+    c.bos_token_id = 151643;
+    c.eos_token_ids = {151645, 151643};  // <|im_end|>, <|endoftext|>
+    c.add_bos_token = false;
+    return c;
+  }
+  if (name == "mistral-7b") {
+    ModelConfig c = make_preset(4096, 32, 32, 8, 14336, 32000, DType::bf16, 8192, false);
+    c.architecture = "MistralForCausalLM";
+    c.sliding_window = 4096;
     return c;
   }
   namespace fs = std::filesystem;

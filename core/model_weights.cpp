@@ -34,7 +34,7 @@ size_t ModelWeights::bytes() const {
   size_t total = embed->nbytes() + final_norm.size() * 4;
   for (const auto& l : layers)
     total += l.qkv->weight_bytes() + l.o->weight_bytes() + l.gate_up->weight_bytes() + l.down->weight_bytes() +
-             (l.input_norm.size() + l.post_norm.size()) * 4;
+             (l.input_norm.size() + l.post_norm.size() + l.qkv_bias.size()) * 4;
   // A tied head shares the embedding's bytes when borrowed; count what the plugin reports.
   total += lm_head->weight_bytes();
   return total;
@@ -104,6 +104,13 @@ ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins,
     const std::string p = "model.layers." + std::to_string(i) + ".";
     w.layers[i].input_norm = to_f32(checkpoint.tensor(p + "input_layernorm.weight"));
     w.layers[i].post_norm = to_f32(checkpoint.tensor(p + "post_attention_layernorm.weight"));
+    if (cfg.attention_bias) {
+      std::vector<float>& bias = w.layers[i].qkv_bias;
+      for (const char* part : {"q_proj", "k_proj", "v_proj"}) {
+        const std::vector<float> b = to_f32(checkpoint.tensor(p + "self_attn." + part + ".bias"));
+        bias.insert(bias.end(), b.begin(), b.end());
+      }
+    }
   }
   w.final_norm = to_f32(checkpoint.tensor("model.norm.weight"));
   w.embed = &checkpoint.tensor("model.embed_tokens.weight");

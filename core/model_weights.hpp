@@ -1,6 +1,8 @@
 // The weights of the Llama forward as the CPU executor holds them: linear
-// layers built by the linear plugin (q/k/v and gate/up fused), norms in f32,
-// and the embedding table borrowed from the checkpoint.
+// layers built by the linear plugin (q/k/v and gate/up fused), norms and
+// q/k/v biases in f32 (the forward adds biases after the plugin's matmul, so
+// every linear plugin serves biased models unchanged), and the embedding
+// table borrowed from the checkpoint.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +19,7 @@ namespace llmk {
 struct LayerWeights {
   std::vector<float> input_norm, post_norm;  // [hidden]
   std::unique_ptr<LinearImpl> qkv;           // [q_dim + 2 kv_dim, hidden]
+  std::vector<float> qkv_bias;               // [q_dim + 2 kv_dim] (q, k, v biases), empty when the model has none
   std::unique_ptr<LinearImpl> o;             // [hidden, q_dim]
   std::unique_ptr<LinearImpl> gate_up;       // [2 intermediate, hidden]
   std::unique_ptr<LinearImpl> down;          // [hidden, intermediate]

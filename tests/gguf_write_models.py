@@ -233,7 +233,8 @@ def write_tiny(out, arch, variants):
     """Variants: bias (qwen2 q/k/v biases), tied (no output.weight), f16 (every
     matrix F16), mixed (one F16 projection among F32 ones), q4_1 (one Q4_1
     projection), drop (no blk.1.ffn_up), badshape (blk.0.attn_k one row
-    short), extra (an unknown tensor), rope_freqs (llama3 scaling factors)."""
+    short), extra (an unknown tensor), rope_freqs (llama3 scaling factors, all
+    1), rope_freqs_short (one factor too few), yarn (rope.scaling.type yarn)."""
     rng = np.random.default_rng(3)
     hidden, inter, layers, heads, kv, vocab = 32, 64, 2, 4, 2, 48
     w = gguf.GGUFWriter(out, arch)
@@ -246,6 +247,9 @@ def write_tiny(out, arch, variants):
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(10000.0)
     w.add_vocab_size(vocab)
+    if "yarn" in variants:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(4.0)
     hd = hidden // heads
 
     def mat(name, *shape):
@@ -283,6 +287,8 @@ def write_tiny(out, arch, variants):
         mat("blk.0.attn_qkv.weight", 3 * hidden, hidden)
     if "rope_freqs" in variants:
         w.add_tensor("rope_freqs.weight", np.ones(hd // 2, np.float32))
+    if "rope_freqs_short" in variants:
+        w.add_tensor("rope_freqs.weight", np.ones(hd // 2 - 1, np.float32))
     finish(w)
 
 

@@ -4,9 +4,14 @@
  * no padding, where each sequence contributes either a prefill chunk (many new
  * tokens) or a decode (one new token). The plugin first writes the new K/V
  * into the layer's cache at slot_mapping, then computes causal attention of
- * every new query over its sequence's whole context (GQA: query head h reads
- * KV head h / (num_heads / num_kv_heads)). A plugin may route prefill chunks
- * and decodes to different kernels.
+ * every new query over its sequence's context (GQA: query head h reads KV
+ * head h / (num_heads / num_kv_heads)). With desc.sliding_window = W > 0 a
+ * query at position p sees only positions (p - W, p], i.e. max(0, p - W + 1)
+ * .. p (Mistral's sliding window); every path (prefill, chunked prefill on a
+ * cached prefix, decode) and every KV dtype must honour it. The cache still
+ * holds the older positions: reclaiming them is the allocator's business,
+ * not the plugin's. A plugin may route prefill chunks and decodes to
+ * different kernels.
  *
  * KV addressing, shared by every allocator: token position p of sequence s
  * lives at physical slot  block_tables[s * max_blocks_per_seq + p / block_size]
@@ -22,7 +27,8 @@
 extern "C" {
 #endif
 
-#define LLMK_ATTENTION_API_VERSION 1u
+/* 2: llmk_attention_desc gained sliding_window. */
+#define LLMK_ATTENTION_API_VERSION 2u
 
 typedef struct llmk_attention_desc {
   uint32_t struct_size;
@@ -36,6 +42,7 @@ typedef struct llmk_attention_desc {
   uint32_t max_tokens;     /* most new tokens in one call */
   uint32_t num_threads;    /* CPU plugins: worker threads to use */
   const char* options;     /* JSON object of plugin options from config, "{}" when none */
+  uint32_t sliding_window; /* keys visible to a query, itself included; 0 = the whole context */
 } llmk_attention_desc;
 
 /* One layer's cache. For F32: k, v are float[num_slots][num_kv_heads][head_dim].

@@ -68,28 +68,29 @@ inline float exp_shift_sum(float* s, float m, int n) {
 
 }  // namespace
 
-void attend_chunk(const float* const* q_rows, const int64_t* last_key, int num_rows, const float* const* k_rows,
-                  const float* const* v_rows, int64_t first_key, int num_keys, int head_dim, float scale,
-                  float* scores, RowsState state) {
+void attend_chunk(const float* const* q_rows, const int64_t* low_key, const int64_t* last_key, int num_rows,
+                  const float* const* k_rows, const float* const* v_rows, int64_t first_key, int num_keys,
+                  int head_dim, float scale, float* scores, RowsState state) {
   for (int r = 0; r < num_rows; ++r) {
-    // Keys this row may see in the chunk: a prefix, by causality.
-    const int visible = static_cast<int>(std::clamp<int64_t>(last_key[r] - first_key + 1, 0, num_keys));
-    if (visible == 0) continue;
+    // Keys this row may see in the chunk: [lo, hi), by causality and the window.
+    const int hi = static_cast<int>(std::clamp<int64_t>(last_key[r] - first_key + 1, 0, num_keys));
+    const int lo = static_cast<int>(std::clamp<int64_t>(low_key[r] - first_key, 0, hi));
+    if (hi == lo) continue;
     float* s = scores + static_cast<int64_t>(r) * num_keys;
     float chunk_max = -std::numeric_limits<float>::infinity();
-    for (int j = 0; j < visible; ++j) {
+    for (int j = lo; j < hi; ++j) {
       s[j] = dot(q_rows[r], k_rows[j], head_dim) * scale;
       chunk_max = std::max(chunk_max, s[j]);
     }
     const float m_old = state.m[r];
     const float m_new = std::max(m_old, chunk_max);
     const float alpha = std::exp(m_old - m_new);  // 0 on the first chunk (m_old = -inf)
-    const float chunk_sum = exp_shift_sum(s, m_new, visible);
+    const float chunk_sum = exp_shift_sum(s + lo, m_new, hi - lo);
     state.l[r] = state.l[r] * alpha + chunk_sum;
     state.m[r] = m_new;
     float* acc = state.acc + static_cast<int64_t>(r) * head_dim;
-    scale_add(acc, alpha, s[0], v_rows[0], head_dim);
-    for (int j = 1; j < visible; ++j) scale_add(acc, 1.0f, s[j], v_rows[j], head_dim);
+    scale_add(acc, alpha, s[lo], v_rows[lo], head_dim);
+    for (int j = lo + 1; j < hi; ++j) scale_add(acc, 1.0f, s[j], v_rows[j], head_dim);
   }
 }
 

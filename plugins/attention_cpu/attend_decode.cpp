@@ -121,7 +121,7 @@ void decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& dq
   const bool prefetch_next = !shape.int8 && 2 * kDecodeTile * range * static_cast<int64_t>(sizeof(E)) <= (64 << 10);
   const E* k_rows[kDecodeTile];
   const E* v_rows[kDecodeTile];
-  for (int64_t t0 = 0; t0 < dq.context_len; t0 += kDecodeTile) {
+  for (int64_t t0 = dq.first_pos; t0 < dq.context_len; t0 += kDecodeTile) {
     const int n = static_cast<int>(std::min<int64_t>(kDecodeTile, dq.context_len - t0));
     for (int j = 0; j < n; ++j) {
       const int64_t slot = slot_of(dq.table, dq.block_size, t0 + j);

@@ -1,5 +1,5 @@
-// Decode attention: one new query token of one sequence against its whole
-// cached context, for all query heads of a range of KV heads.
+// Decode attention: one new query token of one sequence against its cached
+// context (or the window of it the model allows), for all query heads of a range of KV heads.
 //
 // A decode step reads every cached K/V row of every running sequence once, so
 // it is bound by memory traffic and by how little work surrounds each key.
@@ -33,7 +33,8 @@ struct DecodeQuery {
   float* out;             // [num_heads, head_dim] of the token
   const int32_t* table;   // the sequence's block table
   uint32_t block_size;
-  int64_t context_len;    // positions 0 .. context_len - 1 are visible
+  int64_t first_pos;      // positions first_pos .. context_len - 1 are visible (> 0 under a sliding window)
+  int64_t context_len;
   uint32_t kv_begin, kv_end;
   uint32_t group;         // query heads per KV head
   float scale;

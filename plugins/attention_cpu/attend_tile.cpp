@@ -77,9 +77,9 @@ void accumulate_all(const float* p, const float* alpha, const float* const* v_ro
 
 bool tile_supports(int head_dim) { return head_dim % 16 == 0 && head_dim <= 128 && head_dim > 0; }
 
-void attend_chunk_tiled(const float* const* q_rows, const int64_t* last_key, int num_rows, const float* const* k_rows,
-                        const float* const* v_rows, int64_t first_key, int num_keys, int head_dim, float scale,
-                        float* scores, RowsState state, float* k_t, float* alpha) {
+void attend_chunk_tiled(const float* const* q_rows, const int64_t* low_key, const int64_t* last_key, int num_rows,
+                        const float* const* k_rows, const float* const* v_rows, int64_t first_key, int num_keys,
+                        int head_dim, float scale, float* scores, RowsState state, float* k_t, float* alpha) {
   // Keys transposed: k_t[d, j] = k_j[d]; missing keys are zero (masked below).
   for (int j = 0; j < kTileKeys; ++j)
     for (int d = 0; d < head_dim; ++d) k_t[d * kTileKeys + j] = j < num_keys ? k_rows[j][d] : 0.0f;
@@ -88,13 +88,15 @@ void attend_chunk_tiled(const float* const* q_rows, const int64_t* last_key, int
   for (; r + 6 <= num_rows; r += 6) score_rows<6>(q_rows + r, head_dim, k_t, scale, scores + r * kTileKeys);
   for (; r < num_rows; ++r) score_rows<1>(q_rows + r, head_dim, k_t, scale, scores + r * kTileKeys);
 
-  // Online softmax per row over its visible prefix of the chunk.
+  // Online softmax per row over its visible keys [lo, visible) of the chunk
+  // (a prefix unless a sliding window cuts its start); hidden keys get p = 0.
   int max_visible = 0;
   for (int i = 0; i < num_rows; ++i) {
     const int visible = static_cast<int>(std::clamp<int64_t>(last_key[i] - first_key + 1, 0, num_keys));
+    const int lo = static_cast<int>(std::clamp<int64_t>(low_key[i] - first_key, 0, visible));
     max_visible = std::max(max_visible, visible);
     float* s = scores + i * kTileKeys;
-    if (visible == 0) {
+    if (visible == lo) {
       alpha[i] = 1.0f;
       for (int j = 0; j < kTileKeys; j += 16) _mm512_storeu_ps(s + j, _mm512_setzero_ps());
       continue;
@@ -102,8 +104,10 @@ void attend_chunk_tiled(const float* const* q_rows, const int64_t* last_key, int
     __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     __mmask16 masks[kKeyVecs];
     for (int j = 0; j < kKeyVecs; ++j) {
-      const int valid = std::clamp(visible - 16 * j, 0, 16);
-      masks[j] = static_cast<__mmask16>(valid == 16 ? 0xffffu : (1u << valid) - 1u);
+      const int valid = std::clamp(visible - 16 * j, 0, 16), hidden = std::clamp(lo - 16 * j, 0, 16);
+      const uint32_t below_end = valid == 16 ? 0xffffu : (1u << valid) - 1u;
+      const uint32_t below_lo = hidden == 16 ? 0xffffu : (1u << hidden) - 1u;
+      masks[j] = static_cast<__mmask16>(below_end & ~below_lo);
       mx = _mm512_mask_max_ps(mx, masks[j], mx, _mm512_loadu_ps(s + 16 * j));
     }
     const float m_new = std::max(state.m[i], _mm512_reduce_max_ps(mx));
@@ -139,10 +143,11 @@ void attend_chunk_tiled(const float* const* q_rows, const int64_t* last_key, int
 
 bool tile_supports(int) { return false; }
 
-void attend_chunk_tiled(const float* const* q_rows, const int64_t* last_key, int num_rows, const float* const* k_rows,
-                        const float* const* v_rows, int64_t first_key, int num_keys, int head_dim, float scale,
-                        float* scores, RowsState state, float*, float*) {
-  attend_chunk(q_rows, last_key, num_rows, k_rows, v_rows, first_key, num_keys, head_dim, scale, scores, state);
+void attend_chunk_tiled(const float* const* q_rows, const int64_t* low_key, const int64_t* last_key, int num_rows,
+                        const float* const* k_rows, const float* const* v_rows, int64_t first_key, int num_keys,
+                        int head_dim, float scale, float* scores, RowsState state, float*, float*) {
+  attend_chunk(q_rows, low_key, last_key, num_rows, k_rows, v_rows, first_key, num_keys, head_dim, scale, scores,
+               state);
 }
 
 #endif

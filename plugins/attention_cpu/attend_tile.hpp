@@ -17,8 +17,8 @@ bool tile_supports(int head_dim);
 
 // Same contract as attend_chunk, with num_keys <= kTileKeys.
 // k_t: [head_dim, kTileKeys] scratch; alpha: [num_rows] scratch.
-void attend_chunk_tiled(const float* const* q_rows, const int64_t* last_key, int num_rows, const float* const* k_rows,
-                        const float* const* v_rows, int64_t first_key, int num_keys, int head_dim, float scale,
-                        float* scores, RowsState state, float* k_t, float* alpha);
+void attend_chunk_tiled(const float* const* q_rows, const int64_t* low_key, const int64_t* last_key, int num_rows,
+                        const float* const* k_rows, const float* const* v_rows, int64_t first_key, int num_keys,
+                        int head_dim, float scale, float* scores, RowsState state, float* k_t, float* alpha);
 
 }  // namespace llmk::attention_cpu

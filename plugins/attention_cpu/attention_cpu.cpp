@@ -1,4 +1,6 @@
-// attention.cpu: causal GQA attention over a paged KV cache on CPU threads.
+// attention.cpu: causal GQA attention over a paged KV cache on CPU threads,
+// with an optional sliding window (each query row and each decode starts its
+// keys at the window's first position; the rest of the cache is not read).
 //
 // One call: write the new K/V at slot_mapping, then split the batch into
 // work items (sequence, KV head, block of query tokens) spread over OpenMP
@@ -40,7 +42,7 @@ using plugin::Error;
 struct Scratch {
   std::vector<const float*> q_rows, k_rows, v_rows;
   std::vector<float*> out_rows;
-  std::vector<int64_t> last_key;
+  std::vector<int64_t> low_key, last_key;  // per query row: visible keys [low_key, last_key]
   std::vector<float> scores, m, l, acc, k_buf, v_buf, k_t, alpha;
   DecodeScratch decode;
 };
@@ -58,11 +60,11 @@ struct WorkItem {
 class AttentionCpu {
  public:
   static constexpr const char* kName = "attention.cpu";
-  static constexpr const char* kVersion = "1.0.0";
+  static constexpr const char* kVersion = "1.1.0";
   static constexpr const char* kDescription =
       "CPU causal GQA attention over a paged KV cache (online softmax, OpenMP), F32, F16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
-      R"({"kv_dtypes":["f32","f16","i8"],"devices":["cpu"],"paged":true,"gqa":true})";
+      R"({"kv_dtypes":["f32","f16","i8"],"devices":["cpu"],"paged":true,"gqa":true,"sliding_window":true})";
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
     if (d.num_heads == 0 || d.num_kv_heads == 0 || d.head_dim == 0) {
@@ -94,6 +96,7 @@ class AttentionCpu {
       : num_heads_(d.num_heads),
         group_(d.num_heads / d.num_kv_heads),
         scale_(d.scale),
+        window_(d.sliding_window),
         num_threads_(std::max<uint32_t>(1, d.num_threads)) {
     std::string why;
     if (!supports(d, why)) throw Error(LLMK_ERR_UNSUPPORTED, why);
@@ -109,6 +112,7 @@ class AttentionCpu {
     for (Scratch& s : scratch_) {
       s.q_rows.resize(rows);
       s.out_rows.resize(rows);
+      s.low_key.resize(rows);
       s.last_key.resize(rows);
       s.k_rows.resize(kChunk);
       s.v_rows.resize(kChunk);
@@ -202,6 +206,11 @@ class AttentionCpu {
     }
   }
 
+  // The first position a query at `pos` may see.
+  int64_t first_visible(int64_t pos) const {
+    return window_ == 0 ? 0 : std::max<int64_t>(0, pos - static_cast<int64_t>(window_) + 1);
+  }
+
   void run_item(const llmk_attention_args& a, const WorkItem& item, Scratch& s) const {
     if (item.kv_head_end != 0) {
       const int64_t row = item.first_token;
@@ -209,6 +218,7 @@ class AttentionCpu {
                            a.out + row * num_heads_ * shape_.head_dim,
                            a.block_tables + static_cast<int64_t>(item.seq) * a.max_blocks_per_seq,
                            a.block_size,
+                           first_visible(a.context_lens[item.seq] - 1),
                            a.context_lens[item.seq],
                            item.kv_head,
                            item.kv_head_end,
@@ -230,6 +240,7 @@ class AttentionCpu {
         s.q_rows[r] = a.q + (row * num_heads_ + head) * head_dim;
         s.out_rows[r] = a.out + (row * num_heads_ + head) * head_dim;
         s.last_key[r] = first_pos + (row - seq_begin);
+        s.low_key[r] = first_visible(s.last_key[r]);
         s.m[r] = -std::numeric_limits<float>::infinity();
         s.l[r] = 0.0f;
       }
@@ -237,22 +248,23 @@ class AttentionCpu {
     std::fill(s.acc.begin(), s.acc.begin() + num_rows * head_dim, 0.0f);
     const RowsState state{s.m.data(), s.l.data(), s.acc.data()};
     const int32_t* table = a.block_tables + static_cast<int64_t>(item.seq) * a.max_blocks_per_seq;
+    // Rows are in position order: the first row sees the lowest keys, the last the highest.
     const int64_t num_keys = s.last_key[num_rows - 1] + 1;
     // Four or more rows (prefill blocks, GQA decode groups): the tiled kernel
     // (two small GEMMs per chunk), measured 2-4x faster there; fewer rows
     // (multi-head decode): one dot product per (row, key), no transposition.
     const bool tiled = num_rows >= kTileMinRows && !s.k_t.empty();
-    for (int64_t first = 0; first < num_keys; first += kChunk) {
+    for (int64_t first = s.low_key[0]; first < num_keys; first += kChunk) {
       const int count = static_cast<int>(std::min<int64_t>(kChunk, num_keys - first));
       read_kv(a.kv, shape_, table, a.block_size, item.kv_head, first, count, s.k_rows.data(), s.v_rows.data(),
               s.k_buf.data(), s.v_buf.data());
       if (tiled)
-        attend_chunk_tiled(s.q_rows.data(), s.last_key.data(), num_rows, s.k_rows.data(), s.v_rows.data(), first,
-                           count, static_cast<int>(head_dim), scale_, s.scores.data(), state, s.k_t.data(),
-                           s.alpha.data());
+        attend_chunk_tiled(s.q_rows.data(), s.low_key.data(), s.last_key.data(), num_rows, s.k_rows.data(),
+                           s.v_rows.data(), first, count, static_cast<int>(head_dim), scale_, s.scores.data(), state,
+                           s.k_t.data(), s.alpha.data());
       else
-        attend_chunk(s.q_rows.data(), s.last_key.data(), num_rows, s.k_rows.data(), s.v_rows.data(), first, count,
-                     static_cast<int>(head_dim), scale_, s.scores.data(), state);
+        attend_chunk(s.q_rows.data(), s.low_key.data(), s.last_key.data(), num_rows, s.k_rows.data(), s.v_rows.data(),
+                     first, count, static_cast<int>(head_dim), scale_, s.scores.data(), state);
     }
     finish_rows(state, num_rows, static_cast<int>(head_dim), s.out_rows.data());
   }
@@ -260,6 +272,7 @@ class AttentionCpu {
   uint32_t num_heads_;
   uint32_t group_;
   float scale_;
+  uint32_t window_;  // 0: whole context; else keys (p - window_, p] for a query at p
   uint32_t num_threads_;
   KvShape shape_;
   bool decode_kernel_ = false;

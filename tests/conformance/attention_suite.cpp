@@ -42,6 +42,18 @@ SuiteResult run_attention_suite(const Plugin& plugin) {
   SuiteResult result;
   result.plugin = plugin.info().name;
   const auto dtypes = declared_kv_dtypes(plugin.info());
+  auto record = [&](const test::AttentionOutcome& r, const std::string& name) {
+    if (!r.supported) {
+      ++result.num_unsupported;
+    } else if (!r.cache_ok) {
+      result.failures.push_back(name + ": " + r.why);
+    } else if (!(r.max_err <= kOutputTolerance)) {
+      result.failures.push_back(name + ": max error " + std::to_string(r.max_err) + " > " +
+                                std::to_string(kOutputTolerance) + (r.why.empty() ? "" : " (" + r.why + ")"));
+    } else {
+      ++result.num_passed;
+    }
+  };
   struct Heads {
     uint32_t num_heads, num_kv_heads, head_dim;
   };
@@ -58,18 +70,23 @@ SuiteResult run_attention_suite(const Plugin& plugin) {
         const std::string name = "heads " + std::to_string(h.num_heads) + "/" + std::to_string(h.num_kv_heads) +
                                  " head_dim " + std::to_string(h.head_dim) + " block " + std::to_string(block_size) +
                                  " kv " + kv.name;
-        const auto r = test::check_attention_step(plugin.attention(), p, kv.dtype, 2,
-                                                  h.head_dim * 131 + block_size + kv.dtype, group);
-        if (!r.supported) {
-          ++result.num_unsupported;
-        } else if (!r.cache_ok) {
-          result.failures.push_back(name + ": " + r.why);
-        } else if (!(r.max_err <= kOutputTolerance)) {
-          result.failures.push_back(name + ": max error " + std::to_string(r.max_err) + " > " +
-                                    std::to_string(kOutputTolerance) + (r.why.empty() ? "" : " (" + r.why + ")"));
-        } else {
-          ++result.num_passed;
-        }
+        record(test::check_attention_step(plugin.attention(), p, kv.dtype, 2,
+                                          h.head_dim * 131 + block_size + kv.dtype, group),
+               name);
+      }
+    }
+    for (const uint32_t window : {1u, 7u, 100u}) {
+      for (const KvType& kv : kKvTypes) {
+        if (std::find(dtypes.begin(), dtypes.end(), kv.name) == dtypes.end()) continue;
+        const uint32_t group = h.head_dim % 8 == 0 ? 8 : h.head_dim;
+        test::AttentionProblem p{h.num_heads, h.num_kv_heads, h.head_dim, 16, {13, 5, 1, 1, 20, 1},
+                                 {13, 29, 1, 150, 47, 2047}, window};
+        const std::string name = "heads " + std::to_string(h.num_heads) + "/" + std::to_string(h.num_kv_heads) +
+                                 " head_dim " + std::to_string(h.head_dim) + " sliding window " +
+                                 std::to_string(window) + " kv " + kv.name;
+        record(test::check_attention_step(plugin.attention(), p, kv.dtype, 2,
+                                          h.head_dim * 977 + window + kv.dtype, group),
+               name);
       }
     }
   }

@@ -1,5 +1,6 @@
 // Every attention plugin on the search path against the float64 reference,
-// and proof that the suite catches a plugin whose causal mask is off by one.
+// and proof that the suite catches a plugin whose causal mask is off by one
+// and one that ignores the sliding window.
 #include <catch2/catch.hpp>
 
 #include "conformance.hpp"
@@ -30,4 +31,17 @@ TEST_CASE("the attention suite fails a copy of attention.cpu whose causal mask i
   CHECK(r.num_passed == 0);
   REQUIRE_FALSE(r.failures.empty());
   CAPTURE(r.failures.front());
+}
+
+TEST_CASE("the attention suite fails a copy of attention.cpu that ignores the sliding window, and only there",
+          "[conformance][attention]") {
+  PluginRegistry registry({LLMK_CONFORMANCE_FIXTURE_DIR});
+  const SuiteResult r = run_attention_suite(registry.load("attention.nowindow", LLMK_PLUGIN_ATTENTION));
+  INFO(r.num_passed << " passed, " << r.num_unsupported << " unsupported, " << r.failures.size() << " failed");
+  // Without a window it is attention.cpu itself: those cases pass.
+  CHECK(r.num_passed > 0);
+  REQUIRE_FALSE(r.failures.empty());
+  // Every windowed case fails (3 head shapes x 3 windows x 3 KV dtypes), and nothing else does.
+  CHECK(r.failures.size() == 27);
+  for (const auto& f : r.failures) CHECK_THAT(f, Catch::Contains("sliding window"));
 }

@@ -159,7 +159,56 @@ TEST_CASE("presets describe the published model shapes", "[dummy][presets]") {
   CHECK(l3.dtype == DType::bf16);
   CHECK(model_preset("llama2-7b")->dtype == DType::bf16);
   CHECK_FALSE(model_preset("no-such-model").has_value());
-  CHECK(model_preset_names().size() == 4);
+  CHECK(model_preset_names().size() == 7);
+}
+
+TEST_CASE("the Llama 3.2, Qwen2.5 and Mistral presets have the published shapes and parameter counts",
+          "[dummy][presets]") {
+  // Published totals: Llama-3.2-1B 1,235,814,400; Mistral-7B-v0.1
+  // 7,241,732,096; Qwen2.5-0.5B 494,032,768 (0.36B without its tied
+  // embedding), q/k/v biases included.
+  const ModelConfig l = *model_preset("llama3.2-1b");
+  CHECK(l.num_parameters() == 1235814400);
+  CHECK(l.head_dim == 64);
+  CHECK(l.num_kv_heads == 8);
+  CHECK(l.tie_word_embeddings);
+  CHECK(l.rope_theta == 500000.0f);
+  CHECK(l.rope_scaling.type == RopeScalingType::llama3);
+  CHECK(l.rope_scaling.factor == 32.0f);
+  CHECK(l.rope_scaling.low_freq_factor == 1.0f);
+  CHECK(l.rope_scaling.high_freq_factor == 4.0f);
+  CHECK(l.rope_scaling.original_max_position_embeddings == 8192);
+  const ModelConfig m = *model_preset("mistral-7b");
+  CHECK(m.num_parameters() == 7241732096);
+  CHECK(m.architecture == "MistralForCausalLM");
+  CHECK(m.sliding_window == 4096);
+  CHECK(m.max_position_embeddings > 4096);  // the window acts inside the preset's context
+  CHECK_FALSE(m.tie_word_embeddings);
+  const ModelConfig q = *model_preset("qwen2.5-0.5b");
+  CHECK(q.architecture == "Qwen2ForCausalLM");
+  CHECK(q.attention_bias);
+  CHECK(q.tie_word_embeddings);
+  CHECK(q.head_dim == 64);
+  CHECK(q.rope_theta == 1000000.0f);
+  CHECK(q.num_parameters() == 494032768);
+}
+
+TEST_CASE("dummy Qwen2 weights carry random q/k/v biases", "[dummy][presets]") {
+  ModelConfig c = *model_preset("qwen2.5-0.5b");
+  c.num_layers = 1;
+  c.intermediate_size = 64;
+  c.vocab_size = 1000;
+  c.dtype = DType::f32;
+  const auto ckpt = make_dummy_checkpoint(c, 5, "");
+  const TensorView& b = ckpt->tensor("model.layers.0.self_attn.k_proj.bias");
+  REQUIRE(b.shape == std::vector<int64_t>{2 * 64});
+  const float* x = static_cast<const float*>(b.data);
+  double sum_sq = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) sum_sq += double(x[i]) * x[i];
+  CHECK(std::sqrt(sum_sq / b.numel()) == Approx(0.1).epsilon(0.25));  // std 0.1, not the norms' ones
+  CHECK(ckpt->has("model.layers.0.self_attn.q_proj.bias"));
+  CHECK(ckpt->has("model.layers.0.self_attn.v_proj.bias"));
+  CHECK_FALSE(ckpt->has("model.layers.0.self_attn.o_proj.bias"));
 }
 
 // Hidden (run with `test_core "[slow]"`): 2.2 GB of F16 weights. The time

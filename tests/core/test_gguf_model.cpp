@@ -257,6 +257,17 @@ TEST_CASE("GGUF tensors map to the engine's names, types and tying", "[gguf]") {
   {
     const auto c = load_gguf_checkpoint(write_tiny(dir, "qwen2"));
     CHECK(c->config().architecture == "Qwen2ForCausalLM");
+    CHECK_FALSE(c->config().attention_bias);
+  }
+  {
+    const auto c = load_gguf_checkpoint(write_tiny(dir, "qwen2 bias"));
+    CHECK(c->config().attention_bias);
+    CHECK(c->tensor("model.layers.1.self_attn.v_proj.bias").shape == std::vector<int64_t>{16});
+  }
+  {
+    const auto c = load_gguf_checkpoint(write_tiny(dir, "llama rope_freqs"));
+    CHECK(c->config().rope_scaling.freq_factors == std::vector<float>(4, 1.0f));
+    CHECK_FALSE(c->has("rope_freqs.weight"));
   }
   CHECK(gguf_to_hf_tensor_name("blk.12.ffn_down.weight") == "model.layers.12.mlp.down_proj.weight");
   CHECK(gguf_to_hf_tensor_name("blk.0.attn_k.bias") == "model.layers.0.self_attn.k_proj.bias");
@@ -268,8 +279,10 @@ TEST_CASE("GGUF tensors map to the engine's names, types and tying", "[gguf]") {
 TEST_CASE("GGUF models the engine cannot run are refused naming the tensor and the reason", "[gguf][errors]") {
   if (!have_gguf_python()) LLMK_SKIP("the project venv with PyPI gguf is absent");
   TempDir dir;
-  CHECK_THAT(load_error(write_tiny(dir, "qwen2 bias"), ErrorCode::unsupported),
-             Contains("tensor 'blk.0.attn_q.bias'") && Contains("bias support is missing"));
+  CHECK_THAT(load_error(write_tiny(dir, "llama yarn"), ErrorCode::unsupported),
+             Contains("rope.scaling.type 'yarn' is not supported (none, linear)"));
+  CHECK_THAT(load_error(write_tiny(dir, "llama rope_freqs_short"), ErrorCode::bad_checkpoint),
+             Contains("tensor 'rope_freqs.weight': shape [3] is not [head_dim / 2] = [4]"));
   CHECK_THAT(load_error(write_tiny(dir, "llama q4_1"), ErrorCode::unsupported),
              Contains("tensor 'blk.1.ffn_gate.weight'") && Contains("type Q4_1 is not supported"));
   CHECK_THAT(load_error(write_tiny(dir, "llama drop"), ErrorCode::bad_checkpoint),
@@ -278,8 +291,6 @@ TEST_CASE("GGUF models the engine cannot run are refused naming the tensor and t
              Contains("tensor 'blk.0.attn_k.weight': shape [15, 32] does not match the metadata's [16, 32]"));
   CHECK_THAT(load_error(write_tiny(dir, "llama extra"), ErrorCode::bad_checkpoint),
              Contains("tensor 'blk.0.attn_qkv.weight': unexpected tensor"));
-  CHECK_THAT(load_error(write_tiny(dir, "llama rope_freqs"), ErrorCode::unsupported),
-             Contains("tensor 'rope_freqs.weight'") && Contains("llama3 rope scaling"));
   CHECK_THAT(load_error(write_tiny(dir, "llama bias"), ErrorCode::bad_checkpoint),
              Contains("tensor 'blk.0.attn_q.bias': unexpected tensor"));
 }

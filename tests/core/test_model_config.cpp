@@ -1,4 +1,4 @@
-// config.json parsing: defaults, Mistral, special tokens from the side files,
+// config.json parsing: defaults, Mistral, Qwen2, rope scaling, special tokens from the side files,
 // sizes, and refusals that name the file, the key and what is wrong.
 #include <catch2/catch.hpp>
 
@@ -60,7 +60,7 @@ TEST_CASE("an explicit head_dim need not divide hidden_size", "[model_config]") 
   CHECK(c.num_parameters() == 512 * 60 * 2 + 5 * (60 * 96 * 2 + 2 * 60 * 48 + 3 * 60 * 172 + 2 * 60) + 60);
 }
 
-TEST_CASE("Mistral configs load, with a sliding window no shorter than the context", "[model_config]") {
+TEST_CASE("Mistral configs load with their sliding window, shorter than the context or not", "[model_config]") {
   json j = base_config();
   j["architectures"] = {"MistralForCausalLM"};
   j["max_position_embeddings"] = 4096;
@@ -71,8 +71,64 @@ TEST_CASE("Mistral configs load, with a sliding window no shorter than the conte
   CHECK(c.architecture == "MistralForCausalLM");
   CHECK(c.sliding_window == 4096);
   j["sliding_window"] = 1024;
-  CHECK_THAT(parse_error(j, ErrorCode::unsupported),
-             Contains("dir/config.json") && Contains("sliding_window=1024") && Contains("not implemented"));
+  CHECK(parse_model_config_json(j.dump(), "config.json").sliding_window == 1024);
+  j["sliding_window"] = 0;
+  CHECK_THAT(parse_error(j), Contains("sliding_window=0 is out of range"));
+}
+
+TEST_CASE("Qwen2 configs load with q/k/v biases and without their unused window", "[model_config]") {
+  json j = base_config();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["sliding_window"] = 32768;
+  j["use_sliding_window"] = false;
+  j["max_window_layers"] = 5;
+  j["tie_word_embeddings"] = true;
+  j["rope_theta"] = 1000000.0;
+  const ModelConfig c = parse_model_config_json(j.dump(), "config.json");
+  CHECK(c.architecture == "Qwen2ForCausalLM");
+  CHECK(c.attention_bias);
+  CHECK_FALSE(c.sliding_window.has_value());
+  CHECK(c.rope_theta == 1000000.0f);
+  // Biases: 64 (q) + 2 x 32 (k, v) per layer on top of the bias-free count.
+  json no_bias = j;
+  no_bias["architectures"] = {"LlamaForCausalLM"};
+  no_bias.erase("sliding_window");
+  CHECK(c.num_parameters() == parse_model_config_json(no_bias.dump(), "c").num_parameters() + 5 * (64 + 2 * 32));
+  json by_type = base_config();
+  by_type.erase("architectures");
+  by_type["model_type"] = "qwen2";
+  CHECK(parse_model_config_json(by_type.dump(), "c").architecture == "Qwen2ForCausalLM");
+  j["use_sliding_window"] = true;
+  CHECK_THAT(parse_error(j, ErrorCode::unsupported), Contains("use_sliding_window=true is not supported"));
+}
+
+TEST_CASE("llama3 and linear rope scaling are read under rope_type or type", "[model_config]") {
+  json j = base_config();
+  j["rope_scaling"] = {{"rope_type", "llama3"},   {"factor", 32.0},
+                       {"low_freq_factor", 1.0},  {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  ModelConfig c = parse_model_config_json(j.dump(), "config.json");
+  CHECK(c.rope_scaling.type == RopeScalingType::llama3);
+  CHECK(c.rope_scaling.factor == 32.0f);
+  CHECK(c.rope_scaling.low_freq_factor == 1.0f);
+  CHECK(c.rope_scaling.high_freq_factor == 4.0f);
+  CHECK(c.rope_scaling.original_max_position_embeddings == 8192);
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  c = parse_model_config_json(j.dump(), "config.json");
+  CHECK(c.rope_scaling.type == RopeScalingType::linear);
+  CHECK(c.rope_scaling.factor == 2.0f);
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  CHECK(parse_model_config_json(j.dump(), "config.json").rope_scaling.type == RopeScalingType::none);
+
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  CHECK_THAT(parse_error(j), Contains("rope_scaling.low_freq_factor must be a positive number"));
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 1.0},
+                       {"original_max_position_embeddings", 8192}};
+  CHECK_THAT(parse_error(j), Contains("low_freq_factor must be below high_freq_factor"));
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", -2.0}};
+  CHECK_THAT(parse_error(j), Contains("rope_scaling.factor must be a positive number"));
+  j["rope_scaling"] = {{"factor", 2.0}};
+  CHECK_THAT(parse_error(j), Contains("rope_scaling has no string 'rope_type' or 'type'"));
 }
 
 TEST_CASE("torch_dtype and eos lists are read", "[model_config]") {
@@ -162,10 +218,10 @@ TEST_CASE("bad sizes are refused naming the key and the value", "[model_config]"
 
 TEST_CASE("features the engine does not implement are refused, never ignored", "[model_config]") {
   json j = base_config();
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
-  CHECK_THAT(parse_error(j, ErrorCode::unsupported), Contains("rope_scaling of type 'llama3'"));
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  CHECK_THAT(parse_error(j, ErrorCode::unsupported), Contains("rope_scaling of type 'linear'"));
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 8.0}};
+  CHECK_THAT(parse_error(j, ErrorCode::unsupported), Contains("rope_scaling of type 'dynamic' is not supported"));
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 2.0}};
+  CHECK_THAT(parse_error(j, ErrorCode::unsupported), Contains("rope_scaling of type 'yarn' is not supported"));
   j["rope_scaling"] = nullptr;
   CHECK_NOTHROW(parse_model_config_json(j.dump(), "c"));
 

@@ -20,7 +20,11 @@ namespace llmk::test {
 
 namespace fs = std::filesystem;
 
-inline fs::path venv_python() { return fs::path(LLMK_SOURCE_DIR) / ".venv" / "bin" / "python"; }
+// Token for token the definition in gguf_test_support.hpp and
+// jinja_reference.hpp: one inline function of one name and type in the
+// whole test binary (a different return type here broke the ODR and
+// crashed whichever caller got the other definition).
+inline std::string venv_python() { return std::string(LLMK_SOURCE_DIR) + "/.venv/bin/python"; }
 inline fs::path reference_script() { return fs::path(LLMK_SOURCE_DIR) / "tests" / "core" / "tokenizer_json_reference.py"; }
 inline fs::path llama2_spm_model() { return fs::path(LLMK_SHARED_DIR) / "models" / "llama2-tokenizer" / "tokenizer.model"; }
 
@@ -48,7 +52,7 @@ inline std::optional<fs::path> fixtures_dir() {
   const fs::path dir = fs::path(LLMK_BINARY_DIR) / "tests" / ("tokenizer_json_fixtures_" + std::to_string(version));
   if (fs::exists(dir / "done")) return dir;
   const fs::path tmp = make_temp_dir((dir.string() + ".tmp"));
-  const std::string cmd = quoted(venv_python()) + " " + quoted(reference_script()) + " make " + quoted(tmp) + " " +
+  const std::string cmd = quoted(fs::path(venv_python())) + " " + quoted(reference_script()) + " make " + quoted(tmp) + " " +
                           quoted(llama2_spm_model());
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("fixture generation failed: " + cmd);
   std::ofstream(tmp / "done") << "ok";
@@ -69,7 +73,7 @@ inline HfReference hf_reference(const fs::path& tokenizer_json, const std::vecto
                                 const std::vector<std::vector<int32_t>>& id_lists) {
   const fs::path dir = make_temp_dir("llmk_hf_reference");
   std::ofstream(dir / "request.json") << nlohmann::json{{"texts", texts}, {"id_lists", id_lists}}.dump();
-  const std::string cmd = quoted(venv_python()) + " " + quoted(reference_script()) + " reference " +
+  const std::string cmd = quoted(fs::path(venv_python())) + " " + quoted(reference_script()) + " reference " +
                           quoted(tokenizer_json) + " " + quoted(dir / "request.json") + " " + quoted(dir / "out.json");
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("reference run failed: " + cmd);
   const auto j = nlohmann::json::parse(read_all(dir / "out.json"));

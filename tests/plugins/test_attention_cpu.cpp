@@ -109,7 +109,7 @@ TEST_CASE("attention.cpu refuses configurations it cannot serve, with a reason",
   const auto& api = lib.api<llmk_attention_api>();
   CHECK(std::string(lib.info().name) == "attention.cpu");
   char why[256] = {};
-  llmk_attention_desc d{sizeof(llmk_attention_desc), 6, 4, 64, 0.125f, LLMK_DTYPE_F32, 0, 128, 16, 1, "{}"};
+  llmk_attention_desc d{sizeof(llmk_attention_desc), 6, 4, 64, 0.125f, LLMK_DTYPE_F32, 0, 128, 16, 1, "{}", 0};
   CHECK(api.supports(&d, why, sizeof(why)) == 0);
   CHECK(std::string(why).find("divide") != std::string::npos);
   d.num_kv_heads = 2;
@@ -126,7 +126,7 @@ TEST_CASE("attention.cpu refuses configurations it cannot serve, with a reason",
 TEST_CASE("attention.cpu rejects a block table that points outside the cache", "[attention]") {
   PluginLibrary lib("llmk_attention_cpu");
   const auto& api = lib.api<llmk_attention_api>();
-  llmk_attention_desc d{sizeof(llmk_attention_desc), 2, 1, 16, 0.25f, LLMK_DTYPE_F32, 0, 64, 16, 1, "{}"};
+  llmk_attention_desc d{sizeof(llmk_attention_desc), 2, 1, 16, 0.25f, LLMK_DTYPE_F32, 0, 64, 16, 1, "{}", 0};
   llmk_error err{};
   void* self = api.create(&d, &err);
   REQUIRE(self);

@@ -4,7 +4,8 @@
 // tests and the conformance suite that runs every discovered plugin.
 //
 // The reference is softmax(q k^T * scale) v in double over what the cache
-// holds after the step (dequantized for I8, widened for F16), so it checks
+// holds after the step (only the last `sliding_window` positions up to the
+// query's own when the problem sets a window) (dequantized for I8, widened for F16), so it checks
 // the plugin's arithmetic exactly up to F32 rounding; what the plugin wrote
 // for the new tokens is checked separately against the inputs, within the
 // rounding its cache type allows (half an F16 unit, half an I8 step).
@@ -27,6 +28,7 @@ struct AttentionProblem {
   uint32_t block_size;
   std::vector<int32_t> new_tokens;  // per sequence
   std::vector<int32_t> context;     // per sequence, after the step
+  uint32_t sliding_window = 0;      // 0: whole context; else a query at p sees (p - window, p]
 };
 
 struct AttentionOutcome {
@@ -89,7 +91,7 @@ inline AttentionOutcome check_attention_step(const llmk_attention_api& api, cons
 
   llmk_attention_desc desc{sizeof(llmk_attention_desc), p.num_heads, p.num_kv_heads, p.head_dim,
                            1.0f / std::sqrt(static_cast<float>(p.head_dim)), kv_dtype, group, 4096, 4096,
-                           num_threads, "{}"};
+                           num_threads, "{}", p.sliding_window};
   char why[512] = {};
   if (api.supports(&desc, why, sizeof(why)) != 1) {
     result.supported = false;
@@ -200,22 +202,23 @@ inline AttentionOutcome check_attention_step(const llmk_attention_api& api, cons
   for (uint32_t s = 0; s < num_seqs; ++s) {
     for (int32_t t = 0; t < p.new_tokens[s]; ++t, ++row) {
       const int64_t pos = cached[s] + t;
+      const int64_t low = p.sliding_window == 0 ? 0 : std::max<int64_t>(0, pos - p.sliding_window + 1);
       for (int64_t h = 0; h < nh; ++h) {
         const int64_t g = h / (nh / kvh);
-        std::vector<double> w(pos + 1);
+        std::vector<double> w(pos + 1 - low);  // w[j - low] for keys low .. pos
         double mx = -1e300;
-        for (int64_t j = 0; j <= pos; ++j) {
+        for (int64_t j = low; j <= pos; ++j) {
           double d = 0;
           for (int64_t i = 0; i < hd; ++i)
             d += static_cast<double>(q[(row * nh + h) * hd + i]) * K(s, j, g, i);
-          w[j] = d / std::sqrt(static_cast<double>(hd));
-          mx = std::max(mx, w[j]);
+          w[j - low] = d / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, w[j - low]);
         }
         double sum = 0;
         for (auto& x : w) sum += (x = std::exp(x - mx));
         for (int64_t i = 0; i < hd; ++i) {
           double ref = 0;
-          for (int64_t j = 0; j <= pos; ++j) ref += w[j] / sum * V(s, j, g, i);
+          for (int64_t j = low; j <= pos; ++j) ref += w[j - low] / sum * V(s, j, g, i);
           const double got = out[(row * nh + h) * hd + i];
           // A NaN or a row never written counts as an infinite error.
           const double e = std::isfinite(got) ? std::fabs(ref - got) : std::numeric_limits<double>::infinity();

@@ -10,9 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "support/venv.hpp"
+
 namespace llmk::test {
 
-inline std::string venv_python() { return std::string(LLMK_SOURCE_DIR) + "/.venv/bin/python"; }
 inline bool have_gguf_python() {
   std::error_code ec;  // a dangling or looping .venv link counts as absent
   if (!std::filesystem::is_regular_file(venv_python(), ec)) return false;

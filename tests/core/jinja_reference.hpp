@@ -10,9 +10,10 @@
 #include <string>
 #include <unistd.h>
 
+#include "support/venv.hpp"
+
 namespace llmk::test {
 
-inline std::string venv_python() { return std::string(LLMK_SOURCE_DIR) + "/.venv/bin/python"; }
 inline bool have_venv() { return std::filesystem::exists(venv_python()); }
 
 // cases: [{"template": PATH | "source": TEXT, "variables": {...}}]. Returns

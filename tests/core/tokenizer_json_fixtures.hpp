@@ -16,15 +16,12 @@
 #include <unistd.h>
 #include <vector>
 
+#include "support/venv.hpp"
+
 namespace llmk::test {
 
 namespace fs = std::filesystem;
 
-// Token for token the definition in gguf_test_support.hpp and
-// jinja_reference.hpp: one inline function of one name and type in the
-// whole test binary (a different return type here broke the ODR and
-// crashed whichever caller got the other definition).
-inline std::string venv_python() { return std::string(LLMK_SOURCE_DIR) + "/.venv/bin/python"; }
 inline fs::path reference_script() { return fs::path(LLMK_SOURCE_DIR) / "tests" / "core" / "tokenizer_json_reference.py"; }
 inline fs::path llama2_spm_model() { return fs::path(LLMK_SHARED_DIR) / "models" / "llama2-tokenizer" / "tokenizer.model"; }
 

@@ -104,8 +104,8 @@ std::string gguf_sentencepiece_model_proto(const GgufFile& f) {
   const std::string model = gguf_tokenizer_model(f);
   if (model == "gpt2")
     throw Error(ErrorCode::unsupported,
-                f.name() + ": tokenizer.ggml.model 'gpt2' (byte-level BPE) is not wired into the tokenizer yet; "
-                           "pass --tokenizer with a sentencepiece tokenizer.model");
+                f.name() + ": tokenizer.ggml.model 'gpt2' is byte-level BPE, not sentencepiece "
+                           "(Tokenizer loads it through gguf_bpe_vocab)");
   if (model != "llama")
     throw Error(ErrorCode::unsupported, f.name() + ": tokenizer.ggml.model '" + model +
                                             "' is not supported (llama; gpt2 is read but not yet usable)");

@@ -7,12 +7,8 @@
 // tokenizer.ggml.add_space_prefix is false, as llama.cpp tokenizes.
 //
 // "gpt2" (byte-level BPE as in tokenizer.json): tokens, merges and the
-// pre-tokenizer name are returned as GgufBpeVocab. Tokenizer does not load
-// them yet (it refuses such a file with Error(unsupported); --tokenizer
-// with the model's tokenizer.json works). The remaining step: map
-// pre_tokenizer ("llama-bpe", "qwen2", ...) to its split regex and build the
-// tokenizer.json backend (core/tokenizer_json.hpp) from this data, which
-// needs an entry point over an in-memory document rather than a file.
+// pre-tokenizer name are returned as GgufBpeVocab, which
+// core/gguf_bpe_tokenizer.hpp turns into the tokenizer.json backend's spec.
 #pragma once
 
 #include <cstdint>

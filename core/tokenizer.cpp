@@ -1,7 +1,10 @@
 #include "core/tokenizer.hpp"
 
 #include "core/error.hpp"
+#include "core/gguf.hpp"
+#include "core/gguf_bpe_tokenizer.hpp"
 #include "core/tokenizer_backend.hpp"
+#include "core/tokenizer_json.hpp"
 
 namespace llmk {
 
@@ -111,6 +114,10 @@ Tokenizer::Tokenizer(const std::filesystem::path& model_file) : impl_(std::make_
   }
   if (model_file.extension() == ".json") {
     impl_->backend = detail::make_tokenizer_json_backend(model_file);
+  } else if (is_gguf_file(model_file) && gguf_tokenizer_model(GgufFile(model_file)) == "gpt2") {
+    const std::string where = model_file.string();
+    impl_->backend = detail::make_tokenizer_json_backend(
+        detail::gguf_bpe_spec(gguf_bpe_vocab(GgufFile(model_file)), where), where);
   } else {
     impl_->backend = detail::make_sentencepiece_backend(model_file);
   }

@@ -141,11 +141,14 @@ class AddedTokenMatcher {
 class TokenizerJsonBackend final : public TokenizerBackend {
  public:
   explicit TokenizerJsonBackend(const std::filesystem::path& file)
-      : spec_(read_tokenizer_json(file)),
-        bpe_(std::move(spec_.vocab), spec_.merges, spec_.bpe, file.string() + ": /model") {
+      : TokenizerJsonBackend(read_tokenizer_json(file), file.string()) {}
+
+  // `where` names the source in errors (a file, or a GGUF file's metadata).
+  TokenizerJsonBackend(TokenizerJsonSpec spec, const std::string& where)
+      : spec_(std::move(spec)), bpe_(std::move(spec_.vocab), spec_.merges, spec_.bpe, where + ": /model") {
     spec_.merges.clear();
     spec_.merges.shrink_to_fit();
-    build_table(file);
+    build_table(where);
     for (const auto& a : spec_.added_tokens) (a.normalized ? normalized_matcher_ : raw_matcher_).add(&a);
   }
 
@@ -313,7 +316,7 @@ class TokenizerJsonBackend final : public TokenizerBackend {
 
   // Fills table_ and contents_ from the vocabulary, the added tokens and the
   // decoder, so that the streaming detokenizer reproduces decode().
-  void build_table(const std::filesystem::path& file) {
+  void build_table(const std::string& file) {
     int32_t size = 0;
     for (const auto& [token, id] : bpe_.vocab()) size = std::max(size, id + 1);
     for (const auto& a : spec_.added_tokens) size = std::max(size, a.id + 1);
@@ -366,9 +369,9 @@ class TokenizerJsonBackend final : public TokenizerBackend {
     for (int32_t id : spec_.template_suffix) check_id(file, id, size);
   }
 
-  static void check_id(const std::filesystem::path& file, int32_t id, int32_t size) {
+  static void check_id(const std::string& file, int32_t id, int32_t size) {
     if (id >= size)
-      throw Error(ErrorCode::bad_checkpoint, file.string() + ": /post_processor: token id " + std::to_string(id) +
+      throw Error(ErrorCode::bad_checkpoint, file + ": /post_processor: token id " + std::to_string(id) +
                                                  " is outside the vocabulary of " + std::to_string(size));
   }
 
@@ -384,6 +387,10 @@ class TokenizerJsonBackend final : public TokenizerBackend {
 
 std::unique_ptr<TokenizerBackend> make_tokenizer_json_backend(const std::filesystem::path& json_file) {
   return std::make_unique<TokenizerJsonBackend>(json_file);
+}
+
+std::unique_ptr<TokenizerBackend> make_tokenizer_json_backend(TokenizerJsonSpec spec, const std::string& where) {
+  return std::make_unique<TokenizerJsonBackend>(std::move(spec), where);
 }
 
 }  // namespace llmk::detail

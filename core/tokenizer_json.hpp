@@ -28,9 +28,13 @@
 #include <memory>
 
 #include "core/tokenizer_backend.hpp"
+#include "core/tokenizer_json_spec.hpp"
 
 namespace llmk::detail {
 
 std::unique_ptr<TokenizerBackend> make_tokenizer_json_backend(const std::filesystem::path& json_file);
+// The same backend over a spec made elsewhere (a GGUF file's byte-level BPE
+// vocabulary, core/gguf_bpe_tokenizer.hpp); `where` names it in errors.
+std::unique_ptr<TokenizerBackend> make_tokenizer_json_backend(TokenizerJsonSpec spec, const std::string& where);
 
 }  // namespace llmk::detail

@@ -16,6 +16,11 @@ and quantizers), the independent reference for llmk's GGUF reader.
            quantized type, and its F32 twin (gguf.quants' dequantization).
   tiny     OUT.gguf llama|qwen2 [VARIANT...]   a 2-layer random model (see
            write_tiny for the variants).
+  bpe-tokenizer TOKENIZER_JSON PRE OUT.gguf   a Hugging Face byte-level BPE
+           tokenizer.json's vocabulary as llama.cpp's converter stores it:
+           tokens in id order, added tokens typed control (special) or
+           user-defined, merges, tokenizer.ggml.pre = PRE, the BOS the
+           post-processor adds. No tensors.
 """
 import json
 import struct
@@ -341,6 +346,36 @@ def write_kquant_pair(out_quant, out_f32):
         finish(w)
 
 
+def write_bpe_tokenizer(tokenizer_json, pre, out):
+    doc = json.loads(Path(tokenizer_json).read_text(encoding="utf-8"))
+    model = doc["model"]
+    tokens = {i: t for t, i in model["vocab"].items()}
+    types = {i: gguf.TokenType.NORMAL for i in tokens}
+    for added in doc.get("added_tokens", []):
+        tokens[added["id"]] = added["content"]
+        types[added["id"]] = gguf.TokenType.CONTROL if added["special"] else gguf.TokenType.USER_DEFINED
+    n = max(tokens) + 1
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    w = gguf.GGUFWriter(out, "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list([tokens.get(i, f"[PAD{i}]") for i in range(n)])
+    w.add_token_types([int(types.get(i, gguf.TokenType.UNUSED)) for i in range(n)])
+    w.add_token_merges(merges)
+    bos = None
+    post = doc.get("post_processor") or {}
+    steps = post.get("processors", [post]) if post.get("type") == "Sequence" else [post]
+    for step in steps:
+        if step.get("type") == "TemplateProcessing":
+            first = step["single"][0]
+            if "SpecialToken" in first:
+                bos = step["special_tokens"][first["SpecialToken"]["id"]]["ids"][0]
+    if bos is not None:
+        w.add_bos_token_id(bos)
+    w.add_add_bos_token(bos is not None)
+    finish(w)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "stories":
@@ -353,5 +388,7 @@ if __name__ == "__main__":
         write_kquant_pair(*args)
     elif cmd == "tiny":
         write_tiny(args[0], args[1], args[2:])
+    elif cmd == "bpe-tokenizer":
+        write_bpe_tokenizer(*args)
     else:
         sys.exit(f"unknown command {cmd}")

@@ -61,8 +61,8 @@ inline void set_error(llmk_error* err, int status, const char* message) {
 // reason unless they are what a CPU plugin serves: CPU, F32.
 inline bool cpu_f32_linear(const llmk_linear_desc& d, std::string& why) {
   const bool has_fields = d.struct_size >= offsetof(llmk_linear_desc, activation_dtype) + sizeof(uint32_t);
-  const uint32_t device = has_fields ? d.device : LLMK_DEVICE_CPU;
-  const uint32_t activations = has_fields ? d.activation_dtype : LLMK_DTYPE_F32;
+  const uint32_t device = has_fields ? d.device : static_cast<uint32_t>(LLMK_DEVICE_CPU);
+  const uint32_t activations = has_fields ? d.activation_dtype : static_cast<uint32_t>(LLMK_DTYPE_F32);
   if (device != LLMK_DEVICE_CPU) {
     why = "device " + std::to_string(device) + " is not the CPU";
     return false;

@@ -97,7 +97,7 @@ TEST_CASE("a GGUF BPE vocabulary is read for the byte-level tokenizer, and refus
   CHECK(v.eos_id == 2);
   CHECK(v.bos_id == -1);
   CHECK(v.token_types == std::vector<int32_t>{1, 1, 1});
-  CHECK_THROWS_WITH(gguf_sentencepiece_model_proto(f), Contains("'gpt2'") && Contains("not wired"));
+  CHECK_THROWS_WITH(gguf_sentencepiece_model_proto(f), Contains("'gpt2'") && Contains("not sentencepiece"));
 
   GgufBytes bad;
   bad.u32(GgufFile::kMagic).u32(3).u64(0).u64(3);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/checkpoint.hpp"
+#include "core/error.hpp"
 #include "core/tokenizer.hpp"
 #include "support/skip.hpp"
 #include "tokenizer_json_fixtures.hpp"
@@ -31,9 +32,10 @@ std::vector<std::vector<int32_t>> random_id_lists(int32_t vocab_size, const std:
   return lists;
 }
 
-// Compares llmk with Hugging Face on the corpus and random ids.
-void check_against_hf(const fs::path& file, const std::vector<int32_t>& rich_ids) {
-  Tokenizer tokenizer(file);
+// Compares llmk with Hugging Face on the corpus and random ids: llmk reads
+// `llmk_file` (default: the tokenizer.json itself), Hugging Face `file`.
+void check_against_hf(const fs::path& file, const std::vector<int32_t>& rich_ids, const fs::path& llmk_file = {}) {
+  Tokenizer tokenizer(llmk_file.empty() ? file : llmk_file);
   const auto texts = t::varied_corpus();
   const auto id_lists = random_id_lists(tokenizer.vocab_size(), rich_ids, 400);
   const auto ref = t::hf_reference(file, texts, id_lists);
@@ -81,6 +83,48 @@ TEST_CASE("A Qwen2-style tokenizer.json (NFC, its own regex, non-special added t
   const fs::path file = *dir / "qwen2" / "tokenizer.json";
   Tokenizer tokenizer(file);
   check_against_hf(file, partial_character_ids(tokenizer));
+}
+
+// A tokenizer.json's vocabulary written by PyPI's gguf package as llama.cpp's
+// converter stores it (tests/gguf_write_models.py bpe-tokenizer).
+static fs::path bpe_gguf(const fs::path& tokenizer_json, const std::string& pre) {
+  const fs::path out = t::make_temp_dir("llmk_bpe_gguf") / "tokenizer.gguf";
+  const std::string cmd = t::quoted(fs::path(t::venv_python())) + " " +
+                          t::quoted(fs::path(LLMK_SOURCE_DIR) / "tests" / "gguf_write_models.py") + " bpe-tokenizer " +
+                          t::quoted(tokenizer_json) + " " + pre + " " + t::quoted(out) + " >/dev/null";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  return out;
+}
+
+TEST_CASE("A GGUF file's byte-level BPE tokenizer (llama-bpe, qwen2) encodes and decodes as its tokenizer.json does",
+          "[tokenizer_json][gguf]") {
+  const auto dir = t::fixtures_dir();
+  if (!dir) LLMK_SKIP("no project venv with tokenizers");
+  for (const auto& [family, pre] : {std::pair{"llama3", "llama-bpe"}, std::pair{"qwen2", "qwen2"}}) {
+    INFO(family);
+    const fs::path json_file = *dir / family / "tokenizer.json";
+    const fs::path gguf_file = bpe_gguf(json_file, pre);
+    Tokenizer from_gguf(gguf_file);
+    Tokenizer from_json(json_file);
+    CHECK(from_gguf.vocab_size() == from_json.vocab_size());
+    CHECK(from_gguf.bos_id() == from_json.bos_id());
+    check_against_hf(json_file, partial_character_ids(from_gguf), gguf_file);
+    fs::remove_all(gguf_file.parent_path());
+  }
+}
+
+TEST_CASE("A GGUF byte-level BPE tokenizer with an unknown pre-tokenizer is refused by name", "[tokenizer_json][gguf]") {
+  const auto dir = t::fixtures_dir();
+  if (!dir) LLMK_SKIP("no project venv with tokenizers");
+  const fs::path gguf_file = bpe_gguf(*dir / "qwen2" / "tokenizer.json", "falcon");
+  try {
+    Tokenizer tokenizer(gguf_file);
+    FAIL("a tokenizer with pre-tokenizer 'falcon' loaded");
+  } catch (const llmk::Error& e) {
+    CHECK(e.code() == llmk::ErrorCode::unsupported);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("tokenizer.ggml.pre 'falcon'"));
+  }
+  fs::remove_all(gguf_file.parent_path());
 }
 
 TEST_CASE("Llama 2 as a sentencepiece-style tokenizer.json matches Hugging Face", "[tokenizer_json]") {

@@ -44,43 +44,6 @@ bool parse_dtype(std::string_view s, DType& out) noexcept {
   return true;
 }
 
-float f16_to_f32(uint16_t h) noexcept {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t man = h & 0x3ffu;
-  float value;
-  if (exp == 0) {
-    value = std::ldexp(static_cast<float>(man), -24);  // zero or subnormal
-  } else if (exp == 31) {
-    value = man ? std::nanf("") : INFINITY;
-  } else {
-    uint32_t bits = ((exp + 112u) << 23) | (man << 13);
-    std::memcpy(&value, &bits, 4);
-  }
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  bits |= sign;
-  std::memcpy(&value, &bits, 4);
-  return value;
-}
-
-uint16_t f32_to_f16(float f) noexcept {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const float a = std::fabs(f);
-  if (std::isnan(f)) return sign | 0x7e00u;
-  if (a >= 65520.0f) return sign | 0x7c00u;  // overflow to infinity
-  if (a < 6.103515625e-05f) {                // subnormal: multiples of 2^-24
-    return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
-  }
-  uint32_t abits = bits & 0x7fffffffu;
-  // Round mantissa to 10 bits, nearest even.
-  abits += 0xfffu + ((abits >> 13) & 1u);
-  const uint32_t exp = (abits >> 23) - 112u;
-  return sign | static_cast<uint16_t>((exp << 10) | ((abits >> 13) & 0x3ffu));
-}
-
 void convert_to_f32(DType from, const void* src, float* dst, size_t n) {
   switch (from) {
     case DType::f32:

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/gemm_panel_f32.hpp"
 #include "plugins/api/plugin_helpers.hpp"
 
@@ -56,13 +57,10 @@ inline std::vector<float> weight_as_f32(const llmk_linear_desc& d) {
       std::memcpy(w.data(), d.weight, n * sizeof(float));
       break;
     case LLMK_DTYPE_BF16:
-      for (size_t i = 0; i < n; ++i) {
-        const uint32_t bits = static_cast<uint32_t>(half[i]) << 16;
-        std::memcpy(&w[i], &bits, 4);
-      }
+      kernels::cpu::bf16_to_f32(half, w.data(), static_cast<int64_t>(n));
       break;
     case LLMK_DTYPE_F16:
-      for (size_t i = 0; i < n; ++i) w[i] = _cvtsh_ss(half[i]);
+      kernels::cpu::f16_to_f32(half, w.data(), static_cast<int64_t>(n));
       break;
     default:
       throw plugin::Error(LLMK_ERR_UNSUPPORTED, layer_name(d) + ": weight dtype " + std::to_string(d.weight_dtype) +

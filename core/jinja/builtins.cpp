@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
 #include <optional>
 
@@ -645,13 +646,19 @@ Value apply_filter(std::string_view name, const Value& v, const Args& args) {
     return Value(std::move(out));
   }
   if (name == "abs") {
-    if (v.is_int()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    if (v.is_int()) {
+      if (v.as_int() == INT64_MIN) fail("abs overflows 64 bits");
+      return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    }
     if (v.is_float()) return Value(std::fabs(v.as_float()));
     fail("abs of a " + v.type_name());
   }
-  if (name == "unique") {
+  if (name == "unique") {  // pairwise, as values need not be hashable: bounded by kMaxComparisons
     List out;
+    size_t num_comparisons = 0;
     for (const Value& item : iterate(v)) {
+      num_comparisons += out.size();
+      if (num_comparisons > kMaxComparisons) limit_exceeded("unique", num_comparisons, kMaxComparisons, "comparisons");
       if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return o.equals(item); })) out.push_back(item);
     }
     return Value(std::move(out));

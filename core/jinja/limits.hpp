@@ -29,6 +29,9 @@ inline constexpr int kMaxEvalDepth = 1'000;
 // namespace attribute): each can nest one level deeper than what it holds,
 // and freeing a value recurses through its nesting.
 inline constexpr size_t kMaxNestedContainers = 2'000;
+// Most comparisons one == (of nested lists and dicts, which may share
+// items: [x, x] doubles per level) or one unique filter makes.
+inline constexpr size_t kMaxComparisons = 10'000'000;
 // Total work of one rendering, in bytes: every string value an expression
 // yields costs its length, every list value 16 bytes per item, every loop
 // iteration and macro call 4 KiB (so at most 65536 of them). It bounds time (quadratic string building,

@@ -269,6 +269,12 @@ std::string Value::repr() const {
 }
 
 bool Value::equals(const Value& other) const {
+  size_t steps = 0;
+  return equals_within(other, steps);
+}
+
+bool Value::equals_within(const Value& other, size_t& steps) const {
+  if (++steps > kMaxComparisons) limit_exceeded("==", steps, kMaxComparisons, "comparisons");
   if (is_number() && other.is_number()) {
     if ((is_int() || is_bool()) && (other.is_int() || other.is_bool())) {
       const int64_t a = is_int() ? as_int() : static_cast<int64_t>(as_bool());
@@ -288,7 +294,7 @@ bool Value::equals(const Value& other) const {
       if (&a == &b) return true;  // as Python's list ==, identity first (lists may share items)
       if (a.size() != b.size()) return false;
       for (size_t i = 0; i < a.size(); ++i) {
-        if (!a[i].equals(b[i])) return false;
+        if (!a[i].equals_within(b[i], steps)) return false;
       }
       return true;
     }
@@ -299,7 +305,7 @@ bool Value::equals(const Value& other) const {
       if (a.entries.size() != b.entries.size()) return false;
       for (const auto& [k, v] : a.entries) {
         const Value* w = b.find(k);
-        if (w == nullptr || !v.equals(*w)) return false;
+        if (w == nullptr || !v.equals_within(*w, steps)) return false;
       }
       return true;
     }

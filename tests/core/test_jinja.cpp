@@ -304,6 +304,10 @@ TEST_CASE("Nesting, loops, nested containers and total work beyond their limits 
        "printing a value would be 201 levels deep, over the limit of 200"},
       {"{% set ns = namespace() %}{% set ns.x = [ns] %}{{ ns | tojson }}", "tojson of a value would be 201 levels deep"},
       {"{% macro f(k) %}{{ [[[[[[[[[[f(k)]]]]]]]]]] }}{% endmacro %}{{ f(1) }}", "nested over 1000 levels deep"},
+      {"{{ range(10000) | unique | length }}", "unique would be 10001628 comparisons, over the limit of 10000000"},
+      {"{% set ns = namespace(a=[0], b=[0]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}"
+       "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}",
+       "== would be 10000001 comparisons, over the limit of 10000000"},
   };
   for (const auto& [source, named] : cases) {
     const auto [code, message] = error_of(source);
@@ -317,12 +321,14 @@ TEST_CASE("Integer arithmetic at the edges of 64 bits is exact or an error, as P
   CHECK(render("{{ 2 ** 62 }}|{{ (-2) ** 63 }}|{{ 1 ** 10**18 }}|{{ (-1) ** (10**18 + 1) }}|{{ 0 ** 0 }}", "{}") ==
         "4611686018427387904|-9223372036854775808|1|-1|1");
   CHECK(render("{{ (-9223372036854775807 - 1) % -1 }}", "{}") == "0");
+  CHECK(render("{{ range(4000) | unique | length }}|{{ [1, 1.0, true, 2] | unique | list }}", "{}") == "4000|[1, 2]");
   const std::pair<std::string, const char*> cases[] = {
       {"{{ 2 ** 63 }}", "integer ** overflows 64 bits"},
       {"{{ 9090 ** 5 }}", "integer ** overflows 64 bits"},
       {"{{ -(-9223372036854775807 - 1) }}", "integer - overflows 64 bits"},
       {"{{ (-9223372036854775807 - 1) // -1 }}", "integer // overflows 64 bits"},
       {"{{ [9223372036854775807, 1] | sum }}", "sum overflows 64 bits"},
+      {"{{ (-9223372036854775807 - 1) | abs }}", "abs overflows 64 bits"},
   };
   for (const auto& [source, named] : cases) {
     const auto [code, message] = error_of(source);

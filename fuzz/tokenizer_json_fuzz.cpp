@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "core/error.hpp"
@@ -19,9 +21,18 @@
 #include "core/tokenizer_json.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  // The backend reads a file: one per process, rewritten for each input.
-  static const std::filesystem::path file =
-      std::filesystem::temp_directory_path() / ("llmk_tokenizer_json_fuzz_" + std::to_string(::getpid()) + ".json");
+  // The backend reads a file: one per process, rewritten for each input
+  // and removed at exit.
+  struct TempFile {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("llmk_tokenizer_json_fuzz_" + std::to_string(::getpid()) + ".json");
+    ~TempFile() {
+      std::error_code ignored;
+      std::filesystem::remove(path, ignored);
+    }
+  };
+  static const TempFile temp;
+  const std::filesystem::path& file = temp.path;
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   std::ofstream(file, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(size));
   try {

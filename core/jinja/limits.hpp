@@ -33,7 +33,8 @@ inline constexpr size_t kMaxNestedContainers = 2'000;
 // items: [x, x] doubles per level) or one unique filter makes.
 inline constexpr size_t kMaxComparisons = 10'000'000;
 // Total work of one rendering, in bytes: every string value an expression
-// yields costs its length, every list value 16 bytes per item, every loop
+// yields costs its length, every list value 16 bytes per item, every element
+// comparison (==, in, unique) 16 bytes, every loop
 // iteration and macro call 4 KiB (so at most 65536 of them). It bounds time (quadratic string building,
 // nested loops) where the size limits bound memory.
 inline constexpr size_t kMaxRenderWork = size_t{256} << 20;

@@ -293,6 +293,9 @@ class Renderer {
       ~Leave() { --depth; }
     } leave{eval_depth_};
     Value v = at(e, [&] { return eval_node(e); });
+    const size_t comparisons = num_comparisons_made();
+    charge(16 * (comparisons - comparisons_seen_), e.line, e.column);
+    comparisons_seen_ = comparisons;
     if (v.is_string()) charge(v.as_string().size(), e.line, e.column);
     if (v.is_list()) charge(16 * v.as_list().size(), e.line, e.column);
     return v;
@@ -520,6 +523,7 @@ class Renderer {
   std::vector<Value> namespaces_;    // every namespace() made, cleared at the end
   size_t num_nested_containers_ = 0;  // see kMaxNestedContainers
   size_t work_ = 0;             // see kMaxRenderWork
+  size_t comparisons_seen_ = num_comparisons_made();  // equals() steps already charged
   int eval_depth_ = 0;          // eval() calls under way
 };
 

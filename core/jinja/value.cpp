@@ -268,12 +268,19 @@ std::string Value::repr() const {
   return "";
 }
 
+namespace {
+thread_local size_t comparisons_made = 0;
+}  // namespace
+
+size_t num_comparisons_made() { return comparisons_made; }
+
 bool Value::equals(const Value& other) const {
   size_t steps = 0;
   return equals_within(other, steps);
 }
 
 bool Value::equals_within(const Value& other, size_t& steps) const {
+  ++comparisons_made;
   if (++steps > kMaxComparisons) limit_exceeded("==", steps, kMaxComparisons, "comparisons");
   if (is_number() && other.is_number()) {
     if ((is_int() || is_bool()) && (other.is_int() || other.is_bool())) {

@@ -124,6 +124,11 @@ class Value {
       data_;
 };
 
+// Element comparisons equals() has made on this thread so far: a renderer
+// charges them to its work budget (one == may stay within kMaxComparisons
+// yet run in every loop iteration).
+size_t num_comparisons_made();
+
 // Python's repr() of a float ("1.0", "0.1", "1e+20", "inf").
 std::string python_float_repr(double v);
 

@@ -308,6 +308,9 @@ TEST_CASE("Nesting, loops, nested containers and total work beyond their limits 
       {"{% set ns = namespace(a=[0], b=[0]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}"
        "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}",
        "== would be 10000001 comparisons, over the limit of 10000000"},
+      {"{% set ns = namespace(a=[0], b=[0]) %}{% for i in range(20) %}{% set ns.a = [ns.a, ns.a] %}"
+       "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{% for i in range(1000) %}{{ ns.a == ns.b }}{% endfor %}",
+       "rendering would take over 268435456 bytes of work"},
   };
   for (const auto& [source, named] : cases) {
     const auto [code, message] = error_of(source);

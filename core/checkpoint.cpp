@@ -82,7 +82,7 @@ void SafetensorsCheckpoint::open_sharded(const fs::path& index_file, std::map<st
   json index;
   try {
     index = json::parse(text.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number beyond double
     throw Error(ErrorCode::bad_checkpoint, index_file.string() + ": not valid JSON: " + e.what());
   }
   if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object())

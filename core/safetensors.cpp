@@ -126,7 +126,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& file) : file_(std:
   json header;
   try {
     header = json::parse(header_begin, header_begin + header_len);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number beyond double
     fail(file, std::string("header is not valid JSON: ") + e.what());
   }
   if (!header.is_object()) fail(file, "header is not a JSON object");

@@ -11,11 +11,12 @@ for a in "$@"; do
     # Sanitized: -O1 with line tables only (stack traces keep file:line) and
     # NDEBUG as in the release build (compiling with ASan at -O2 -g takes
     # about twice as long on two cores); no benchmarks or examples. The
-    # libFuzzer harnesses (fuzz/, built by clang) come with it, and each runs
-    # briefly under CTest.
+    # libFuzzer harnesses (fuzz/, built by clang) come with it, and each
+    # replays its seed corpus and mutates for 15 s under CTest (changing the
+    # budget changes these arguments, so the stamp below reconfigures).
     --sanitize) build_dir=${LLMK_BUILD_DIR:-build-sanitize}
                 cmake_args+=(-DLLMK_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1 -DNDEBUG"
-                             -DLLMK_BUILD_BENCH=OFF -DLLMK_BUILD_EXAMPLES=OFF -DLLMK_FUZZ=ON) ;;
+                             -DLLMK_BUILD_BENCH=OFF -DLLMK_BUILD_EXAMPLES=OFF -DLLMK_FUZZ=ON -DLLMK_FUZZ_SECONDS=15) ;;
     *) cmake_args+=("$a") ;;
   esac
 done

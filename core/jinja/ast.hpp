@@ -50,6 +50,7 @@ struct Expr {
   std::vector<std::string> ops;
   CallArgs args;
   bool negated = false;
+  int depth = 1;  // levels of the tree under and including this node (the parser bounds it)
 };
 
 struct Stmt {

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
 #include <optional>
 
 #include "core/error.hpp"
+#include "core/jinja/limits.hpp"
 #include "core/jinja/parser.hpp"
 
 namespace llmk::jinja {
@@ -91,6 +93,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
         ++done;
       }
       out += c;
+      check_string_size(out.size(), "replace");
     }
     if (count < 0 || done < count) out += to;
     return out;
@@ -99,9 +102,11 @@ std::string replace_all(const std::string& s, const std::string& from, const std
     const size_t at = s.find(from, pos);
     if (at == std::string::npos) break;
     out += s.substr(pos, at - pos) + to;
+    check_string_size(out.size(), "replace");
     pos = at + from.size();
     ++done;
   }
+  check_string_size(out.size() + (s.size() - pos), "replace");
   return out + s.substr(pos);
 }
 
@@ -196,6 +201,7 @@ Value string_method(const std::string& s, const std::string& name) {
         if (!first) out += s;
         first = false;
         out += need_string(v, "str.join");
+        check_string_size(out.size(), "str.join");
       }
       return Value(out);
     });
@@ -557,7 +563,9 @@ Value apply_filter(std::string_view name, const Value& v, const Args& args) {
       }
     }
     const Value* indent = args.get(0, "indent");
-    return Value(to_json_text(v, indent == nullptr || indent->is_none() ? -1 : static_cast<int>(need_int(*indent, "tojson indent"))));
+    const int64_t spaces = indent == nullptr || indent->is_none() ? -1 : need_int(*indent, "tojson indent");
+    if (spaces > 64) limit_exceeded("tojson indent", static_cast<size_t>(spaces), 64, "spaces");
+    return Value(to_json_text(v, static_cast<int>(std::max<int64_t>(spaces, -1))));
   }
   if (name == "default" || name == "d") {
     const Value* fallback = args.get(0, "default_value");
@@ -574,6 +582,7 @@ Value apply_filter(std::string_view name, const Value& v, const Args& args) {
       if (!first) out += sep ? sep->str() : "";
       first = false;
       out += (attribute ? attribute_path(item, attribute->str()) : item).str();
+      check_string_size(out.size(), "join");
     }
     return Value(out);
   }
@@ -637,13 +646,19 @@ Value apply_filter(std::string_view name, const Value& v, const Args& args) {
     return Value(std::move(out));
   }
   if (name == "abs") {
-    if (v.is_int()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    if (v.is_int()) {
+      if (v.as_int() == INT64_MIN) fail("abs overflows 64 bits");
+      return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    }
     if (v.is_float()) return Value(std::fabs(v.as_float()));
     fail("abs of a " + v.type_name());
   }
-  if (name == "unique") {
+  if (name == "unique") {  // pairwise, as values need not be hashable: bounded by kMaxComparisons
     List out;
+    size_t num_comparisons = 0;
     for (const Value& item : iterate(v)) {
+      num_comparisons += out.size();
+      if (num_comparisons > kMaxComparisons) limit_exceeded("unique", num_comparisons, kMaxComparisons, "comparisons");
       if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return o.equals(item); })) out.push_back(item);
     }
     return Value(std::move(out));
@@ -672,7 +687,11 @@ Value apply_filter(std::string_view name, const Value& v, const Args& args) {
     for (const Value& item : iterate(v)) {
       if (!item.is_number()) fail("sum of a " + item.type_name());
       if (total.is_float() || item.is_float()) total = Value(total.as_number() + item.as_number());
-      else total = Value(total.as_int() + need_int(item, "sum"));
+      else {
+        int64_t sum = 0;
+        if (__builtin_add_overflow(total.as_int(), need_int(item, "sum"), &sum)) fail("sum overflows 64 bits");
+        total = Value(sum);
+      }
     }
     return total;
   }
@@ -719,11 +738,18 @@ void add_builtin_globals(Dict& globals) {
       fail("range needs an argument");
     }
     if (step == 0) fail("range step cannot be zero");
-    List out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      out.emplace_back(i);
-      if (out.size() > 1'000'000) fail("range longer than 1000000");
+    // Length as Python computes it, in 128 bits: start, stop and step may be
+    // anywhere in int64, so neither the span nor i + step fits in 64.
+    const __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
+    const __int128 stride = step > 0 ? __int128{step} : -__int128{step};
+    const __int128 length = span <= 0 ? 0 : (span + stride - 1) / stride;
+    if (length > static_cast<__int128>(kMaxListItems)) {
+      limit_exceeded("range()", length > static_cast<__int128>(SIZE_MAX) ? SIZE_MAX : static_cast<size_t>(length),
+                     kMaxListItems, "items");
     }
+    List out;
+    out.reserve(static_cast<size_t>(length));
+    for (__int128 k = 0; k < length; ++k) out.emplace_back(static_cast<int64_t>(start + k * step));
     return Value(std::move(out));
   }}));
 }

@@ -1,8 +1,10 @@
 #include "core/jinja/parser.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.hpp"
+#include "core/jinja/limits.hpp"
 
 namespace llmk::jinja {
 namespace {
@@ -70,6 +72,35 @@ class Parser {
     return n;
   }
 
+  // Sets e's depth from its children's (already sealed) and bounds it by
+  // kMaxNesting: rendering walks the tree recursively, and a chain such as
+  // 1+1+...+1 is as deep as it is long.
+  ExprPtr seal(ExprPtr e) const {
+    int below = 0;
+    for (const auto& op : e->operands) {
+      if (op) below = std::max(below, op->depth);
+    }
+    for (const auto& op : e->args.positional) below = std::max(below, op->depth);
+    for (const auto& [k, op] : e->args.keywords) below = std::max(below, op->depth);
+    e->depth = below + 1;
+    if (e->depth > kMaxNesting) {
+      fail("expression nested over " + std::to_string(kMaxNesting) + " levels deep, the limit");
+    }
+    return e;
+  }
+
+  // Bounds the parser's recursion (parentheses, brackets, unary operators,
+  // statements inside statements) by kMaxNesting.
+  struct Nest {
+    explicit Nest(Parser& p) : parser(p) {
+      if (++parser.nesting_ > kMaxNesting) {
+        parser.fail("template nested over " + std::to_string(kMaxNesting) + " levels deep, the limit");
+      }
+    }
+    ~Nest() { --parser.nesting_; }
+    Parser& parser;
+  };
+
   // Statements until one of `end_tags` opens a block (its name is left in
   // `end_tag`, the tag's tokens after the name are not consumed).
   Body parse_body(const std::set<std::string>& end_tags, std::string& end_tag) {
@@ -110,6 +141,7 @@ class Parser {
   }
 
   void parse_statement(const std::string& name, const Token& at, Body& body) {
+    const Nest nest(*this);
     if (name == "if") {
       body.push_back(parse_if(at));
     } else if (name == "for") {
@@ -244,7 +276,7 @@ class Parser {
       if (cur().kind == TK::block_end || cur().kind == TK::var_end || at_op(")")) break;
       list->operands.push_back(parse_expression(with_condition));
     }
-    return list;
+    return seal(std::move(list));
   }
 
   ExprPtr parse_expression(bool with_condition) {
@@ -262,7 +294,7 @@ class Parser {
       } else {
         c->operands.push_back(nullptr);
       }
-      value = std::move(c);
+      value = seal(std::move(c));
     }
     return value;
   }
@@ -272,7 +304,7 @@ class Parser {
     b->name = std::move(op);
     b->operands.push_back(std::move(left));
     b->operands.push_back(std::move(right));
-    return b;
+    return seal(std::move(b));
   }
 
   ExprPtr parse_or() {
@@ -295,11 +327,12 @@ class Parser {
 
   ExprPtr parse_not() {
     if (at_name("not")) {
+      const Nest nest(*this);
       const Token& at = advance();
       auto u = node<Expr>(Expr::Kind::unary, at);
       u->name = "not";
       u->operands.push_back(parse_not());
-      return u;
+      return seal(std::move(u));
     }
     return parse_compare();
   }
@@ -330,7 +363,7 @@ class Parser {
       chain->ops.push_back(op);
       chain->operands.push_back(parse_math1());
     }
-    return chain ? std::move(chain) : std::move(left);
+    return chain ? seal(std::move(chain)) : std::move(left);
   }
 
   ExprPtr parse_math1() {
@@ -370,13 +403,14 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    const Nest nest(*this);
     ExprPtr value;
     if (at_op("-") || at_op("+")) {
       const Token& at = advance();
       auto u = node<Expr>(Expr::Kind::unary, at);
       u->name = at.value;
       u->operands.push_back(parse_unary(false));
-      value = std::move(u);
+      value = seal(std::move(u));
     } else {
       value = parse_postfix(parse_primary());
     }
@@ -447,7 +481,7 @@ class Parser {
             list->operands.push_back(parse_expression(true));
           }
           advance();
-          return list;
+          return seal(std::move(list));
         }
         if (t.value == "{") {
           advance();
@@ -462,7 +496,7 @@ class Parser {
             dict->operands.push_back(parse_expression(true));
           }
           advance();
-          return dict;
+          return seal(std::move(dict));
         }
         break;
       default: break;
@@ -491,15 +525,15 @@ class Parser {
           a->name = expect_name();
           a->operands.push_back(std::move(value));
         }
-        value = std::move(a);
+        value = seal(std::move(a));
       } else if (at_op("[")) {
         advance();
-        value = parse_subscript(std::move(value), at);
+        value = seal(parse_subscript(std::move(value), at));
       } else if (at_op("(")) {
         auto c = node<Expr>(Expr::Kind::call, at);
         c->operands.push_back(std::move(value));
         c->args = parse_call_args();
-        value = std::move(c);
+        value = seal(std::move(c));
       } else {
         return value;
       }
@@ -571,7 +605,7 @@ class Parser {
         if (!is_known_filter(f->name)) unsupported("filter '" + f->name + "'", at);
         if (at_op("(")) f->args = parse_call_args();
         f->operands.push_back(std::move(value));
-        value = std::move(f);
+        value = seal(std::move(f));
       } else if (at_name("is")) {
         advance();
         auto t = node<Expr>(Expr::Kind::test, cur());
@@ -591,13 +625,13 @@ class Parser {
           t->args.positional.push_back(parse_postfix(parse_primary()));
         }
         t->operands.push_back(std::move(value));
-        value = std::move(t);
+        value = seal(std::move(t));
       } else if (at_op("(")) {
         const Token& at = cur();
         auto c = node<Expr>(Expr::Kind::call, at);
         c->operands.push_back(std::move(value));
         c->args = parse_call_args();
-        value = std::move(c);
+        value = seal(std::move(c));
       } else {
         return value;
       }
@@ -606,6 +640,7 @@ class Parser {
 
   const std::vector<Token>& tokens_;
   size_t pos_ = 0;
+  int nesting_ = 0;  // Nest guards alive
 };
 
 }  // namespace

@@ -1,11 +1,14 @@
 // The tree-walking renderer behind jinja::Template.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <unordered_map>
 
 #include "core/error.hpp"
 #include "core/jinja/ast.hpp"
 #include "core/jinja/builtins.hpp"
 #include "core/jinja/lexer.hpp"
+#include "core/jinja/limits.hpp"
 #include "core/jinja/parser.hpp"
 #include "core/jinja/template.hpp"
 
@@ -48,9 +51,25 @@ class Renderer {
     Dict globals;
     add_builtin_globals(globals);
     for (const auto& [k, v] : variables.entries) globals.set(k, v);
+    // namespace(), remembering each namespace made: a namespace may come to
+    // hold itself (ns.x = [ns]), a cycle of shared_ptrs that only clearing
+    // the namespaces when the rendering ends frees.
+    const Value make_namespace = *globals.find("namespace");
+    globals.set("namespace", Value(Callable{"namespace", [this, make_namespace](const Args& a) {
+      count_nested_container(0, 0);
+      Value ns = make_namespace.as_callable().call(a);
+      namespaces_.push_back(ns);
+      return ns;
+    }}));
     scopes_.emplace_back();
     for (auto& [k, v] : globals.entries) scopes_.back()[k] = std::move(v);
   }
+
+  ~Renderer() {
+    for (const Value& ns : namespaces_) ns.as_dict().entries.clear();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   std::string run(const Body& body) {
     std::string out;
@@ -79,8 +98,14 @@ class Renderer {
 
   Flow render_stmt(const Stmt& s, std::string& out) {
     switch (s.kind) {
-      case Stmt::Kind::text: out += s.text; return Flow::normal;
-      case Stmt::Kind::print: out += eval(*s.expr).str(); return Flow::normal;
+      case Stmt::Kind::text:
+        out += s.text;
+        check_output(out, s);
+        return Flow::normal;
+      case Stmt::Kind::print:
+        out += at(*s.expr, [&] { return Value(eval(*s.expr).str()); }).as_string();
+        check_output(out, s);
+        return Flow::normal;
       case Stmt::Kind::if_chain:
         for (const auto& [condition, body] : s.branches) {
           if (!condition || eval(*condition).truthy()) return render_body(body, out);
@@ -96,6 +121,7 @@ class Renderer {
                                                          s.targets[0] + "', which is not a namespace" +
                                                          position(s.line, s.column));
           }
+          if (is_container(value)) count_nested_container(s.line, s.column);
           target.as_dict().set(s.attribute, value);
         } else {
           assign(s.targets, value, s.line, s.column);
@@ -113,6 +139,36 @@ class Renderer {
       case Stmt::Kind::loop_continue: return Flow::loop_continue;
     }
     return Flow::normal;
+  }
+
+  // The output (or a {% set %} block, or a macro's) stays within kMaxStringBytes.
+  static void check_output(const std::string& out, const Stmt& s) {
+    if (out.size() > kMaxStringBytes) {
+      throw Error(ErrorCode::invalid_argument, "jinja: rendered text would be over " + std::to_string(kMaxStringBytes) +
+                                                   " bytes, the limit" + position(s.line, s.column));
+    }
+  }
+
+  static bool is_container(const Value& v) { return v.is_list() || v.is_dict(); }
+
+  // Counts one more container built holding a container (see kMaxNestedContainers).
+  void count_nested_container(int line, int column) {
+    if (++num_nested_containers_ > kMaxNestedContainers) {
+      throw Error(ErrorCode::invalid_argument, "jinja: rendering would build over " +
+                                                   std::to_string(kMaxNestedContainers) +
+                                                   " lists, dicts or namespaces nested in one another, the limit" +
+                                                   position(line, column));
+    }
+  }
+
+  // Adds `units` to the rendering's work (see kMaxRenderWork).
+  void charge(size_t units, int line, int column) {
+    work_ += units;
+    if (work_ > kMaxRenderWork) {
+      throw Error(ErrorCode::invalid_argument, "jinja: rendering would take over " + std::to_string(kMaxRenderWork) +
+                                                   " bytes of work (values built, loop iterations), the limit" +
+                                                   position(line, column));
+    }
   }
 
   void assign(const std::vector<std::string>& targets, const Value& value, int line, int column) {
@@ -139,6 +195,7 @@ class Renderer {
     if (s.filter) {  // the `if` clause filters before `loop` is counted
       List kept;
       for (const Value& item : items) {
+        charge(4096, s.line, s.column);
         scopes_.emplace_back();
         assign(s.targets, item, s.line, s.column);
         const bool keep = eval(*s.filter).truthy();
@@ -170,6 +227,7 @@ class Renderer {
         if (a.positional.empty()) throw Error(ErrorCode::invalid_argument, "jinja: loop.cycle needs arguments");
         return a.positional[static_cast<size_t>(i) % a.positional.size()];
       }}));
+      charge(4096, s.line, s.column);
       scopes_.emplace_back();
       scopes_.back()["loop"] = Value(std::move(loop));
       assign(s.targets, items[static_cast<size_t>(i)], s.line, s.column);
@@ -185,6 +243,7 @@ class Renderer {
       if (scopes_.size() > kMaxDepth) {
         throw Error(ErrorCode::invalid_argument, "jinja: macro '" + macro->name + "' recursed too deep");
       }
+      charge(4096, macro->line, macro->column);
       Scope frame;
       for (size_t i = 0; i < macro->params.size(); ++i) {
         const auto& [param, default_value] = macro->params[i];
@@ -222,13 +281,34 @@ class Renderer {
     }
   }
 
+  // Evaluates `e` within kMaxEvalDepth, charging the value it yields to the
+  // work budget; an error gets e's position unless it has one.
   Value eval(const Expr& e) {
+    if (eval_depth_ >= kMaxEvalDepth) {
+      fail_at(e, "expressions and macro calls nested over " + std::to_string(kMaxEvalDepth) + " levels deep, the limit");
+    }
+    ++eval_depth_;
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{eval_depth_};
+    Value v = at(e, [&] { return eval_node(e); });
+    const size_t comparisons = num_comparisons_made();
+    charge(16 * (comparisons - comparisons_seen_), e.line, e.column);
+    comparisons_seen_ = comparisons;
+    if (v.is_string()) charge(v.as_string().size(), e.line, e.column);
+    if (v.is_list()) charge(16 * v.as_list().size(), e.line, e.column);
+    return v;
+  }
+
+  Value eval_node(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::literal: return e.value;
       case Expr::Kind::name: return lookup(e.name);
       case Expr::Kind::list: {
         List list;
         for (const auto& op : e.operands) list.push_back(eval(*op));
+        if (std::any_of(list.begin(), list.end(), is_container)) count_nested_container(e.line, e.column);
         return Value(std::move(list));
       }
       case Expr::Kind::dict: {
@@ -236,7 +316,9 @@ class Renderer {
         for (size_t i = 0; i + 1 < e.operands.size(); i += 2) {
           const Value key = eval(*e.operands[i]);
           if (!key.is_string()) fail_at(e, "dict keys must be strings, got a " + key.type_name());
-          dict.set(key.as_string(), eval(*e.operands[i + 1]));
+          Value item = eval(*e.operands[i + 1]);
+          if (is_container(item)) count_nested_container(e.line, e.column);
+          dict.set(key.as_string(), std::move(item));
         }
         return Value(std::move(dict));
       }
@@ -290,6 +372,7 @@ class Renderer {
         if (e.name == "not") return Value(!v.truthy());
         if (v.is_int() || v.is_bool()) {
           const int64_t n = v.is_int() ? v.as_int() : v.as_bool();
+          if (e.name == "-" && n == INT64_MIN) fail_at(e, "integer - overflows 64 bits");
           return Value(e.name == "-" ? -n : n);
         }
         if (v.is_float()) return Value(e.name == "-" ? -v.as_float() : v.as_float());
@@ -336,7 +419,12 @@ class Renderer {
     }
     const Value a = eval(*e.operands[0]);
     const Value b = eval(*e.operands[1]);
-    if (op == "~") return Value(a.str() + b.str());
+    if (op == "~") {
+      std::string left = a.str();
+      std::string right = b.str();
+      check_string_size(left.size() + right.size(), "string concatenation (~)");
+      return Value(left + right);
+    }
     for (const Value* v : {&a, &b}) {
       if (v->is_undefined()) {
         const Expr& which = v == &a ? *e.operands[0] : *e.operands[1];
@@ -347,8 +435,12 @@ class Renderer {
       fail_at(e, "unsupported operand types for " + op + ": " + a.type_name() + " and " + b.type_name());
     };
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+      if (a.is_string() && b.is_string()) {
+        check_string_size(a.as_string().size() + b.as_string().size(), "string concatenation (+)");
+        return Value(a.as_string() + b.as_string());
+      }
       if (a.is_list() && b.is_list()) {
+        check_list_size(a.as_list().size() + b.as_list().size(), "list concatenation (+)");
         List joined = a.as_list();
         joined.insert(joined.end(), b.as_list().begin(), b.as_list().end());
         return Value(std::move(joined));
@@ -358,7 +450,16 @@ class Renderer {
       const Value& seq = a.is_string() || a.is_list() ? a : b;
       const Value& count = &seq == &a ? b : a;
       if (!count.is_int()) return type_error();
-      if (count.as_int() > 100000) fail_at(e, "repetition count too large");
+      // Python repeats a negative count zero times. Sizes are compared by
+      // division, as the product of two 64-bit numbers may not fit.
+      const auto times = static_cast<uint64_t>(std::max<int64_t>(count.as_int(), 0));
+      const size_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().size();
+      const size_t limit = seq.is_string() ? kMaxStringBytes : kMaxListItems;
+      if (unit > 0 && times > limit / unit) {
+        limit_exceeded(seq.is_string() ? "string repetition (*)" : "list repetition (*)",
+                       times > SIZE_MAX / unit ? SIZE_MAX : unit * times, limit,
+                       seq.is_string() ? "bytes" : "items");
+      }
       if (seq.is_string()) {
         std::string out;
         for (int64_t i = 0; i < count.as_int(); ++i) out += seq.as_string();
@@ -383,6 +484,10 @@ class Renderer {
       if (overflow) fail_at(e, "integer " + op + " overflows 64 bits");
       return Value(r);
     }
+    if (integral && (op == "//" || op == "%") && x == INT64_MIN && y == -1) {
+      if (op == "%") return Value(int64_t{0});
+      fail_at(e, "integer // overflows 64 bits");
+    }
     if (op == "+") return Value(p + q);
     if (op == "-") return Value(p - q);
     if (op == "*") return Value(p * q);
@@ -400,9 +505,13 @@ class Renderer {
       return Value(r != 0 && ((r < 0) != (q < 0)) ? r + q : r);
     }
     if (op == "**") {
-      if (integral && y >= 0) {
+      if (integral && y >= 0) {  // by squaring: y may be huge when x is 0 or ±1
         int64_t r = 1;
-        for (int64_t i = 0; i < y; ++i) r *= x;
+        int64_t base = x;
+        for (int64_t k = y; k > 0; k >>= 1) {
+          if ((k & 1) && __builtin_mul_overflow(r, base, &r)) fail_at(e, "integer ** overflows 64 bits");
+          if (k > 1 && __builtin_mul_overflow(base, base, &base)) fail_at(e, "integer ** overflows 64 bits");
+        }
         return Value(r);
       }
       return Value(std::pow(p, q));
@@ -411,6 +520,11 @@ class Renderer {
   }
 
   std::vector<Scope> scopes_;  // [0]: globals; one more per loop iteration and macro call
+  std::vector<Value> namespaces_;    // every namespace() made, cleared at the end
+  size_t num_nested_containers_ = 0;  // see kMaxNestedContainers
+  size_t work_ = 0;             // see kMaxRenderWork
+  size_t comparisons_seen_ = num_comparisons_made();  // equals() steps already charged
+  int eval_depth_ = 0;          // eval() calls under way
 };
 
 }  // namespace

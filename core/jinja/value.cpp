@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/jinja/limits.hpp"
 
 namespace llmk::jinja {
 
@@ -93,6 +94,8 @@ void append_json_string(std::string& out, const std::string& s) {
 }
 
 void append_json(std::string& out, const Value& v, int indent, int level) {
+  if (level > kMaxNesting) limit_exceeded("tojson of a value", static_cast<size_t>(level), kMaxNesting, "levels deep");
+  check_string_size(out.size(), "tojson");
   const auto newline = [&](int at) {
     out += '\n';
     out.append(static_cast<size_t>(indent * at), ' ');
@@ -146,6 +149,36 @@ void append_json(std::string& out, const Value& v, int indent, int level) {
     case Value::Type::undefined:
     case Value::Type::callable:
       throw Error(ErrorCode::invalid_argument, "jinja: tojson: a " + v.type_name() + " is not JSON serializable");
+  }
+}
+
+std::string python_string_repr(const std::string& s);
+
+// repr() of lists and dicts, bounded: lists may share items (each print
+// doubles), and nesting may be as deep as a loop makes it.
+void append_repr(std::string& out, const Value& v, int level) {
+  if (level > kMaxNesting) limit_exceeded("printing a value", static_cast<size_t>(level), kMaxNesting, "levels deep");
+  if (v.is_list()) {
+    out += '[';
+    const List& list = v.as_list();
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (i > 0) out += ", ";
+      append_repr(out, list[i], level + 1);
+      check_string_size(out.size(), "printing a list");
+    }
+    out += ']';
+  } else if (v.is_dict() && !v.as_dict().is_namespace) {
+    out += '{';
+    const Dict& dict = v.as_dict();
+    for (size_t i = 0; i < dict.entries.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += python_string_repr(dict.entries[i].first) + ": ";
+      append_repr(out, dict.entries[i].second, level + 1);
+      check_string_size(out.size(), "printing a dict");
+    }
+    out += '}';
+  } else {
+    out += v.repr();
   }
 }
 
@@ -220,30 +253,35 @@ std::string Value::repr() const {
     case Type::floating: return python_float_repr(as_float());
     case Type::string: return python_string_repr(as_string());
     case Type::list: {
-      std::string out = "[";
-      const List& list = as_list();
-      for (size_t i = 0; i < list.size(); ++i) {
-        if (i > 0) out += ", ";
-        out += list[i].repr();
-      }
-      return out + "]";
+      std::string out;
+      append_repr(out, *this, 0);
+      return out;
     }
     case Type::dict: {
-      const Dict& dict = as_dict();
-      if (dict.is_namespace) return "<Namespace>";
-      std::string out = "{";
-      for (size_t i = 0; i < dict.entries.size(); ++i) {
-        if (i > 0) out += ", ";
-        out += python_string_repr(dict.entries[i].first) + ": " + dict.entries[i].second.repr();
-      }
-      return out + "}";
+      if (as_dict().is_namespace) return "<Namespace>";
+      std::string out;
+      append_repr(out, *this, 0);
+      return out;
     }
     case Type::callable: return "<function " + as_callable().name + ">";
   }
   return "";
 }
 
+namespace {
+thread_local size_t comparisons_made = 0;
+}  // namespace
+
+size_t num_comparisons_made() { return comparisons_made; }
+
 bool Value::equals(const Value& other) const {
+  size_t steps = 0;
+  return equals_within(other, steps);
+}
+
+bool Value::equals_within(const Value& other, size_t& steps) const {
+  ++comparisons_made;
+  if (++steps > kMaxComparisons) limit_exceeded("==", steps, kMaxComparisons, "comparisons");
   if (is_number() && other.is_number()) {
     if ((is_int() || is_bool()) && (other.is_int() || other.is_bool())) {
       const int64_t a = is_int() ? as_int() : static_cast<int64_t>(as_bool());
@@ -260,9 +298,10 @@ bool Value::equals(const Value& other) const {
     case Type::list: {
       const List& a = as_list();
       const List& b = other.as_list();
+      if (&a == &b) return true;  // as Python's list ==, identity first (lists may share items)
       if (a.size() != b.size()) return false;
       for (size_t i = 0; i < a.size(); ++i) {
-        if (!a[i].equals(b[i])) return false;
+        if (!a[i].equals_within(b[i], steps)) return false;
       }
       return true;
     }
@@ -273,7 +312,7 @@ bool Value::equals(const Value& other) const {
       if (a.entries.size() != b.entries.size()) return false;
       for (const auto& [k, v] : a.entries) {
         const Value* w = b.find(k);
-        if (w == nullptr || !v.equals(*w)) return false;
+        if (w == nullptr || !v.equals_within(*w, steps)) return false;
       }
       return true;
     }

@@ -107,19 +107,27 @@ class Value {
   std::string str() const;
   // repr(): strings quoted as Python does, used inside printed lists/dicts.
   std::string repr() const;
-  // Python's == (1 == 1.0 == True; lists and dicts element-wise).
+  // Python's == (1 == 1.0 == True; lists and dicts element-wise); more
+  // than kMaxComparisons element comparisons is Error(invalid_argument).
   bool equals(const Value& other) const;
   // Name of the type for messages ("string", "list", ...).
   std::string type_name() const;
 
  private:
   explicit Value(Type t);
+  // equals, counting the comparisons made into `steps` (kMaxComparisons).
+  bool equals_within(const Value& other, size_t& steps) const;
   struct Undefined {};
   struct None {};
   std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<List>, std::shared_ptr<Dict>,
                std::shared_ptr<Callable>>
       data_;
 };
+
+// Element comparisons equals() has made on this thread so far: a renderer
+// charges them to its work budget (one == may stay within kMaxComparisons
+// yet run in every loop iteration).
+size_t num_comparisons_made();
 
 // Python's repr() of a float ("1.0", "0.1", "1e+20", "inf").
 std::string python_float_repr(double v);

@@ -73,6 +73,10 @@ TEST_CASE("a header that is not JSON, or not an object, is refused", "[checkpoin
   CHECK_THAT(load_error(b.dir.path()), Contains("model.safetensors") && Contains("not valid JSON"));
   write_file(b.file(), safetensors_bytes("[1, 2]", ""));
   CHECK_THAT(load_error(b.dir.path()), Contains("model.safetensors") && Contains("not a JSON object"));
+  // A number beyond double range: nlohmann reports it as out_of_range, not
+  // parse_error (found by fuzz/safetensors_fuzz).
+  write_file(b.file(), safetensors_bytes("{\"a\": 1e999}", ""));
+  CHECK_THAT(load_error(b.dir.path()), Contains("model.safetensors") && Contains("not valid JSON") && Contains("1e999"));
 }
 
 TEST_CASE("a tensor entry without dtype, shape or data_offsets is refused", "[checkpoint][errors]") {

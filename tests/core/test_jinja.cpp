@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/jinja/limits.hpp"
 #include "core/jinja/template.hpp"
 #include "core/jinja/value.hpp"
 #include "jinja_reference.hpp"
@@ -231,4 +232,111 @@ TEST_CASE("Values print and serialise as Python does", "[jinja]") {
   CHECK(python_float_repr(-2.5e-10) == "-2.5e-10");
   CHECK(llmk::jinja::to_json_text(Value::from_json(ojson::parse(R"({"a": "\u0001\t"})")), -1) ==
         "{\"a\": \"\\u0001\\t\"}");
+}
+
+// Resource limits (core/jinja/limits.hpp): each is a named error, and what
+// is just within a limit still renders as jinja2 does.
+TEST_CASE("Repetition, concatenation, range and output beyond their limits are named errors", "[jinja]") {
+  using llmk::jinja::kMaxListItems;
+  using llmk::jinja::kMaxStringBytes;
+  const std::string half = std::to_string(kMaxStringBytes / 2);
+  CHECK(render(("{{ ('ab' * " + half + ") | length }}").c_str(), "{}") == std::to_string(kMaxStringBytes));
+  CHECK(render("{{ 'ab' * -3 }}|{{ [1] * -1 }}|{{ 0 * 'x' }}", "{}") == "|[]|");  // Python: empty
+  CHECK(render(("{{ range(" + std::to_string(kMaxListItems) + ") | length }}").c_str(), "{}") ==
+        std::to_string(kMaxListItems));
+  CHECK(render("{{ range(9223372036854775807 - 2, 9223372036854775807) | list }}", "{}") ==
+        "[9223372036854775805, 9223372036854775806]");
+  CHECK(render("{{ range(-9223372036854775807 - 1, 9223372036854775807, 9223372036854775807) | list }}", "{}") ==
+        "[-9223372036854775808, -1, 9223372036854775806]");
+  const std::pair<std::string, const char*> cases[] = {
+      {"{{ 'a' * 10**12 }}", "string repetition (*) would be 1000000000000 bytes, over the limit of 4194304"},
+      {"{{ ('ab' * " + half + ") * 2 }}", "string repetition (*) would be 8388608 bytes"},
+      {"{{ [1, 2] * 10**12 }}", "list repetition (*) would be 2000000000000 items, over the limit of 100000"},
+      {"{{ range(10**12) | length }}", "range() would be 1000000000000 items, over the limit of 100000"},
+      {"{{ range(0, 9223372036854775807, 2) | length }}", "range() would be 4611686018427387904 items"},
+      {"{% set s = 'x' * 3000000 %}{{ s ~ s }}", "string concatenation (~) would be 6000000 bytes"},
+      {"{% set s = 'x' * 3000000 %}{{ s + s }}", "string concatenation (+) would be 6000000 bytes"},
+      {"{% set l = range(60000) | list %}{{ l + l }}", "list concatenation (+) would be 120000 items"},
+      {"{% set s = 'x' * 3000000 %}{{ s }}{{ s }}", "rendered text would be over 4194304 bytes, the limit at line 1"},
+      {"{% set s = 'x' * 3000000 %}{{ [s, s] }}", "printing a list would be"},
+      {"{% set s = 'x' * 3000000 %}{{ [s, s] | join }}", "join would be 6000000 bytes"},
+      {"{% set s = 'x' * 3000 %}{{ s | replace('x', s) }}", "replace would be"},
+      {"{{ {'a': 1} | tojson(indent=100000) }}", "tojson indent would be 100000 spaces, over the limit of 64"},
+  };
+  for (const auto& [source, named] : cases) {
+    const auto [code, message] = error_of(source);
+    INFO(source << " -> " << message);
+    CHECK(code == llmk::ErrorCode::invalid_argument);
+    CHECK_THAT(message, Catch::Contains(named));
+  }
+}
+
+TEST_CASE("Nesting, loops, nested containers and total work beyond their limits are named errors", "[jinja]") {
+  const int n = llmk::jinja::kMaxNesting;
+  const auto nested = [](int depth, const std::string& open, const std::string& close) {
+    std::string s;
+    for (int i = 0; i < depth; ++i) s += open;
+    s += "1";
+    for (int i = 0; i < depth; ++i) s += close;
+    return s;
+  };
+  CHECK(render(("{{ " + nested(n - 10, "(", ")") + " }}").c_str(), "{}") == "1");
+  std::string chain = "{{ 0";
+  for (int i = 0; i < n - 10; ++i) chain += "+1";
+  CHECK(render((chain + " }}").c_str(), "{}") == std::to_string(n - 10));
+  std::string long_chain = "{{ 0";
+  for (int i = 0; i < 10 * n; ++i) long_chain += "+1";
+  std::string deep_ifs;
+  for (int i = 0; i < 2 * n; ++i) deep_ifs += "{% if true %}";
+  const std::pair<std::string, const char*> cases[] = {
+      {"{{ " + nested(50 * n, "(", ")") + " }}", "template nested over 200 levels deep, the limit"},
+      {"{{ " + nested(50 * n, "[", "]") + " }}", "template nested over 200 levels deep"},
+      {"{{ " + nested(50 * n, "not ", "") + " }}", "template nested over 200 levels deep"},
+      {long_chain + " }}", "expression nested over 200 levels deep, the limit"},
+      {deep_ifs, "template nested over 200 levels deep"},
+      {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+       "rendering would take over 268435456 bytes of work"},
+      {"{% set ns = namespace(s='') %}{% for i in range(100000) %}{% set ns.s = ns.s ~ 'abcdefghij' %}{% endfor %}",
+       "rendering would take over 268435456 bytes of work"},
+      {"{% set ns = namespace(x=[]) %}{% for i in range(50000) %}{% set ns.x = [ns.x] %}{% endfor %}",
+       "over 2000 lists, dicts or namespaces nested in one another, the limit"},
+      {"{% set ns = namespace(x=[]) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+       "printing a value would be 201 levels deep, over the limit of 200"},
+      {"{% set ns = namespace() %}{% set ns.x = [ns] %}{{ ns | tojson }}", "tojson of a value would be 201 levels deep"},
+      {"{% macro f(k) %}{{ [[[[[[[[[[f(k)]]]]]]]]]] }}{% endmacro %}{{ f(1) }}", "nested over 1000 levels deep"},
+      {"{{ range(10000) | unique | length }}", "unique would be 10001628 comparisons, over the limit of 10000000"},
+      {"{% set ns = namespace(a=[0], b=[0]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}"
+       "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}",
+       "== would be 10000001 comparisons, over the limit of 10000000"},
+      {"{% set ns = namespace(a=[0], b=[0]) %}{% for i in range(20) %}{% set ns.a = [ns.a, ns.a] %}"
+       "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{% for i in range(1000) %}{{ ns.a == ns.b }}{% endfor %}",
+       "rendering would take over 268435456 bytes of work"},
+  };
+  for (const auto& [source, named] : cases) {
+    const auto [code, message] = error_of(source);
+    INFO(source.substr(0, 120) << " -> " << message);
+    CHECK(code == llmk::ErrorCode::invalid_argument);
+    CHECK_THAT(message, Catch::Contains(named));
+  }
+}
+
+TEST_CASE("Integer arithmetic at the edges of 64 bits is exact or an error, as Python's would not fit", "[jinja]") {
+  CHECK(render("{{ 2 ** 62 }}|{{ (-2) ** 63 }}|{{ 1 ** 10**18 }}|{{ (-1) ** (10**18 + 1) }}|{{ 0 ** 0 }}", "{}") ==
+        "4611686018427387904|-9223372036854775808|1|-1|1");
+  CHECK(render("{{ (-9223372036854775807 - 1) % -1 }}", "{}") == "0");
+  CHECK(render("{{ range(4000) | unique | length }}|{{ [1, 1.0, true, 2] | unique | list }}", "{}") == "4000|[1, 2]");
+  const std::pair<std::string, const char*> cases[] = {
+      {"{{ 2 ** 63 }}", "integer ** overflows 64 bits"},
+      {"{{ 9090 ** 5 }}", "integer ** overflows 64 bits"},
+      {"{{ -(-9223372036854775807 - 1) }}", "integer - overflows 64 bits"},
+      {"{{ (-9223372036854775807 - 1) // -1 }}", "integer // overflows 64 bits"},
+      {"{{ [9223372036854775807, 1] | sum }}", "sum overflows 64 bits"},
+      {"{{ (-9223372036854775807 - 1) | abs }}", "abs overflows 64 bits"},
+  };
+  for (const auto& [source, named] : cases) {
+    const auto [code, message] = error_of(source);
+    INFO(source << " -> " << message);
+    CHECK(code == llmk::ErrorCode::invalid_argument);
+    CHECK_THAT(message, Catch::Contains(named));
+  }
 }

@@ -1,5 +1,5 @@
 // cudasim: runs CUDA kernels written in ordinary CUDA syntax on the CPU, for
-// tests. Kernel files include "cuda_compat.hpp", which selects this header when
+// tests. Kernel files include "cuda_compat.hpp" (kernels/cuda/), which selects this header when
 // the compiler is not nvcc.
 //
 // Model: a launch runs its blocks one after another (in a seeded random

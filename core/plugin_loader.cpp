@@ -384,10 +384,10 @@ LinearImpl::~LinearImpl() {
   if (self_) plugin_.linear().destroy(self_);
 }
 
-void LinearImpl::forward(const float* x, float* y, uint32_t num_rows) {
+void LinearImpl::forward(const void* x, void* y, uint32_t num_rows, void* stream) {
   llmk_error err = blank_error();
   const int status =
-      plugin_.linear().forward(self_, x, y, num_rows, workspace_->data(), workspace_->bytes(), &err);
+      plugin_.linear().forward(self_, x, y, num_rows, workspace_->data(), workspace_->bytes(), stream, &err);
   if (status != LLMK_OK) throw_call_error(plugin_.info(), "forward", status, err);
 }
 

@@ -95,8 +95,9 @@ class LinearImpl {
   ~LinearImpl();
   LinearImpl(const LinearImpl&) = delete;
   LinearImpl& operator=(const LinearImpl&) = delete;
-  // num_rows <= desc.max_rows.
-  void forward(const float* x, float* y, uint32_t num_rows);
+  // num_rows <= desc.max_rows; x, y in the desc's device memory and
+  // activation dtype; stream: the device queue (nullptr on the CPU).
+  void forward(const void* x, void* y, uint32_t num_rows, void* stream = nullptr);
   size_t weight_bytes() const;
   const PluginInfo& info() const { return plugin_.info(); }
 

@@ -9,7 +9,13 @@
  * Scratch memory belongs to the host: a layer says how many bytes a forward
  * of num_rows rows needs (workspace_bytes) and forward() receives them, so
  * layers share one buffer, nothing allocates per call and no plugin keeps
- * global scratch behind a lock. */
+ * global scratch behind a lock.
+ *
+ * Devices: x, y and the workspace live on desc.device, in
+ * desc.activation_dtype. forward() receives the host's queue for that
+ * device: NULL on the CPU (the plugin's threads are its own), the
+ * cudaStream_t of the executor on CUDA, where forward() only enqueues work
+ * (it must not synchronize, and must be capturable into a CUDA graph). */
 #ifndef LLMK_LINEAR_H
 #define LLMK_LINEAR_H
 
@@ -20,8 +26,10 @@ extern "C" {
 #endif
 
 /* 2: the desc names the device and the activation dtype; a caller-owned
- * workspace; every entry point returns a status. */
-#define LLMK_LINEAR_API_VERSION 2u
+ * workspace; every entry point returns a status.
+ * 3: forward() takes activations in the desc's dtype (void pointers) and the
+ * device queue. */
+#define LLMK_LINEAR_API_VERSION 3u
 
 typedef struct llmk_linear_desc {
   uint32_t struct_size;
@@ -50,8 +58,8 @@ typedef struct llmk_linear_api {
   /* x: [num_rows, in_features], y: [num_rows, out_features] (overwritten).
    * workspace: 64-byte aligned, at least workspace_bytes(num_rows) bytes,
    * the plugin's only for this call (the host reuses it for other layers). */
-  int (*forward)(void* self, const float* x, float* y, uint32_t num_rows, void* workspace,
-                 size_t workspace_size, llmk_error* err);
+  int (*forward)(void* self, const void* x, void* y, uint32_t num_rows, void* workspace,
+                 size_t workspace_size, void* stream, llmk_error* err);
   /* Bytes this layer's weights occupy in the plugin's own format. */
   int (*weight_bytes)(const void* self, size_t* bytes, llmk_error* err);
 } llmk_linear_api;

@@ -13,8 +13,9 @@
 //   LLMK_EXPORT_ATTENTION_PLUGIN(MyAttention)
 //
 // Linear plugins provide supports/ctor(const llmk_linear_desc&)/
-// workspace_bytes(uint32_t rows) const/forward(const float* x, float* y,
-// uint32_t rows, void* workspace)/weight_bytes() const.
+// workspace_bytes(uint32_t rows) const/forward(const void* x, void* y,
+// uint32_t rows, void* workspace, void* stream)/weight_bytes() const; a CPU
+// F32 plugin (cpu_f32_linear) reads x and y as float and ignores the stream.
 // KV allocators provide supports/ctor(const llmk_kv_allocator_desc&) and
 // reserve/extend/fork/free_seq/commit_tokens/block_table/block_size/usage
 // with the C signatures minus self and err; reserve/extend/fork return an
@@ -156,7 +157,7 @@ const llmk_plugin_info* linear_info() {
           return static_cast<int>(LLMK_OK);
         });
       },
-      [](void* self, const float* x, float* y, uint32_t rows, void* workspace, size_t workspace_size,
+      [](void* self, const void* x, void* y, uint32_t rows, void* workspace, size_t workspace_size, void* stream,
          llmk_error* err) noexcept -> int {
         return guarded(err, [&] {
           const size_t need = static_cast<const Impl*>(self)->workspace_bytes(rows);
@@ -164,7 +165,7 @@ const llmk_plugin_info* linear_info() {
             throw Error(LLMK_ERR_INVALID_ARGUMENT, "forward of " + std::to_string(rows) + " rows needs a " +
                                                        std::to_string(need) + "-byte workspace, got " +
                                                        std::to_string(workspace_size));
-          static_cast<Impl*>(self)->forward(x, y, rows, workspace);
+          static_cast<Impl*>(self)->forward(x, y, rows, workspace, stream);
           return static_cast<int>(LLMK_OK);
         });
       },

@@ -192,7 +192,10 @@ class LinearDense {
     return 0;
   }
 
-  void forward(const float* x, float* y, uint32_t num_rows, void* workspace) {
+  // CPU, F32 (supports() refuses anything else): x and y are floats; no queue.
+  void forward(const void* x_in, void* y_out, uint32_t num_rows, void* workspace, void* /*stream*/) {
+    const auto* x = static_cast<const float*>(x_in);
+    auto* y = static_cast<float*>(y_out);
     if (num_rows == 0) return;
     if (bf16_dot_) {
       const bool round = num_rows >= gemm_min_rows_;

@@ -65,7 +65,10 @@ class LinearInt8 {
     return float_ ? 0 : kernels::cpu::w8a8_scratch_bytes(std::max<uint32_t>(num_rows, 1), in_);
   }
 
-  void forward(const float* x, float* y, uint32_t num_rows, void* workspace) {
+  // CPU, F32 (supports() refuses anything else): x and y are floats; no queue.
+  void forward(const void* x_in, void* y_out, uint32_t num_rows, void* workspace, void* /*stream*/) {
+    const auto* x = static_cast<const float*>(x_in);
+    auto* y = static_cast<float*>(y_out);
     if (num_rows == 0) return;
     if (float_) return float_->forward(x, y, num_rows);
     kernels::cpu::linear_w8a8(x, num_rows, in_, packed_.data(), scale_.data(), row_sum_.data(), out_, y,

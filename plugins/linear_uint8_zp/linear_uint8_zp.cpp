@@ -52,7 +52,10 @@ class LinearUint8Zp {
     return float_ ? 0 : kernels::cpu::wu8_scratch_floats(in_, threads_) * sizeof(float);
   }
 
-  void forward(const float* x, float* y, uint32_t num_rows, void* workspace) {
+  // CPU, F32 (supports() refuses anything else): x and y are floats; no queue.
+  void forward(const void* x_in, void* y_out, uint32_t num_rows, void* workspace, void* /*stream*/) {
+    const auto* x = static_cast<const float*>(x_in);
+    auto* y = static_cast<float*>(y_out);
     if (num_rows == 0) return;
     if (float_) return float_->forward(x, y, num_rows);
     kernels::cpu::linear_wu8(x, num_rows, in_, packed_.data(), scale_.data(), zero_.data(), out_, y,

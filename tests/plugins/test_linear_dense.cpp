@@ -162,10 +162,10 @@ TEST_CASE("a linear forward given less workspace than the layer asked for is ref
   REQUIRE(api.workspace_bytes(self, 4, &need, &err) == LLMK_OK);
   REQUIRE(need > 0);  // the panel GEMM's per-thread scratch
   llmk::AlignedBuffer small(need - 1, "a test workspace");
-  CHECK(api.forward(self, x.data(), y.data(), 4, small.data(), small.bytes(), &err) == LLMK_ERR_INVALID_ARGUMENT);
+  CHECK(api.forward(self, x.data(), y.data(), 4, small.data(), small.bytes(), nullptr, &err) == LLMK_ERR_INVALID_ARGUMENT);
   CHECK_THAT(std::string(err.message), Catch::Contains(std::to_string(need) + "-byte workspace"));
   llmk::AlignedBuffer enough(need, "a test workspace");
-  CHECK(api.forward(self, x.data(), y.data(), 4, enough.data(), enough.bytes(), &err) == LLMK_OK);
+  CHECK(api.forward(self, x.data(), y.data(), 4, enough.data(), enough.bytes(), nullptr, &err) == LLMK_OK);
   CHECK(y[0] == Approx(64 * 0.3f));
   api.destroy(self);
 

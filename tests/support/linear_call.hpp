@@ -16,7 +16,7 @@ inline int linear_forward(const llmk_linear_api& api, void* self, const float* x
   size_t bytes = 0;
   if (const int status = api.workspace_bytes(self, num_rows, &bytes, err); status != LLMK_OK) return status;
   const ::llmk::AlignedBuffer workspace(bytes, "a test workspace");
-  return api.forward(self, x, y, num_rows, workspace.data(), workspace.bytes(), err);
+  return api.forward(self, x, y, num_rows, workspace.data(), workspace.bytes(), /*stream=*/nullptr, err);
 }
 
 // 0 when the plugin fails to say.

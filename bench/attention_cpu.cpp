@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned_buffer.hpp"
 #include "core/plugin_loader.hpp"
 #include "limits.hpp"
 
@@ -107,23 +108,34 @@ int main(int argc, char** argv) {
   const llmk_attention_desc desc{sizeof(llmk_attention_desc), o.heads, o.kv_heads, o.head_dim,
                                  1.0f / std::sqrt(static_cast<float>(o.head_dim)),
                                  i8 ? LLMK_DTYPE_I8 : f16 ? LLMK_DTYPE_F16 : LLMK_DTYPE_F32, i8 ? o.group : 0, o.context, o.batch,
-                                 o.threads, "{}", 0};  // no sliding window
+                                 o.threads, "{}", 0,  // no sliding window
+                                 LLMK_DEVICE_CPU, LLMK_DTYPE_F32, o.batch, o.block_size};
   llmk::AttentionImpl attention(registry.load(o.plugin, LLMK_PLUGIN_ATTENTION), desc);
   void* k_cache = i8 ? static_cast<void*>(kq.data()) : f16 ? static_cast<void*>(kh.data()) : kf.data();
   void* v_cache = i8 ? static_cast<void*>(vq.data()) : f16 ? static_cast<void*>(vh.data()) : vf.data();
   const llmk_kv_layer kv{k_cache, v_cache,
                          i8 ? ks.data() : nullptr, i8 ? vs.data() : nullptr, num_slots};
-  const llmk_attention_args args{sizeof(llmk_attention_args), o.batch, o.batch, q.data(), k.data(), v.data(),
-                                 out.data(), query_start.data(), context_lens.data(), slots.data(), tables.data(),
-                                 blocks_per_seq, o.block_size, kv};
+  const llmk_attention_step step{sizeof(llmk_attention_step), o.batch, o.batch, blocks_per_seq, o.block_size,
+                                  num_slots, query_start.data(), context_lens.data(), slots.data(), tables.data(),
+                                  query_start.data(), context_lens.data(), slots.data(), tables.data()};
+  const llmk_attention_layer layer{sizeof(llmk_attention_layer), q.data(), k.data(), v.data(), out.data(), kv};
 
   const double bandwidth = llmk::bench::read_bandwidth_gbs(static_cast<int>(o.threads));
-  attention.forward(args);  // warm-up
-  double best = 1e30;
-  for (uint32_t i = 0; i < o.steps; ++i) {
+  // The plan is made once per step and serves every layer: time it apart
+  // from the per-layer run.
+  double best_plan = 1e30, best = 1e30;
+  llmk::AlignedBuffer workspace;
+  for (uint32_t i = 0; i <= o.steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    attention.forward(args);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const size_t bytes = attention.plan(step);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (bytes > workspace.bytes()) workspace = llmk::AlignedBuffer(bytes, "the attention workspace");
+    const auto t2 = std::chrono::steady_clock::now();
+    attention.run(layer, workspace.data(), workspace.bytes());
+    const auto t3 = std::chrono::steady_clock::now();
+    if (i == 0) continue;  // warm-up
+    best_plan = std::min(best_plan, std::chrono::duration<double>(t1 - t0).count());
+    best = std::min(best, std::chrono::duration<double>(t3 - t2).count());
   }
   const double bytes_per_slot = static_cast<double>(row) * (i8 ? 1.0 + 4.0 / o.group : f16 ? 2.0 : 4.0) * 2.0;  // K and V
   const double bytes = bytes_per_slot * o.batch * o.context;
@@ -132,5 +144,6 @@ int main(int argc, char** argv) {
   std::printf("limit: read bandwidth %.1f GB/s\n", bandwidth);
   std::printf("decode step (one layer): %.3f ms, KV read %.1f MB -> %.1f GB/s = %.0f%% of bandwidth\n", best * 1e3,
               bytes / 1e6, bytes / best / 1e9, 100.0 * bytes / best / 1e9 / bandwidth);
+  std::printf("plan (once per step, all layers): %.1f us\n", best_plan * 1e6);
   return 0;
 }

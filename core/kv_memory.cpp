@@ -29,19 +29,20 @@ void prefault(AlignedBuffer& buf, uint32_t num_threads) {
 
 }  // namespace
 
-KvMemory::KvMemory(const ModelConfig& model, const ModelRuntime& rt) : num_slots_(rt.num_kv_slots) {
-  const int64_t kv_dim = static_cast<int64_t>(model.num_kv_heads) * model.head_dim;
-  const size_t row_bytes = static_cast<size_t>(kv_dim) * dtype_size(rt.kv_dtype);  // one slot's K (or V), one layer
-  const size_t scale_row_bytes = rt.kv_dtype == DType::i8 ? static_cast<size_t>(kv_dim / rt.kv_group_size * 4) : 0;
+KvMemory::KvMemory(int32_t num_layers, const ModelRuntime& rt, const llmk_kv_layout& layout)
+    : num_slots_(rt.num_kv_slots) {
+  if (layout.alignment > 64)
+    throw Error(ErrorCode::plugin, "the attention plugin's KV layout asks for " + std::to_string(layout.alignment) +
+                                       "-byte alignment; the CPU cache gives 64");
   const size_t rows = num_slots_;
-  layers_.resize(static_cast<size_t>(model.num_layers));
+  layers_.resize(static_cast<size_t>(num_layers));
   for (Layer& l : layers_) {
-    l.k = AlignedBuffer(rows * row_bytes, "the KV cache");
-    l.v = AlignedBuffer(rows * row_bytes, "the KV cache");
-    if (scale_row_bytes != 0) {
-      l.k_scale = AlignedBuffer(rows * scale_row_bytes, "the KV cache scales");
-      l.v_scale = AlignedBuffer(rows * scale_row_bytes, "the KV cache scales");
-    }
+    l.k = AlignedBuffer(rows * layout.k_bytes_per_slot, "the KV cache");
+    l.v = AlignedBuffer(rows * layout.v_bytes_per_slot, "the KV cache");
+    if (layout.k_scale_bytes_per_slot != 0)
+      l.k_scale = AlignedBuffer(rows * layout.k_scale_bytes_per_slot, "the KV cache scales");
+    if (layout.v_scale_bytes_per_slot != 0)
+      l.v_scale = AlignedBuffer(rows * layout.v_scale_bytes_per_slot, "the KV cache scales");
     if (rt.prefault_kv)
       for (AlignedBuffer* buf : {&l.k, &l.v, &l.k_scale, &l.v_scale}) prefault(*buf, rt.num_threads);
   }

@@ -1,8 +1,9 @@
-// The CPU executor's KV memory: for every layer, K and V of num_kv_slots
-// token slots in the KV dtype, plus per-group scales for I8. The KV
-// allocator plugin hands out slots; this object only holds the bytes, applies
-// the allocator's slot copies, and saves and restores slots for offload
-// preemption.
+// The CPU executor's KV memory: for every layer, the arrays the attention
+// plugin's declared layout names (K, V, and scales when it has them), each
+// slot-major with a fixed number of bytes per token slot. The KV allocator
+// plugin hands out slots; this object only holds the bytes, applies the
+// allocator's slot copies, and saves and restores slots for offload
+// preemption, never interpreting what a slot holds.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +11,6 @@
 #include <vector>
 
 #include "core/aligned_buffer.hpp"
-#include "core/model_config.hpp"
 #include "core/model_runtime.hpp"
 #include "plugins/api/llmk_attention.h"
 #include "plugins/api/llmk_kv_allocator.h"
@@ -20,7 +20,8 @@ namespace llmk {
 class KvMemory {
  public:
   // Allocates every layer's buffers (prefaulted when runtime.prefault_kv).
-  KvMemory(const ModelConfig& model, const ModelRuntime& runtime);
+  // Throws Error(plugin) for a layout whose alignment exceeds 64 bytes.
+  KvMemory(int32_t num_layers, const ModelRuntime& runtime, const llmk_kv_layout& layout);
 
   // Layer `i`'s K/V in the attention plugin's terms.
   llmk_kv_layer layer(int32_t i);
@@ -38,7 +39,7 @@ class KvMemory {
 
  private:
   struct Layer {
-    // [num_slots, kv_heads, head_dim] in kv_dtype; scales [num_slots, kv_heads * head_dim / group] f32 for I8.
+    // [num_slots, bytes per slot] each, as the layout says; scales empty when it has none.
     AlignedBuffer k, v, k_scale, v_scale;
   };
   size_t saved_bytes_per_slot() const;

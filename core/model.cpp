@@ -14,13 +14,16 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
 #include <spdlog/spdlog.h>
 
+#include "core/aligned_buffer.hpp"
 #include "core/error.hpp"
+#include "core/hw_probe.hpp"
 #include "core/kv_memory.hpp"
 #include "core/model_weights.hpp"
 #include "core/rope_scaling.hpp"
@@ -41,6 +44,7 @@ struct Model::Impl {
   ModelWeights weights;
   std::unique_ptr<AttentionImpl> attention;
   std::unique_ptr<KvMemory> kv;
+  AlignedBuffer attention_workspace;  // grown to the largest plan() so far, between steps
   std::vector<float> rope_cos, rope_sin;  // [max_seq_len, head_dim / 2]
 
   int64_t q_dim = 0, kv_dim = 0, qkv_dim = 0;
@@ -84,9 +88,21 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   ad.sliding_window = c.sliding_window && static_cast<uint32_t>(*c.sliding_window) < m.rt.max_seq_len
                           ? static_cast<uint32_t>(*c.sliding_window)
                           : 0;
+  ad.device = LLMK_DEVICE_CPU;
+  ad.activation_dtype = LLMK_DTYPE_F32;
+  ad.max_seqs = std::max<uint32_t>(1, ecfg.scheduler.max_num_seqs);
+  ad.block_size = ecfg.kv_cache.block_size;
   m.attention = std::make_unique<AttentionImpl>(plugins.load(ecfg.plugins.attention, LLMK_PLUGIN_ATTENTION), ad);
 
-  m.kv = std::make_unique<KvMemory>(c, m.rt);
+  // The cache is laid out as the plugin declares; a layout other than the
+  // standard one changes how many tokens the configured capacity holds.
+  const llmk_kv_layout layout = m.attention->kv_layout();
+  const uint64_t per_token = static_cast<uint64_t>(c.num_layers) *
+                             (layout.k_bytes_per_slot + layout.v_bytes_per_slot + layout.k_scale_bytes_per_slot +
+                              layout.v_scale_bytes_per_slot);
+  if (per_token != standard_kv_bytes_per_token(c, m.rt.kv_dtype, m.rt.kv_group_size))
+    m.rt.num_kv_slots = kv_slots_for(ecfg, m.rt.max_seq_len, per_token, static_cast<uint64_t>(physical_memory_bytes()));
+  m.kv = std::make_unique<KvMemory>(c.num_layers, m.rt, layout);
 
   const int64_t half = c.head_dim / 2;
   m.rope_cos.resize(static_cast<size_t>(m.rt.max_seq_len) * half);
@@ -168,6 +184,22 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
   const TensorView& embed = *weights.embed;
   kc::embedding(embed.data, static_cast<llmk_dtype>(embed.dtype), h, b.token_ids.data(), n, hidden.data());
 
+  // The attention plugin plans the step once: every layer runs that plan.
+  llmk_attention_step step{};
+  step.struct_size = sizeof(step);
+  step.num_tokens = static_cast<uint32_t>(n);
+  step.num_seqs = static_cast<uint32_t>(b.num_seqs());
+  step.max_blocks_per_seq = static_cast<uint32_t>(b.max_blocks_per_seq);
+  step.block_size = static_cast<uint32_t>(b.block_size);
+  step.num_slots = rt.num_kv_slots;
+  step.query_start = step.device_query_start = b.query_start.data();
+  step.context_lens = step.device_context_lens = b.context_lens.data();
+  step.slot_mapping = step.device_slot_mapping = b.slot_mapping.data();
+  step.block_tables = step.device_block_tables = b.block_tables.data();
+  const size_t workspace_bytes = attention->plan(step);
+  if (workspace_bytes > attention_workspace.bytes())
+    attention_workspace = AlignedBuffer(workspace_bytes, "the attention workspace");
+
   const int32_t num_layers = cfg.num_layers;
   for (int32_t li = 0; li < num_layers; ++li) {
     LayerWeights& l = weights.layers[li];
@@ -194,22 +226,14 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
     for (int64_t t = 0; t < n; ++t)
       std::memcpy(v.data() + t * kv_dim, qkv.data() + t * qkv_dim + q_dim + kv_dim, static_cast<size_t>(kv_dim) * 4);
 
-    llmk_attention_args a{};
+    llmk_attention_layer a{};
     a.struct_size = sizeof(a);
-    a.num_tokens = static_cast<uint32_t>(n);
-    a.num_seqs = static_cast<uint32_t>(b.num_seqs());
     a.q = q.data();
     a.k = k.data();
     a.v = v.data();
     a.out = attn.data();
-    a.query_start = b.query_start.data();
-    a.context_lens = b.context_lens.data();
-    a.slot_mapping = b.slot_mapping.data();
-    a.block_tables = b.block_tables.data();
-    a.max_blocks_per_seq = static_cast<uint32_t>(b.max_blocks_per_seq);
-    a.block_size = static_cast<uint32_t>(b.block_size);
     a.kv = kv->layer(li);
-    attention->forward(a);
+    attention->run(a, attention_workspace.data(), attention_workspace.bytes());
 
     int64_t rows = n;
     if (li == num_layers - 1) {

@@ -10,8 +10,10 @@
 #include <thread>
 #include <utility>
 
-#include "core/error.hpp"
 #include "core/model_runtime.hpp"
+
+#include "core/error.hpp"
+#include "core/hw_probe.hpp"
 #include "kernels/cpu/hadamard.hpp"
 
 namespace llmk {
@@ -39,23 +41,37 @@ uint32_t hardware_cores() {
   return static_cast<uint32_t>(std::max<size_t>(1, std::min<size_t>(cores.size(), allowed)));
 }
 
-uint64_t physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-}
+}  // namespace
 
-// Bytes of one token's K and V over all layers, scales included for I8.
-uint64_t kv_bytes_per_token(const ModelConfig& m, DType kv_dtype, uint32_t group) {
+uint64_t standard_kv_bytes_per_token(const ModelConfig& m, DType kv_dtype, uint32_t group) {
   const int64_t elems = static_cast<int64_t>(m.num_kv_heads) * m.head_dim;
   const int64_t layer = kv_dtype == DType::i8 ? 2 * (elems + elems / group * 4)
                                               : 2 * elems * static_cast<int64_t>(dtype_size(kv_dtype));
   return static_cast<uint64_t>(m.num_layers) * static_cast<uint64_t>(layer);
 }
 
-}  // namespace
+uint32_t kv_slots_for(const EngineConfig& cfg, uint32_t max_seq_len, uint64_t per_token, uint64_t memory_bytes) {
+  uint64_t slots = 0;
+  if (cfg.kv_cache.capacity_tokens > 0) {
+    slots = cfg.kv_cache.capacity_tokens;
+  } else if (cfg.kv_cache.capacity_bytes > 0) {
+    slots = cfg.kv_cache.capacity_bytes / per_token;
+  } else {
+    slots = static_cast<uint64_t>(cfg.kv_cache.capacity_fraction * static_cast<double>(memory_bytes)) / per_token;
+    // A share of memory is a budget, not a request: never more than every
+    // running sequence at full length can use (a tiny model would otherwise
+    // reserve gigabytes it cannot fill).
+    slots = std::min<uint64_t>(slots, static_cast<uint64_t>(cfg.scheduler.max_num_seqs) * max_seq_len);
+  }
+  slots = std::min<uint64_t>(slots, 0x7fffffffu);  // slots are int32 in the step plan
+  if (slots == 0)
+    throw Error(ErrorCode::invalid_config, "kv_cache: the configured capacity holds no token (" +
+                                               std::to_string(per_token) + " bytes per token)");
+  return static_cast<uint32_t>(slots);
+}
 
 ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model) {
-  return resolve_runtime(cfg, model, physical_memory_bytes());
+  return resolve_runtime(cfg, model, static_cast<uint64_t>(physical_memory_bytes()));
 }
 
 ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model, uint64_t memory_bytes) {
@@ -75,24 +91,8 @@ ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model, 
   if (rt.kv_dtype == DType::i8 && (rt.kv_group_size == 0 || model.head_dim % rt.kv_group_size != 0))
     throw Error(ErrorCode::invalid_config, "kv_cache.group_size (" + std::to_string(rt.kv_group_size) +
                                                ") must divide head_dim (" + std::to_string(model.head_dim) + ")");
-  const uint64_t per_token = kv_bytes_per_token(model, rt.kv_dtype, rt.kv_group_size);
-  uint64_t slots = 0;
-  if (cfg.kv_cache.capacity_tokens > 0) {
-    slots = cfg.kv_cache.capacity_tokens;
-  } else if (cfg.kv_cache.capacity_bytes > 0) {
-    slots = cfg.kv_cache.capacity_bytes / per_token;
-  } else {
-    slots = static_cast<uint64_t>(cfg.kv_cache.capacity_fraction * static_cast<double>(memory_bytes)) / per_token;
-    // A share of memory is a budget, not a request: never more than every
-    // running sequence at full length can use (a tiny model would otherwise
-    // reserve gigabytes it cannot fill).
-    slots = std::min<uint64_t>(slots, static_cast<uint64_t>(cfg.scheduler.max_num_seqs) * rt.max_seq_len);
-  }
-  slots = std::min<uint64_t>(slots, 0x7fffffffu);  // slots are int32 in the step plan
-  if (slots == 0)
-    throw Error(ErrorCode::invalid_config, "kv_cache: the configured capacity holds no token (" +
-                                               std::to_string(per_token) + " bytes per token)");
-  rt.num_kv_slots = static_cast<uint32_t>(slots);
+  rt.num_kv_slots = kv_slots_for(cfg, rt.max_seq_len, standard_kv_bytes_per_token(model, rt.kv_dtype, rt.kv_group_size),
+                                 memory_bytes);
   return rt;
 }
 

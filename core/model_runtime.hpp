@@ -32,4 +32,15 @@ ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model, 
 // The CPU's: the fraction applies to physical memory.
 ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model);
 
+// Bytes of one token's K and V over all layers in the standard layout
+// (scales included for I8): what resolve_runtime sizes the cache by.
+uint64_t standard_kv_bytes_per_token(const ModelConfig& model, DType kv_dtype, uint32_t group_size);
+
+// KV slots for the configured capacity when one token takes
+// `bytes_per_token` (an attention plugin may declare a layout other than the
+// standard one): capacity_tokens as given, capacity_bytes / bytes_per_token,
+// or the fraction of `memory_bytes`, capped at max_num_seqs full contexts.
+// Throws Error(invalid_config) when that holds no token.
+uint32_t kv_slots_for(const EngineConfig& cfg, uint32_t max_seq_len, uint64_t bytes_per_token, uint64_t memory_bytes);
+
 }  // namespace llmk

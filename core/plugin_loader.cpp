@@ -74,7 +74,7 @@ size_t expected_table_size(uint32_t kind) {
 bool table_complete(uint32_t kind, const void* api) {
   if (kind == LLMK_PLUGIN_ATTENTION) {
     auto* t = static_cast<const llmk_attention_api*>(api);
-    return t->supports && t->create && t->destroy && t->forward;
+    return t->supports && t->create && t->destroy && t->kv_layout && t->plan && t->run;
   }
   if (kind == LLMK_PLUGIN_LINEAR) {
     auto* t = static_cast<const llmk_linear_api*>(api);
@@ -360,10 +360,32 @@ AttentionImpl::~AttentionImpl() {
   if (self_) plugin_.attention().destroy(self_);
 }
 
-void AttentionImpl::forward(const llmk_attention_args& args) {
+llmk_kv_layout AttentionImpl::kv_layout() const {
   llmk_error err = blank_error();
-  int status = plugin_.attention().forward(self_, &args, &err);
-  if (status != LLMK_OK) throw_call_error(plugin_.info(), "forward", status, err);
+  llmk_kv_layout layout{};
+  layout.struct_size = sizeof(layout);
+  const int status = plugin_.attention().kv_layout(self_, &layout, &err);
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "kv_layout", status, err);
+  if (layout.alignment == 0 || (layout.alignment & (layout.alignment - 1)) != 0 || layout.k_bytes_per_slot == 0 ||
+      layout.v_bytes_per_slot == 0)
+    throw Error(ErrorCode::plugin, "plugin '" + plugin_.info().name +
+                                       "' declared an unusable KV layout (K/V bytes per slot must be positive, the "
+                                       "alignment a power of two)");
+  return layout;
+}
+
+size_t AttentionImpl::plan(const llmk_attention_step& step) {
+  llmk_error err = blank_error();
+  size_t bytes = 0;
+  const int status = plugin_.attention().plan(self_, &step, &bytes, &err);
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "plan", status, err);
+  return bytes;
+}
+
+void AttentionImpl::run(const llmk_attention_layer& layer, void* workspace, size_t workspace_size, void* stream) {
+  llmk_error err = blank_error();
+  const int status = plugin_.attention().run(self_, &layer, workspace, workspace_size, stream, &err);
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "run", status, err);
 }
 
 LinearImpl::LinearImpl(Plugin plugin, const llmk_linear_desc& desc, std::shared_ptr<LinearWorkspace> workspace)

@@ -78,7 +78,10 @@ class AttentionImpl {
   ~AttentionImpl();
   AttentionImpl(const AttentionImpl&) = delete;
   AttentionImpl& operator=(const AttentionImpl&) = delete;
-  void forward(const llmk_attention_args& args);  // throws on a non-OK status
+  // Each throws Error(plugin) naming the plugin and the call on a non-OK status.
+  llmk_kv_layout kv_layout() const;
+  size_t plan(const llmk_attention_step& step);  // the workspace bytes each run() of the step needs
+  void run(const llmk_attention_layer& layer, void* workspace, size_t workspace_size, void* stream = nullptr);
   const PluginInfo& info() const { return plugin_.info(); }
 
  private:

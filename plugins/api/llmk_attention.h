@@ -1,6 +1,7 @@
 /* llmk attention plugin API (kind LLMK_PLUGIN_ATTENTION).
  *
- * One call serves one layer of one step: a flattened batch of sequences with
+ * A step is planned once (plan) and then run layer by layer (run). One run
+ * serves one layer of one step: a flattened batch of sequences with
  * no padding, where each sequence contributes either a prefill chunk (many new
  * tokens) or a decode (one new token). The plugin first writes the new K/V
  * into the layer's cache at slot_mapping, then computes causal attention of
@@ -27,8 +28,12 @@
 extern "C" {
 #endif
 
-/* 2: llmk_attention_desc gained sliding_window. */
-#define LLMK_ATTENTION_API_VERSION 2u
+/* 2: llmk_attention_desc gained sliding_window.
+ * 3: the desc names the device, the activation dtype and the block size; the
+ *    plugin declares its KV layout (kv_layout); forward() became plan() once
+ *    per step and run() once per layer, with a caller-owned workspace and the
+ *    device queue. */
+#define LLMK_ATTENTION_API_VERSION 3u
 
 typedef struct llmk_attention_desc {
   uint32_t struct_size;
@@ -36,20 +41,49 @@ typedef struct llmk_attention_desc {
   uint32_t num_kv_heads;   /* divides num_heads */
   uint32_t head_dim;
   float scale;             /* softmax scale, usually 1/sqrt(head_dim) */
-  uint32_t kv_dtype;       /* LLMK_DTYPE_F32, LLMK_DTYPE_F16, or LLMK_DTYPE_I8 for the group-quantized cache */
+  uint32_t kv_dtype;       /* LLMK_DTYPE_F32, F16, BF16, or I8 for the group-quantized cache */
   uint32_t kv_group_size;  /* I8 only: elements of head_dim sharing one scale; divides head_dim */
   uint32_t max_context;    /* longest context a sequence may reach */
-  uint32_t max_tokens;     /* most new tokens in one call */
+  uint32_t max_tokens;     /* most new tokens in one step */
   uint32_t num_threads;    /* CPU plugins: worker threads to use */
   const char* options;     /* JSON object of plugin options from config, "{}" when none */
   uint32_t sliding_window; /* keys visible to a query, itself included; 0 = the whole context */
+  uint32_t device;         /* llmk_device of q/k/v/out, the cache, the step's device arrays and the workspace */
+  uint32_t activation_dtype; /* q, k, v and out: F32 (the CPU engine), BF16 or F16 */
+  uint32_t max_seqs;       /* most sequences in one step */
+  uint32_t block_size;     /* the KV allocator's configured tokens per block, a planning hint (0 = unknown);
+                              each step names the block size its tables use (llmk_attention_step) */
 } llmk_attention_desc;
 
-/* One layer's cache. For F32: k, v are float[num_slots][num_kv_heads][head_dim].
- * For F16: the same layout of IEEE binary16 values (uint16_t bits).
- * For I8: k, v are int8_t[num_slots][num_kv_heads][head_dim] and
- * k_scale, v_scale are float[num_slots][num_kv_heads][head_dim / kv_group_size]
- * (value = int8 * scale, symmetric). Scales are NULL for F32 and F16.
+/* How one layer's cache is laid out, declared by the plugin for its desc.
+ * Every array is slot-major: slot s owns bytes [s * bytes_per_slot,
+ * (s + 1) * bytes_per_slot) of it, so the host can allocate the cache, copy
+ * slots (copy-on-write, relocation) and save/restore them (offload
+ * preemption) without knowing what the bytes mean.
+ *
+ * LLMK_KV_LAYOUT_STANDARD is the documented one below (other plugins and the
+ * tests may read it); LLMK_KV_LAYOUT_OPAQUE is the plugin's own per-slot
+ * format, which only it reads. */
+typedef enum llmk_kv_layout_kind {
+  LLMK_KV_LAYOUT_STANDARD = 0,
+  LLMK_KV_LAYOUT_OPAQUE = 1
+} llmk_kv_layout_kind;
+
+typedef struct llmk_kv_layout {
+  uint32_t struct_size;
+  uint32_t kind;                    /* llmk_kv_layout_kind */
+  uint32_t alignment;               /* each array's base address is a multiple of this (a power of two) */
+  uint64_t k_bytes_per_slot;        /* one token of one layer */
+  uint64_t v_bytes_per_slot;
+  uint64_t k_scale_bytes_per_slot;  /* 0: no k_scale array */
+  uint64_t v_scale_bytes_per_slot;  /* 0: no v_scale array */
+} llmk_kv_layout;
+
+/* One layer's cache. The standard layout: for F32, k and v are
+ * float[num_slots][num_kv_heads][head_dim]; for F16 and BF16 the same layout
+ * of 16-bit values; for I8, int8_t[num_slots][num_kv_heads][head_dim] with
+ * k_scale, v_scale float[num_slots][num_kv_heads][head_dim / kv_group_size]
+ * (value = int8 * scale, symmetric). Scales are NULL when the layout has none.
  * A negative slot_mapping entry is a row whose K/V is not stored (padding). */
 typedef struct llmk_kv_layer {
   void* k;
@@ -59,22 +93,37 @@ typedef struct llmk_kv_layer {
   uint32_t num_slots;
 } llmk_kv_layer;
 
-typedef struct llmk_attention_args {
+/* One step's metadata, the same for every layer. plan() reads the host
+ * arrays; run() reads the device ones, which hold the same values in
+ * desc.device memory (on the CPU they are the host arrays). Both stay valid
+ * and unchanged from plan() until the step's last run(). */
+typedef struct llmk_attention_step {
   uint32_t struct_size;
   uint32_t num_tokens;            /* new tokens in this step, all sequences */
   uint32_t num_seqs;
-  const float* q;                 /* [num_tokens, num_heads, head_dim], RoPE applied */
-  const float* k;                 /* [num_tokens, num_kv_heads, head_dim], RoPE applied */
-  const float* v;                 /* [num_tokens, num_kv_heads, head_dim] */
-  float* out;                     /* [num_tokens, num_heads, head_dim] */
+  uint32_t max_blocks_per_seq;
+  uint32_t block_size;            /* tokens per block table entry */
+  uint32_t num_slots;             /* slots in each layer's cache */
   const int32_t* query_start;     /* [num_seqs + 1]: sequence s owns rows [query_start[s], query_start[s+1]) */
   const int32_t* context_lens;    /* [num_seqs]: KV length after this step, new tokens included */
   const int32_t* slot_mapping;    /* [num_tokens]: physical slot for each new token's K/V */
   const int32_t* block_tables;    /* [num_seqs, max_blocks_per_seq]: first slot of each block */
-  uint32_t max_blocks_per_seq;
-  uint32_t block_size;            /* tokens per block table entry */
-  llmk_kv_layer kv;
-} llmk_attention_args;
+  const int32_t* device_query_start;
+  const int32_t* device_context_lens;
+  const int32_t* device_slot_mapping;
+  const int32_t* device_block_tables;
+} llmk_attention_step;
+
+/* One layer of the planned step. Activations in desc.activation_dtype on
+ * desc.device; q and k have RoPE applied. */
+typedef struct llmk_attention_layer {
+  uint32_t struct_size;
+  const void* q;    /* [num_tokens, num_heads, head_dim] */
+  const void* k;    /* [num_tokens, num_kv_heads, head_dim] */
+  const void* v;    /* [num_tokens, num_kv_heads, head_dim] */
+  void* out;        /* [num_tokens, num_heads, head_dim] */
+  llmk_kv_layer kv; /* this layer's cache, laid out as kv_layout() said */
+} llmk_attention_layer;
 
 typedef struct llmk_attention_api {
   uint32_t api_version;  /* LLMK_ATTENTION_API_VERSION */
@@ -83,7 +132,20 @@ typedef struct llmk_attention_api {
   int (*supports)(const llmk_attention_desc* desc, char* why, size_t why_len);
   void* (*create)(const llmk_attention_desc* desc, llmk_error* err);
   void (*destroy)(void* self);
-  int (*forward)(void* self, const llmk_attention_args* args, llmk_error* err);
+  /* The cache layout this instance reads and writes. */
+  int (*kv_layout)(const void* self, llmk_kv_layout* layout, llmk_error* err);
+  /* Once per step, on the host: checks the step's metadata against the
+   * cache, decides the work split and says how many workspace bytes each
+   * run() of this step needs. The plan stays in self until the next plan(). */
+  int (*plan)(void* self, const llmk_attention_step* step, size_t* workspace_bytes, llmk_error* err);
+  /* Once per layer of the planned step: writes the new K/V into the layer's
+   * cache at slot_mapping, then the causal attention of every new query.
+   * workspace: at least plan()'s bytes, 64-byte aligned, on desc.device, the
+   * plugin's only for this call. stream: the device queue (NULL on the CPU;
+   * a cudaStream_t on CUDA, where run() only enqueues, never allocates or
+   * synchronizes, so a step can be captured into a CUDA graph). */
+  int (*run)(void* self, const llmk_attention_layer* layer, void* workspace, size_t workspace_size, void* stream,
+             llmk_error* err);
 } llmk_attention_api;
 
 #ifdef __cplusplus

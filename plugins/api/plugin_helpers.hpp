@@ -8,7 +8,9 @@
 //     static constexpr const char* kCapabilities = R"({"kv_dtypes":["f32"]})";
 //     static bool supports(const llmk_attention_desc& desc, std::string& why);
 //     explicit MyAttention(const llmk_attention_desc& desc);  // may throw
-//     void forward(const llmk_attention_args& args);          // may throw
+//     void kv_layout(llmk_kv_layout& layout) const;
+//     size_t plan(const llmk_attention_step& step);           // workspace bytes
+//     void run(const llmk_attention_layer& layer, void* workspace, size_t workspace_size, void* stream);
 //   };
 //   LLMK_EXPORT_ATTENTION_PLUGIN(MyAttention)
 //
@@ -137,10 +139,26 @@ const llmk_plugin_info* attention_info() {
       LLMK_ATTENTION_API_VERSION, sizeof(llmk_attention_api),
       &supports_thunk<Impl, llmk_attention_desc>, &create_thunk<Impl, llmk_attention_desc>,
       &destroy_thunk<Impl>,
-      [](void* self, const llmk_attention_args* args, llmk_error* err) noexcept -> int {
+      [](const void* self, llmk_kv_layout* layout, llmk_error* err) noexcept -> int {
         return guarded(err, [&] {
-          static_cast<Impl*>(self)->forward(*args);
-          return LLMK_OK;
+          llmk_kv_layout out{};
+          out.struct_size = sizeof(out);
+          static_cast<const Impl*>(self)->kv_layout(out);
+          *layout = out;
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, const llmk_attention_step* step, size_t* workspace_bytes, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          *workspace_bytes = static_cast<Impl*>(self)->plan(*step);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, const llmk_attention_layer* layer, void* workspace, size_t workspace_size, void* stream,
+         llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->run(*layer, workspace, workspace_size, stream);
+          return static_cast<int>(LLMK_OK);
         });
       }};
   return make_info<Impl>(LLMK_PLUGIN_ATTENTION, LLMK_ATTENTION_API_VERSION, &api);

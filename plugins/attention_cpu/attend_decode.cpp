@@ -14,15 +14,12 @@
 
 namespace llmk::attention_cpu {
 
-void decode_scratch_resize(DecodeScratch& s, const KvShape& shape, uint32_t num_heads) {
-  s.m.resize(num_heads);
-  s.l.resize(num_heads);
-  s.acc.resize(static_cast<size_t>(num_heads) * shape.head_dim);
-  if (shape.int8) {
-    const size_t tile = static_cast<size_t>(kDecodeTile) * shape.num_kv_heads * shape.head_dim;
-    s.k_buf.resize(tile);
-    s.v_buf.resize(tile);
-  }
+DecodeScratchSize decode_scratch_size(const KvShape& shape, uint32_t num_heads) {
+  DecodeScratchSize size;
+  size.per_head = num_heads;
+  size.acc = static_cast<size_t>(num_heads) * shape.head_dim;
+  if (shape.int8) size.tile = static_cast<size_t>(kDecodeTile) * shape.num_kv_heads * shape.head_dim;
+  return size;
 }
 
 #if defined(__AVX512F__)
@@ -109,9 +106,9 @@ void decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& dq
   const uint32_t num_kv = dq.kv_end - dq.kv_begin;
   const int64_t range = static_cast<int64_t>(num_kv) * hd;           // the range's part of it
   const uint32_t heads = num_kv * dq.group;
-  std::fill_n(s.m.begin(), heads, -std::numeric_limits<float>::infinity());
-  std::fill_n(s.l.begin(), heads, 0.0f);
-  std::fill_n(s.acc.begin(), heads * hd, 0.0f);
+  std::fill_n(s.m, heads, -std::numeric_limits<float>::infinity());
+  std::fill_n(s.l, heads, 0.0f);
+  std::fill_n(s.acc, heads * hd, 0.0f);
   const float* q = dq.q + static_cast<int64_t>(dq.kv_begin) * dq.group * hd;
 
   // The next tile's rows are requested while this one computes, when they
@@ -132,9 +129,9 @@ void decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& dq
         k_rows[j] = static_cast<const float*>(kv.k) + slot * row + dq.kv_begin * hd;
         v_rows[j] = static_cast<const float*>(kv.v) + slot * row + dq.kv_begin * hd;
       } else {
-        dequantize_range(kv, shape, dq, slot, row, range, s.k_buf.data() + j * range, s.v_buf.data() + j * range);
-        k_rows[j] = s.k_buf.data() + j * range;
-        v_rows[j] = s.v_buf.data() + j * range;
+        dequantize_range(kv, shape, dq, slot, row, range, s.k_buf + j * range, s.v_buf + j * range);
+        k_rows[j] = s.k_buf + j * range;
+        v_rows[j] = s.v_buf + j * range;
       }
     }
     for (int j = n; j < kDecodeTile; ++j) {
@@ -158,14 +155,14 @@ void decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& dq
     for (uint32_t h = 0; h < num_kv; ++h)
       for (uint32_t g = 0; g < dq.group; ++g) {
         const uint32_t qh = h * dq.group + g;
-        tile_head<NV, E>(q + qh * hd, k_rows, v_rows, h * hd, n, dq.scale, s.m[qh], s.l[qh], s.acc.data() + qh * hd);
+        tile_head<NV, E>(q + qh * hd, k_rows, v_rows, h * hd, n, dq.scale, s.m[qh], s.l[qh], s.acc + qh * hd);
       }
   }
   float* out = dq.out + static_cast<int64_t>(dq.kv_begin) * dq.group * hd;
   for (uint32_t qh = 0; qh < heads; ++qh) {
     const __m512 inv = _mm512_set1_ps(s.l[qh] > 0.0f ? 1.0f / s.l[qh] : 0.0f);
     for (int i = 0; i < NV; ++i)
-      _mm512_storeu_ps(out + qh * hd + 16 * i, _mm512_mul_ps(_mm512_loadu_ps(s.acc.data() + qh * hd + 16 * i), inv));
+      _mm512_storeu_ps(out + qh * hd + 16 * i, _mm512_mul_ps(_mm512_loadu_ps(s.acc + qh * hd + 16 * i), inv));
   }
 }
 

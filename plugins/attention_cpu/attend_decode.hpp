@@ -14,7 +14,6 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "plugins/api/llmk_attention.h"
 #include "plugins/attention_cpu/kv_rows.hpp"
@@ -40,13 +39,20 @@ struct DecodeQuery {
   float scale;
 };
 
-// Per-thread scratch; sized by decode_scratch_resize.
+// Per-thread scratch, carved from the caller's workspace.
 struct DecodeScratch {
-  std::vector<float> m, l, acc;      // per query head: running max, sum, [head_dim] accumulator
-  std::vector<float> k_buf, v_buf;   // I8 caches: one dequantized tile of the KV-head range
+  float* m = nullptr;      // [num_heads] running max per query head
+  float* l = nullptr;      // [num_heads] running sum
+  float* acc = nullptr;    // [num_heads, head_dim] accumulators
+  float* k_buf = nullptr;  // I8 caches: [kDecodeTile, num_kv_heads, head_dim], one dequantized tile; else null
+  float* v_buf = nullptr;
 };
 
-void decode_scratch_resize(DecodeScratch& s, const KvShape& shape, uint32_t num_heads);
+// Floats each DecodeScratch array needs: {m and l, acc, k_buf and v_buf}.
+struct DecodeScratchSize {
+  size_t per_head = 0, acc = 0, tile = 0;
+};
+DecodeScratchSize decode_scratch_size(const KvShape& shape, uint32_t num_heads);
 
 void attend_decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& query, DecodeScratch& s);
 

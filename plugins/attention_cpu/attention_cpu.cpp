@@ -2,18 +2,20 @@
 // with an optional sliding window (each query row and each decode starts its
 // keys at the window's first position; the rest of the cache is not read).
 //
-// One call: write the new K/V at slot_mapping, then split the batch into
-// work items (sequence, KV head, block of query tokens) spread over OpenMP
-// threads. An item gathers the query rows of every query head that shares
-// the KV head (K/V are read once per group, never repeated in memory) and
-// streams the visible context through attend_chunk in chunks of kChunk keys
-// with an online softmax. A prefill chunk is cut into blocks of query tokens
-// so that both threads get work; items with many rows use the register-tiled
-// kernel (attend_tile.hpp), others the row-by-row one (attend_chunk.hpp).
-// A decode (one new token) is an item of its sequence and a range of KV heads
-// (all of them when there are enough sequences to keep every thread busy),
-// served by the decode kernel (attend_decode.hpp), which reads each cached
-// slot's rows for the whole range in one pass.
+// plan() (once per step) checks the step's metadata against the cache and
+// splits the batch into work items (sequence, KV head, block of query
+// tokens); run() (once per layer) writes the new K/V at slot_mapping and
+// spreads the items over OpenMP threads, each thread's scratch carved from
+// the caller's workspace. An item gathers the query rows of every query head
+// that shares the KV head (K/V are read once per group, never repeated in
+// memory) and streams the visible context through attend_chunk in chunks of
+// kChunk keys with an online softmax. A prefill chunk is cut into blocks of
+// query tokens so that both threads get work; items with many rows use the
+// register-tiled kernel (attend_tile.hpp), others the row-by-row one
+// (attend_chunk.hpp). A decode (one new token) is an item of its sequence
+// and a range of KV heads (all of them when there are enough sequences to
+// keep every thread busy), served by the decode kernel (attend_decode.hpp),
+// which reads each cached slot's rows for the whole range in one pass.
 #include <omp.h>
 
 #include <algorithm>
@@ -35,16 +37,41 @@ namespace {
 constexpr int kChunk = kTileKeys;   // keys per online-softmax step
 constexpr int kTileMinRows = 4;     // from this many query rows on, the register-tiled kernel
 constexpr int kRowsPerItem = 64;    // query rows (tokens x heads of a group) per work item
+constexpr size_t kAlign = 64;       // every scratch array starts on a cache line
 
 using plugin::Error;
 
-// Per-thread scratch, sized once at creation.
+// One thread's scratch: arrays carved from its share of the workspace.
 struct Scratch {
-  std::vector<const float*> q_rows, k_rows, v_rows;
-  std::vector<float*> out_rows;
-  std::vector<int64_t> low_key, last_key;  // per query row: visible keys [low_key, last_key]
-  std::vector<float> scores, m, l, acc, k_buf, v_buf, k_t, alpha;
+  const float** q_rows;
+  float** out_rows;
+  const float** k_rows;
+  const float** v_rows;
+  int64_t* low_key;   // per query row: visible keys [low_key, last_key]
+  int64_t* last_key;
+  float *scores, *m, *l, *acc, *alpha;
+  float* k_t;           // tiled kernel: [head_dim, kTileKeys]; null when the head size has no tiled kernel
+  float *k_buf, *v_buf; // converted caches (F16, I8): [kChunk, head_dim]; null for F32
   DecodeScratch decode;
+};
+
+// Hands out 64-byte-aligned arrays from one region; with a null base it only
+// measures (every pointer stays null and offset() is the size needed).
+class Carver {
+ public:
+  explicit Carver(void* base) : base_(static_cast<unsigned char*>(base)) {}
+  template <class T>
+  T* take(size_t count) {
+    if (count == 0) return nullptr;
+    T* at = base_ ? reinterpret_cast<T*>(base_ + offset_) : nullptr;
+    offset_ += (count * sizeof(T) + kAlign - 1) / kAlign * kAlign;
+    return at;
+  }
+  size_t offset() const { return offset_; }
+
+ private:
+  unsigned char* base_;
+  size_t offset_ = 0;
 };
 
 struct WorkItem {
@@ -55,18 +82,28 @@ struct WorkItem {
   uint32_t kv_head_end = 0;  // decode items: KV heads [kv_head, kv_head_end); 0 otherwise
 };
 
+std::string seq_name(uint32_t s) { return "sequence " + std::to_string(s); }
+
 }  // namespace
 
 class AttentionCpu {
  public:
   static constexpr const char* kName = "attention.cpu";
-  static constexpr const char* kVersion = "1.1.0";
+  static constexpr const char* kVersion = "1.2.0";
   static constexpr const char* kDescription =
       "CPU causal GQA attention over a paged KV cache (online softmax, OpenMP), F32, F16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
-      R"({"kv_dtypes":["f32","f16","i8"],"devices":["cpu"],"paged":true,"gqa":true,"sliding_window":true})";
+      R"({"kv_dtypes":["f32","f16","i8"],"devices":["cpu"],"activation_dtypes":["f32"],"paged":true,"gqa":true,"sliding_window":true})";
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
+    if (d.device != LLMK_DEVICE_CPU) {
+      why = "device " + std::to_string(d.device) + " is not the CPU";
+      return false;
+    }
+    if (d.activation_dtype != LLMK_DTYPE_F32) {
+      why = "activation dtype " + std::to_string(d.activation_dtype) + " is not f32";
+      return false;
+    }
     if (d.num_heads == 0 || d.num_kv_heads == 0 || d.head_dim == 0) {
       why = "num_heads, num_kv_heads and head_dim must be positive";
       return false;
@@ -106,46 +143,44 @@ class AttentionCpu {
     shape_.f16 = d.kv_dtype == LLMK_DTYPE_F16;
     shape_.group_size = shape_.int8 ? d.kv_group_size : 0;
     decode_kernel_ = decode_supports(static_cast<int>(d.head_dim));
+    tiled_kernel_ = tile_supports(static_cast<int>(d.head_dim));
     tokens_per_item_ = std::max<int>(1, kRowsPerItem / static_cast<int>(group_));
-    const size_t rows = static_cast<size_t>(tokens_per_item_) * group_;
-    scratch_.resize(num_threads_);
-    for (Scratch& s : scratch_) {
-      s.q_rows.resize(rows);
-      s.out_rows.resize(rows);
-      s.low_key.resize(rows);
-      s.last_key.resize(rows);
-      s.k_rows.resize(kChunk);
-      s.v_rows.resize(kChunk);
-      s.scores.resize(rows * kChunk);
-      s.m.resize(rows);
-      s.l.resize(rows);
-      s.acc.resize(rows * d.head_dim);
-      s.alpha.resize(rows);
-      if (tile_supports(static_cast<int>(d.head_dim))) s.k_t.resize(static_cast<size_t>(d.head_dim) * kTileKeys);
-      if (shape_.converted()) {
-        s.k_buf.resize(static_cast<size_t>(kChunk) * d.head_dim);
-        s.v_buf.resize(static_cast<size_t>(kChunk) * d.head_dim);
-      }
-      if (decode_kernel_) decode_scratch_resize(s.decode, shape_, num_heads_);
-    }
+    Carver measure(nullptr);
+    carve(measure);
+    thread_bytes_ = measure.offset();
+    // The work lists never grow inside a step: room for the most items any step can make.
+    const size_t max_tokens = std::max<uint32_t>(1, d.max_tokens), max_seqs = std::max<uint32_t>(1, d.max_seqs);
+    items_.reserve((max_tokens + max_seqs * tokens_per_item_) / tokens_per_item_ * shape_.num_kv_heads +
+                   max_seqs * shape_.num_kv_heads);
+    decode_items_.reserve(max_seqs * shape_.num_kv_heads);
   }
 
-  void forward(const llmk_attention_args& a) {
-    validate(a);
-    write_kv(a.kv, shape_, a.k, a.v, a.slot_mapping, a.num_tokens, static_cast<int>(num_threads_));
+  void kv_layout(llmk_kv_layout& layout) const {
+    const uint64_t elems = static_cast<uint64_t>(shape_.num_kv_heads) * shape_.head_dim;
+    const uint64_t elem_bytes = shape_.int8 ? 1 : shape_.f16 ? 2 : 4;
+    layout.kind = LLMK_KV_LAYOUT_STANDARD;
+    layout.alignment = kAlign;
+    layout.k_bytes_per_slot = layout.v_bytes_per_slot = elems * elem_bytes;
+    layout.k_scale_bytes_per_slot = layout.v_scale_bytes_per_slot =
+        shape_.int8 ? elems / shape_.group_size * sizeof(float) : 0;
+  }
 
+  size_t plan(const llmk_attention_step& step) {
+    validate(step);
+    step_ = step;
+    planned_ = true;
     items_.clear();
     decode_items_.clear();
     // Decodes: split the KV heads only when there are too few sequences to
     // give every thread a few items.
     uint32_t num_decodes = 0;
-    for (uint32_t s = 0; s < a.num_seqs; ++s) num_decodes += a.query_start[s + 1] - a.query_start[s] == 1;
+    for (uint32_t s = 0; s < step.num_seqs; ++s) num_decodes += step.query_start[s + 1] - step.query_start[s] == 1;
     const uint32_t parts =
         num_decodes == 0 ? 1
                          : std::clamp<uint32_t>((4 * num_threads_ + num_decodes - 1) / num_decodes, 1, shape_.num_kv_heads);
     const uint32_t heads_per_part = (shape_.num_kv_heads + parts - 1) / parts;
-    for (uint32_t s = 0; s < a.num_seqs; ++s) {
-      const int32_t begin = a.query_start[s], end = a.query_start[s + 1];
+    for (uint32_t s = 0; s < step.num_seqs; ++s) {
+      const int32_t begin = step.query_start[s], end = step.query_start[s + 1];
       if (end <= begin) continue;
       if (end - begin == 1 && decode_kernel_) {
         for (uint32_t h = 0; h < shape_.num_kv_heads; h += heads_per_part)
@@ -160,48 +195,105 @@ class AttentionCpu {
     }
     // Prefill blocks first: the many small decode items then fill the gaps.
     items_.insert(items_.end(), decode_items_.begin(), decode_items_.end());
-    const int64_t num_items = static_cast<int64_t>(items_.size());
     // Threads only when the work pays for waking them: query rows x keys x head_dim.
     int64_t work = 0;
-    for (uint32_t s = 0; s < a.num_seqs; ++s)
-      work += static_cast<int64_t>(a.query_start[s + 1] - a.query_start[s]) * a.context_lens[s];
+    for (uint32_t s = 0; s < step.num_seqs; ++s)
+      work += static_cast<int64_t>(step.query_start[s + 1] - step.query_start[s]) * step.context_lens[s];
     work *= static_cast<int64_t>(num_heads_) * shape_.head_dim;
-    const int threads = work < (1 << 18) ? 1 : static_cast<int>(std::min<int64_t>(num_threads_, num_items));
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
-    for (int64_t i = 0; i < num_items; ++i) run_item(a, items_[i], scratch_[omp_get_thread_num()]);
+    threads_ = work < (1 << 18) ? 1 : static_cast<int>(std::min<int64_t>(num_threads_, items_.size()));
+    threads_ = std::max(threads_, 1);
+    return workspace_bytes();
+  }
+
+  void run(const llmk_attention_layer& layer, void* workspace, size_t workspace_size, void* /*stream*/) {
+    if (!planned_) throw Error(LLMK_ERR_INVALID_ARGUMENT, "run() before any plan()");
+    if (workspace_size < workspace_bytes() || workspace == nullptr)
+      throw Error(LLMK_ERR_INVALID_ARGUMENT, "the step needs a " + std::to_string(workspace_bytes()) +
+                                                 "-byte workspace, got " + std::to_string(workspace_size));
+    if (layer.kv.num_slots != step_.num_slots)
+      throw Error(LLMK_ERR_INVALID_ARGUMENT, "the layer's cache has " + std::to_string(layer.kv.num_slots) +
+                                                 " slots, the step was planned for " +
+                                                 std::to_string(step_.num_slots));
+    const auto* q = static_cast<const float*>(layer.q);
+    auto* out = static_cast<float*>(layer.out);
+    write_kv(layer.kv, shape_, static_cast<const float*>(layer.k), static_cast<const float*>(layer.v),
+             step_.device_slot_mapping, step_.num_tokens, static_cast<int>(num_threads_));
+    const int64_t num_items = static_cast<int64_t>(items_.size());
+    auto* base = static_cast<unsigned char*>(workspace);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_) if (threads_ > 1)
+    for (int64_t i = 0; i < num_items; ++i) {
+      Carver carver(base + static_cast<size_t>(omp_get_thread_num()) * thread_bytes_);
+      const Scratch s = carve(carver);
+      run_item(layer.kv, q, out, items_[i], s);
+    }
   }
 
  private:
-  void validate(const llmk_attention_args& a) const {
+  size_t workspace_bytes() const { return static_cast<size_t>(threads_) * thread_bytes_; }
+
+  // One thread's arrays, in a fixed order (measured once at creation, then
+  // carved from the workspace on every run).
+  Scratch carve(Carver& c) const {
+    const size_t rows = static_cast<size_t>(tokens_per_item_) * group_, hd = shape_.head_dim;
+    Scratch s{};
+    s.q_rows = c.take<const float*>(rows);
+    s.out_rows = c.take<float*>(rows);
+    s.k_rows = c.take<const float*>(kChunk);
+    s.v_rows = c.take<const float*>(kChunk);
+    s.low_key = c.take<int64_t>(rows);
+    s.last_key = c.take<int64_t>(rows);
+    s.scores = c.take<float>(rows * kChunk);
+    s.m = c.take<float>(rows);
+    s.l = c.take<float>(rows);
+    s.acc = c.take<float>(rows * hd);
+    s.alpha = c.take<float>(rows);
+    s.k_t = tiled_kernel_ ? c.take<float>(hd * kTileKeys) : nullptr;
+    if (shape_.converted()) {
+      s.k_buf = c.take<float>(static_cast<size_t>(kChunk) * hd);
+      s.v_buf = c.take<float>(static_cast<size_t>(kChunk) * hd);
+    }
+    if (decode_kernel_) {
+      const DecodeScratchSize d = decode_scratch_size(shape_, num_heads_);
+      s.decode.m = c.take<float>(d.per_head);
+      s.decode.l = c.take<float>(d.per_head);
+      s.decode.acc = c.take<float>(d.acc);
+      s.decode.k_buf = c.take<float>(d.tile);
+      s.decode.v_buf = c.take<float>(d.tile);
+    }
+    return s;
+  }
+
+  void validate(const llmk_attention_step& a) const {
     if (a.num_seqs == 0) return;
     if (a.query_start[0] != 0 || a.query_start[a.num_seqs] != static_cast<int32_t>(a.num_tokens))
       throw Error(LLMK_ERR_INVALID_ARGUMENT, "query_start must run from 0 to num_tokens");
     if (a.block_size == 0) throw Error(LLMK_ERR_INVALID_ARGUMENT, "block_size is 0");
+    const bool host_is_device = a.device_query_start == a.query_start && a.device_context_lens == a.context_lens &&
+                                a.device_slot_mapping == a.slot_mapping && a.device_block_tables == a.block_tables;
+    if (!host_is_device)
+      throw Error(LLMK_ERR_INVALID_ARGUMENT, "on the CPU the step's device arrays must be its host arrays");
     for (uint32_t t = 0; t < a.num_tokens; ++t)
-      if (a.slot_mapping[t] >= static_cast<int32_t>(a.kv.num_slots))
+      if (a.slot_mapping[t] >= static_cast<int32_t>(a.num_slots))
         throw Error(LLMK_ERR_INVALID_ARGUMENT, "slot_mapping[" + std::to_string(t) + "] = " +
                                                    std::to_string(a.slot_mapping[t]) + " is past the cache's " +
-                                                   std::to_string(a.kv.num_slots) + " slots");
+                                                   std::to_string(a.num_slots) + " slots");
     for (uint32_t s = 0; s < a.num_seqs; ++s) {
       const int32_t num_new = a.query_start[s + 1] - a.query_start[s];
       const int64_t ctx = a.context_lens[s];
       if (num_new < 0 || ctx < num_new)
-        throw Error(LLMK_ERR_INVALID_ARGUMENT, "sequence " + std::to_string(s) + ": context_len " +
-                                                   std::to_string(ctx) + " is shorter than its " +
-                                                   std::to_string(num_new) + " new tokens");
+        throw Error(LLMK_ERR_INVALID_ARGUMENT, seq_name(s) + ": context_len " + std::to_string(ctx) +
+                                                   " is shorter than its " + std::to_string(num_new) + " new tokens");
       const int64_t num_blocks = (ctx + a.block_size - 1) / a.block_size;
       if (num_blocks > a.max_blocks_per_seq)
-        throw Error(LLMK_ERR_INVALID_ARGUMENT, "sequence " + std::to_string(s) + " needs " +
-                                                   std::to_string(num_blocks) + " blocks, table has " +
-                                                   std::to_string(a.max_blocks_per_seq));
+        throw Error(LLMK_ERR_INVALID_ARGUMENT, seq_name(s) + " needs " + std::to_string(num_blocks) +
+                                                   " blocks, table has " + std::to_string(a.max_blocks_per_seq));
       const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
       for (int64_t b = 0; b < num_blocks; ++b) {
         const int64_t used = std::min<int64_t>(a.block_size, ctx - b * a.block_size);
-        if (table[b] < 0 || table[b] + used > static_cast<int64_t>(a.kv.num_slots))
-          throw Error(LLMK_ERR_INVALID_ARGUMENT, "sequence " + std::to_string(s) + ": block " + std::to_string(b) +
-                                                     " starts at slot " + std::to_string(table[b]) +
-                                                     ", outside the cache's " + std::to_string(a.kv.num_slots) +
-                                                     " slots");
+        if (table[b] < 0 || table[b] + used > static_cast<int64_t>(a.num_slots))
+          throw Error(LLMK_ERR_INVALID_ARGUMENT, seq_name(s) + ": block " + std::to_string(b) + " starts at slot " +
+                                                     std::to_string(table[b]) + ", outside the cache's " +
+                                                     std::to_string(a.num_slots) + " slots");
       }
     }
   }
@@ -211,62 +303,62 @@ class AttentionCpu {
     return window_ == 0 ? 0 : std::max<int64_t>(0, pos - static_cast<int64_t>(window_) + 1);
   }
 
-  void run_item(const llmk_attention_args& a, const WorkItem& item, Scratch& s) const {
+  void run_item(const llmk_kv_layer& kv, const float* q, float* out, const WorkItem& item, const Scratch& s) const {
+    const llmk_attention_step& a = step_;
+    const int32_t* table = a.device_block_tables + static_cast<int64_t>(item.seq) * a.max_blocks_per_seq;
     if (item.kv_head_end != 0) {
       const int64_t row = item.first_token;
-      const DecodeQuery dq{a.q + row * num_heads_ * shape_.head_dim,
-                           a.out + row * num_heads_ * shape_.head_dim,
-                           a.block_tables + static_cast<int64_t>(item.seq) * a.max_blocks_per_seq,
+      const DecodeQuery dq{q + row * num_heads_ * shape_.head_dim,
+                           out + row * num_heads_ * shape_.head_dim,
+                           table,
                            a.block_size,
-                           first_visible(a.context_lens[item.seq] - 1),
-                           a.context_lens[item.seq],
+                           first_visible(a.device_context_lens[item.seq] - 1),
+                           a.device_context_lens[item.seq],
                            item.kv_head,
                            item.kv_head_end,
                            group_,
                            scale_};
-      attend_decode(a.kv, shape_, dq, s.decode);
+      DecodeScratch decode = s.decode;
+      attend_decode(kv, shape_, dq, decode);
       return;
     }
     const int64_t head_dim = shape_.head_dim;
-    const int32_t seq_begin = a.query_start[item.seq];
-    const int64_t num_new = a.query_start[item.seq + 1] - seq_begin;
-    const int64_t first_pos = a.context_lens[item.seq] - num_new;  // position of the sequence's first new token
+    const int32_t seq_begin = a.device_query_start[item.seq];
+    const int64_t num_new = a.device_query_start[item.seq + 1] - seq_begin;
+    const int64_t first_pos = a.device_context_lens[item.seq] - num_new;  // position of the sequence's first new token
     const int num_rows = item.num_tokens * static_cast<int>(group_);
     for (int t = 0; t < item.num_tokens; ++t) {
       const int64_t row = item.first_token + t;
       for (uint32_t g = 0; g < group_; ++g) {
         const int r = t * static_cast<int>(group_) + static_cast<int>(g);
         const int64_t head = static_cast<int64_t>(item.kv_head) * group_ + g;
-        s.q_rows[r] = a.q + (row * num_heads_ + head) * head_dim;
-        s.out_rows[r] = a.out + (row * num_heads_ + head) * head_dim;
+        s.q_rows[r] = q + (row * num_heads_ + head) * head_dim;
+        s.out_rows[r] = out + (row * num_heads_ + head) * head_dim;
         s.last_key[r] = first_pos + (row - seq_begin);
         s.low_key[r] = first_visible(s.last_key[r]);
         s.m[r] = -std::numeric_limits<float>::infinity();
         s.l[r] = 0.0f;
       }
     }
-    std::fill(s.acc.begin(), s.acc.begin() + num_rows * head_dim, 0.0f);
-    const RowsState state{s.m.data(), s.l.data(), s.acc.data()};
-    const int32_t* table = a.block_tables + static_cast<int64_t>(item.seq) * a.max_blocks_per_seq;
+    std::fill_n(s.acc, num_rows * head_dim, 0.0f);
+    const RowsState state{s.m, s.l, s.acc};
     // Rows are in position order: the first row sees the lowest keys, the last the highest.
     const int64_t num_keys = s.last_key[num_rows - 1] + 1;
     // Four or more rows (prefill blocks, GQA decode groups): the tiled kernel
     // (two small GEMMs per chunk), measured 2-4x faster there; fewer rows
     // (multi-head decode): one dot product per (row, key), no transposition.
-    const bool tiled = num_rows >= kTileMinRows && !s.k_t.empty();
+    const bool tiled = num_rows >= kTileMinRows && s.k_t != nullptr;
     for (int64_t first = s.low_key[0]; first < num_keys; first += kChunk) {
       const int count = static_cast<int>(std::min<int64_t>(kChunk, num_keys - first));
-      read_kv(a.kv, shape_, table, a.block_size, item.kv_head, first, count, s.k_rows.data(), s.v_rows.data(),
-              s.k_buf.data(), s.v_buf.data());
+      read_kv(kv, shape_, table, a.block_size, item.kv_head, first, count, s.k_rows, s.v_rows, s.k_buf, s.v_buf);
       if (tiled)
-        attend_chunk_tiled(s.q_rows.data(), s.low_key.data(), s.last_key.data(), num_rows, s.k_rows.data(),
-                           s.v_rows.data(), first, count, static_cast<int>(head_dim), scale_, s.scores.data(), state,
-                           s.k_t.data(), s.alpha.data());
+        attend_chunk_tiled(s.q_rows, s.low_key, s.last_key, num_rows, s.k_rows, s.v_rows, first, count,
+                           static_cast<int>(head_dim), scale_, s.scores, state, s.k_t, s.alpha);
       else
-        attend_chunk(s.q_rows.data(), s.low_key.data(), s.last_key.data(), num_rows, s.k_rows.data(), s.v_rows.data(),
-                     first, count, static_cast<int>(head_dim), scale_, s.scores.data(), state);
+        attend_chunk(s.q_rows, s.low_key, s.last_key, num_rows, s.k_rows, s.v_rows, first, count,
+                     static_cast<int>(head_dim), scale_, s.scores, state);
     }
-    finish_rows(state, num_rows, static_cast<int>(head_dim), s.out_rows.data());
+    finish_rows(state, num_rows, static_cast<int>(head_dim), s.out_rows);
   }
 
   uint32_t num_heads_;
@@ -276,8 +368,13 @@ class AttentionCpu {
   uint32_t num_threads_;
   KvShape shape_;
   bool decode_kernel_ = false;
+  bool tiled_kernel_ = false;
   int tokens_per_item_ = 1;
-  std::vector<Scratch> scratch_;
+  size_t thread_bytes_ = 0;  // one thread's scratch, 64-byte multiples
+  // The current plan: the step's metadata, its work items and thread count.
+  llmk_attention_step step_{};
+  bool planned_ = false;
+  int threads_ = 1;
   std::vector<WorkItem> items_, decode_items_;
 };
 

@@ -109,9 +109,20 @@ TEST_CASE("attention.cpu refuses configurations it cannot serve, with a reason",
   const auto& api = lib.api<llmk_attention_api>();
   CHECK(std::string(lib.info().name) == "attention.cpu");
   char why[256] = {};
-  llmk_attention_desc d{sizeof(llmk_attention_desc), 6, 4, 64, 0.125f, LLMK_DTYPE_F32, 0, 128, 16, 1, "{}", 0};
+  llmk_attention_desc d{sizeof(llmk_attention_desc), 6, 4, 64, 0.125f, LLMK_DTYPE_F32, 0, 128, 16, 1, "{}", 0,
+                        LLMK_DEVICE_CPU, LLMK_DTYPE_F32, 4, 16};
   CHECK(api.supports(&d, why, sizeof(why)) == 0);
   CHECK(std::string(why).find("divide") != std::string::npos);
+  d.device = LLMK_DEVICE_CUDA;
+  d.num_kv_heads = 2;
+  CHECK(api.supports(&d, why, sizeof(why)) == 0);
+  CHECK(std::string(why).find("not the CPU") != std::string::npos);
+  d.device = LLMK_DEVICE_CPU;
+  d.activation_dtype = LLMK_DTYPE_BF16;
+  CHECK(api.supports(&d, why, sizeof(why)) == 0);
+  CHECK(std::string(why).find("activation dtype") != std::string::npos);
+  d.activation_dtype = LLMK_DTYPE_F32;
+  d.num_kv_heads = 4;
   d.num_kv_heads = 2;
   d.kv_dtype = LLMK_DTYPE_BF16;
   CHECK(api.supports(&d, why, sizeof(why)) == 0);
@@ -123,18 +134,63 @@ TEST_CASE("attention.cpu refuses configurations it cannot serve, with a reason",
   CHECK(api.supports(&d, why, sizeof(why)) == 1);
 }
 
-TEST_CASE("attention.cpu rejects a block table that points outside the cache", "[attention]") {
+TEST_CASE("attention.cpu rejects a block table that points outside the cache when it plans the step",
+          "[attention]") {
   PluginLibrary lib("llmk_attention_cpu");
   const auto& api = lib.api<llmk_attention_api>();
-  llmk_attention_desc d{sizeof(llmk_attention_desc), 2, 1, 16, 0.25f, LLMK_DTYPE_F32, 0, 64, 16, 1, "{}", 0};
+  llmk_attention_desc d{sizeof(llmk_attention_desc), 2, 1, 16, 0.25f, LLMK_DTYPE_F32, 0, 64, 16, 1, "{}", 0,
+                        LLMK_DEVICE_CPU, LLMK_DTYPE_F32, 1, 4};
   llmk_error err{};
   void* self = api.create(&d, &err);
   REQUIRE(self);
-  std::vector<float> q(32, 1.0f), k(16, 1.0f), v(16, 1.0f), out(32), kc(16 * 8), vc(16 * 8);
   std::vector<int32_t> qs{0, 1}, ctx{3}, slots{2}, table{6};  // block of 4 starting at slot 6: past 8 slots
-  llmk_attention_args a{sizeof(llmk_attention_args), 1, 1, q.data(), k.data(), v.data(), out.data(), qs.data(),
-                        ctx.data(), slots.data(), table.data(), 1, 4, {kc.data(), vc.data(), nullptr, nullptr, 8}};
-  CHECK(api.forward(self, &a, &err) == LLMK_ERR_INVALID_ARGUMENT);
+  const llmk_attention_step step{sizeof(llmk_attention_step), 1, 1, 1, 4, 8, qs.data(), ctx.data(), slots.data(),
+                                 table.data(), qs.data(), ctx.data(), slots.data(), table.data()};
+  size_t bytes = 0;
+  CHECK(api.plan(self, &step, &bytes, &err) == LLMK_ERR_INVALID_ARGUMENT);
   CHECK(std::string(err.message).find("outside") != std::string::npos);
+  api.destroy(self);
+}
+
+TEST_CASE("attention.cpu declares the standard KV layout and holds run() to its plan and workspace",
+          "[attention]") {
+  PluginLibrary lib("llmk_attention_cpu");
+  const auto& api = lib.api<llmk_attention_api>();
+  // I8, group 8: 1 byte per element plus one float scale per 8 elements.
+  llmk_attention_desc d{sizeof(llmk_attention_desc), 4, 2, 16, 0.25f, LLMK_DTYPE_I8, 8, 64, 16, 2, "{}", 0,
+                        LLMK_DEVICE_CPU, LLMK_DTYPE_F32, 1, 4};
+  llmk_error err{};
+  void* self = api.create(&d, &err);
+  REQUIRE(self);
+  llmk_kv_layout layout{};
+  REQUIRE(api.kv_layout(self, &layout, &err) == LLMK_OK);
+  CHECK(layout.kind == LLMK_KV_LAYOUT_STANDARD);
+  CHECK(layout.k_bytes_per_slot == 2 * 16);
+  CHECK(layout.v_bytes_per_slot == 2 * 16);
+  CHECK(layout.k_scale_bytes_per_slot == 2 * 16 / 8 * 4);
+  CHECK(layout.v_scale_bytes_per_slot == 2 * 16 / 8 * 4);
+
+  std::vector<float> q(4 * 16, 1.0f), k(2 * 16, 1.0f), v(2 * 16, 1.0f), out(4 * 16), ks(8 * 4), vs(8 * 4);
+  std::vector<int8_t> kc(8 * 32), vc(8 * 32);
+  const llmk_attention_layer layer{sizeof(llmk_attention_layer), q.data(), k.data(), v.data(), out.data(),
+                                   {kc.data(), vc.data(), ks.data(), vs.data(), 8}};
+  // No plan yet: run() refuses.
+  CHECK(api.run(self, &layer, nullptr, 0, nullptr, &err) == LLMK_ERR_INVALID_ARGUMENT);
+  std::vector<int32_t> qs{0, 1}, ctx{1}, slots{0}, table{0};
+  const llmk_attention_step step{sizeof(llmk_attention_step), 1, 1, 1, 4, 8, qs.data(), ctx.data(), slots.data(),
+                                 table.data(), qs.data(), ctx.data(), slots.data(), table.data()};
+  size_t bytes = 0;
+  REQUIRE(api.plan(self, &step, &bytes, &err) == LLMK_OK);
+  REQUIRE(bytes > 0);
+  llmk::AlignedBuffer workspace(bytes);
+  CHECK(api.run(self, &layer, workspace.data(), bytes - 1, nullptr, &err) == LLMK_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(err.message).find("workspace") != std::string::npos);
+  REQUIRE(api.run(self, &layer, workspace.data(), bytes, nullptr, &err) == LLMK_OK);
+  // One key, itself: the output is its value row, 1.0 within the int8 step.
+  for (float x : out) CHECK(std::fabs(x - 1.0f) < 1e-2f);
+  // A layer whose cache is not the one planned for is refused.
+  llmk_attention_layer other = layer;
+  other.kv.num_slots = 4;
+  CHECK(api.run(self, &other, workspace.data(), bytes, nullptr, &err) == LLMK_ERR_INVALID_ARGUMENT);
   api.destroy(self);
 }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned_buffer.hpp"
 #include "plugins/api/llmk_attention.h"
 
 namespace llmk::test {
@@ -91,7 +92,8 @@ inline AttentionOutcome check_attention_step(const llmk_attention_api& api, cons
 
   llmk_attention_desc desc{sizeof(llmk_attention_desc), p.num_heads, p.num_kv_heads, p.head_dim,
                            1.0f / std::sqrt(static_cast<float>(p.head_dim)), kv_dtype, group, 4096, 4096,
-                           num_threads, "{}", p.sliding_window};
+                           num_threads, "{}", p.sliding_window, LLMK_DEVICE_CPU, LLMK_DTYPE_F32,
+                           num_seqs, p.block_size};
   char why[512] = {};
   if (api.supports(&desc, why, sizeof(why)) != 1) {
     result.supported = false;
@@ -103,6 +105,35 @@ inline AttentionOutcome check_attention_step(const llmk_attention_api& api, cons
   if (self == nullptr) {
     result.why = std::string("create failed: ") + err.message;
     result.max_err = std::numeric_limits<double>::infinity();
+    return result;
+  }
+
+  // This check reads the cache, so the plugin must declare the standard
+  // layout, with exactly its sizes.
+  llmk_kv_layout layout{};
+  layout.struct_size = sizeof(layout);
+  if (api.kv_layout(self, &layout, &err) != LLMK_OK) {
+    result.why = std::string("kv_layout failed: ") + err.message;
+    result.max_err = std::numeric_limits<double>::infinity();
+    api.destroy(self);
+    return result;
+  }
+  if (layout.kind != LLMK_KV_LAYOUT_STANDARD) {
+    result.supported = false;
+    result.why = "an opaque KV layout: this check reads the standard layout only";
+    api.destroy(self);
+    return result;
+  }
+  const uint64_t elem_bytes = i8 ? 1 : f16 ? 2 : 4, row_elems = static_cast<uint64_t>(kvh * hd);
+  const uint64_t scale_bytes = i8 ? row_elems / group * 4 : 0;
+  if (layout.k_bytes_per_slot != row_elems * elem_bytes || layout.v_bytes_per_slot != row_elems * elem_bytes ||
+      layout.k_scale_bytes_per_slot != scale_bytes || layout.v_scale_bytes_per_slot != scale_bytes ||
+      64 % std::max<uint32_t>(layout.alignment, 1) != 0) {
+    result.why = "the declared standard KV layout has the wrong sizes per slot (" +
+                 std::to_string(layout.k_bytes_per_slot) + " K bytes, expected " +
+                 std::to_string(row_elems * elem_bytes) + ")";
+    result.max_err = std::numeric_limits<double>::infinity();
+    api.destroy(self);
     return result;
   }
 
@@ -124,13 +155,22 @@ inline AttentionOutcome check_attention_step(const llmk_attention_api& api, cons
     std::vector<float> q(n * nh * hd);
     for (auto& x : q) x = normal(rng) * 2.0f;  // sharper softmax than unit scores
     out->assign(q.size(), NAN);
-    llmk_attention_args a{sizeof(llmk_attention_args), n, num_seqs, q.data(), k.data(), v.data(), out->data(),
-                          qs.data(), ctx.data(), slots.data(), tables.data(), static_cast<uint32_t>(max_blocks),
-                          p.block_size, kv};
+    const llmk_attention_step step{sizeof(llmk_attention_step), n, num_seqs, static_cast<uint32_t>(max_blocks),
+                                   p.block_size, num_slots, qs.data(), ctx.data(), slots.data(), tables.data(),
+                                   qs.data(), ctx.data(), slots.data(), tables.data()};
+    const llmk_attention_layer layer{sizeof(llmk_attention_layer), q.data(), k.data(), v.data(), out->data(), kv};
     *q_out = q;
     llmk_error step_err{};
-    if (api.forward(self, &a, &step_err) != LLMK_OK) {
-      result.why = std::string("forward failed: ") + step_err.message;
+    size_t workspace_bytes = 0;
+    if (api.plan(self, &step, &workspace_bytes, &step_err) != LLMK_OK) {
+      result.why = std::string("plan failed: ") + step_err.message;
+      return false;
+    }
+    // Exactly what plan() asked for, so a plugin that writes past it trips
+    // the sanitizers.
+    const ::llmk::AlignedBuffer workspace(workspace_bytes, "a test workspace");
+    if (api.run(self, &layer, workspace.data(), workspace_bytes, nullptr, &step_err) != LLMK_OK) {
+      result.why = std::string("run failed: ") + step_err.message;
       return false;
     }
     return true;

@@ -1,5 +1,5 @@
-// 64-byte aligned host memory: the KV cache's buffers and the scratch that
-// linear layers share.
+// 64-byte aligned host memory (the KV cache's buffers) and the scratch that
+// linear layers share, on the host or a device.
 #pragma once
 
 #include <cstddef>
@@ -28,16 +28,46 @@ class AlignedBuffer {
 // The scratch of linear layers (llmk_linear_api::workspace_bytes). Every
 // layer of a model shares one: it is sized while the layers are created, for
 // the largest forward any of them will run, and one forward at a time uses it.
+// It lives where the layers' activations live: host memory by default, or
+// the memory a device executor's allocator gives (cudaMalloc for CUDA).
 class LinearWorkspace {
  public:
+  // Returns at least `bytes` bytes, 64-byte aligned, or throws Error.
+  using Allocate = void* (*)(size_t bytes);
+  using Release = void (*)(void* data) noexcept;
+
+  LinearWorkspace() = default;  // host memory
+  LinearWorkspace(Allocate allocate, Release release) : allocate_(allocate), release_(release) {}
+  ~LinearWorkspace() { reset(); }
+  LinearWorkspace(const LinearWorkspace&) = delete;
+  LinearWorkspace& operator=(const LinearWorkspace&) = delete;
+
   void require(size_t bytes) {
-    if (bytes > buffer_.bytes()) buffer_ = AlignedBuffer(bytes, "linear layers' workspace");
+    if (bytes <= bytes_) return;
+    if (allocate_ == nullptr) {
+      host_ = AlignedBuffer(bytes, "linear layers' workspace");
+      data_ = host_.data();
+    } else {
+      reset();
+      data_ = allocate_(bytes);
+    }
+    bytes_ = bytes;
   }
-  void* data() const { return buffer_.data(); }
-  size_t bytes() const { return buffer_.bytes(); }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
 
  private:
-  AlignedBuffer buffer_;
+  void reset() {
+    if (release_ != nullptr && data_ != nullptr) release_(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+  Allocate allocate_ = nullptr;
+  Release release_ = nullptr;
+  AlignedBuffer host_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 }  // namespace llmk

@@ -41,11 +41,11 @@ size_t ModelWeights::bytes() const {
 }
 
 ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins, const EngineConfig& ecfg,
-                          const ModelRuntime& rt) {
+                          const ModelRuntime& rt, const LinearPlacement& placement) {
   const ModelConfig& cfg = checkpoint.config();
   Plugin linear_plugin = plugins.load(ecfg.plugins.linear, LLMK_PLUGIN_LINEAR);
   const std::string& options = ecfg.plugins.linear_options;
-  auto workspace = std::make_shared<LinearWorkspace>();  // shared by every layer
+  const std::shared_ptr<LinearWorkspace>& workspace = placement.workspace;  // shared by every layer
   auto make = [&](const std::string& name, const void* weight, DType dtype, int64_t out, int64_t in, bool outlives,
                   uint32_t max_rows) {
     llmk_linear_desc d{};
@@ -59,7 +59,7 @@ ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins,
     d.max_rows = max_rows;
     d.num_threads = rt.num_threads;
     d.options = options.c_str();
-    d.device = LLMK_DEVICE_CPU;
+    d.device = placement.device;
     d.activation_dtype = LLMK_DTYPE_F32;
     return std::make_unique<LinearImpl>(linear_plugin, d, workspace);
   };

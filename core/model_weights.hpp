@@ -35,11 +35,19 @@ struct ModelWeights {
   size_t bytes() const;
 };
 
+// Where the linear layers run: their device (desc.device; activations are
+// F32) and the workspace they share, in that device's memory.
+struct LinearPlacement {
+  uint32_t device = LLMK_DEVICE_CPU;
+  std::shared_ptr<LinearWorkspace> workspace = std::make_shared<LinearWorkspace>();
+};
+
 // Builds every linear layer with the configured plugin (max_step_tokens rows
-// each) and converts the norms. The checkpoint must outlive the weights:
-// plugins may borrow its tensors. Throws Error for mixed dtypes in a layer
-// or an embedding dtype the forward cannot read.
+// each) and converts the norms (host f32; a device executor uploads them).
+// The checkpoint must outlive the weights: plugins may borrow its tensors.
+// Throws Error for mixed dtypes in a layer or an embedding dtype the forward
+// cannot read.
 ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins, const EngineConfig& cfg,
-                          const ModelRuntime& runtime);
+                          const ModelRuntime& runtime, const LinearPlacement& placement = {});
 
 }  // namespace llmk

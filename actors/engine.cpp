@@ -11,6 +11,8 @@
 //    the executor and the sampler are detached (a thread each).
 #include "actors/engine.hpp"
 
+#include "actors/built_executors.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <condition_variable>
@@ -204,6 +206,7 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
   std::vector<std::filesystem::path> search_path(im.config.plugins.search_path.begin(),
                                                  im.config.plugins.search_path.end());
   PluginRegistry registry(search_path);
+  register_built_executors();
   std::shared_ptr<Executor> executor = make_executor(im.config, im.checkpoint, registry);
   const ModelRuntime& runtime = executor->runtime();
 

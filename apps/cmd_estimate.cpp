@@ -11,6 +11,7 @@
 #include <memory>
 #include <thread>
 
+#include "actors/built_executors.hpp"
 #include "apps/command.hpp"
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
@@ -71,6 +72,7 @@ DecodeTiming measure_decode_step(const ModelConfig& model, int context, int step
                              ? std::vector<std::filesystem::path>{}
                              : std::vector<std::filesystem::path>(cfg.plugins.search_path.begin(),
                                                                   cfg.plugins.search_path.end()));
+  register_built_executors();
   const auto runner = make_executor(cfg, checkpoint, plugins);
 
   // One sequence in one contiguous range starting at slot 0.

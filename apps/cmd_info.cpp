@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/built_executors.hpp"
 #include "apps/command.hpp"
 #include "apps/model_options.hpp"
 #include "core/checkpoint.hpp"
@@ -186,6 +187,7 @@ json linear_modes(const EngineConfig& cfg, const std::vector<std::string>& reque
     // Only the weights matter here: the smallest KV cache and step.
     c.kv_cache.capacity_tokens = 1;
     c.scheduler.max_num_batched_tokens = 1;
+    register_built_executors();
     const auto executor = make_executor(c, checkpoint, registry);
     out.push_back({{"plugin", name}, {"options", json::parse(c.plugins.linear_options)},
                    {"weight_bytes", executor->weight_bytes()}});

@@ -4,7 +4,7 @@
 include(CMakePackageConfigHelpers)
 
 set(llmk_export_targets llmk_core llmk_kernels_cpu llmk_warnings llmk_arch llmk_plugin_api)
-foreach(t llmk_actors llmk_ipc)
+foreach(t llmk_actors llmk_ipc llmk_cuda llmk_kernels_cuda)
   if(TARGET ${t})
     list(APPEND llmk_export_targets ${t})
   endif()

@@ -1,5 +1,8 @@
 #include "core/executor.hpp"
 
+#include <map>
+#include <mutex>
+
 #include "core/cpu_executor.hpp"
 #include "core/error.hpp"
 
@@ -13,10 +16,35 @@ const char* device_name(Device device) noexcept {
   return "unknown";
 }
 
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::map<Device, ExecutorFactory>& factories() {
+  static std::map<Device, ExecutorFactory> f;
+  return f;
+}
+
+}  // namespace
+
 const std::vector<Device>& built_executor_devices() {
-  // A CUDA executor adds Device::cuda here, under the build flag that compiles it.
+  // The CPU always; CUDA when the build compiled its executor (LLMK_HAVE_CUDA
+  // is defined for llmk_core then, though the executor itself lives in
+  // llmk_cuda and is registered by the program).
+#if defined(LLMK_HAVE_CUDA) && LLMK_HAVE_CUDA
+  static const std::vector<Device> devices{Device::cpu, Device::cuda};
+#else
   static const std::vector<Device> devices{Device::cpu};
+#endif
   return devices;
+}
+
+void register_executor(Device device, ExecutorFactory factory) {
+  const std::lock_guard<std::mutex> lock(registry_mutex());
+  factories()[device] = factory;
 }
 
 std::string built_executor_device_names() {
@@ -37,8 +65,18 @@ std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr
   if (!has_executor(device))
     throw Error(ErrorCode::invalid_config, "executor.device: '" + device + "' has no executor in this build (built: " +
                                                built_executor_device_names() + ")");
-  // Only the CPU is built today; each device's branch goes here.
-  return std::make_unique<CpuExecutor>(cfg, std::move(checkpoint), plugins);
+  if (device == device_name(Device::cpu)) return std::make_unique<CpuExecutor>(cfg, std::move(checkpoint), plugins);
+  ExecutorFactory factory = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(registry_mutex());
+    for (const auto& [d, f] : factories())
+      if (device == device_name(d)) factory = f;
+  }
+  if (factory == nullptr)
+    throw Error(ErrorCode::internal, "executor.device: this build has a '" + device +
+                                         "' executor, but this program did not register it "
+                                         "(register_built_executors() in actors/built_executors.hpp)");
+  return factory(cfg, std::move(checkpoint), plugins);
 }
 
 }  // namespace llmk

@@ -96,9 +96,19 @@ class Executor : public KvOffloader {
 // Builds the executor that cfg.executor.device names. Throws
 // Error(invalid_config) for a device with no executor in this build, naming
 // the devices that are built; otherwise what the executor's constructor
-// throws (plugins that cannot load, weights it cannot use, no KV capacity).
-// The checkpoint must outlive the executor.
+// throws (plugins that cannot load, weights it cannot use, no KV capacity,
+// no device present). The checkpoint must outlive the executor.
 std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                                         PluginRegistry& plugins);
+
+// Device executors other than the CPU's live in their own libraries (CUDA
+// code never enters llmk_core), and the program that links one registers
+// its factory before make_executor runs: actors/built_executors.hpp does it
+// for every executor the build compiled. Registering a device again
+// replaces its factory.
+using ExecutorFactory = std::unique_ptr<Executor> (*)(const EngineConfig& cfg,
+                                                      std::shared_ptr<const Checkpoint> checkpoint,
+                                                      PluginRegistry& plugins);
+void register_executor(Device device, ExecutorFactory factory);
 
 }  // namespace llmk

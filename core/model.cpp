@@ -52,7 +52,6 @@ struct Model::Impl {
   std::vector<float> hidden, x_norm, qkv, q, k, v, attn, proj, gate_up, act;
 
   void forward(const StepBatch& b, float* logits);
-  void validate(const StepBatch& b) const;
 };
 
 Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugins, const EngineConfig& ecfg,
@@ -146,34 +145,8 @@ void Model::restore_kv(const std::vector<int32_t>& slots, const std::vector<uint
   impl_->kv->restore(slots, data);
 }
 
-void Model::Impl::validate(const StepBatch& b) const {
-  const int32_t n = b.num_tokens();
-  auto bad = [](const std::string& what) { throw Error(ErrorCode::invalid_argument, "step batch: " + what); };
-  if (n > static_cast<int32_t>(rt.max_step_tokens))
-    bad(std::to_string(n) + " tokens exceed max_step_tokens " + std::to_string(rt.max_step_tokens));
-  if (b.positions.size() != static_cast<size_t>(n) || b.slot_mapping.size() != static_cast<size_t>(n))
-    bad("positions and slot_mapping must have one entry per token");
-  if (b.query_start.size() != static_cast<size_t>(b.num_seqs()) + 1 || b.query_start.front() != 0 ||
-      b.query_start.back() != n)
-    bad("query_start must have num_seqs + 1 entries from 0 to num_tokens");
-  if (b.block_tables.size() != static_cast<size_t>(b.num_seqs()) * b.max_blocks_per_seq || b.block_size <= 0)
-    bad("block_tables must be [num_seqs, max_blocks_per_seq] with a positive block_size");
-  for (int32_t i = 0; i < n; ++i) {
-    if (b.token_ids[i] < 0 || b.token_ids[i] >= cfg.vocab_size)
-      bad("token id " + std::to_string(b.token_ids[i]) + " outside the vocabulary of " + std::to_string(cfg.vocab_size));
-    if (b.positions[i] < 0 || b.positions[i] >= static_cast<int32_t>(rt.max_seq_len))
-      bad("position " + std::to_string(b.positions[i]) + " outside [0, " + std::to_string(rt.max_seq_len) + ")");
-  }
-  // A row may appear more than once (n > 1 samples of one prompt share its
-  // last row); the count is bounded by the scratch rows.
-  if (b.num_logits() > static_cast<int32_t>(rt.max_step_tokens))
-    bad(std::to_string(b.num_logits()) + " logits rows exceed max_step_tokens " + std::to_string(rt.max_step_tokens));
-  for (int32_t r : b.logits_rows)
-    if (r < 0 || r >= n) bad("logits row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
-}
-
 void Model::Impl::forward(const StepBatch& b, float* logits) {
-  validate(b);
+  validate_step(b, cfg.vocab_size, rt.max_seq_len, rt.max_step_tokens);
   kv->apply_copies(b.kv_copies);
   const int64_t n = b.num_tokens();
   const int64_t num_logits = b.num_logits();

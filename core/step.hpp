@@ -35,4 +35,10 @@ struct StepBatch {
   int32_t num_logits() const { return static_cast<int32_t>(logits_rows.size()); }
 };
 
+// What every executor checks before a forward: array sizes agree, token ids
+// lie in the vocabulary, positions in the context limit, at most
+// max_step_tokens rows and logits rows, logits rows inside the batch.
+// Throws Error(invalid_argument) naming the first problem ("step batch: ...").
+void validate_step(const StepBatch& batch, int32_t vocab_size, uint32_t max_seq_len, uint32_t max_step_tokens);
+
 }  // namespace llmk

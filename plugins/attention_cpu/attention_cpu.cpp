@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "plugins/api/plugin_helpers.hpp"
+#include "plugins/attention_common/step_checks.hpp"
 #include "plugins/attention_cpu/attend_chunk.hpp"
 #include "plugins/attention_cpu/attend_decode.hpp"
 #include "plugins/attention_cpu/attend_tile.hpp"
@@ -81,8 +82,6 @@ struct WorkItem {
   int32_t num_tokens;
   uint32_t kv_head_end = 0;  // decode items: KV heads [kv_head, kv_head_end); 0 otherwise
 };
-
-std::string seq_name(uint32_t s) { return "sequence " + std::to_string(s); }
 
 }  // namespace
 
@@ -264,38 +263,11 @@ class AttentionCpu {
   }
 
   void validate(const llmk_attention_step& a) const {
-    if (a.num_seqs == 0) return;
-    if (a.query_start[0] != 0 || a.query_start[a.num_seqs] != static_cast<int32_t>(a.num_tokens))
-      throw Error(LLMK_ERR_INVALID_ARGUMENT, "query_start must run from 0 to num_tokens");
-    if (a.block_size == 0) throw Error(LLMK_ERR_INVALID_ARGUMENT, "block_size is 0");
+    attention_common::check_step(a);
     const bool host_is_device = a.device_query_start == a.query_start && a.device_context_lens == a.context_lens &&
                                 a.device_slot_mapping == a.slot_mapping && a.device_block_tables == a.block_tables;
     if (!host_is_device)
       throw Error(LLMK_ERR_INVALID_ARGUMENT, "on the CPU the step's device arrays must be its host arrays");
-    for (uint32_t t = 0; t < a.num_tokens; ++t)
-      if (a.slot_mapping[t] >= static_cast<int32_t>(a.num_slots))
-        throw Error(LLMK_ERR_INVALID_ARGUMENT, "slot_mapping[" + std::to_string(t) + "] = " +
-                                                   std::to_string(a.slot_mapping[t]) + " is past the cache's " +
-                                                   std::to_string(a.num_slots) + " slots");
-    for (uint32_t s = 0; s < a.num_seqs; ++s) {
-      const int32_t num_new = a.query_start[s + 1] - a.query_start[s];
-      const int64_t ctx = a.context_lens[s];
-      if (num_new < 0 || ctx < num_new)
-        throw Error(LLMK_ERR_INVALID_ARGUMENT, seq_name(s) + ": context_len " + std::to_string(ctx) +
-                                                   " is shorter than its " + std::to_string(num_new) + " new tokens");
-      const int64_t num_blocks = (ctx + a.block_size - 1) / a.block_size;
-      if (num_blocks > a.max_blocks_per_seq)
-        throw Error(LLMK_ERR_INVALID_ARGUMENT, seq_name(s) + " needs " + std::to_string(num_blocks) +
-                                                   " blocks, table has " + std::to_string(a.max_blocks_per_seq));
-      const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
-      for (int64_t b = 0; b < num_blocks; ++b) {
-        const int64_t used = std::min<int64_t>(a.block_size, ctx - b * a.block_size);
-        if (table[b] < 0 || table[b] + used > static_cast<int64_t>(a.num_slots))
-          throw Error(LLMK_ERR_INVALID_ARGUMENT, seq_name(s) + ": block " + std::to_string(b) + " starts at slot " +
-                                                     std::to_string(table[b]) + ", outside the cache's " +
-                                                     std::to_string(a.num_slots) + " slots");
-      }
-    }
   }
 
   // The first position a query at `pos` may see.

@@ -1,0 +1,17 @@
+#include "actors/built_executors.hpp"
+
+#include "core/executor.hpp"
+
+#if defined(LLMK_HAVE_CUDA) && LLMK_HAVE_CUDA
+#include "core/cuda/cuda_executor.hpp"
+#endif
+
+namespace llmk {
+
+void register_built_executors() {
+#if defined(LLMK_HAVE_CUDA) && LLMK_HAVE_CUDA
+  register_executor(Device::cuda, &make_cuda_executor);
+#endif
+}
+
+}  // namespace llmk

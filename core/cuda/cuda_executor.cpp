@@ -1,0 +1,571 @@
+// The Llama forward on a CUDA device; see cuda_executor.hpp. The order of
+// operations is the CPU executor's (core/model.cpp), op for op:
+//   embedding -> per layer: [residual add +] rmsnorm -> qkv (linear plugin)
+//   [+ bias] -> rope -> split q/k/v -> attention plugin (writes K/V, attends)
+//   -> o_proj -> residual add + rmsnorm -> gate_up -> silu*up -> down
+//   -> final residual add + rmsnorm -> lm_head on the logits rows only.
+// The last layer's o_proj and MLP run on the logits rows only, as on the CPU.
+// Every kernel and plugin call is enqueued on one stream; nothing in
+// execute() waits for the device except the staging of the step's metadata
+// (its pinned buffer is reused only after the previous upload finished).
+#include "core/cuda/cuda_executor.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.hpp"
+#include "core/model_runtime.hpp"
+#include "core/model_weights.hpp"
+#include "core/rope_scaling.hpp"
+#include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/rmsnorm.hpp"
+#include "kernels/cuda/rope.hpp"
+#include "kernels/cuda/rows.hpp"
+#include "kernels/cuda/silu_mul.hpp"
+
+namespace llmk {
+
+namespace {
+
+[[noreturn]] void cuda_failed(cudaError_t status, const std::string& what) {
+  throw Error(ErrorCode::internal, "CUDA executor: " + what + ": " + cudaGetErrorName(status) + " (" +
+                                       cudaGetErrorString(status) + ")");
+}
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) cuda_failed(status, what);
+}
+
+// Device memory, freed with the object.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes, const char* what) : bytes_(bytes) {
+    if (bytes == 0) return;
+    const cudaError_t status = cudaMalloc(&data_, bytes);
+    if (status != cudaSuccess) cuda_failed(status, "allocating " + std::to_string(bytes) + " bytes for " + what);
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return data_; }
+  float* f32() const { return static_cast<float*>(data_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+DeviceBuffer upload(const void* host, size_t bytes, const char* what) {
+  DeviceBuffer d(bytes, what);
+  if (bytes != 0) check(cudaMemcpy(d.data(), host, bytes, cudaMemcpyHostToDevice), what);
+  return d;
+}
+
+DeviceBuffer upload(const std::vector<float>& host, const char* what) {
+  return upload(host.data(), host.size() * sizeof(float), what);
+}
+
+// Pinned host memory for the step's metadata upload.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes != 0) check(cudaMallocHost(&data_, bytes), "allocating pinned host memory");
+  }
+  ~PinnedBuffer() {
+    if (data_ != nullptr) cudaFreeHost(data_);
+  }
+  PinnedBuffer(PinnedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+void* allocate_device_workspace(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t status = cudaMalloc(&p, bytes);
+  if (status != cudaSuccess) cuda_failed(status, "allocating the linear layers' workspace");
+  return p;
+}
+
+void release_device_workspace(void* p) noexcept { cudaFree(p); }
+
+// memmove within one device array: a copy whose ranges overlap goes in
+// pieces no longer than the distance, in the order that reads every byte
+// before it is overwritten.
+void device_move(unsigned char* base, size_t dst, size_t src, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0 || dst == src) return;
+  const size_t distance = dst > src ? dst - src : src - dst;
+  if (distance >= bytes) {
+    check(cudaMemcpyAsync(base + dst, base + src, bytes, cudaMemcpyDeviceToDevice, stream), "a KV slot copy");
+    return;
+  }
+  if (dst < src) {
+    for (size_t done = 0; done < bytes; done += distance)
+      check(cudaMemcpyAsync(base + dst + done, base + src + done, std::min(distance, bytes - done),
+                            cudaMemcpyDeviceToDevice, stream),
+            "a KV slot copy");
+  } else {
+    for (size_t left = bytes; left > 0;) {
+      const size_t piece = std::min(distance, left);
+      left -= piece;
+      check(cudaMemcpyAsync(base + dst + left, base + src + left, piece, cudaMemcpyDeviceToDevice, stream),
+            "a KV slot copy");
+    }
+  }
+}
+
+struct DeviceLayer {
+  DeviceBuffer input_norm, post_norm, qkv_bias;  // f32
+};
+
+// One layer's KV arrays; per-slot sizes from the attention plugin's layout.
+struct DeviceKvLayer {
+  DeviceBuffer k, v, k_scale, v_scale;
+  DeviceBuffer* array(int i) { return i == 0 ? &k : i == 1 ? &v : i == 2 ? &k_scale : &v_scale; }
+};
+
+// The offsets of the step's arrays inside the metadata buffer, in int32s.
+struct MetaLayout {
+  size_t token_ids, positions, query_start, context_lens, slot_mapping, block_tables, logits_rows, total;
+};
+
+MetaLayout meta_layout(const StepBatch& b) {
+  MetaLayout m{};
+  size_t at = 0;
+  auto take = [&](size_t n) {
+    const size_t here = at;
+    at += (n + 15) / 16 * 16;  // 64-byte aligned arrays
+    return here;
+  };
+  m.token_ids = take(b.token_ids.size());
+  m.positions = take(b.positions.size());
+  m.query_start = take(b.query_start.size());
+  m.context_lens = take(b.context_lens.size());
+  m.slot_mapping = take(b.slot_mapping.size());
+  m.block_tables = take(b.block_tables.size());
+  m.logits_rows = take(b.logits_rows.size());
+  m.total = at;
+  return m;
+}
+
+class CudaExecutor final : public Executor {
+ public:
+  CudaExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugins)
+      : checkpoint_(std::move(checkpoint)), cfg_(checkpoint_->config()) {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess || count == 0)
+      throw Error(ErrorCode::unsupported,
+                  std::string("executor.device is cuda, but no CUDA device is visible (cudaGetDeviceCount: ") +
+                      (status != cudaSuccess ? cudaGetErrorName(status) : "0 devices") +
+                      "); executor.device=cpu serves on this machine");
+    check(cudaSetDevice(0), "selecting device 0");
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "reading the device's properties");
+    device_name_ = prop.name;
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating the stream");
+    check(cudaEventCreateWithFlags(&logits_ready_, cudaEventDisableTiming), "creating an event");
+    check(cudaEventCreateWithFlags(&meta_uploaded_, cudaEventDisableTiming), "creating an event");
+    try {
+      build(cfg, plugins);
+    } catch (...) {
+      release_queue();
+      throw;
+    }
+  }
+
+  ~CudaExecutor() override {
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    weights_ = ModelWeights{};  // the plugins free their device memory before the stream goes
+    attention_.reset();
+    release_queue();
+  }
+
+  Device device() const override { return Device::cuda; }
+  const ModelConfig& model_config() const override { return cfg_; }
+  const ModelRuntime& runtime() const override { return rt_; }
+  size_t weight_bytes() const override { return weights_.bytes() - weights_.embed->nbytes() + embed_.bytes(); }
+  size_t kv_cache_bytes() const override { return kv_bytes_; }
+  std::string describe() const override {
+    return "cuda, " + device_name_ + "; linear " + weights_.lm_head->info().name + ", attention " +
+           attention_->info().name;
+  }
+
+  LogitsView execute(const StepBatch& b) override {
+    validate_step(b, cfg_.vocab_size, rt_.max_seq_len, rt_.max_step_tokens);
+    apply_copies(b.kv_copies);
+    LogitsView view;
+    view.device = Device::cuda;
+    view.vocab_size = cfg_.vocab_size;
+    view.row_stride = cfg_.vocab_size;
+    view.keep_alive = logits_;
+    view.data = logits_->f32();
+    const int64_t n = b.num_tokens();
+    if (n == 0) return view;
+    upload_meta(b);
+    forward(b);
+    check(cudaEventRecord(logits_ready_, stream_), "recording the logits event");
+    view.num_rows = b.num_logits();
+    view.ready.event = logits_ready_;
+    return view;
+  }
+
+  std::vector<uint8_t> save_kv(const std::vector<int32_t>& slots) override {
+    check_slots(slots, "save_kv");
+    check(cudaStreamSynchronize(stream_), "finishing the step before a KV save");
+    std::vector<uint8_t> out(slots.size() * saved_bytes_per_slot());
+    uint8_t* dst = out.data();
+    for (DeviceKvLayer& l : kv_)
+      for (int32_t s : slots)
+        for (int a = 0; a < 4; ++a) {
+          const size_t per_slot = per_slot_[a];
+          if (per_slot == 0) continue;
+          check(cudaMemcpy(dst, static_cast<uint8_t*>(l.array(a)->data()) + static_cast<size_t>(s) * per_slot,
+                           per_slot, cudaMemcpyDeviceToHost),
+                "saving KV slots");
+          dst += per_slot;
+        }
+    return out;
+  }
+
+  void restore_kv(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data) override {
+    check_slots(slots, "restore_kv");
+    if (data.size() != slots.size() * saved_bytes_per_slot())
+      throw Error(ErrorCode::invalid_argument, "restore_kv: " + std::to_string(data.size()) +
+                                                   " bytes do not hold " + std::to_string(slots.size()) + " slots");
+    check(cudaStreamSynchronize(stream_), "finishing the step before a KV restore");
+    const uint8_t* src = data.data();
+    for (DeviceKvLayer& l : kv_)
+      for (int32_t s : slots)
+        for (int a = 0; a < 4; ++a) {
+          const size_t per_slot = per_slot_[a];
+          if (per_slot == 0) continue;
+          check(cudaMemcpy(static_cast<uint8_t*>(l.array(a)->data()) + static_cast<size_t>(s) * per_slot, src,
+                           per_slot, cudaMemcpyHostToDevice),
+                "restoring KV slots");
+          src += per_slot;
+        }
+  }
+
+ private:
+  void build(const EngineConfig& ecfg, PluginRegistry& plugins) {
+    const ModelConfig& c = cfg_;
+    if (c.head_dim % 2 != 0) throw Error(ErrorCode::unsupported, "head_dim must be even for rotary embeddings");
+    size_t free_bytes = 0, total_bytes = 0;
+    check(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the device's memory");
+    // Provisional: the KV share of memory is settled after the weights.
+    rt_ = resolve_runtime(ecfg, c, total_bytes);
+    if (rt_.key_rotation != 0 || rt_.kv_dtype == DType::i8)
+      throw Error(ErrorCode::unsupported, "the CUDA executor has no int8 KV cache yet (kv_cache.dtype f32 or f16)");
+
+    LinearPlacement placement;
+    placement.device = LLMK_DEVICE_CUDA;
+    placement.workspace = std::make_shared<LinearWorkspace>(&allocate_device_workspace, &release_device_workspace);
+    weights_ = load_weights(*checkpoint_, plugins, ecfg, rt_, placement);
+    const TensorView& embed = *weights_.embed;
+    embed_ = upload(embed.data, embed.nbytes(), "the embedding table");
+    embed_dtype_ = static_cast<llmk_dtype>(embed.dtype);
+    layers_.resize(static_cast<size_t>(c.num_layers));
+    for (int32_t i = 0; i < c.num_layers; ++i) {
+      const LayerWeights& l = weights_.layers[i];
+      layers_[i].input_norm = upload(l.input_norm, "a norm weight");
+      layers_[i].post_norm = upload(l.post_norm, "a norm weight");
+      layers_[i].qkv_bias = upload(l.qkv_bias, "a q/k/v bias");
+    }
+    final_norm_ = upload(weights_.final_norm, "the final norm weight");
+
+    llmk_attention_desc ad{};
+    ad.struct_size = sizeof(ad);
+    ad.num_heads = static_cast<uint32_t>(c.num_heads);
+    ad.num_kv_heads = static_cast<uint32_t>(c.num_kv_heads);
+    ad.head_dim = static_cast<uint32_t>(c.head_dim);
+    ad.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+    ad.kv_dtype = static_cast<uint32_t>(rt_.kv_dtype);
+    ad.kv_group_size = rt_.kv_group_size;
+    ad.max_context = rt_.max_seq_len;
+    ad.max_tokens = rt_.max_step_tokens;
+    ad.num_threads = 1;
+    ad.options = ecfg.plugins.attention_options.c_str();
+    ad.sliding_window = c.sliding_window && static_cast<uint32_t>(*c.sliding_window) < rt_.max_seq_len
+                            ? static_cast<uint32_t>(*c.sliding_window)
+                            : 0;
+    ad.device = LLMK_DEVICE_CUDA;
+    ad.activation_dtype = LLMK_DTYPE_F32;
+    ad.max_seqs = std::max<uint32_t>(1, ecfg.scheduler.max_num_seqs);
+    ad.block_size = ecfg.kv_cache.block_size;
+    attention_ = std::make_unique<AttentionImpl>(plugins.load(ecfg.plugins.attention, LLMK_PLUGIN_ATTENTION), ad);
+
+    // The KV cache: what the configured capacity holds in the plugin's
+    // layout, a fraction applying to the memory the weights left free.
+    const llmk_kv_layout layout = attention_->kv_layout();
+    per_slot_ = {layout.k_bytes_per_slot, layout.v_bytes_per_slot, layout.k_scale_bytes_per_slot,
+                 layout.v_scale_bytes_per_slot};
+    uint64_t per_token = 0;
+    for (uint64_t b : per_slot_) per_token += b * static_cast<uint64_t>(c.num_layers);
+    check(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the device's memory");
+    rt_.num_kv_slots = kv_slots_for(ecfg, rt_.max_seq_len, per_token, free_bytes);
+    kv_.resize(static_cast<size_t>(c.num_layers));
+    for (DeviceKvLayer& l : kv_)
+      for (int a = 0; a < 4; ++a) {
+        const size_t bytes = per_slot_[a] * rt_.num_kv_slots;
+        *l.array(a) = DeviceBuffer(bytes, "the KV cache");
+        if (bytes != 0) check(cudaMemset(l.array(a)->data(), 0, bytes), "clearing the KV cache");
+        kv_bytes_ += bytes;
+      }
+
+    const int64_t half = c.head_dim / 2;
+    std::vector<float> cos_table(static_cast<size_t>(rt_.max_seq_len) * half), sin_table(cos_table.size());
+    rope_tables(c, rt_.max_seq_len, cos_table.data(), sin_table.data());
+    rope_cos_ = upload(cos_table, "the rotary tables");
+    rope_sin_ = upload(sin_table, "the rotary tables");
+
+    q_dim_ = static_cast<int64_t>(c.num_heads) * c.head_dim;
+    kv_dim_ = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
+    qkv_dim_ = q_dim_ + 2 * kv_dim_;
+    const size_t t = rt_.max_step_tokens, f = sizeof(float);
+    hidden_ = DeviceBuffer(t * c.hidden_size * f, "activations");
+    x_norm_ = DeviceBuffer(t * c.hidden_size * f, "activations");
+    qkv_ = DeviceBuffer(t * qkv_dim_ * f, "activations");
+    q_ = DeviceBuffer(t * q_dim_ * f, "activations");
+    k_ = DeviceBuffer(t * kv_dim_ * f, "activations");
+    v_ = DeviceBuffer(t * kv_dim_ * f, "activations");
+    attn_ = DeviceBuffer(t * q_dim_ * f, "activations");
+    proj_ = DeviceBuffer(t * c.hidden_size * f, "activations");
+    gate_up_ = DeviceBuffer(t * 2 * c.intermediate_size * f, "activations");
+    act_ = DeviceBuffer(t * c.intermediate_size * f, "activations");
+    logits_ = std::make_shared<DeviceBuffer>(t * static_cast<size_t>(c.vocab_size) * f, "the logits");
+
+    spdlog::info("cuda executor: {}; {} layers; linear {} {}, attention {} {}; KV {} x {} slots ({} MiB)",
+                 device_name_, c.num_layers, weights_.lm_head->info().name, weights_.lm_head->info().version,
+                 attention_->info().name, attention_->info().version, dtype_name(rt_.kv_dtype), rt_.num_kv_slots,
+                 kv_bytes_ >> 20);
+  }
+
+  void release_queue() noexcept {
+    if (meta_uploaded_ != nullptr) cudaEventDestroy(std::exchange(meta_uploaded_, nullptr));
+    if (logits_ready_ != nullptr) cudaEventDestroy(std::exchange(logits_ready_, nullptr));
+    if (stream_ != nullptr) cudaStreamDestroy(std::exchange(stream_, nullptr));
+  }
+
+  size_t saved_bytes_per_slot() const {
+    size_t per_slot = 0;
+    for (uint64_t b : per_slot_) per_slot += b;
+    return per_slot * kv_.size();
+  }
+
+  void check_slots(const std::vector<int32_t>& slots, const char* what) const {
+    for (int32_t s : slots)
+      if (s < 0 || static_cast<uint32_t>(s) >= rt_.num_kv_slots)
+        throw Error(ErrorCode::invalid_argument, std::string(what) + ": slot " + std::to_string(s) +
+                                                     " outside the cache");
+  }
+
+  void apply_copies(const std::vector<llmk_kv_copy>& copies) {
+    for (const llmk_kv_copy& c : copies) {
+      if (c.src_slot < 0 || c.dst_slot < 0 || c.num_slots < 0 ||
+          static_cast<int64_t>(std::max(c.src_slot, c.dst_slot)) + c.num_slots > rt_.num_kv_slots)
+        throw Error(ErrorCode::invalid_argument, "kv copy outside the cache");
+      for (DeviceKvLayer& l : kv_)
+        for (int a = 0; a < 4; ++a) {
+          const size_t per_slot = per_slot_[a];
+          if (per_slot == 0) continue;
+          device_move(static_cast<unsigned char*>(l.array(a)->data()), c.dst_slot * per_slot,
+                      c.src_slot * per_slot, c.num_slots * per_slot, stream_);
+        }
+    }
+  }
+
+  // The step's int32 arrays go up in one copy through pinned memory.
+  void upload_meta(const StepBatch& b) {
+    meta_ = meta_layout(b);
+    const size_t bytes = meta_.total * sizeof(int32_t);
+    // The pinned buffer is still being read by the previous step's upload
+    // until that copy is done.
+    check(cudaEventSynchronize(meta_uploaded_), "waiting for the previous step's upload");
+    if (bytes > meta_host_.bytes()) {
+      meta_host_ = PinnedBuffer(bytes);
+      meta_device_ = DeviceBuffer(bytes, "the step's metadata");
+    }
+    auto* host = static_cast<int32_t*>(meta_host_.data());
+    auto put = [&](size_t at, const std::vector<int32_t>& v) {
+      if (!v.empty()) std::memcpy(host + at, v.data(), v.size() * sizeof(int32_t));
+    };
+    put(meta_.token_ids, b.token_ids);
+    put(meta_.positions, b.positions);
+    put(meta_.query_start, b.query_start);
+    put(meta_.context_lens, b.context_lens);
+    put(meta_.slot_mapping, b.slot_mapping);
+    put(meta_.block_tables, b.block_tables);
+    put(meta_.logits_rows, b.logits_rows);
+    check(cudaMemcpyAsync(meta_device_.data(), host, bytes, cudaMemcpyHostToDevice, stream_),
+          "uploading the step's metadata");
+    check(cudaEventRecord(meta_uploaded_, stream_), "recording the upload event");
+  }
+
+  const int32_t* meta(size_t at) const { return static_cast<const int32_t*>(meta_device_.data()) + at; }
+
+  void forward(const StepBatch& b) {
+    const ModelConfig& c = cfg_;
+    const int64_t n = b.num_tokens(), num_logits = b.num_logits(), h = c.hidden_size;
+    const int64_t inter = c.intermediate_size, hd = c.head_dim;
+    const float eps = c.rms_norm_eps;
+    float* hidden = hidden_.f32();
+    float* x_norm = x_norm_.f32();
+    float* qkv = qkv_.f32();
+    float* proj = proj_.f32();
+    float* attn = attn_.f32();
+
+    check(cuda::embedding(embed_.data(), embed_dtype_, c.vocab_size, h, meta(meta_.token_ids), n, hidden, nullptr,
+                          stream_),
+          "embedding");
+
+    llmk_attention_step step{};
+    step.struct_size = sizeof(step);
+    step.num_tokens = static_cast<uint32_t>(n);
+    step.num_seqs = static_cast<uint32_t>(b.num_seqs());
+    step.max_blocks_per_seq = static_cast<uint32_t>(b.max_blocks_per_seq);
+    step.block_size = static_cast<uint32_t>(b.block_size);
+    step.num_slots = rt_.num_kv_slots;
+    step.query_start = b.query_start.data();
+    step.context_lens = b.context_lens.data();
+    step.slot_mapping = b.slot_mapping.data();
+    step.block_tables = b.block_tables.data();
+    step.device_query_start = meta(meta_.query_start);
+    step.device_context_lens = meta(meta_.context_lens);
+    step.device_slot_mapping = meta(meta_.slot_mapping);
+    step.device_block_tables = meta(meta_.block_tables);
+    const size_t workspace_bytes = attention_->plan(step);
+    if (workspace_bytes > attention_workspace_.bytes())
+      attention_workspace_ = DeviceBuffer(workspace_bytes, "the attention workspace");
+
+    for (int32_t li = 0; li < c.num_layers; ++li) {
+      LayerWeights& l = weights_.layers[li];
+      const DeviceLayer& dl = layers_[li];
+      // proj holds the previous layer's MLP output: fold it into the residual.
+      check(cuda::rmsnorm(hidden, li == 0 ? nullptr : proj, dl.input_norm.data(), LLMK_DTYPE_F32, x_norm, n, h, eps,
+                          stream_),
+            "rmsnorm");
+      l.qkv->forward(x_norm, qkv, static_cast<uint32_t>(n), stream_);
+      if (dl.qkv_bias.bytes() != 0)
+        check(cuda::add_bias_rows(qkv, qkv_dim_, dl.qkv_bias.f32(), static_cast<int32_t>(n),
+                                  static_cast<int32_t>(qkv_dim_), stream_),
+              "q/k/v bias");
+      check(cuda::rope(qkv, qkv_dim_, c.num_heads, qkv + q_dim_, qkv_dim_, c.num_kv_heads, n, hd,
+                       meta(meta_.positions), rope_cos_.f32(), rope_sin_.f32(), stream_),
+            "rope");
+      check(cuda::copy_rows(qkv, qkv_dim_, q_.f32(), q_dim_, static_cast<int32_t>(n), static_cast<int32_t>(q_dim_),
+                            stream_),
+            "splitting q");
+      check(cuda::copy_rows(qkv + q_dim_, qkv_dim_, k_.f32(), kv_dim_, static_cast<int32_t>(n),
+                            static_cast<int32_t>(kv_dim_), stream_),
+            "splitting k");
+      check(cuda::copy_rows(qkv + q_dim_ + kv_dim_, qkv_dim_, v_.f32(), kv_dim_, static_cast<int32_t>(n),
+                            static_cast<int32_t>(kv_dim_), stream_),
+            "splitting v");
+
+      llmk_attention_layer a{};
+      a.struct_size = sizeof(a);
+      a.q = q_.data();
+      a.k = k_.data();
+      a.v = v_.data();
+      a.out = attn;
+      DeviceKvLayer& kv = kv_[static_cast<size_t>(li)];
+      a.kv = {kv.k.data(), kv.v.data(), static_cast<float*>(kv.k_scale.data()), static_cast<float*>(kv.v_scale.data()),
+              rt_.num_kv_slots};
+      attention_->run(a, attention_workspace_.data(), attention_workspace_.bytes(), stream_);
+
+      int64_t rows = n;
+      if (li == c.num_layers - 1) {
+        // Only the logits rows go on: gather them (in logits order) to the front.
+        if (num_logits == 0) return;
+        check(cuda::gather_rows(attn, meta(meta_.logits_rows), q_.f32(), static_cast<int32_t>(num_logits),
+                                static_cast<int32_t>(q_dim_), stream_),
+              "gathering the logits rows");
+        check(cuda::gather_rows(hidden, meta(meta_.logits_rows), x_norm, static_cast<int32_t>(num_logits),
+                                static_cast<int32_t>(h), stream_),
+              "gathering the logits rows");
+        check(cudaMemcpyAsync(attn, q_.data(), static_cast<size_t>(num_logits * q_dim_) * 4, cudaMemcpyDeviceToDevice,
+                              stream_),
+              "gathering the logits rows");
+        check(cudaMemcpyAsync(hidden, x_norm, static_cast<size_t>(num_logits * h) * 4, cudaMemcpyDeviceToDevice,
+                              stream_),
+              "gathering the logits rows");
+        rows = num_logits;
+      }
+      const auto urows = static_cast<uint32_t>(rows);
+      l.o->forward(attn, proj, urows, stream_);
+      check(cuda::rmsnorm(hidden, proj, dl.post_norm.data(), LLMK_DTYPE_F32, x_norm, rows, h, eps, stream_),
+            "rmsnorm");
+      l.gate_up->forward(x_norm, gate_up_.data(), urows, stream_);
+      check(cuda::silu_mul(gate_up_.f32(), act_.f32(), rows, inter, stream_), "silu*up");
+      l.down->forward(act_.data(), proj, urows, stream_);
+    }
+    check(cuda::rmsnorm(hidden, proj, final_norm_.data(), LLMK_DTYPE_F32, x_norm, num_logits, h, eps, stream_),
+          "rmsnorm");
+    weights_.lm_head->forward(x_norm, logits_->data(), static_cast<uint32_t>(num_logits), stream_);
+  }
+
+  std::shared_ptr<const Checkpoint> checkpoint_;
+  ModelConfig cfg_;
+  ModelRuntime rt_;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t logits_ready_ = nullptr;   // recorded after the lm_head
+  cudaEvent_t meta_uploaded_ = nullptr;  // recorded after the metadata copy
+
+  ModelWeights weights_;  // linear layers on the device; host norms (uploaded below)
+  DeviceBuffer embed_;
+  llmk_dtype embed_dtype_ = LLMK_DTYPE_F32;
+  std::vector<DeviceLayer> layers_;
+  DeviceBuffer final_norm_, rope_cos_, rope_sin_;  // rope: [max_seq_len, head_dim / 2]
+
+  std::unique_ptr<AttentionImpl> attention_;
+  DeviceBuffer attention_workspace_;
+  std::vector<DeviceKvLayer> kv_;
+  std::vector<uint64_t> per_slot_;  // bytes per slot of K, V, K scales, V scales
+  size_t kv_bytes_ = 0;
+
+  int64_t q_dim_ = 0, kv_dim_ = 0, qkv_dim_ = 0;
+  DeviceBuffer hidden_, x_norm_, qkv_, q_, k_, v_, attn_, proj_, gate_up_, act_;  // max_step_tokens rows each
+  std::shared_ptr<DeviceBuffer> logits_;  // [max_step_tokens, vocab]; shared with the views handed out
+
+  MetaLayout meta_{};
+  PinnedBuffer meta_host_;
+  DeviceBuffer meta_device_;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_cuda_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
+                                             PluginRegistry& plugins) {
+  return std::make_unique<CudaExecutor>(cfg, std::move(checkpoint), plugins);
+}
+
+}  // namespace llmk

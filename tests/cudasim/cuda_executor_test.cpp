@@ -1,0 +1,250 @@
+// The CUDA executor end to end under the simulation: stories260K through
+// core/cuda/cuda_executor.cpp, linear.cublas and attention.cuda (both built
+// against the simulation into tests/cudasim_plugins), against the float64
+// golden vectors of ../shared/golden/stories260K.json.
+//
+// Tolerances, as the relative L2 error of the last position's logits:
+//   F32 weights   1e-4 (the CPU executor's gate: f32 rounding through
+//                 5 layers of GEMMs, norms and softmax)
+//   BF16 weights  3e-2 (weights rounded to 8 significant bits, activations
+//                 to bf16 at each GEMM input: about 2^-8 relative per GEMM,
+//                 accumulated over the layers)
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint.hpp"
+#include "core/config.hpp"
+#include "core/cuda/cuda_executor.hpp"
+#include "core/plugin_loader.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using namespace llmk;
+
+constexpr double kF32Tolerance = 1e-4;
+constexpr double kBf16Tolerance = 3e-2;
+
+struct GoldenCase {
+  std::vector<int32_t> input_ids, all_positions_argmax, greedy_ids;
+  std::vector<double> last_logits;
+};
+
+const std::vector<GoldenCase>& golden() {
+  static const std::vector<GoldenCase> cases = [] {
+    std::ifstream in(std::string(LLMK_SHARED_DIR) + "/golden/stories260K.json");
+    REQUIRE(in);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    std::vector<GoldenCase> out;
+    for (const auto& c : j.at("cases"))
+      out.push_back({c.at("input_ids"), c.at("all_positions_argmax"), c.at("greedy_ids"), c.at("last_logits")});
+    return out;
+  }();
+  return cases;
+}
+
+double rel_l2(const float* got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+int32_t argmax(const float* x, int32_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
+
+struct CudaFixture {
+  std::shared_ptr<const Checkpoint> checkpoint =
+      load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+  PluginRegistry plugins{{LLMK_CUDASIM_PLUGIN_DIR}};
+  EngineConfig cfg;
+  std::unique_ptr<Executor> executor;
+
+  explicit CudaFixture(const std::string& weight_dtype = "f32", uint32_t step_tokens = 512) {
+    cudasim_test::reset_simulator(1);
+    cfg.executor.device = "cuda";
+    cfg.kv_cache.capacity_tokens = 1024;
+    cfg.scheduler.max_num_batched_tokens = step_tokens;
+    cfg.plugins.linear = "linear.cublas";
+    cfg.plugins.linear_options = R"({"dtype":")" + weight_dtype + R"("})";
+    cfg.plugins.attention = "attention.cuda";
+    executor = make_cuda_executor(cfg, checkpoint, plugins);
+  }
+
+  // Runs one step and copies its logits rows back.
+  std::vector<float> run(const StepBatch& b) {
+    const LogitsView view = executor->execute(b);
+    REQUIRE(view.device == Device::cuda);
+    REQUIRE(view.num_rows == b.num_logits());
+    if (view.ready.event != nullptr) CUDA_REQUIRE(cudaEventSynchronize(static_cast<cudaEvent_t>(view.ready.event)));
+    std::vector<float> host(static_cast<size_t>(view.num_rows) * view.vocab_size);
+    for (int32_t r = 0; r < view.num_rows; ++r)
+      CUDA_REQUIRE(cudaMemcpy(host.data() + static_cast<size_t>(r) * view.vocab_size, view.row(r),
+                              static_cast<size_t>(view.vocab_size) * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+  // One prefill of the whole prompt in slots [first_slot, ...), logits for every row.
+  std::vector<float> prefill_all(const std::vector<int32_t>& ids, int32_t first_slot = 0) {
+    StepBatch b;
+    const int32_t n = static_cast<int32_t>(ids.size());
+    b.token_ids = ids;
+    for (int32_t i = 0; i < n; ++i)
+      b.positions.push_back(i), b.slot_mapping.push_back(first_slot + i), b.logits_rows.push_back(i);
+    b.query_start = {0, n};
+    b.context_lens = {n};
+    b.block_tables = {first_slot};
+    b.max_blocks_per_seq = 1;
+    b.block_size = 512;
+    return run(b);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("stories260K through the simulated CUDA executor: every position's argmax and the last logits match "
+          "float64, F32 weights",
+          "[cuda_executor]") {
+  CudaFixture f("f32");
+  const int32_t vocab = f.executor->model_config().vocab_size;
+  for (const GoldenCase& c : golden()) {
+    const std::vector<float> logits = f.prefill_all(c.input_ids);
+    for (size_t i = 0; i < c.input_ids.size(); ++i)
+      CHECK(argmax(logits.data() + i * vocab, vocab) == c.all_positions_argmax[i]);
+    CHECK(rel_l2(logits.data() + (c.input_ids.size() - 1) * vocab, c.last_logits) < kF32Tolerance);
+  }
+}
+
+TEST_CASE("stories260K through the simulated CUDA executor: last logits within the BF16 tolerance of float64",
+          "[cuda_executor]") {
+  CudaFixture f("bf16");
+  const int32_t vocab = f.executor->model_config().vocab_size;
+  for (const GoldenCase& c : golden()) {
+    const std::vector<float> logits = f.prefill_all(c.input_ids);
+    const double err = rel_l2(logits.data() + (c.input_ids.size() - 1) * vocab, c.last_logits);
+    INFO("relative L2 error " << err);
+    CHECK(err < kBf16Tolerance);
+  }
+}
+
+TEST_CASE("the simulated CUDA executor continues every golden prompt greedily, as one mixed, chunked, paged batch",
+          "[cuda_executor]") {
+  CudaFixture f("f32");
+  const int32_t vocab = f.executor->model_config().vocab_size;
+  const auto& cases = golden();
+  const int32_t num_seqs = static_cast<int32_t>(cases.size());
+  const int32_t block_size = 7, max_blocks = 12;
+  std::vector<int32_t> pool(num_seqs * max_blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), std::mt19937(7));
+  std::vector<int32_t> tables(pool.size());
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = pool[i] * block_size;
+
+  struct Seq {
+    std::vector<int32_t> tokens, generated;
+    int32_t prompt_len = 0, done = 0, chunk = 1;
+  };
+  std::vector<Seq> seqs(num_seqs);
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    seqs[s].tokens = cases[s].input_ids;
+    seqs[s].prompt_len = static_cast<int32_t>(cases[s].input_ids.size());
+    seqs[s].chunk = 1 + 2 * s;  // chunks of 1, 3, 5, 7, 9: some decode while others still prefill
+  }
+  const size_t want = 12;
+  for (bool any_left = true; any_left;) {
+    StepBatch b;
+    b.block_size = block_size;
+    b.max_blocks_per_seq = max_blocks;
+    b.query_start = {0};
+    std::vector<int32_t> row_seq;
+    for (int32_t s = 0; s < num_seqs; ++s) {
+      Seq& q = seqs[s];
+      if (q.generated.size() >= want) continue;
+      const int32_t count = q.done < q.prompt_len ? std::min(q.chunk, q.prompt_len - q.done) : 1;
+      for (int32_t i = 0; i < count; ++i) {
+        const int32_t pos = q.done + i;
+        b.token_ids.push_back(q.tokens[pos]);
+        b.positions.push_back(pos);
+        b.slot_mapping.push_back(tables[s * max_blocks + pos / block_size] + pos % block_size);
+      }
+      q.done += count;
+      b.query_start.push_back(b.num_tokens());
+      b.context_lens.push_back(q.done);
+      b.block_tables.insert(b.block_tables.end(), tables.begin() + s * max_blocks,
+                            tables.begin() + (s + 1) * max_blocks);
+      if (q.done >= q.prompt_len) {
+        b.logits_rows.push_back(b.num_tokens() - 1);
+        row_seq.push_back(s);
+      }
+    }
+    const std::vector<float> logits = f.run(b);
+    for (size_t i = 0; i < row_seq.size(); ++i) {
+      Seq& q = seqs[row_seq[i]];
+      const int32_t next = argmax(logits.data() + i * vocab, vocab);
+      q.generated.push_back(next);
+      q.tokens.push_back(next);
+    }
+    any_left = std::any_of(seqs.begin(), seqs.end(), [&](const Seq& q) { return q.generated.size() < want; });
+  }
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    INFO("sequence " << s);
+    CHECK(std::equal(seqs[s].generated.begin(), seqs[s].generated.end(), cases[s].greedy_ids.begin()));
+  }
+}
+
+TEST_CASE("the simulated CUDA executor saves and restores a sequence's KV slots, and applies slot copies",
+          "[cuda_executor]") {
+  CudaFixture f("f32");
+  const int32_t vocab = f.executor->model_config().vocab_size;
+  const GoldenCase& c = golden()[3];
+  const int32_t n = static_cast<int32_t>(c.input_ids.size());
+  f.prefill_all(c.input_ids);
+  std::vector<int32_t> slots(c.input_ids.size());
+  std::iota(slots.begin(), slots.end(), 0);
+  const std::vector<uint8_t> saved = f.executor->save_kv(slots);
+  f.prefill_all(golden()[4].input_ids);  // overwrites slots 0..
+  f.executor->restore_kv(slots, saved);
+
+  // Decode the golden next token on top of the restored prompt, after a copy
+  // of the whole prompt to slots 200.. (the allocator's copy-on-write shape).
+  StepBatch b;
+  b.kv_copies = {llmk_kv_copy{0, 200, n}};
+  b.token_ids = {c.greedy_ids[0]};
+  b.positions = {n};
+  b.slot_mapping = {200 + n};
+  b.query_start = {0, 1};
+  b.context_lens = {n + 1};
+  b.block_tables = {200};
+  b.max_blocks_per_seq = 1;
+  b.block_size = 512;
+  b.logits_rows = {0};
+  const std::vector<float> logits = f.run(b);
+  CHECK(argmax(logits.data(), vocab) == c.greedy_ids[1]);
+
+  CHECK_THROWS_WITH(f.executor->save_kv({1 << 20}), Catch::Contains("outside the cache"));
+  CHECK_THROWS_WITH(f.executor->restore_kv(slots, std::vector<uint8_t>(3)), Catch::Contains("do not hold"));
+}
+
+TEST_CASE("the simulated CUDA executor refuses a malformed step with the CPU executor's message", "[cuda_executor]") {
+  CudaFixture f("f32");
+  StepBatch b;
+  b.token_ids = {1 << 20};
+  b.positions = {0};
+  b.slot_mapping = {0};
+  b.query_start = {0, 1};
+  b.context_lens = {1};
+  b.block_tables = {0};
+  b.max_blocks_per_seq = 1;
+  b.block_size = 512;
+  b.logits_rows = {0};
+  CHECK_THROWS_WITH(f.executor->execute(b), Catch::Contains("outside the vocabulary"));
+}

@@ -1,4 +1,5 @@
 // Paged attention, correct before fast (contract in attention_paged.hpp).
+#include "cuda_compat.hpp"
 #include "attention_paged.hpp"
 
 #include "device_common.hpp"

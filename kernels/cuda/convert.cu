@@ -1,4 +1,5 @@
 // Array conversions (contract in convert.hpp).
+#include "cuda_compat.hpp"
 #include "convert.hpp"
 
 #include "device_common.hpp"

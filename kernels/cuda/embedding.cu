@@ -1,4 +1,5 @@
 // Embedding gather (contract in embedding.hpp).
+#include "cuda_compat.hpp"
 #include "embedding.hpp"
 
 #include "device_common.hpp"

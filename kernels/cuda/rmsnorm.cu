@@ -1,4 +1,5 @@
 // Fused residual add + RMSNorm (contract in rmsnorm.hpp).
+#include "cuda_compat.hpp"
 #include "rmsnorm.hpp"
 
 #include "device_common.hpp"

@@ -10,7 +10,11 @@
 
 #include <cstdint>
 
-#include "cuda_compat.hpp"
+// Toolkit headers only (types, no functions): host code of either build, the
+// CUDA runtime's or the simulation's, includes this launcher header.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include "plugins/api/llmk_plugin.h"
 
 namespace llmk::cuda {

@@ -1,4 +1,5 @@
 // Rotary embedding (contract in rope.hpp).
+#include "cuda_compat.hpp"
 #include "rope.hpp"
 
 namespace llmk::cuda {

@@ -1,4 +1,5 @@
 // SwiGLU (contract in silu_mul.hpp).
+#include "cuda_compat.hpp"
 #include "silu_mul.hpp"
 
 namespace llmk::cuda {

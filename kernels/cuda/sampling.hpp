@@ -65,7 +65,7 @@ constexpr int32_t kSamplingLogprobsPerRow = 1 + kSamplingMaxLogprobs;
 // Device penalty state. Per slot: counts [vocab] int32 (times each token was
 // generated) and prompt_mask [prompt_mask_words(vocab)] uint32 (bit id % 32 of
 // word id / 32 set when id is in the prompt). Memory: 4 * vocab + vocab / 8
-// bytes per slot (~4.1 bytes per vocabulary entry: 622 KiB for 152064).
+// bytes per slot (~4.1 bytes per vocabulary entry: 613 KiB for 152064).
 struct PenaltyState {
   int32_t* counts = nullptr;         // [num_slots, vocab]
   uint32_t* prompt_mask = nullptr;   // [num_slots, prompt_mask_words(vocab)]

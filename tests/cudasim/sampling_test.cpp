@@ -338,7 +338,9 @@ TEST_CASE("The device exp twin is within one float ulp of the CPU's vectorisable
     REQUIRE(std::abs(a - b) <= std::abs(b) * 1.2e-7f);
     num_identical += a == b;
   }
-  // The same operations in the same order: only FMA contraction in a CPU build can change a rounding.
+  // The same operations in the same order. This test file is built without -march=native; a CPU build
+  // with it contracts the polynomial into FMAs and rounds about 2% of values one ulp differently, which
+  // the token comparisons' boundary tolerance covers.
   CHECK(num_identical >= 190000);
 }
 

@@ -84,15 +84,15 @@ inline std::size_t penalty_state_bytes(int32_t num_slots, int32_t vocab) {
 
 // Clears `slot` and marks the prompt's tokens (ids outside [0, vocab) are
 // ignored, as on the CPU). prompt_ids: [num_prompt_ids] device memory.
-cudaError_t penalty_state_init(const PenaltyState& state, int32_t slot, const int32_t* prompt_ids, int32_t num_prompt_ids,
-                        cudaStream_t stream);
+cudaError_t penalty_state_init(const PenaltyState& state, int32_t slot, const int32_t* prompt_ids,
+                               int32_t num_prompt_ids, cudaStream_t stream);
 
 // Adds one generated token per row to the counts of the row's penalty slot
 // (rows with slot -1 or an invalid token are skipped). params: [num_rows],
 // token_ids: [num_rows] (e.g. sample_rows' output), both device memory.
 // Rows may share a slot (the counts add atomically).
 cudaError_t penalty_state_append(const PenaltyState& state, const SamplingRowParams* params, const int32_t* token_ids,
-                          int32_t num_rows, cudaStream_t stream);
+                                 int32_t num_rows, cudaStream_t stream);
 
 // Bytes of the caller-owned workspace sample_rows needs: the processed logits.
 inline std::size_t sampling_workspace_bytes(int32_t num_rows, int32_t vocab) {
@@ -102,14 +102,15 @@ inline std::size_t sampling_workspace_bytes(int32_t num_rows, int32_t vocab) {
 // Samples one token per row. Enqueue-only: no allocation, no synchronisation.
 //   logits:    [num_rows, row_stride] f32, the first vocab of each row used
 //   params:    [num_rows]
-//   penalties: state read for rows with penalty_slot >= 0 (may be empty otherwise)
+//   penalties: read for rows with penalty_slot >= 0 (a slot outside it, or a state
+//              of another vocab, reads as an empty history)
 //   workspace: sampling_workspace_bytes(num_rows, vocab); may alias logits
 //              when row_stride == vocab (the logits are then overwritten)
 //   token_ids: [num_rows] out
 //   logprobs:  [num_rows, kSamplingLogprobsPerRow] out, or null
 cudaError_t sample_rows(const float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab,
-                 const SamplingRowParams* params, const PenaltyState& penalties, float* workspace,
-                                       int32_t* token_ids, SampledLogprob* logprobs, cudaStream_t stream);
+                        const SamplingRowParams* params, const PenaltyState& penalties, float* workspace,
+                        int32_t* token_ids, SampledLogprob* logprobs, cudaStream_t stream);
 
 // ---- shared with the host (and the tests) ------------------------------------
 

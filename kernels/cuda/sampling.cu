@@ -9,6 +9,7 @@
 // select over the 32-bit order-preserving key of the logit, 8 bits per round,
 // with shared-memory histograms of counts and masses, then an id-order scan
 // among the tokens whose key ties with the boundary's.
+#include "cuda_compat.hpp"
 #include "sampling.hpp"
 
 namespace llmk::cuda {

@@ -25,7 +25,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda_compat.hpp"
+// Toolkit headers only (types, no functions): host code of either build, the
+// CUDA runtime's or the simulation's, includes this launcher header.
+#include <cuda_runtime.h>
 
 namespace llmk::cuda {
 

@@ -183,8 +183,8 @@ int32_t draw_from_all(const float* w, int32_t n, double target) {
   return -1;
 }
 
-// Steps 4-6: leaves the tokens to draw from in `cand` (in no particular
-// order), or returns false when no truncation applies (draw from the whole
+// Steps 4-6: leaves the tokens to draw from in `cand`, best first, or
+// returns false when no truncation applies (draw from the whole
 // vocabulary). `w` and `total` (weights exp(z - m) and their sum) must be
 // filled when top-p applies without top-k.
 bool truncate(const SamplingParams& p, const float* z, const float* w, int32_t vocab, float m, double total,
@@ -241,6 +241,11 @@ bool truncate(const SamplingParams& p, const float* z, const float* w, int32_t v
   // renormalisation, so it is a threshold on the logit. The best token
   // (logit m) always passes.
   if (use_min_p) std::erase_if(cand, [&](const Weighted& c) { return c.logit < min_p_threshold; });
+  // The draw walks the candidates best first on every path (top-k leaves them
+  // so), an order the CUDA sampler reproduces without sorting the vocabulary.
+  if (!use_top_k) std::sort(cand.begin(), cand.end(), [](const Weighted& a, const Weighted& b) {
+    return sampler_detail::better(a, b);
+  });
   return true;
 }
 

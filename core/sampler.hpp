@@ -11,7 +11,10 @@
 //   5. top-p: the shortest run of those, best first, whose probability
 //      (renormalised over the top-k set) sums to at least top_p;
 //   6. min-p: of those, the tokens with probability >= min_p * the best one's;
-//   7. one draw from what is left, proportional to exp(logit / T).
+//   7. one draw from what is left, proportional to exp(logit / T): the
+//      first token, walking the kept ones best first (ties lowest id first;
+//      the whole vocabulary in id order when steps 4-6 keep everything),
+//      whose cumulative weight exceeds u times their total.
 //
 // Logprobs are the log-softmax over the whole vocabulary of the logits after
 // steps 1-3 (penalties and temperature; greedy rows use T = 1), before the

@@ -1,0 +1,204 @@
+// Paged attention, correct before fast (contract in attention_paged.hpp).
+#include "cuda_compat.hpp"
+#include "attention_paged.hpp"
+
+#include "device_common.hpp"
+
+namespace llmk::cuda {
+namespace {
+
+constexpr int kDimsPerThread = (kAttentionMaxHeadDim + kAttentionThreads - 1) / kAttentionThreads;
+
+// k, v: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens];
+// k_cache, v_cache: [num_slots, num_kv_heads, head_dim]. One block per token.
+template <class T, class C>
+__global__ void kv_cache_write_kernel(const T* __restrict__ k, const T* __restrict__ v,
+                                      const int32_t* __restrict__ slot_mapping, C* __restrict__ k_cache,
+                                      C* __restrict__ v_cache, int64_t row_size) {
+  const int64_t token = blockIdx.x;
+  const int64_t slot = slot_mapping[token];
+  if (slot < 0) return;
+  for (int64_t i = threadIdx.x; i < row_size; i += blockDim.x) {
+    k_cache[slot * row_size + i] = device::from_float<C>(device::to_float(k[token * row_size + i]));
+    v_cache[slot * row_size + i] = device::from_float<C>(device::to_float(v[token * row_size + i]));
+  }
+}
+
+// The sequence owning query row `token`: the last s with query_start[s] <= token
+// (sequences with no new rows share their start with the next one).
+__device__ __forceinline__ int find_sequence(const int32_t* query_start, int num_seqs, int token) {
+  int lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (query_start[mid] <= token)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+struct AttentionArgs {
+  const int32_t* query_start;   // [num_seqs + 1]
+  const int32_t* context_lens;  // [num_seqs]
+  const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq]
+  int32_t num_seqs, max_blocks_per_seq, block_size;
+  int32_t num_heads, num_kv_heads, head_dim, sliding_window;
+  float scale;
+};
+
+// q, out: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_slots, num_kv_heads, head_dim].
+// Block (token, head); blockDim.x == kAttentionThreads. acc[] has a constant
+// size, so it stays in registers.
+template <class T, class C>
+__global__ void attention_paged_kernel(const T* __restrict__ q, const C* __restrict__ k_cache,
+                                       const C* __restrict__ v_cache, T* __restrict__ out, AttentionArgs args) {
+  __shared__ float q_row[kAttentionMaxHeadDim];  // q * scale, f32
+  __shared__ float weights[kAttentionThreads];   // this tile's exp(score - running max)
+  __shared__ int32_t slots[kAttentionThreads];   // this tile's cache slots
+  __shared__ float scratch[device::kMaxWarpsPerBlock + 1];
+
+  const int token = blockIdx.x, head = blockIdx.y, tid = threadIdx.x;
+  const int head_dim = args.head_dim;
+  const int seq = find_sequence(args.query_start, args.num_seqs, token);
+  const int query_len = args.query_start[seq + 1] - args.query_start[seq];
+  const int position = args.context_lens[seq] - query_len + (token - args.query_start[seq]);
+  const int first = args.sliding_window > 0 ? max(0, position - args.sliding_window + 1) : 0;
+  const int kv_head = head / (args.num_heads / args.num_kv_heads);
+  const int32_t* table = args.block_tables + static_cast<int64_t>(seq) * args.max_blocks_per_seq;
+  const int64_t kv_stride = static_cast<int64_t>(args.num_kv_heads) * head_dim;  // elements per slot
+  const C* k_head = k_cache + static_cast<int64_t>(kv_head) * head_dim;
+  const C* v_head = v_cache + static_cast<int64_t>(kv_head) * head_dim;
+
+  const T* q_in = q + (static_cast<int64_t>(token) * args.num_heads + head) * head_dim;
+  for (int d = tid; d < head_dim; d += blockDim.x) q_row[d] = device::to_float(q_in[d]) * args.scale;
+  __syncthreads();
+
+  float running_max = -INFINITY, running_sum = 0.0f;
+  float acc[kDimsPerThread];
+  for (int i = 0; i < kDimsPerThread; ++i) acc[i] = 0.0f;
+
+  for (int tile = first; tile <= position; tile += kAttentionThreads) {
+    // Score one key per thread.
+    const int key = tile + tid;
+    float score = -INFINITY;
+    int32_t slot = -1;
+    if (key <= position) {
+      slot = table[key / args.block_size] + key % args.block_size;
+      const C* k_row = k_head + static_cast<int64_t>(slot) * kv_stride;
+      score = 0.0f;
+      for (int d = 0; d < head_dim; ++d) score += q_row[d] * device::to_float(k_row[d]);
+    }
+    slots[tid] = slot;
+    const float new_max = fmaxf(running_max, device::block_max(score, scratch));
+    const float weight = key <= position ? __expf(score - new_max) : 0.0f;
+    weights[tid] = weight;
+    const float tile_sum = device::block_sum(weight, scratch);  // its barriers publish slots and weights
+    const float rescale = __expf(running_max - new_max);        // 0 on the first tile (running_max = -inf)
+    running_sum = running_sum * rescale + tile_sum;
+    running_max = new_max;
+
+    // Weighted V sum, one head_dim element per thread (coalesced rows).
+    const int num_keys = min(kAttentionThreads, position - tile + 1);
+    for (int i = 0; i < kDimsPerThread; ++i) {
+      const int d = tid + i * kAttentionThreads;
+      if (d >= head_dim) continue;
+      float a = acc[i] * rescale;
+      for (int j = 0; j < num_keys; ++j)
+        a += weights[j] * device::to_float(v_head[static_cast<int64_t>(slots[j]) * kv_stride + d]);
+      acc[i] = a;
+    }
+    __syncthreads();  // the next tile overwrites slots and weights
+  }
+
+  T* out_row = out + (static_cast<int64_t>(token) * args.num_heads + head) * head_dim;
+  const float inv_sum = 1.0f / running_sum;
+  for (int i = 0; i < kDimsPerThread; ++i) {
+    const int d = tid + i * kAttentionThreads;
+    if (d < head_dim) out_row[d] = device::from_float<T>(acc[i] * inv_sum);
+  }
+}
+
+template <class T>
+struct type_tag {
+  using type = T;
+};
+
+// Calls f(type_tag<T>{}) for the element type named by dtype (F32, F16, BF16).
+template <class F>
+cudaError_t with_element_type(llmk_dtype dtype, F&& f) {
+  switch (dtype) {
+    case LLMK_DTYPE_F32:
+      return f(type_tag<float>{});
+    case LLMK_DTYPE_F16:
+      return f(type_tag<__half>{});
+    case LLMK_DTYPE_BF16:
+      return f(type_tag<__nv_bfloat16>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+bool is_element_type(llmk_dtype dtype) {
+  return dtype == LLMK_DTYPE_F32 || dtype == LLMK_DTYPE_F16 || dtype == LLMK_DTYPE_BF16;
+}
+
+}  // namespace
+
+cudaError_t check_paged_attention_shape(const PagedAttentionShape& shape) {
+  const bool ok = shape.num_heads > 0 && shape.num_kv_heads > 0 && shape.num_heads % shape.num_kv_heads == 0 &&
+                  shape.head_dim > 0 && shape.head_dim <= kAttentionMaxHeadDim && shape.sliding_window >= 0 &&
+                  is_element_type(shape.activation_dtype) && is_element_type(shape.kv_dtype);
+  return ok ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+cudaError_t kv_cache_write(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* k,
+                           const void* v, void* k_cache, void* v_cache, cudaStream_t stream) {
+  if (const cudaError_t status = check_paged_attention_shape(shape); status != cudaSuccess) return status;
+  if (step.num_tokens < 0) return cudaErrorInvalidValue;
+  if (step.num_tokens == 0) return cudaSuccess;
+  const int64_t row_size = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
+  return with_element_type(shape.activation_dtype, [&](auto activation) {
+    using T = typename decltype(activation)::type;
+    return with_element_type(shape.kv_dtype, [&](auto cache) {
+      using C = typename decltype(cache)::type;
+      LLMK_LAUNCH(static_cast<unsigned>(step.num_tokens), kKvWriteThreads, 0, stream, kv_cache_write_kernel<T, C>)(
+          static_cast<const T*>(k), static_cast<const T*>(v), step.slot_mapping, static_cast<C*>(k_cache),
+          static_cast<C*>(v_cache), row_size);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
+                            const void* k_cache, const void* v_cache, void* out, cudaStream_t stream) {
+  if (const cudaError_t status = check_paged_attention_shape(shape); status != cudaSuccess) return status;
+  if (step.num_tokens < 0 || step.block_size <= 0 || (step.num_tokens > 0 && step.num_seqs <= 0))
+    return cudaErrorInvalidValue;
+  if (step.num_tokens == 0) return cudaSuccess;
+  const AttentionArgs args{step.query_start,       step.context_lens,      step.block_tables,
+                           step.num_seqs,          step.max_blocks_per_seq, step.block_size,
+                           shape.num_heads,        shape.num_kv_heads,     shape.head_dim,
+                           shape.sliding_window,   shape.scale};
+  const dim3 grid(static_cast<unsigned>(step.num_tokens), static_cast<unsigned>(shape.num_heads));
+  return with_element_type(shape.activation_dtype, [&](auto activation) {
+    using T = typename decltype(activation)::type;
+    return with_element_type(shape.kv_dtype, [&](auto cache) {
+      using C = typename decltype(cache)::type;
+      LLMK_LAUNCH(grid, kAttentionThreads, 0, stream, attention_paged_kernel<T, C>)(
+          static_cast<const T*>(q), static_cast<const C*>(k_cache), static_cast<const C*>(v_cache),
+          static_cast<T*>(out), args);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t attention_paged_run(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
+                                const void* k, const void* v, void* k_cache, void* v_cache, void* out,
+                                cudaStream_t stream) {
+  if (const cudaError_t status = kv_cache_write(shape, step, k, v, k_cache, v_cache, stream); status != cudaSuccess)
+    return status;
+  return attention_paged(shape, step, q, k_cache, v_cache, out, stream);
+}
+
+}  // namespace llmk::cuda

@@ -1,0 +1,483 @@
+// Device sampling, one block per row (contract in sampling.hpp, algorithm in
+// docs/cuda_sampling.md).
+//
+// Every truncation is a best-first prefix of the tokens ordered by logit
+// descending, ties by id ascending (the CPU's `better`): top-k is the first
+// k, top-p the shortest prefix reaching a mass, min-p the tokens above a
+// logit, and the draw walks the final prefix best first. A prefix is
+// represented by its last token (a Bound) and found without sorting: a radix
+// select over the 32-bit order-preserving key of the logit, 8 bits per round,
+// with shared-memory histograms of counts and masses, then an id-order scan
+// among the tokens whose key ties with the boundary's.
+#include "cuda_compat.hpp"
+#include "sampling.hpp"
+
+namespace llmk::cuda {
+namespace {
+
+constexpr int kMaxWarps = 32;
+constexpr int kRadixBins = 256;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ bool is_nan(float x) { return x != x; }
+
+// A 32-bit key whose unsigned order is the float order (never 0 for a
+// non-NaN value). -0 and +0 get one key: they compare equal on the CPU.
+__device__ __forceinline__ uint32_t order_key(float x) {
+  if (x == 0.0f) x = 0.0f;
+  const uint32_t b = sampling_float_bits(x);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t key) {
+  return sampling_bits_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+// The best-first prefix ending at the token (key, id): a non-NaN token is in
+// it when its key is larger, or equal with an id no larger.
+struct Bound {
+  uint32_t key;
+  int32_t id;
+};
+constexpr Bound kEverything{0u, 0x7fffffff};
+__device__ __forceinline__ bool within(uint32_t key, int32_t id, Bound b) {
+  return key > b.key || (key == b.key && id <= b.id);
+}
+
+struct Candidate {
+  float value;
+  int32_t id;  // -1: none
+};
+__device__ __forceinline__ bool better(Candidate a, Candidate b) {
+  if (a.id < 0) return false;
+  if (b.id < 0) return true;
+  return a.value > b.value || (a.value == b.value && a.id < b.id);
+}
+
+// Block-shared scratch (static shared memory, ~3.6 KiB).
+struct RowShared {
+  unsigned bin_count[kRadixBins];
+  double bin_mass[kRadixBins];
+  double warp_sum[kMaxWarps];
+  float warp_value[kMaxWarps];
+  int32_t warp_id[kMaxWarps];
+  // Written by thread 0 (or one warp), read by all after a barrier.
+  double above, target;
+  unsigned digit, tie_count, tie_rank;
+  int found;
+  int32_t index;
+  int num_top;
+  float top_value[kSamplingMaxLogprobs];
+  int32_t top_id[kSamplingMaxLogprobs];
+};
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+// The block's sum, in every thread (the same value: warps are added in order).
+__device__ double block_sum(double v, RowShared& sh) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, num_warps = blockDim.x / 32;
+  if (lane == 0) sh.warp_sum[warp] = v;
+  __syncthreads();
+  double total = 0.0;
+  for (int w = 0; w < num_warps; ++w) total += sh.warp_sum[w];
+  __syncthreads();  // warp_sum is reused by the next reduction
+  return total;
+}
+
+// The block's best candidate (logit descending, id ascending), in every thread.
+__device__ Candidate block_best(Candidate c, RowShared& sh) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const Candidate other{__shfl_xor_sync(kFullMask, c.value, offset), __shfl_xor_sync(kFullMask, c.id, offset)};
+    if (better(other, c)) c = other;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, num_warps = blockDim.x / 32;
+  if (lane == 0) {
+    sh.warp_value[warp] = c.value;
+    sh.warp_id[warp] = c.id;
+  }
+  __syncthreads();
+  Candidate best{0.0f, -1};
+  for (int w = 0; w < num_warps; ++w) {
+    const Candidate other{sh.warp_value[w], sh.warp_id[w]};
+    if (better(other, best)) best = other;
+  }
+  __syncthreads();
+  return best;
+}
+
+__device__ __forceinline__ bool crosses(double cumulative, double target, bool strict) {
+  return strict ? cumulative > target : cumulative >= target;
+}
+
+// The first index i of [0, n) at which f(0) + ... + f(i) crosses `target`
+// (exceeds it when strict, reaches it otherwise), or -1. f >= 0. Each warp
+// sums a contiguous chunk; the one warp whose chunk holds the crossing walks
+// it 32 at a time with a warp scan.
+template <class F>
+__device__ int32_t scan_id_order(int32_t n, F f, double target, bool strict, RowShared& sh) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, num_warps = blockDim.x / 32;
+  const int32_t chunk = ((n + num_warps - 1) / num_warps + 31) / 32 * 32;
+  const int32_t begin = min(n, warp * chunk), end = min(n, begin + chunk);
+  double partial = 0.0;
+  for (int32_t i = begin + lane; i < end; i += 32) partial += f(i);
+  partial = warp_sum(partial);
+  if (lane == 0) sh.warp_sum[warp] = partial;
+  if (threadIdx.x == 0) sh.index = -1;
+  __syncthreads();
+  double before = 0.0;
+  for (int w = 0; w < warp; ++w) before += sh.warp_sum[w];
+  if (!crosses(before, target, strict) && crosses(before + sh.warp_sum[warp], target, strict)) {
+    int32_t found = end - 1;  // should the walk's rounding differ from the chunk sum's
+    for (int32_t base = begin; base < end; base += 32) {
+      const int32_t i = base + lane;
+      double v = i < end ? f(i) : 0.0;
+      for (int offset = 1; offset < 32; offset *= 2) {
+        const double t = __shfl_up_sync(kFullMask, v, offset);
+        if (lane >= offset) v += t;
+      }
+      const unsigned hits = __ballot_sync(kFullMask, i < end && crosses(before + v, target, strict));
+      if (hits != 0) {
+        found = base + __ffs(static_cast<int>(hits)) - 1;
+        break;
+      }
+      before += __shfl_sync(kFullMask, v, 31);
+    }
+    if (lane == 0) sh.index = found;
+  }
+  __syncthreads();
+  const int32_t index = sh.index;
+  __syncthreads();
+  return index;
+}
+
+struct Selection {
+  Bound bound;
+  bool found;
+};
+
+// Walks the members of prefix `b` whose key is at least `min_key`, best
+// first, and returns the member at which the running total crosses the goal
+// (exceeds it when strict, reaches it otherwise). The running total counts
+// tokens (by_mass false; goal = target) or adds exp(z - m) (by_mass true;
+// goal = target * the members' total mass). found is false when the whole
+// set falls short (rounding, or fewer members than a count).
+__device__ Selection select_best_first(const float* z, int32_t n, float m, Bound b, uint32_t min_key, bool by_mass,
+                                       double target, bool strict, RowShared& sh) {
+  const int tid = threadIdx.x;
+  uint32_t prefix = 0, prefix_mask = 0;
+  for (int round = 0; round < 4; ++round) {
+    const int shift = 24 - 8 * round;
+    for (int bin = tid; bin < kRadixBins; bin += blockDim.x) {
+      sh.bin_count[bin] = 0;
+      sh.bin_mass[bin] = 0.0;
+    }
+    __syncthreads();
+    for (int32_t i = tid; i < n; i += blockDim.x) {
+      const float v = z[i];
+      if (is_nan(v)) continue;
+      const uint32_t key = order_key(v);
+      if (key < min_key || !within(key, i, b) || (key & prefix_mask) != prefix) continue;
+      const unsigned bin = (key >> shift) & 0xffu;
+      atomicAdd(&sh.bin_count[bin], 1u);
+      if (by_mass) atomicAdd(&sh.bin_mass[bin], static_cast<double>(sampling_exp_nonpositive(v - m)));
+    }
+    __syncthreads();
+    if (tid == 0) {
+      double above = 0.0;
+      if (round == 0) {
+        double total = 0.0;
+        for (int bin = 0; bin < kRadixBins; ++bin) total += by_mass ? sh.bin_mass[bin] : sh.bin_count[bin];
+        sh.target = by_mass ? target * total : target;
+        sh.found = 1;
+      } else {
+        above = sh.above;
+      }
+      const double goal = sh.target;
+      int chosen = -1, last = -1;
+      double last_size = 0.0;
+      for (int bin = kRadixBins - 1; bin >= 0; --bin) {
+        if (sh.bin_count[bin] == 0) continue;
+        const double size = by_mass ? sh.bin_mass[bin] : static_cast<double>(sh.bin_count[bin]);
+        if (crosses(above + size, goal, strict)) {
+          chosen = bin;
+          break;
+        }
+        above += size;
+        last = bin;
+        last_size = size;
+      }
+      if (chosen < 0) {
+        if (round == 0 || last < 0) {
+          sh.found = 0;
+        } else {
+          // This round's sums rounded below the previous round's: the
+          // crossing lies in the last (worst) bin.
+          chosen = last;
+          above -= last_size;
+        }
+      }
+      sh.digit = chosen < 0 ? 0u : static_cast<unsigned>(chosen);
+      sh.tie_count = chosen < 0 ? 0u : sh.bin_count[chosen];
+      sh.above = above;
+    }
+    __syncthreads();
+    if (!sh.found) return {b, false};
+    prefix |= sh.digit << shift;
+    prefix_mask |= 0xffu << shift;
+  }
+  // The boundary's key is `prefix`; `tie_count` members share it, each
+  // adding the same amount. Take the fewest of them, in id order, that cross.
+  if (tid == 0) {
+    const double each = by_mass ? static_cast<double>(sampling_exp_nonpositive(key_value(prefix) - m)) : 1.0;
+    const unsigned count = sh.tie_count;
+    const double above = sh.above, goal = sh.target;
+    unsigned rank = count;
+    if (each > 0.0) {
+      const double estimate = (goal - above) / each;
+      rank = estimate < 1.0 ? 1u : (estimate >= count ? count : static_cast<unsigned>(estimate));
+      while (rank > 1 && crosses(above + (rank - 1) * each, goal, strict)) --rank;
+      while (rank < count && !crosses(above + rank * each, goal, strict)) ++rank;
+    }
+    sh.tie_rank = rank;
+  }
+  __syncthreads();
+  const double rank = sh.tie_rank;
+  const int32_t id = scan_id_order(
+      n,
+      [=](int32_t i) {
+        const float v = z[i];
+        if (is_nan(v)) return 0.0;
+        const uint32_t key = order_key(v);
+        return key == prefix && key >= min_key && within(key, i, b) ? 1.0 : 0.0;
+      },
+      rank, false, sh);
+  return {{prefix, id}, id >= 0};
+}
+
+// Steps 1-2 for a token in the history, in double as on the CPU, then step 3.
+__device__ __forceinline__ float penalized(float raw, int32_t count, const SamplingRowParams& p, bool scale,
+                                           bool count_penalties) {
+  double v = raw;
+  const double penalty = p.repetition_penalty;
+  if (penalty != 1.0) v = v > 0 ? v / penalty : v * penalty;
+  if (count_penalties && count > 0) {
+    v -= static_cast<double>(p.frequency_penalty) * count + static_cast<double>(p.presence_penalty);
+  }
+  return static_cast<float>(scale ? v / p.temperature : v);
+}
+
+// One block per row; blockDim.x a multiple of 32, at most 1024.
+// logits: [num_rows, row_stride]; params: [num_rows]; workspace: [num_rows, vocab]
+// (may alias logits); token_ids: [num_rows]; logprobs: [num_rows, kSamplingLogprobsPerRow] or null.
+__global__ void sample_rows_kernel(const float* logits, int64_t row_stride, int32_t vocab,
+                                   const SamplingRowParams* __restrict__ params, PenaltyState penalties,
+                                   float* workspace, int32_t* __restrict__ token_ids,
+                                   SampledLogprob* __restrict__ logprobs) {
+  __shared__ RowShared sh;
+  const int tid = threadIdx.x;
+  const int64_t row = blockIdx.x;
+  const SamplingRowParams p = params[row];
+  const float* raw = logits + row * row_stride;   // [vocab]
+  float* z = workspace + row * vocab;             // [vocab] processed logits
+
+  // Steps 1-3, with the maximum (ties to the lowest id, NaN never chosen).
+  const bool greedy = p.temperature < kSamplingGreedyTemperature;
+  const bool scale = !greedy && p.temperature != 1.0f;
+  const bool count_penalties = p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+  const bool penalize = (p.repetition_penalty != 1.0f || count_penalties) && p.penalty_slot >= 0 &&
+                        p.penalty_slot < penalties.num_slots && penalties.vocab == vocab;
+  const int32_t* counts = penalize ? penalties.counts + static_cast<int64_t>(p.penalty_slot) * vocab : nullptr;
+  const uint32_t* prompt_mask =
+      penalize ? penalties.prompt_mask + p.penalty_slot * prompt_mask_words(vocab) : nullptr;
+  Candidate best{0.0f, -1};
+  for (int32_t i = tid; i < vocab; i += blockDim.x) {
+    const float x = raw[i];
+    float v = scale ? x / p.temperature : x;
+    if (penalize) {
+      const int32_t count = counts[i];
+      const bool in_prompt = (prompt_mask[i >> 5] >> (i & 31)) & 1u;
+      if (in_prompt || count > 0) v = penalized(x, count, p, scale, count_penalties);
+    }
+    z[i] = v;
+    if (!is_nan(v) && better(Candidate{v, i}, best)) best = {v, i};
+  }
+  best = block_best(best, sh);  // its barriers also publish z to the block
+  const float m = best.id >= 0 ? best.value : -INFINITY;
+  int32_t token = best.id >= 0 ? best.id : 0;
+
+  const auto weight = [=](int32_t i) {
+    const float v = z[i];
+    return is_nan(v) ? 0.0 : static_cast<double>(sampling_exp_nonpositive(v - m));
+  };
+  double total = -1.0;  // sum of exp(z - m) over the vocabulary, once computed
+  if (!greedy) {
+    const double u = sampling_uniform(p.seed, p.sample_index, p.step);
+    const bool use_top_k = p.top_k > 0 && p.top_k < vocab;
+    const bool use_top_p = p.top_p < 1.0f;
+    const bool use_min_p = p.min_p > 0.0f;
+    if (!use_top_k && !use_top_p && !use_min_p) {
+      // The whole vocabulary, in id order (the CPU's draw_from_all).
+      double partial = 0.0;
+      for (int32_t i = tid; i < vocab; i += blockDim.x) partial += weight(i);
+      total = block_sum(partial, sh);
+      const int32_t drawn = scan_id_order(vocab, weight, u * total, true, sh);
+      if (drawn >= 0) token = drawn;
+    } else {
+      Bound kept = kEverything;
+      if (use_top_k) {
+        const Selection s = select_best_first(z, vocab, m, kept, 0u, false, p.top_k, false, sh);
+        if (s.found) kept = s.bound;
+      }
+      if (use_top_p) {
+        const Selection s = select_best_first(z, vocab, m, kept, 0u, true, p.top_p, false, sh);
+        if (s.found) kept = s.bound;
+      }
+      // min-p is a logit threshold (probabilities relative to the best
+      // token do not change under renormalisation); the best always passes.
+      const uint32_t min_key = use_min_p ? order_key(m + p.log_min_p) : 0u;
+      const Selection s = select_best_first(z, vocab, m, kept, min_key, true, u, true, sh);
+      if (s.found) token = s.bound.id;  // else rounding left the target unreached: the argmax, as on the CPU
+    }
+  }
+
+  if (logprobs == nullptr) {
+    if (tid == 0) token_ids[row] = token;
+    return;
+  }
+  SampledLogprob* out = logprobs + row * kSamplingLogprobsPerRow;  // [kSamplingLogprobsPerRow]
+  const int num_top = p.num_logprobs < kSamplingMaxLogprobs ? p.num_logprobs : kSamplingMaxLogprobs;
+  double log_normalizer = 0.0;
+  if (p.num_logprobs >= 0) {
+    if (total < 0.0) {
+      double partial = 0.0;
+      for (int32_t i = tid; i < vocab; i += blockDim.x) partial += weight(i);
+      total = block_sum(partial, sh);
+    }
+    log_normalizer = static_cast<double>(m) + log(total);
+  }
+  if (num_top > 0) {
+    const Selection s = select_best_first(z, vocab, m, kEverything, 0u, false, num_top, false, sh);
+    const Bound top = s.found ? s.bound : kEverything;
+    if (tid == 0) sh.num_top = 0;
+    __syncthreads();
+    for (int32_t i = tid; i < vocab; i += blockDim.x) {
+      const float v = z[i];
+      if (is_nan(v) || !within(order_key(v), i, top)) continue;
+      const int slot = atomicAdd(&sh.num_top, 1);
+      if (slot < kSamplingMaxLogprobs) {
+        sh.top_value[slot] = v;
+        sh.top_id[slot] = i;
+      }
+    }
+    __syncthreads();
+  }
+  if (tid == 0) {
+    token_ids[row] = token;
+    int listed = 0;
+    if (p.num_logprobs >= 0) {
+      out[0] = {token, static_cast<float>(static_cast<double>(z[token]) - log_normalizer)};
+      if (num_top > 0) {
+        listed = sh.num_top < num_top ? sh.num_top : num_top;
+        // At most kSamplingMaxLogprobs entries: insertion sort, best first.
+        for (int a = 1; a < listed; ++a) {
+          const Candidate c{sh.top_value[a], sh.top_id[a]};
+          int j = a;
+          for (; j > 0 && better(c, Candidate{sh.top_value[j - 1], sh.top_id[j - 1]}); --j) {
+            sh.top_value[j] = sh.top_value[j - 1];
+            sh.top_id[j] = sh.top_id[j - 1];
+          }
+          sh.top_value[j] = c.value;
+          sh.top_id[j] = c.id;
+        }
+        for (int a = 0; a < listed; ++a) {
+          out[1 + a] = {sh.top_id[a], static_cast<float>(static_cast<double>(sh.top_value[a]) - log_normalizer)};
+        }
+      }
+    } else {
+      out[0] = {-1, 0.0f};
+    }
+    for (int a = 1 + listed; a < kSamplingLogprobsPerRow; ++a) out[a] = {-1, 0.0f};
+  }
+}
+
+// counts: [vocab], prompt_mask: [words] of one slot.
+__global__ void penalty_clear_kernel(int32_t* __restrict__ counts, uint32_t* __restrict__ prompt_mask, int32_t vocab,
+                                     int64_t words) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vocab; i += stride) {
+    counts[i] = 0;
+    if (i < words) prompt_mask[i] = 0u;
+  }
+}
+
+// prompt_mask: [words] of one slot; prompt_ids: [num_ids].
+__global__ void penalty_mark_prompt_kernel(uint32_t* __restrict__ prompt_mask, const int32_t* __restrict__ prompt_ids,
+                                           int32_t num_ids, int32_t vocab) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= num_ids) return;
+  const int32_t id = prompt_ids[i];
+  if (id >= 0 && id < vocab) atomicOr(&prompt_mask[id >> 5], 1u << (id & 31));
+}
+
+// counts: [num_slots, vocab]; params, token_ids: [num_rows].
+__global__ void penalty_append_kernel(int32_t* __restrict__ counts, int32_t num_slots, int32_t vocab,
+                                      const SamplingRowParams* __restrict__ params,
+                                      const int32_t* __restrict__ token_ids, int32_t num_rows) {
+  const int32_t row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= num_rows) return;
+  const int32_t slot = params[row].penalty_slot, id = token_ids[row];
+  if (slot < 0 || slot >= num_slots || id < 0 || id >= vocab) return;
+  atomicAdd(&counts[static_cast<int64_t>(slot) * vocab + id], 1);
+}
+
+}  // namespace
+
+cudaError_t penalty_state_init(const PenaltyState& state, int32_t slot, const int32_t* prompt_ids,
+                               int32_t num_prompt_ids, cudaStream_t stream) {
+  if (slot < 0 || slot >= state.num_slots || state.vocab <= 0 || num_prompt_ids < 0 ||
+      (num_prompt_ids > 0 && prompt_ids == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t words = prompt_mask_words(state.vocab);
+  int32_t* counts = state.counts + static_cast<int64_t>(slot) * state.vocab;
+  uint32_t* prompt_mask = state.prompt_mask + slot * words;
+  const int threads = 256;
+  const int blocks = static_cast<int>((state.vocab + threads - 1) / threads);
+  LLMK_LAUNCH(blocks, threads, 0, stream, penalty_clear_kernel)(counts, prompt_mask, state.vocab, words);
+  if (num_prompt_ids > 0) {
+    LLMK_LAUNCH((num_prompt_ids + threads - 1) / threads, threads, 0, stream, penalty_mark_prompt_kernel)(
+        prompt_mask, prompt_ids, num_prompt_ids, state.vocab);
+  }
+  return cudaPeekAtLastError();
+}
+
+cudaError_t penalty_state_append(const PenaltyState& state, const SamplingRowParams* params, const int32_t* token_ids,
+                                 int32_t num_rows, cudaStream_t stream) {
+  if (num_rows < 0 || state.vocab <= 0) return cudaErrorInvalidValue;
+  if (num_rows == 0) return cudaSuccess;
+  const int threads = 128;
+  LLMK_LAUNCH((num_rows + threads - 1) / threads, threads, 0, stream, penalty_append_kernel)(
+      state.counts, state.num_slots, state.vocab, params, token_ids, num_rows);
+  return cudaPeekAtLastError();
+}
+
+cudaError_t sample_rows(const float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab,
+                        const SamplingRowParams* params, const PenaltyState& penalties, float* workspace,
+                        int32_t* token_ids, SampledLogprob* logprobs, cudaStream_t stream) {
+  if (num_rows < 0 || vocab <= 0 || row_stride < vocab || logits == nullptr || params == nullptr ||
+      workspace == nullptr || token_ids == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (num_rows == 0) return cudaSuccess;
+  // About 16 logits per thread, one warp at least, 1024 threads at most.
+  int threads = 32;
+  while (threads < 1024 && threads * 16 < vocab) threads *= 2;
+  LLMK_LAUNCH(num_rows, threads, 0, stream, sample_rows_kernel)(logits, row_stride, vocab, params, penalties,
+                                                                  workspace, token_ids, logprobs);
+  return cudaPeekAtLastError();
+}
+
+}  // namespace llmk::cuda

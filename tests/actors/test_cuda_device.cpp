@@ -31,5 +31,5 @@ TEST_CASE("executor.device=cuda without a visible GPU fails with a clear reason,
   Engine cpu(test::stories_config());
   const auto golden = test::load_golden();
   const auto r = test::run_one(cpu, test::golden_request(golden[0], "cpu-after-cuda"));
-  CHECK(r.token_ids == golden[0].greedy_ids);
+  CHECK(r.sample().token_ids == golden[0].greedy_ids);
 }

@@ -22,8 +22,12 @@ struct SuiteResult {
 };
 
 // Plugins of `kind` found on the default search path plus `extra_dirs` and
-// the folders in LLMK_CONFORMANCE_PATH (colon-separated).
+// the folders in LLMK_CONFORMANCE_PATH (colon-separated) that serve host
+// memory. The suites pass host buffers, so a plugin whose capabilities list
+// devices without "cpu" (attention.cuda, linear.cublas) is left to its
+// device's own tests (tests/cudasim for CUDA).
 std::vector<std::string> discover_plugins(PluginRegistry& registry, llmk_plugin_kind kind);
+bool serves_host_memory(const PluginInfo& info);
 std::vector<std::filesystem::path> conformance_dirs(std::vector<std::filesystem::path> extra_dirs = {});
 
 SuiteResult run_attention_suite(const Plugin& plugin);

@@ -9,6 +9,14 @@
 //   BF16 weights  3e-2 (weights rounded to 8 significant bits, activations
 //                 to bf16 at each GEMM input: about 2^-8 relative per GEMM,
 //                 accumulated over the layers)
+#include "test_support.hpp"
+
+#if !defined(LLMK_CUDASIM_PLUGIN_DIR)
+#include "support/skip.hpp"
+TEST_CASE("the simulated CUDA executor needs the simulated plugins", "[cuda_executor]") {
+  LLMK_SKIP("this build has no simulated CUDA plugins (tests/cudasim_plugins)");
+}
+#else
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -24,7 +32,6 @@
 #include "core/config.hpp"
 #include "core/cuda/cuda_executor.hpp"
 #include "core/plugin_loader.hpp"
-#include "test_support.hpp"
 
 namespace {
 
@@ -248,3 +255,5 @@ TEST_CASE("the simulated CUDA executor refuses a malformed step with the CPU exe
   b.logits_rows = {0};
   CHECK_THROWS_WITH(f.executor->execute(b), Catch::Contains("outside the vocabulary"));
 }
+
+#endif  // LLMK_CUDASIM_PLUGIN_DIR

@@ -6,9 +6,12 @@
 // Tolerances, as the relative L2 error of the last position's logits:
 //   F32 weights   1e-4 (the CPU executor's gate: f32 rounding through
 //                 5 layers of GEMMs, norms and softmax)
-//   BF16 weights  3e-2 (weights rounded to 8 significant bits, activations
-//                 to bf16 at each GEMM input: about 2^-8 relative per GEMM,
-//                 accumulated over the layers)
+//   BF16 weights  1e-2 (weights rounded to 8 significant bits, activations
+//                 to bf16 at each GEMM input: about 2^-9 relative per
+//                 rounding, accumulated over the layers; measured 2.2e-3 to
+//                 4.2e-3 on the five prompts). Above 1e-4 as well: the F32
+//                 path lands near 1e-6, so a BF16 run that stayed in F32
+//                 would fail.
 #include "test_support.hpp"
 
 #if !defined(LLMK_CUDASIM_PLUGIN_DIR)
@@ -38,7 +41,8 @@ namespace {
 using namespace llmk;
 
 constexpr double kF32Tolerance = 1e-4;
-constexpr double kBf16Tolerance = 3e-2;
+constexpr double kBf16Tolerance = 1e-2;
+constexpr double kBf16Floor = 1e-4;
 
 struct GoldenCase {
   std::vector<int32_t> input_ids, all_positions_argmax, greedy_ids;
@@ -140,6 +144,7 @@ TEST_CASE("stories260K through the simulated CUDA executor: last logits within t
     const double err = rel_l2(logits.data() + (c.input_ids.size() - 1) * vocab, c.last_logits);
     INFO("relative L2 error " << err);
     CHECK(err < kBf16Tolerance);
+    CHECK(err > kBf16Floor);
   }
 }
 

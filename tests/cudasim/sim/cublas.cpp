@@ -11,9 +11,11 @@ struct cublasContext {
   cudaStream_t stream = nullptr;
 };
 
-namespace {
+namespace cudasim::detail {
 
-bool supported_type(cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF; }
+bool gemm_type_supported(cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF; }
+
+namespace {
 
 float load(const void* p, cudaDataType t, std::int64_t i) {
   switch (t) {
@@ -31,28 +33,12 @@ void store(void* p, cudaDataType t, std::int64_t i, float v) {
   }
 }
 
-struct gemm_args {
-  cublasOperation_t transa, transb;
-  int m, n, k;
-  float alpha, beta;
-  const void* a;
-  cudaDataType a_type;
-  int lda;
-  long long stride_a;
-  const void* b;
-  cudaDataType b_type;
-  int ldb;
-  long long stride_b;
-  void* c;
-  cudaDataType c_type;
-  int ldc;
-  long long stride_c;
-  int batch_count;
-};
+}  // namespace
 
 void run_gemm(const gemm_args& g) {
   for (int batch = 0; batch < g.batch_count; ++batch) {
-    const std::int64_t a0 = batch * g.stride_a, b0 = batch * g.stride_b, c0 = batch * g.stride_c;
+    const std::int64_t a0 = batch * g.stride_a, b0 = batch * g.stride_b, c0 = batch * g.stride_c,
+                       d0 = batch * g.stride_d;
     for (int j = 0; j < g.n; ++j)
       for (int i = 0; i < g.m; ++i) {
         float acc = 0.0f;
@@ -61,13 +47,21 @@ void run_gemm(const gemm_args& g) {
           const std::int64_t bi = g.transb == CUBLAS_OP_N ? l + std::int64_t{j} * g.ldb : j + std::int64_t{l} * g.ldb;
           acc += load(g.a, g.a_type, a0 + ai) * load(g.b, g.b_type, b0 + bi);
         }
-        const std::int64_t ci = c0 + i + std::int64_t{j} * g.ldc;
         // beta == 0: C is not read (it may hold NaN), as in cuBLAS.
-        const float out = g.beta == 0.0f ? g.alpha * acc : g.alpha * acc + g.beta * load(g.c, g.c_type, ci);
-        store(g.c, g.c_type, ci, out);
+        const float out = g.beta == 0.0f
+                              ? g.alpha * acc
+                              : g.alpha * acc + g.beta * load(g.c, g.c_type, c0 + i + std::int64_t{j} * g.ldc);
+        store(g.d, g.d_type, d0 + i + std::int64_t{j} * g.ldd, out);
       }
   }
 }
+
+}  // namespace cudasim::detail
+
+namespace {
+
+using cudasim::detail::gemm_args;
+using cudasim::detail::gemm_type_supported;
 
 cublasStatus_t gemm(cublasHandle_t handle, gemm_args g, const void* alpha, const void* beta,
                     cublasComputeType_t compute) {
@@ -76,7 +70,8 @@ cublasStatus_t gemm(cublasHandle_t handle, gemm_args g, const void* alpha, const
   const bool compute_ok = compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_FAST_16F ||
                           compute == CUBLAS_COMPUTE_32F_FAST_16BF || compute == CUBLAS_COMPUTE_32F_FAST_TF32 ||
                           compute == CUBLAS_COMPUTE_32F_PEDANTIC;
-  if (!compute_ok || !supported_type(g.a_type) || !supported_type(g.b_type) || !supported_type(g.c_type)) {
+  if (!compute_ok || !gemm_type_supported(g.a_type) || !gemm_type_supported(g.b_type) ||
+      !gemm_type_supported(g.c_type)) {
     set_error(cudaSuccess, "cublasGemmEx: only F32/F16/BF16 data with F32 compute is simulated");
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
@@ -91,6 +86,7 @@ cublasStatus_t gemm(cublasHandle_t handle, gemm_args g, const void* alpha, const
   if (g.m == 0 || g.n == 0 || g.batch_count == 0) return CUBLAS_STATUS_SUCCESS;
   g.alpha = *static_cast<const float*>(alpha);
   g.beta = *static_cast<const float*>(beta);
+  using cudasim::detail::run_gemm;
   if (!cudasim::detail::capture_if_active(handle->stream, [g] { run_gemm(g); })) run_gemm(g);
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -131,8 +127,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
                             cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t computeType, cublasGemmAlgo_t) {
-  return gemm(handle, {transa, transb, m, n, k, 0, 0, A, Atype, lda, 0, B, Btype, ldb, 0, C, Ctype, ldc, 0, 1}, alpha,
-              beta, computeType);
+  return gemm(handle,
+              {transa, transb, m, n, k, 0, 0, A, Atype, lda, 0, B, Btype, ldb, 0, C, Ctype, ldc, 0, C, Ctype, ldc, 0, 1},
+              alpha, beta, computeType);
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
@@ -142,8 +139,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           int ldc, long long int strideC, int batchCount,
                                           cublasComputeType_t computeType, cublasGemmAlgo_t) {
   return gemm(handle,
-              {transa, transb, m, n, k, 0, 0, A, Atype, lda, strideA, B, Btype, ldb, strideB, C, Ctype, ldc, strideC,
-               batchCount},
+              {transa, transb, m, n, k, 0, 0, A, Atype, lda, strideA, B, Btype, ldb, strideB, C, Ctype, ldc, strideC, C,
+               Ctype, ldc, strideC, batchCount},
               alpha, beta, computeType);
 }
 

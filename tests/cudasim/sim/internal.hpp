@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <cublas_api.h>
+
 #include "cudasim.hpp"
 
 namespace cudasim::detail {
@@ -68,6 +70,35 @@ void run_kernel(const launch_config& config, const std::function<void()>& body);
 
 // runtime.cpp: stream capture.
 bool capture_if_active(cudaStream_t stream, std::function<void()> op);
+
+// cublas.cpp: the GEMM behind cuBLAS and cuBLASLt, column-major,
+// D = alpha op(A) op(B) + beta C, products and sums in float (C may be D).
+struct gemm_args {
+  cublasOperation_t transa, transb;
+  int m, n, k;
+  float alpha, beta;
+  const void* a;
+  cudaDataType a_type;
+  int lda;
+  long long stride_a;
+  const void* b;
+  cudaDataType b_type;
+  int ldb;
+  long long stride_b;
+  const void* c;
+  cudaDataType c_type;
+  int ldc;
+  long long stride_c;
+  void* d;
+  cudaDataType d_type;
+  int ldd;
+  long long stride_d;
+  int batch_count;
+};
+bool gemm_type_supported(cudaDataType t);  // F32, F16, BF16
+void run_gemm(const gemm_args& g);
+// Whether [p, p + bytes) lies inside one device allocation (runtime.cpp).
+bool is_device_range(const void* p, std::size_t bytes);
 void set_error(cudaError_t code, const std::string& detail);
 
 }  // namespace cudasim::detail

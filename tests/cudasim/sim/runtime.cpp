@@ -50,15 +50,6 @@ cudaError_t fail(cudaError_t code, const std::string& detail) {
   return code;
 }
 
-// Whether [p, p + bytes) lies inside one device allocation.
-bool is_device_range(const void* p, std::size_t bytes) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  auto it = g_device_allocations.upper_bound(a);
-  if (it == g_device_allocations.begin()) return false;
-  --it;
-  return a >= it->first && a + bytes <= it->first + it->second;
-}
-
 cudaError_t check_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
   const bool dst_device = is_device_range(dst, bytes), src_device = is_device_range(src, bytes);
   const bool ok = kind == cudaMemcpyHostToHost     ? !dst_device && !src_device
@@ -75,6 +66,15 @@ cudaError_t check_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
 }
 
 }  // namespace
+
+// Whether [p, p + bytes) lies inside one device allocation.
+bool is_device_range(const void* p, std::size_t bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  auto it = g_device_allocations.upper_bound(a);
+  if (it == g_device_allocations.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
 
 void set_error(cudaError_t code, const std::string& detail) {
   g_last_error = code;

@@ -1,9 +1,11 @@
 #include "actors/built_executors.hpp"
 
+#include "core/device_sampler.hpp"
 #include "core/executor.hpp"
 
 #if defined(LLMK_HAVE_CUDA) && LLMK_HAVE_CUDA
 #include "core/cuda/cuda_executor.hpp"
+#include "core/cuda/cuda_sampler.hpp"
 #endif
 
 namespace llmk {
@@ -11,6 +13,7 @@ namespace llmk {
 void register_built_executors() {
 #if defined(LLMK_HAVE_CUDA) && LLMK_HAVE_CUDA
   register_executor(Device::cuda, &make_cuda_executor);
+  register_device_sampler(Device::cuda, &make_cuda_sampler);
 #endif
 }
 

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "core/cpu_executor.hpp"
+#include "core/device_sampler.hpp"
 #include "core/error.hpp"
 
 namespace llmk {
@@ -28,6 +29,11 @@ std::map<Device, ExecutorFactory>& factories() {
   return f;
 }
 
+std::map<Device, DeviceSamplerFactory>& sampler_factories() {
+  static std::map<Device, DeviceSamplerFactory> f;
+  return f;
+}
+
 }  // namespace
 
 const std::vector<Device>& built_executor_devices() {
@@ -45,6 +51,24 @@ const std::vector<Device>& built_executor_devices() {
 void register_executor(Device device, ExecutorFactory factory) {
   const std::lock_guard<std::mutex> lock(registry_mutex());
   factories()[device] = factory;
+}
+
+void register_device_sampler(Device device, DeviceSamplerFactory factory) {
+  const std::lock_guard<std::mutex> lock(registry_mutex());
+  sampler_factories()[device] = factory;
+}
+
+std::unique_ptr<DeviceSampler> make_device_sampler(Device device, int32_t vocab_size) {
+  DeviceSamplerFactory factory = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(registry_mutex());
+    const auto it = sampler_factories().find(device);
+    if (it != sampler_factories().end()) factory = it->second;
+  }
+  if (factory == nullptr)
+    throw Error(ErrorCode::internal, std::string("no sampler is registered for device '") + device_name(device) +
+                                         "' (register_built_executors() in actors/built_executors.hpp)");
+  return factory(vocab_size);
 }
 
 std::string built_executor_device_names() {

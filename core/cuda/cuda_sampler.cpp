@@ -1,0 +1,280 @@
+// The CUDA DeviceSampler (core/device_sampler.hpp) over the kernels of
+// kernels/cuda/sampling.hpp.
+//
+// Per step: the rows' parameters go up in one copy (pinned staging), the
+// sampling kernel runs on this sampler's stream after the executor's logits
+// event, the penalty counts take the new ids on the device, and only the
+// ids (plus the logprob records when a row asked for them) come back.
+//
+// Penalty state (the prompt's tokens as a bit mask, the generated tokens as
+// counts: about 4.1 bytes per vocabulary entry) exists only for samples of
+// requests with a penalty; other rows read no history. Slots come from a
+// pool that doubles when full (a copy of the live slots, between steps).
+#include "core/cuda/cuda_sampler.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/cuda/sampling.hpp"
+
+namespace llmk {
+
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw Error(ErrorCode::internal, std::string("CUDA sampler: ") + what + ": " + cudaGetErrorName(status) + " (" +
+                                         cudaGetErrorString(status) + ")");
+}
+
+// Device memory that grows, keeping nothing (contents are rewritten).
+class Scratch {
+ public:
+  ~Scratch() { reset(); }
+  void* get(size_t bytes, const char* what) {
+    if (bytes > bytes_) {
+      reset();
+      check(cudaMalloc(&data_, bytes), what);
+      bytes_ = bytes;
+    }
+    return data_;
+  }
+  void* data() const { return data_; }
+
+ private:
+  void reset() {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class PinnedScratch {
+ public:
+  ~PinnedScratch() {
+    if (data_ != nullptr) cudaFreeHost(data_);
+  }
+  void* get(size_t bytes) {
+    if (bytes > bytes_) {
+      if (data_ != nullptr) cudaFreeHost(data_);
+      data_ = nullptr;
+      check(cudaMallocHost(&data_, bytes), "allocating pinned memory");
+      bytes_ = bytes;
+    }
+    return data_;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+bool has_penalty(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+}
+
+class CudaSampler final : public DeviceSampler {
+ public:
+  explicit CudaSampler(int32_t vocab_size) : vocab_(vocab_size) {
+    if (vocab_size <= 0) throw Error(ErrorCode::invalid_argument, "CUDA sampler: vocab_size must be positive");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating the stream");
+  }
+
+  ~CudaSampler() override {
+    cudaStreamSynchronize(stream_);
+    free_penalties();
+    cudaStreamDestroy(stream_);
+  }
+
+  void open(uint64_t key, const SamplingParams& params, uint64_t seed, std::span<const int32_t> prompt_ids,
+            int32_t num_samples) override {
+    if (requests_.count(key) != 0)
+      throw Error(ErrorCode::invalid_argument, "CUDA sampler: request " + std::to_string(key) + " opened twice");
+    Request r;
+    r.params = params;
+    r.seed = seed;
+    r.log_min_p = params.min_p > 0.0f ? std::log(params.min_p) : 0.0f;
+    r.slots.assign(static_cast<size_t>(std::max(1, num_samples)), -1);
+    if (has_penalty(params)) {
+      // One upload of the prompt; every sample's slot starts from it.
+      const size_t n = prompt_ids.size();
+      auto* d_prompt = static_cast<int32_t*>(prompt_scratch_.get(std::max<size_t>(1, n) * sizeof(int32_t),
+                                                                 "the prompt's ids"));
+      if (n != 0)
+        check(cudaMemcpyAsync(d_prompt, prompt_ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+              "uploading the prompt's ids");
+      for (int32_t& slot : r.slots) {
+        slot = take_slot();
+        check(cuda::penalty_state_init(penalties_, slot, d_prompt, static_cast<int32_t>(n), stream_),
+              "initialising a penalty slot");
+      }
+      // The prompt buffer is reused by the next open: finish with it now.
+      check(cudaStreamSynchronize(stream_), "initialising penalty slots");
+    }
+    requests_.emplace(key, std::move(r));
+  }
+
+  void release(uint64_t key) override {
+    const auto it = requests_.find(key);
+    if (it == requests_.end()) return;
+    for (int32_t slot : it->second.slots)
+      if (slot >= 0) free_slots_.push_back(slot);
+    requests_.erase(it);
+  }
+
+  void sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out) override {
+    if (view.device != Device::cuda)
+      throw Error(ErrorCode::internal, std::string("CUDA sampler: a view of device '") + device_name(view.device) + "'");
+    if (view.vocab_size != vocab_)
+      throw Error(ErrorCode::internal, "CUDA sampler: a view of vocabulary " + std::to_string(view.vocab_size) +
+                                           ", the sampler's is " + std::to_string(vocab_));
+    const auto num_rows = static_cast<int32_t>(rows.size());
+    if (num_rows == 0) return;
+    if (view.num_rows != num_rows || out.size() < rows.size())
+      throw Error(ErrorCode::internal, "CUDA sampler: " + std::to_string(view.num_rows) + " logits rows for " +
+                                           std::to_string(num_rows) + " sample rows");
+
+    // Host staging: [num_rows] params, then [num_rows] ids and logprob records coming back.
+    const size_t params_bytes = rows.size() * sizeof(cuda::SamplingRowParams);
+    bool any_logprobs = false;
+    auto* host_params = static_cast<cuda::SamplingRowParams*>(params_host_.get(params_bytes));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto it = requests_.find(rows[i].request_key);
+      if (it == requests_.end())
+        throw Error(ErrorCode::internal, "CUDA sampler: no state for request " + std::to_string(rows[i].request_key));
+      const Request& r = it->second;
+      if (rows[i].sample_index < 0 || static_cast<size_t>(rows[i].sample_index) >= r.slots.size())
+        throw Error(ErrorCode::internal, "CUDA sampler: sample " + std::to_string(rows[i].sample_index) +
+                                             " of a request with " + std::to_string(r.slots.size()));
+      cuda::SamplingRowParams& p = host_params[i];
+      p = cuda::SamplingRowParams{};
+      p.temperature = r.params.temperature;
+      p.top_k = r.params.top_k;
+      p.top_p = r.params.top_p;
+      p.min_p = r.params.min_p;
+      p.log_min_p = r.log_min_p;
+      p.repetition_penalty = r.params.repetition_penalty;
+      p.frequency_penalty = r.params.frequency_penalty;
+      p.presence_penalty = r.params.presence_penalty;
+      p.seed = r.seed;
+      p.step = static_cast<uint64_t>(rows[i].num_generated);
+      p.sample_index = static_cast<uint32_t>(rows[i].sample_index);
+      p.num_logprobs = r.params.logprobs;
+      p.penalty_slot = r.slots[static_cast<size_t>(rows[i].sample_index)];
+      any_logprobs = any_logprobs || r.params.logprobs >= 0;
+    }
+    auto* d_params = static_cast<cuda::SamplingRowParams*>(params_device_.get(params_bytes, "the rows' parameters"));
+    const size_t logprob_bytes =
+        any_logprobs ? rows.size() * cuda::kSamplingLogprobsPerRow * sizeof(cuda::SampledLogprob) : 0;
+    auto* d_tokens = static_cast<int32_t*>(tokens_device_.get(rows.size() * sizeof(int32_t), "the sampled ids"));
+    auto* d_logprobs = any_logprobs ? static_cast<cuda::SampledLogprob*>(
+                                          logprobs_device_.get(logprob_bytes, "the logprob records"))
+                                    : nullptr;
+    auto* workspace = static_cast<float*>(
+        workspace_.get(cuda::sampling_workspace_bytes(num_rows, vocab_), "the sampling workspace"));
+
+    check(cudaMemcpyAsync(d_params, host_params, params_bytes, cudaMemcpyHostToDevice, stream_),
+          "uploading the rows' parameters");
+    if (view.ready.event != nullptr)
+      check(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(view.ready.event), 0), "waiting for the logits");
+    check(cuda::sample_rows(view.data, view.row_stride, num_rows, vocab_, d_params, penalties_, workspace, d_tokens,
+                            d_logprobs, stream_),
+          "sampling");
+    check(cuda::penalty_state_append(penalties_, d_params, d_tokens, num_rows, stream_), "recording the ids");
+
+    auto* host_back = static_cast<unsigned char*>(back_host_.get(rows.size() * sizeof(int32_t) + logprob_bytes));
+    check(cudaMemcpyAsync(host_back, d_tokens, rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+          "copying the ids back");
+    if (any_logprobs)
+      check(cudaMemcpyAsync(host_back + rows.size() * sizeof(int32_t), d_logprobs, logprob_bytes,
+                            cudaMemcpyDeviceToHost, stream_),
+            "copying the logprobs back");
+    check(cudaStreamSynchronize(stream_), "sampling");
+
+    const auto* ids = reinterpret_cast<const int32_t*>(host_back);
+    const auto* records = reinterpret_cast<const cuda::SampledLogprob*>(host_back + rows.size() * sizeof(int32_t));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      SampledToken& t = out[i];
+      t.token_id = ids[i];
+      const int32_t wanted = host_params[i].num_logprobs;
+      t.has_logprobs = wanted >= 0;
+      t.logprobs.top.clear();
+      if (!t.has_logprobs) continue;
+      const cuda::SampledLogprob* rec = records + i * cuda::kSamplingLogprobsPerRow;
+      t.logprobs.token_id = rec[0].token_id;
+      t.logprobs.logprob = rec[0].logprob;
+      for (int32_t j = 1; j <= wanted && j < cuda::kSamplingLogprobsPerRow; ++j)
+        if (rec[j].token_id >= 0) t.logprobs.top.emplace_back(rec[j].token_id, rec[j].logprob);
+    }
+  }
+
+ private:
+  struct Request {
+    SamplingParams params;
+    uint64_t seed = 0;
+    float log_min_p = 0.0f;      // log(min_p) in float, as the CPU's threshold
+    std::vector<int32_t> slots;  // per sample: its penalty slot, -1 without penalties
+  };
+
+  int32_t take_slot() {
+    if (free_slots_.empty()) grow_penalties();
+    const int32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+
+  // Doubles the pool (at least 16 slots), copying the live slots over.
+  void grow_penalties() {
+    const int32_t old_slots = penalties_.num_slots, new_slots = std::max(16, 2 * old_slots);
+    const int64_t words = cuda::prompt_mask_words(vocab_);
+    cuda::PenaltyState grown{nullptr, nullptr, new_slots, vocab_};
+    check(cudaMalloc(reinterpret_cast<void**>(&grown.counts), static_cast<size_t>(new_slots) * vocab_ * sizeof(int32_t)),
+          "allocating penalty state");
+    check(cudaMalloc(reinterpret_cast<void**>(&grown.prompt_mask), static_cast<size_t>(new_slots) * words * 4),
+          "allocating penalty state");
+    if (old_slots > 0) {
+      check(cudaMemcpyAsync(grown.counts, penalties_.counts, static_cast<size_t>(old_slots) * vocab_ * sizeof(int32_t),
+                            cudaMemcpyDeviceToDevice, stream_),
+            "moving penalty state");
+      check(cudaMemcpyAsync(grown.prompt_mask, penalties_.prompt_mask, static_cast<size_t>(old_slots) * words * 4,
+                            cudaMemcpyDeviceToDevice, stream_),
+            "moving penalty state");
+      check(cudaStreamSynchronize(stream_), "moving penalty state");
+    }
+    free_penalties();
+    penalties_ = grown;
+    for (int32_t s = new_slots - 1; s >= old_slots; --s) free_slots_.push_back(s);
+  }
+
+  void free_penalties() noexcept {
+    if (penalties_.counts != nullptr) cudaFree(penalties_.counts);
+    if (penalties_.prompt_mask != nullptr) cudaFree(penalties_.prompt_mask);
+    penalties_ = cuda::PenaltyState{nullptr, nullptr, 0, vocab_};
+  }
+
+  int32_t vocab_;
+  cudaStream_t stream_ = nullptr;
+  cuda::PenaltyState penalties_{nullptr, nullptr, 0, 0};
+  std::vector<int32_t> free_slots_;
+  std::unordered_map<uint64_t, Request> requests_;
+  PinnedScratch params_host_, back_host_;
+  Scratch params_device_, tokens_device_, logprobs_device_, workspace_, prompt_scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceSampler> make_cuda_sampler(int32_t vocab_size) {
+  return std::make_unique<CudaSampler>(vocab_size);
+}
+
+}  // namespace llmk

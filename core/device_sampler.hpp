@@ -1,0 +1,54 @@
+// Sampling where the logits live, for devices other than the host.
+//
+// The CPU's logits are sampled by core/sampler.hpp's Sampler over host rows.
+// A device executor's LogitsView points into device memory; its
+// DeviceSampler samples there, on the device, and brings back only the
+// token ids and any logprobs asked for. It keeps each request's sampling
+// state (parameters, seed, the penalty history) on its side, updated by
+// deltas: open when a request starts, one appended id per sampled row,
+// release when it ends. The semantics are the CPU Sampler's, token for token
+// for the same seed (kernels/cuda/sampling.hpp for CUDA).
+//
+// Device samplers live in their device's library and are registered by the
+// program, like executors (core/executor.hpp, actors/built_executors.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "core/executor.hpp"
+#include "core/request.hpp"
+#include "core/sampler.hpp"
+
+namespace llmk {
+
+class DeviceSampler {
+ public:
+  virtual ~DeviceSampler() = default;
+
+  // A request's state: `num_samples` samples sharing params and seed; the
+  // prompt's ids (for the repetition penalty; may be empty when it is off).
+  // Throws Error(invalid_argument) for a key already open.
+  virtual void open(uint64_t request_key, const SamplingParams& params, uint64_t seed,
+                    std::span<const int32_t> prompt_ids, int32_t num_samples) = 0;
+  virtual void release(uint64_t request_key) = 0;
+
+  struct Row {
+    uint64_t request_key = 0;
+    int32_t sample_index = 0;
+    int32_t num_generated = 0;  // the sample's tokens so far: its draw counter
+  };
+  // Samples view row i for rows[i] (out.size() >= rows.size()) and appends
+  // each sampled id to its sample's history. Waits for view.ready first (on
+  // the device), and for its own results before returning. Throws Error for
+  // a row of an unknown request or a view of another device.
+  virtual void sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out) = 0;
+};
+
+using DeviceSamplerFactory = std::unique_ptr<DeviceSampler> (*)(int32_t vocab_size);
+void register_device_sampler(Device device, DeviceSamplerFactory factory);
+// Throws Error(internal) naming the device when none is registered.
+std::unique_ptr<DeviceSampler> make_device_sampler(Device device, int32_t vocab_size);
+
+}  // namespace llmk

@@ -161,7 +161,9 @@ json describe(const EngineConfig& cfg) {
   return out;
 }
 
-std::vector<std::string> linear_plugin_names(PluginRegistry& registry, const std::vector<std::string>& requested) {
+// "all": every linear plugin found that serves the configured device.
+std::vector<std::string> linear_plugin_names(PluginRegistry& registry, const std::vector<std::string>& requested,
+                                             const std::string& device) {
   std::vector<std::string> names;
   for (const auto& r : requested) {
     if (r != "all") {
@@ -169,7 +171,8 @@ std::vector<std::string> linear_plugin_names(PluginRegistry& registry, const std
       continue;
     }
     for (const auto& f : registry.discover())
-      if (f.error.empty() && f.info.kind == LLMK_PLUGIN_LINEAR) names.push_back(f.info.name);
+      if (f.error.empty() && f.info.kind == LLMK_PLUGIN_LINEAR && plugin_serves_device(f.info, device))
+        names.push_back(f.info.name);
   }
   return names;
 }
@@ -180,7 +183,7 @@ json linear_modes(const EngineConfig& cfg, const std::vector<std::string>& reque
                                                              cfg.plugins.search_path.end()));
   const auto checkpoint = open_model(cfg.model);
   json out = json::array();
-  for (const auto& name : linear_plugin_names(registry, requested)) {
+  for (const auto& name : linear_plugin_names(registry, requested, cfg.executor.device)) {
     EngineConfig c = cfg;
     c.plugins.linear = name;
     if (name != cfg.plugins.linear) c.plugins.linear_options = "{}";

@@ -3,6 +3,8 @@
 // kept for the error message.
 #include "core/plugin_loader.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <dlfcn.h>
 #include <link.h>
 
@@ -331,6 +333,14 @@ std::vector<PluginRegistry::Found> PluginRegistry::discover() {
     }
   }
   return found;
+}
+
+bool plugin_serves_device(const PluginInfo& info, std::string_view device) {
+  const auto caps = nlohmann::json::parse(info.capabilities, nullptr, false);
+  if (!caps.is_object() || !caps.contains("devices") || !caps["devices"].is_array()) return device == "cpu";
+  for (const auto& d : caps["devices"])
+    if (d.is_string() && d.get<std::string>() == device) return true;
+  return false;
 }
 
 // ---- RAII wrappers ------------------------------------------------------------

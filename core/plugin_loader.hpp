@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/aligned_buffer.hpp"
@@ -35,6 +36,10 @@ struct PluginInfo {
   uint32_t api_version = 0;
   std::filesystem::path file;
 };
+
+// Whether the plugin's capabilities list `device` ("cpu", "cuda") among its
+// "devices"; a plugin that lists none serves the CPU only.
+bool plugin_serves_device(const PluginInfo& info, std::string_view device);
 
 // A loaded plugin: its info and its kind's C table. Copies share the library.
 class Plugin {

@@ -158,7 +158,7 @@ TEST_CASE("the sampler actor draws from deltas what the Sampler draws from whole
   LogitsView device = host_view(one, 1);
   device.device = Device::cuda;
   CHECK_THAT(error_of(SampleWork{35, {}, {}, {SampleRow{11, 0, num_11}}, 0}, device),
-             Contains("no sampler for device 'cuda'"));
+             Contains("no sampler is registered for device 'cuda'"));
   // After its release, a request is unknown.
   CHECK_THAT(error_of(SampleWork{36, {}, {11}, {SampleRow{11, 0, num_11}}, 0}, host_view(one, 1)),
              Contains("no state for request 11"));

@@ -1,7 +1,5 @@
 #include "conformance.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <cstdlib>
 #include <sstream>
 
@@ -20,16 +18,9 @@ std::vector<std::filesystem::path> conformance_dirs(std::vector<std::filesystem:
 std::vector<std::string> discover_plugins(PluginRegistry& registry, llmk_plugin_kind kind) {
   std::vector<std::string> names;
   for (const auto& found : registry.discover())
-    if (found.error.empty() && found.info.kind == kind && serves_host_memory(found.info)) names.push_back(found.info.name);
+    if (found.error.empty() && found.info.kind == kind && plugin_serves_device(found.info, "cpu")) names.push_back(found.info.name);
   return names;
 }
 
-bool serves_host_memory(const PluginInfo& info) {
-  const auto caps = nlohmann::json::parse(info.capabilities, nullptr, false);
-  if (!caps.is_object() || !caps.contains("devices") || !caps["devices"].is_array()) return true;
-  for (const auto& d : caps["devices"])
-    if (d == "cpu") return true;
-  return false;
-}
 
 }  // namespace llmk::conformance

@@ -27,7 +27,6 @@ struct SuiteResult {
 // devices without "cpu" (attention.cuda, linear.cublas) is left to its
 // device's own tests (tests/cudasim for CUDA).
 std::vector<std::string> discover_plugins(PluginRegistry& registry, llmk_plugin_kind kind);
-bool serves_host_memory(const PluginInfo& info);
 std::vector<std::filesystem::path> conformance_dirs(std::vector<std::filesystem::path> extra_dirs = {});
 
 SuiteResult run_attention_suite(const Plugin& plugin);

@@ -87,6 +87,7 @@ class CudaSampler final : public DeviceSampler {
  public:
   explicit CudaSampler(int32_t vocab_size) : vocab_(vocab_size) {
     if (vocab_size <= 0) throw Error(ErrorCode::invalid_argument, "CUDA sampler: vocab_size must be positive");
+    penalties_.vocab = vocab_;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating the stream");
   }
 
@@ -190,7 +191,9 @@ class CudaSampler final : public DeviceSampler {
     check(cuda::sample_rows(view.data, view.row_stride, num_rows, vocab_, d_params, penalties_, workspace, d_tokens,
                             d_logprobs, stream_),
           "sampling");
-    check(cuda::penalty_state_append(penalties_, d_params, d_tokens, num_rows, stream_), "recording the ids");
+    // Histories exist only once a request with a penalty opened a slot.
+    if (penalties_.num_slots > 0)
+      check(cuda::penalty_state_append(penalties_, d_params, d_tokens, num_rows, stream_), "recording the ids");
 
     auto* host_back = static_cast<unsigned char*>(back_host_.get(rows.size() * sizeof(int32_t) + logprob_bytes));
     check(cudaMemcpyAsync(host_back, d_tokens, rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),

@@ -34,6 +34,7 @@ TEST_CASE("the simulated CUDA executor needs the simulated plugins", "[cuda_exec
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
 #include "core/cuda/cuda_executor.hpp"
+#include "core/cuda/cuda_sampler.hpp"
 #include "core/plugin_loader.hpp"
 
 namespace {
@@ -210,6 +211,47 @@ TEST_CASE("the simulated CUDA executor continues every golden prompt greedily, a
   for (int32_t s = 0; s < num_seqs; ++s) {
     INFO("sequence " << s);
     CHECK(std::equal(seqs[s].generated.begin(), seqs[s].generated.end(), cases[s].greedy_ids.begin()));
+  }
+}
+
+TEST_CASE("the simulated CUDA executor and the CUDA sampler generate the golden greedy ids, only ids crossing back",
+          "[cuda_executor]") {
+  CudaFixture f("f32");
+  auto sampler = make_cuda_sampler(f.executor->model_config().vocab_size);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const auto& cases = golden();
+  for (size_t c = 0; c < cases.size(); ++c) {
+    INFO("prompt " << c);
+    const uint64_t key = c + 1;
+    sampler->open(key, greedy, 0, {}, 1);
+    std::vector<int32_t> tokens = cases[c].input_ids, generated;
+    int32_t done = 0;
+    while (generated.size() < cases[c].greedy_ids.size()) {
+      // A prefill of the prompt, then one decode per step, in slots 0.. of one block.
+      StepBatch b;
+      const auto n = static_cast<int32_t>(tokens.size());
+      for (int32_t p = done; p < n; ++p) {
+        b.token_ids.push_back(tokens[p]);
+        b.positions.push_back(p);
+        b.slot_mapping.push_back(p);
+      }
+      b.query_start = {0, n - done};
+      b.context_lens = {n};
+      b.block_tables = {0};
+      b.max_blocks_per_seq = 1;
+      b.block_size = 512;
+      b.logits_rows = {n - done - 1};
+      done = n;
+      const LogitsView view = f.executor->execute(b);
+      std::vector<SampledToken> out(1);
+      const DeviceSampler::Row row{key, 0, static_cast<int32_t>(generated.size())};
+      sampler->sample(view, {&row, 1}, out);
+      generated.push_back(out[0].token_id);
+      tokens.push_back(out[0].token_id);
+    }
+    sampler->release(key);
+    CHECK(generated == cases[c].greedy_ids);
   }
 }
 

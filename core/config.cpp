@@ -392,8 +392,10 @@ void validate(const EngineConfig& c) {
     fail("kv_cache.capacity_fraction", yaml_value(const_cast<double*>(&kv.capacity_fraction)) +
                                            " is out of range (allowed: (0, 1], a fraction of memory)");
   require_range("kv_cache.block_size", kv.block_size, 8, 256, "8 to 256");
-  if (kv.dtype != DType::f32 && kv.dtype != DType::f16 && kv.dtype != DType::i8)
-    fail("kv_cache.dtype", std::string("'") + dtype_name(kv.dtype) + "' is not allowed (allowed: f32, f16, i8)");
+  // Which of these the attention plugin serves is its own answer (attention.cpu:
+  // f32, f16, i8; attention.cuda: f32, f16, bf16), given with a reason at start-up.
+  if (kv.dtype != DType::f32 && kv.dtype != DType::f16 && kv.dtype != DType::bf16 && kv.dtype != DType::i8)
+    fail("kv_cache.dtype", std::string("'") + dtype_name(kv.dtype) + "' is not allowed (allowed: f32, f16, bf16, i8)");
   require_range("kv_cache.group_size", kv.group_size, 1, 256, "1 to 256, dividing the model's head_dim");
 
   const auto& s = c.scheduler;

@@ -85,9 +85,9 @@ ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model, 
   rt.prefault_kv = cfg.kv_cache.prefault;
   if (rt.kv_dtype == DType::i8 && cfg.kv_cache.rotate_keys && kernels::cpu::largest_pow2_divisor(model.head_dim) > 1)
     rt.key_rotation = static_cast<uint32_t>(kernels::cpu::largest_pow2_divisor(model.head_dim));
-  if (rt.kv_dtype != DType::f32 && rt.kv_dtype != DType::f16 && rt.kv_dtype != DType::i8)
+  if (rt.kv_dtype != DType::f32 && rt.kv_dtype != DType::f16 && rt.kv_dtype != DType::bf16 && rt.kv_dtype != DType::i8)
     throw Error(ErrorCode::invalid_config,
-                std::string("kv_cache.dtype must be f32, f16 or i8, got ") + dtype_name(rt.kv_dtype));
+                std::string("kv_cache.dtype must be f32, f16, bf16 or i8, got ") + dtype_name(rt.kv_dtype));
   if (rt.kv_dtype == DType::i8 && (rt.kv_group_size == 0 || model.head_dim % rt.kv_group_size != 0))
     throw Error(ErrorCode::invalid_config, "kv_cache.group_size (" + std::to_string(rt.kv_group_size) +
                                                ") must divide head_dim (" + std::to_string(model.head_dim) + ")");

@@ -283,7 +283,8 @@ class CudaExecutor final : public Executor {
     // Provisional: the KV share of memory is settled after the weights.
     rt_ = resolve_runtime(ecfg, c, total_bytes);
     if (rt_.key_rotation != 0 || rt_.kv_dtype == DType::i8)
-      throw Error(ErrorCode::unsupported, "the CUDA executor has no int8 KV cache yet (kv_cache.dtype f32 or f16)");
+      throw Error(ErrorCode::unsupported,
+                  "the CUDA executor has no int8 KV cache yet (kv_cache.dtype f32, f16 or bf16)");
 
     LinearPlacement placement;
     placement.device = LLMK_DEVICE_CUDA;

@@ -198,7 +198,7 @@ TEST_CASE("every validation error names its key and what is allowed", "[config]"
       {{"kv_cache.capacity_fraction=1.5"}, {"kv_cache.capacity_fraction", "(0, 1]"}},
       {{"kv_cache.block_size=4"}, {"kv_cache.block_size", "8 to 256"}},
       {{"kv_cache.block_size=512"}, {"kv_cache.block_size", "8 to 256"}},
-      {{"kv_cache.dtype=bf16"}, {"kv_cache.dtype", "'bf16'", "f32, f16, i8"}},
+      {{"kv_cache.dtype=u8"}, {"kv_cache.dtype", "'u8'", "f32, f16, bf16, i8"}},
       {{"kv_cache.group_size=0"}, {"kv_cache.group_size", "1 to 256"}},
       {{"scheduler.policy=fifo"}, {"scheduler.policy", "'fifo'", "continuous, static"}},
       {{"scheduler.preemption=swap"}, {"scheduler.preemption", "'swap'", "recompute, offload"}},

@@ -44,6 +44,7 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(model, chat_template),
       LLMK_FIELD(executor, device),
       LLMK_FIELD(executor, num_threads),
+      LLMK_FIELD(executor, cuda_graphs),
       LLMK_FIELD(plugins, attention),
       LLMK_FIELD(plugins, linear),
       LLMK_FIELD(plugins, kv_allocator),

@@ -36,6 +36,7 @@ struct ModelSection {
 struct ExecutorSection {
   std::string device = "cpu";  // cpu | cuda
   int32_t num_threads = 0;     // 0 = all cores
+  bool cuda_graphs = true;     // cuda: replay decode steps from CUDA graphs captured per batch-size bucket
 
   bool operator==(const ExecutorSection&) const = default;
 };

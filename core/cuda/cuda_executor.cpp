@@ -8,12 +8,26 @@
 // Every kernel and plugin call is enqueued on one stream; nothing in
 // execute() waits for the device except the staging of the step's metadata
 // (its pinned buffer is reused only after the previous upload finished).
+//
+// CUDA graphs (executor.cuda_graphs): a step of decodes only is padded to a
+// batch-size bucket (padding rows: token 0 at position 0 of a one-token
+// context, K/V not stored, logits ignored) and its metadata goes to that
+// bucket's own pinned and device buffers, so every pointer a captured launch
+// holds stays valid. The first step of a bucket runs eagerly and is then
+// captured (capture records, it does not execute); later steps of the bucket
+// copy their metadata into the pinned buffer and replay the graph, whose
+// first node uploads it. A graph is keyed by the bucket and by the attention
+// plugin's workspace size for the step, so a plugin whose plan changes its
+// work split gets a graph per split. The attention plugin still plans every
+// step on the host (its plan holds no device state the graph depends on
+// beyond the bucket's buffers).
 #include "core/cuda/cuda_executor.hpp"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -175,6 +189,27 @@ MetaLayout meta_layout(const StepBatch& b) {
   return m;
 }
 
+// A step's metadata: its layout, the pinned staging and the device copy.
+struct MetaBuffers {
+  MetaLayout layout{};
+  PinnedBuffer host;
+  DeviceBuffer device;
+  const int32_t* at(size_t offset) const { return static_cast<const int32_t*>(device.data()) + offset; }
+};
+
+// A captured decode step, instantiated.
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  Graph() = default;
+  Graph(Graph&& o) noexcept : graph(std::exchange(o.graph, nullptr)), exec(std::exchange(o.exec, nullptr)) {}
+  Graph& operator=(Graph&&) = delete;
+  ~Graph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+};
+
 class CudaExecutor final : public Executor {
  public:
   CudaExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugins)
@@ -229,13 +264,22 @@ class CudaExecutor final : public Executor {
     view.data = logits_->f32();
     const int64_t n = b.num_tokens();
     if (n == 0) return view;
-    upload_meta(b);
-    forward(b);
+    if (const int32_t bucket = graph_bucket(b); bucket > 0) {
+      execute_graph(b, bucket);
+    } else {
+      MetaBuffers& meta = eager_meta_;
+      upload_meta(b, meta);
+      forward(b, meta);
+    }
     check(cudaEventRecord(logits_ready_, stream_), "recording the logits event");
     view.num_rows = b.num_logits();
     view.ready.event = logits_ready_;
     return view;
   }
+
+  // Steps run so far from a replayed graph, and graphs captured (for tests and logs).
+  size_t graph_replays() const { return graph_replays_; }
+  size_t graphs_captured() const { return graphs_.size(); }
 
   std::vector<uint8_t> save_kv(const std::vector<int32_t>& slots) override {
     check_slots(slots, "save_kv");
@@ -286,6 +330,7 @@ class CudaExecutor final : public Executor {
       throw Error(ErrorCode::unsupported,
                   "the CUDA executor has no int8 KV cache yet (kv_cache.dtype f32, f16 or bf16)");
 
+    graphs_enabled_ = ecfg.executor.cuda_graphs;
     LinearPlacement placement;
     placement.device = LLMK_DEVICE_CUDA;
     placement.workspace = std::make_shared<LinearWorkspace>(&allocate_device_workspace, &release_device_workspace);
@@ -403,36 +448,155 @@ class CudaExecutor final : public Executor {
     }
   }
 
-  // The step's int32 arrays go up in one copy through pinned memory.
-  void upload_meta(const StepBatch& b) {
-    meta_ = meta_layout(b);
-    const size_t bytes = meta_.total * sizeof(int32_t);
-    // The pinned buffer is still being read by the previous step's upload
-    // until that copy is done.
-    check(cudaEventSynchronize(meta_uploaded_), "waiting for the previous step's upload");
-    if (bytes > meta_host_.bytes()) {
-      meta_host_ = PinnedBuffer(bytes);
-      meta_device_ = DeviceBuffer(bytes, "the step's metadata");
+  // Writes the step's int32 arrays into the pinned buffer (growing both
+  // buffers when the step needs more room).
+  void stage_meta(const StepBatch& b, MetaBuffers& m) {
+    m.layout = meta_layout(b);
+    const size_t bytes = m.layout.total * sizeof(int32_t);
+    if (bytes > m.host.bytes()) {
+      m.host = PinnedBuffer(bytes);
+      m.device = DeviceBuffer(bytes, "the step's metadata");
     }
-    auto* host = static_cast<int32_t*>(meta_host_.data());
+    auto* host = static_cast<int32_t*>(m.host.data());
     auto put = [&](size_t at, const std::vector<int32_t>& v) {
       if (!v.empty()) std::memcpy(host + at, v.data(), v.size() * sizeof(int32_t));
     };
-    put(meta_.token_ids, b.token_ids);
-    put(meta_.positions, b.positions);
-    put(meta_.query_start, b.query_start);
-    put(meta_.context_lens, b.context_lens);
-    put(meta_.slot_mapping, b.slot_mapping);
-    put(meta_.block_tables, b.block_tables);
-    put(meta_.logits_rows, b.logits_rows);
-    check(cudaMemcpyAsync(meta_device_.data(), host, bytes, cudaMemcpyHostToDevice, stream_),
+    put(m.layout.token_ids, b.token_ids);
+    put(m.layout.positions, b.positions);
+    put(m.layout.query_start, b.query_start);
+    put(m.layout.context_lens, b.context_lens);
+    put(m.layout.slot_mapping, b.slot_mapping);
+    put(m.layout.block_tables, b.block_tables);
+    put(m.layout.logits_rows, b.logits_rows);
+  }
+
+  void enqueue_meta_upload(const MetaBuffers& m) {
+    check(cudaMemcpyAsync(m.device.data(), m.host.data(), m.layout.total * sizeof(int32_t), cudaMemcpyHostToDevice,
+                          stream_),
           "uploading the step's metadata");
+  }
+
+  // The step's int32 arrays go up in one copy through pinned memory.
+  void upload_meta(const StepBatch& b, MetaBuffers& m) {
+    // The pinned buffer is still being read by the previous step's upload
+    // until that copy is done.
+    check(cudaEventSynchronize(meta_uploaded_), "waiting for the previous step's upload");
+    stage_meta(b, m);
+    enqueue_meta_upload(m);
     check(cudaEventRecord(meta_uploaded_, stream_), "recording the upload event");
   }
 
-  const int32_t* meta(size_t at) const { return static_cast<const int32_t*>(meta_device_.data()) + at; }
+  // The bucket a step is replayed in, or 0 for an eager step: graphs on, and
+  // every sequence decoding one token with its logits row, in order.
+  int32_t graph_bucket(const StepBatch& b) const {
+    if (!graphs_enabled_) return 0;
+    const int32_t n = b.num_tokens();
+    if (b.num_seqs() != n || b.num_logits() != n) return 0;
+    for (int32_t i = 0; i < n; ++i)
+      if (b.logits_rows[i] != i || b.query_start[i + 1] != i + 1) return 0;
+    const int32_t bucket = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : n <= 8 ? 8 : (n + 7) / 8 * 8;
+    return bucket <= static_cast<int32_t>(rt_.max_step_tokens) ? bucket : 0;
+  }
 
-  void forward(const StepBatch& b) {
+  // The decode step padded to `bucket` rows, its tables to the widest a
+  // sequence can need at this block size.
+  StepBatch padded_step(const StepBatch& b, int32_t bucket) const {
+    const int32_t n = b.num_tokens();
+    const int32_t width = static_cast<int32_t>((rt_.max_seq_len + b.block_size - 1) / b.block_size);
+    StepBatch p;
+    p.block_size = b.block_size;
+    p.max_blocks_per_seq = std::max(width, b.max_blocks_per_seq);
+    p.token_ids = b.token_ids;
+    p.positions = b.positions;
+    p.slot_mapping = b.slot_mapping;
+    p.context_lens = b.context_lens;
+    p.query_start = b.query_start;
+    p.logits_rows = b.logits_rows;
+    p.block_tables.assign(static_cast<size_t>(bucket) * p.max_blocks_per_seq, 0);
+    for (int32_t s = 0; s < n; ++s)
+      std::copy_n(b.block_tables.begin() + static_cast<int64_t>(s) * b.max_blocks_per_seq, b.max_blocks_per_seq,
+                  p.block_tables.begin() + static_cast<int64_t>(s) * p.max_blocks_per_seq);
+    for (int32_t s = n; s < bucket; ++s) {
+      p.token_ids.push_back(0);
+      p.positions.push_back(0);
+      p.slot_mapping.push_back(-1);  // nothing stored
+      p.context_lens.push_back(1);   // reads slot 0, whatever it holds; the row is ignored
+      p.query_start.push_back(s + 1);
+      p.logits_rows.push_back(s);
+    }
+    return p;
+  }
+
+  void execute_graph(const StepBatch& b, int32_t bucket) {
+    const StepBatch p = padded_step(b, bucket);
+    MetaBuffers& meta = graph_meta_[bucket];
+    // The previous step (this bucket's last replay included) is done before
+    // its pinned buffer is rewritten: the sampler waited for its logits.
+    check(cudaEventSynchronize(logits_ready_), "waiting for the previous step");
+    const size_t old_bytes = meta.host.bytes();
+    stage_meta(p, meta);
+    if (meta.host.bytes() != old_bytes) {
+      // New buffers: every graph of the bucket points at the old ones.
+      for (auto it = graphs_.begin(); it != graphs_.end();)
+        it = it->first.first == bucket ? graphs_.erase(it) : std::next(it);
+    }
+    const size_t workspace_bytes = plan_attention(p, meta);
+    const auto key = std::make_pair(bucket, workspace_bytes);
+    const auto found = graphs_.find(key);
+    if (found != graphs_.end()) {
+      check(cudaGraphLaunch(found->second.exec, stream_), "replaying a decode graph");
+      ++graph_replays_;
+      return;
+    }
+    // First step of this shape: run it eagerly, then capture the same work.
+    enqueue_meta_upload(meta);
+    forward(p, meta, /*planned=*/true);
+    check(cudaStreamSynchronize(stream_), "finishing the step before a capture");
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "beginning a capture");
+    cudaGraph_t graph = nullptr;
+    try {
+      enqueue_meta_upload(meta);
+      forward(p, meta, /*planned=*/true);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), "ending a capture");
+    Graph g;
+    g.graph = graph;
+    check(cudaGraphInstantiate(&g.exec, graph, 0), "instantiating a decode graph");
+    graphs_.emplace(key, std::move(g));
+  }
+
+  // Plans the step's attention once (host side) and sizes its workspace.
+  size_t plan_attention(const StepBatch& b, const MetaBuffers& m) {
+    llmk_attention_step step{};
+    step.struct_size = sizeof(step);
+    step.num_tokens = static_cast<uint32_t>(b.num_tokens());
+    step.num_seqs = static_cast<uint32_t>(b.num_seqs());
+    step.max_blocks_per_seq = static_cast<uint32_t>(b.max_blocks_per_seq);
+    step.block_size = static_cast<uint32_t>(b.block_size);
+    step.num_slots = rt_.num_kv_slots;
+    step.query_start = b.query_start.data();
+    step.context_lens = b.context_lens.data();
+    step.slot_mapping = b.slot_mapping.data();
+    step.block_tables = b.block_tables.data();
+    step.device_query_start = m.at(m.layout.query_start);
+    step.device_context_lens = m.at(m.layout.context_lens);
+    step.device_slot_mapping = m.at(m.layout.slot_mapping);
+    step.device_block_tables = m.at(m.layout.block_tables);
+    const size_t workspace_bytes = attention_->plan(step);
+    if (workspace_bytes > attention_workspace_.bytes()) {
+      // Graphs hold the old workspace's address: they go with it.
+      graphs_.clear();
+      check(cudaStreamSynchronize(stream_), "growing the attention workspace");
+      attention_workspace_ = DeviceBuffer(workspace_bytes, "the attention workspace");
+    }
+    return workspace_bytes;
+  }
+
+  void forward(const StepBatch& b, const MetaBuffers& m, bool planned = false) {
     const ModelConfig& c = cfg_;
     const int64_t n = b.num_tokens(), num_logits = b.num_logits(), h = c.hidden_size;
     const int64_t inter = c.intermediate_size, hd = c.head_dim;
@@ -443,28 +607,11 @@ class CudaExecutor final : public Executor {
     float* proj = proj_.f32();
     float* attn = attn_.f32();
 
-    check(cuda::embedding(embed_.data(), embed_dtype_, c.vocab_size, h, meta(meta_.token_ids), n, hidden, nullptr,
+    check(cuda::embedding(embed_.data(), embed_dtype_, c.vocab_size, h, m.at(m.layout.token_ids), n, hidden, nullptr,
                           stream_),
           "embedding");
 
-    llmk_attention_step step{};
-    step.struct_size = sizeof(step);
-    step.num_tokens = static_cast<uint32_t>(n);
-    step.num_seqs = static_cast<uint32_t>(b.num_seqs());
-    step.max_blocks_per_seq = static_cast<uint32_t>(b.max_blocks_per_seq);
-    step.block_size = static_cast<uint32_t>(b.block_size);
-    step.num_slots = rt_.num_kv_slots;
-    step.query_start = b.query_start.data();
-    step.context_lens = b.context_lens.data();
-    step.slot_mapping = b.slot_mapping.data();
-    step.block_tables = b.block_tables.data();
-    step.device_query_start = meta(meta_.query_start);
-    step.device_context_lens = meta(meta_.context_lens);
-    step.device_slot_mapping = meta(meta_.slot_mapping);
-    step.device_block_tables = meta(meta_.block_tables);
-    const size_t workspace_bytes = attention_->plan(step);
-    if (workspace_bytes > attention_workspace_.bytes())
-      attention_workspace_ = DeviceBuffer(workspace_bytes, "the attention workspace");
+    if (!planned) plan_attention(b, m);
 
     for (int32_t li = 0; li < c.num_layers; ++li) {
       LayerWeights& l = weights_.layers[li];
@@ -479,7 +626,7 @@ class CudaExecutor final : public Executor {
                                   static_cast<int32_t>(qkv_dim_), stream_),
               "q/k/v bias");
       check(cuda::rope(qkv, qkv_dim_, c.num_heads, qkv + q_dim_, qkv_dim_, c.num_kv_heads, n, hd,
-                       meta(meta_.positions), rope_cos_.f32(), rope_sin_.f32(), stream_),
+                       m.at(m.layout.positions), rope_cos_.f32(), rope_sin_.f32(), stream_),
             "rope");
       check(cuda::copy_rows(qkv, qkv_dim_, q_.f32(), q_dim_, static_cast<int32_t>(n), static_cast<int32_t>(q_dim_),
                             stream_),
@@ -506,10 +653,10 @@ class CudaExecutor final : public Executor {
       if (li == c.num_layers - 1) {
         // Only the logits rows go on: gather them (in logits order) to the front.
         if (num_logits == 0) return;
-        check(cuda::gather_rows(attn, meta(meta_.logits_rows), q_.f32(), static_cast<int32_t>(num_logits),
+        check(cuda::gather_rows(attn, m.at(m.layout.logits_rows), q_.f32(), static_cast<int32_t>(num_logits),
                                 static_cast<int32_t>(q_dim_), stream_),
               "gathering the logits rows");
-        check(cuda::gather_rows(hidden, meta(meta_.logits_rows), x_norm, static_cast<int32_t>(num_logits),
+        check(cuda::gather_rows(hidden, m.at(m.layout.logits_rows), x_norm, static_cast<int32_t>(num_logits),
                                 static_cast<int32_t>(h), stream_),
               "gathering the logits rows");
         check(cudaMemcpyAsync(attn, q_.data(), static_cast<size_t>(num_logits * q_dim_) * 4, cudaMemcpyDeviceToDevice,
@@ -557,12 +704,19 @@ class CudaExecutor final : public Executor {
   DeviceBuffer hidden_, x_norm_, qkv_, q_, k_, v_, attn_, proj_, gate_up_, act_;  // max_step_tokens rows each
   std::shared_ptr<DeviceBuffer> logits_;  // [max_step_tokens, vocab]; shared with the views handed out
 
-  MetaLayout meta_{};
-  PinnedBuffer meta_host_;
-  DeviceBuffer meta_device_;
+  MetaBuffers eager_meta_;                        // steps that run eagerly
+  std::map<int32_t, MetaBuffers> graph_meta_;     // by bucket: what its graphs read
+  std::map<std::pair<int32_t, size_t>, Graph> graphs_;  // by (bucket, attention workspace bytes)
+  bool graphs_enabled_ = true;
+  size_t graph_replays_ = 0;
 };
 
 }  // namespace
+
+CudaGraphStats cuda_graph_stats(const Executor& executor) {
+  const auto* cuda = dynamic_cast<const CudaExecutor*>(&executor);
+  return cuda == nullptr ? CudaGraphStats{} : CudaGraphStats{cuda->graph_replays(), cuda->graphs_captured()};
+}
 
 std::unique_ptr<Executor> make_cuda_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                                              PluginRegistry& plugins) {

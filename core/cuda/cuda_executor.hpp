@@ -28,4 +28,12 @@ namespace llmk {
 std::unique_ptr<Executor> make_cuda_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                                              PluginRegistry& plugins);
 
+// Decode steps a CUDA executor replayed from graphs, and graphs it holds
+// (zeros for another executor). For tests and logs.
+struct CudaGraphStats {
+  size_t replays = 0;
+  size_t graphs = 0;
+};
+CudaGraphStats cuda_graph_stats(const Executor& executor);
+
 }  // namespace llmk

@@ -22,33 +22,18 @@
 #include "core/model.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/tokenizer.hpp"
+#include "support/golden.hpp"
 
 namespace {
 
 using namespace llmk;
 
-struct GoldenCase {
-  std::string prompt;
-  std::vector<int32_t> input_ids, all_positions_argmax, greedy_ids;
-  std::vector<double> last_logits;
-  std::string greedy_text;
-};
+using test::argmax;
+using test::GoldenCase;
+using test::rel_l2;
 
-const std::vector<GoldenCase>& golden() {
-  static const std::vector<GoldenCase> cases = [] {
-    std::ifstream in(std::string(LLMK_SHARED_DIR) + "/golden/stories260K.json");
-    REQUIRE(in);
-    const nlohmann::json j = nlohmann::json::parse(in);
-    std::vector<GoldenCase> out;
-    for (const auto& c : j.at("cases"))
-      out.push_back({c.at("prompt"), c.at("input_ids"), c.at("all_positions_argmax"), c.at("greedy_ids"),
-                     c.at("last_logits"), c.at("greedy_text")});
-    return out;
-  }();
-  return cases;
-}
-
-std::string model_dir() { return std::string(LLMK_SHARED_DIR) + "/models/stories260K"; }
+const std::vector<GoldenCase>& golden() { return test::golden_cases(); }
+std::string model_dir() { return test::stories_dir(); }
 
 struct Fixture {
   std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(model_dir());
@@ -63,17 +48,6 @@ struct Fixture {
     model = std::make_unique<Model>(checkpoint, plugins, cfg, resolve_runtime(cfg, checkpoint->config()));
   }
 };
-
-int32_t argmax(const float* x, int32_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
-
-double rel_l2(const float* got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
-}
 
 // One prefill of the whole prompt over a contiguous range, logits for every row.
 std::vector<float> all_logits(Model& model, const std::vector<int32_t>& ids) {
@@ -135,77 +109,25 @@ TEST_CASE("stories260K: the five prompts as one mixed, chunked, paged batch equa
   const int32_t vocab = f.model->config().vocab_size;
   const auto& cases = golden();
   const int32_t num_seqs = static_cast<int32_t>(cases.size());
-  const int32_t block_size = 7, max_blocks = 16;
-  // Every sequence gets shuffled blocks of one pool: a paged cache.
-  std::vector<int32_t> pool(num_seqs * max_blocks);
-  std::iota(pool.begin(), pool.end(), 0);
-  std::shuffle(pool.begin(), pool.end(), std::mt19937(42));
-  std::vector<int32_t> tables(num_seqs * max_blocks);
-  for (size_t i = 0; i < tables.size(); ++i) tables[i] = pool[i] * block_size;
-
-  struct Seq {
-    std::vector<int32_t> tokens;  // prompt, then generated
-    int32_t prompt_len = 0, done = 0, chunk = 1;
-    std::vector<int32_t> generated;
-    std::vector<float> last_prompt_logits;
-  };
-  std::vector<Seq> seqs(num_seqs);
-  for (int32_t s = 0; s < num_seqs; ++s) {
-    seqs[s].tokens = cases[s].input_ids;
-    seqs[s].prompt_len = static_cast<int32_t>(cases[s].input_ids.size());
-    seqs[s].chunk = 1 + s * 2;  // prefill chunk sizes 1, 3, 5, 7, 9: some decode while others prefill
-  }
   const size_t want = 20;  // generated tokens per sequence
-  bool any_left = true;
-  while (any_left) {
-    StepBatch b;
-    b.block_size = block_size;
-    b.max_blocks_per_seq = max_blocks;
-    b.query_start = {0};
-    std::vector<int32_t> row_seq;
-    for (int32_t s = 0; s < num_seqs; ++s) {
-      Seq& q = seqs[s];
-      if (q.generated.size() >= want) continue;
-      const int32_t count = q.done < q.prompt_len ? std::min(q.chunk, q.prompt_len - q.done) : 1;
-      for (int32_t i = 0; i < count; ++i) {
-        const int32_t pos = q.done + i;
-        b.token_ids.push_back(q.tokens[pos]);
-        b.positions.push_back(pos);
-        b.slot_mapping.push_back(tables[s * max_blocks + pos / block_size] + pos % block_size);
-      }
-      q.done += count;
-      b.query_start.push_back(b.num_tokens());
-      b.context_lens.push_back(q.done);
-      b.block_tables.insert(b.block_tables.end(), tables.begin() + s * max_blocks, tables.begin() + (s + 1) * max_blocks);
-      if (q.done >= q.prompt_len) {
-        b.logits_rows.push_back(b.num_tokens() - 1);
-        row_seq.push_back(s);
-      }
-    }
-    if (b.num_tokens() == 0) break;
-    std::vector<float> logits(static_cast<size_t>(b.num_logits()) * vocab);
-    f.model->forward(b, logits.data());
-    for (size_t i = 0; i < row_seq.size(); ++i) {
-      Seq& q = seqs[row_seq[i]];
-      const float* row = logits.data() + i * vocab;
-      if (q.generated.empty()) q.last_prompt_logits.assign(row, row + vocab);
-      const int32_t next = argmax(row, vocab);
-      q.generated.push_back(next);
-      q.tokens.push_back(next);
-    }
-    any_left = std::any_of(seqs.begin(), seqs.end(), [&](const Seq& q) { return q.generated.size() < want; });
-  }
+  const test::MixedBatchResult r = test::run_mixed_golden_batch(
+      [&](const StepBatch& b) {
+        std::vector<float> logits(static_cast<size_t>(b.num_logits()) * vocab);
+        f.model->forward(b, logits.data());
+        return logits;
+      },
+      vocab, want, /*block_size=*/7, /*max_blocks=*/16, /*shuffle_seed=*/42);
   for (int32_t s = 0; s < num_seqs; ++s) {
     INFO("sequence " << s);
-    CHECK(rel_l2(seqs[s].last_prompt_logits.data(), cases[s].last_logits) < 1e-4);
-    CHECK(std::equal(seqs[s].generated.begin(), seqs[s].generated.end(), cases[s].greedy_ids.begin()));
+    CHECK(rel_l2(r.last_prompt_logits[s].data(), cases[s].last_logits) < 1e-4);
+    CHECK(std::equal(r.generated[s].begin(), r.generated[s].end(), cases[s].greedy_ids.begin()));
   }
   // And alone: the batch gives the same last-prompt logits as a solo prefill, to float rounding.
   for (int32_t s = 0; s < num_seqs; ++s) {
     const std::vector<float> solo = all_logits(*f.model, cases[s].input_ids);
     const float* last = solo.data() + (cases[s].input_ids.size() - 1) * vocab;
     std::vector<double> ref(last, last + vocab);
-    CHECK(rel_l2(seqs[s].last_prompt_logits.data(), ref) < 1e-5);
+    CHECK(rel_l2(r.last_prompt_logits[s].data(), ref) < 1e-5);
   }
 }
 

@@ -37,6 +37,7 @@ TEST_CASE("the simulated CUDA executor needs the simulated plugins", "[cuda_exec
 #include "core/cuda/cuda_executor.hpp"
 #include "core/cuda/cuda_sampler.hpp"
 #include "core/plugin_loader.hpp"
+#include "support/golden.hpp"
 
 namespace {
 
@@ -46,34 +47,11 @@ constexpr double kF32Tolerance = 1e-4;
 constexpr double kBf16Tolerance = 1e-2;
 constexpr double kBf16Floor = 1e-4;
 
-struct GoldenCase {
-  std::vector<int32_t> input_ids, all_positions_argmax, greedy_ids;
-  std::vector<double> last_logits;
-};
+using test::argmax;
+using test::GoldenCase;
+using test::rel_l2;
 
-const std::vector<GoldenCase>& golden() {
-  static const std::vector<GoldenCase> cases = [] {
-    std::ifstream in(std::string(LLMK_SHARED_DIR) + "/golden/stories260K.json");
-    REQUIRE(in);
-    const nlohmann::json j = nlohmann::json::parse(in);
-    std::vector<GoldenCase> out;
-    for (const auto& c : j.at("cases"))
-      out.push_back({c.at("input_ids"), c.at("all_positions_argmax"), c.at("greedy_ids"), c.at("last_logits")});
-    return out;
-  }();
-  return cases;
-}
-
-double rel_l2(const float* got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
-}
-
-int32_t argmax(const float* x, int32_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
+const std::vector<GoldenCase>& golden() { return test::golden_cases(); }
 
 struct CudaFixture {
   std::shared_ptr<const Checkpoint> checkpoint =
@@ -178,63 +156,13 @@ TEST_CASE("the simulated CUDA executor continues every golden prompt greedily, a
   CudaFixture f("f32");
   const int32_t vocab = f.executor->model_config().vocab_size;
   const auto& cases = golden();
-  const int32_t num_seqs = static_cast<int32_t>(cases.size());
-  const int32_t block_size = 7, max_blocks = 12;
-  std::vector<int32_t> pool(num_seqs * max_blocks);
-  std::iota(pool.begin(), pool.end(), 0);
-  std::shuffle(pool.begin(), pool.end(), std::mt19937(7));
-  std::vector<int32_t> tables(pool.size());
-  for (size_t i = 0; i < tables.size(); ++i) tables[i] = pool[i] * block_size;
-
-  struct Seq {
-    std::vector<int32_t> tokens, generated;
-    int32_t prompt_len = 0, done = 0, chunk = 1;
-  };
-  std::vector<Seq> seqs(num_seqs);
-  for (int32_t s = 0; s < num_seqs; ++s) {
-    seqs[s].tokens = cases[s].input_ids;
-    seqs[s].prompt_len = static_cast<int32_t>(cases[s].input_ids.size());
-    seqs[s].chunk = 1 + 2 * s;  // chunks of 1, 3, 5, 7, 9: some decode while others still prefill
-  }
-  const size_t want = 12;
-  for (bool any_left = true; any_left;) {
-    StepBatch b;
-    b.block_size = block_size;
-    b.max_blocks_per_seq = max_blocks;
-    b.query_start = {0};
-    std::vector<int32_t> row_seq;
-    for (int32_t s = 0; s < num_seqs; ++s) {
-      Seq& q = seqs[s];
-      if (q.generated.size() >= want) continue;
-      const int32_t count = q.done < q.prompt_len ? std::min(q.chunk, q.prompt_len - q.done) : 1;
-      for (int32_t i = 0; i < count; ++i) {
-        const int32_t pos = q.done + i;
-        b.token_ids.push_back(q.tokens[pos]);
-        b.positions.push_back(pos);
-        b.slot_mapping.push_back(tables[s * max_blocks + pos / block_size] + pos % block_size);
-      }
-      q.done += count;
-      b.query_start.push_back(b.num_tokens());
-      b.context_lens.push_back(q.done);
-      b.block_tables.insert(b.block_tables.end(), tables.begin() + s * max_blocks,
-                            tables.begin() + (s + 1) * max_blocks);
-      if (q.done >= q.prompt_len) {
-        b.logits_rows.push_back(b.num_tokens() - 1);
-        row_seq.push_back(s);
-      }
-    }
-    const std::vector<float> logits = f.run(b);
-    for (size_t i = 0; i < row_seq.size(); ++i) {
-      Seq& q = seqs[row_seq[i]];
-      const int32_t next = argmax(logits.data() + i * vocab, vocab);
-      q.generated.push_back(next);
-      q.tokens.push_back(next);
-    }
-    any_left = std::any_of(seqs.begin(), seqs.end(), [&](const Seq& q) { return q.generated.size() < want; });
-  }
-  for (int32_t s = 0; s < num_seqs; ++s) {
+  const test::MixedBatchResult r = test::run_mixed_golden_batch([&](const StepBatch& b) { return f.run(b); }, vocab,
+                                                                /*num_generated=*/12, /*block_size=*/7,
+                                                                /*max_blocks=*/12, /*shuffle_seed=*/7);
+  for (size_t s = 0; s < cases.size(); ++s) {
     INFO("sequence " << s);
-    CHECK(std::equal(seqs[s].generated.begin(), seqs[s].generated.end(), cases[s].greedy_ids.begin()));
+    CHECK(rel_l2(r.last_prompt_logits[s].data(), cases[s].last_logits) < kF32Tolerance);
+    CHECK(std::equal(r.generated[s].begin(), r.generated[s].end(), cases[s].greedy_ids.begin()));
   }
 }
 

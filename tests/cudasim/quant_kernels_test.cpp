@@ -5,6 +5,7 @@
 // dequantization, and the row/column scaling epilogue. Also __dp4a itself.
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>

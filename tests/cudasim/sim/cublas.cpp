@@ -4,6 +4,7 @@
 // CUBLAS_COMPUTE_32F does; the summation order is not cuBLAS's, so compare
 // against a reference with a tolerance, never bit for bit.
 #include <cublas_v2.h>
+#include <cuda_fp8.h>
 
 #include "internal.hpp"
 
@@ -14,6 +15,7 @@ struct cublasContext {
 namespace cudasim::detail {
 
 bool gemm_type_supported(cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF; }
+bool gemm_fp8_type(cudaDataType t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
 
 namespace {
 
@@ -21,6 +23,8 @@ float load(const void* p, cudaDataType t, std::int64_t i) {
   switch (t) {
     case CUDA_R_16F: return __half2float(static_cast<const __half*>(p)[i]);
     case CUDA_R_16BF: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case CUDA_R_8F_E4M3: return static_cast<float>(static_cast<const __nv_fp8_e4m3*>(p)[i]);
+    case CUDA_R_8F_E5M2: return static_cast<float>(static_cast<const __nv_fp8_e5m2*>(p)[i]);
     default: return static_cast<const float*>(p)[i];
   }
 }
@@ -36,6 +40,7 @@ void store(void* p, cudaDataType t, std::int64_t i, float v) {
 }  // namespace
 
 void run_gemm(const gemm_args& g) {
+  const float ab_scale = (g.a_scale != nullptr ? *g.a_scale : 1.0f) * (g.b_scale != nullptr ? *g.b_scale : 1.0f);
   for (int batch = 0; batch < g.batch_count; ++batch) {
     const std::int64_t a0 = batch * g.stride_a, b0 = batch * g.stride_b, c0 = batch * g.stride_c,
                        d0 = batch * g.stride_d;
@@ -48,6 +53,7 @@ void run_gemm(const gemm_args& g) {
           acc += load(g.a, g.a_type, a0 + ai) * load(g.b, g.b_type, b0 + bi);
         }
         // beta == 0: C is not read (it may hold NaN), as in cuBLAS.
+        acc *= ab_scale;
         const float out = g.beta == 0.0f
                               ? g.alpha * acc
                               : g.alpha * acc + g.beta * load(g.c, g.c_type, c0 + i + std::int64_t{j} * g.ldc);

@@ -3,10 +3,20 @@
 // leading dimension, strided batches), a preference with a workspace limit,
 // a heuristic that offers one algorithm, and cublasLtMatmul over F32, F16
 // and BF16 with F32 compute, D = alpha op(A) op(B) + beta C. The descriptors
-// keep their fields in the toolkit's own opaque structs. Attributes the
-// subset does not model (epilogues other than the default, scale pointers,
-// other orders) are refused with CUBLAS_STATUS_NOT_SUPPORTED, so a caller
-// that needs them fails here instead of computing something else.
+// keep their fields in the toolkit's own opaque structs.
+//
+// FP8 (Hopper and Ada): A and B in E4M3 or E5M2 (not both E5M2), C and D in
+// F32, F16 or BF16, with the per-tensor scale pointers
+// CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER (device floats, read
+// when the product runs): D = alpha scale_a scale_b op(A) op(B) + beta C.
+// The library's FP8 restrictions are enforced, so a caller that passes here
+// passes there: the "TN" form (A transposed, B not), F32 compute, m and k
+// multiples of 16, lda and ldb multiples of 16, A and B 16-byte aligned.
+//
+// Attributes the subset does not model (epilogues other than the default,
+// C/D scale pointers, fast accumulation, scale modes, other orders) are
+// refused with CUBLAS_STATUS_NOT_SUPPORTED, so a caller that needs them fails
+// here instead of computing something else.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -28,7 +38,7 @@ constexpr std::uint64_t kAlgoId = 0x51;  // the one algorithm offered
 
 // Fields of the opaque structs.
 enum layout_field { lf_type, lf_rows, lf_cols, lf_ld, lf_batch, lf_stride };
-enum desc_field { df_compute, df_scale, df_transa, df_transb, df_epilogue };
+enum desc_field { df_compute, df_scale, df_transa, df_transb, df_epilogue, df_a_scale, df_b_scale };
 enum pref_field { pf_workspace };
 
 cublasStatus_t refuse(cublasStatus_t status, const std::string& what) {
@@ -54,13 +64,35 @@ matrix matrix_of(cublasLtMatrixLayout_t l) {
           static_cast<std::int64_t>(l->data[lf_batch]), static_cast<std::int64_t>(l->data[lf_stride])};
 }
 
-std::size_t elem_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
+std::size_t elem_bytes(cudaDataType t) {
+  return t == CUDA_R_32F ? 4 : cudasim::detail::gemm_fp8_type(t) ? 1 : 2;
+}
+
+bool layout_type_supported(cudaDataType t) {
+  return cudasim::detail::gemm_type_supported(t) || cudasim::detail::gemm_fp8_type(t);
+}
 
 // Bytes a column-major matrix spans in memory (every batch).
 std::size_t span_bytes(const matrix& m) {
   if (m.rows == 0 || m.cols == 0) return 0;
   const std::int64_t last = (m.batch - 1) * m.stride + (m.cols - 1) * m.ld + m.rows;
   return static_cast<std::size_t>(last) * elem_bytes(m.type);
+}
+
+// Why the library would refuse this FP8 product ("" if it would not).
+std::string fp8_refusal(cublasLtMatmulDesc_t desc, cublasOperation_t ta, cublasOperation_t tb, const matrix& a,
+                        const matrix& b, std::int64_t m, std::int64_t k, const void* A, const void* B) {
+  using cudasim::detail::gemm_fp8_type;
+  if (!gemm_fp8_type(a.type) || !gemm_fp8_type(b.type)) return "A and B must both be E4M3 or E5M2";
+  if (a.type == CUDA_R_8F_E5M2 && b.type == CUDA_R_8F_E5M2) return "A and B cannot both be E5M2";
+  if (ta != CUBLAS_OP_T || tb != CUBLAS_OP_N) return "needs A transposed and B not (the TN form)";
+  if (desc->data[df_compute] != CUBLAS_COMPUTE_32F) return "needs CUBLAS_COMPUTE_32F";
+  if (m % 16 != 0 || k % 16 != 0)
+    return "m (" + std::to_string(m) + ") and k (" + std::to_string(k) + ") must be multiples of 16";
+  if (a.ld % 16 != 0 || b.ld % 16 != 0) return "lda and ldb must be multiples of 16";
+  if (reinterpret_cast<std::uintptr_t>(A) % 16 != 0 || reinterpret_cast<std::uintptr_t>(B) % 16 != 0)
+    return "A and B must be 16-byte aligned";
+  return "";
 }
 
 }  // namespace
@@ -119,6 +151,14 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
       if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "only the default epilogue");
       return CUBLAS_STATUS_SUCCESS;
     }
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER:
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: {
+      const void* p = nullptr;
+      if (!read_value(buf, size, &p)) return CUBLAS_STATUS_INVALID_VALUE;
+      desc->data[attr == CUBLASLT_MATMUL_DESC_A_SCALE_POINTER ? df_a_scale : df_b_scale] =
+          reinterpret_cast<std::uintptr_t>(p);
+      return CUBLAS_STATUS_SUCCESS;
+    }
     default:
       return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matmul attribute " + std::to_string(static_cast<int>(attr)) +
                                                      " is not simulated");
@@ -128,8 +168,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
   if (!layout) return CUBLAS_STATUS_INVALID_VALUE;
-  if (!cudasim::detail::gemm_type_supported(type))
-    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "only F32, F16 and BF16 matrices are simulated");
+  if (!layout_type_supported(type))
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "only F32, F16, BF16, E4M3 and E5M2 matrices are simulated");
   if (ld < static_cast<int64_t>(std::max<uint64_t>(1, rows))) return CUBLAS_STATUS_INVALID_VALUE;
   auto* l = new cublasLtMatrixLayoutOpaque_t{};
   l->data[lf_type] = static_cast<std::uint64_t>(type);
@@ -146,8 +186,8 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDa
 cublasStatus_t cublasLtMatrixLayoutInit_internal(cublasLtMatrixLayout_t layout, size_t size, cudaDataType type,
                                                  uint64_t rows, uint64_t cols, int64_t ld) {
   if (!layout || size != sizeof(cublasLtMatrixLayoutOpaque_t)) return CUBLAS_STATUS_INVALID_VALUE;
-  if (!cudasim::detail::gemm_type_supported(type))
-    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "only F32, F16 and BF16 matrices are simulated");
+  if (!layout_type_supported(type))
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "only F32, F16, BF16, E4M3 and E5M2 matrices are simulated");
   if (ld < static_cast<int64_t>(std::max<uint64_t>(1, rows))) return CUBLAS_STATUS_INVALID_VALUE;
   *layout = cublasLtMatrixLayoutOpaque_t{};
   layout->data[lf_type] = static_cast<std::uint64_t>(type);
@@ -258,6 +298,21 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (a.batch != b.batch || a.batch != c.batch || a.batch != d.batch)
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: the batch counts differ");
   if (c.type != d.type) return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: C and D must share a type");
+  if (!cudasim::detail::gemm_type_supported(d.type))
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: D must be F32, F16 or BF16 (FP8 outputs are not simulated)");
+  const auto* a_scale = reinterpret_cast<const float*>(static_cast<std::uintptr_t>(desc->data[df_a_scale]));
+  const auto* b_scale = reinterpret_cast<const float*>(static_cast<std::uintptr_t>(desc->data[df_b_scale]));
+  using cudasim::detail::gemm_fp8_type;
+  if (gemm_fp8_type(a.type) || gemm_fp8_type(b.type)) {
+    if (const std::string why = fp8_refusal(desc, ta, tb, a, b, m, k, A, B); !why.empty())
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul (FP8): " + why);
+    for (const auto& [p, name] : {std::pair<const float*, const char*>{a_scale, "A"}, {b_scale, "B"}})
+      if (p != nullptr && !cudasim::detail::is_device_range(p, sizeof(float)))
+        return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                      std::string("cublasLtMatmul: the ") + name + " scale pointer is not device memory");
+  } else if (a_scale != nullptr || b_scale != nullptr) {
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: A/B scale pointers apply to FP8 operands only");
+  }
   for (const auto& [p, mat, name] : {std::tuple<const void*, const matrix*, const char*>{A, &a, "A"},
                                      {B, &b, "B"}, {D, &d, "D"}})
     if (span_bytes(*mat) != 0 && !cudasim::detail::is_device_range(p, span_bytes(*mat)))
@@ -281,6 +336,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   g.c = C, g.c_type = c.type, g.ldc = static_cast<int>(c.ld), g.stride_c = c.stride;
   g.d = D, g.d_type = d.type, g.ldd = static_cast<int>(d.ld), g.stride_d = d.stride;
   g.batch_count = static_cast<int>(a.batch);
+  g.a_scale = a_scale;
+  g.b_scale = b_scale;
   if (!cudasim::detail::capture_if_active(stream, [g] { cudasim::detail::run_gemm(g); }))
     cudasim::detail::run_gemm(g);
   return CUBLAS_STATUS_SUCCESS;

@@ -81,6 +81,11 @@ std::string last_error_detail();
 // cudaMalloc (default 80 GiB; allocations are host memory, so keep tests small).
 void set_device_memory_bytes(std::size_t total_bytes);
 
+// Compute capability the device reports (cudaGetDeviceProperties,
+// cudaDeviceGetAttribute); default 9.0, an H100. Tests of code that refuses
+// older devices lower it and restore it.
+void set_compute_capability(int major, int minor);
+
 // Number of kernel launches executed (graph replays included).
 std::uint64_t num_launches();
 
@@ -298,6 +303,17 @@ inline unsigned __brev(unsigned x) {
   unsigned r = 0;
   for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
   return r;
+}
+// Four-way byte dot product plus an accumulator (sm_61+): the bytes of a and b
+// as signed (int overload) or unsigned (unsigned overload) 8-bit integers.
+inline int __dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; ++i)
+    c += static_cast<int>(static_cast<std::int8_t>(a >> (8 * i))) * static_cast<std::int8_t>(b >> (8 * i));
+  return c;
+}
+inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
+  for (int i = 0; i < 4; ++i) c += ((a >> (8 * i)) & 0xffu) * ((b >> (8 * i)) & 0xffu);
+  return c;
 }
 template <class T>
 T __ldg(const T* p) {

@@ -94,8 +94,13 @@ struct gemm_args {
   int ldd;
   long long stride_d;
   int batch_count;
+  // FP8 operands only: device pointers to one float each, read when the
+  // product runs (as cuBLASLt reads its scale pointers); null means 1.
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
 };
 bool gemm_type_supported(cudaDataType t);  // F32, F16, BF16
+bool gemm_fp8_type(cudaDataType t);        // E4M3, E5M2 (cuBLASLt operands A and B only)
 void run_gemm(const gemm_args& g);
 // Whether [p, p + bytes) lies inside one device allocation (runtime.cpp).
 bool is_device_range(const void* p, std::size_t bytes);

@@ -41,6 +41,7 @@ std::map<std::uintptr_t, std::size_t> g_host_allocations;    // pinned
 std::unordered_map<const void*, int> g_max_dynamic_smem;     // per kernel (cudaFuncSetAttribute)
 std::uint64_t g_num_launches = 0;
 int g_device = 0;
+int g_cc_major = 9, g_cc_minor = 0;  // the compute capability reported (set_compute_capability)
 
 constexpr std::size_t default_dynamic_smem_limit = 48 * 1024;
 constexpr std::size_t optin_dynamic_smem_limit = 227 * 1024;
@@ -129,6 +130,10 @@ namespace cudasim {
 
 std::string last_error_detail() { return detail::g_error_detail; }
 void set_device_memory_bytes(std::size_t total_bytes) { detail::g_total_bytes = total_bytes; }
+void set_compute_capability(int major, int minor) {
+  detail::g_cc_major = major;
+  detail::g_cc_minor = minor;
+}
 std::uint64_t num_launches() { return detail::g_num_launches; }
 
 }  // namespace cudasim
@@ -377,8 +382,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->maxGridSize[1] = 65535;
   prop->maxGridSize[2] = 65535;
   prop->totalConstMem = 65536;
-  prop->major = 9;
-  prop->minor = 0;
+  prop->major = g_cc_major;
+  prop->minor = g_cc_minor;
   prop->multiProcessorCount = 132;
   prop->maxThreadsPerMultiProcessor = 2048;
   prop->l2CacheSize = 50 * 1024 * 1024;
@@ -391,8 +396,8 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMaxThreadsPerBlock: *value = 1024; return cudaSuccess;
     case cudaDevAttrWarpSize: *value = 32; return cudaSuccess;
     case cudaDevAttrMultiProcessorCount: *value = 132; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = g_cc_major; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = g_cc_minor; return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(default_dynamic_smem_limit); return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(optin_dynamic_smem_limit); return cudaSuccess;
     default: return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute " + std::to_string(attr) + " is not simulated");

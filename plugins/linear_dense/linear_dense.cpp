@@ -4,7 +4,7 @@
 //
 // Layouts (weight_bytes() reports the stored size):
 //   Default, every dtype: repacked at load into 64-column panels
-//     (kernels/cpu/matmul_packed.hpp) at the stored element size (F32 4
+//     (kernels/cpu/linear_panels64.hpp) at the stored element size (F32 4
 //     bytes, F16/BF16 2 bytes per weight), multiplied by matmul_packed for
 //     every row count: exact, F32 FMA on weights widened in registers. On
 //     this class of CPU (AVX-512, 2 cores) it streams decode weights 25-35%
@@ -17,7 +17,7 @@
 //     layer (no copy): matmul_wt below gemm_min_rows (default 64), a oneDNN
 //     F32 matmul with a run-time row count from there on.
 //   {"bf16_activations":true}: BF16 repacked into k-pair panels
-//     (kernels/cpu/matmul_pairs.hpp); from gemm_min_rows rows (default 16)
+//     (kernels/cpu/linear_bf16_pairs.hpp); from gemm_min_rows rows (default 16)
 //     on, the activations are rounded to BF16 and multiplied on the AVX-512
 //     BF16 dot-product units, F32 accumulation: not exact (what a BF16 model
 //     computes); fewer rows stream the same panels exactly. One layout
@@ -42,9 +42,9 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "kernels/cpu/convert.hpp"
-#include "kernels/cpu/matmul.hpp"
-#include "kernels/cpu/matmul_packed.hpp"
-#include "kernels/cpu/matmul_pairs.hpp"
+#include "kernels/cpu/linear_rows.hpp"
+#include "kernels/cpu/linear_panels64.hpp"
+#include "kernels/cpu/linear_bf16_pairs.hpp"
 #include "plugins/api/plugin_helpers.hpp"
 
 namespace llmk::linear_dense {

@@ -1,11 +1,11 @@
 // linear.int4: weight-only int4, group-wise along in_features, asymmetric
-// with integer zero points, two weights per byte (kernels/cpu/gemm_w4.hpp).
+// with integer zero points, two weights per byte (kernels/cpu/linear_w4.hpp).
 // Activations stay f32; weights are unpacked inside the GEMV/GEMM.
 //
 // Options: {"group_size": 128, "range": "mse", "float_layers": []}. The
 // group size is capped at in_features; otherwise it must be a multiple of 8.
 // "range" picks each group's range: "mse" (the min/max range shrunk to
-// minimize the group's squared error, kernels/cpu/gemm_w4.hpp) or "min_max".
+// minimize the group's squared error, kernels/cpu/linear_w4.hpp) or "min_max".
 // Layers named in "float_layers" stay in the checkpoint's float precision.
 // ["lm_head"] is the usual choice when accuracy matters more than memory: the
 // output projection's error lands on the logits directly, but on small models
@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "kernels/cpu/gemm_w4.hpp"
+#include "kernels/cpu/linear_w4.hpp"
 #include "plugins/quant_common/linear_common.hpp"
 
 namespace llmk::quant {

@@ -1,4 +1,4 @@
-// linear.int8: W8A8 on AVX-512 VNNI (kernels/cpu/gemm_w8a8.hpp).
+// linear.int8: W8A8 on AVX-512 VNNI (kernels/cpu/linear_w8a8.hpp).
 //
 // At create, weights are quantized per output channel (symmetric, no
 // calibration); each forward quantizes activations per row and multiplies in
@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "kernels/cpu/gemm_w8a8.hpp"
+#include "kernels/cpu/linear_w8a8.hpp"
 #include "plugins/quant_common/linear_common.hpp"
 
 namespace llmk::quant {

@@ -1,12 +1,12 @@
 // linear.uint8_zp: weight-only uint8 with a zero point (min/max mapped to
 // 0..255), per tensor or per output channel, dequantized inside the GEMV
-// (kernels/cpu/gemm_wu8.hpp). A reference point for the int8/int4 schemes.
+// (kernels/cpu/linear_wu8.hpp). A reference point for the int8/int4 schemes.
 //
 // Options: {"per_channel": true, "float_layers": []}
 #include <memory>
 #include <string>
 
-#include "kernels/cpu/gemm_wu8.hpp"
+#include "kernels/cpu/linear_wu8.hpp"
 #include "plugins/quant_common/linear_common.hpp"
 
 namespace llmk::quant {

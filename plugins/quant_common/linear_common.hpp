@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/cpu/convert.hpp"
-#include "kernels/cpu/gemm_panel_f32.hpp"
+#include "kernels/cpu/linear_panels16.hpp"
 #include "plugins/api/plugin_helpers.hpp"
 
 namespace llmk::quant {
@@ -144,7 +144,7 @@ inline int thread_count(const llmk_linear_desc& d) {
 }
 
 // A layer kept in float, in the checkpoint's own precision (f32, f16 or
-// bf16 panels, kernels/cpu/gemm_panel_f32.hpp): no rounding beyond what the
+// bf16 panels, kernels/cpu/linear_panels16.hpp): no rounding beyond what the
 // checkpoint stores, and no more memory than it.
 class FloatLayer {
  public:

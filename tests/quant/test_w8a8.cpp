@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/gemm_w8a8.hpp"
+#include "kernels/cpu/linear_w8a8.hpp"
 #include "quant/quant_test_util.hpp"
 
 using namespace llmk::kernels::cpu;

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "kernels/cpu/gemm_panel_f32.hpp"
-#include "kernels/cpu/gemm_w4.hpp"
-#include "kernels/cpu/gemm_wu8.hpp"
+#include "kernels/cpu/linear_panels16.hpp"
+#include "kernels/cpu/linear_w4.hpp"
+#include "kernels/cpu/linear_wu8.hpp"
 #include "quant/quant_test_util.hpp"
 
 using namespace llmk::kernels::cpu;

@@ -1,4 +1,4 @@
-#include "kernels/cpu/gemm_panel_f32.hpp"
+#include "kernels/cpu/linear_panels16.hpp"
 
 // GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

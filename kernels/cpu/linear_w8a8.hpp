@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/gemm_panel_f32.hpp"
+#include "kernels/cpu/linear_panels16.hpp"
 
 namespace llmk::kernels::cpu {
 

@@ -1,4 +1,4 @@
-#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/linear_rows.hpp"
 
 #include <omp.h>
 

@@ -1,4 +1,4 @@
-#include "kernels/cpu/matmul_packed.hpp"
+#include "kernels/cpu/linear_panels64.hpp"
 
 #include <omp.h>
 
@@ -11,7 +11,7 @@
 #endif
 
 #include "kernels/cpu/convert.hpp"
-#include "kernels/cpu/panel_tile.hpp"
+#include "kernels/cpu/linear_tile.hpp"
 #include "kernels/cpu/vec_math.hpp"  // also silences GCC 12's false uninitialized warnings in intrinsics
 
 namespace llmk::kernels::cpu {

@@ -1,4 +1,4 @@
-#include "kernels/cpu/matmul_pairs.hpp"
+#include "kernels/cpu/linear_bf16_pairs.hpp"
 
 #include <omp.h>
 
@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/convert.hpp"
-#include "kernels/cpu/panel_tile.hpp"
+#include "kernels/cpu/linear_tile.hpp"
 #include "kernels/cpu/vec_math.hpp"  // also silences GCC 12's false uninitialized warnings in intrinsics
 
 namespace llmk::kernels::cpu {

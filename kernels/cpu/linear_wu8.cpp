@@ -1,4 +1,4 @@
-#include "kernels/cpu/gemm_wu8.hpp"
+#include "kernels/cpu/linear_wu8.hpp"
 
 // GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

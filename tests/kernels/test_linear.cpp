@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "kernels/cpu/matmul.hpp"
-#include "kernels/cpu/matmul_packed.hpp"
-#include "kernels/cpu/matmul_pairs.hpp"
+#include "kernels/cpu/linear_rows.hpp"
+#include "kernels/cpu/linear_panels64.hpp"
+#include "kernels/cpu/linear_bf16_pairs.hpp"
 #include "support/skip.hpp"
 
 TEST_CASE("matmul_wt equals the float64 product for 1 to 6 rows and odd sizes", "[matmul]") {

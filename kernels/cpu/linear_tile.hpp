@@ -1,18 +1,46 @@
-// Shared by the panel GEMM kernels (matmul_packed, matmul_pairs): the shape,
-// clearing and store of one register tile of MR rows x 64 output columns.
+// Pieces shared by the linear kernels (kernels/cpu/linear.hpp): the thread
+// split over output panels, and the shape, clearing and store of one register
+// tile of MR rows x 64 output columns (panels64, bf16_pairs).
 #pragma once
+
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
 
 namespace llmk::kernels::cpu {
+
 constexpr int kTileRows = 6;  // activation rows per register tile (6 x 64 outputs = 24 accumulators)
+
+// Calls range(p_begin, p_end, thread) so that the ranges cover panels
+// [0, num_panels) once: on the calling thread (thread 0) when one thread is
+// asked for or the product is small (work = rows x in x out below 2^18),
+// otherwise in contiguous shares across min(num_threads, num_panels) threads.
+template <class Range>
+void for_panel_ranges(int64_t num_panels, int num_threads, int64_t work, const Range& range) {
+  const int threads = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), num_panels));
+  if (threads == 1 || work < (1 << 18)) {
+    range(int64_t{0}, num_panels, 0);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    range(num_panels * t / nt, num_panels * (t + 1) / nt, t);
+  }
+}
+
 }  // namespace llmk::kernels::cpu
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
 namespace llmk::kernels::cpu {
+
+// The first min(cols, 16) lanes of a 16-float vector (cols > 0).
+inline __mmask16 tail_mask(int64_t cols) {
+  return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);
+}
 
 template <int MR>
 inline void zero_tile(__m512 (&acc)[MR][4]) {

@@ -48,15 +48,15 @@ class LinearInt4 {
       return;
     }
     const std::vector<float> w = weight_as_f32(d);
-    packed_ = AlignedArray<uint32_t>(shape_.packed_words());
+    packed_ = AlignedArray<uint32_t>(kernels::cpu::w4_size(shape_));
     scale_ = AlignedArray<float>(shape_.group_params());
     zero_ = AlignedArray<uint8_t>(shape_.group_params());
-    kernels::cpu::quantize_pack_w4(w.data(), shape_, packed_.data(), scale_.data(), zero_.data(), range_of(d, options));
+    kernels::cpu::pack_w4(w.data(), shape_, packed_.data(), scale_.data(), zero_.data(), range_of(d, options));
   }
 
   // A padded row (one-row path) or per-thread dequantized panels.
   size_t workspace_bytes(uint32_t) const {
-    return float_ ? 0 : kernels::cpu::w4_scratch_floats(shape_, threads_) * sizeof(float);
+    return float_ ? 0 : kernels::cpu::w4_scratch_size(shape_, threads_) * sizeof(float);
   }
 
   // CPU, F32 (supports() refuses anything else): x and y are floats; no queue.
@@ -104,9 +104,9 @@ class LinearInt4 {
   int threads_;
   kernels::cpu::W4Shape shape_;
   std::unique_ptr<FloatLayer> float_;
-  AlignedArray<uint32_t> packed_;  // [num_panels, k_pad / 8, 16], 8 nibbles per word
-  AlignedArray<float> scale_;      // [num_panels, num_groups, 16]
-  AlignedArray<uint8_t> zero_;     // [num_panels, num_groups, 16]
+  AlignedArray<uint32_t> packed_;  // [num_panels16(out), k_pad / 8, 16], 8 nibbles per word
+  AlignedArray<float> scale_;      // [num_panels16(out), num_groups, 16]
+  AlignedArray<uint8_t> zero_;     // [num_panels16(out), num_groups, 16]
 };
 
 }  // namespace llmk::quant

@@ -4,8 +4,8 @@
 //
 // Layouts (weight_bytes() reports the stored size):
 //   Default, every dtype: repacked at load into 64-column panels
-//     (kernels/cpu/matmul_packed.hpp) at the stored element size (F32 4
-//     bytes, F16/BF16 2 bytes per weight), multiplied by matmul_packed for
+//     (kernels/cpu/linear_panels64.hpp) at the stored element size (F32 4
+//     bytes, F16/BF16 2 bytes per weight), multiplied by linear_panels64 for
 //     every row count: exact, F32 FMA on weights widened in registers. On
 //     this class of CPU (AVX-512, 2 cores) it streams decode weights 25-35%
 //     faster than row-major dot products (one sequential stream per thread,
@@ -14,16 +14,16 @@
 //     The cost: weights are copied, never borrowed from the checkpoint's
 //     mapping (whose pages the kernel may then drop).
 //   {"f32_layout":"rows"}: F32 kept as stored, borrowed when it outlives the
-//     layer (no copy): matmul_wt below gemm_min_rows (default 64), a oneDNN
+//     layer (no copy): linear_rows below gemm_min_rows (default 64), a oneDNN
 //     F32 matmul with a run-time row count from there on.
 //   {"bf16_activations":true}: BF16 repacked into k-pair panels
-//     (kernels/cpu/matmul_pairs.hpp); from gemm_min_rows rows (default 16)
+//     (kernels/cpu/linear_bf16_pairs.hpp); from gemm_min_rows rows (default 16)
 //     on, the activations are rounded to BF16 and multiplied on the AVX-512
 //     BF16 dot-product units, F32 accumulation: not exact (what a BF16 model
 //     computes); fewer rows stream the same panels exactly. One layout
 //     serves decode streaming and batched GEMMs.
 //   {"bf16_layout":"rows"}: BF16 kept as stored (borrowed or copied):
-//     matmul_wt below gemm_min_rows (default 16), then a oneDNN matmul that
+//     linear_rows below gemm_min_rows (default 16), then a oneDNN matmul that
 //     rounds activations to BF16 and multiplies on the AVX-512 BF16 units
 //     with F32 accumulation: ~1.6x the panel rate at 128 rows (prefill), not
 //     exact (what a BF16 model computes anyway).
@@ -42,9 +42,9 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "kernels/cpu/convert.hpp"
-#include "kernels/cpu/matmul.hpp"
-#include "kernels/cpu/matmul_packed.hpp"
-#include "kernels/cpu/matmul_pairs.hpp"
+#include "kernels/cpu/linear_bf16_pairs.hpp"
+#include "kernels/cpu/linear_panels64.hpp"
+#include "kernels/cpu/linear_rows.hpp"
 #include "plugins/api/plugin_helpers.hpp"
 
 namespace llmk::linear_dense {
@@ -151,21 +151,21 @@ class LinearDense {
                                                  "weight_dtype bf16)");
     bf16_dot_ = opt.bf16_activations;
     if (dtype_ == LLMK_DTYPE_F32 && !opt.f32_rows) {
-      const int64_t packed = kernels::cpu::packed_panels_size(out_, in_);
-      owned_.resize(static_cast<size_t>(packed) * 4);
-      kernels::cpu::pack_panels(static_cast<const float*>(d.weight), reinterpret_cast<float*>(owned_.data()), out_, in_);
+      owned_.resize(kernels::cpu::panels64_size(out_, in_) * 4);
+      kernels::cpu::pack_panels64(static_cast<const float*>(d.weight), out_, in_,
+                                  reinterpret_cast<float*>(owned_.data()));
       weight_ = owned_.data();
       packed_ = true;
     } else if (bf16_dot_) {
-      owned_.resize(static_cast<size_t>(kernels::cpu::packed_pairs_size(out_, in_)) * 2);
-      kernels::cpu::pack_pairs(static_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(owned_.data()), out_, in_);
+      owned_.resize(kernels::cpu::bf16_pairs_size(out_, in_) * 2);
+      kernels::cpu::pack_bf16_pairs(static_cast<const uint16_t*>(src), out_, in_,
+                                    reinterpret_cast<uint16_t*>(owned_.data()));
       weight_ = owned_.data();
       packed_ = true;
     } else if (dtype_ == LLMK_DTYPE_F16 || (dtype_ == LLMK_DTYPE_BF16 && !opt.bf16_rows)) {
-      const int64_t packed = kernels::cpu::packed_panels_size(out_, in_);
-      owned_.resize(static_cast<size_t>(packed) * 2);
-      kernels::cpu::pack_panels(static_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(owned_.data()), out_,
-                                in_);
+      owned_.resize(kernels::cpu::panels64_size(out_, in_) * 2);
+      kernels::cpu::pack_panels64(static_cast<const uint16_t*>(src), out_, in_,
+                                  reinterpret_cast<uint16_t*>(owned_.data()));
       weight_ = owned_.data();
       packed_ = true;
     } else if (src_outlives) {
@@ -182,11 +182,11 @@ class LinearDense {
   }
 
   // BF16 activations (the k-pair panels' GEMM path and the oneDNN BF16
-  // GEMM), or matmul_packed's per-thread scratch.
+  // GEMM), or linear_panels64's per-thread scratch.
   size_t workspace_bytes(uint32_t num_rows) const {
     if (bf16_dot_)
-      return num_rows >= gemm_min_rows_ ? static_cast<size_t>(num_rows) * kernels::cpu::bf16_row_stride(in_) * 2 : 0;
-    if (packed_) return static_cast<size_t>(kernels::cpu::matmul_packed_scratch_floats(threads_)) * sizeof(float);
+      return num_rows >= gemm_min_rows_ ? kernels::cpu::bf16_pairs_scratch_size(num_rows, in_) * sizeof(uint16_t) : 0;
+    if (packed_) return kernels::cpu::panels64_scratch_size(threads_) * sizeof(float);
     if (gemm_ && dtype_ != LLMK_DTYPE_F32 && num_rows >= gemm_min_rows_)
       return static_cast<size_t>(num_rows) * in_ * sizeof(uint16_t);
     return 0;
@@ -199,16 +199,16 @@ class LinearDense {
     if (num_rows == 0) return;
     if (bf16_dot_) {
       const bool round = num_rows >= gemm_min_rows_;
-      kernels::cpu::matmul_pairs(x, static_cast<const uint16_t*>(weight_), y, num_rows, in_, out_, threads_, round,
-                                 static_cast<uint16_t*>(workspace));
+      kernels::cpu::linear_bf16_pairs(x, num_rows, in_, static_cast<const uint16_t*>(weight_), round, out_, y,
+                                      static_cast<uint16_t*>(workspace), threads_);
       return;
     }
     if (packed_) {
-      kernels::cpu::matmul_packed(x, weight_, dtype_, y, num_rows, in_, out_, threads_, static_cast<float*>(workspace));
+      kernels::cpu::linear_panels64(x, num_rows, in_, weight_, dtype_, out_, y, static_cast<float*>(workspace), threads_);
       return;
     }
     if (num_rows < gemm_min_rows_ || !gemm_) {
-      kernels::cpu::matmul_wt(x, weight_, dtype_, y, num_rows, in_, out_, threads_);
+      kernels::cpu::linear_rows(x, num_rows, in_, weight_, dtype_, out_, y, threads_);
       return;
     }
     const int saved_threads = omp_get_max_threads();

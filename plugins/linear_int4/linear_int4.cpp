@@ -1,11 +1,11 @@
 // linear.int4: weight-only int4, group-wise along in_features, asymmetric
-// with integer zero points, two weights per byte (kernels/cpu/gemm_w4.hpp).
+// with integer zero points, two weights per byte (kernels/cpu/linear_w4.hpp).
 // Activations stay f32; weights are unpacked inside the GEMV/GEMM.
 //
 // Options: {"group_size": 128, "range": "mse", "float_layers": []}. The
 // group size is capped at in_features; otherwise it must be a multiple of 8.
 // "range" picks each group's range: "mse" (the min/max range shrunk to
-// minimize the group's squared error, kernels/cpu/gemm_w4.hpp) or "min_max".
+// minimize the group's squared error, kernels/cpu/linear_w4.hpp) or "min_max".
 // Layers named in "float_layers" stay in the checkpoint's float precision.
 // ["lm_head"] is the usual choice when accuracy matters more than memory: the
 // output projection's error lands on the logits directly, but on small models
@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "kernels/cpu/gemm_w4.hpp"
+#include "kernels/cpu/linear_w4.hpp"
 #include "plugins/quant_common/linear_common.hpp"
 
 namespace llmk::quant {
@@ -48,15 +48,15 @@ class LinearInt4 {
       return;
     }
     const std::vector<float> w = weight_as_f32(d);
-    packed_ = AlignedArray<uint32_t>(shape_.packed_words());
+    packed_ = AlignedArray<uint32_t>(kernels::cpu::w4_size(shape_));
     scale_ = AlignedArray<float>(shape_.group_params());
     zero_ = AlignedArray<uint8_t>(shape_.group_params());
-    kernels::cpu::quantize_pack_w4(w.data(), shape_, packed_.data(), scale_.data(), zero_.data(), range_of(d, options));
+    kernels::cpu::pack_w4(w.data(), shape_, packed_.data(), scale_.data(), zero_.data(), range_of(d, options));
   }
 
   // A padded row (one-row path) or per-thread dequantized panels.
   size_t workspace_bytes(uint32_t) const {
-    return float_ ? 0 : kernels::cpu::w4_scratch_floats(shape_, threads_) * sizeof(float);
+    return float_ ? 0 : kernels::cpu::w4_scratch_size(shape_, threads_) * sizeof(float);
   }
 
   // CPU, F32 (supports() refuses anything else): x and y are floats; no queue.
@@ -104,9 +104,9 @@ class LinearInt4 {
   int threads_;
   kernels::cpu::W4Shape shape_;
   std::unique_ptr<FloatLayer> float_;
-  AlignedArray<uint32_t> packed_;  // [num_panels, k_pad / 8, 16], 8 nibbles per word
-  AlignedArray<float> scale_;      // [num_panels, num_groups, 16]
-  AlignedArray<uint8_t> zero_;     // [num_panels, num_groups, 16]
+  AlignedArray<uint32_t> packed_;  // [num_panels16(out), k_pad / 8, 16], 8 nibbles per word
+  AlignedArray<float> scale_;      // [num_panels16(out), num_groups, 16]
+  AlignedArray<uint8_t> zero_;     // [num_panels16(out), num_groups, 16]
 };
 
 }  // namespace llmk::quant

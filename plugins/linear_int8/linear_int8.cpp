@@ -1,4 +1,4 @@
-// linear.int8: W8A8 on AVX-512 VNNI (kernels/cpu/gemm_w8a8.hpp).
+// linear.int8: W8A8 on AVX-512 VNNI (kernels/cpu/linear_w8a8.hpp).
 //
 // At create, weights are quantized per output channel (symmetric, no
 // calibration); each forward quantizes activations per row and multiplies in
@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "kernels/cpu/gemm_w8a8.hpp"
+#include "kernels/cpu/linear_w8a8.hpp"
 #include "plugins/quant_common/linear_common.hpp"
 
 namespace llmk::quant {
@@ -53,16 +53,16 @@ class LinearInt8 {
       return;
     }
     const std::vector<float> w = weight_as_f32(d);
-    const size_t padded_out = static_cast<size_t>(kernels::cpu::num_panels(out_) * kernels::cpu::kPanelWidth);
-    packed_ = AlignedArray<int8_t>(kernels::cpu::w8a8_packed_bytes(out_, in_));
+    const size_t padded_out = static_cast<size_t>(kernels::cpu::num_panels16(out_) * kernels::cpu::kPanels16Width);
+    packed_ = AlignedArray<int8_t>(kernels::cpu::w8a8_size(out_, in_));
     scale_ = AlignedArray<float>(padded_out);
     row_sum_ = AlignedArray<int32_t>(padded_out);
-    kernels::cpu::quantize_pack_w8a8(w.data(), out_, in_, packed_.data(), scale_.data(), row_sum_.data());
+    kernels::cpu::pack_w8a8(w.data(), out_, in_, packed_.data(), scale_.data(), row_sum_.data());
   }
 
   // The rows' quantized activations.
   size_t workspace_bytes(uint32_t num_rows) const {
-    return float_ ? 0 : kernels::cpu::w8a8_scratch_bytes(std::max<uint32_t>(num_rows, 1), in_);
+    return float_ ? 0 : kernels::cpu::w8a8_scratch_size(std::max<uint32_t>(num_rows, 1), in_);
   }
 
   // CPU, F32 (supports() refuses anything else): x and y are floats; no queue.
@@ -83,9 +83,9 @@ class LinearInt8 {
   int64_t in_, out_;
   int threads_;
   std::unique_ptr<FloatLayer> float_;
-  AlignedArray<int8_t> packed_;   // [num_panels, k_pad / 4, 16, 4]
-  AlignedArray<float> scale_;     // [num_panels * 16]
-  AlignedArray<int32_t> row_sum_; // [num_panels * 16]
+  AlignedArray<int8_t> packed_;   // [num_panels16(out), k_pad / 4, 16, 4]
+  AlignedArray<float> scale_;     // [num_panels16(out) * 16]
+  AlignedArray<int32_t> row_sum_; // [num_panels16(out) * 16]
 };
 
 }  // namespace llmk::quant

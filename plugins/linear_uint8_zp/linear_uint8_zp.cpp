@@ -1,12 +1,12 @@
 // linear.uint8_zp: weight-only uint8 with a zero point (min/max mapped to
 // 0..255), per tensor or per output channel, dequantized inside the GEMV
-// (kernels/cpu/gemm_wu8.hpp). A reference point for the int8/int4 schemes.
+// (kernels/cpu/linear_wu8.hpp). A reference point for the int8/int4 schemes.
 //
 // Options: {"per_channel": true, "float_layers": []}
 #include <memory>
 #include <string>
 
-#include "kernels/cpu/gemm_wu8.hpp"
+#include "kernels/cpu/linear_wu8.hpp"
 #include "plugins/quant_common/linear_common.hpp"
 
 namespace llmk::quant {
@@ -40,16 +40,16 @@ class LinearUint8Zp {
       return;
     }
     const std::vector<float> w = weight_as_f32(d);
-    const size_t padded_out = static_cast<size_t>(kernels::cpu::num_panels(out_) * kernels::cpu::kPanelWidth);
-    packed_ = AlignedArray<uint8_t>(kernels::cpu::wu8_packed_bytes(out_, in_));
+    const size_t padded_out = static_cast<size_t>(kernels::cpu::num_panels16(out_) * kernels::cpu::kPanels16Width);
+    packed_ = AlignedArray<uint8_t>(kernels::cpu::wu8_size(out_, in_));
     scale_ = AlignedArray<float>(padded_out);
     zero_ = AlignedArray<uint8_t>(padded_out);
-    kernels::cpu::quantize_pack_wu8(w.data(), out_, in_, per_channel_, packed_.data(), scale_.data(), zero_.data());
+    kernels::cpu::pack_wu8(w.data(), out_, in_, per_channel_, packed_.data(), scale_.data(), zero_.data());
   }
 
   // Per-thread dequantized panels.
   size_t workspace_bytes(uint32_t) const {
-    return float_ ? 0 : kernels::cpu::wu8_scratch_floats(in_, threads_) * sizeof(float);
+    return float_ ? 0 : kernels::cpu::wu8_scratch_size(in_, threads_) * sizeof(float);
   }
 
   // CPU, F32 (supports() refuses anything else): x and y are floats; no queue.
@@ -83,9 +83,9 @@ class LinearUint8Zp {
   int threads_;
   bool per_channel_ = true;
   std::unique_ptr<FloatLayer> float_;
-  AlignedArray<uint8_t> packed_;  // [num_panels, in_features, 16]
-  AlignedArray<float> scale_;     // [num_panels * 16]
-  AlignedArray<uint8_t> zero_;    // [num_panels * 16]
+  AlignedArray<uint8_t> packed_;  // [num_panels16(out), in_features, 16]
+  AlignedArray<float> scale_;     // [num_panels16(out) * 16]
+  AlignedArray<uint8_t> zero_;    // [num_panels16(out) * 16]
 };
 
 }  // namespace llmk::quant

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/cpu/convert.hpp"
-#include "kernels/cpu/gemm_panel_f32.hpp"
+#include "kernels/cpu/linear_panels16.hpp"
 #include "plugins/api/plugin_helpers.hpp"
 
 namespace llmk::quant {
@@ -144,36 +144,36 @@ inline int thread_count(const llmk_linear_desc& d) {
 }
 
 // A layer kept in float, in the checkpoint's own precision (f32, f16 or
-// bf16 panels, kernels/cpu/gemm_panel_f32.hpp): no rounding beyond what the
+// bf16 panels, kernels/cpu/linear_panels16.hpp): no rounding beyond what the
 // checkpoint stores, and no more memory than it.
 class FloatLayer {
  public:
   FloatLayer(const llmk_linear_desc& d, int num_threads)
       : in_(d.in_features), out_(d.out_features), threads_(num_threads) {
-    const size_t count = static_cast<size_t>(kernels::cpu::num_panels(out_) * kernels::cpu::kPanelWidth * in_);
+    const size_t count = kernels::cpu::panels16_size(out_, in_);
     if (d.weight_dtype == LLMK_DTYPE_F32) {
-      type_ = kernels::cpu::PanelType::f32;
+      dtype_ = LLMK_DTYPE_F32;
       f32_ = AlignedArray<float>(count);
-      kernels::cpu::pack_panels_f32(static_cast<const float*>(d.weight), out_, in_, f32_.data());
+      kernels::cpu::pack_panels16(static_cast<const float*>(d.weight), out_, in_, f32_.data());
       return;
     }
     if (d.weight_dtype != LLMK_DTYPE_F16 && d.weight_dtype != LLMK_DTYPE_BF16) weight_as_f32(d);  // throws, naming it
-    type_ = d.weight_dtype == LLMK_DTYPE_F16 ? kernels::cpu::PanelType::f16 : kernels::cpu::PanelType::bf16;
+    dtype_ = static_cast<llmk_dtype>(d.weight_dtype);  // F16 or BF16, checked above
     half_ = AlignedArray<uint16_t>(count);
-    kernels::cpu::pack_panels_16(static_cast<const uint16_t*>(d.weight), out_, in_, half_.data());
+    kernels::cpu::pack_panels16(static_cast<const uint16_t*>(d.weight), out_, in_, half_.data());
   }
   void forward(const float* x, float* y, int64_t num_rows) const {
-    const void* packed = type_ == kernels::cpu::PanelType::f32 ? static_cast<const void*>(f32_.data())
-                                                               : static_cast<const void*>(half_.data());
-    kernels::cpu::linear_panels(x, num_rows, in_, packed, type_, out_, y, threads_);
+    const void* packed = dtype_ == LLMK_DTYPE_F32 ? static_cast<const void*>(f32_.data())
+                                                  : static_cast<const void*>(half_.data());
+    kernels::cpu::linear_panels16(x, num_rows, in_, packed, dtype_, out_, y, threads_);  // dtype_ is one it serves
   }
   size_t weight_bytes() const { return f32_.bytes() + half_.bytes(); }
 
  private:
   int64_t in_, out_;
   int threads_;
-  kernels::cpu::PanelType type_ = kernels::cpu::PanelType::f32;
-  AlignedArray<float> f32_;      // [num_panels, in_features, 16] when the checkpoint is f32
+  llmk_dtype dtype_ = LLMK_DTYPE_F32;
+  AlignedArray<float> f32_;      // [panels16_size(out, in)] when the checkpoint is f32
   AlignedArray<uint16_t> half_;  // the same in f16 or bf16 bits otherwise
 };
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "kernels/cpu/matmul_pairs.hpp"
+#include "kernels/cpu/linear_bf16_pairs.hpp"
 #include "plugins/api/llmk_linear.h"
 #include "plugins/plugin_library.hpp"
 #include "support/linear_call.hpp"

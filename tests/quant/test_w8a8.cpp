@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/gemm_w8a8.hpp"
+#include "kernels/cpu/linear_w8a8.hpp"
 #include "quant/quant_test_util.hpp"
 
 using namespace llmk::kernels::cpu;
@@ -28,10 +28,10 @@ struct PackedW8 {
 };
 
 PackedW8 pack(const std::vector<float>& w, int64_t out, int64_t in) {
-  PackedW8 p{llmk::test::aligned_buffer<int8_t>(w8a8_packed_bytes(out, in)),
-             std::vector<float>(static_cast<size_t>(num_panels(out) * 16)),
-             std::vector<int32_t>(static_cast<size_t>(num_panels(out) * 16))};
-  quantize_pack_w8a8(w.data(), out, in, p.packed.get(), p.scale.data(), p.row_sum.data());
+  PackedW8 p{llmk::test::aligned_buffer<int8_t>(w8a8_size(out, in)),
+             std::vector<float>(static_cast<size_t>(num_panels16(out) * 16)),
+             std::vector<int32_t>(static_cast<size_t>(num_panels16(out) * 16))};
+  pack_w8a8(w.data(), out, in, p.packed.get(), p.scale.data(), p.row_sum.data());
   return p;
 }
 
@@ -41,7 +41,7 @@ TEST_CASE("W8A8 weight quantization stays within half a step of each weight", "[
   for (const Shape& s : kShapes) {
     const auto w = llmk::test::random_matrix(s.out, s.in, 11, s.out > 2 ? 1 : -1);
     const PackedW8 p = pack(w, s.out, s.in);
-    for (int64_t n = 0; n < num_panels(s.out) * 16; ++n) {
+    for (int64_t n = 0; n < num_panels16(s.out) * 16; ++n) {
       int64_t sum = 0;
       double amax = 0.0;
       for (int64_t k = 0; k < w8a8_k_pad(s.in); ++k) {
@@ -94,7 +94,7 @@ TEST_CASE("W8A8 GEMV and GEMM match float64 within the derived quantization boun
       const auto w = llmk::test::random_matrix(s.out, s.in, 21, s.out > 3 ? 2 : -1);
       const auto x = llmk::test::random_matrix(s.rows, s.in, 22, s.rows > 2 ? 1 : -1);
       const PackedW8 p = pack(w, s.out, s.in);
-      auto scratch = llmk::test::aligned_buffer<uint8_t>(w8a8_scratch_bytes(s.rows, s.in));
+      auto scratch = llmk::test::aligned_buffer<uint8_t>(w8a8_scratch_size(s.rows, s.in));
       std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
       linear_w8a8(x.data(), s.rows, s.in, p.packed.get(), p.scale.data(), p.row_sum.data(), s.out, y.data(),
                   scratch.get(), threads);
@@ -130,7 +130,7 @@ TEST_CASE("W8A8 output equals the exact integer dot product times both scales", 
   std::vector<uint8_t> xq(static_cast<size_t>(s.rows * k_pad));
   std::vector<float> xs(s.rows);
   quantize_rows_u8(x.data(), s.rows, s.in, xq.data(), xs.data());
-  auto scratch = llmk::test::aligned_buffer<uint8_t>(w8a8_scratch_bytes(s.rows, s.in));
+  auto scratch = llmk::test::aligned_buffer<uint8_t>(w8a8_scratch_size(s.rows, s.in));
   std::vector<float> y(static_cast<size_t>(s.rows * s.out));
   linear_w8a8(x.data(), s.rows, s.in, p.packed.get(), p.scale.data(), p.row_sum.data(), s.out, y.data(),
               scratch.get(), 2);

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "kernels/cpu/gemm_panel_f32.hpp"
-#include "kernels/cpu/gemm_w4.hpp"
-#include "kernels/cpu/gemm_wu8.hpp"
+#include "kernels/cpu/linear_panels16.hpp"
+#include "kernels/cpu/linear_w4.hpp"
+#include "kernels/cpu/linear_wu8.hpp"
 #include "quant/quant_test_util.hpp"
 
 using namespace llmk::kernels::cpu;
@@ -38,7 +38,7 @@ double rounding(int64_t k, double mag) { return 2.0 * double(k + 4) * kF32Eps * 
 namespace {
 
 // Float64 reference of the min/max range of one group: scale and zero point
-// as gemm_w4.hpp defines them (the scale rounded to its stored f32).
+// as linear_w4.hpp defines them (the scale rounded to its stored f32).
 std::pair<double, double> min_max_params(const float* w, int64_t n) {
   double lo = 0.0, hi = 0.0;
   for (int64_t k = 0; k < n; ++k) lo = std::min(lo, double(w[k])), hi = std::max(hi, double(w[k]));
@@ -74,10 +74,10 @@ TEST_CASE("Int4 group quantization keeps zero exact and rounds each weight to it
         CAPTURE(s.in, s.out, ws.group_size, range == W4Range::mse);
         auto w = llmk::test::random_matrix(s.out, s.in, 41, s.out > 2 ? 1 : -1);
         if (s.out > 3) std::fill_n(w.begin() + 3 * s.in, s.in, 0.25f);  // constant positive channel
-        std::vector<uint32_t> packed(ws.packed_words());
+        std::vector<uint32_t> packed(w4_size(ws));
         std::vector<float> scale(ws.group_params());
         std::vector<uint8_t> zero(ws.group_params());
-        quantize_pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data(), range);
+        pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data(), range);
         for (int64_t n = 0; n < s.out; ++n)
           for (int64_t g = 0; g < ws.num_groups(); ++g) {
             const int64_t k0 = g * ws.group_size, k1 = std::min(s.in, k0 + ws.group_size);
@@ -118,10 +118,10 @@ TEST_CASE("Int4 MSE ranges lower the squared error of heavy-tailed groups", "[qu
   const auto w = llmk::test::random_matrix(ws.out_features, ws.in_features, 61);
   double err_min_max = 0.0, err_mse = 0.0;
   for (const W4Range range : {W4Range::min_max, W4Range::mse}) {
-    std::vector<uint32_t> packed(ws.packed_words());
+    std::vector<uint32_t> packed(w4_size(ws));
     std::vector<float> scale(ws.group_params());
     std::vector<uint8_t> zero(ws.group_params());
-    quantize_pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data(), range);
+    pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data(), range);
     double err = 0.0;
     for (int64_t n = 0; n < ws.out_features; ++n)
       for (int64_t k = 0; k < ws.in_features; ++k) {
@@ -142,13 +142,13 @@ TEST_CASE("Int4 GEMV and GEMM match float64 within the weights' quantization err
         if (!ws.valid()) continue;
         const auto w = llmk::test::random_matrix(s.out, s.in, 51);
         const auto x = llmk::test::random_matrix(s.rows, s.in, 52, s.rows > 2 ? 1 : -1);
-        std::vector<uint32_t> packed(ws.packed_words());
+        std::vector<uint32_t> packed(w4_size(ws));
         std::vector<float> scale(ws.group_params());
         std::vector<uint8_t> zero(ws.group_params());
-        quantize_pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data(), range);
+        pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data(), range);
         for (const int threads : {1, 2}) {
           CAPTURE(s.rows, s.in, s.out, ws.group_size, threads, range == W4Range::mse);
-          std::vector<float> scratch(w4_scratch_floats(ws, threads));
+          std::vector<float> scratch(w4_scratch_size(ws, threads));
           std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
           linear_w4(x.data(), s.rows, ws, packed.data(), scale.data(), zero.data(), y.data(), scratch.data(), threads);
           for (int64_t r = 0; r < s.rows; ++r)
@@ -177,10 +177,10 @@ TEST_CASE("Uint8 zero-point quantization stays within half a step per tensor and
     for (const Shape& s : kShapes) {
       CAPTURE(s.in, s.out, per_channel);
       auto w = llmk::test::random_matrix(s.out, s.in, 61, s.out > 2 ? 1 : -1);
-      std::vector<uint8_t> packed(wu8_packed_bytes(s.out, s.in));
-      std::vector<float> scale(num_panels(s.out) * 16);
-      std::vector<uint8_t> zero(num_panels(s.out) * 16);
-      quantize_pack_wu8(w.data(), s.out, s.in, per_channel, packed.data(), scale.data(), zero.data());
+      std::vector<uint8_t> packed(wu8_size(s.out, s.in));
+      std::vector<float> scale(num_panels16(s.out) * 16);
+      std::vector<uint8_t> zero(num_panels16(s.out) * 16);
+      pack_wu8(w.data(), s.out, s.in, per_channel, packed.data(), scale.data(), zero.data());
       double t_lo = 0.0, t_hi = 0.0;
       for (const float v : w) t_lo = std::min<double>(t_lo, v), t_hi = std::max<double>(t_hi, v);
       for (int64_t n = 0; n < s.out; ++n) {
@@ -205,11 +205,11 @@ TEST_CASE("Uint8 zero-point GEMV and GEMM match float64 within the scale bound",
         CAPTURE(s.rows, s.in, s.out, per_channel, threads);
         const auto w = llmk::test::random_matrix(s.out, s.in, 71);
         const auto x = llmk::test::random_matrix(s.rows, s.in, 72, s.rows > 2 ? 1 : -1);
-        std::vector<uint8_t> packed(wu8_packed_bytes(s.out, s.in));
-        std::vector<float> scale(num_panels(s.out) * 16);
-        std::vector<uint8_t> zero(num_panels(s.out) * 16);
-        quantize_pack_wu8(w.data(), s.out, s.in, per_channel, packed.data(), scale.data(), zero.data());
-        std::vector<float> scratch(wu8_scratch_floats(s.in, threads));
+        std::vector<uint8_t> packed(wu8_size(s.out, s.in));
+        std::vector<float> scale(num_panels16(s.out) * 16);
+        std::vector<uint8_t> zero(num_panels16(s.out) * 16);
+        pack_wu8(w.data(), s.out, s.in, per_channel, packed.data(), scale.data(), zero.data());
+        std::vector<float> scratch(wu8_scratch_size(s.in, threads));
         std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
         linear_wu8(x.data(), s.rows, s.in, packed.data(), scale.data(), zero.data(), s.out, y.data(), scratch.data(),
                    threads);
@@ -235,10 +235,10 @@ TEST_CASE("F32 panel GEMM matches float64 to f32 rounding", "[quant][f32]") {
       CAPTURE(s.rows, s.in, s.out, threads);
       const auto w = llmk::test::random_matrix(s.out, s.in, 81);
       const auto x = llmk::test::random_matrix(s.rows, s.in, 82);
-      std::vector<float> packed(static_cast<size_t>(num_panels(s.out) * 16 * s.in));
-      pack_panels_f32(w.data(), s.out, s.in, packed.data());
+      std::vector<float> packed(panels16_size(s.out, s.in));
+      pack_panels16(w.data(), s.out, s.in, packed.data());
       std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
-      linear_panels_f32(x.data(), s.rows, s.in, packed.data(), s.out, y.data(), threads);
+      REQUIRE(linear_panels16(x.data(), s.rows, s.in, packed.data(), LLMK_DTYPE_F32, s.out, y.data(), threads));
       for (int64_t r = 0; r < s.rows; ++r)
         for (int64_t n = 0; n < s.out; ++n) {
           double ref = 0.0, mag = 0.0;
@@ -253,21 +253,21 @@ TEST_CASE("F32 panel GEMM matches float64 to f32 rounding", "[quant][f32]") {
 }
 
 TEST_CASE("F16 and BF16 panels convert on load and match float64 of the stored weights", "[quant][f32]") {
-  for (const auto type : {PanelType::f16, PanelType::bf16}) {
+  for (const auto type : {LLMK_DTYPE_F16, LLMK_DTYPE_BF16}) {
     for (const Shape& s : kShapes) {
-      CAPTURE(s.rows, s.in, s.out, type == PanelType::f16);
+      CAPTURE(s.rows, s.in, s.out, type == LLMK_DTYPE_F16);
       const auto w = llmk::test::random_matrix(s.out, s.in, 83);
       const auto x = llmk::test::random_matrix(s.rows, s.in, 84);
       std::vector<uint16_t> bits(w.size());
       std::vector<float> stored(w.size());  // the weights as the 16-bit format holds them
       for (size_t i = 0; i < w.size(); ++i) {
-        bits[i] = type == PanelType::f16 ? llmk::f32_to_f16(w[i]) : llmk::f32_to_bf16(w[i]);
-        stored[i] = type == PanelType::f16 ? llmk::f16_to_f32(bits[i]) : llmk::bf16_to_f32(bits[i]);
+        bits[i] = type == LLMK_DTYPE_F16 ? llmk::f32_to_f16(w[i]) : llmk::f32_to_bf16(w[i]);
+        stored[i] = type == LLMK_DTYPE_F16 ? llmk::f16_to_f32(bits[i]) : llmk::bf16_to_f32(bits[i]);
       }
-      std::vector<uint16_t> packed(static_cast<size_t>(num_panels(s.out) * 16 * s.in));
-      pack_panels_16(bits.data(), s.out, s.in, packed.data());
+      std::vector<uint16_t> packed(panels16_size(s.out, s.in));
+      pack_panels16(bits.data(), s.out, s.in, packed.data());
       std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
-      linear_panels(x.data(), s.rows, s.in, packed.data(), type, s.out, y.data(), 2);
+      REQUIRE(linear_panels16(x.data(), s.rows, s.in, packed.data(), type, s.out, y.data(), 2));
       for (int64_t r = 0; r < s.rows; ++r)
         for (int64_t n = 0; n < s.out; ++n) {
           double ref = 0.0, mag = 0.0;

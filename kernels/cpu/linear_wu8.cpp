@@ -1,4 +1,4 @@
-#include "kernels/cpu/gemm_wu8.hpp"
+#include "kernels/cpu/linear_wu8.hpp"
 
 // GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -9,15 +9,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/linear_tile.hpp"
+
 namespace llmk::kernels::cpu {
 
 namespace {
-
-constexpr int kGemvPanels = 4;
-
-inline __mmask16 tail_mask(int64_t cols) {
-  return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);
-}
 
 inline __m512 load_u8_ps(const uint8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
@@ -28,39 +24,29 @@ void gemv_tile_wu8(const float* x, float xsum, int64_t in_features, const uint8_
                    const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
   __m512 acc[C];
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
-  const uint8_t* base = packed + p0 * in_features * kPanelWidth;
+  const uint8_t* base = packed + p0 * in_features * kPanels16Width;
   for (int64_t k = 0; k < in_features; ++k) {
     const __m512 xk = _mm512_set1_ps(x[k]);
     for (int c = 0; c < C; ++c)
-      acc[c] = _mm512_fmadd_ps(load_u8_ps(base + (c * in_features + k) * kPanelWidth), xk, acc[c]);
+      acc[c] = _mm512_fmadd_ps(load_u8_ps(base + (c * in_features + k) * kPanels16Width), xk, acc[c]);
   }
   const __m512 vsum = _mm512_set1_ps(xsum);
   for (int c = 0; c < C; ++c) {
-    const int64_t cols = num_cols - c * kPanelWidth;
+    const int64_t cols = num_cols - c * kPanels16Width;
     if (cols <= 0) break;
-    const int64_t at = (p0 + c) * kPanelWidth;
+    const int64_t at = (p0 + c) * kPanels16Width;
     const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(scale + at), _mm512_fnmadd_ps(load_u8_ps(zero + at), vsum, acc[c]));
-    _mm512_mask_storeu_ps(y + c * kPanelWidth, tail_mask(cols), v);
-  }
-}
-
-void gemv_tile_dispatch(int c, const float* x, float xsum, int64_t in_features, const uint8_t* packed,
-                        const float* scale, const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
-  switch (c) {
-    case 1: return gemv_tile_wu8<1>(x, xsum, in_features, packed, scale, zero, p0, num_cols, y);
-    case 2: return gemv_tile_wu8<2>(x, xsum, in_features, packed, scale, zero, p0, num_cols, y);
-    case 3: return gemv_tile_wu8<3>(x, xsum, in_features, packed, scale, zero, p0, num_cols, y);
-    default: return gemv_tile_wu8<4>(x, xsum, in_features, packed, scale, zero, p0, num_cols, y);
+    _mm512_mask_storeu_ps(y + c * kPanels16Width, tail_mask(cols), v);
   }
 }
 
 void dequantize_panel(int64_t in_features, const uint8_t* packed, const float* scale, const uint8_t* zero, int64_t p,
                       float* out) {
-  const __m512 sc = _mm512_loadu_ps(scale + p * kPanelWidth);
-  const __m512 z = load_u8_ps(zero + p * kPanelWidth);
-  const uint8_t* base = packed + p * in_features * kPanelWidth;
+  const __m512 sc = _mm512_loadu_ps(scale + p * kPanels16Width);
+  const __m512 z = load_u8_ps(zero + p * kPanels16Width);
+  const uint8_t* base = packed + p * in_features * kPanels16Width;
   for (int64_t k = 0; k < in_features; ++k)
-    _mm512_storeu_ps(out + k * kPanelWidth, _mm512_mul_ps(_mm512_sub_ps(load_u8_ps(base + k * kPanelWidth), z), sc));
+    _mm512_storeu_ps(out + k * kPanels16Width, _mm512_mul_ps(_mm512_sub_ps(load_u8_ps(base + k * kPanels16Width), z), sc));
 }
 
 // Scale and zero point of the range [min(0, lo), max(0, hi)].
@@ -76,9 +62,9 @@ void range_params(double lo, double hi, float* scale, uint8_t* zero, double* inv
 
 }  // namespace
 
-void quantize_pack_wu8(const float* w, int64_t out_features, int64_t in_features, bool per_channel,
-                       uint8_t* packed, float* scale, uint8_t* zero) {
-  const int64_t padded_out = num_panels(out_features) * kPanelWidth;
+void pack_wu8(const float* w, int64_t out_features, int64_t in_features, bool per_channel,
+              uint8_t* packed, float* scale, uint8_t* zero) {
+  const int64_t padded_out = num_panels16(out_features) * kPanels16Width;
   double t_lo = 0.0, t_hi = 0.0;
   for (int64_t i = 0; i < out_features * in_features; ++i) {
     t_lo = std::min(t_lo, static_cast<double>(w[i]));
@@ -98,37 +84,30 @@ void quantize_pack_wu8(const float* w, int64_t out_features, int64_t in_features
     range_params(lo, hi, &scale[n], &zero[n], &inv, &z);
     for (int64_t k = 0; k < in_features; ++k) {
       const double v = n < out_features ? w[n * in_features + k] : 0.0;
-      packed[((n / kPanelWidth) * in_features + k) * kPanelWidth + n % kPanelWidth] =
+      packed[((n / kPanels16Width) * in_features + k) * kPanels16Width + n % kPanels16Width] =
           static_cast<uint8_t>(std::clamp(std::nearbyint(v * inv) + z, 0.0, 255.0));
     }
   }
 }
 
-size_t wu8_scratch_floats(int64_t in_features, int num_threads) {
-  return dequantized_scratch_floats(in_features, num_threads);
+size_t wu8_scratch_size(int64_t in_features, int num_threads) {
+  return dequantized_panels16_scratch_size(in_features, num_threads);
 }
 
 void linear_wu8(const float* x, int64_t num_rows, int64_t in_features, const uint8_t* packed, const float* scale,
                 const uint8_t* zero, int64_t out_features, float* y, float* scratch, int num_threads) {
-  const int64_t n_panels = num_panels(out_features);
   if (num_rows == 1) {
     float xsum = 0.0f;
     for (int64_t k = 0; k < in_features; ++k) xsum += x[k];
-    const int64_t num_tiles = (n_panels + kGemvPanels - 1) / kGemvPanels;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (num_threads > 1)
-    for (int64_t t = 0; t < num_tiles; ++t) {
-      const int64_t p0 = t * kGemvPanels;
-      const int c = static_cast<int>(std::min<int64_t>(kGemvPanels, n_panels - p0));
-      const int64_t n0 = p0 * kPanelWidth;
-      gemv_tile_dispatch(c, x, xsum, in_features, packed, scale, zero, p0,
-                         std::min<int64_t>(out_features - n0, c * kPanelWidth), y + n0);
-    }
+    for_one_row_tiles(out_features, num_threads, [&](auto panels, int64_t p0, int64_t num_cols, int64_t n0) {
+      gemv_tile_wu8<decltype(panels)::value>(x, xsum, in_features, packed, scale, zero, p0, num_cols, y + n0);
+    });
     return;
   }
-  linear_dequantized_panels(
-      x, num_rows, in_features, out_features,
-      [&](int64_t p, float* out) { dequantize_panel(in_features, packed, scale, zero, p, out); }, y, scratch,
-      num_threads);
+  linear_dequantized_panels16(
+      x, num_rows, in_features,
+      [&](int64_t p, float* out) { dequantize_panel(in_features, packed, scale, zero, p, out); }, out_features, y,
+      scratch, num_threads);
 }
 
 }  // namespace llmk::kernels::cpu

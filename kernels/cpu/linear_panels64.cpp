@@ -1,6 +1,4 @@
-#include "kernels/cpu/matmul_packed.hpp"
-
-#include <omp.h>
+#include "kernels/cpu/linear_panels64.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -11,7 +9,7 @@
 #endif
 
 #include "kernels/cpu/convert.hpp"
-#include "kernels/cpu/panel_tile.hpp"
+#include "kernels/cpu/linear_tile.hpp"
 #include "kernels/cpu/vec_math.hpp"  // also silences GCC 12's false uninitialized warnings in intrinsics
 
 namespace llmk::kernels::cpu {
@@ -21,46 +19,10 @@ namespace {
 constexpr int64_t kDepth = 256;      // k steps per block: a converted panel block is 64 KiB of f32 (L2)
 constexpr int64_t kConvertRows = 12; // from this many rows on, a block is widened to f32 once and reused
 
-int64_t num_panels(int64_t n) { return (n + kPanelCols - 1) / kPanelCols; }
-
 }  // namespace
 
-int64_t packed_panels_size(int64_t out_features, int64_t in_features) {
-  return num_panels(out_features) * kPanelCols * in_features;
-}
-
-namespace {
-
-template <class T>
-void pack_panels_impl(const T* w, T* packed, int64_t out_features, int64_t in_features) {
-  const int64_t panels = num_panels(out_features);
-#pragma omp parallel for
-  for (int64_t p = 0; p < panels; ++p) {
-    T* dst = packed + p * kPanelCols * in_features;
-    for (int64_t j = 0; j < kPanelCols; ++j) {
-      const int64_t n = p * kPanelCols + j;
-      if (n >= out_features) {
-        for (int64_t k = 0; k < in_features; ++k) dst[k * kPanelCols + j] = 0;
-        continue;
-      }
-      const T* src = w + n * in_features;
-      for (int64_t k = 0; k < in_features; ++k) dst[k * kPanelCols + j] = src[k];
-    }
-  }
-}
-
-}  // namespace
-
-void pack_panels(const uint16_t* w, uint16_t* packed, int64_t out_features, int64_t in_features) {
-  pack_panels_impl(w, packed, out_features, in_features);
-}
-
-void pack_panels(const float* w, float* packed, int64_t out_features, int64_t in_features) {
-  pack_panels_impl(w, packed, out_features, in_features);
-}
-
-int64_t matmul_packed_scratch_floats(int num_threads) {
-  return static_cast<int64_t>(std::max(1, num_threads)) * kDepth * kPanelCols;
+size_t panels64_scratch_size(int num_threads) {
+  return static_cast<size_t>(std::max(1, num_threads)) * kDepth * kPanels64Width;
 }
 
 #if defined(__AVX512F__)
@@ -94,12 +56,12 @@ inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int6
   __m512 acc[MR][4];
   zero_tile<MR>(acc);
   for (int64_t k = 0; k < depth; ++k) {
-    const typename B::T* bk = b + k * kPanelCols;
+    const typename B::T* bk = b + k * kPanels64Width;
     if (MR <= 2) {  // streaming (decode): ask for the weights 128 steps ahead
-      _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanelCols), _MM_HINT_T0);
-      if (sizeof(typename B::T) == 4) _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanelCols) + 64, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanelCols) + sizeof(typename B::T) * 32, _MM_HINT_T0);
-      if (sizeof(typename B::T) == 4) _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanelCols) + 192, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanels64Width), _MM_HINT_T0);
+      if (sizeof(typename B::T) == 4) _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanels64Width) + 64, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanels64Width) + sizeof(typename B::T) * 32, _MM_HINT_T0);
+      if (sizeof(typename B::T) == 4) _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanels64Width) + 192, _MM_HINT_T0);
     }
     const __m512 b0 = B::load(bk), b1 = B::load(bk + 16), b2 = B::load(bk + 32), b3 = B::load(bk + 48);
     for (int m = 0; m < MR; ++m) {
@@ -135,14 +97,14 @@ template <class B>
 void panels_range(const float* x, const typename B::T* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
                   int64_t p_begin, int64_t p_end, float* block) {
   for (int64_t p = p_begin; p < p_end; ++p) {
-    const int num_cols = static_cast<int>(std::min<int64_t>(kPanelCols, n_out - p * kPanelCols));
+    const int num_cols = static_cast<int>(std::min<int64_t>(kPanels64Width, n_out - p * kPanels64Width));
     for (int64_t k0 = 0; k0 < k_len; k0 += kDepth) {
       const int64_t depth = std::min(kDepth, k_len - k0);
-      const typename B::T* src = packed + (p * k_len + k0) * kPanelCols;
-      float* c = y + p * kPanelCols;
+      const typename B::T* src = packed + (p * k_len + k0) * kPanels64Width;
+      float* c = y + p * kPanels64Width;
       if (num_rows >= kConvertRows && !std::is_same_v<typename B::T, float>) {
         // Widen the block once; every row group then reads plain floats.
-        for (int64_t i = 0; i < depth * kPanelCols; i += 16) _mm512_storeu_ps(block + i, B::load(src + i));
+        for (int64_t i = 0; i < depth * kPanels64Width; i += 16) _mm512_storeu_ps(block + i, B::load(src + i));
         tile_rows<WidenF32>(x + k0, k_len, block, depth, c, n_out, num_rows, k0 > 0, num_cols);
       } else {
         tile_rows<B>(x + k0, k_len, src, depth, c, n_out, num_rows, k0 > 0, num_cols);
@@ -154,24 +116,17 @@ void panels_range(const float* x, const typename B::T* packed, float* y, int64_t
 template <class B>
 void dispatch(const float* x, const typename B::T* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
               int num_threads, float* scratch) {
-  const int64_t panels = num_panels(n_out);
-  const int threads = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), panels));
-  if (threads == 1 || num_rows * k_len * n_out < (1 << 18)) {
-    panels_range<B>(x, packed, y, num_rows, k_len, n_out, 0, panels, scratch);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    panels_range<B>(x, packed, y, num_rows, k_len, n_out, panels * t / nt, panels * (t + 1) / nt,
-                    scratch + static_cast<int64_t>(t) * kDepth * kPanelCols);
-  }
+  for_panel_ranges(num_panels64(n_out), num_threads, num_rows * k_len * n_out,
+                   [&](int64_t p_begin, int64_t p_end, int t) {
+                     panels_range<B>(x, packed, y, num_rows, k_len, n_out, p_begin, p_end,
+                                     scratch + static_cast<int64_t>(t) * kDepth * kPanels64Width);
+                   });
 }
 
 }  // namespace
 
-bool matmul_packed(const float* x, const void* packed, llmk_dtype w_dtype, float* y, int64_t num_rows,
-                   int64_t in_features, int64_t out_features, int num_threads, float* scratch) {
+bool linear_panels64(const float* x, int64_t num_rows, int64_t in_features, const void* packed, llmk_dtype w_dtype,
+                     int64_t out_features, float* y, float* scratch, int num_threads) {
   const auto* h = static_cast<const uint16_t*>(packed);
   if (w_dtype == LLMK_DTYPE_F16) dispatch<WidenF16>(x, h, y, num_rows, in_features, out_features, num_threads, scratch);
   else if (w_dtype == LLMK_DTYPE_BF16) dispatch<WidenBF16>(x, h, y, num_rows, in_features, out_features, num_threads, scratch);
@@ -183,18 +138,18 @@ bool matmul_packed(const float* x, const void* packed, llmk_dtype w_dtype, float
 
 #else  // portable fallback
 
-bool matmul_packed(const float* x, const void* packed_any, llmk_dtype w_dtype, float* y, int64_t num_rows,
-                   int64_t in_features, int64_t out_features, int num_threads, float* scratch) {
+bool linear_panels64(const float* x, int64_t num_rows, int64_t in_features, const void* packed_any,
+                     llmk_dtype w_dtype, int64_t out_features, float* y, float*, int) {
   if (w_dtype != LLMK_DTYPE_F16 && w_dtype != LLMK_DTYPE_BF16 && w_dtype != LLMK_DTYPE_F32) return false;
   const auto* packed = static_cast<const uint16_t*>(packed_any);
   const auto* packed_f32 = static_cast<const float*>(packed_any);
   for (int64_t m = 0; m < num_rows; ++m)
     for (int64_t n = 0; n < out_features; ++n) {
-      const int64_t p = n / kPanelCols, j = n % kPanelCols;
+      const int64_t p = n / kPanels64Width, j = n % kPanels64Width;
       float sum = 0.0f;
       for (int64_t k = 0; k < in_features; ++k) {
         float w;
-        const int64_t at = (p * in_features + k) * kPanelCols + j;
+        const int64_t at = (p * in_features + k) * kPanels64Width + j;
         const uint16_t bits = w_dtype == LLMK_DTYPE_F32 ? 0 : packed[at];
         if (w_dtype == LLMK_DTYPE_F32) w = packed_f32[at];
         else if (w_dtype == LLMK_DTYPE_F16) f16_to_f32(&bits, &w, 1);

@@ -1,4 +1,4 @@
-#include "kernels/cpu/gemm_w4.hpp"
+#include "kernels/cpu/linear_w4.hpp"
 
 // GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -10,15 +10,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/linear_tile.hpp"
+
 namespace llmk::kernels::cpu {
 
 namespace {
-
-constexpr int kGemvPanels = 4;  // panels per register tile of the one-row kernel
-
-inline __mmask16 tail_mask(int64_t cols) {
-  return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);
-}
 
 // Nibble j of each 32-bit lane as a float: vpermps reads only the low four
 // bits of each index, so a table of 0..15 converts without masking.
@@ -48,7 +44,7 @@ void gemv_tile_w4(const float* xp, const float* xsum, const W4Shape& s, const ui
     for (int64_t o = o_begin; o < o_end; ++o) {
       __m512i words[C];
       for (int c = 0; c < C; ++c)
-        words[c] = _mm512_loadu_si512(packed + ((p0 + c) * num_octets + o) * kPanelWidth);
+        words[c] = _mm512_loadu_si512(packed + ((p0 + c) * num_octets + o) * kPanels16Width);
       for (int j = 0; j < 8; ++j) {
         const __m512 xj = _mm512_set1_ps(xp[8 * o + j]);
         for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(nibble_ps(words[c], j, table), xj, acc[c]);
@@ -56,26 +52,16 @@ void gemv_tile_w4(const float* xp, const float* xsum, const W4Shape& s, const ui
     }
     const __m512 gsum = _mm512_set1_ps(xsum[g]);
     for (int c = 0; c < C; ++c) {
-      const int64_t at = ((p0 + c) * num_groups + g) * kPanelWidth;
+      const int64_t at = ((p0 + c) * num_groups + g) * kPanels16Width;
       const __m512 sc = _mm512_loadu_ps(scale + at);
       const __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zero + at))));
       total[c] = _mm512_fmadd_ps(sc, _mm512_fnmadd_ps(z, gsum, acc[c]), total[c]);
     }
   }
   for (int c = 0; c < C; ++c) {
-    const int64_t cols = num_cols - c * kPanelWidth;
+    const int64_t cols = num_cols - c * kPanels16Width;
     if (cols <= 0) break;
-    _mm512_mask_storeu_ps(y + c * kPanelWidth, tail_mask(cols), total[c]);
-  }
-}
-
-void gemv_tile_dispatch(int c, const float* xp, const float* xsum, const W4Shape& s, const uint32_t* packed,
-                        const float* scale, const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
-  switch (c) {
-    case 1: return gemv_tile_w4<1>(xp, xsum, s, packed, scale, zero, p0, num_cols, y);
-    case 2: return gemv_tile_w4<2>(xp, xsum, s, packed, scale, zero, p0, num_cols, y);
-    case 3: return gemv_tile_w4<3>(xp, xsum, s, packed, scale, zero, p0, num_cols, y);
-    default: return gemv_tile_w4<4>(xp, xsum, s, packed, scale, zero, p0, num_cols, y);
+    _mm512_mask_storeu_ps(y + c * kPanels16Width, tail_mask(cols), total[c]);
   }
 }
 
@@ -86,15 +72,15 @@ void dequantize_panel(const W4Shape& s, const uint32_t* packed, const float* sca
   const int64_t num_groups = s.num_groups();
   const __m512 table = nibble_table();
   for (int64_t g = 0; g < num_groups; ++g) {
-    const int64_t at = (p * num_groups + g) * kPanelWidth;
+    const int64_t at = (p * num_groups + g) * kPanels16Width;
     const __m512 sc = _mm512_loadu_ps(scale + at);
     const __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zero + at))));
     const int64_t k_end = std::min(s.in_features, (g + 1) * s.group_size);
     for (int64_t k = g * s.group_size; k < k_end; k += 8) {
-      const __m512i words = _mm512_loadu_si512(packed + (p * num_octets + k / 8) * kPanelWidth);
+      const __m512i words = _mm512_loadu_si512(packed + (p * num_octets + k / 8) * kPanels16Width);
       const int j_end = static_cast<int>(std::min<int64_t>(8, k_end - k));
       for (int j = 0; j < j_end; ++j)
-        _mm512_storeu_ps(out + (k + j) * kPanelWidth, _mm512_mul_ps(_mm512_sub_ps(nibble_ps(words, j, table), z), sc));
+        _mm512_storeu_ps(out + (k + j) * kPanels16Width, _mm512_mul_ps(_mm512_sub_ps(nibble_ps(words, j, table), z), sc));
     }
   }
 }
@@ -145,10 +131,10 @@ W4Group w4_fit_group(const float* w, int64_t n, W4Range range) {
   return best;
 }
 
-void quantize_pack_w4(const float* w, const W4Shape& s, uint32_t* packed, float* scale, uint8_t* zero, W4Range range) {
+void pack_w4(const float* w, const W4Shape& s, uint32_t* packed, float* scale, uint8_t* zero, W4Range range) {
   const int64_t num_octets = s.k_pad() / 8;
   const int64_t num_groups = s.num_groups();
-  std::memset(packed, 0, s.packed_words() * sizeof(uint32_t));
+  std::memset(packed, 0, w4_size(s) * sizeof(uint32_t));
   std::fill(scale, scale + s.group_params(), 0.0f);
   std::fill(zero, zero + s.group_params(), uint8_t{0});
   // Rows are independent (each writes only its own nibbles): pack them in parallel at load.
@@ -163,22 +149,21 @@ void quantize_pack_w4(const float* w, const W4Shape& s, uint32_t* packed, float*
       zero[w4_param_index(s, n, g)] = fit.zero;
       for (int64_t k = k0; k < k1; ++k) {
         const double q = sc > 0.0 ? std::clamp(std::nearbyint(row[k] / sc) + z, 0.0, 15.0) : z;
-        packed[((n / kPanelWidth) * num_octets + k / 8) * kPanelWidth + n % kPanelWidth] |=
+        packed[((n / kPanels16Width) * num_octets + k / 8) * kPanels16Width + n % kPanels16Width] |=
             static_cast<uint32_t>(q) << (4 * (k % 8));
       }
     }
   }
 }
 
-size_t w4_scratch_floats(const W4Shape& s, int num_threads) {
+size_t w4_scratch_size(const W4Shape& s, int num_threads) {
   const size_t gemv = static_cast<size_t>(s.k_pad() + s.num_groups());
-  const size_t gemm = dequantized_scratch_floats(s.in_features, num_threads);
+  const size_t gemm = dequantized_panels16_scratch_size(s.in_features, num_threads);
   return std::max(gemv, gemm);
 }
 
 void linear_w4(const float* x, int64_t num_rows, const W4Shape& s, const uint32_t* packed, const float* scale,
                const uint8_t* zero, float* y, float* scratch, int num_threads) {
-  const int64_t n_panels = num_panels(s.out_features);
   if (num_rows == 1) {
     float* xp = scratch;                 // [k_pad]
     float* xsum = scratch + s.k_pad();   // [num_groups]
@@ -190,20 +175,15 @@ void linear_w4(const float* x, int64_t num_rows, const W4Shape& s, const uint32_
       for (int64_t k = g * s.group_size; k < k1; ++k) sum += x[k];
       xsum[g] = sum;
     }
-    const int64_t num_tiles = (n_panels + kGemvPanels - 1) / kGemvPanels;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (num_threads > 1)
-    for (int64_t t = 0; t < num_tiles; ++t) {
-      const int64_t p0 = t * kGemvPanels;
-      const int c = static_cast<int>(std::min<int64_t>(kGemvPanels, n_panels - p0));
-      const int64_t n0 = p0 * kPanelWidth;
-      gemv_tile_dispatch(c, xp, xsum, s, packed, scale, zero, p0, std::min<int64_t>(s.out_features - n0, c * kPanelWidth),
-                         y + n0);
-    }
+    for_one_row_tiles(s.out_features, num_threads, [&](auto panels, int64_t p0, int64_t num_cols, int64_t n0) {
+      gemv_tile_w4<decltype(panels)::value>(xp, xsum, s, packed, scale, zero, p0, num_cols, y + n0);
+    });
     return;
   }
-  linear_dequantized_panels(
-      x, num_rows, s.in_features, s.out_features,
-      [&](int64_t p, float* out) { dequantize_panel(s, packed, scale, zero, p, out); }, y, scratch, num_threads);
+  linear_dequantized_panels16(
+      x, num_rows, s.in_features,
+      [&](int64_t p, float* out) { dequantize_panel(s, packed, scale, zero, p, out); }, s.out_features, y, scratch,
+      num_threads);
 }
 
 }  // namespace llmk::kernels::cpu

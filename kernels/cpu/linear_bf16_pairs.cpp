@@ -1,34 +1,34 @@
-#include "kernels/cpu/matmul_pairs.hpp"
-
-#include <omp.h>
+#include "kernels/cpu/linear_bf16_pairs.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
 
 #include "kernels/cpu/convert.hpp"
-#include "kernels/cpu/panel_tile.hpp"
+#include "kernels/cpu/linear_tile.hpp"
 #include "kernels/cpu/vec_math.hpp"  // also silences GCC 12's false uninitialized warnings in intrinsics
 
 namespace llmk::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kCols = 64;        // outputs per panel
-constexpr int64_t kPairRow = 2 * kCols;  // elements per pair of k steps in a panel
+constexpr int64_t kCols = kPanels64Width;  // outputs per panel
+constexpr int64_t kPairRow = 2 * kCols;    // elements per pair of k steps in a panel
 constexpr int64_t kBlockPairs = 128; // pairs of k steps per block: 32 KiB of a panel, reused by every row tile
 
-int64_t num_panels(int64_t n) { return (n + kCols - 1) / kCols; }
 int64_t num_pairs(int64_t k) { return (k + 1) / 2; }
+
+// Elements per row of BF16 activation scratch: in_features rounded up to even.
+int64_t bf16_row_stride(int64_t in_features) { return (in_features + 1) & ~int64_t{1}; }
 
 }  // namespace
 
-int64_t packed_pairs_size(int64_t out_features, int64_t in_features) {
-  return num_panels(out_features) * num_pairs(in_features) * kPairRow;
+size_t bf16_pairs_size(int64_t out_features, int64_t in_features) {
+  return static_cast<size_t>(num_panels64(out_features) * num_pairs(in_features) * kPairRow);
 }
 
-void pack_pairs(const uint16_t* w, uint16_t* packed, int64_t out_features, int64_t in_features) {
-  const int64_t panels = num_panels(out_features), pairs = num_pairs(in_features);
+void pack_bf16_pairs(const uint16_t* w, int64_t out_features, int64_t in_features, uint16_t* packed) {
+  const int64_t panels = num_panels64(out_features), pairs = num_pairs(in_features);
 #pragma omp parallel for
   for (int64_t p = 0; p < panels; ++p) {
     uint16_t* dst = packed + p * pairs * kPairRow;
@@ -40,7 +40,9 @@ void pack_pairs(const uint16_t* w, uint16_t* packed, int64_t out_features, int64
   }
 }
 
-int64_t bf16_row_stride(int64_t in_features) { return (in_features + 1) & ~int64_t{1}; }
+size_t bf16_pairs_scratch_size(int64_t num_rows, int64_t in_features) {
+  return static_cast<size_t>(num_rows * bf16_row_stride(in_features));
+}
 
 #if defined(__AVX512F__)
 
@@ -146,17 +148,9 @@ void panels_range(const T* x, int64_t ldx, const uint16_t* packed, float* y, int
 template <class T>
 void run(const T* x, int64_t ldx, const uint16_t* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
          int num_threads) {
-  const int64_t panels = num_panels(n_out);
-  const int threads = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), panels));
-  if (threads == 1 || num_rows * k_len * n_out < (1 << 18)) {
-    panels_range<T>(x, ldx, packed, y, num_rows, k_len, n_out, 0, panels);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    panels_range<T>(x, ldx, packed, y, num_rows, k_len, n_out, panels * t / nt, panels * (t + 1) / nt);
-  }
+  for_panel_ranges(num_panels64(n_out), num_threads, num_rows * k_len * n_out, [&](int64_t p_begin, int64_t p_end, int) {
+    panels_range<T>(x, ldx, packed, y, num_rows, k_len, n_out, p_begin, p_end);
+  });
 }
 
 }  // namespace
@@ -169,8 +163,8 @@ bool have_bf16_dot() {
 #endif
 }
 
-void matmul_pairs(const float* x, const uint16_t* packed, float* y, int64_t num_rows, int64_t in_features,
-                  int64_t out_features, int num_threads, bool round_activations, uint16_t* x_bf16) {
+void linear_bf16_pairs(const float* x, int64_t num_rows, int64_t in_features, const uint16_t* packed,
+                       bool round_activations, int64_t out_features, float* y, uint16_t* x_bf16, int num_threads) {
   if (!round_activations || !have_bf16_dot()) {
     run<float>(x, in_features, packed, y, num_rows, in_features, out_features, num_threads);
     return;
@@ -187,8 +181,8 @@ void matmul_pairs(const float* x, const uint16_t* packed, float* y, int64_t num_
 
 bool have_bf16_dot() { return false; }
 
-void matmul_pairs(const float* x, const uint16_t* packed, float* y, int64_t num_rows, int64_t in_features,
-                  int64_t out_features, int, bool, uint16_t*) {
+void linear_bf16_pairs(const float* x, int64_t num_rows, int64_t in_features, const uint16_t* packed, bool,
+                       int64_t out_features, float* y, uint16_t*, int) {
   const int64_t pairs = num_pairs(in_features);
   for (int64_t m = 0; m < num_rows; ++m)
     for (int64_t n = 0; n < out_features; ++n) {

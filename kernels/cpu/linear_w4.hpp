@@ -14,21 +14,23 @@
 // step for all the others. No calibration data is involved; the full range
 // is one of the candidates, so the squared error never exceeds min_max's.
 //
-// Packing: uint32[num_panels(out)][k_pad / 8][16 channels]; the word of
+// Packing: uint32[num_panels16(out)][k_pad / 8][16 channels]; the word of
 // channel c at octet o holds q[., 8 o + j] in bits 4j..4j+3 (two weights per
 // byte), k_pad = in_features rounded up to 8. scale: f32 and zero: u8, both
-// [num_panels(out)][num_groups][16]. Groups must start on an octet: group_size
+// [num_panels16(out)][num_groups][16]. Groups must start on an octet: group_size
 // is a multiple of 8, or covers all of in_features.
 //
 // One row (decode) multiplies raw q by x and applies scale and zero point per
 // group: sum_k (q - z) s x = s (sum_k q x - z sum_k x). More rows dequantize a
 // tile of panels to f32 once and reuse it for every row.
+//
+// One of the linear family; its naming and layouts: kernels/cpu/linear.hpp.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/gemm_panel_f32.hpp"
+#include "kernels/cpu/linear_panels16.hpp"
 
 namespace llmk::kernels::cpu {
 
@@ -38,19 +40,23 @@ struct W4Shape {
   int64_t group_size = 0;
   int64_t k_pad() const { return (in_features + 7) / 8 * 8; }
   int64_t num_groups() const { return (in_features + group_size - 1) / group_size; }
-  size_t packed_words() const { return static_cast<size_t>(num_panels(out_features) * kPanelWidth * k_pad() / 8); }
-  size_t group_params() const { return static_cast<size_t>(num_panels(out_features) * kPanelWidth * num_groups()); }
+  size_t group_params() const { return static_cast<size_t>(num_panels16(out_features) * kPanels16Width * num_groups()); }
   // group_size divides into octets, or one group spans every input.
   bool valid() const { return group_size > 0 && (group_size % 8 == 0 || group_size >= in_features); }
 };
 
+// Words of the packed weight.
+inline size_t w4_size(const W4Shape& s) {
+  return static_cast<size_t>(num_panels16(s.out_features) * kPanels16Width * s.k_pad() / 8);
+}
+
 // Accessors into the packed format (for tests and tools).
 inline uint32_t w4_q_at(const uint32_t* packed, const W4Shape& s, int64_t n, int64_t k) {
-  const uint32_t word = packed[((n / kPanelWidth) * (s.k_pad() / 8) + k / 8) * kPanelWidth + n % kPanelWidth];
+  const uint32_t word = packed[((n / kPanels16Width) * (s.k_pad() / 8) + k / 8) * kPanels16Width + n % kPanels16Width];
   return (word >> (4 * (k % 8))) & 0xfu;
 }
 inline int64_t w4_param_index(const W4Shape& s, int64_t n, int64_t group) {
-  return ((n / kPanelWidth) * s.num_groups() + group) * kPanelWidth + n % kPanelWidth;
+  return ((n / kPanels16Width) * s.num_groups() + group) * kPanels16Width + n % kPanels16Width;
 }
 
 // How a group's range is chosen (see the top of this file).
@@ -65,11 +71,11 @@ struct W4Group {
 W4Group w4_fit_group(const float* w, int64_t n, W4Range range);
 
 // Quantizes and packs w: [out_features, in_features].
-void quantize_pack_w4(const float* w, const W4Shape& shape, uint32_t* packed, float* scale, uint8_t* zero,
-                      W4Range range = W4Range::mse);
+void pack_w4(const float* w, const W4Shape& shape, uint32_t* packed, float* scale, uint8_t* zero,
+             W4Range range = W4Range::mse);
 
 // Floats of scratch linear_w4 needs.
-size_t w4_scratch_floats(const W4Shape& shape, int num_threads);
+size_t w4_scratch_size(const W4Shape& shape, int num_threads);
 
 // y: [num_rows, out_features] = x: [num_rows, in_features] times the packed weight.
 void linear_w4(const float* x, int64_t num_rows, const W4Shape& shape, const uint32_t* packed, const float* scale,

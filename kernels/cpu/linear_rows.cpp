@@ -1,4 +1,4 @@
-#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/linear_rows.hpp"
 
 #include <omp.h>
 
@@ -67,7 +67,7 @@ inline void tile(const float* x, int64_t ldx, const typename L::T* w, int64_t k_
 
 // Rows [n_begin, n_end) of the output for all activation rows.
 template <class L>
-void matmul_range(const float* x, const typename L::T* w, float* y, int64_t num_rows, int64_t k_len,
+void rows_range(const float* x, const typename L::T* w, float* y, int64_t num_rows, int64_t k_len,
                   int64_t n_out, int64_t n_begin, int64_t n_end) {
   if (num_rows == 1) {
     int64_t n = n_begin;
@@ -100,13 +100,13 @@ void matmul_range(const float* x, const typename L::T* w, float* y, int64_t num_
 }
 
 template <class L>
-void matmul_dispatch(const float* x, const void* w, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
+void rows_dispatch(const float* x, const void* w, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
                      int num_threads) {
   const auto* wt = static_cast<const typename L::T*>(w);
   const int64_t work = num_rows * k_len * n_out;
   const int threads = work < (1 << 18) ? 1 : std::max(1, num_threads);
   if (threads == 1) {
-    matmul_range<L>(x, wt, y, num_rows, k_len, n_out, 0, n_out);
+    rows_range<L>(x, wt, y, num_rows, k_len, n_out, 0, n_out);
     return;
   }
 #pragma omp parallel num_threads(threads)
@@ -116,14 +116,14 @@ void matmul_dispatch(const float* x, const void* w, float* y, int64_t num_rows, 
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t begin = std::min(n_out, num_slices * t / nt * 8);
     const int64_t end = std::min(n_out, num_slices * (t + 1) / nt * 8);
-    if (begin < end) matmul_range<L>(x, wt, y, num_rows, k_len, n_out, begin, end);
+    if (begin < end) rows_range<L>(x, wt, y, num_rows, k_len, n_out, begin, end);
   }
 }
 
 #else  // portable fallback
 
 template <class F>
-void matmul_generic(const float* x, F weight_at, float* y, int64_t num_rows, int64_t k_len, int64_t n_out) {
+void rows_generic(const float* x, F weight_at, float* y, int64_t num_rows, int64_t k_len, int64_t n_out) {
 #pragma omp parallel for
   for (int64_t n = 0; n < n_out; ++n)
     for (int64_t m = 0; m < num_rows; ++m) {
@@ -137,13 +137,13 @@ void matmul_generic(const float* x, F weight_at, float* y, int64_t num_rows, int
 
 }  // namespace
 
-bool matmul_wt(const float* x, const void* w, llmk_dtype w_dtype, float* y, int64_t num_rows,
-               int64_t in_features, int64_t out_features, int num_threads) {
+bool linear_rows(const float* x, int64_t num_rows, int64_t in_features, const void* w, llmk_dtype w_dtype,
+                 int64_t out_features, float* y, int num_threads) {
 #if defined(__AVX512F__)
   switch (w_dtype) {
-    case LLMK_DTYPE_F32: matmul_dispatch<LoadF32>(x, w, y, num_rows, in_features, out_features, num_threads); return true;
-    case LLMK_DTYPE_BF16: matmul_dispatch<LoadBF16>(x, w, y, num_rows, in_features, out_features, num_threads); return true;
-    case LLMK_DTYPE_F16: matmul_dispatch<LoadF16>(x, w, y, num_rows, in_features, out_features, num_threads); return true;
+    case LLMK_DTYPE_F32: rows_dispatch<LoadF32>(x, w, y, num_rows, in_features, out_features, num_threads); return true;
+    case LLMK_DTYPE_BF16: rows_dispatch<LoadBF16>(x, w, y, num_rows, in_features, out_features, num_threads); return true;
+    case LLMK_DTYPE_F16: rows_dispatch<LoadF16>(x, w, y, num_rows, in_features, out_features, num_threads); return true;
     default: return false;
   }
 #else
@@ -151,14 +151,14 @@ bool matmul_wt(const float* x, const void* w, llmk_dtype w_dtype, float* y, int6
   switch (w_dtype) {
     case LLMK_DTYPE_F32: {
       const auto* f = static_cast<const float*>(w);
-      matmul_generic(x, [f](int64_t i) { return f[i]; }, y, num_rows, in_features, out_features);
+      rows_generic(x, [f](int64_t i) { return f[i]; }, y, num_rows, in_features, out_features);
       return true;
     }
     case LLMK_DTYPE_BF16:
-      matmul_generic(x, [h](int64_t i) { float f; bf16_to_f32(h + i, &f, 1); return f; }, y, num_rows, in_features, out_features);
+      rows_generic(x, [h](int64_t i) { float f; bf16_to_f32(h + i, &f, 1); return f; }, y, num_rows, in_features, out_features);
       return true;
     case LLMK_DTYPE_F16:
-      matmul_generic(x, [h](int64_t i) { float f; f16_to_f32(h + i, &f, 1); return f; }, y, num_rows, in_features, out_features);
+      rows_generic(x, [h](int64_t i) { float f; f16_to_f32(h + i, &f, 1); return f; }, y, num_rows, in_features, out_features);
       return true;
     default: return false;
   }

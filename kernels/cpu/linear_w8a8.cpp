@@ -1,4 +1,4 @@
-#include "kernels/cpu/gemm_w8a8.hpp"
+#include "kernels/cpu/linear_w8a8.hpp"
 
 // GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/linear_tile.hpp"
+
 namespace llmk::kernels::cpu {
 
 namespace {
@@ -16,10 +18,6 @@ namespace {
 constexpr int kMaxRows = 4;
 constexpr int kMaxPanels = 4;
 constexpr int64_t kPanelBytes = 64;  // one vpdpbusd operand: 16 channels x 4 k
-
-inline __mmask16 tail_mask(int64_t cols) {
-  return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);
-}
 
 // R rows x C panels: int32 accumulators in registers over the whole k loop,
 // then the fused dequantizing epilogue.
@@ -41,14 +39,14 @@ void tile_w8a8(const uint8_t* xq, int64_t ldx, const float* x_scale, int64_t num
     }
   }
   for (int c = 0; c < C; ++c) {
-    const int64_t cols = num_cols - c * kPanelWidth;
+    const int64_t cols = num_cols - c * kPanels16Width;
     if (cols <= 0) break;
-    const __m512 ws = _mm512_loadu_ps(w_scale + c * kPanelWidth);
-    const __m512i shift = _mm512_slli_epi32(_mm512_loadu_si512(row_sum + c * kPanelWidth), 7);
+    const __m512 ws = _mm512_loadu_ps(w_scale + c * kPanels16Width);
+    const __m512i shift = _mm512_slli_epi32(_mm512_loadu_si512(row_sum + c * kPanels16Width), 7);
     for (int r = 0; r < R; ++r) {
       const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], shift));
       const __m512 s = _mm512_mul_ps(ws, _mm512_set1_ps(x_scale[r]));
-      _mm512_mask_storeu_ps(y + r * ldy + c * kPanelWidth, tail_mask(cols), _mm512_mul_ps(v, s));
+      _mm512_mask_storeu_ps(y + r * ldy + c * kPanels16Width, tail_mask(cols), _mm512_mul_ps(v, s));
     }
   }
 }
@@ -99,11 +97,11 @@ void quantize_row_u8(const float* x, int64_t in_features, int64_t k_pad, uint8_t
 
 }  // namespace
 
-void quantize_pack_w8a8(const float* w, int64_t out_features, int64_t in_features, int8_t* packed, float* scale,
-                        int32_t* row_sum) {
+void pack_w8a8(const float* w, int64_t out_features, int64_t in_features, int8_t* packed, float* scale,
+               int32_t* row_sum) {
   const int64_t k_pad = w8a8_k_pad(in_features);
-  const int64_t padded_out = num_panels(out_features) * kPanelWidth;
-  std::memset(packed, 0, w8a8_packed_bytes(out_features, in_features));
+  const int64_t padded_out = num_panels16(out_features) * kPanels16Width;
+  std::memset(packed, 0, w8a8_size(out_features, in_features));
 #pragma omp parallel for schedule(static)  // rows are independent: pack them in parallel at load
   for (int64_t n = 0; n < padded_out; ++n) {
     scale[n] = 0.0f;
@@ -118,7 +116,7 @@ void quantize_pack_w8a8(const float* w, int64_t out_features, int64_t in_feature
     int32_t sum = 0;
     for (int64_t k = 0; k < in_features; ++k) {
       const auto q = static_cast<int32_t>(std::clamp(std::nearbyint(row[k] * inv), -127.0, 127.0));
-      packed[((n / kPanelWidth) * (k_pad / 4) + k / 4) * 64 + (n % kPanelWidth) * 4 + k % 4] =
+      packed[((n / kPanels16Width) * (k_pad / 4) + k / 4) * 64 + (n % kPanels16Width) * 4 + k % 4] =
           static_cast<int8_t>(q);
       sum += q;
     }
@@ -132,7 +130,7 @@ void quantize_rows_u8(const float* x, int64_t num_rows, int64_t in_features, uin
     quantize_row_u8(x + r * in_features, in_features, k_pad, xq + r * k_pad, x_scale + r);
 }
 
-size_t w8a8_scratch_bytes(int64_t max_rows, int64_t in_features) {
+size_t w8a8_scratch_size(int64_t max_rows, int64_t in_features) {
   const size_t act = static_cast<size_t>(max_rows * w8a8_k_pad(in_features));
   return (act + 63) / 64 * 64 + static_cast<size_t>(max_rows) * sizeof(float);
 }
@@ -142,8 +140,8 @@ void linear_w8a8(const float* x, int64_t num_rows, int64_t in_features, const in
   const int64_t k_pad = w8a8_k_pad(in_features);
   auto* xq = static_cast<uint8_t*>(scratch);  // [num_rows, k_pad]
   auto* x_scale = reinterpret_cast<float*>(xq + (static_cast<size_t>(num_rows * k_pad) + 63) / 64 * 64);
-  const int64_t panel_stride = k_pad * kPanelWidth;
-  const int64_t num_tiles = (num_panels(out_features) + kMaxPanels - 1) / kMaxPanels;
+  const int64_t panel_stride = k_pad * kPanels16Width;
+  const int64_t num_tiles = (num_panels16(out_features) + kMaxPanels - 1) / kMaxPanels;
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1)
   {
 #pragma omp for schedule(static)
@@ -152,9 +150,9 @@ void linear_w8a8(const float* x, int64_t num_rows, int64_t in_features, const in
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < num_tiles; ++t) {
       const int64_t p0 = t * kMaxPanels;
-      const int64_t n0 = p0 * kPanelWidth;
-      const int c = static_cast<int>(std::min<int64_t>(kMaxPanels, num_panels(out_features) - p0));
-      const int64_t cols = std::min<int64_t>(out_features - n0, c * kPanelWidth);
+      const int64_t n0 = p0 * kPanels16Width;
+      const int c = static_cast<int>(std::min<int64_t>(kMaxPanels, num_panels16(out_features) - p0));
+      const int64_t cols = std::min<int64_t>(out_features - n0, c * kPanels16Width);
       for (int64_t r0 = 0; r0 < num_rows; r0 += kMaxRows) {
         const int rr = static_cast<int>(std::min<int64_t>(kMaxRows, num_rows - r0));
         tile_fn(rr, c)(xq + r0 * k_pad, k_pad, x_scale + r0, k_pad / 4, packed + p0 * panel_stride, panel_stride,

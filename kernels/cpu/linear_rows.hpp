@@ -1,3 +1,5 @@
+// linear_rows: y = x W^T with W as the checkpoint stores it (the family and
+// its naming: kernels/cpu/linear.hpp).
 #pragma once
 
 #include <cstdint>
@@ -6,8 +8,7 @@
 
 namespace llmk::kernels::cpu {
 
-// y = x W^T with W stored as the checkpoint stores it (one row per output):
-//   y[m, n] = sum_k x[m, k] * float(w[n, k])
+// y[m, n] = sum_k x[m, k] * float(w[n, k])
 // x: [num_rows, in_features] f32; w: [out_features, in_features] of w_dtype
 // (LLMK_DTYPE_F32, F16 or BF16; converted exactly to f32 in registers);
 // y: [num_rows, out_features] f32, overwritten.
@@ -17,7 +18,7 @@ namespace llmk::kernels::cpu {
 // registers. Threads split the output features. With many rows it stays
 // correct and exact but runs well below a blocked GEMM. Returns false for an
 // unsupported dtype.
-bool matmul_wt(const float* x, const void* w, llmk_dtype w_dtype, float* y, int64_t num_rows,
-               int64_t in_features, int64_t out_features, int num_threads);
+bool linear_rows(const float* x, int64_t num_rows, int64_t in_features, const void* w, llmk_dtype w_dtype,
+                 int64_t out_features, float* y, int num_threads);
 
 }  // namespace llmk::kernels::cpu

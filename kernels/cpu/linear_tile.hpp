@@ -1,0 +1,69 @@
+// Pieces shared by the linear kernels (kernels/cpu/linear.hpp): the thread
+// split over output panels, and the shape, clearing and store of one register
+// tile of MR rows x 64 output columns (panels64, bf16_pairs).
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace llmk::kernels::cpu {
+
+constexpr int kTileRows = 6;  // activation rows per register tile (6 x 64 outputs = 24 accumulators)
+
+// Calls range(p_begin, p_end, thread) so that the ranges cover panels
+// [0, num_panels) once: on the calling thread (thread 0) when one thread is
+// asked for or the product is small (work = rows x in x out below 2^18),
+// otherwise in contiguous shares across min(num_threads, num_panels) threads.
+template <class Range>
+void for_panel_ranges(int64_t num_panels, int num_threads, int64_t work, const Range& range) {
+  const int threads = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), num_panels));
+  if (threads == 1 || work < (1 << 18)) {
+    range(int64_t{0}, num_panels, 0);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    range(num_panels * t / nt, num_panels * (t + 1) / nt, t);
+  }
+}
+
+}  // namespace llmk::kernels::cpu
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+namespace llmk::kernels::cpu {
+
+// The first min(cols, 16) lanes of a 16-float vector (cols > 0).
+inline __mmask16 tail_mask(int64_t cols) {
+  return cols >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << cols) - 1u);
+}
+
+template <int MR>
+inline void zero_tile(__m512 (&acc)[MR][4]) {
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_setzero_ps();
+}
+
+// c[m, 0:64] (+)= acc[m] for MR rows; only the first num_cols columns.
+template <int MR>
+inline void store_tile(const __m512 (&acc)[MR][4], float* c, int64_t ldc, bool accumulate, int num_cols) {
+  for (int j = 0; j < 4; ++j) {
+    const int valid = std::clamp(num_cols - 16 * j, 0, 16);
+    if (valid == 0) break;
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
+    for (int m = 0; m < MR; ++m) {
+      float* cp = c + m * ldc + 16 * j;
+      __m512 v = acc[m][j];
+      if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, cp));
+      _mm512_mask_storeu_ps(cp, mask, v);
+    }
+  }
+}
+
+}  // namespace llmk::kernels::cpu
+
+#endif

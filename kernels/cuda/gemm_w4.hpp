@@ -1,5 +1,5 @@
 // Weight-only int4 linear on the GPU, in the CPU engine's scheme
-// (kernels/cpu/gemm_w4.hpp): groups of group_size inputs of one output
+// (kernels/cpu/linear_w4.hpp): groups of group_size inputs of one output
 // channel share an f32 scale and a u8 zero point, w ~= (q - zero) * scale.
 //
 // Layout (device): packed uint32 [out_features, k_words] with k_words =

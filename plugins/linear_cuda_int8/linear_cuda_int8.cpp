@@ -1,5 +1,5 @@
 // linear.cuda_int8: W8A8 on a CUDA device, the scheme of the CPU's
-// linear.int8 (kernels/cpu/gemm_w8a8.hpp) without its unsigned shift.
+// linear.int8 (kernels/cpu/linear_w8a8.hpp) without its unsigned shift.
 //
 // create() quantizes the weight on the host once, symmetric per output
 // channel: w_scale[n] = max_k |w[n, k]| / 127, wq = clamp(rint(w / w_scale),

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/plugin_loader.hpp"
-#include "kernels/cpu/gemm_w4.hpp"
+#include "kernels/cpu/linear_w4.hpp"
 #include "test_support.hpp"
 
 using namespace llmk::cudasim_test;
@@ -161,7 +161,7 @@ TEST_CASE("linear.cuda_int4 by default matches the CPU scheme's mse-fitted group
   reset_simulator(1);
   for (const uint32_t in : kInFeatures) {
     const std::vector<float> w = random_floats(static_cast<size_t>(kOut) * in, 13 + in);
-    // The CPU engine's own fit (kernels/cpu/gemm_w4.hpp, range mse, groups of
+    // The CPU engine's own fit (kernels/cpu/linear_w4.hpp, range mse, groups of
     // 128): y over these dequantized weights differs from the plugin's only by
     // float sums (decode) or bf16 rounding of x and w^ (prefill); the bound is
     // that plus the distance of the dequantized weights from w itself.

@@ -117,7 +117,7 @@ SuiteResult run_linear_suite(const Plugin& plugin) {
           llmk_linear_desc desc{sizeof(llmk_linear_desc), layer.c_str(), static_cast<uint32_t>(in),
                                 static_cast<uint32_t>(out), wt.dtype,
                                 wt.dtype == LLMK_DTYPE_F32 ? static_cast<const void*>(w32.data()) : w16.data(), 1,
-                                static_cast<uint32_t>(rows), 2, "{}"};
+                                static_cast<uint32_t>(rows), 2, "{}", LLMK_DEVICE_CPU, LLMK_DTYPE_F32};
           char reason[512] = {};
           if (api.supports(&desc, reason, sizeof(reason)) != 1) {
             ++result.num_unsupported;

@@ -1,5 +1,6 @@
 // The runtime subset: memory, copies, memset, streams, events, properties,
 // errors, launch checks, and stream capture + graph replay against eager runs.
+#include <algorithm>
 #include <cstring>
 
 #include "test_kernels.hpp"
@@ -137,6 +138,13 @@ TEST_CASE("Launches with more than 1024 threads per block fail with cudaErrorInv
 TEST_CASE("A captured graph replays the recorded copies and launches, equal to running them eagerly") {
   const int n = 517;
   const auto x = random_floats(n, 31), y0 = random_floats(n, 32);
+  // The captured uploads read pinned memory, as the executor's captured
+  // uploads do; this test, which also runs natively (test_cuda_native), does
+  // not rely on the real runtime capturing copies from pageable memory.
+  float* pinned = nullptr;  // [2n]: x, then y0
+  CUDA_REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&pinned), 2 * n * sizeof(float)));
+  std::copy(x.begin(), x.end(), pinned);
+  std::copy(y0.begin(), y0.end(), pinned + n);
   for (auto seed : seeds) {
     reset_simulator(seed);
     cudaStream_t stream;
@@ -163,8 +171,8 @@ TEST_CASE("A captured graph replays the recorded copies and launches, equal to r
     cudaStreamCaptureStatus status;
     CUDA_REQUIRE(cudaStreamIsCapturing(stream, &status));
     REQUIRE(status == cudaStreamCaptureStatusActive);
-    CUDA_REQUIRE(cudaMemcpyAsync(dx.get(), x.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream));
-    CUDA_REQUIRE(cudaMemcpyAsync(dy.get(), y0.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream));
+    CUDA_REQUIRE(cudaMemcpyAsync(dx.get(), pinned, n * sizeof(float), cudaMemcpyHostToDevice, stream));
+    CUDA_REQUIRE(cudaMemcpyAsync(dy.get(), pinned + n, n * sizeof(float), cudaMemcpyHostToDevice, stream));
     axpy(2.0f, dx.get(), dy.get(), n, stream);
     axpy(2.0f, dx.get(), dy.get(), n, stream);
     row_sum_shuffle(dy.get(), dsum.get(), 1, n, 128, stream);
@@ -190,6 +198,7 @@ TEST_CASE("A captured graph replays the recorded copies and launches, equal to r
     CUDA_REQUIRE(cudaGraphDestroy(graph));
     CUDA_REQUIRE(cudaStreamDestroy(stream));
   }
+  CUDA_REQUIRE(cudaFreeHost(pinned));
 }
 
 #if !LLMK_CUDA_NATIVE

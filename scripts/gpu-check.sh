@@ -45,7 +45,7 @@
 # development machine (Debian 12, same CUDA 13 toolkit), packed with the
 # shared libraries they load (ldd closure, without glibc and without the CUDA
 # libraries, which the GPU machine has), the stories260K model and its golden
-# vectors, and compressed with xz (about 25 MiB, under the 64 MiB such a
+# vectors, and compressed with xz (about 30 MiB, under the 64 MiB such a
 # machine's carry allows). On the GPU machine a carried library is put on
 # LD_LIBRARY_PATH only when the system lacks its soname, so the machine's own
 # newer libstdc++, libcudart and libcublasLt are used where they exist.
@@ -88,8 +88,9 @@ case "$build_dir" in /*) ;; *) build_dir="$repo_root/$build_dir" ;; esac
 # CUDA `llmk generate` loads (the CPU ones serve the control run).
 build_targets=(llmk test_cuda_native llmk_attention_cuda llmk_linear_cublas llmk_attention_cpu llmk_linear_dense
                llmk_kv_contiguous llmk_kv_paged llmk_kv_vm)
-# Plugins packed into a bundle (linear.dense is left out: it links oneDNN, 40 MB).
-bundle_plugins=(attention_cuda linear_cublas attention_cpu kv_contiguous kv_paged kv_vm)
+# Plugins packed into a bundle: the CUDA ones, and the CPU defaults for the
+# control run (linear.dense brings oneDNN, 7 MB of the compressed bundle).
+bundle_plugins=(attention_cuda linear_cublas attention_cpu linear_dense kv_contiguous kv_paged kv_vm)
 
 configure_and_build() {
   command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || die "nvcc not found: the CUDA build needs the CUDA toolkit"
@@ -138,7 +139,8 @@ make_bundle() {
     echo "source: $(git -C "$repo_root" describe --always --dirty 2>/dev/null || echo unknown)"
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm)"
     echo "nvcc: $( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version) | tail -1)"
-    echo "cuda architectures: $(grep -m1 '^CMAKE_CUDA_ARCHITECTURES' "$build_dir/CMakeCache.txt" | cut -d= -f2)"
+    # The fatbins name their targets as text (no cuobjdump needed).
+    echo "cuda architectures: $(grep -aoE 'sm_[0-9]+a?' "$root/bin/test_cuda_native" | sort -u | tr '\n' ' ')"
     echo "libraries carried: $(ls "$root/lib" | tr '\n' ' ')"
   } > "$root/MANIFEST"
   mkdir -p "$(dirname "$bundle_file")"
@@ -202,7 +204,7 @@ if [ -n "$prebuilt" ]; then
     ldconfig -p 2>/dev/null | grep -qF "$(basename "$lib") " || ln -s "$lib" "$root/lib-missing/"
   done
   cuda_dirs=""
-  for name in libcublasLt.so.13 libcudart.so.13; do
+  for name in libcublasLt.so.13 libcublas.so.13 libcudart.so.13; do
     ldconfig -p 2>/dev/null | grep -qF "$name " && continue
     found=$(find /usr/local/cuda/lib64/ /usr/local/cuda/targets/ /usr/local/ /opt/ /usr/lib/ -name "$name" 2>/dev/null | head -1)
     [ -n "$found" ] && cuda_dirs="$cuda_dirs:$(dirname "$found")"

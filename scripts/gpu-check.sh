@@ -50,6 +50,13 @@
 # LD_LIBRARY_PATH only when the system lacks its soname, so the machine's own
 # newer libstdc++, libcudart and libcublasLt are used where they exist.
 #
+# With a borrowed GPU machine that runs commands in a copy of this checkout
+# (a size limit on what travels, a time limit per command): pack into an
+# ignored folder that travels with the copy, then split the phases, e.g.
+#   scripts/gpu-check.sh --bundle build-bundle/gpu-check.tar.xz            # here
+#   scripts/gpu-check.sh --prebuilt build-bundle/gpu-check.tar.xz --phases tests,golden
+#   scripts/gpu-check.sh --prebuilt build-bundle/gpu-check.tar.xz --phases memcheck,racecheck
+#
 # Exit status: 0 when every check that ran passed, 1 when one failed, 2 when
 # there is no NVIDIA GPU (nothing is built then), 3 for a usage or build error.
 set -uo pipefail
@@ -170,7 +177,7 @@ if [ -z "$gpu_query" ]; then
   echo "gpu-check: no NVIDIA GPU on this machine ($reason); nothing was built or run." >&2
   echo "gpu-check: the CUDA sources are checked here by the simulation instead: ctest -R cudasim" >&2
   echo "gpu-check: to check on a GPU machine without llmk's dependencies, pack a bundle here:" >&2
-  echo "  scripts/gpu-check.sh --bundle gpu-check.tar.xz   # then --prebuilt gpu-check.tar.xz there" >&2
+  echo "  scripts/gpu-check.sh --bundle build-bundle/gpu-check.tar.xz   # then --prebuilt build-bundle/gpu-check.tar.xz there" >&2
   exit 2
 fi
 IFS=',' read -r gpu_name gpu_driver gpu_memory gpu_cc <<< "$gpu_query"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/plugin_loader.hpp"
-#include "kernels/cpu/gemm_w4.hpp"
+#include "kernels/cpu/linear_w4.hpp"
 #include "test_support.hpp"
 
 using namespace llmk::cudasim_test;
@@ -161,7 +161,7 @@ TEST_CASE("linear.cuda_int4 by default matches the CPU scheme's mse-fitted group
   reset_simulator(1);
   for (const uint32_t in : kInFeatures) {
     const std::vector<float> w = random_floats(static_cast<size_t>(kOut) * in, 13 + in);
-    // The CPU engine's own fit (kernels/cpu/gemm_w4.hpp, range mse, groups of
+    // The CPU engine's own fit (kernels/cpu/linear_w4.hpp, range mse, groups of
     // 128): y over these dequantized weights differs from the plugin's only by
     // float sums (decode) or bf16 rounding of x and w^ (prefill); the bound is
     // that plus the distance of the dequantized weights from w itself.
@@ -300,9 +300,22 @@ TEST_CASE("The quantized CUDA plugins refuse the CPU, bad options and (FP8) devi
   d.options = R"({"weight_scale":"block"})";
   CHECK_THROWS_WITH(llmk::LinearImpl(fp8, d), Catch::Contains("expected one of channel, tensor"));
   d.options = "{}";
+#if !LLMK_CUDA_NATIVE
   cudasim::set_compute_capability(8, 0);
   CHECK_THROWS_WITH(llmk::LinearImpl(fp8, d), Catch::Contains("compute capability 8.9 or newer") &&
                                                   Catch::Contains("is 8.0"));
   cudasim::set_compute_capability(9, 0);
   CHECK_NOTHROW(llmk::LinearImpl(fp8, d));
+#else
+  // The device is what it is: FP8 serves from 8.9 on and is refused below.
+  int device = 0, major = 0, minor = 0;
+  CUDA_REQUIRE(cudaGetDevice(&device));
+  CUDA_REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major * 10 + minor >= 89) {
+    CHECK_NOTHROW(llmk::LinearImpl(fp8, d));
+  } else {
+    CHECK_THROWS_WITH(llmk::LinearImpl(fp8, d), Catch::Contains("compute capability 8.9 or newer"));
+  }
+#endif
 }

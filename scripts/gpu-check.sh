@@ -16,9 +16,13 @@
 #      golden prompt's text and a batch of them compared with
 #      ../shared/golden/stories260K.json (and the CPU executor of the same
 #      binary as a control);
-#   5. prints a markdown summary (GPU, driver, what passed) ready for
-#      docs/PERFORMANCE.md. The GPU benchmark table is not part of it yet:
-#      issue 16 (GPU executor, part 2) adds it; the summary says so.
+#   5. runs the GPU benchmarks of the executor's part 2 (issue 16):
+#      bench_gpu (dummy llama2-7b and llama3-8b, every CUDA linear plugin,
+#      beside the copy bandwidth and GEMM peak measured in the same run) and,
+#      where python3 has PyTorch, the plain PyTorch baseline
+#      bench/cuda/torch_baseline.py;
+#   6. prints a markdown summary (GPU, driver, what passed, the benchmark
+#      tables) ready for docs/PERFORMANCE.md.
 #
 # Usage
 #   scripts/gpu-check.sh [options]                 build here and check (needs the
@@ -31,8 +35,8 @@
 #   --build-dir DIR   build folder (default build-gpu)
 #   --out DIR         logs and summary.md (default <build-dir>/gpu-check, or
 #                     <bundle folder>/gpu-check with --prebuilt)
-#   --phases LIST     comma-separated subset of tests,memcheck,racecheck,golden
-#                     (default: all), to split a run across short sessions
+#   --phases LIST     comma-separated subset of tests,memcheck,racecheck,golden,
+#                     bench (default: all), to split a run across short sessions
 #   --jobs N          build parallelism (default: nproc)
 #
 # Why a bundle: the GPU machines this project is sometimes lent have nvcc,
@@ -56,6 +60,7 @@
 #   scripts/gpu-check.sh --bundle build-bundle/gpu-check.tar.xz            # here
 #   scripts/gpu-check.sh --prebuilt build-bundle/gpu-check.tar.xz --phases tests,golden
 #   scripts/gpu-check.sh --prebuilt build-bundle/gpu-check.tar.xz --phases memcheck,racecheck
+#   scripts/gpu-check.sh --prebuilt build-bundle/gpu-check.tar.xz --phases bench
 #
 # Exit status: 0 when every check that ran passed, 1 when one failed, 2 when
 # there is no NVIDIA GPU (nothing is built then), 3 for a usage or build error.
@@ -66,7 +71,7 @@ build_dir=build-gpu
 out_dir=""
 bundle_file=""
 prebuilt=""
-phases="tests,memcheck,racecheck,golden"
+phases="tests,memcheck,racecheck,golden,bench"
 jobs=$(nproc 2>/dev/null || echo 4)
 
 die() { echo "gpu-check: $*" >&2; exit 3; }
@@ -86,18 +91,22 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$bundle_file" ] && [ -n "$prebuilt" ] && die "--bundle and --prebuilt exclude each other"
 for p in ${phases//,/ }; do
-  case "$p" in tests|memcheck|racecheck|golden) ;; *) die "unknown phase '$p' in --phases" ;; esac
+  case "$p" in tests|memcheck|racecheck|golden|bench) ;; *) die "unknown phase '$p' in --phases" ;; esac
 done
 want_phase() { [[ ",$phases," == *",$1,"* ]]; }
 case "$build_dir" in /*) ;; *) build_dir="$repo_root/$build_dir" ;; esac
 
-# The targets the checks run: the command, the native tests and the plugins a
-# CUDA `llmk generate` loads (the CPU ones serve the control run).
-build_targets=(llmk test_cuda_native llmk_attention_cuda llmk_linear_cublas llmk_attention_cpu llmk_linear_dense
+# The targets the checks run: the command, the native tests, the benchmark
+# and the plugins they load (the CPU ones serve the control run).
+build_targets=(llmk test_cuda_native bench_gpu llmk_attention_cuda llmk_linear_cublas llmk_linear_cuda_int8
+               llmk_linear_cuda_int4 llmk_linear_cuda_fp8 llmk_attention_cpu llmk_linear_dense
                llmk_kv_contiguous llmk_kv_paged llmk_kv_vm)
 # Plugins packed into a bundle: the CUDA ones, and the CPU defaults for the
 # control run (linear.dense brings oneDNN, 7 MB of the compressed bundle).
-bundle_plugins=(attention_cuda linear_cublas attention_cpu linear_dense kv_contiguous kv_paged kv_vm)
+bundle_plugins=(attention_cuda linear_cublas linear_cuda_int8 linear_cuda_int4 linear_cuda_fp8 attention_cpu
+                linear_dense kv_contiguous kv_paged kv_vm)
+# The CUDA linear plugins bench_gpu compares.
+bench_linears=linear.cublas,linear.cuda_int8,linear.cuda_int4,linear.cuda_fp8
 
 configure_and_build() {
   command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || die "nvcc not found: the CUDA build needs the CUDA toolkit"
@@ -105,7 +114,7 @@ configure_and_build() {
   command -v ninja >/dev/null && generator=(-G Ninja)
   echo "gpu-check: configuring $build_dir (Release, LLMK_CUDA=ON)" >&2
   cmake -S "$repo_root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DLLMK_CUDA=ON \
-    -DLLMK_BUILD_TESTS=ON -DLLMK_BUILD_BENCH=OFF -DLLMK_BUILD_EXAMPLES=OFF >&2 || die "configure failed"
+    -DLLMK_BUILD_TESTS=ON -DLLMK_BUILD_BENCH=ON -DLLMK_BUILD_EXAMPLES=OFF >&2 || die "configure failed"
   echo "gpu-check: building ${build_targets[*]}" >&2
   cmake --build "$build_dir" --target "${build_targets[@]}" -j "$jobs" >&2 || die "build failed"
 }
@@ -127,13 +136,15 @@ make_bundle() {
   stage=$(mktemp -d)
   local root="$stage/llmk-gpu-check"
   mkdir -p "$root/bin" "$root/plugins" "$root/lib" "$root/shared/models" "$root/shared/golden" "$root/scripts"
-  cp "$build_dir/bin/llmk" "$build_dir/tests/test_cuda_native" "$root/bin/" || die "binaries missing in $build_dir"
+  cp "$build_dir/bin/llmk" "$build_dir/tests/test_cuda_native" "$build_dir/bin/bench_gpu" "$root/bin/" ||
+    die "binaries missing in $build_dir"
+  cp "$repo_root/bench/cuda/torch_baseline.py" "$root/bin/"
   local p
   for p in "${bundle_plugins[@]}"; do cp "$build_dir/plugins/libllmk_$p.so" "$root/plugins/" || die "plugin $p missing"; done
-  strip --strip-unneeded "$root"/bin/* "$root"/plugins/*.so 2>/dev/null
+  strip --strip-unneeded "$root"/bin/llmk "$root"/bin/test_cuda_native "$root"/bin/bench_gpu "$root"/plugins/*.so
   local lib
   # ldd lists the whole closure of each file (dependencies of dependencies too).
-  for lib in $(ldd "$root"/bin/* "$root"/plugins/*.so | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
+  for lib in $(ldd "$root"/bin/llmk "$root"/bin/test_cuda_native "$root"/bin/bench_gpu "$root"/plugins/*.so | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
     skip_lib "$lib" && continue
     cp -L "$lib" "$root/lib/$(basename "$lib")"
   done
@@ -200,6 +211,7 @@ if [ -n "$prebuilt" ]; then
   fi
   [ -x "$root/bin/test_cuda_native" ] || die "$prebuilt is not a gpu-check bundle (no bin/test_cuda_native)"
   llmk_bin="$root/bin/llmk"; test_bin="$root/bin/test_cuda_native"
+  bench_bin="$root/bin/bench_gpu"; torch_baseline="$root/bin/torch_baseline.py"
   plugin_dir="$root/plugins"; shared_dir="$root/shared"
   [ -n "$out_dir" ] || out_dir="$root/gpu-check"
   # Carried libraries whose soname the system lacks, and the CUDA libraries
@@ -217,7 +229,7 @@ if [ -n "$prebuilt" ]; then
     [ -n "$found" ] && cuda_dirs="$cuda_dirs:$(dirname "$found")"
   done
   export LD_LIBRARY_PATH="$root/lib-missing${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  missing=$(ldd "$llmk_bin" "$test_bin" "$plugin_dir"/*.so 2>/dev/null | grep "not found" | sort -u)
+  missing=$(ldd "$llmk_bin" "$test_bin" "$bench_bin" "$plugin_dir"/*.so 2>/dev/null | grep "not found" | sort -u)
   if [ -n "$missing" ]; then
     echo "gpu-check: libraries still missing after LD_LIBRARY_PATH=$LD_LIBRARY_PATH:" >&2
     echo "$missing" >&2
@@ -226,6 +238,7 @@ if [ -n "$prebuilt" ]; then
 else
   configure_and_build
   llmk_bin="$build_dir/bin/llmk"; test_bin="$build_dir/tests/test_cuda_native"
+  bench_bin="$build_dir/bin/bench_gpu"; torch_baseline="$repo_root/bench/cuda/torch_baseline.py"
   plugin_dir="$build_dir/plugins"; shared_dir="$repo_root/../shared"
   [ -n "$out_dir" ] || out_dir="$build_dir/gpu-check"
 fi
@@ -360,6 +373,29 @@ if want_phase golden; then
   else record "control: the same binary on the CPU executor" "FAILED" "$bad comparisons differ (golden-cpu.log)"; fi
 fi
 
+if want_phase bench; then
+  t0=$(date +%s)
+  if [ ! -x "$bench_bin" ]; then record "bench_gpu" "not run" "no bench_gpu binary"
+  else
+    timeout 1800 "$bench_bin" --linear "$bench_linears" > "$out_dir/bench-gpu.md" 2> "$out_dir/bench-gpu.log"
+    status=$?
+    if [ $status -eq 0 ]; then record "bench_gpu (figures below)" "ran" "$(elapsed "$t0")"
+    else record "bench_gpu" "FAILED" "exit $status (bench-gpu.log)"; fi
+  fi
+  : > "$out_dir/torch-baseline.jsonl"
+  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    t0=$(date +%s)
+    torch_ok=1
+    for preset in llama2-7b llama3-8b; do
+      if timeout 900 python3 "$torch_baseline" --preset "$preset" > "$out_dir/torch-baseline-$preset.log" 2>&1; then
+        tail -1 "$out_dir/torch-baseline-$preset.log" >> "$out_dir/torch-baseline.jsonl"
+      else torch_ok=0; fi
+    done
+    if [ $torch_ok -eq 1 ]; then record "PyTorch baseline (figures below)" "ran" "$(elapsed "$t0")"
+    else record "PyTorch baseline" "FAILED" "see torch-baseline-*.log"; fi
+  else record "PyTorch baseline" "not run" "python3 has no PyTorch with CUDA"; fi
+fi
+
 # ---------------------------------------------------------------- summary
 nvcc_version=$( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version 2>/dev/null) | grep -oE "release [0-9.]+" | head -1)
 if [ -n "$prebuilt" ]; then
@@ -384,9 +420,21 @@ fi
   echo
   echo "#### GPU benchmarks"
   echo
-  echo "Not measured by this script yet: the benchmark table (decode and prefill"
-  echo "throughput, kernel times against their rooflines) comes with the GPU"
-  echo "executor's part 2 (issue 16)."
+  if [ -s "$out_dir/bench-gpu.md" ] && want_phase bench; then
+    echo "bench_gpu (dummy weights, BF16 KV; limits measured in the same run):"
+    echo
+    cat "$out_dir/bench-gpu.md"
+  else
+    echo "Not measured in this run (phase bench not run or bench_gpu failed)."
+  fi
+  if [ -s "$out_dir/torch-baseline.jsonl" ] && want_phase bench; then
+    echo
+    echo "PyTorch baseline (bench/cuda/torch_baseline.py, one JSON line per preset):"
+    echo
+    echo '```'
+    cat "$out_dir/torch-baseline.jsonl"
+    echo '```'
+  fi
 } > "$out_dir/summary.md"
 echo
 cat "$out_dir/summary.md"

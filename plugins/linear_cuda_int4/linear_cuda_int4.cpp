@@ -1,5 +1,5 @@
 // linear.cuda_int4: weight-only int4 on a CUDA device, in the CPU's
-// linear.int4 scheme (kernels/cpu/gemm_w4.hpp), so the same error bound
+// linear.int4 scheme (kernels/cpu/linear_w4.hpp), so the same error bound
 // applies: groups of group_size inputs per output channel, asymmetric with
 // an integer zero point, the range fitted by the CPU's own w4_fit_group
 // ("mse" or "min_max"). create() fits and packs on the host once and uploads
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/gemm_w4.hpp"
+#include "kernels/cpu/linear_w4.hpp"
 #include "kernels/cuda/convert.hpp"
 #include "kernels/cuda/gemm_w4.hpp"
 #include "plugins/quant_common/cuda_lt_matmul.hpp"

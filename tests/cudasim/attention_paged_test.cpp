@@ -216,7 +216,7 @@ void check_attention_case(const attention_case& c) {
                                         dquery_start.get(), dcontext_lens.get(), dslots.get(), dtables.get()};
     CUDA_REQUIRE(cuda::attention_paged_run(shape, step, dq.get(), dk.get(), dv.get(), dk_cache.get(), dv_cache.get(),
                                            dout.get(), nullptr));
-    REQUIRE(cudasim::race_count() == 0);
+    REQUIRE_NO_SIMULATED_RACES();
 
     // The cache: new slots equal the rounded inputs, every other byte untouched.
     const auto k_cache = dk_cache.download(), v_cache = dv_cache.download();

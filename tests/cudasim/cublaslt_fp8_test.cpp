@@ -141,6 +141,9 @@ TEST_CASE("An FP8 product captured in a graph reads its scales when it replays, 
   CUDA_REQUIRE(cudaStreamDestroy(stream));
 }
 
+#if !LLMK_CUDA_NATIVE
+// What the simulated FP8 subset refuses, with its messages: simulation only
+// (a host scale pointer is not something to hand the real library).
 TEST_CASE("cublasLtMatmul refuses FP8 outside the TN form, with unaligned shapes, and scale pointers on BF16",
           "[cublaslt][fp8]") {
   reset_simulator(1);
@@ -173,3 +176,4 @@ TEST_CASE("cublasLtMatmul refuses FP8 outside the TN form, with unaligned shapes
   CHECK(run(CUBLAS_OP_T, CUDA_R_8F_E4M3, 32, 32, 32, host.data()) == CUBLAS_STATUS_INVALID_VALUE);
   CHECK(cudasim::last_error_detail().find("scale pointer is not device memory") != std::string::npos);
 }
+#endif  // !LLMK_CUDA_NATIVE

@@ -55,7 +55,7 @@ const std::vector<GoldenCase>& golden() { return test::golden_cases(); }
 
 struct CudaFixture {
   std::shared_ptr<const Checkpoint> checkpoint =
-      load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+      load_checkpoint(test::stories_dir());
   PluginRegistry plugins{{LLMK_CUDASIM_PLUGIN_DIR}};
   EngineConfig cfg;
   std::unique_ptr<Executor> executor;

@@ -20,7 +20,7 @@ TEST_CASE("A shared-memory tiled matmul matches float64 on odd sizes under every
       device_buffer<float> da(a), db(b), dc(static_cast<std::size_t>(s.m) * s.n);
       matmul_tiled(da.get(), db.get(), dc.get(), s.m, s.n, s.k, nullptr);
       CUDA_REQUIRE(cudaGetLastError());
-      REQUIRE(cudasim::race_count() == 0);
+      REQUIRE_NO_SIMULATED_RACES();
       const auto c = dc.download();
       for (int i = 0; i < s.m; ++i)
         for (int j = 0; j < s.n; ++j) {
@@ -51,7 +51,7 @@ TEST_CASE("A histogram with shared and global atomicAdd counts every value") {
         histogram(dv.get(), dcounts.get(), n, num_bins, nullptr);
         CUDA_REQUIRE(cudaGetLastError());
         REQUIRE(dcounts.download() == want);
-        REQUIRE(cudasim::race_count() == 0);
+        REQUIRE_NO_SIMULATED_RACES();
       }
     }
 }

@@ -201,7 +201,7 @@ TEST_CASE("RMSNorm with and without the residual add matches float64 for odd row
                                                          : dweight_16.get();
           CUDA_REQUIRE(cuda::rmsnorm(dhidden.get(), add_residual ? dx.get() : nullptr, w, weight_dtype, dout.get(),
                                      num_rows, dim, eps, nullptr));
-          REQUIRE(cudasim::race_count() == 0);
+          REQUIRE_NO_SIMULATED_RACES();
           REQUIRE(dhidden.download() == want_hidden);
           const auto out = dout.download();
           for (std::size_t i = 0; i < size; ++i) {

@@ -1,5 +1,13 @@
 // Helpers shared by the cudasim tests: device buffers, the seeds every
 // scheduling-sensitive test runs under, float64 references.
+//
+// The same test files build two ways:
+//   test_cudasim       against the simulation (cudasim.hpp, libllmk_cudasim)
+//   test_cuda_native   against the real CUDA runtime, cuBLAS and cuBLASLt, with
+//                      the kernels compiled by nvcc (tests/cudasim/native),
+//                      LLMK_CUDA_NATIVE=1. Tests of the simulation itself (its
+//                      race reports, seeds, emulated error details) are
+//                      compiled out there with `#if !LLMK_CUDA_NATIVE`.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -8,6 +16,27 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#ifndef LLMK_CUDA_NATIVE
+#define LLMK_CUDA_NATIVE 0
+#endif
+
+#if LLMK_CUDA_NATIVE
+
+#include <cuda_runtime.h>
+
+#define CUDA_REQUIRE(expr)                                                                            \
+  do {                                                                                                \
+    const cudaError_t cuda_status_ = (expr);                                                          \
+    INFO(#expr << " -> " << cudaGetErrorName(cuda_status_) << " " << cudaGetErrorString(cuda_status_)); \
+    REQUIRE(cuda_status_ == cudaSuccess);                                                             \
+  } while (0)
+
+// On the GPU, shared-memory races are compute-sanitizer's (racecheck in
+// scripts/gpu-check.sh); the launch itself must still have succeeded.
+#define REQUIRE_NO_SIMULATED_RACES() CUDA_REQUIRE(cudaDeviceSynchronize())
+
+#else
 
 #include "cudasim.hpp"
 
@@ -18,7 +47,22 @@
     REQUIRE(cudasim_status_ == cudaSuccess);                                                        \
   } while (0)
 
+// The simulation's race check saw no unsynchronised shared-memory access.
+#define REQUIRE_NO_SIMULATED_RACES() REQUIRE(cudasim::race_count() == 0)
+
+#endif
+
 namespace llmk::cudasim_test {
+
+#if LLMK_CUDA_NATIVE
+
+// A GPU has one schedule per run, chosen by the hardware: one pass.
+inline const std::vector<std::uint64_t> seeds = {1};
+
+// Clean slate for a test: no pending error (the seed has no meaning on a GPU).
+inline void reset_simulator(std::uint64_t /*seed*/) { (void)cudaGetLastError(); }
+
+#else
 
 // Seeds of the thread and block orders; each scheduling-sensitive test runs under all.
 inline const std::vector<std::uint64_t> seeds = {1, 2, 3, 17, 2024};
@@ -30,6 +74,8 @@ inline void reset_simulator(std::uint64_t seed) {
   cudasim::clear_races();
   (void)cudaGetLastError();
 }
+
+#endif
 
 // A device allocation of `size` elements of T, freed on scope exit.
 template <class T>

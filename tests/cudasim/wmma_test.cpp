@@ -33,7 +33,7 @@ void check_wmma(Launch launch, T (*to_t)(float), float (*to_float)(T), int m, in
     device_buffer<float> dc(static_cast<std::size_t>(m) * n);
     launch(da.get(), db.get(), dc.get(), m, n, k, nullptr);
     CUDA_REQUIRE(cudaGetLastError());
-    REQUIRE(cudasim::race_count() == 0);
+    REQUIRE_NO_SIMULATED_RACES();
     const auto c = dc.download();
     // Products of rounded inputs are exact in float; float accumulation over k.
     for (std::size_t i = 0; i < c.size(); ++i) REQUIRE(std::abs(c[i] - want[i]) <= k * 1.2e-7 * k + 1e-6);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <numeric>
@@ -28,9 +29,17 @@ struct GoldenCase {
   std::string greedy_text;
 };
 
+// ../shared (models, golden vectors): the LLMK_SHARED_DIR environment
+// variable when set (as the engine reads it: test binaries carried to another
+// machine, scripts/gpu-check.sh --prebuilt), else the build's.
+inline std::string shared_dir() {
+  const char* env = std::getenv("LLMK_SHARED_DIR");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(LLMK_SHARED_DIR);
+}
+
 inline const std::vector<GoldenCase>& golden_cases() {
   static const std::vector<GoldenCase> cases = [] {
-    std::ifstream in(std::string(LLMK_SHARED_DIR) + "/golden/stories260K.json");
+    std::ifstream in(shared_dir() + "/golden/stories260K.json");
     REQUIRE(in);
     const nlohmann::json j = nlohmann::json::parse(in);
     std::vector<GoldenCase> out;
@@ -42,7 +51,7 @@ inline const std::vector<GoldenCase>& golden_cases() {
   return cases;
 }
 
-inline std::string stories_dir() { return std::string(LLMK_SHARED_DIR) + "/models/stories260K"; }
+inline std::string stories_dir() { return shared_dir() + "/models/stories260K"; }
 
 inline int32_t argmax(const float* x, int32_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
 

@@ -1,0 +1,443 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh: the CUDA checks that need a real NVIDIA GPU, in one
+# command. CI has no GPU: there the same CUDA sources run under the CPU
+# simulation (tests/cudasim, test_cudasim) and test_cuda_native reports
+# itself skipped. On a machine with a GPU this script
+#   1. builds (Release, -DLLMK_CUDA=ON) llmk, the CUDA plugins and
+#      test_cuda_native (the cudasim test files against the real CUDA runtime,
+#      cuBLAS and cuBLASLt, kernels compiled by nvcc for sm_80 and sm_90a);
+#   2. runs test_cuda_native;
+#   3. runs it again under compute-sanitizer --tool memcheck, and the kernel
+#      tests under --tool racecheck, where compute-sanitizer exists; a hidden
+#      test case with a deliberately removed __syncthreads must be flagged by
+#      racecheck (the native twin of the simulation's race-check test);
+#   4. runs the golden model on the GPU: `llmk generate` on stories260K with
+#      executor.device=cuda, linear.cublas and attention.cuda, greedy, each
+#      golden prompt's text and a batch of them compared with
+#      ../shared/golden/stories260K.json (and the CPU executor of the same
+#      binary as a control);
+#   5. runs the GPU benchmarks of the executor's part 2 (issue 16):
+#      bench_gpu (dummy llama2-7b and llama3-8b, every CUDA linear plugin,
+#      beside the copy bandwidth and GEMM peak measured in the same run) and,
+#      where python3 has PyTorch, the plain PyTorch baseline
+#      bench/cuda/torch_baseline.py;
+#   6. prints a markdown summary (GPU, driver, what passed, the benchmark
+#      tables) ready for docs/PERFORMANCE.md.
+#
+# Usage
+#   scripts/gpu-check.sh [options]                 build here and check (needs the
+#                                                  project's Debian dependencies and nvcc)
+#   scripts/gpu-check.sh --bundle FILE.tar.xz      build here (no GPU needed) and pack
+#                                                  what the checks run into one archive
+#   scripts/gpu-check.sh --prebuilt FILE|DIR       check from such an archive (or its
+#                                                  unpacked folder) on a GPU machine
+# Options
+#   --build-dir DIR   build folder (default build-gpu)
+#   --out DIR         logs and summary.md (default <build-dir>/gpu-check, or
+#                     <bundle folder>/gpu-check with --prebuilt)
+#   --phases LIST     comma-separated subset of tests,memcheck,racecheck,golden,
+#                     bench (default: all), to split a run across short sessions
+#   --jobs N          build parallelism (default: nproc)
+#
+# Why a bundle: the GPU machines this project is sometimes lent have nvcc,
+# CMake, ninja and compute-sanitizer, but none of llmk's Debian dependencies
+# (CAF, Boost, ZeroMQ, sentencepiece, spdlog, yaml-cpp, OpenBLAS, ...) and no
+# network to install them. A build of only the kernels with CMake + nvcc +
+# Catch2 would leave out what matters most: the executor end to end, the
+# plugins loaded by the engine's PluginRegistry and `llmk generate`, all of
+# which link llmk_core and its dependencies. So the binaries are built on a
+# development machine (Debian 12, same CUDA 13 toolkit), packed with the
+# shared libraries they load (ldd closure, without glibc and without the CUDA
+# libraries, which the GPU machine has), the stories260K model and its golden
+# vectors, and compressed with xz (about 30 MiB, under the 64 MiB such a
+# machine's carry allows). On the GPU machine a carried library is put on
+# LD_LIBRARY_PATH only when the system lacks its soname, so the machine's own
+# newer libstdc++, libcudart and libcublasLt are used where they exist.
+#
+# With a borrowed GPU machine that runs commands in a copy of this checkout
+# (a size limit on what travels, a time limit per command): pack into an
+# ignored folder that travels with the copy, then split the phases, e.g.
+#   scripts/gpu-check.sh --bundle build-bundle/gpu-check.tar.xz            # here
+#   scripts/gpu-check.sh --prebuilt build-bundle/gpu-check.tar.xz --phases tests,golden
+#   scripts/gpu-check.sh --prebuilt build-bundle/gpu-check.tar.xz --phases memcheck,racecheck
+#   scripts/gpu-check.sh --prebuilt build-bundle/gpu-check.tar.xz --phases bench
+#
+# Exit status: 0 when every check that ran passed, 1 when one failed, 2 when
+# there is no NVIDIA GPU (nothing is built then), 3 for a usage or build error.
+set -uo pipefail
+
+repo_root=$(cd "$(dirname "$0")/.." && pwd)
+build_dir=build-gpu
+out_dir=""
+bundle_file=""
+prebuilt=""
+phases="tests,memcheck,racecheck,golden,bench"
+jobs=$(nproc 2>/dev/null || echo 4)
+
+die() { echo "gpu-check: $*" >&2; exit 3; }
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build_dir=${2:?--build-dir needs a folder}; shift 2 ;;
+    --out) out_dir=${2:?--out needs a folder}; shift 2 ;;
+    --bundle) bundle_file=${2:?--bundle needs a file name}; shift 2 ;;
+    --prebuilt) prebuilt=${2:?--prebuilt needs a file or folder}; shift 2 ;;
+    --phases) phases=${2:?--phases needs a list}; shift 2 ;;
+    --jobs) jobs=${2:?--jobs needs a number}; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+[ -n "$bundle_file" ] && [ -n "$prebuilt" ] && die "--bundle and --prebuilt exclude each other"
+for p in ${phases//,/ }; do
+  case "$p" in tests|memcheck|racecheck|golden|bench) ;; *) die "unknown phase '$p' in --phases" ;; esac
+done
+want_phase() { [[ ",$phases," == *",$1,"* ]]; }
+case "$build_dir" in /*) ;; *) build_dir="$repo_root/$build_dir" ;; esac
+
+# The targets the checks run: the command, the native tests, the benchmark
+# and the plugins they load (the CPU ones serve the control run).
+build_targets=(llmk test_cuda_native bench_gpu llmk_attention_cuda llmk_linear_cublas llmk_linear_cuda_int8
+               llmk_linear_cuda_int4 llmk_linear_cuda_fp8 llmk_attention_cpu llmk_linear_dense
+               llmk_kv_contiguous llmk_kv_paged llmk_kv_vm)
+# Plugins packed into a bundle: the CUDA ones, and the CPU defaults for the
+# control run (linear.dense brings oneDNN, 7 MB of the compressed bundle).
+bundle_plugins=(attention_cuda linear_cublas linear_cuda_int8 linear_cuda_int4 linear_cuda_fp8 attention_cpu
+                linear_dense kv_contiguous kv_paged kv_vm)
+# The CUDA linear plugins bench_gpu compares.
+bench_linears=linear.cublas,linear.cuda_int8,linear.cuda_int4,linear.cuda_fp8
+
+configure_and_build() {
+  command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || die "nvcc not found: the CUDA build needs the CUDA toolkit"
+  local generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  echo "gpu-check: configuring $build_dir (Release, LLMK_CUDA=ON)" >&2
+  cmake -S "$repo_root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DLLMK_CUDA=ON \
+    -DLLMK_BUILD_TESTS=ON -DLLMK_BUILD_BENCH=ON -DLLMK_BUILD_EXAMPLES=OFF >&2 || die "configure failed"
+  echo "gpu-check: building ${build_targets[*]}" >&2
+  cmake --build "$build_dir" --target "${build_targets[@]}" -j "$jobs" >&2 || die "build failed"
+}
+
+# ---------------------------------------------------------------- --bundle
+# Libraries never packed: glibc's (the target's own must be used) and the
+# CUDA libraries (the GPU machine has them; cuBLASLt alone is 540 MB).
+skip_lib() {
+  case "$(basename "$1")" in
+    ld-linux*|libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libresolv.so*|libutil.so*|linux-vdso*) return 0 ;;
+    libcuda.so*|libcublas.so*|libcublasLt.so*|libnvidia*) return 0 ;;
+  esac
+  return 1
+}
+
+make_bundle() {
+  configure_and_build
+  local stage
+  stage=$(mktemp -d)
+  local root="$stage/llmk-gpu-check"
+  mkdir -p "$root/bin" "$root/plugins" "$root/lib" "$root/shared/models" "$root/shared/golden" "$root/scripts"
+  cp "$build_dir/bin/llmk" "$build_dir/tests/test_cuda_native" "$build_dir/bin/bench_gpu" "$root/bin/" ||
+    die "binaries missing in $build_dir"
+  cp "$repo_root/bench/cuda/torch_baseline.py" "$root/bin/"
+  local p
+  for p in "${bundle_plugins[@]}"; do cp "$build_dir/plugins/libllmk_$p.so" "$root/plugins/" || die "plugin $p missing"; done
+  strip --strip-unneeded "$root"/bin/llmk "$root"/bin/test_cuda_native "$root"/bin/bench_gpu "$root"/plugins/*.so
+  local lib
+  # ldd lists the whole closure of each file (dependencies of dependencies too).
+  for lib in $(ldd "$root"/bin/llmk "$root"/bin/test_cuda_native "$root"/bin/bench_gpu "$root"/plugins/*.so | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
+    skip_lib "$lib" && continue
+    cp -L "$lib" "$root/lib/$(basename "$lib")"
+  done
+  local shared="$repo_root/../shared"
+  cp -r "$shared/models/stories260K" "$root/shared/models/" || die "$shared/models/stories260K missing"
+  cp "$shared/golden/stories260K.json" "$root/shared/golden/" || die "$shared/golden/stories260K.json missing"
+  cp "$repo_root/scripts/gpu-check.sh" "$root/scripts/"
+  {
+    echo "llmk gpu-check bundle"
+    echo "source: $(git -C "$repo_root" describe --always --dirty 2>/dev/null || echo unknown)"
+    echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm)"
+    echo "nvcc: $( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version) | tail -1)"
+    # The fatbins name their targets as text (no cuobjdump needed).
+    echo "cuda architectures: $(grep -aoE 'sm_[0-9]+a?' "$root/bin/test_cuda_native" | sort -u | tr '\n' ' ')"
+    echo "libraries carried: $(ls "$root/lib" | tr '\n' ' ')"
+  } > "$root/MANIFEST"
+  mkdir -p "$(dirname "$bundle_file")"
+  echo "gpu-check: packing $bundle_file (xz)" >&2
+  tar -C "$stage" -cf - llmk-gpu-check | xz -6 -T0 > "$bundle_file" || die "packing failed"
+  rm -rf "$stage"
+  local bytes
+  bytes=$(stat -c %s "$bundle_file")
+  echo "gpu-check: wrote $bundle_file ($((bytes / 1048576)) MiB); on the GPU machine run:"
+  echo "  scripts/gpu-check.sh --prebuilt $(basename "$bundle_file")"
+  [ "$bytes" -lt $((64 * 1048576)) ] || echo "gpu-check: warning: the bundle is over 64 MiB" >&2
+}
+
+if [ -n "$bundle_file" ]; then
+  case "$bundle_file" in /*) ;; *) bundle_file="$PWD/$bundle_file" ;; esac
+  make_bundle
+  exit 0
+fi
+
+# ---------------------------------------------------------------- the GPU
+gpu_query=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpu_query=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader 2>/dev/null | head -1)
+fi
+if [ -z "$gpu_query" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1; then reason="nvidia-smi lists no GPU"; else reason="nvidia-smi is not installed"; fi
+  echo "gpu-check: no NVIDIA GPU on this machine ($reason); nothing was built or run." >&2
+  echo "gpu-check: the CUDA sources are checked here by the simulation instead: ctest -R cudasim" >&2
+  echo "gpu-check: to check on a GPU machine without llmk's dependencies, pack a bundle here:" >&2
+  echo "  scripts/gpu-check.sh --bundle build-bundle/gpu-check.tar.xz   # then --prebuilt build-bundle/gpu-check.tar.xz there" >&2
+  exit 2
+fi
+IFS=',' read -r gpu_name gpu_driver gpu_memory gpu_cc <<< "$gpu_query"
+trim() { local s="$1"; s="${s#"${s%%[![:space:]]*}"}"; echo "${s%"${s##*[![:space:]]}"}"; }
+gpu_name=$(trim "$gpu_name"); gpu_driver=$(trim "$gpu_driver"); gpu_memory=$(trim "$gpu_memory"); gpu_cc=$(trim "$gpu_cc")
+
+# ---------------------------------------------------------------- binaries
+if [ -n "$prebuilt" ]; then
+  if [ -f "$prebuilt" ]; then
+    unpack_dir="$(cd "$(dirname "$prebuilt")" && pwd)/gpu-check-bundle"
+    rm -rf "$unpack_dir" && mkdir -p "$unpack_dir"
+    if ! tar -C "$unpack_dir" -xJf "$prebuilt" 2>/dev/null; then
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$prebuilt" "$unpack_dir" ||
+        die "cannot unpack $prebuilt"
+    fi
+    root="$unpack_dir/llmk-gpu-check"
+  else
+    root=$(cd "$prebuilt" && pwd)
+    [ -d "$root/llmk-gpu-check" ] && root="$root/llmk-gpu-check"
+  fi
+  [ -x "$root/bin/test_cuda_native" ] || die "$prebuilt is not a gpu-check bundle (no bin/test_cuda_native)"
+  llmk_bin="$root/bin/llmk"; test_bin="$root/bin/test_cuda_native"
+  bench_bin="$root/bin/bench_gpu"; torch_baseline="$root/bin/torch_baseline.py"
+  plugin_dir="$root/plugins"; shared_dir="$root/shared"
+  [ -n "$out_dir" ] || out_dir="$root/gpu-check"
+  # Carried libraries whose soname the system lacks, and the CUDA libraries
+  # wherever this machine keeps them (the toolkit, or Python's nvidia wheels).
+  mkdir -p "$root/lib-missing"
+  rm -f "$root"/lib-missing/*
+  for lib in "$root"/lib/*; do
+    [ -e "$lib" ] || continue
+    ldconfig -p 2>/dev/null | grep -qF "$(basename "$lib") " || ln -s "$lib" "$root/lib-missing/"
+  done
+  cuda_dirs=""
+  for name in libcublasLt.so.13 libcublas.so.13 libcudart.so.13; do
+    ldconfig -p 2>/dev/null | grep -qF "$name " && continue
+    found=$(find /usr/local/cuda/lib64/ /usr/local/cuda/targets/ /usr/local/ /opt/ /usr/lib/ -name "$name" 2>/dev/null | head -1)
+    [ -n "$found" ] && cuda_dirs="$cuda_dirs:$(dirname "$found")"
+  done
+  export LD_LIBRARY_PATH="$root/lib-missing${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  missing=$(ldd "$llmk_bin" "$test_bin" "$bench_bin" "$plugin_dir"/*.so 2>/dev/null | grep "not found" | sort -u)
+  if [ -n "$missing" ]; then
+    echo "gpu-check: libraries still missing after LD_LIBRARY_PATH=$LD_LIBRARY_PATH:" >&2
+    echo "$missing" >&2
+    exit 3
+  fi
+else
+  configure_and_build
+  llmk_bin="$build_dir/bin/llmk"; test_bin="$build_dir/tests/test_cuda_native"
+  bench_bin="$build_dir/bin/bench_gpu"; torch_baseline="$repo_root/bench/cuda/torch_baseline.py"
+  plugin_dir="$build_dir/plugins"; shared_dir="$repo_root/../shared"
+  [ -n "$out_dir" ] || out_dir="$build_dir/gpu-check"
+fi
+case "$out_dir" in /*) ;; *) out_dir="$PWD/$out_dir" ;; esac
+mkdir -p "$out_dir"
+# The tests and the engine find plugins and ../shared through these.
+export LLMK_PLUGIN_PATH="$plugin_dir" LLMK_SHARED_DIR="$shared_dir"
+model="$shared_dir/models/stories260K"
+golden="$shared_dir/golden/stories260K.json"
+
+# ---------------------------------------------------------------- checks
+rows=()
+failures=0
+record() {  # check, result, detail
+  rows+=("| $1 | $2 | $3 |")
+  [ "$2" = "FAILED" ] && failures=$((failures + 1))
+  echo "gpu-check: $1: $2${3:+ ($3)}" >&2
+}
+# Catch2's last summary line: "All tests passed (...)" or "test cases: ...".
+catch_summary() { grep -E "^(All tests passed|test cases:)" "$1" | tail -1 | sed 's/|/\//g'; }
+elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
+
+sanitizer=""
+if command -v compute-sanitizer >/dev/null 2>&1; then sanitizer=compute-sanitizer
+elif [ -x /usr/local/cuda/bin/compute-sanitizer ]; then sanitizer=/usr/local/cuda/bin/compute-sanitizer; fi
+# Kernel tests only for racecheck: the executor and sampler tests repeat the
+# same kernels end to end, and cuBLAS's kernels are not ours.
+kernel_spec='~[cuda_executor]~[cuda_sampler]~[cublaslt]~cublas*'
+
+if want_phase tests; then
+  t0=$(date +%s)
+  timeout 1800 "$test_bin" > "$out_dir/native.log" 2>&1
+  status=$?
+  summary=$(catch_summary "$out_dir/native.log")
+  if grep -q LLMK_TEST_SKIPPED "$out_dir/native.log"; then
+    record "test_cuda_native" "FAILED" "the CUDA runtime sees no device although nvidia-smi does: $(grep -m1 LLMK_TEST_SKIPPED "$out_dir/native.log")"
+  elif [ $status -eq 0 ]; then record "test_cuda_native" "passed" "$summary, $(elapsed "$t0")"
+  else record "test_cuda_native" "FAILED" "exit $status: ${summary:-see native.log}"; fi
+fi
+
+if want_phase memcheck; then
+  if [ -z "$sanitizer" ]; then record "memcheck (compute-sanitizer)" "not run" "compute-sanitizer not found"
+  else
+    t0=$(date +%s)
+    timeout 3600 "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 99 --print-limit 50 "$test_bin" \
+      > "$out_dir/memcheck.log" 2>&1
+    status=$?
+    verdict=$(grep -E "ERROR SUMMARY" "$out_dir/memcheck.log" | tail -1 | sed 's/^========= //')
+    if [ $status -eq 0 ]; then record "memcheck, every test case" "passed" "${verdict:-no errors}, $(elapsed "$t0")"
+    else record "memcheck, every test case" "FAILED" "exit $status: ${verdict:-see memcheck.log}"; fi
+  fi
+fi
+
+if want_phase racecheck; then
+  if [ -z "$sanitizer" ]; then record "racecheck (compute-sanitizer)" "not run" "compute-sanitizer not found"
+  else
+    t0=$(date +%s)
+    timeout 3600 "$sanitizer" --tool racecheck --report-api-errors no --error-exitcode 99 --print-limit 50 "$test_bin" "$kernel_spec" \
+      > "$out_dir/racecheck.log" 2>&1
+    status=$?
+    verdict=$(grep -E "RACECHECK SUMMARY" "$out_dir/racecheck.log" | tail -1 | sed 's/^========= //')
+    if [ $status -eq 0 ]; then record "racecheck, kernel test cases" "passed" "${verdict:-no hazards}, $(elapsed "$t0")"
+    else record "racecheck, kernel test cases" "FAILED" "exit $status: ${verdict:-see racecheck.log}"; fi
+    # The canary: a reduction without its __syncthreads must be reported.
+    "$sanitizer" --tool racecheck --report-api-errors no --print-limit 5 "$test_bin" "[racecheck_canary]" > "$out_dir/racecheck-canary.log" 2>&1
+    hazards=$(grep -E "RACECHECK SUMMARY" "$out_dir/racecheck-canary.log" | tail -1 | grep -oE "[0-9]+ hazard" | grep -oE "[0-9]+")
+    if [ "${hazards:-0}" -gt 0 ]; then record "racecheck flags a removed __syncthreads" "passed" "$hazards hazards reported"
+    else record "racecheck flags a removed __syncthreads" "FAILED" "no hazard reported (racecheck-canary.log)"; fi
+  fi
+fi
+
+# One device's golden run: each prompt streamed alone (stdout against the
+# golden text), then the non-empty prompts as one batch (ids against the
+# golden ids). The golden text of a continuation was decoded alone, which
+# drops the leading space the engine streams after a prompt: one leading
+# space is allowed there and nowhere else.
+golden_run() {  # label, extra llmk arguments...
+  local label=$1
+  shift
+  local log="$out_dir/golden-$label.log" batch="$out_dir/golden-$label-batch.jsonl"
+  : > "$log"
+  python3 - "$golden" > "$out_dir/golden-prompts.jsonl" <<'EOF'
+import json, sys
+for i, c in enumerate(json.load(open(sys.argv[1]))["cases"]):
+    print(json.dumps({"id": str(i), "prompt": c["prompt"], "max_tokens": len(c["greedy_ids"]), "temperature": 0}))
+EOF
+  local line n=0 bad=0
+  while IFS= read -r line; do
+    local prompt max_tokens
+    prompt=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["prompt"], end="")' "$line")
+    max_tokens=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["max_tokens"])' "$line")
+    "$llmk_bin" generate --model "$model" --prompt "$prompt" --temperature 0 --max-tokens "$max_tokens" --ignore-eos \
+      "$@" > "$out_dir/golden-$label-$n.txt" 2>> "$log" || bad=$((bad + 1))
+    python3 - "$golden" "$n" "$out_dir/golden-$label-$n.txt" >> "$log" 2>&1 <<'EOF' || bad=$((bad + 1))
+import json, sys
+case = json.load(open(sys.argv[1]))["cases"][int(sys.argv[2])]
+got = open(sys.argv[3], encoding="utf-8").read()
+ok = got == case["greedy_text"] or (case["prompt"] != "" and got == " " + case["greedy_text"])
+print(f"case {sys.argv[2]}: {'equal' if ok else 'DIFFERENT'}: {got!r}")
+sys.exit(0 if ok else 1)
+EOF
+    n=$((n + 1))
+  done < "$out_dir/golden-prompts.jsonl"
+  grep -v '"prompt": ""' "$out_dir/golden-prompts.jsonl" > "$out_dir/golden-batch-in.jsonl"
+  "$llmk_bin" generate --model "$model" --ignore-eos --batch-file "$out_dir/golden-batch-in.jsonl" "$@" \
+    > "$batch" 2>> "$log" || bad=$((bad + 1))
+  python3 - "$golden" "$batch" >> "$log" 2>&1 <<'EOF' || bad=$((bad + 1))
+import json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+results = [json.loads(line) for line in open(sys.argv[2]) if line.strip()]
+ok = len(results) == sum(1 for c in cases if c["prompt"])
+for r in results:
+    same = r.get("token_ids") == cases[int(r["id"])]["greedy_ids"]
+    print(f"batch case {r['id']}: ids {'equal' if same else 'DIFFERENT'}")
+    ok = ok and same
+sys.exit(0 if ok else 1)
+EOF
+  echo "$n $bad"
+}
+
+if want_phase golden; then
+  cuda_args=(--set executor.device=cuda --set plugins.linear=linear.cublas --set plugins.attention=attention.cuda)
+  t0=$(date +%s)
+  read -r n bad <<< "$(golden_run cuda "${cuda_args[@]}")"
+  if [ "$bad" -eq 0 ]; then
+    record "golden stories260K on the GPU (cuda executor, linear.cublas, attention.cuda)" "passed" \
+      "$n prompts streamed equal the golden text, a batch of the non-empty ones equals the golden ids, $(elapsed "$t0")"
+  else record "golden stories260K on the GPU (cuda executor, linear.cublas, attention.cuda)" "FAILED" \
+      "$bad comparisons differ or runs failed, of $n prompts and one batch (golden-cuda.log)"; fi
+  read -r n bad <<< "$(golden_run cpu --set executor.device=cpu)"
+  if [ "$bad" -eq 0 ]; then record "control: the same binary on the CPU executor" "passed" "golden text and ids"
+  else record "control: the same binary on the CPU executor" "FAILED" "$bad comparisons differ (golden-cpu.log)"; fi
+fi
+
+if want_phase bench; then
+  t0=$(date +%s)
+  if [ ! -x "$bench_bin" ]; then record "bench_gpu" "not run" "no bench_gpu binary"
+  else
+    timeout 1800 "$bench_bin" --linear "$bench_linears" > "$out_dir/bench-gpu.md" 2> "$out_dir/bench-gpu.log"
+    status=$?
+    if [ $status -eq 0 ]; then record "bench_gpu (figures below)" "ran" "$(elapsed "$t0")"
+    else record "bench_gpu" "FAILED" "exit $status (bench-gpu.log)"; fi
+  fi
+  : > "$out_dir/torch-baseline.jsonl"
+  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    t0=$(date +%s)
+    torch_ok=1
+    for preset in llama2-7b llama3-8b; do
+      if timeout 900 python3 "$torch_baseline" --preset "$preset" > "$out_dir/torch-baseline-$preset.log" 2>&1; then
+        tail -1 "$out_dir/torch-baseline-$preset.log" >> "$out_dir/torch-baseline.jsonl"
+      else torch_ok=0; fi
+    done
+    if [ $torch_ok -eq 1 ]; then record "PyTorch baseline (figures below)" "ran" "$(elapsed "$t0")"
+    else record "PyTorch baseline" "FAILED" "see torch-baseline-*.log"; fi
+  else record "PyTorch baseline" "not run" "python3 has no PyTorch with CUDA"; fi
+fi
+
+# ---------------------------------------------------------------- summary
+nvcc_version=$( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version 2>/dev/null) | grep -oE "release [0-9.]+" | head -1)
+if [ -n "$prebuilt" ]; then
+  binaries="bundle built $(sed -n 's/^built: //p' "$root/MANIFEST" 2>/dev/null), source $(sed -n 's/^source: //p' "$root/MANIFEST" 2>/dev/null)"
+else
+  binaries="built on this machine, source $(git -C "$repo_root" describe --always --dirty 2>/dev/null || echo unknown)"
+fi
+{
+  echo "### GPU check: $gpu_name, $(date -u +%Y-%m-%d)"
+  echo
+  echo "| | |"
+  echo "|---|---|"
+  echo "| GPU | $gpu_name, $gpu_memory, compute capability $gpu_cc |"
+  echo "| driver | $gpu_driver |"
+  echo "| CUDA on the machine | ${nvcc_version:-nvcc not found} |"
+  echo "| binaries | $binaries |"
+  echo "| compute-sanitizer | ${sanitizer:-not found} |"
+  echo
+  echo "| check | result | detail |"
+  echo "|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+  echo
+  echo "#### GPU benchmarks"
+  echo
+  if [ -s "$out_dir/bench-gpu.md" ] && want_phase bench; then
+    echo "bench_gpu (dummy weights, BF16 KV; limits measured in the same run):"
+    echo
+    cat "$out_dir/bench-gpu.md"
+  else
+    echo "Not measured in this run (phase bench not run or bench_gpu failed)."
+  fi
+  if [ -s "$out_dir/torch-baseline.jsonl" ] && want_phase bench; then
+    echo
+    echo "PyTorch baseline (bench/cuda/torch_baseline.py, one JSON line per preset):"
+    echo
+    echo '```'
+    cat "$out_dir/torch-baseline.jsonl"
+    echo '```'
+  fi
+} > "$out_dir/summary.md"
+echo
+cat "$out_dir/summary.md"
+echo
+echo "gpu-check: logs and summary in $out_dir" >&2
+[ "$failures" -eq 0 ]

@@ -158,7 +158,7 @@ make_bundle() {
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm)"
     echo "nvcc: $( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version) | tail -1)"
     # The fatbins name their targets as text (no cuobjdump needed).
-    echo "cuda architectures: $(grep -aoE 'sm_[0-9]+a?' "$root/bin/test_cuda_native" | sort -u | tr '\n' ' ')"
+    echo "cuda architectures: $(grep -aoE -- '-arch sm_[0-9]+a?' "$root/bin/test_cuda_native" | sort -u | cut -c7- | tr '\n' ' ')"
     echo "libraries carried: $(ls "$root/lib" | tr '\n' ' ')"
   } > "$root/MANIFEST"
   mkdir -p "$(dirname "$bundle_file")"

@@ -264,9 +264,9 @@ elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
 sanitizer=""
 if command -v compute-sanitizer >/dev/null 2>&1; then sanitizer=compute-sanitizer
 elif [ -x /usr/local/cuda/bin/compute-sanitizer ]; then sanitizer=/usr/local/cuda/bin/compute-sanitizer; fi
-# Kernel tests only for racecheck: the executor and sampler tests repeat the
-# same kernels end to end, and cuBLAS's kernels are not ours.
-kernel_spec='~[cuda_executor]~[cuda_sampler]~[cublaslt]~cublas*'
+# Kernel tests only for racecheck: the executor, sampler and plugin tests
+# repeat the same kernels end to end, and cuBLAS's kernels are not ours.
+kernel_spec='~[cuda_executor]~[cuda_sampler]~[cublaslt]~[linear_cuda_quant]~cublas*'
 
 if want_phase tests; then
   t0=$(date +%s)

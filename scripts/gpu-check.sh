@@ -216,15 +216,17 @@ if [ -n "$prebuilt" ]; then
   [ -n "$out_dir" ] || out_dir="$root/gpu-check"
   # Carried libraries whose soname the system lacks, and the CUDA libraries
   # wherever this machine keeps them (the toolkit, or Python's nvidia wheels).
+  ldconfig_bin=$(command -v ldconfig || echo /sbin/ldconfig)
+  system_libs=$("$ldconfig_bin" -p 2>/dev/null)
   mkdir -p "$root/lib-missing"
   rm -f "$root"/lib-missing/*
   for lib in "$root"/lib/*; do
     [ -e "$lib" ] || continue
-    ldconfig -p 2>/dev/null | grep -qF "$(basename "$lib") " || ln -s "$lib" "$root/lib-missing/"
+    grep -qF "$(basename "$lib") " <<< "$system_libs" || ln -s "$lib" "$root/lib-missing/"
   done
   cuda_dirs=""
   for name in libcublasLt.so.13 libcublas.so.13 libcudart.so.13; do
-    ldconfig -p 2>/dev/null | grep -qF "$name " && continue
+    grep -qF "$name " <<< "$system_libs" && continue
     found=$(find /usr/local/cuda/lib64/ /usr/local/cuda/targets/ /usr/local/ /opt/ /usr/lib/ -name "$name" 2>/dev/null | head -1)
     [ -n "$found" ] && cuda_dirs="$cuda_dirs:$(dirname "$found")"
   done

@@ -158,7 +158,7 @@ make_bundle() {
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm)"
     echo "nvcc: $( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version) | tail -1)"
     # The fatbins name their targets as text (no cuobjdump needed).
-    echo "cuda architectures: $(grep -aoE 'sm_[0-9]+a?' "$root/bin/test_cuda_native" | sort -u | tr '\n' ' ')"
+    echo "cuda architectures: $(grep -aoE -- '-arch sm_[0-9]+a?' "$root/bin/test_cuda_native" | sort -u | cut -c7- | tr '\n' ' ')"
     echo "libraries carried: $(ls "$root/lib" | tr '\n' ' ')"
   } > "$root/MANIFEST"
   mkdir -p "$(dirname "$bundle_file")"
@@ -216,15 +216,17 @@ if [ -n "$prebuilt" ]; then
   [ -n "$out_dir" ] || out_dir="$root/gpu-check"
   # Carried libraries whose soname the system lacks, and the CUDA libraries
   # wherever this machine keeps them (the toolkit, or Python's nvidia wheels).
+  ldconfig_bin=$(command -v ldconfig || echo /sbin/ldconfig)
+  system_libs=$("$ldconfig_bin" -p 2>/dev/null)
   mkdir -p "$root/lib-missing"
   rm -f "$root"/lib-missing/*
   for lib in "$root"/lib/*; do
     [ -e "$lib" ] || continue
-    ldconfig -p 2>/dev/null | grep -qF "$(basename "$lib") " || ln -s "$lib" "$root/lib-missing/"
+    grep -qF "$(basename "$lib") " <<< "$system_libs" || ln -s "$lib" "$root/lib-missing/"
   done
   cuda_dirs=""
   for name in libcublasLt.so.13 libcublas.so.13 libcudart.so.13; do
-    ldconfig -p 2>/dev/null | grep -qF "$name " && continue
+    grep -qF "$name " <<< "$system_libs" && continue
     found=$(find /usr/local/cuda/lib64/ /usr/local/cuda/targets/ /usr/local/ /opt/ /usr/lib/ -name "$name" 2>/dev/null | head -1)
     [ -n "$found" ] && cuda_dirs="$cuda_dirs:$(dirname "$found")"
   done
@@ -264,9 +266,9 @@ elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
 sanitizer=""
 if command -v compute-sanitizer >/dev/null 2>&1; then sanitizer=compute-sanitizer
 elif [ -x /usr/local/cuda/bin/compute-sanitizer ]; then sanitizer=/usr/local/cuda/bin/compute-sanitizer; fi
-# Kernel tests only for racecheck: the executor and sampler tests repeat the
-# same kernels end to end, and cuBLAS's kernels are not ours.
-kernel_spec='~[cuda_executor]~[cuda_sampler]~[cublaslt]~cublas*'
+# Kernel tests only for racecheck: the executor, sampler and plugin tests
+# repeat the same kernels end to end, and cuBLAS's kernels are not ours.
+kernel_spec='~[cuda_executor]~[cuda_sampler]~[cublaslt]~[linear_cuda_quant]~cublas*'
 
 if want_phase tests; then
   t0=$(date +%s)

@@ -4,11 +4,14 @@ safetensors folder and as an F32 GGUF file holding the same values, so that
 llmk and another engine (llama.cpp) can run on identical weights.
 
   write_dummy_weights.py OUT_DIR [--seed 0] [--tokenizer tokenizer.model]
+                         [--config config.json] [--gguf-name NAME.gguf]
 
-Writes OUT_DIR/hf/{config.json, model.safetensors[, tokenizer.model]} and
+Writes OUT_DIR/hf/{config.json, model.safetensors, tokenizer.model} and
 OUT_DIR/llama-110m-f32.gguf. The values are those of
 `llmk --load-format dummy --preset llama-110m --set model.seed=SEED`
-(core/dummy_checkpoint.cpp), recomputed here bit for bit:
+(core/dummy_checkpoint.cpp), recomputed here bit for bit (--config: another
+Llama shape, as `--preset CONFIG.json` gives it; tests/core checks the two
+against each other on a small one):
 
   key   = mix64(mix64(seed) ^ fnv1a(tensor name))
   h_i   = mix64(key + i * 0x9e3779b97f4a7c15)                 (mod 2^64)
@@ -80,7 +83,7 @@ def tensor_shapes(cfg):
     """Name -> shape ([out, in] for projections), as core/checkpoint.cpp's
     expected_tensors lists them."""
     h, inter = cfg["hidden_size"], cfg["intermediate_size"]
-    head_dim = h // cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim", h // cfg["num_attention_heads"])
     q, kv = cfg["num_attention_heads"] * head_dim, cfg["num_key_value_heads"] * head_dim
     t = {"model.embed_tokens.weight": (cfg["vocab_size"], h)}
     for i in range(cfg["num_hidden_layers"]):
@@ -152,7 +155,7 @@ def write_gguf(path, cfg, tensors, tokenizer_model):
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
     w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_rope_dimension_count(cfg["hidden_size"] // n_head)
+    w.add_rope_dimension_count(cfg.get("head_dim", cfg["hidden_size"] // n_head))
     w.add_head_count(n_head)
     w.add_head_count_kv(n_kv)
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
@@ -198,20 +201,32 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--seed", type=int, default=0, help="model.seed of the dummy weights (default 0)")
+    ap.add_argument("--config", type=Path, help="a Llama config.json (default: the llama-110m preset)")
+    ap.add_argument("--gguf-name", default="llama-110m-f32.gguf", help="file name of the GGUF in OUT_DIR")
     ap.add_argument("--tokenizer", type=Path, default=root.parent / "shared/models/llama2-tokenizer/tokenizer.model",
-                    help="sentencepiece tokenizer.model of 32000 pieces (the GGUF needs a vocabulary)")
+                    help="sentencepiece tokenizer.model with one piece per vocabulary entry (the GGUF needs a vocabulary)")
     args = ap.parse_args()
     if not args.tokenizer.is_file():
         sys.exit(f"no tokenizer at {args.tokenizer} (pass --tokenizer)")
 
-    tensors = {name: dummy_tensor(name, shape, args.seed) for name, shape in tensor_shapes(CONFIG).items()}
+    cfg = dict(CONFIG)
+    if args.config:
+        cfg = json.loads(args.config.read_text())
+        cfg.setdefault("num_key_value_heads", cfg["num_attention_heads"])
+        cfg.setdefault("rope_theta", 10000.0)
+        cfg.setdefault("tie_word_embeddings", False)
+        cfg.setdefault("bos_token_id", 1)
+        cfg.setdefault("eos_token_id", 2)
+        if cfg.get("attention_bias") or cfg.get("model_type", "llama") != "llama":
+            sys.exit(f"{args.config}: only plain Llama shapes are written (no biases)")
+    tensors = {name: dummy_tensor(name, shape, args.seed) for name, shape in tensor_shapes(cfg).items()}
     hf = args.out_dir / "hf"
     hf.mkdir(parents=True, exist_ok=True)
-    (hf / "config.json").write_text(json.dumps(CONFIG, indent=2) + "\n")
+    (hf / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     write_safetensors(hf / "model.safetensors", tensors)
     shutil.copyfile(args.tokenizer, hf / "tokenizer.model")
-    write_gguf(args.out_dir / "llama-110m-f32.gguf", CONFIG, tensors, args.tokenizer)
-    print(f"wrote {hf} and {args.out_dir / 'llama-110m-f32.gguf'}")
+    write_gguf(args.out_dir / args.gguf_name, cfg, tensors, args.tokenizer)
+    print(f"wrote {hf} and {args.out_dir / args.gguf_name}")
 
 
 if __name__ == "__main__":

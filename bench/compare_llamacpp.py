@@ -25,7 +25,9 @@ llama-quantize in it or in its bin/), it
        whole batch (32 x (P + N))   llama-batched-bench T; llmk bench's
                                     duration
      llmk runs warm (`llmk bench --warmup`), with an f16 KV cache in kv.paged
-     (llama.cpp's default KV type is f16). Both engines use OpenMP and
+     (llama.cpp's default KV type is f16); llama.cpp runs with its flash
+     attention (-fa, unless --no-flash-attn), its faster CPU attention at
+     32 sequences (about 2x on this project's machine, docs/PERFORMANCE.md). Both engines use OpenMP and
      inherit the environment: on a machine shared with other work, run with
      OMP_WAIT_POLICY=passive (spinning barriers collapse both under load).
   4. prints the table (medians over rounds, llmk / llama.cpp and their
@@ -158,8 +160,9 @@ def verify_weights(llmk, hf, f32_gguf, work):
 
 # ---- llama.cpp -----------------------------------------------------------------
 
-def llama_bench(tool, model, threads, prompt_len, decode_len, reps):
-    out = run([tool, "-m", model, "-t", threads, "-p", prompt_len, "-n", decode_len, "-r", reps, "-o", "json"])
+def llama_bench(tool, model, threads, prompt_len, decode_len, reps, flash_attn):
+    out = run([tool, "-m", model, "-t", threads, "-p", prompt_len, "-n", decode_len, "-r", reps, "-o", "json",
+               "-fa", int(flash_attn)])
     tests = json.loads(out)
     res = {"raw": tests}
     for t in tests:
@@ -170,10 +173,10 @@ def llama_bench(tool, model, threads, prompt_len, decode_len, reps):
     return res
 
 
-def llama_batched(tool, model, threads, prompt_len, decode_len, num_seqs):
+def llama_batched(tool, model, threads, prompt_len, decode_len, num_seqs, flash_attn):
     ctx = num_seqs * (prompt_len + decode_len) + 16
     out = run([tool, "-m", model, "-t", threads, "-c", ctx, "-b", 2048, "-ub", 512, "-npp", prompt_len,
-               "-ntg", decode_len, "-npl", num_seqs, "--output-format", "jsonl"])
+               "-ntg", decode_len, "-npl", num_seqs, "--output-format", "jsonl"] + (["-fa"] if flash_attn else []))
     rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     if not rows:
         sys.exit("llama-batched-bench printed no JSON line:\n" + out[-2000:])
@@ -293,6 +296,8 @@ def main():
                     help="weights and scratch files (kept between runs)")
     ap.add_argument("--tokenizer", type=Path, help="tokenizer.model for the GGUF vocabulary")
     ap.add_argument("--json", type=Path, help="raw results (default WORK/results.json)")
+    ap.add_argument("--no-flash-attn", action="store_true",
+                    help="run llama.cpp without its flash-attention path (-fa, on by default)")
     ap.add_argument("--skip-verify", action="store_true", help="skip the identical-weights check")
     a = ap.parse_args()
 
@@ -331,9 +336,10 @@ def main():
                 key = (rnd, v["gguf"])
                 if key not in llamacpp_cache:
                     log(f"round {rnd + 1}: llama.cpp {v['llamacpp_label']}")
-                    b = llama_bench(tools["llama-bench"], v["gguf"], a.threads, a.prompt_len, a.decode_len, a.reps)
+                    b = llama_bench(tools["llama-bench"], v["gguf"], a.threads, a.prompt_len, a.decode_len, a.reps,
+                                    not a.no_flash_attn)
                     c = llama_batched(tools["llama-batched-bench"], v["gguf"], a.threads, a.prompt_len,
-                                      a.decode_len, a.seqs)
+                                      a.decode_len, a.seqs, not a.no_flash_attn)
                     if b["raw"]:
                         commit = commit or llamacpp_commit(build, b["raw"][0])
                     fig = {"decode_tok_s": b.get("decode_tok_s"), "prefill_tok_s": b.get("prefill_tok_s"),
@@ -347,7 +353,8 @@ def main():
               f"load average at start: {' '.join(f'{x:.2f}' for x in cpu['load_average'])}, "
               f"at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
               f"llama.cpp: {commit or 'unknown commit'} ({build})",
-              f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')} for both engines",
+              f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')} for both engines; "
+              f"llama.cpp flash attention {'off' if a.no_flash_attn else 'on (-fa)'}",
               f"threads {a.threads}, rounds {a.rounds} (interleaved; cells give the range over rounds, "
               f"ratios compare medians), {time.time() - started:.0f} s"]
     print("\n".join(header))
@@ -356,7 +363,8 @@ def main():
     out = a.json or (a.work / "results.json")
     out.write_text(json.dumps({"cpu": cpu, "llamacpp_build": str(build), "llamacpp_commit": commit,
                                "threads": a.threads, "rounds": a.rounds,
-                               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "prompt_len": a.prompt_len,
+                               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                               "llamacpp_flash_attn": not a.no_flash_attn, "prompt_len": a.prompt_len,
                                "decode_len": a.decode_len, "seqs": a.seqs, "weights_check": check,
                                "platform": platform.platform(), "variants": variants, "table": text}, indent=1))
     log(f"raw figures: {out}")

@@ -14,37 +14,36 @@
 // row-major [out, in] (column-major in x out, ld in) with op T, B is x
 // (column-major in x rows, ld in) with op N, D is y (out x rows, ld out).
 //
-// One cuBLASLt handle per layer: creating it costs host memory only, and a
-// layer then needs no lock to share it. The algorithm the heuristic picks
-// is cached per row count.
+// The product is the shared cuda_quant::LtMatmul (one cuBLASLt handle per
+// layer, the heuristic's choice cached per shape), as in the quantized CUDA
+// plugins.
 //
 // The same source builds against the CUDA toolkit (the shipped plugin) and
 // against the CUDA simulation (tests/cudasim_plugins).
-#include <cublasLt.h>
 #include <cuda_runtime.h>
-
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <cstring>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cuda/convert.hpp"
 #include "plugins/api/plugin_helpers.hpp"
+#include "plugins/quant_common/cuda_lt_matmul.hpp"
+#include "plugins/quant_common/cuda_quant_common.hpp"
 
 namespace llmk::linear_cublas {
 
 namespace {
 
+using cuda_quant::align_up;
+using cuda_quant::check_cuda;
+using cuda_quant::DeviceArray;
+using cuda_quant::kLtWorkspaceBytes;
+using cuda_quant::LtMatmul;
+using linear_options::layer_name;
 using plugin::Error;
-
-constexpr size_t kAlign = 256;                         // every workspace region starts on 256 bytes
-constexpr size_t kLtWorkspaceBytes = size_t{8} << 20;  // offered to cuBLASLt's heuristic
-
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 bool is_16bit(uint32_t dtype) { return dtype == LLMK_DTYPE_BF16 || dtype == LLMK_DTYPE_F16; }
 
@@ -61,58 +60,28 @@ cudaDataType cuda_type(uint32_t dtype) {
   return dtype == LLMK_DTYPE_F32 ? CUDA_R_32F : dtype == LLMK_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
 }
 
-size_t dtype_bytes(uint32_t dtype) { return dtype == LLMK_DTYPE_F32 ? 4 : 2; }
-
-std::string layer_name(const llmk_linear_desc& d) { return d.name != nullptr ? d.name : "(unnamed layer)"; }
-
-void check_lt(cublasStatus_t status, const std::string& what) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw Error(LLMK_ERR_INTERNAL, what + ": cuBLAS status " + std::to_string(static_cast<int>(status)));
-}
-
-void check_cuda(cudaError_t status, const std::string& what) {
-  if (status != cudaSuccess)
-    throw Error(LLMK_ERR_INTERNAL, what + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
-}
-
 // The storage dtype the options ask for; throws naming a bad option.
 uint32_t storage_dtype(const llmk_linear_desc& d) {
-  const char* text = d.options != nullptr && d.options[0] != '\0' ? d.options : "{}";
-  const nlohmann::json options = nlohmann::json::parse(text, nullptr, false);
-  if (options.is_discarded() || !options.is_object())
-    throw Error(LLMK_ERR_INVALID_ARGUMENT, layer_name(d) + ": plugin options are not a JSON object: " + text);
-  for (const auto& item : options.items())
-    if (item.key() != "dtype")
-      throw Error(LLMK_ERR_INVALID_ARGUMENT,
-                  layer_name(d) + ": unknown plugin option \"" + item.key() + "\" (known: dtype)");
-  const std::string want = options.value("dtype", "auto");
+  const nlohmann::json options = linear_options::parse_options(d);
+  linear_options::check_option_keys(options, {"dtype"}, d);
+  const std::string want = linear_options::choice_option(options, "dtype", "auto", {"auto", "f32", "bf16", "f16"}, d);
   if (want == "auto") return d.weight_dtype;
-  if (want == "f32") return LLMK_DTYPE_F32;
-  if (want == "bf16") return LLMK_DTYPE_BF16;
-  if (want == "f16") return LLMK_DTYPE_F16;
-  throw Error(LLMK_ERR_INVALID_ARGUMENT,
-              layer_name(d) + ": option dtype is \"" + want + "\", expected auto, f32, bf16 or f16");
+  return want == "f32" ? LLMK_DTYPE_F32 : want == "bf16" ? LLMK_DTYPE_BF16 : LLMK_DTYPE_F16;
 }
 
 // The weight [out, in] in `dtype`, converted on the host.
 std::vector<uint8_t> host_weight(const llmk_linear_desc& d, uint32_t dtype) {
   const size_t n = static_cast<size_t>(d.out_features) * d.in_features;
-  std::vector<uint8_t> out(n * dtype_bytes(dtype));
+  std::vector<uint8_t> out(n * (dtype == LLMK_DTYPE_F32 ? 4 : 2));
   if (dtype == d.weight_dtype) {
     std::memcpy(out.data(), d.weight, out.size());
     return out;
   }
-  std::vector<float> f32(n);
-  const auto* half = static_cast<const uint16_t*>(d.weight);
-  for (size_t i = 0; i < n; ++i)
-    f32[i] = d.weight_dtype == LLMK_DTYPE_F32  ? static_cast<const float*>(d.weight)[i]
-             : d.weight_dtype == LLMK_DTYPE_BF16 ? kernels::cpu::bf16_to_f32(half[i])
-                                                 : kernels::cpu::f16_to_f32(half[i]);
+  const std::vector<float> f32 = linear_options::weight_as_f32(d);
   auto* dst16 = reinterpret_cast<uint16_t*>(out.data());
-  for (size_t i = 0; i < n; ++i) {
-    if (dtype == LLMK_DTYPE_F32) std::memcpy(out.data() + 4 * i, &f32[i], 4);
-    else dst16[i] = dtype == LLMK_DTYPE_BF16 ? kernels::cpu::f32_to_bf16(f32[i]) : kernels::cpu::f32_to_f16(f32[i]);
-  }
+  if (dtype == LLMK_DTYPE_F32) std::memcpy(out.data(), f32.data(), out.size());
+  else if (dtype == LLMK_DTYPE_BF16) kernels::cpu::f32_to_bf16(f32.data(), dst16, static_cast<int64_t>(n));
+  else kernels::cpu::f32_to_f16(f32.data(), dst16, static_cast<int64_t>(n));
   return out;
 }
 
@@ -163,31 +132,9 @@ class LinearCublas {
         activation_(d.activation_dtype), storage_(storage_dtype(d)) {
     std::string why;
     if (!supports(d, why)) throw Error(LLMK_ERR_UNSUPPORTED, layer_name(d) + ": " + why);
-    const std::vector<uint8_t> host = host_weight(d, storage_);
-    check_cuda(cudaMalloc(&weight_, host.size()), layer_name(d) + ": allocating the weight");
-    weight_bytes_ = host.size();
-    try {
-      check_cuda(cudaMemcpy(weight_, host.data(), host.size(), cudaMemcpyHostToDevice),
-                 layer_name(d) + ": uploading the weight");
-      check_lt(cublasLtCreate(&handle_), "cublasLtCreate");
-      check_lt(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-      const int32_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
-      check_lt(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)),
-               "setting TRANSA");
-      check_lt(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)),
-               "setting TRANSB");
-      check_lt(cublasLtMatmulPreferenceCreate(&preference_), "cublasLtMatmulPreferenceCreate");
-      const uint64_t limit = kLtWorkspaceBytes;
-      check_lt(cublasLtMatmulPreferenceSetAttribute(preference_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit,
-                                                    sizeof(limit)),
-               "setting the workspace limit");
-    } catch (...) {
-      release();
-      throw;
-    }
+    weight_ = DeviceArray(host_weight(d, storage_), layer_name(d) + ": the weight");
   }
 
-  ~LinearCublas() { release(); }
   LinearCublas(const LinearCublas&) = delete;
   LinearCublas& operator=(const LinearCublas&) = delete;
 
@@ -214,60 +161,21 @@ class LinearCublas {
     }
     void* lt_workspace = ws + converted_bytes(rows);
 
-    cublasLtMatrixLayoutOpaque_t a_layout, b_layout, d_layout;
-    const cudaDataType in_type = cuda_type(storage_), out_type = cuda_type(activation_);
-    check_lt(cublasLtMatrixLayoutInit(&a_layout, in_type, in_, out_, in_), "the weight's layout");
-    check_lt(cublasLtMatrixLayoutInit(&b_layout, in_type, in_, rows, in_), "the activations' layout");
-    check_lt(cublasLtMatrixLayoutInit(&d_layout, out_type, out_, rows, out_), "the output's layout");
-    const cublasLtMatmulAlgo_t& algo = algorithm(rows, &a_layout, &b_layout, &d_layout);
-    const float alpha = 1.0f, beta = 0.0f;
-    check_lt(cublasLtMatmul(handle_, desc_, &alpha, weight_, &a_layout, b, &b_layout, &beta, y, &d_layout, y,
-                            &d_layout, &algo, lt_workspace, kLtWorkspaceBytes, stream),
-             "cublasLtMatmul");
+    lt_.run(cuda_type(storage_), weight_.as<void>(), in_, b, in_, y, out_, out_, rows, in_, lt_workspace, stream,
+            cuda_type(activation_));
   }
 
-  size_t weight_bytes() const { return weight_bytes_; }
+  size_t weight_bytes() const { return weight_.bytes(); }
 
  private:
   size_t converted_bytes(uint32_t rows) const {
     return activation_ == LLMK_DTYPE_F32 && is_16bit(storage_) ? align_up(static_cast<size_t>(rows) * in_ * 2) : 0;
   }
 
-  // The heuristic's first choice for this row count, asked once.
-  const cublasLtMatmulAlgo_t& algorithm(uint32_t rows, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                                        cublasLtMatrixLayout_t d) {
-    const auto found = algos_.find(rows);
-    if (found != algos_.end()) return found->second;
-    cublasLtMatmulHeuristicResult_t result{};
-    int count = 0;
-    check_lt(cublasLtMatmulAlgoGetHeuristic(handle_, desc_, a, b, d, d, preference_, 1, &result, &count),
-             "cublasLtMatmulAlgoGetHeuristic");
-    if (count == 0)
-      throw Error(LLMK_ERR_UNSUPPORTED, "cuBLASLt offers no algorithm for " + std::to_string(rows) + " x " +
-                                            std::to_string(in_) + " x " + std::to_string(out_) + " in " +
-                                            dtype_text(storage_));
-    return algos_.emplace(rows, result.algo).first->second;
-  }
-
-  void release() noexcept {
-    if (preference_ != nullptr) cublasLtMatmulPreferenceDestroy(preference_);
-    if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
-    if (handle_ != nullptr) cublasLtDestroy(handle_);
-    if (weight_ != nullptr) cudaFree(weight_);
-    preference_ = nullptr;
-    desc_ = nullptr;
-    handle_ = nullptr;
-    weight_ = nullptr;
-  }
-
   uint32_t in_, out_, max_rows_;
   uint32_t activation_, storage_;
-  void* weight_ = nullptr;  // [out, in] in storage_, device memory
-  size_t weight_bytes_ = 0;
-  cublasLtHandle_t handle_ = nullptr;
-  cublasLtMatmulDesc_t desc_ = nullptr;
-  cublasLtMatmulPreference_t preference_ = nullptr;
-  std::map<uint32_t, cublasLtMatmulAlgo_t> algos_;  // by row count
+  DeviceArray weight_;  // [out, in] in storage_
+  LtMatmul lt_;         // one cuBLASLt handle per layer: host memory only, no lock to share it
 };
 
 }  // namespace llmk::linear_cublas

@@ -1,8 +1,9 @@
-// One cuBLASLt product in the "TN" form a linear layer uses, for the
-// quantized CUDA plugins (linear.cuda_int4's prefill, linear.cuda_fp8):
+// One cuBLASLt product in the "TN" form a linear layer uses, for the CUDA
+// linear plugins (linear.cublas, linear.cuda_int4's prefill, linear.cuda_fp8):
 // D (m x n, column-major, ld ldd) = scale_a scale_b op(A) op(B) with A stored
 // column-major k x m (a row-major [m, k] weight, op T) and B column-major
-// k x n (row-major [n, k] activations, op N); F32 compute and F32 output.
+// k x n (row-major [n, k] activations, op N); F32 compute, D in F32 or the
+// 16-bit type the caller names.
 // Row-major y[n, m] = x[n, k] W^T is exactly that D.
 //
 // One handle per layer (host memory only; no lock needed); the heuristic's
@@ -61,14 +62,14 @@ class LtMatmul {
   }
 
   // a: [m, lda >= k] row-major in in_type, b: [n, ldb >= k] row-major in
-  // in_type, d: [n, ldd >= m] f32. workspace: kLtWorkspaceBytes device bytes.
-  void run(cudaDataType in_type, const void* a, int64_t lda, const void* b, int64_t ldb, float* d, int64_t ldd,
-           int64_t m, int64_t n, int64_t k, void* workspace, cudaStream_t stream) {
+  // in_type, d: [n, ldd >= m] in d_type. workspace: kLtWorkspaceBytes device bytes.
+  void run(cudaDataType in_type, const void* a, int64_t lda, const void* b, int64_t ldb, void* d, int64_t ldd,
+           int64_t m, int64_t n, int64_t k, void* workspace, cudaStream_t stream, cudaDataType d_type = CUDA_R_32F) {
     cublasLtMatrixLayoutOpaque_t a_layout, b_layout, d_layout;
     check_lt(cublasLtMatrixLayoutInit(&a_layout, in_type, k, m, lda), "the weight's layout");
     check_lt(cublasLtMatrixLayoutInit(&b_layout, in_type, k, n, ldb), "the activations' layout");
-    check_lt(cublasLtMatrixLayoutInit(&d_layout, CUDA_R_32F, m, n, ldd), "the output's layout");
-    const cublasLtMatmulAlgo_t& algo = algorithm({m, n, k}, &a_layout, &b_layout, &d_layout);
+    check_lt(cublasLtMatrixLayoutInit(&d_layout, d_type, m, n, ldd), "the output's layout");
+    const cublasLtMatmulAlgo_t& algo = algorithm({m, n, k, in_type, d_type}, &a_layout, &b_layout, &d_layout);
     const float alpha = 1.0f, beta = 0.0f;
     check_lt(cublasLtMatmul(handle_, desc_, &alpha, a, &a_layout, b, &b_layout, &beta, d, &d_layout, d, &d_layout,
                             &algo, workspace, kLtWorkspaceBytes, stream),
@@ -76,7 +77,7 @@ class LtMatmul {
   }
 
  private:
-  using Key = std::tuple<int64_t, int64_t, int64_t>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, cudaDataType, cudaDataType>;
 
   // The heuristic's first choice for this shape, asked once.
   const cublasLtMatmulAlgo_t& algorithm(const Key& key, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,

@@ -18,8 +18,14 @@
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/linear_panels16.hpp"
 #include "plugins/api/plugin_helpers.hpp"
+#include "plugins/quant_common/linear_options.hpp"
 
 namespace llmk::quant {
+
+using linear_options::check_option_keys;
+using linear_options::layer_name;
+using linear_options::parse_options;
+using linear_options::weight_as_f32;
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
@@ -44,53 +50,6 @@ class AlignedArray {
   std::unique_ptr<T[], FreeDeleter> data_;
   size_t count_ = 0;
 };
-
-inline std::string layer_name(const llmk_linear_desc& d) { return d.name != nullptr ? d.name : "(unnamed layer)"; }
-
-// The checkpoint weight [out_features, in_features] as f32 (a copy).
-inline std::vector<float> weight_as_f32(const llmk_linear_desc& d) {
-  const size_t n = static_cast<size_t>(d.out_features) * d.in_features;
-  std::vector<float> w(n);
-  const auto* half = static_cast<const uint16_t*>(d.weight);
-  switch (d.weight_dtype) {
-    case LLMK_DTYPE_F32:
-      std::memcpy(w.data(), d.weight, n * sizeof(float));
-      break;
-    case LLMK_DTYPE_BF16:
-      kernels::cpu::bf16_to_f32(half, w.data(), static_cast<int64_t>(n));
-      break;
-    case LLMK_DTYPE_F16:
-      kernels::cpu::f16_to_f32(half, w.data(), static_cast<int64_t>(n));
-      break;
-    default:
-      throw plugin::Error(LLMK_ERR_UNSUPPORTED, layer_name(d) + ": weight dtype " + std::to_string(d.weight_dtype) +
-                                                    " is not f32, f16 or bf16");
-  }
-  return w;
-}
-
-inline nlohmann::json parse_options(const llmk_linear_desc& d) {
-  const char* text = d.options != nullptr && d.options[0] != '\0' ? d.options : "{}";
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT, layer_name(d) + ": plugin options are not a JSON object: " + text);
-  return j;
-}
-
-// Rejects option keys outside `known`, naming the first unknown one.
-inline void check_option_keys(const nlohmann::json& options, const std::vector<std::string>& known,
-                              const llmk_linear_desc& d) {
-  for (const auto& item : options.items()) {
-    bool ok = false;
-    for (const auto& k : known) ok = ok || item.key() == k;
-    if (!ok) {
-      std::string list;
-      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT,
-                          layer_name(d) + ": unknown plugin option \"" + item.key() + "\" (known: " + list + ")");
-    }
-  }
-}
 
 // "float_layers": names of layers kept in f32. An entry matches a layer whose
 // dotted name equals it, ends with ".entry" or contains ".entry." (so "o_proj"

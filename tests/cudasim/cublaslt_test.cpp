@@ -214,7 +214,7 @@ TEST_CASE("linear.cublas refuses the CPU, unknown options and a short workspace,
   CHECK_THROWS_WITH(llmk::LinearImpl(plugin, d), Catch::Contains("is not CUDA"));
   d.device = LLMK_DEVICE_CUDA;
   d.options = R"({"dtype":"int3"})";
-  CHECK_THROWS_WITH(llmk::LinearImpl(plugin, d), Catch::Contains("expected auto, f32, bf16 or f16"));
+  CHECK_THROWS_WITH(llmk::LinearImpl(plugin, d), Catch::Contains("option dtype is \"int3\", expected one of auto, f32, bf16, f16"));
   d.options = R"({"precision":"bf16"})";
   CHECK_THROWS_WITH(llmk::LinearImpl(plugin, d), Catch::Contains("unknown plugin option \"precision\""));
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llmk against llama.cpp on identical llama-110m weights, four precision pairs
 # interleaved in one run (bench/compare_llamacpp.py has the details).
-#   scripts/compare-llamacpp.sh --llamacpp /path/to/llama.cpp/build [--threads 2] [--rounds N]
+#   scripts/compare-llamacpp.sh --llamacpp LLAMA_CPP_BUILD_DIR [--threads 2] [--rounds N]
 #     [--llmk build/bin/llmk] [--pairs f32,bf16,int8,int4] [--json OUT.json] [--work DIR]
 # Needs a built llmk (the llmk target and its CPU plugins) and the project venv
 # (numpy, gguf). Prints the table and the CPU; writes the raw figures as JSON.

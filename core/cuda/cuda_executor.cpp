@@ -155,6 +155,14 @@ void device_move(unsigned char* base, size_t dst, size_t src, size_t bytes, cuda
   }
 }
 
+// A plugin that refused the CUDA device, with what to configure instead
+// (the defaults name the CPU plugins).
+Error with_cuda_plugin_hint(const Error& e, const char* key, const char* plugins) {
+  if (e.code() != ErrorCode::plugin) return e;
+  return Error(ErrorCode::plugin,
+               std::string(e.what()) + " (executor.device=cuda needs a CUDA plugin in " + key + ": " + plugins + ")");
+}
+
 struct DeviceLayer {
   DeviceBuffer input_norm, post_norm, qkv_bias;  // f32
 };
@@ -334,7 +342,11 @@ class CudaExecutor final : public Executor {
     LinearPlacement placement;
     placement.device = LLMK_DEVICE_CUDA;
     placement.workspace = std::make_shared<LinearWorkspace>(&allocate_device_workspace, &release_device_workspace);
-    weights_ = load_weights(*checkpoint_, plugins, ecfg, rt_, placement);
+    try {
+      weights_ = load_weights(*checkpoint_, plugins, ecfg, rt_, placement);
+    } catch (const Error& e) {
+      throw with_cuda_plugin_hint(e, "plugins.linear", "linear.cublas, linear.cuda_int8, linear.cuda_int4 or linear.cuda_fp8");
+    }
     const TensorView& embed = *weights_.embed;
     embed_ = upload(embed.data, embed.nbytes(), "the embedding table");
     embed_dtype_ = static_cast<llmk_dtype>(embed.dtype);
@@ -366,7 +378,11 @@ class CudaExecutor final : public Executor {
     ad.activation_dtype = LLMK_DTYPE_F32;
     ad.max_seqs = std::max<uint32_t>(1, ecfg.scheduler.max_num_seqs);
     ad.block_size = ecfg.kv_cache.block_size;
-    attention_ = std::make_unique<AttentionImpl>(plugins.load(ecfg.plugins.attention, LLMK_PLUGIN_ATTENTION), ad);
+    try {
+      attention_ = std::make_unique<AttentionImpl>(plugins.load(ecfg.plugins.attention, LLMK_PLUGIN_ATTENTION), ad);
+    } catch (const Error& e) {
+      throw with_cuda_plugin_hint(e, "plugins.attention", "attention.cuda");
+    }
 
     // The KV cache: what the configured capacity holds in the plugin's
     // layout, a fraction applying to the memory the weights left free.

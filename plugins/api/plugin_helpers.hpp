@@ -59,6 +59,11 @@ inline void set_error(llmk_error* err, int status, const char* message) {
   std::snprintf(err->message, sizeof(err->message), "%s", message);
 }
 
+// A device's name for messages: "cpu", "cuda", or its number.
+inline std::string device_text(uint32_t device) {
+  return device == LLMK_DEVICE_CPU ? "cpu" : device == LLMK_DEVICE_CUDA ? "cuda" : "device " + std::to_string(device);
+}
+
 // A linear layer's device and activation dtype (a desc from before they
 // existed, with a smaller struct_size, means CPU and F32). false with the
 // reason unless they are what a CPU plugin serves: CPU, F32.
@@ -67,7 +72,7 @@ inline bool cpu_f32_linear(const llmk_linear_desc& d, std::string& why) {
   const uint32_t device = has_fields ? d.device : static_cast<uint32_t>(LLMK_DEVICE_CPU);
   const uint32_t activations = has_fields ? d.activation_dtype : static_cast<uint32_t>(LLMK_DTYPE_F32);
   if (device != LLMK_DEVICE_CPU) {
-    why = "device " + std::to_string(device) + " is not the CPU";
+    why = "this plugin runs on the CPU, the desc names " + device_text(device);
     return false;
   }
   if (activations != LLMK_DTYPE_F32) {

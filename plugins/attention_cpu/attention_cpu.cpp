@@ -96,7 +96,7 @@ class AttentionCpu {
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
     if (d.device != LLMK_DEVICE_CPU) {
-      why = "device " + std::to_string(d.device) + " is not the CPU";
+      why = "this plugin runs on the CPU, the desc names " + plugin::device_text(d.device);
       return false;
     }
     if (d.activation_dtype != LLMK_DTYPE_F32) {

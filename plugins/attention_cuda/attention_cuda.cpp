@@ -61,7 +61,7 @@ class AttentionCuda {
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
     if (d.device != LLMK_DEVICE_CUDA) {
-      why = "device " + std::to_string(d.device) + " is not CUDA";
+      why = "this plugin runs on CUDA, the desc names " + plugin::device_text(d.device);
       return false;
     }
     if (!served_dtype(d.activation_dtype)) {

@@ -98,7 +98,7 @@ class LinearCublas {
 
   static bool supports(const llmk_linear_desc& d, std::string& why) {
     if (d.device != LLMK_DEVICE_CUDA) {
-      why = "device " + std::to_string(d.device) + " is not CUDA";
+      why = "this plugin runs on CUDA, the desc names " + plugin::device_text(d.device);
       return false;
     }
     if (d.weight_dtype != LLMK_DTYPE_F32 && !is_16bit(d.weight_dtype)) {

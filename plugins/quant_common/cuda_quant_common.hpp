@@ -41,7 +41,7 @@ inline void check_cuda(cudaError_t status, const std::string& what) {
 // activations (the executor's), an F32/F16/BF16 checkpoint weight, a shape.
 inline bool check_cuda_desc(const llmk_linear_desc& d, std::string& why) {
   if (d.device != LLMK_DEVICE_CUDA) {
-    why = "device " + std::to_string(d.device) + " is not CUDA";
+    why = "this plugin runs on CUDA, the desc names " + plugin::device_text(d.device);
     return false;
   }
   if (d.activation_dtype != LLMK_DTYPE_F32) {

@@ -211,7 +211,7 @@ TEST_CASE("linear.cublas refuses the CPU, unknown options and a short workspace,
   d.device = LLMK_DEVICE_CPU;
   d.activation_dtype = LLMK_DTYPE_F32;
   const llmk::Plugin plugin = registry.load("linear.cublas", LLMK_PLUGIN_LINEAR);
-  CHECK_THROWS_WITH(llmk::LinearImpl(plugin, d), Catch::Contains("is not CUDA"));
+  CHECK_THROWS_WITH(llmk::LinearImpl(plugin, d), Catch::Contains("this plugin runs on CUDA, the desc names cpu"));
   d.device = LLMK_DEVICE_CUDA;
   d.options = R"({"dtype":"int3"})";
   CHECK_THROWS_WITH(llmk::LinearImpl(plugin, d), Catch::Contains("option dtype is \"int3\", expected one of auto, f32, bf16, f16"));

@@ -295,6 +295,22 @@ TEST_CASE("the simulated CUDA executor saves and restores a sequence's KV slots,
   CHECK_THROWS_WITH(f.executor->restore_kv(slots, std::vector<uint8_t>(3)), Catch::Contains("do not hold"));
 }
 
+TEST_CASE("the simulated CUDA executor configured with the CPU's plugins says which CUDA plugins to name",
+          "[cuda_executor]") {
+  cudasim_test::reset_simulator(1);
+  auto checkpoint = load_checkpoint(test::stories_dir());
+  PluginRegistry plugins({LLMK_CUDASIM_PLUGIN_DIR, LLMK_PLUGIN_BUILD_DIR});
+  EngineConfig cfg;
+  cfg.executor.device = "cuda";
+  cfg.kv_cache.capacity_tokens = 256;
+  CHECK_THROWS_WITH(make_cuda_executor(cfg, checkpoint, plugins),
+                    Catch::Contains("this plugin runs on the CPU, the desc names cuda") &&
+                        Catch::Contains("executor.device=cuda needs a CUDA plugin in plugins.linear: linear.cublas"));
+  cfg.plugins.linear = "linear.cublas";
+  CHECK_THROWS_WITH(make_cuda_executor(cfg, checkpoint, plugins),
+                    Catch::Contains("needs a CUDA plugin in plugins.attention: attention.cuda"));
+}
+
 TEST_CASE("the simulated CUDA executor refuses a malformed step with the CPU executor's message", "[cuda_executor]") {
   CudaFixture f("f32");
   StepBatch b;

@@ -116,7 +116,7 @@ TEST_CASE("attention.cpu refuses configurations it cannot serve, with a reason",
   d.device = LLMK_DEVICE_CUDA;
   d.num_kv_heads = 2;
   CHECK(api.supports(&d, why, sizeof(why)) == 0);
-  CHECK(std::string(why).find("not the CPU") != std::string::npos);
+  CHECK(std::string(why).find("this plugin runs on the CPU, the desc names cuda") != std::string::npos);
   d.device = LLMK_DEVICE_CPU;
   d.activation_dtype = LLMK_DTYPE_BF16;
   CHECK(api.supports(&d, why, sizeof(why)) == 0);

@@ -2,7 +2,10 @@
 #include "cuda_compat.hpp"
 #include "attention_paged.hpp"
 
+#include <type_traits>
+
 #include "device_common.hpp"
+#include "kv_access.hpp"
 
 namespace llmk::cuda {
 namespace {
@@ -10,17 +13,42 @@ namespace {
 constexpr int kDimsPerThread = (kAttentionMaxHeadDim + kAttentionThreads - 1) / kAttentionThreads;
 
 // k, v: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens];
-// k_cache, v_cache: [num_slots, num_kv_heads, head_dim]. One block per token.
+// the cache arrays: [num_slots, num_kv_heads, head_dim]. One block per token.
 template <class T, class C>
 __global__ void kv_cache_write_kernel(const T* __restrict__ k, const T* __restrict__ v,
-                                      const int32_t* __restrict__ slot_mapping, C* __restrict__ k_cache,
-                                      C* __restrict__ v_cache, int64_t row_size) {
+                                      const int32_t* __restrict__ slot_mapping, device::KvWrite<C> k_cache,
+                                      device::KvWrite<C> v_cache, int64_t row_size) {
   const int64_t token = blockIdx.x;
   const int64_t slot = slot_mapping[token];
   if (slot < 0) return;
   for (int64_t i = threadIdx.x; i < row_size; i += blockDim.x) {
-    k_cache[slot * row_size + i] = device::from_float<C>(device::to_float(k[token * row_size + i]));
-    v_cache[slot * row_size + i] = device::from_float<C>(device::to_float(v[token * row_size + i]));
+    k_cache.put(slot * row_size + i, device::to_float(k[token * row_size + i]));
+    v_cache.put(slot * row_size + i, device::to_float(v[token * row_size + i]));
+  }
+}
+
+// The I8 cache: one thread per group of the row (groups are short: 8 by
+// default), amax, scale and the group's bytes, as kernels/cpu/kv_quant does.
+template <class T>
+__device__ __forceinline__ void quantize_group(const T* src, device::KvWrite<int8_t> dst, int64_t row, int64_t g) {
+  const int64_t first = g * dst.group_size;
+  float amax = 0.0f;
+  for (int i = 0; i < dst.group_size; ++i) amax = fmaxf(amax, fabsf(device::to_float(src[first + i])));
+  const float inv = device::i8_inverse_scale(amax);
+  dst.scales[row / dst.group_size + g] = amax / 127.0f;
+  for (int i = 0; i < dst.group_size; ++i) dst.data[row + first + i] = device::quantize_i8(device::to_float(src[first + i]), inv);
+}
+
+template <class T>
+__global__ void kv_cache_write_i8_kernel(const T* __restrict__ k, const T* __restrict__ v,
+                                         const int32_t* __restrict__ slot_mapping, device::KvWrite<int8_t> k_cache,
+                                         device::KvWrite<int8_t> v_cache, int64_t row_size) {
+  const int64_t token = blockIdx.x;
+  const int64_t slot = slot_mapping[token];
+  if (slot < 0) return;
+  for (int64_t g = threadIdx.x; g < row_size / k_cache.group_size; g += blockDim.x) {
+    quantize_group(k + token * row_size, k_cache, slot * row_size, g);
+    quantize_group(v + token * row_size, v_cache, slot * row_size, g);
   }
 }
 
@@ -51,8 +79,8 @@ struct AttentionArgs {
 // Block (token, head); blockDim.x == kAttentionThreads. acc[] has a constant
 // size, so it stays in registers.
 template <class T, class C>
-__global__ void attention_paged_kernel(const T* __restrict__ q, const C* __restrict__ k_cache,
-                                       const C* __restrict__ v_cache, T* __restrict__ out, AttentionArgs args) {
+__global__ void attention_paged_kernel(const T* __restrict__ q, device::KvRead<C> k_cache, device::KvRead<C> v_cache,
+                                       T* __restrict__ out, AttentionArgs args) {
   __shared__ float q_row[kAttentionMaxHeadDim];  // q * scale, f32
   __shared__ float weights[kAttentionThreads];   // this tile's exp(score - running max)
   __shared__ int32_t slots[kAttentionThreads];   // this tile's cache slots
@@ -67,8 +95,7 @@ __global__ void attention_paged_kernel(const T* __restrict__ q, const C* __restr
   const int kv_head = head / (args.num_heads / args.num_kv_heads);
   const int32_t* table = args.block_tables + static_cast<int64_t>(seq) * args.max_blocks_per_seq;
   const int64_t kv_stride = static_cast<int64_t>(args.num_kv_heads) * head_dim;  // elements per slot
-  const C* k_head = k_cache + static_cast<int64_t>(kv_head) * head_dim;
-  const C* v_head = v_cache + static_cast<int64_t>(kv_head) * head_dim;
+  const int64_t head_offset = static_cast<int64_t>(kv_head) * head_dim;
 
   const T* q_in = q + (static_cast<int64_t>(token) * args.num_heads + head) * head_dim;
   for (int d = tid; d < head_dim; d += blockDim.x) q_row[d] = device::to_float(q_in[d]) * args.scale;
@@ -85,9 +112,9 @@ __global__ void attention_paged_kernel(const T* __restrict__ q, const C* __restr
     int32_t slot = -1;
     if (key <= position) {
       slot = table[key / args.block_size] + key % args.block_size;
-      const C* k_row = k_head + static_cast<int64_t>(slot) * kv_stride;
+      const int64_t k_row = static_cast<int64_t>(slot) * kv_stride + head_offset;
       score = 0.0f;
-      for (int d = 0; d < head_dim; ++d) score += q_row[d] * device::to_float(k_row[d]);
+      for (int d = 0; d < head_dim; ++d) score += q_row[d] * k_cache.at(k_row + d);
     }
     slots[tid] = slot;
     const float new_max = fmaxf(running_max, device::block_max(score, scratch));
@@ -105,7 +132,7 @@ __global__ void attention_paged_kernel(const T* __restrict__ q, const C* __restr
       if (d >= head_dim) continue;
       float a = acc[i] * rescale;
       for (int j = 0; j < num_keys; ++j)
-        a += weights[j] * device::to_float(v_head[static_cast<int64_t>(slots[j]) * kv_stride + d]);
+        a += weights[j] * v_cache.at(static_cast<int64_t>(slots[j]) * kv_stride + head_offset + d);
       acc[i] = a;
     }
     __syncthreads();  // the next tile overwrites slots and weights
@@ -139,8 +166,23 @@ cudaError_t with_element_type(llmk_dtype dtype, F&& f) {
   }
 }
 
+// The same for a cache dtype, which may also be I8 (int8_t).
+template <class F>
+cudaError_t with_kv_type(llmk_dtype dtype, F&& f) {
+  if (dtype == LLMK_DTYPE_I8) return f(type_tag<int8_t>{});
+  return with_element_type(dtype, f);
+}
+
 bool is_element_type(llmk_dtype dtype) {
   return dtype == LLMK_DTYPE_F32 || dtype == LLMK_DTYPE_F16 || dtype == LLMK_DTYPE_BF16;
+}
+
+template <class C>
+device::KvRead<C> reader(const void* data, const float* scales, int32_t group_size) {
+  if constexpr (std::is_same_v<C, int8_t>)
+    return {static_cast<const int8_t*>(data), scales, group_size};
+  else
+    return {static_cast<const C*>(data)};
 }
 
 }  // namespace
@@ -148,32 +190,45 @@ bool is_element_type(llmk_dtype dtype) {
 cudaError_t check_paged_attention_shape(const PagedAttentionShape& shape) {
   const bool ok = shape.num_heads > 0 && shape.num_kv_heads > 0 && shape.num_heads % shape.num_kv_heads == 0 &&
                   shape.head_dim > 0 && shape.head_dim <= kAttentionMaxHeadDim && shape.sliding_window >= 0 &&
-                  is_element_type(shape.activation_dtype) && is_element_type(shape.kv_dtype);
+                  is_element_type(shape.activation_dtype) &&
+                  (is_element_type(shape.kv_dtype) ||
+                   (shape.kv_dtype == LLMK_DTYPE_I8 && shape.kv_group_size > 0 &&
+                    shape.head_dim % shape.kv_group_size == 0));
   return ok ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 cudaError_t kv_cache_write(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* k,
-                           const void* v, void* k_cache, void* v_cache, cudaStream_t stream) {
+                           const void* v, const PagedKvCache& cache, cudaStream_t stream) {
   if (const cudaError_t status = check_paged_attention_shape(shape); status != cudaSuccess) return status;
   if (step.num_tokens < 0) return cudaErrorInvalidValue;
   if (step.num_tokens == 0) return cudaSuccess;
   const int64_t row_size = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
   return with_element_type(shape.activation_dtype, [&](auto activation) {
     using T = typename decltype(activation)::type;
-    return with_element_type(shape.kv_dtype, [&](auto cache) {
-      using C = typename decltype(cache)::type;
+    if (shape.kv_dtype == LLMK_DTYPE_I8) {
+      if (cache.k_scale == nullptr || cache.v_scale == nullptr) return cudaErrorInvalidValue;
+      const device::KvWrite<int8_t> kw{static_cast<int8_t*>(cache.k), cache.k_scale, shape.kv_group_size};
+      const device::KvWrite<int8_t> vw{static_cast<int8_t*>(cache.v), cache.v_scale, shape.kv_group_size};
+      LLMK_LAUNCH(static_cast<unsigned>(step.num_tokens), kKvWriteThreads, 0, stream, kv_cache_write_i8_kernel<T>)(
+          static_cast<const T*>(k), static_cast<const T*>(v), step.slot_mapping, kw, vw, row_size);
+      return cudaGetLastError();
+    }
+    return with_element_type(shape.kv_dtype, [&](auto element) {
+      using C = typename decltype(element)::type;
       LLMK_LAUNCH(static_cast<unsigned>(step.num_tokens), kKvWriteThreads, 0, stream, kv_cache_write_kernel<T, C>)(
-          static_cast<const T*>(k), static_cast<const T*>(v), step.slot_mapping, static_cast<C*>(k_cache),
-          static_cast<C*>(v_cache), row_size);
+          static_cast<const T*>(k), static_cast<const T*>(v), step.slot_mapping,
+          device::KvWrite<C>{static_cast<C*>(cache.k)}, device::KvWrite<C>{static_cast<C*>(cache.v)}, row_size);
       return cudaGetLastError();
     });
   });
 }
 
 cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
-                            const void* k_cache, const void* v_cache, void* out, cudaStream_t stream) {
+                            const PagedKvCache& cache, void* out, cudaStream_t stream) {
   if (const cudaError_t status = check_paged_attention_shape(shape); status != cudaSuccess) return status;
   if (step.num_tokens < 0 || step.block_size <= 0 || (step.num_tokens > 0 && step.num_seqs <= 0))
+    return cudaErrorInvalidValue;
+  if (shape.kv_dtype == LLMK_DTYPE_I8 && (cache.k_scale == nullptr || cache.v_scale == nullptr))
     return cudaErrorInvalidValue;
   if (step.num_tokens == 0) return cudaSuccess;
   const AttentionArgs args{step.query_start,       step.context_lens,      step.block_tables,
@@ -183,22 +238,22 @@ cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttenti
   const dim3 grid(static_cast<unsigned>(step.num_tokens), static_cast<unsigned>(shape.num_heads));
   return with_element_type(shape.activation_dtype, [&](auto activation) {
     using T = typename decltype(activation)::type;
-    return with_element_type(shape.kv_dtype, [&](auto cache) {
-      using C = typename decltype(cache)::type;
+    return with_kv_type(shape.kv_dtype, [&](auto element) {
+      using C = typename decltype(element)::type;
       LLMK_LAUNCH(grid, kAttentionThreads, 0, stream, attention_paged_kernel<T, C>)(
-          static_cast<const T*>(q), static_cast<const C*>(k_cache), static_cast<const C*>(v_cache),
-          static_cast<T*>(out), args);
+          static_cast<const T*>(q), reader<C>(cache.k, cache.k_scale, shape.kv_group_size),
+          reader<C>(cache.v, cache.v_scale, shape.kv_group_size), static_cast<T*>(out), args);
       return cudaGetLastError();
     });
   });
 }
 
 cudaError_t attention_paged_run(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
-                                const void* k, const void* v, void* k_cache, void* v_cache, void* out,
+                                const void* k, const void* v, const PagedKvCache& cache, void* out,
                                 cudaStream_t stream) {
-  if (const cudaError_t status = kv_cache_write(shape, step, k, v, k_cache, v_cache, stream); status != cudaSuccess)
+  if (const cudaError_t status = kv_cache_write(shape, step, k, v, cache, stream); status != cudaSuccess)
     return status;
-  return attention_paged(shape, step, q, k_cache, v_cache, out, stream);
+  return attention_paged(shape, step, q, cache, out, stream);
 }
 
 }  // namespace llmk::cuda

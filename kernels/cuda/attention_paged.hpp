@@ -3,7 +3,8 @@
 //
 // A run is two launches on one stream:
 //   1. kv_cache_write: the step's new K/V rows go into the layer's cache at
-//      slot_mapping (a negative slot skips the row), rounded to the cache dtype.
+//      slot_mapping (a negative slot skips the row), rounded to the cache
+//      dtype (I8: quantized per group of kv_group_size with an f32 scale).
 //   2. attention_paged: causal attention of every new query over its
 //      sequence's context through the block tables. Sequence s owns query
 //      rows [query_start[s], query_start[s+1]); they are the last
@@ -51,7 +52,18 @@ struct PagedAttentionShape {
   float scale = 1.0f;            // softmax scale, usually 1/sqrt(head_dim)
   int32_t sliding_window = 0;    // keys visible to a query, itself included; 0 = the whole context
   llmk_dtype activation_dtype = LLMK_DTYPE_F32;  // q, k, v, out: F32, F16 or BF16
-  llmk_dtype kv_dtype = LLMK_DTYPE_F32;          // the cache: F32, F16 or BF16
+  llmk_dtype kv_dtype = LLMK_DTYPE_F32;          // the cache: F32, F16, BF16 or I8 (group-quantized)
+  int32_t kv_group_size = 0;                     // I8: elements sharing one scale, divides head_dim
+};
+
+// One layer's cache in the standard layout (kv_access.hpp): k, v
+// [num_slots, num_kv_heads, head_dim] of kv_dtype; for I8 also k_scale,
+// v_scale [num_slots, num_kv_heads, head_dim / kv_group_size] (null otherwise).
+struct PagedKvCache {
+  void* k = nullptr;
+  void* v = nullptr;
+  float* k_scale = nullptr;
+  float* v_scale = nullptr;
 };
 
 // One step's metadata, device arrays (llmk_attention_step's device_* arrays).
@@ -71,18 +83,19 @@ struct PagedAttentionStep {
 cudaError_t check_paged_attention_shape(const PagedAttentionShape& shape);
 
 // k, v: [num_tokens, num_kv_heads, head_dim] of activation_dtype, device.
-// k_cache, v_cache: [num_slots, num_kv_heads, head_dim] of kv_dtype, device.
+// An I8 cache quantizes each group of a row as the CPU engine does
+// (kv_access.hpp): the same bytes and scales for the same input.
 cudaError_t kv_cache_write(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* k,
-                           const void* v, void* k_cache, void* v_cache, cudaStream_t stream);
+                           const void* v, const PagedKvCache& cache, cudaStream_t stream);
 
 // q, out: [num_tokens, num_heads, head_dim] of activation_dtype, device (not overlapping).
-// k_cache, v_cache: as above, already holding this step's rows.
+// cache: already holding this step's rows.
 cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
-                            const void* k_cache, const void* v_cache, void* out, cudaStream_t stream);
+                            const PagedKvCache& cache, void* out, cudaStream_t stream);
 
 // Both, in order: one layer of one step.
 cudaError_t attention_paged_run(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
-                                const void* k, const void* v, void* k_cache, void* v_cache, void* out,
+                                const void* k, const void* v, const PagedKvCache& cache, void* out,
                                 cudaStream_t stream);
 
 }  // namespace llmk::cuda

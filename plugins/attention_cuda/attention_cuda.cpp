@@ -119,7 +119,8 @@ class AttentionCuda {
       throw Error(LLMK_ERR_INVALID_ARGUMENT, "the layer's cache has " + std::to_string(layer.kv.num_slots) +
                                                  " slots, the step was planned for " + std::to_string(num_slots_));
     if (step_.num_tokens == 0) return;
-    check_cuda(cuda::attention_paged_run(shape_, step_, layer.q, layer.k, layer.v, layer.kv.k, layer.kv.v, layer.out,
+    const cuda::PagedKvCache cache{layer.kv.k, layer.kv.v, layer.kv.k_scale, layer.kv.v_scale};
+    check_cuda(cuda::attention_paged_run(shape_, step_, layer.q, layer.k, layer.v, cache, layer.out,
                                          static_cast<cudaStream_t>(stream)),
                "attention.cuda launch");
   }

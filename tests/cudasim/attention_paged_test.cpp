@@ -214,7 +214,7 @@ void check_attention_case(const attention_case& c) {
         dtables(block_tables);
     const cuda::PagedAttentionStep step{num_tokens,          num_seqs,   max_blocks_per_seq, block_size,
                                         dquery_start.get(), dcontext_lens.get(), dslots.get(), dtables.get()};
-    CUDA_REQUIRE(cuda::attention_paged_run(shape, step, dq.get(), dk.get(), dv.get(), dk_cache.get(), dv_cache.get(),
+    CUDA_REQUIRE(cuda::attention_paged_run(shape, step, dq.get(), dk.get(), dv.get(), cuda::PagedKvCache{dk_cache.get(), dv_cache.get()},
                                            dout.get(), nullptr));
     REQUIRE_NO_SIMULATED_RACES();
 
@@ -343,7 +343,7 @@ TEST_CASE("The KV write stores rows at slot_mapping in every dtype pair and skip
         cuda::PagedAttentionStep step;
         step.num_tokens = num_tokens;
         step.slot_mapping = dslots.get();
-        CUDA_REQUIRE(cuda::kv_cache_write(shape, step, dk.get(), dv.get(), dk_cache.get(), dv_cache.get(), nullptr));
+        CUDA_REQUIRE(cuda::kv_cache_write(shape, step, dk.get(), dv.get(), cuda::PagedKvCache{dk_cache.get(), dv_cache.get()}, nullptr));
         const std::size_t kv_size = element_size(kv_dtype);
         for (const auto& [cache, input] : {std::pair{dk_cache.download(), &k}, std::pair{dv_cache.download(), &v}}) {
           std::vector<double> want = init.value;
@@ -376,10 +376,14 @@ TEST_CASE("Paged attention rejects shapes it cannot serve") {
   REQUIRE(cuda::check_paged_attention_shape(shape) == cudaErrorInvalidValue);
   shape.head_dim = 64;
   shape.kv_dtype = LLMK_DTYPE_I8;
-  REQUIRE(cuda::check_paged_attention_shape(shape) == cudaErrorInvalidValue);
+  REQUIRE(cuda::check_paged_attention_shape(shape) == cudaErrorInvalidValue);  // I8 without a group size
+  shape.kv_group_size = 48;
+  REQUIRE(cuda::check_paged_attention_shape(shape) == cudaErrorInvalidValue);  // 48 does not divide 64
+  shape.kv_group_size = 16;
+  REQUIRE(cuda::check_paged_attention_shape(shape) == cudaSuccess);
   cuda::PagedAttentionStep step;
   step.num_tokens = 1;
   step.num_seqs = 1;
   step.block_size = 16;
-  REQUIRE(cuda::attention_paged(shape, step, nullptr, nullptr, nullptr, nullptr, nullptr) == cudaErrorInvalidValue);
+  REQUIRE(cuda::attention_paged(shape, step, nullptr, cuda::PagedKvCache{}, nullptr, nullptr) == cudaErrorInvalidValue);
 }

@@ -178,7 +178,7 @@ class LinearDense {
     }
     bytes_ = packed_ ? owned_.size() : n * (dtype_ == LLMK_DTYPE_F32 ? 4 : 2);
     gemm_min_rows_ = opt.gemm_min_rows != 0 ? opt.gemm_min_rows : (dtype_ == LLMK_DTYPE_F32 ? 64 : 16);
-    if (!packed_ && d.max_rows >= gemm_min_rows_) make_gemm();
+    if (!packed_ && d.max_rows >= gemm_min_rows_) make_gemm(d.name ? d.name : "?");
   }
 
   // BF16 activations (the k-pair panels' GEMM path and the oneDNN BF16
@@ -235,7 +235,7 @@ class LinearDense {
  private:
   // One oneDNN matmul for any row count: src [M, K] x weights [K, N] -> dst [M, N],
   // the weights viewed in place as the transpose of the stored [N, K] rows.
-  void make_gemm() {
+  void make_gemm(const std::string& name) {
     using dnnl::memory;
     engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
     stream_ = dnnl::stream(engine_);
@@ -244,7 +244,15 @@ class LinearDense {
     const memory::desc src_md({DNNL_RUNTIME_DIM_VAL, k}, dt, {k, 1});
     const memory::desc w_md({k, n}, dt, {1, k});
     const memory::desc dst_md({DNNL_RUNTIME_DIM_VAL, n}, memory::data_type::f32, {n, 1});
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, w_md, dst_md), engine_);
+    dnnl::matmul::primitive_desc pd;
+    try {
+      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, w_md, dst_md), engine_);
+    } catch (const dnnl::error& e) {
+      if (dt != memory::data_type::bf16) throw;
+      // oneDNN has BF16 matmuls only where the CPU has AVX-512.
+      throw Error(LLMK_ERR_UNSUPPORTED, name + ": bf16_layout rows multiplies in oneDNN's BF16 matmul, which this CPU "
+                                               "lacks (" + e.what() + "); the default BF16 panels serve it");
+    }
     gemm_ = std::make_unique<dnnl::matmul>(pd);
     weights_mem_ = std::make_unique<memory>(w_md, engine_, const_cast<void*>(weight_));
   }

@@ -39,6 +39,7 @@
 #include "core/model_weights.hpp"
 #include "core/rope_scaling.hpp"
 #include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/hadamard.hpp"
 #include "kernels/cuda/rmsnorm.hpp"
 #include "kernels/cuda/rope.hpp"
 #include "kernels/cuda/rows.hpp"
@@ -334,10 +335,6 @@ class CudaExecutor final : public Executor {
     check(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the device's memory");
     // Provisional: the KV share of memory is settled after the weights.
     rt_ = resolve_runtime(ecfg, c, total_bytes);
-    if (rt_.key_rotation != 0 || rt_.kv_dtype == DType::i8)
-      throw Error(ErrorCode::unsupported,
-                  "the CUDA executor has no int8 KV cache yet (kv_cache.dtype f32, f16 or bf16)");
-
     graphs_enabled_ = ecfg.executor.cuda_graphs;
     LinearPlacement placement;
     placement.device = LLMK_DEVICE_CUDA;
@@ -653,6 +650,12 @@ class CudaExecutor final : public Executor {
       check(cuda::copy_rows(qkv + q_dim_ + kv_dim_, qkv_dim_, v_.f32(), kv_dim_, static_cast<int32_t>(n),
                             static_cast<int32_t>(kv_dim_), stream_),
             "splitting v");
+
+      if (rt_.key_rotation != 0) {
+        // An int8 cache holds rotated keys; rotated queries give the same scores.
+        check(cuda::hadamard_blocks(q_.f32(), n * q_dim_, rt_.key_rotation, stream_), "rotating q");
+        check(cuda::hadamard_blocks(k_.f32(), n * kv_dim_, rt_.key_rotation, stream_), "rotating k");
+      }
 
       llmk_attention_layer a{};
       a.struct_size = sizeof(a);

@@ -73,6 +73,7 @@ struct AttentionArgs {
   int32_t num_seqs, max_blocks_per_seq, block_size;
   int32_t num_heads, num_kv_heads, head_dim, sliding_window;
   float scale;
+  int32_t min_query_len;  // sequences with fewer new rows are not served
 };
 
 // q, out: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_slots, num_kv_heads, head_dim].
@@ -90,6 +91,7 @@ __global__ void attention_paged_kernel(const T* __restrict__ q, device::KvRead<C
   const int head_dim = args.head_dim;
   const int seq = find_sequence(args.query_start, args.num_seqs, token);
   const int query_len = args.query_start[seq + 1] - args.query_start[seq];
+  if (query_len < args.min_query_len) return;  // the whole block: no barrier is left waiting
   const int position = args.context_lens[seq] - query_len + (token - args.query_start[seq]);
   const int first = args.sliding_window > 0 ? max(0, position - args.sliding_window + 1) : 0;
   const int kv_head = head / (args.num_heads / args.num_kv_heads);
@@ -224,7 +226,7 @@ cudaError_t kv_cache_write(const PagedAttentionShape& shape, const PagedAttentio
 }
 
 cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
-                            const PagedKvCache& cache, void* out, cudaStream_t stream) {
+                            const PagedKvCache& cache, void* out, cudaStream_t stream, int32_t min_query_len) {
   if (const cudaError_t status = check_paged_attention_shape(shape); status != cudaSuccess) return status;
   if (step.num_tokens < 0 || step.block_size <= 0 || (step.num_tokens > 0 && step.num_seqs <= 0))
     return cudaErrorInvalidValue;
@@ -234,7 +236,7 @@ cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttenti
   const AttentionArgs args{step.query_start,       step.context_lens,      step.block_tables,
                            step.num_seqs,          step.max_blocks_per_seq, step.block_size,
                            shape.num_heads,        shape.num_kv_heads,     shape.head_dim,
-                           shape.sliding_window,   shape.scale};
+                           shape.sliding_window,   shape.scale,            min_query_len};
   const dim3 grid(static_cast<unsigned>(step.num_tokens), static_cast<unsigned>(shape.num_heads));
   return with_element_type(shape.activation_dtype, [&](auto activation) {
     using T = typename decltype(activation)::type;

@@ -89,9 +89,11 @@ cudaError_t kv_cache_write(const PagedAttentionShape& shape, const PagedAttentio
                            const void* v, const PagedKvCache& cache, cudaStream_t stream);
 
 // q, out: [num_tokens, num_heads, head_dim] of activation_dtype, device (not overlapping).
-// cache: already holding this step's rows.
+// cache: already holding this step's rows. Only sequences with at least
+// min_query_len new rows are served (2: every prefill, none of the decodes,
+// whose rows are left for attention_decode); the others' rows are not written.
 cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
-                            const PagedKvCache& cache, void* out, cudaStream_t stream);
+                            const PagedKvCache& cache, void* out, cudaStream_t stream, int32_t min_query_len = 1);
 
 // Both, in order: one layer of one step.
 cudaError_t attention_paged_run(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,

@@ -1,19 +1,25 @@
-// attention.cuda: paged causal GQA attention on a CUDA device, correct
-// before fast (the kernels of kernels/cuda/attention_paged.hpp).
+// attention.cuda: paged causal GQA attention on a CUDA device.
 //
-// plan() checks the step's host metadata once (attention_common::check_step)
-// and keeps the device copies for the step's runs; run() enqueues the K/V
-// write and the attention of one layer on the caller's stream: no
-// allocation, no synchronization and no host reads of device memory, so a
-// step can be captured into a CUDA graph. Prefill chunks and decodes share
-// one kernel (one block per query token and head). No workspace.
+// One step mixes prefill chunks and decodes; plan() looks at the step's host
+// metadata once and routes each kind to its kernel:
+//   - decodes (one new query token): attention_decode, the query heads of a
+//     KV head in one block, the context split across blocks when the
+//     longest decode needs it (the split count sizes the workspace, and so
+//     keys the executor's CUDA graphs), then a merge;
+//   - prefill chunks: attention_paged, one block per query token and head.
+// Both read the cache after kv_cache_write has stored the step's rows.
+// run() only enqueues work on the caller's stream: no allocation, no
+// synchronization and no host reads of device memory, so a step can be
+// captured into a CUDA graph.
 //
 // The same source builds against the CUDA runtime (the shipped plugin) and
 // against the CUDA simulation (the tests' copy, tests/cudasim_plugins).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
+#include "kernels/cuda/attention_decode.hpp"
 #include "kernels/cuda/attention_paged.hpp"
 #include "plugins/api/plugin_helpers.hpp"
 #include "plugins/attention_common/step_checks.hpp"
@@ -28,7 +34,7 @@ bool served_dtype(uint32_t dtype) {
   return dtype == LLMK_DTYPE_F32 || dtype == LLMK_DTYPE_F16 || dtype == LLMK_DTYPE_BF16;
 }
 
-uint64_t dtype_bytes(uint32_t dtype) { return dtype == LLMK_DTYPE_F32 ? 4 : 2; }
+uint64_t dtype_bytes(uint32_t dtype) { return dtype == LLMK_DTYPE_F32 ? 4 : dtype == LLMK_DTYPE_I8 ? 1 : 2; }
 
 cuda::PagedAttentionShape shape_of(const llmk_attention_desc& d) {
   cuda::PagedAttentionShape s;
@@ -39,6 +45,7 @@ cuda::PagedAttentionShape shape_of(const llmk_attention_desc& d) {
   s.sliding_window = static_cast<int32_t>(d.sliding_window);
   s.activation_dtype = static_cast<llmk_dtype>(d.activation_dtype);
   s.kv_dtype = static_cast<llmk_dtype>(d.kv_dtype);
+  s.kv_group_size = d.kv_dtype == LLMK_DTYPE_I8 ? static_cast<int32_t>(d.kv_group_size) : 0;
   return s;
 }
 
@@ -55,9 +62,9 @@ class AttentionCuda {
   static constexpr const char* kName = "attention.cuda";
   static constexpr const char* kVersion = "0.1.0";
   static constexpr const char* kDescription =
-      "CUDA paged causal GQA attention (online softmax, one block per query token and head), F32/F16/BF16 KV";
+      "CUDA paged causal GQA attention: split-K decode attention grouped by KV head, prefill one block per query token and head; F32/F16/BF16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
-      R"({"kv_dtypes":["f32","f16","bf16"],"devices":["cuda"],"activation_dtypes":["f32","f16","bf16"],"paged":true,"gqa":true,"sliding_window":true})";
+      R"({"kv_dtypes":["f32","f16","bf16","i8"],"devices":["cuda"],"activation_dtypes":["f32","f16","bf16"],"paged":true,"gqa":true,"sliding_window":true})";
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
     if (d.device != LLMK_DEVICE_CUDA) {
@@ -68,8 +75,13 @@ class AttentionCuda {
       why = "activation dtype " + std::to_string(d.activation_dtype) + " is not f32, f16 or bf16";
       return false;
     }
-    if (!served_dtype(d.kv_dtype)) {
-      why = "kv_dtype " + std::to_string(d.kv_dtype) + " is not served: only f32, f16 and bf16";
+    if (!served_dtype(d.kv_dtype) && d.kv_dtype != LLMK_DTYPE_I8) {
+      why = "kv_dtype " + std::to_string(d.kv_dtype) + " is not served: only f32, f16, bf16 and i8";
+      return false;
+    }
+    if (d.kv_dtype == LLMK_DTYPE_I8 && (d.kv_group_size == 0 || d.head_dim % d.kv_group_size != 0)) {
+      why = "i8 KV needs kv_group_size dividing head_dim (" + std::to_string(d.head_dim) + "), got " +
+            std::to_string(d.kv_group_size);
       return false;
     }
     if (d.num_heads == 0 || d.num_kv_heads == 0 || d.num_heads % d.num_kv_heads != 0) {
@@ -88,6 +100,10 @@ class AttentionCuda {
   explicit AttentionCuda(const llmk_attention_desc& d) : desc_(d), shape_(shape_of(d)) {
     std::string why;
     if (!supports(d, why)) throw Error(LLMK_ERR_UNSUPPORTED, why);
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      num_sms_ = 0;  // the split chooser's default
   }
 
   void kv_layout(llmk_kv_layout& layout) const {
@@ -95,7 +111,10 @@ class AttentionCuda {
     layout.alignment = 256;  // cudaMalloc's
     layout.k_bytes_per_slot = layout.v_bytes_per_slot =
         static_cast<uint64_t>(desc_.num_kv_heads) * desc_.head_dim * dtype_bytes(desc_.kv_dtype);
-    layout.k_scale_bytes_per_slot = layout.v_scale_bytes_per_slot = 0;
+    layout.k_scale_bytes_per_slot = layout.v_scale_bytes_per_slot =
+        desc_.kv_dtype == LLMK_DTYPE_I8
+            ? static_cast<uint64_t>(desc_.num_kv_heads) * (desc_.head_dim / desc_.kv_group_size) * sizeof(float)
+            : 0;
   }
 
   size_t plan(const llmk_attention_step& step) {
@@ -110,19 +129,48 @@ class AttentionCuda {
     step_.block_tables = step.device_block_tables;
     num_slots_ = step.num_slots;
     planned_ = true;
-    return 0;
+
+    // Which kernels the step needs, and the decodes' split.
+    int32_t num_decodes = 0, longest_decode = 0;
+    has_prefill_ = false;
+    for (uint32_t s = 0; s < step.num_seqs; ++s) {
+      const int32_t query_len = step.query_start[s + 1] - step.query_start[s];
+      if (query_len == 1) {
+        ++num_decodes;
+        int32_t visible = step.context_lens[s];
+        if (desc_.sliding_window > 0) visible = std::min<int32_t>(visible, static_cast<int32_t>(desc_.sliding_window));
+        longest_decode = std::max(longest_decode, visible);
+      } else if (query_len > 1) {
+        has_prefill_ = true;
+      }
+    }
+    num_splits_ = num_decodes == 0 ? 0
+                                   : cuda::attention_decode_num_splits(longest_decode, num_decodes,
+                                                                       shape_.num_kv_heads, num_sms_);
+    workspace_bytes_ =
+        num_splits_ == 0 ? 0 : cuda::attention_decode_workspace_bytes(shape_, step_.num_seqs, num_splits_);
+    return workspace_bytes_;
   }
 
-  void run(const llmk_attention_layer& layer, void* /*workspace*/, size_t /*workspace_size*/, void* stream) {
+  void run(const llmk_attention_layer& layer, void* workspace, size_t workspace_size, void* stream) {
     if (!planned_) throw Error(LLMK_ERR_INVALID_ARGUMENT, "run() before any plan()");
     if (layer.kv.num_slots != num_slots_)
       throw Error(LLMK_ERR_INVALID_ARGUMENT, "the layer's cache has " + std::to_string(layer.kv.num_slots) +
                                                  " slots, the step was planned for " + std::to_string(num_slots_));
+    if (workspace_size < workspace_bytes_)
+      throw Error(LLMK_ERR_INVALID_ARGUMENT, "the workspace has " + std::to_string(workspace_size) +
+                                                 " bytes, the step's plan needs " + std::to_string(workspace_bytes_));
     if (step_.num_tokens == 0) return;
+    const auto s = static_cast<cudaStream_t>(stream);
     const cuda::PagedKvCache cache{layer.kv.k, layer.kv.v, layer.kv.k_scale, layer.kv.v_scale};
-    check_cuda(cuda::attention_paged_run(shape_, step_, layer.q, layer.k, layer.v, cache, layer.out,
-                                         static_cast<cudaStream_t>(stream)),
-               "attention.cuda launch");
+    check_cuda(cuda::kv_cache_write(shape_, step_, layer.k, layer.v, cache, s), "attention.cuda K/V write");
+    if (has_prefill_)
+      check_cuda(cuda::attention_paged(shape_, step_, layer.q, cache, layer.out, s, /*min_query_len=*/2),
+                 "attention.cuda prefill attention");
+    if (num_splits_ > 0)
+      check_cuda(cuda::attention_decode(shape_, step_, layer.q, cache, layer.out, workspace, workspace_size,
+                                        num_splits_, s),
+                 "attention.cuda decode attention");
   }
 
  private:
@@ -131,6 +179,10 @@ class AttentionCuda {
   cuda::PagedAttentionStep step_;
   uint32_t num_slots_ = 0;
   bool planned_ = false;
+  bool has_prefill_ = false;      // the planned step has sequences with more than one new row
+  int32_t num_splits_ = 0;        // the decodes' context split; 0: no decodes
+  size_t workspace_bytes_ = 0;
+  int num_sms_ = 0;
 };
 
 }  // namespace llmk::attention_cuda

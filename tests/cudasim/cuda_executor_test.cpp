@@ -151,6 +151,63 @@ TEST_CASE("stories260K through the simulated CUDA executor with F16 and BF16 KV 
   }
 }
 
+TEST_CASE("stories260K through the simulated CUDA executor with an I8 KV cache, keys rotated or not: the CPU "
+          "executor's int8 logits, and within the int8 tolerance of float64",
+          "[cuda_executor]") {
+  // Both executors quantize the same K/V rows with the same scheme (the
+  // CUDA writer is the CPU quantizer's twin), so their logits agree to f32
+  // rounding, except where a K/V value computed in a different summation
+  // order lands on the other side of a rounding boundary: one level (1/254
+  // of its group's range) on that value. Against float64, the int8 cache
+  // itself moves the logits: unrotated groups of 8 the most. Measured over
+  // the five prompts and four configurations: 1.7e-7 to 1.6e-4 against the
+  // CPU executor, 6e-4 to 3.9e-2 against float64.
+  for (const bool rotate : {true, false})
+    for (const uint32_t group : {8u, 4u}) {
+      cudasim_test::reset_simulator(1);
+      std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(test::stories_dir());
+      EngineConfig cfg;
+      cfg.kv_cache.capacity_tokens = 1024;
+      cfg.kv_cache.dtype = DType::i8;
+      cfg.kv_cache.group_size = group;
+      cfg.kv_cache.rotate_keys = rotate;
+      PluginRegistry cpu_plugins({LLMK_PLUGIN_BUILD_DIR});
+      cfg.executor.num_threads = 1;
+      const std::unique_ptr<Executor> cpu = make_executor(cfg, checkpoint, cpu_plugins);
+      PluginRegistry cuda_plugins({LLMK_CUDASIM_PLUGIN_DIR});
+      cfg.executor.device = "cuda";
+      cfg.plugins.linear = "linear.cublas";
+      cfg.plugins.attention = "attention.cuda";
+      CudaFixture f;
+      f.executor = make_cuda_executor(cfg, checkpoint, cuda_plugins);
+      const int32_t vocab = f.executor->model_config().vocab_size;
+      for (const GoldenCase& c : golden()) {
+        const std::vector<float> logits = f.prefill_all(c.input_ids);
+        StepBatch b;
+        const auto n = static_cast<int32_t>(c.input_ids.size());
+        b.token_ids = c.input_ids;
+        for (int32_t i = 0; i < n; ++i) b.positions.push_back(i), b.slot_mapping.push_back(i), b.logits_rows.push_back(i);
+        b.query_start = {0, n};
+        b.context_lens = {n};
+        b.block_tables = {0};
+        b.max_blocks_per_seq = 1;
+        b.block_size = 512;
+        const LogitsView cpu_view = cpu->execute(b);
+        REQUIRE(cpu_view.device == Device::cpu);
+        const size_t last = static_cast<size_t>(n - 1) * vocab;
+        const std::vector<double> cpu_last(cpu_view.data + last, cpu_view.data + last + vocab);
+        const double vs_cpu = rel_l2(logits.data() + last, cpu_last);
+        const double vs_golden = rel_l2(logits.data() + last, c.last_logits);
+        INFO("group " << group << (rotate ? ", rotated keys" : "") << ": relative L2 error " << vs_golden
+                      << " against float64, " << vs_cpu << " against the CPU executor");
+        CHECK(vs_cpu < 1e-3);
+        CHECK(vs_golden < 6e-2);
+        CHECK(vs_golden > 1e-6);  // the cache really quantized
+        CHECK(argmax(logits.data() + last, vocab) == argmax(cpu_view.data + last, vocab));
+      }
+    }
+}
+
 TEST_CASE("the simulated CUDA executor continues every golden prompt greedily, as one mixed, chunked, paged batch",
           "[cuda_executor]") {
   CudaFixture f("f32");
@@ -298,7 +355,7 @@ TEST_CASE("the simulated CUDA executor saves and restores a sequence's KV slots,
 TEST_CASE("the simulated CUDA executor configured with the CPU's plugins says which CUDA plugins to name",
           "[cuda_executor]") {
   cudasim_test::reset_simulator(1);
-  auto checkpoint = load_checkpoint(test::stories_dir());
+  std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(test::stories_dir());
   PluginRegistry plugins({LLMK_CUDASIM_PLUGIN_DIR, LLMK_PLUGIN_BUILD_DIR});
   EngineConfig cfg;
   cfg.executor.device = "cuda";

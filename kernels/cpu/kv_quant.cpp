@@ -1,9 +1,11 @@
 #include "kernels/cpu/kv_quant.hpp"
 
+#if defined(__AVX512F__)
 // GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -44,11 +46,12 @@ void kv_quantize_to_slots(const float* src, const int32_t* slots, int64_t num_ro
 }
 
 void kv_dequantize_row(const int8_t* src, const float* scales, float* dst, int64_t dim, int64_t group_size) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
   // Called once per cached row per attention step: no divisions in here.
   auto load16 = [&](int64_t i) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
   };
-  int64_t i = 0;
   if (group_size % 16 == 0) {
     for (int64_t g0 = 0, gi = 0; g0 < dim; g0 += group_size, ++gi) {
       const __m512 sc = _mm512_set1_ps(scales[gi]);
@@ -68,6 +71,12 @@ void kv_dequantize_row(const int8_t* src, const float* scales, float* dst, int64
       _mm512_storeu_ps(dst + i, _mm512_mul_ps(load16(i), sc));
     }
   }
+#else
+  for (int64_t g0 = 0; g0 < dim; g0 += group_size, i = g0) {
+    const float sc = scales[g0 / group_size];
+    for (int64_t j = g0; j < g0 + group_size; ++j) dst[j] = static_cast<float>(src[j]) * sc;
+  }
+#endif
   for (; i < dim; ++i) dst[i] = static_cast<float>(src[i]) * scales[i / group_size];
 }
 

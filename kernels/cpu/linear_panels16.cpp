@@ -1,11 +1,16 @@
 #include "kernels/cpu/linear_panels16.hpp"
 
+#if defined(__AVX512F__)
 // GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/convert.hpp"
 
 #include "kernels/cpu/linear_tile.hpp"
 
@@ -15,6 +20,8 @@ namespace {
 
 constexpr int kMaxRows = 6;    // rows per register tile
 constexpr int kMaxPanels = 4;  // panels per register tile: 6 x 4 accumulators of 32 registers
+
+#if defined(__AVX512F__)
 
 // 16 consecutive panel entries as floats, for each storage type.
 template <llmk_dtype T>
@@ -50,6 +57,42 @@ void tile(const float* x, int64_t ldx, int64_t k_len, const void* panels, int64_
       _mm512_mask_storeu_ps(y + r * ldy + c * kPanels16Width, tail_mask(cols), acc[r][c]);
     }
 }
+
+#else  // portable: the same register tiles as arrays, 16 lanes per loop
+
+// 16 consecutive panel entries as floats, for each storage type.
+template <llmk_dtype T>
+inline void load_panel(const void* base, int64_t at, float* out) {
+  if constexpr (T == LLMK_DTYPE_F32)
+    std::memcpy(out, static_cast<const float*>(base) + at, kPanels16Width * sizeof(float));
+  else if constexpr (T == LLMK_DTYPE_F16)
+    f16_to_f32(static_cast<const uint16_t*>(base) + at, out, kPanels16Width);
+  else
+    bf16_to_f32(static_cast<const uint16_t*>(base) + at, out, kPanels16Width);
+}
+
+template <llmk_dtype T, int R, int C>
+void tile(const float* x, int64_t ldx, int64_t k_len, const void* panels, int64_t panel_stride, int64_t num_cols,
+          float* y, int64_t ldy) {
+  float acc[R][C][kPanels16Width] = {};
+  float b[C][kPanels16Width];
+  for (int64_t k = 0; k < k_len; ++k) {
+    for (int c = 0; c < C; ++c) load_panel<T>(panels, c * panel_stride + k * kPanels16Width, b[c]);
+    for (int r = 0; r < R; ++r) {
+      const float a = x[r * ldx + k];
+      for (int c = 0; c < C; ++c)
+        for (int j = 0; j < kPanels16Width; ++j) acc[r][c][j] += a * b[c][j];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      const int64_t cols = std::min<int64_t>(num_cols - c * kPanels16Width, kPanels16Width);
+      if (cols <= 0) break;
+      std::memcpy(y + r * ldy + c * kPanels16Width, acc[r][c], static_cast<size_t>(cols) * sizeof(float));
+    }
+}
+
+#endif
 
 using TileFn = void (*)(const float*, int64_t, int64_t, const void*, int64_t, int64_t, float*, int64_t);
 

@@ -1,9 +1,11 @@
 #include "kernels/cpu/linear_w4.hpp"
 
+#if defined(__AVX512F__)
 // GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#endif
 #include <omp.h>
 
 #include <algorithm>
@@ -15,6 +17,8 @@
 namespace llmk::kernels::cpu {
 
 namespace {
+
+#if defined(__AVX512F__)
 
 // Nibble j of each 32-bit lane as a float: vpermps reads only the low four
 // bits of each index, so a table of 0..15 converts without masking.
@@ -84,6 +88,59 @@ void dequantize_panel(const W4Shape& s, const uint32_t* packed, const float* sca
     }
   }
 }
+
+#else  // portable: the same tiles as arrays, 16 channels per loop
+
+template <int C>
+void gemv_tile_w4(const float* xp, const float* xsum, const W4Shape& s, const uint32_t* packed, const float* scale,
+                  const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
+  const int64_t num_octets = s.k_pad() / 8;
+  const int64_t num_groups = s.num_groups();
+  float total[C][kPanels16Width] = {};
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t o_begin = g * s.group_size / 8;
+    const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
+    float acc[C][kPanels16Width] = {};
+    for (int64_t o = o_begin; o < o_end; ++o)
+      for (int c = 0; c < C; ++c) {
+        const uint32_t* words = packed + ((p0 + c) * num_octets + o) * kPanels16Width;
+        for (int j = 0; j < 8; ++j) {
+          const float xj = xp[8 * o + j];
+          for (int l = 0; l < kPanels16Width; ++l)
+            acc[c][l] += static_cast<float>((words[l] >> (4 * j)) & 15u) * xj;
+        }
+      }
+    for (int c = 0; c < C; ++c) {
+      const int64_t at = ((p0 + c) * num_groups + g) * kPanels16Width;
+      for (int l = 0; l < kPanels16Width; ++l)
+        total[c][l] += scale[at + l] * (acc[c][l] - static_cast<float>(zero[at + l]) * xsum[g]);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    const int64_t cols = std::min<int64_t>(num_cols - c * kPanels16Width, kPanels16Width);
+    if (cols <= 0) break;
+    std::memcpy(y + c * kPanels16Width, total[c], static_cast<size_t>(cols) * sizeof(float));
+  }
+}
+
+// Dequantizes panel p to f32: out: [in_features][16].
+void dequantize_panel(const W4Shape& s, const uint32_t* packed, const float* scale, const uint8_t* zero, int64_t p,
+                      float* out) {
+  const int64_t num_octets = s.k_pad() / 8;
+  const int64_t num_groups = s.num_groups();
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t at = (p * num_groups + g) * kPanels16Width;
+    const int64_t k_end = std::min(s.in_features, (g + 1) * s.group_size);
+    for (int64_t k = g * s.group_size; k < k_end; ++k) {
+      const uint32_t* words = packed + (p * num_octets + k / 8) * kPanels16Width;
+      for (int l = 0; l < kPanels16Width; ++l)
+        out[k * kPanels16Width + l] =
+            (static_cast<float>((words[l] >> (4 * (k % 8))) & 15u) - static_cast<float>(zero[at + l])) * scale[at + l];
+    }
+  }
+}
+
+#endif
 
 constexpr int kShrinkSteps = 25;       // candidate ranges of the MSE search besides the full one
 constexpr float kShrinkStep = 0.01f;  // the range scales by 1 - i * kShrinkStep, down to 0.75

@@ -1,9 +1,17 @@
 #include "kernels/cpu/linear_w8a8.hpp"
 
+// The vector path needs VNNI (vpdpbusd) and DQ besides AVX-512F; other
+// builds take the portable path.
+#if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512DQ__)
+#define LLMK_W8A8_VNNI 1
+#endif
+
+#if defined(LLMK_W8A8_VNNI)
 // GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +26,8 @@ namespace {
 constexpr int kMaxRows = 4;
 constexpr int kMaxPanels = 4;
 constexpr int64_t kPanelBytes = 64;  // one vpdpbusd operand: 16 channels x 4 k
+
+#if defined(LLMK_W8A8_VNNI)
 
 // R rows x C panels: int32 accumulators in registers over the whole k loop,
 // then the fused dequantizing epilogue.
@@ -51,6 +61,35 @@ void tile_w8a8(const uint8_t* xq, int64_t ldx, const float* x_scale, int64_t num
   }
 }
 
+#else  // portable: the same tiles as arrays, 16 channels x 4 k per step
+
+template <int R, int C>
+void tile_w8a8(const uint8_t* xq, int64_t ldx, const float* x_scale, int64_t num_k4, const int8_t* panels,
+               int64_t panel_stride, const float* w_scale, const int32_t* row_sum, int64_t num_cols, float* y,
+               int64_t ldy) {
+  int32_t acc[R][C][kPanels16Width] = {};
+  for (int64_t k4 = 0; k4 < num_k4; ++k4)
+    for (int c = 0; c < C; ++c) {
+      const int8_t* b = panels + c * panel_stride + k4 * kPanelBytes;  // [16 channels][4 k]
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* a = xq + r * ldx + 4 * k4;
+        for (int j = 0; j < kPanels16Width; ++j)
+          acc[r][c][j] += a[0] * b[4 * j] + a[1] * b[4 * j + 1] + a[2] * b[4 * j + 2] + a[3] * b[4 * j + 3];
+      }
+    }
+  for (int c = 0; c < C; ++c) {
+    const int64_t cols = std::min<int64_t>(num_cols - c * kPanels16Width, kPanels16Width);
+    if (cols <= 0) break;
+    for (int r = 0; r < R; ++r)
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t n = c * kPanels16Width + j;
+        y[r * ldy + n] = static_cast<float>(acc[r][c][j] - (row_sum[n] << 7)) * (w_scale[n] * x_scale[r]);
+      }
+  }
+}
+
+#endif
+
 using TileFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, const int8_t*, int64_t, const float*,
                         const int32_t*, int64_t, float*, int64_t);
 
@@ -67,6 +106,8 @@ TileFn tile_fn(int rows, int panels) {
       {tile_for<4>(1), tile_for<4>(2), tile_for<4>(3), tile_for<4>(4)}};
   return table[rows - 1][panels - 1];
 }
+
+#if defined(LLMK_W8A8_VNNI)
 
 inline float hmax(__m512 v) {
   const __m256 m = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
@@ -94,6 +135,20 @@ void quantize_row_u8(const float* x, int64_t in_features, int64_t k_pad, uint8_t
   }
   std::memset(xq + in_features, 128, static_cast<size_t>(k_pad - in_features));
 }
+
+#else
+
+void quantize_row_u8(const float* x, int64_t in_features, int64_t k_pad, uint8_t* xq, float* x_scale) {
+  float amax = 0.0f;
+  for (int64_t k = 0; k < in_features; ++k) amax = std::max(amax, std::fabs(x[k]));
+  *x_scale = amax / 127.0f;
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int64_t k = 0; k < in_features; ++k)  // nearest even, as vcvtps2dq under the default MXCSR
+    xq[k] = static_cast<uint8_t>(std::clamp(static_cast<int32_t>(std::nearbyint(x[k] * inv)), -127, 127) + 128);
+  std::memset(xq + in_features, 128, static_cast<size_t>(k_pad - in_features));
+}
+
+#endif
 
 }  // namespace
 

@@ -1,9 +1,11 @@
 #include "kernels/cpu/linear_wu8.hpp"
 
+#if defined(__AVX512F__)
 // GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#endif
 #include <omp.h>
 
 #include <algorithm>
@@ -14,6 +16,8 @@
 namespace llmk::kernels::cpu {
 
 namespace {
+
+#if defined(__AVX512F__)
 
 inline __m512 load_u8_ps(const uint8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
@@ -48,6 +52,40 @@ void dequantize_panel(int64_t in_features, const uint8_t* packed, const float* s
   for (int64_t k = 0; k < in_features; ++k)
     _mm512_storeu_ps(out + k * kPanels16Width, _mm512_mul_ps(_mm512_sub_ps(load_u8_ps(base + k * kPanels16Width), z), sc));
 }
+
+#else  // portable: the same tiles as arrays, 16 channels per loop
+
+template <int C>
+void gemv_tile_wu8(const float* x, float xsum, int64_t in_features, const uint8_t* packed, const float* scale,
+                   const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
+  float acc[C][kPanels16Width] = {};
+  const uint8_t* base = packed + p0 * in_features * kPanels16Width;
+  for (int64_t k = 0; k < in_features; ++k)
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* q = base + (c * in_features + k) * kPanels16Width;
+      for (int j = 0; j < kPanels16Width; ++j) acc[c][j] += static_cast<float>(q[j]) * x[k];
+    }
+  for (int c = 0; c < C; ++c) {
+    const int64_t cols = std::min<int64_t>(num_cols - c * kPanels16Width, kPanels16Width);
+    if (cols <= 0) break;
+    const int64_t at = (p0 + c) * kPanels16Width;
+    for (int64_t j = 0; j < cols; ++j)
+      y[c * kPanels16Width + j] = scale[at + j] * (acc[c][j] - static_cast<float>(zero[at + j]) * xsum);
+  }
+}
+
+void dequantize_panel(int64_t in_features, const uint8_t* packed, const float* scale, const uint8_t* zero, int64_t p,
+                      float* out) {
+  const float* sc = scale + p * kPanels16Width;
+  const uint8_t* z = zero + p * kPanels16Width;
+  const uint8_t* base = packed + p * in_features * kPanels16Width;
+  for (int64_t k = 0; k < in_features; ++k)
+    for (int j = 0; j < kPanels16Width; ++j)
+      out[k * kPanels16Width + j] =
+          (static_cast<float>(base[k * kPanels16Width + j]) - static_cast<float>(z[j])) * sc[j];
+}
+
+#endif
 
 // Scale and zero point of the range [min(0, lo), max(0, hi)].
 void range_params(double lo, double hi, float* scale, uint8_t* zero, double* inv, double* z) {

@@ -29,10 +29,6 @@ class LinearInt8 {
 
   static bool supports(const llmk_linear_desc& d, std::string& why) {
     if (!check_desc(d, why)) return false;
-    if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) {
-      why = "linear.int8 needs AVX-512 VNNI and BW";
-      return false;
-    }
     try {
       const auto options = parse_options(d);
       check_option_keys(options, {"float_layers"}, d);

@@ -91,10 +91,6 @@ inline bool check_desc(const llmk_linear_desc& d, std::string& why) {
     why = layer_name(d) + ": weight dtype must be f32, f16 or bf16";
     return false;
   }
-  if (!__builtin_cpu_supports("avx512f")) {
-    why = "this CPU lacks AVX-512F";
-    return false;
-  }
   return true;
 }
 

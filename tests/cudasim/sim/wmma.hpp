@@ -7,7 +7,15 @@
 // owns which element (or indexes x[] by position) is not checked by this.
 // Loads and mma_sync are computed by every lane; store_matrix_sync is done by
 // the warp's first lane between two warp barriers, as the warp's one store.
+// For the race check, a load reads element i of the tile as lane i % 32 (a
+// GPU's lanes, too, split a tile's elements between them; the real split
+// differs), so each element is tracked once per warp, not once per lane.
 #pragma once
+
+#if defined(__SANITIZE_THREAD__)
+// The race check's hook (sim/race.cpp), called by the instrumented code.
+extern "C" void __tsan_read_range(void* address, unsigned long size);
+#endif
 
 namespace nvcuda::wmma {
 
@@ -52,25 +60,46 @@ inline void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, const V& value) 
   for (int i = 0; i < f.num_elements; ++i) f.x[i] = static_cast<T>(value);
 }
 
+namespace detail {
+// Element i of a tile being loaded, read by this lane: tracked by the race
+// check when i % 32 is this lane (see the top of this file).
+template <class T>
+__attribute__((no_sanitize("thread"))) inline T load_element(const T* p, int i, unsigned lane) {
+#if defined(__SANITIZE_THREAD__)
+  if (static_cast<unsigned>(i % 32) == lane) __tsan_read_range(const_cast<T*>(p), sizeof(T));
+#else
+  (void)i, (void)lane;
+#endif
+  return *p;
+}
+}  // namespace detail
+
 // A / B fragments: the layout is part of the type. ldm in elements.
 template <class Use, int M, int N, int K, class T, class Layout>
-inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, unsigned ldm) {
+__attribute__((no_sanitize("thread"))) inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f,
+                                                                    const T* p, unsigned ldm) {
   static_assert(std::is_same_v<Layout, row_major> || std::is_same_v<Layout, col_major>,
                 "matrix_a / matrix_b fragments name their layout");
   __syncwarp();
   using frag = fragment<Use, M, N, K, T, Layout>;
+  const unsigned lane = ::cudasim::detail::lane_id();
   for (int r = 0; r < frag::rows; ++r)
     for (int c = 0; c < frag::cols; ++c)
-      f.x[r * frag::cols + c] = std::is_same_v<Layout, row_major> ? p[r * ldm + c] : p[c * ldm + r];
+      f.x[r * frag::cols + c] = detail::load_element(
+          std::is_same_v<Layout, row_major> ? &p[r * ldm + c] : &p[c * ldm + r], r * frag::cols + c, lane);
   __syncwarp();
 }
 
 // Accumulator fragments: the layout is an argument.
 template <int M, int N, int K, class T>
-inline void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const T* p, unsigned ldm, layout_t layout) {
+__attribute__((no_sanitize("thread"))) inline void load_matrix_sync(fragment<accumulator, M, N, K, T>& f,
+                                                                    const T* p, unsigned ldm, layout_t layout) {
   __syncwarp();
+  const unsigned lane = ::cudasim::detail::lane_id();
   for (int r = 0; r < M; ++r)
-    for (int c = 0; c < N; ++c) f.x[r * N + c] = layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
+    for (int c = 0; c < N; ++c)
+      f.x[r * N + c] =
+          detail::load_element(layout == mem_row_major ? &p[r * ldm + c] : &p[c * ldm + r], r * N + c, lane);
   __syncwarp();
 }
 
@@ -85,16 +114,24 @@ inline void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, 
 }
 
 // d = a * b + c, products and sums in float (the tensor cores' accumulation).
+// Fragments are registers on a GPU, never shared memory: the product is left
+// out of the race instrumentation (which would otherwise see every one of its
+// fragment accesses), and each input is converted to float once.
 template <int M, int N, int K, class TA, class LA, class TB, class LB, class TC>
-inline void mma_sync(fragment<accumulator, M, N, K, TC>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
-                     const fragment<matrix_b, M, N, K, TB, LB>& b, const fragment<accumulator, M, N, K, TC>& c,
-                     bool satf = false) {
+__attribute__((no_sanitize("thread"))) inline void mma_sync(fragment<accumulator, M, N, K, TC>& d,
+                                                            const fragment<matrix_a, M, N, K, TA, LA>& a,
+                                                            const fragment<matrix_b, M, N, K, TB, LB>& b,
+                                                            const fragment<accumulator, M, N, K, TC>& c,
+                                                            bool satf = false) {
   __syncwarp();
+  float a_f[M * K], b_f[K * N];
+  for (int i = 0; i < M * K; ++i) a_f[i] = static_cast<float>(a.x[i]);
+  for (int i = 0; i < K * N; ++i) b_f[i] = static_cast<float>(b.x[i]);
   TC out[M * N];
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       float acc = static_cast<float>(c.x[i * N + j]);
-      for (int k = 0; k < K; ++k) acc += static_cast<float>(a.x[i * K + k]) * static_cast<float>(b.x[k * N + j]);
+      for (int k = 0; k < K; ++k) acc += a_f[i * K + k] * b_f[k * N + j];
       if (satf) acc = acc < 0.0f ? 0.0f : (acc > 1.0f ? 1.0f : acc);
       out[i * N + j] = static_cast<TC>(acc);
     }

@@ -6,7 +6,12 @@
 //     KV head in one block, the context split across blocks when the
 //     longest decode needs it (the split count sizes the workspace, and so
 //     keys the executor's CUDA graphs), then a merge;
-//   - prefill chunks: attention_paged, one block per query token and head.
+//   - prefill chunks: attention_flash on tensor cores (WMMA, operands in
+//     BF16 or F16, f32 accumulation), or attention_paged in f32, one block
+//     per query token and head. Option "prefill": "flash", "paged", or
+//     "auto" (the default): flash where the cache already holds 16-bit
+//     values (F16, BF16), so that only q and the softmax weights are
+//     rounded; paged for F32 and I8 caches, whose accuracy gates are f32's.
 // Both read the cache after kv_cache_write has stored the step's rows.
 // run() only enqueues work on the caller's stream: no allocation, no
 // synchronization and no host reads of device memory, so a step can be
@@ -19,7 +24,10 @@
 #include <algorithm>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "kernels/cuda/attention_decode.hpp"
+#include "kernels/cuda/attention_flash.hpp"
 #include "kernels/cuda/attention_paged.hpp"
 #include "plugins/api/plugin_helpers.hpp"
 #include "plugins/attention_common/step_checks.hpp"
@@ -49,6 +57,30 @@ cuda::PagedAttentionShape shape_of(const llmk_attention_desc& d) {
   return s;
 }
 
+enum class Prefill { automatic, flash, paged };
+
+// The plugin's options: {"prefill": "auto" | "flash" | "paged"}.
+Prefill parse_prefill(const char* options) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(options != nullptr && *options != 0 ? options : "{}");
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(LLMK_ERR_INVALID_ARGUMENT, std::string("attention.cuda options are not JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw Error(LLMK_ERR_INVALID_ARGUMENT, "attention.cuda options must be a JSON object");
+  Prefill prefill = Prefill::automatic;
+  for (const auto& [key, value] : j.items()) {
+    if (key != "prefill")
+      throw Error(LLMK_ERR_INVALID_ARGUMENT, "attention.cuda has no option '" + key + "' (known: prefill)");
+    const std::string v = value.is_string() ? value.get<std::string>() : std::string();
+    if (v == "auto") prefill = Prefill::automatic;
+    else if (v == "flash") prefill = Prefill::flash;
+    else if (v == "paged") prefill = Prefill::paged;
+    else throw Error(LLMK_ERR_INVALID_ARGUMENT, "attention.cuda option prefill must be \"auto\", \"flash\" or \"paged\"");
+  }
+  return prefill;
+}
+
 void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess)
     throw Error(LLMK_ERR_INTERNAL, std::string(what) + ": " + cudaGetErrorName(status) + " (" +
@@ -62,9 +94,9 @@ class AttentionCuda {
   static constexpr const char* kName = "attention.cuda";
   static constexpr const char* kVersion = "0.1.0";
   static constexpr const char* kDescription =
-      "CUDA paged causal GQA attention: split-K decode attention grouped by KV head, prefill one block per query token and head; F32/F16/BF16 or I8 group-quantized KV";
+      "CUDA paged causal GQA attention: split-K decode attention grouped by KV head, flash prefill on tensor cores (WMMA) or in f32; F32/F16/BF16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
-      R"({"kv_dtypes":["f32","f16","bf16","i8"],"devices":["cuda"],"activation_dtypes":["f32","f16","bf16"],"paged":true,"gqa":true,"sliding_window":true})";
+      R"({"kv_dtypes":["f32","f16","bf16","i8"],"devices":["cuda"],"activation_dtypes":["f32","f16","bf16"],"paged":true,"gqa":true,"sliding_window":true,"options":["prefill"]})";
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
     if (d.device != LLMK_DEVICE_CUDA) {
@@ -89,6 +121,12 @@ class AttentionCuda {
             std::to_string(d.num_heads) + ")";
       return false;
     }
+    try {
+      parse_prefill(d.options);
+    } catch (const Error& e) {
+      why = e.what();
+      return false;
+    }
     if (cuda::check_paged_attention_shape(shape_of(d)) != cudaSuccess) {
       why = "head_dim " + std::to_string(d.head_dim) + " is outside 1.." +
             std::to_string(cuda::kAttentionMaxHeadDim) + " or the scale is not usable";
@@ -100,6 +138,10 @@ class AttentionCuda {
   explicit AttentionCuda(const llmk_attention_desc& d) : desc_(d), shape_(shape_of(d)) {
     std::string why;
     if (!supports(d, why)) throw Error(LLMK_ERR_UNSUPPORTED, why);
+    const Prefill prefill = parse_prefill(d.options);
+    const bool sixteen_bit_cache = d.kv_dtype == LLMK_DTYPE_F16 || d.kv_dtype == LLMK_DTYPE_BF16;
+    flash_prefill_ = cuda::check_flash_attention_shape(shape_) == cudaSuccess &&
+                     (prefill == Prefill::flash || (prefill == Prefill::automatic && sixteen_bit_cache));
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
@@ -164,7 +206,10 @@ class AttentionCuda {
     const auto s = static_cast<cudaStream_t>(stream);
     const cuda::PagedKvCache cache{layer.kv.k, layer.kv.v, layer.kv.k_scale, layer.kv.v_scale};
     check_cuda(cuda::kv_cache_write(shape_, step_, layer.k, layer.v, cache, s), "attention.cuda K/V write");
-    if (has_prefill_)
+    if (has_prefill_ && flash_prefill_)
+      check_cuda(cuda::attention_flash(shape_, step_, layer.q, cache, layer.out, s, /*min_query_len=*/2),
+                 "attention.cuda flash prefill attention");
+    else if (has_prefill_)
       check_cuda(cuda::attention_paged(shape_, step_, layer.q, cache, layer.out, s, /*min_query_len=*/2),
                  "attention.cuda prefill attention");
     if (num_splits_ > 0)
@@ -179,6 +224,7 @@ class AttentionCuda {
   cuda::PagedAttentionStep step_;
   uint32_t num_slots_ = 0;
   bool planned_ = false;
+  bool flash_prefill_ = false;    // prefill chunks on tensor cores (attention_flash)
   bool has_prefill_ = false;      // the planned step has sequences with more than one new row
   int32_t num_splits_ = 0;        // the decodes' context split; 0: no decodes
   size_t workspace_bytes_ = 0;

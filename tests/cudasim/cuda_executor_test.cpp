@@ -61,7 +61,8 @@ struct CudaFixture {
   std::unique_ptr<Executor> executor;
 
   explicit CudaFixture(const std::string& weight_dtype = "f32", uint32_t step_tokens = 512,
-                       DType kv_dtype = DType::f32, bool cuda_graphs = true) {
+                       DType kv_dtype = DType::f32, bool cuda_graphs = true,
+                       const std::string& attention_options = "{}") {
     cudasim_test::reset_simulator(1);
     cfg.executor.device = "cuda";
     cfg.kv_cache.capacity_tokens = 1024;
@@ -71,6 +72,7 @@ struct CudaFixture {
     cfg.plugins.linear = "linear.cublas";
     cfg.plugins.linear_options = R"({"dtype":")" + weight_dtype + R"("})";
     cfg.plugins.attention = "attention.cuda";
+    cfg.plugins.attention_options = attention_options;
     executor = make_cuda_executor(cfg, checkpoint, plugins);
   }
 
@@ -221,6 +223,43 @@ TEST_CASE("the simulated CUDA executor continues every golden prompt greedily, a
     CHECK(rel_l2(r.last_prompt_logits[s].data(), cases[s].last_logits) < kF32Tolerance);
     CHECK(std::equal(r.generated[s].begin(), r.generated[s].end(), cases[s].greedy_ids.begin()));
   }
+}
+
+TEST_CASE("flash prefill on tensor cores through the simulated CUDA executor: mixed chunked batches within the "
+          "BF16 operand tolerance of float64, for every cache dtype",
+          "[cuda_executor]") {
+  // attention_flash rounds q and the softmax weights to BF16 (F16 for an
+  // F16 cache): a relative 2^-9 per rounding, as BF16 weights give
+  // (kBf16Tolerance); the cache's own rounding comes on top. Measured on
+  // the five prompts: F32 cache (flash forced) and BF16 1.5e-3 to 3.4e-3,
+  // F16 5e-5 to 5.7e-4, I8 1.3e-3 to 2.4e-2. The F32 path (prefill
+  // "paged") stays within kF32Tolerance, so a flash run that fell back to
+  // it would show below the floor.
+  const std::pair<DType, const char*> cases[] = {
+      {DType::f32, R"({"prefill":"flash"})"}, {DType::bf16, "{}"}, {DType::f16, "{}"}, {DType::i8, R"({"prefill":"flash"})"}};
+  for (const auto& [kv, options] : cases) {
+    CudaFixture f("f32", 512, kv, true, options);
+    const int32_t vocab = f.executor->model_config().vocab_size;
+    const auto& golden_cases = golden();
+    const test::MixedBatchResult r = test::run_mixed_golden_batch([&](const StepBatch& b) { return f.run(b); }, vocab,
+                                                                  /*num_generated=*/6, /*block_size=*/16,
+                                                                  /*max_blocks=*/6, /*shuffle_seed=*/3);
+    for (size_t s = 0; s < golden_cases.size(); ++s) {
+      const double err = rel_l2(r.last_prompt_logits[s].data(), golden_cases[s].last_logits);
+      INFO("kv " << dtype_name(kv) << " options " << options << " sequence " << s << ": relative L2 error " << err);
+      CHECK(err < (kv == DType::i8 ? 6e-2 : kBf16Tolerance));
+      // An F32 cache through flash: BF16 operands, far above f32 rounding
+      // (a one-token prompt is a decode, which flash does not serve).
+      if (kv == DType::f32 && golden_cases[s].input_ids.size() > 1) CHECK(err > kBf16Floor);
+    }
+  }
+}
+
+TEST_CASE("attention.cuda refuses options it does not know, by name", "[cuda_executor]") {
+  CHECK_THROWS_WITH(CudaFixture("f32", 512, DType::f32, true, R"({"prefil":"flash"})"),
+                    Catch::Contains("attention.cuda has no option 'prefil'"));
+  CHECK_THROWS_WITH(CudaFixture("f32", 512, DType::f32, true, R"({"prefill":"fast"})"),
+                    Catch::Contains("prefill must be \"auto\", \"flash\" or \"paged\""));
 }
 
 TEST_CASE("the simulated CUDA executor and the CUDA sampler generate the golden greedy ids, only ids crossing back",

@@ -7,7 +7,10 @@
 //       fraction of the measured bandwidth;
 //     decode at 64 and 256 sequences: aggregate tok/s;
 //     prefill of 2048 tokens: TFLOP/s (2 x parameters x tokens) as a
-//       fraction of the measured GEMM peak.
+//       fraction of the measured GEMM peak;
+//   per preset, the KV cache's capacity in 2048-token sequences in the same
+//     share of device memory (85% of what the weights leave free) for a BF16
+//     cache and for int8 caches (groups of 8, the default, and of 32).
 // Prints a markdown table for docs/PERFORMANCE.md. Steps are timed on the
 // host around execute() and the logits event (what the engine waits for),
 // best of --repeats after a warm-up.
@@ -161,6 +164,27 @@ llmk::StepBatch decode_step(int32_t num_seqs, int32_t position, int32_t span) {
   return b;
 }
 
+// KV slots the CUDA executor gives the preset in 85% of the memory its
+// weights leave free, for one cache dtype and group size.
+uint32_t kv_capacity_slots(const std::string& preset, llmk::DType dtype, uint32_t group_size) {
+  llmk::EngineConfig cfg;
+  cfg.model.load_format = "dummy";
+  cfg.model.preset = preset;
+  cfg.executor.device = "cuda";
+  cfg.executor.cuda_graphs = false;
+  cfg.plugins.linear = "linear.cublas";
+  cfg.plugins.linear_options = R"({"dtype":"bf16"})";
+  cfg.plugins.attention = "attention.cuda";
+  cfg.kv_cache.dtype = dtype;
+  cfg.kv_cache.group_size = group_size;
+  cfg.kv_cache.capacity_fraction = 0.85;
+  cfg.kv_cache.max_seq_len = 2048;
+  cfg.scheduler.max_num_seqs = 1u << 20;  // no cap from the sequence count
+  auto checkpoint = llmk::open_model(cfg.model);
+  llmk::PluginRegistry plugins;
+  return llmk::make_executor(cfg, checkpoint, plugins)->runtime().num_kv_slots;
+}
+
 struct Row {
   std::string preset, linear;
   double decode1 = 0, decode1_bw = 0, decode64 = 0, decode256 = 0, prefill_tflops = 0, prefill_fraction = 0;
@@ -273,6 +297,20 @@ int main(int argc, char** argv) {
     std::printf("| %s | %s | %.1f | %.0f%% | %s | %.0f | %.0f | %.1f | %.0f%% |\n", r.preset.c_str(), r.linear.c_str(),
                 r.decode1, 100 * r.decode1_bw, speedup.c_str(), r.decode64, r.decode256, r.prefill_tflops,
                 100 * r.prefill_fraction);
+  }
+
+  std::printf("\n| preset | KV bf16: 2048-token sequences | KV i8 group 8 | vs bf16 | KV i8 group 32 | vs bf16 |\n"
+              "|---|---|---|---|---|---|\n");
+  for (const std::string& preset : presets) {
+    try {
+      const double bf16 = kv_capacity_slots(preset, llmk::DType::bf16, 8) / 2048.0;
+      const double i8_8 = kv_capacity_slots(preset, llmk::DType::i8, 8) / 2048.0;
+      const double i8_32 = kv_capacity_slots(preset, llmk::DType::i8, 32) / 2048.0;
+      std::printf("| %s | %.0f | %.0f | %.2fx | %.0f | %.2fx |\n", preset.c_str(), bf16, i8_8, i8_8 / bf16, i8_32,
+                  i8_32 / bf16);
+    } catch (const std::exception& e) {
+      std::printf("| %s | error: %s |\n", preset.c_str(), e.what());
+    }
   }
   return 0;
 }

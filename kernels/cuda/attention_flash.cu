@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "device_common.hpp"
+#include "dtype_dispatch.hpp"
 #include "kv_access.hpp"
 
 namespace llmk::cuda {
@@ -295,11 +296,6 @@ __global__ void attention_flash_kernel(const T* __restrict__ q, device::KvRead<C
   }
 }
 
-template <class X>
-struct type_tag {
-  using type = X;
-};
-
 // Calls f(activation tag, cache tag, operand tag) for the step's dtypes.
 template <class F>
 cudaError_t with_flash_types(llmk_dtype activation, llmk_dtype kv, F&& f) {
@@ -329,13 +325,6 @@ cudaError_t with_flash_types(llmk_dtype activation, llmk_dtype kv, F&& f) {
   }
 }
 
-template <class C>
-device::KvRead<C> reader(const void* data, const float* scales, int32_t group_size) {
-  if constexpr (std::is_same_v<C, int8_t>)
-    return {static_cast<const int8_t*>(data), scales, group_size};
-  else
-    return {static_cast<const C*>(data)};
-}
 
 template <class T, class C, class Op, int kHeadTiles, int kKeys>
 cudaError_t launch_flash(dim3 grid, const void* q, const PagedKvCache& cache, void* out, const FlashArgs& args,
@@ -343,8 +332,8 @@ cudaError_t launch_flash(dim3 grid, const void* q, const PagedKvCache& cache, vo
   const int64_t smem = flash_layout(args.padded_dim, kKeys, sizeof(Op)).total + kAlignSlack;
   LLMK_LAUNCH(grid, kFlashThreads, static_cast<std::size_t>(smem), stream,
               attention_flash_kernel<T, C, Op, kHeadTiles, kKeys>)(
-      static_cast<const T*>(q), reader<C>(cache.k, cache.k_scale, group_size),
-      reader<C>(cache.v, cache.v_scale, group_size), static_cast<T*>(out), args);
+      static_cast<const T*>(q), kv_reader<C>(cache.k, cache.k_scale, group_size),
+      kv_reader<C>(cache.v, cache.v_scale, group_size), static_cast<T*>(out), args);
   return cudaGetLastError();
 }
 

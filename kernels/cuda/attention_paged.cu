@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "device_common.hpp"
+#include "dtype_dispatch.hpp"
 #include "kv_access.hpp"
 
 namespace llmk::cuda {
@@ -148,43 +149,8 @@ __global__ void attention_paged_kernel(const T* __restrict__ q, device::KvRead<C
   }
 }
 
-template <class T>
-struct type_tag {
-  using type = T;
-};
-
-// Calls f(type_tag<T>{}) for the element type named by dtype (F32, F16, BF16).
-template <class F>
-cudaError_t with_element_type(llmk_dtype dtype, F&& f) {
-  switch (dtype) {
-    case LLMK_DTYPE_F32:
-      return f(type_tag<float>{});
-    case LLMK_DTYPE_F16:
-      return f(type_tag<__half>{});
-    case LLMK_DTYPE_BF16:
-      return f(type_tag<__nv_bfloat16>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
-// The same for a cache dtype, which may also be I8 (int8_t).
-template <class F>
-cudaError_t with_kv_type(llmk_dtype dtype, F&& f) {
-  if (dtype == LLMK_DTYPE_I8) return f(type_tag<int8_t>{});
-  return with_element_type(dtype, f);
-}
-
 bool is_element_type(llmk_dtype dtype) {
   return dtype == LLMK_DTYPE_F32 || dtype == LLMK_DTYPE_F16 || dtype == LLMK_DTYPE_BF16;
-}
-
-template <class C>
-device::KvRead<C> reader(const void* data, const float* scales, int32_t group_size) {
-  if constexpr (std::is_same_v<C, int8_t>)
-    return {static_cast<const int8_t*>(data), scales, group_size};
-  else
-    return {static_cast<const C*>(data)};
 }
 
 }  // namespace
@@ -243,8 +209,8 @@ cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttenti
     return with_kv_type(shape.kv_dtype, [&](auto element) {
       using C = typename decltype(element)::type;
       LLMK_LAUNCH(grid, kAttentionThreads, 0, stream, attention_paged_kernel<T, C>)(
-          static_cast<const T*>(q), reader<C>(cache.k, cache.k_scale, shape.kv_group_size),
-          reader<C>(cache.v, cache.v_scale, shape.kv_group_size), static_cast<T*>(out), args);
+          static_cast<const T*>(q), kv_reader<C>(cache.k, cache.k_scale, shape.kv_group_size),
+          kv_reader<C>(cache.v, cache.v_scale, shape.kv_group_size), static_cast<T*>(out), args);
       return cudaGetLastError();
     });
   });

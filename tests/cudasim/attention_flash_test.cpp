@@ -77,24 +77,9 @@ std::vector<seq_spec> mixed_short_step() { return {{37, 1}, {50, 7}, {21, 21}, {
 }  // namespace
 
 TEST_CASE("Flash attention matches float64 over GQA ratios, block sizes, KV dtypes and sliding windows") {
-  std::uint64_t data_seed = 1100;
-  for (const int group : {1, 4, 8})
-    for (const int block_size : {1, 16, 32, 0})
-      for (const llmk_dtype kv_dtype : {LLMK_DTYPE_F16, LLMK_DTYPE_BF16, LLMK_DTYPE_I8})
-        for (const int window : {0, 13}) {
-          attention_case c;
-          c.num_kv_heads = 1;
-          c.num_heads = group;
-          // Small: the simulation runs every WMMA product in every lane; head_dims have their own test.
-          c.head_dim = 16;
-          c.block_size = block_size;
-          c.kv_dtype = kv_dtype;
-          c.kv_group_size = kv_dtype == LLMK_DTYPE_I8 ? 8 : 0;
-          c.sliding_window = window;
-          c.seqs = mixed_short_step();
-          c.data_seed = ++data_seed;
-          check_flash_case(c);
-        }
+  // head_dim 16: small, as the simulation runs every WMMA product in every lane; head_dims have their own test.
+  for_each_grid_case(mixed_short_step(), 16, {LLMK_DTYPE_F16, LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, {0, 13}, 1100,
+                     [](const attention_case& c) { check_flash_case(c); });
 }
 
 TEST_CASE("Flash attention handles head_dim 64, 80, 128 and 256 on F16, BF16 and I8 caches") {

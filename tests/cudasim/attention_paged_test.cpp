@@ -37,23 +37,9 @@ std::vector<seq_spec> mixed_short_step() { return {{37, 1}, {50, 7}, {5, 5}, {1,
 }  // namespace
 
 TEST_CASE("Paged attention matches float64 over GQA ratios, block sizes, KV dtypes and sliding windows") {
-  std::uint64_t data_seed = 100;
-  for (const int group : {1, 4, 8})
-    for (const int block_size : {1, 16, 32, 0})
-      for (const llmk_dtype kv_dtype : {LLMK_DTYPE_F32, LLMK_DTYPE_F16, LLMK_DTYPE_BF16, LLMK_DTYPE_I8})
-        for (const int window : {0, 6}) {
-          attention_case c;
-          c.num_kv_heads = 1;
-          c.num_heads = group;
-          c.head_dim = 24;  // small: the simulation tracks every shared-memory read; head_dims have their own test
-          c.block_size = block_size;
-          c.kv_dtype = kv_dtype;
-          c.kv_group_size = kv_dtype == LLMK_DTYPE_I8 ? 8 : 0;
-          c.sliding_window = window;
-          c.seqs = mixed_short_step();
-          c.data_seed = ++data_seed;
-          check_attention_case(c);
-        }
+  // head_dim 24: small, as the simulation tracks every shared-memory read; head_dims have their own test.
+  for_each_grid_case(mixed_short_step(), 24, {LLMK_DTYPE_F32, LLMK_DTYPE_F16, LLMK_DTYPE_BF16, LLMK_DTYPE_I8},
+                     {0, 6}, 100, [](const attention_case& c) { check_attention_case(c); });
 }
 
 TEST_CASE("Paged attention handles head_dim 8 to 256 with two KV heads") {

@@ -21,6 +21,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <initializer_list>
 #include <vector>
 
 #include "float_formats.hpp"
@@ -179,6 +180,31 @@ struct attention_case {
   std::vector<seq_spec> seqs;
   std::uint64_t data_seed = 1;
 };
+
+// The grid every attention kernel's first test walks: GQA ratios 1, 4 and 8
+// over one KV head, block sizes 1, 16, 32 and one block per sequence, the
+// given cache dtypes (I8 with groups of 8) and sliding windows, on a
+// mixed step `seqs`; check(c) for each case, each with its own data seed.
+template <class Check>
+void for_each_grid_case(const std::vector<seq_spec>& seqs, int head_dim, std::initializer_list<llmk_dtype> kv_dtypes,
+                        std::initializer_list<int> windows, std::uint64_t data_seed, const Check& check) {
+  for (const int group : {1, 4, 8})
+    for (const int block_size : {1, 16, 32, 0})
+      for (const llmk_dtype kv_dtype : kv_dtypes)
+        for (const int window : windows) {
+          attention_case c;
+          c.num_kv_heads = 1;
+          c.num_heads = group;
+          c.head_dim = head_dim;
+          c.block_size = block_size;
+          c.kv_dtype = kv_dtype;
+          c.kv_group_size = kv_dtype == LLMK_DTYPE_I8 ? 8 : 0;
+          c.sliding_window = window;
+          c.seqs = seqs;
+          c.data_seed = ++data_seed;
+          check(c);
+        }
+}
 
 // Poison in slots no query may read (unused table entries point at a spare
 // block, and the tail of each sequence's last block): large enough that

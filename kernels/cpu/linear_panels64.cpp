@@ -184,10 +184,14 @@ inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int6
       for (int j = 0; j < NV; ++j) acc[m][j] = _mm256_fmadd_ps(xv, bv[j], acc[m][j]);
     }
   }
+  // Fully unrolled, so that acc stays in registers (a loop left rolled
+  // here makes GCC keep a copy of acc in memory, stored every k step).
+#pragma GCC unroll 8
   for (int j = 0; j < NV; ++j) {
     const int valid = num_cols - 8 * j;
-    if (valid <= 0) break;
+#pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
+      if (valid <= 0) continue;
       float* cp = c + m * ldc + 8 * j;
       __m256 v = acc[m][j];
       if (accumulate) v = _mm256_add_ps(v, load8(cp, valid));
@@ -207,8 +211,13 @@ inline void strips(const float* x, int64_t ldx, const typename B::T* b, int64_t 
 template <class B>
 void tile_rows(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
                int64_t num_rows, bool accumulate, int num_cols) {
-  int64_t m = 0;
-  for (; m + 6 <= num_rows; m += 6) strips<B, 6, 2>(x + m * ldx, ldx, b, depth, c + m * ldc, ldc, accumulate, num_cols);
+  // Strips outermost: one 16-column strip of the block (16 KiB of f32) stays
+  // in L1 while every 6-row group passes over it.
+  const int64_t full_rows = num_rows / 6 * 6;
+  for (int s = 0; s < kPanels64Width && s < num_cols; s += 16)
+    for (int64_t m = 0; m < full_rows; m += 6)
+      micro_tile<B, 6, 2>(x + m * ldx, ldx, b + s, depth, c + m * ldc + s, ldc, accumulate, num_cols - s);
+  const int64_t m = full_rows;
   const float* xr = x + m * ldx;
   float* cr = c + m * ldc;
   switch (num_rows - m) {

@@ -5,6 +5,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
 #endif
 
 #include <algorithm>
@@ -56,6 +58,66 @@ void tile(const float* x, int64_t ldx, int64_t k_len, const void* panels, int64_
       if (cols <= 0) break;
       _mm512_mask_storeu_ps(y + r * ldy + c * kPanels16Width, tail_mask(cols), acc[r][c]);
     }
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+
+// 8 consecutive panel entries as floats, for each storage type.
+template <llmk_dtype T>
+inline __m256 load_panel8(const void* base, int64_t at) {
+  if constexpr (T == LLMK_DTYPE_F32) {
+    return _mm256_loadu_ps(static_cast<const float*>(base) + at);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + at));
+    if constexpr (T == LLMK_DTYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+// R rows x C panels (two 8-float halves each) held in registers for the whole k loop.
+template <llmk_dtype T, int R, int C>
+void pass(const float* x, int64_t ldx, int64_t k_len, const void* panels, int64_t panel_stride, int64_t num_cols,
+          float* y, int64_t ldy) {
+  __m256 acc[R][C][2];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < k_len; ++k) {
+    __m256 b[C][2];
+    for (int c = 0; c < C; ++c)
+      for (int h = 0; h < 2; ++h) b[c][h] = load_panel8<T>(panels, c * panel_stride + k * kPanels16Width + 8 * h);
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
+      for (int c = 0; c < C; ++c)
+        for (int h = 0; h < 2; ++h) acc[r][c][h] = _mm256_fmadd_ps(a, b[c][h], acc[r][c][h]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c)
+      for (int h = 0; h < 2; ++h) {
+        const int64_t cols = num_cols - c * kPanels16Width - 8 * h;
+        if (cols <= 0) break;
+        store8(y + r * ldy + c * kPanels16Width + 8 * h, acc[r][c][h], cols);
+      }
+}
+
+// 16 registers hold at most 12 accumulators: the C panels of an R-row tile
+// are taken a few at a time (4 for one row, 2 for two, then 1).
+template <llmk_dtype T, int R, int C>
+void tile(const float* x, int64_t ldx, int64_t k_len, const void* panels, int64_t panel_stride, int64_t num_cols,
+          float* y, int64_t ldy) {
+  constexpr int kStep = R == 1 ? 4 : R == 2 ? 2 : 1;
+  const size_t elem = T == LLMK_DTYPE_F32 ? 4 : 2;
+  for (int c0 = 0; c0 < C; c0 += kStep) {
+    const int64_t cols = num_cols - c0 * kPanels16Width;
+    if (cols <= 0) break;
+    const void* p = static_cast<const uint8_t*>(panels) + static_cast<size_t>(c0 * panel_stride) * elem;
+    switch (std::min(kStep, C - c0)) {
+      case 4: pass<T, R, 4>(x, ldx, k_len, p, panel_stride, cols, y + c0 * kPanels16Width, ldy); break;
+      case 3: pass<T, R, 3>(x, ldx, k_len, p, panel_stride, cols, y + c0 * kPanels16Width, ldy); break;
+      case 2: pass<T, R, 2>(x, ldx, k_len, p, panel_stride, cols, y + c0 * kPanels16Width, ldy); break;
+      default: pass<T, R, 1>(x, ldx, k_len, p, panel_stride, cols, y + c0 * kPanels16Width, ldy); break;
+    }
+  }
 }
 
 #else  // portable: the same register tiles as arrays, 16 lanes per loop

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -105,6 +105,143 @@ void panels_range(const float* x, const typename B::T* packed, float* y, int64_t
       if (num_rows >= kConvertRows && !std::is_same_v<typename B::T, float>) {
         // Widen the block once; every row group then reads plain floats.
         for (int64_t i = 0; i < depth * kPanels64Width; i += 16) _mm512_storeu_ps(block + i, B::load(src + i));
+        tile_rows<WidenF32>(x + k0, k_len, block, depth, c, n_out, num_rows, k0 > 0, num_cols);
+      } else {
+        tile_rows<B>(x + k0, k_len, src, depth, c, n_out, num_rows, k0 > 0, num_cols);
+      }
+    }
+  }
+}
+
+template <class B>
+void dispatch(const float* x, const typename B::T* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
+              int num_threads, float* scratch) {
+  for_panel_ranges(num_panels64(n_out), num_threads, num_rows * k_len * n_out,
+                   [&](int64_t p_begin, int64_t p_end, int t) {
+                     panels_range<B>(x, packed, y, num_rows, k_len, n_out, p_begin, p_end,
+                                     scratch + static_cast<int64_t>(t) * kDepth * kPanels64Width);
+                   });
+}
+
+}  // namespace
+
+bool linear_panels64(const float* x, int64_t num_rows, int64_t in_features, const void* packed, llmk_dtype w_dtype,
+                     int64_t out_features, float* y, float* scratch, int num_threads) {
+  const auto* h = static_cast<const uint16_t*>(packed);
+  if (w_dtype == LLMK_DTYPE_F16) dispatch<WidenF16>(x, h, y, num_rows, in_features, out_features, num_threads, scratch);
+  else if (w_dtype == LLMK_DTYPE_BF16) dispatch<WidenBF16>(x, h, y, num_rows, in_features, out_features, num_threads, scratch);
+  else if (w_dtype == LLMK_DTYPE_F32)
+    dispatch<WidenF32>(x, static_cast<const float*>(packed), y, num_rows, in_features, out_features, num_threads, scratch);
+  else return false;
+  return true;
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+
+// AVX2 has 16 vector registers of 8 floats: a tile covers MR rows x NV
+// vectors (8 NV columns) of a panel with MR * NV <= 12 accumulators, and a
+// panel's 64 columns take 8 / NV such strips (the strips after the first
+// read the block from cache).
+
+namespace {
+
+struct WidenF32 {
+  using T = float;
+  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+};
+struct WidenBF16 {
+  using T = uint16_t;
+  static __m256 load(const uint16_t* p) {
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+  }
+};
+struct WidenF16 {
+  using T = uint16_t;
+  static __m256 load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+};
+
+// c[m, 0:8 NV] (+)= sum_k x[m, k] * b[k, 0:8 NV] for MR rows over depth k.
+// x: [MR, depth] (stride ldx); b: one strip of [depth, 64]; c: [MR, 8 NV]
+// (stride ldc), only the first num_cols columns are read and written.
+template <class B, int MR, int NV>
+inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
+                       bool accumulate, int num_cols) {
+  __m256 acc[MR][NV];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NV; ++j) acc[m][j] = _mm256_setzero_ps();
+  constexpr int kStripBytes = static_cast<int>(sizeof(typename B::T)) * 8 * NV;
+  for (int64_t k = 0; k < depth; ++k) {
+    const typename B::T* bk = b + k * kPanels64Width;
+    if (MR <= 2) {  // streaming (decode): ask for the weights 128 steps ahead
+      const char* ahead = reinterpret_cast<const char*>(bk + 128 * kPanels64Width);
+      for (int off = 0; off < kStripBytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+    }
+    __m256 bv[NV];
+    for (int j = 0; j < NV; ++j) bv[j] = B::load(bk + 8 * j);
+    for (int m = 0; m < MR; ++m) {
+      const __m256 xv = _mm256_broadcast_ss(x + m * ldx + k);
+      for (int j = 0; j < NV; ++j) acc[m][j] = _mm256_fmadd_ps(xv, bv[j], acc[m][j]);
+    }
+  }
+  // Fully unrolled, so that acc stays in registers (a loop left rolled
+  // here makes GCC keep a copy of acc in memory, stored every k step).
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) {
+    const int valid = num_cols - 8 * j;
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      if (valid <= 0) continue;
+      float* cp = c + m * ldc + 8 * j;
+      __m256 v = acc[m][j];
+      if (accumulate) v = _mm256_add_ps(v, load8(cp, valid));
+      store8(cp, v, valid);
+    }
+  }
+}
+
+// The 64 columns of a panel as strips of 8 NV columns.
+template <class B, int MR, int NV>
+inline void strips(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
+                   bool accumulate, int num_cols) {
+  for (int s = 0; s < kPanels64Width && s < num_cols; s += 8 * NV)
+    micro_tile<B, MR, NV>(x, ldx, b + s, depth, c + s, ldc, accumulate, num_cols - s);
+}
+
+template <class B>
+void tile_rows(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
+               int64_t num_rows, bool accumulate, int num_cols) {
+  // Strips outermost: one 16-column strip of the block (16 KiB of f32) stays
+  // in L1 while every 6-row group passes over it.
+  const int64_t full_rows = num_rows / 6 * 6;
+  for (int s = 0; s < kPanels64Width && s < num_cols; s += 16)
+    for (int64_t m = 0; m < full_rows; m += 6)
+      micro_tile<B, 6, 2>(x + m * ldx, ldx, b + s, depth, c + m * ldc + s, ldc, accumulate, num_cols - s);
+  const int64_t m = full_rows;
+  const float* xr = x + m * ldx;
+  float* cr = c + m * ldc;
+  switch (num_rows - m) {
+    case 5: strips<B, 5, 2>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
+    case 4: strips<B, 4, 2>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
+    case 3: strips<B, 3, 4>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
+    case 2: strips<B, 2, 4>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
+    case 1: strips<B, 1, 8>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
+    default: break;
+  }
+}
+
+template <class B>
+void panels_range(const float* x, const typename B::T* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
+                  int64_t p_begin, int64_t p_end, float* block) {
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int num_cols = static_cast<int>(std::min<int64_t>(kPanels64Width, n_out - p * kPanels64Width));
+    for (int64_t k0 = 0; k0 < k_len; k0 += kDepth) {
+      const int64_t depth = std::min(kDepth, k_len - k0);
+      const typename B::T* src = packed + (p * k_len + k0) * kPanels64Width;
+      float* c = y + p * kPanels64Width;
+      if (num_rows >= kConvertRows && !std::is_same_v<typename B::T, float>) {
+        // Widen the block once; every row group then reads plain floats.
+        for (int64_t i = 0; i < depth * kPanels64Width; i += 8) _mm256_storeu_ps(block + i, B::load(src + i));
         tile_rows<WidenF32>(x + k0, k_len, block, depth, c, n_out, num_rows, k0 > 0, num_cols);
       } else {
         tile_rows<B>(x + k0, k_len, src, depth, c, n_out, num_rows, k0 > 0, num_cols);

@@ -66,4 +66,28 @@ inline void store_tile(const __m512 (&acc)[MR][4], float* c, int64_t ldc, bool a
 
 }  // namespace llmk::kernels::cpu
 
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+namespace llmk::kernels::cpu {
+
+// All-ones in the first clamp(cols, 0, 8) of 8 lanes (a vmaskmov mask).
+inline __m256i tail_mask8(int64_t cols) {
+  const int n = static_cast<int>(std::clamp<int64_t>(cols, 0, 8));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// The first min(cols, 8) floats of v to p (cols > 0).
+inline void store8(float* p, __m256 v, int64_t cols) {
+  if (cols >= 8) _mm256_storeu_ps(p, v);
+  else _mm256_maskstore_ps(p, tail_mask8(cols), v);
+}
+
+// The first min(cols, 8) floats at p, zeros past them (cols > 0).
+inline __m256 load8(const float* p, int64_t cols) {
+  return cols >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask8(cols));
+}
+
+}  // namespace llmk::kernels::cpu
+
 #endif

@@ -5,6 +5,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
 #endif
 #include <omp.h>
 
@@ -87,6 +89,92 @@ void dequantize_panel(const W4Shape& s, const uint32_t* packed, const float* sca
         _mm512_storeu_ps(out + (k + j) * kPanels16Width, _mm512_mul_ps(_mm512_sub_ps(nibble_ps(words, j, table), z), sc));
     }
   }
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+
+// Nibble j of each 32-bit lane as a float (AVX2 has no 16-entry float
+// permute, so shift, mask and convert).
+inline __m256 nibble_ps8(__m256i words, int j) {
+  return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(words, 4 * j), _mm256_set1_epi32(15)));
+}
+
+inline __m256 load_zero_ps8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// One row, C (1 or 2) panels as 8-channel halves: per group, sum raw q * x
+// in registers, then fold in the group's scale and zero point.
+template <int C>
+void gemv_pass_w4(const float* xp, const float* xsum, const W4Shape& s, const uint32_t* packed, const float* scale,
+                  const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
+  const int64_t num_octets = s.k_pad() / 8;
+  const int64_t num_groups = s.num_groups();
+  __m256 total[C][2];
+  for (int c = 0; c < C; ++c) total[c][0] = total[c][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t o_begin = g * s.group_size / 8;
+    const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
+    __m256 acc[C][2];
+    for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      __m256i words[C][2];
+      for (int c = 0; c < C; ++c)
+        for (int h = 0; h < 2; ++h)
+          words[c][h] = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(packed + ((p0 + c) * num_octets + o) * kPanels16Width + 8 * h));
+      for (int j = 0; j < 8; ++j) {
+        const __m256 xj = _mm256_broadcast_ss(xp + 8 * o + j);
+        for (int c = 0; c < C; ++c)
+          for (int h = 0; h < 2; ++h) acc[c][h] = _mm256_fmadd_ps(nibble_ps8(words[c][h], j), xj, acc[c][h]);
+      }
+    }
+    const __m256 gsum = _mm256_set1_ps(xsum[g]);
+    for (int c = 0; c < C; ++c)
+      for (int h = 0; h < 2; ++h) {
+        const int64_t at = ((p0 + c) * num_groups + g) * kPanels16Width + 8 * h;
+        const __m256 sc = _mm256_loadu_ps(scale + at);
+        total[c][h] = _mm256_fmadd_ps(sc, _mm256_fnmadd_ps(load_zero_ps8(zero + at), gsum, acc[c][h]), total[c][h]);
+      }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t cols = num_cols - c * kPanels16Width - 8 * h;
+      if (cols <= 0) break;
+      store8(y + c * kPanels16Width + 8 * h, total[c][h], cols);
+    }
+}
+
+template <int C>
+void gemv_tile_w4(const float* xp, const float* xsum, const W4Shape& s, const uint32_t* packed, const float* scale,
+                  const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
+  for (int c0 = 0; c0 < C; c0 += 2) {
+    const int64_t cols = num_cols - c0 * kPanels16Width;
+    if (cols <= 0) break;
+    if (C - c0 >= 2) gemv_pass_w4<2>(xp, xsum, s, packed, scale, zero, p0 + c0, cols, y + c0 * kPanels16Width);
+    else gemv_pass_w4<1>(xp, xsum, s, packed, scale, zero, p0 + c0, cols, y + c0 * kPanels16Width);
+  }
+}
+
+// Dequantizes panel p to f32: out: [in_features][16].
+void dequantize_panel(const W4Shape& s, const uint32_t* packed, const float* scale, const uint8_t* zero, int64_t p,
+                      float* out) {
+  const int64_t num_octets = s.k_pad() / 8;
+  const int64_t num_groups = s.num_groups();
+  for (int64_t g = 0; g < num_groups; ++g)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t at = (p * num_groups + g) * kPanels16Width + 8 * h;
+      const __m256 sc = _mm256_loadu_ps(scale + at);
+      const __m256 z = load_zero_ps8(zero + at);
+      const int64_t k_end = std::min(s.in_features, (g + 1) * s.group_size);
+      for (int64_t k = g * s.group_size; k < k_end; k += 8) {
+        const __m256i words =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + (p * num_octets + k / 8) * kPanels16Width + 8 * h));
+        const int j_end = static_cast<int>(std::min<int64_t>(8, k_end - k));
+        for (int j = 0; j < j_end; ++j)
+          _mm256_storeu_ps(out + (k + j) * kPanels16Width + 8 * h, _mm256_mul_ps(_mm256_sub_ps(nibble_ps8(words, j), z), sc));
+      }
+    }
 }
 
 #else  // portable: the same tiles as arrays, 16 channels per loop

@@ -1,15 +1,19 @@
 #include "kernels/cpu/linear_w8a8.hpp"
 
-// The vector path needs VNNI (vpdpbusd) and DQ besides AVX-512F; other
-// builds take the portable path.
+// The AVX-512 path needs VNNI (vpdpbusd) and DQ besides AVX-512F; AVX2
+// builds without AVX-512 take the path below it, other builds the portable one.
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512DQ__)
 #define LLMK_W8A8_VNNI 1
+#elif defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define LLMK_W8A8_AVX2 1  // AVX2 without AVX-512 (its helpers in linear_tile.hpp)
 #endif
 
 #if defined(LLMK_W8A8_VNNI)
 // GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#elif defined(LLMK_W8A8_AVX2)
 #include <immintrin.h>
 #endif
 
@@ -57,6 +61,79 @@ void tile_w8a8(const uint8_t* xq, int64_t ldx, const float* x_scale, int64_t num
       const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], shift));
       const __m512 s = _mm512_mul_ps(ws, _mm512_set1_ps(x_scale[r]));
       _mm512_mask_storeu_ps(y + r * ldy + c * kPanels16Width, tail_mask(cols), _mm512_mul_ps(v, s));
+    }
+  }
+}
+
+#elif defined(LLMK_W8A8_AVX2)
+
+// AVX2 has no unsigned-by-signed byte dot product into int32 (vpdpbusd),
+// and vpmaddubsw's int16 pair sums saturate for u8 = q_x + 128 (255 * 127 * 2
+// > 32767). It is exact on signed activations q_x = u8 - 128 instead:
+// vpmaddubsw(|q_w|, sign(q_x, q_w)) sums pairs of q_x q_w with both factors in
+// [-127, 127], so each pair is at most 2 * 127 * 127 = 32258 in magnitude and
+// never saturates; vpmaddwd with ones then sums the pairs of each channel's
+// 4 k into int32. The accumulator is thus sum_k q_x q_w itself, the same
+// integer as the unsigned form minus 128 row_sum, so the output is
+// bit-identical to the other paths'. (vpsign zeroes a product where
+// q_w = 0, and padding has q_x = 0.)
+//
+// Each panel's 64 bytes are two 32-byte halves of 8 channels x 4 k: two
+// int32 accumulators per row and panel. Rows x panels per pass keep at most
+// 8 accumulators in registers (4 panels for one row, 2 for two, then 1).
+template <int R, int C>
+void pass_w8a8(const uint8_t* xq, int64_t ldx, const float* x_scale, int64_t num_k4, const int8_t* panels,
+               int64_t panel_stride, const float* w_scale, int64_t num_cols, float* y, int64_t ldy) {
+  __m256i acc[R][C][2];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t k4 = 0; k4 < num_k4; ++k4) {
+    __m256i a[R];
+    for (int r = 0; r < R; ++r) {
+      int32_t quad;
+      std::memcpy(&quad, xq + r * ldx + 4 * k4, 4);
+      a[r] = _mm256_xor_si256(_mm256_set1_epi32(quad), bias);  // u8 - 128 as int8
+    }
+    for (int c = 0; c < C; ++c)
+      for (int h = 0; h < 2; ++h) {
+        const __m256i w =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panels + c * panel_stride + k4 * kPanelBytes + 32 * h));
+        const __m256i w_abs = _mm256_abs_epi8(w);
+        for (int r = 0; r < R; ++r) {
+          const __m256i pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a[r], w));
+          acc[r][c][h] = _mm256_add_epi32(acc[r][c][h], _mm256_madd_epi16(pairs, ones));
+        }
+      }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t cols = num_cols - c * kPanels16Width - 8 * h;
+      if (cols <= 0) break;
+      const __m256 ws = _mm256_loadu_ps(w_scale + c * kPanels16Width + 8 * h);
+      for (int r = 0; r < R; ++r) {
+        const __m256 v = _mm256_cvtepi32_ps(acc[r][c][h]);
+        const __m256 s = _mm256_mul_ps(ws, _mm256_set1_ps(x_scale[r]));
+        store8(y + r * ldy + c * kPanels16Width + 8 * h, _mm256_mul_ps(v, s), cols);
+      }
+    }
+}
+
+template <int R, int C>
+void tile_w8a8(const uint8_t* xq, int64_t ldx, const float* x_scale, int64_t num_k4, const int8_t* panels,
+               int64_t panel_stride, const float* w_scale, const int32_t*, int64_t num_cols, float* y, int64_t ldy) {
+  constexpr int kStep = R == 1 ? 4 : R == 2 ? 2 : 1;
+  for (int c0 = 0; c0 < C; c0 += kStep) {
+    const int64_t cols = num_cols - c0 * kPanels16Width;
+    if (cols <= 0) break;
+    const int8_t* p = panels + c0 * panel_stride;
+    float* yc = y + c0 * kPanels16Width;
+    const float* ws = w_scale + c0 * kPanels16Width;
+    switch (std::min(kStep, C - c0)) {
+      case 4: pass_w8a8<R, 4>(xq, ldx, x_scale, num_k4, p, panel_stride, ws, cols, yc, ldy); break;
+      case 3: pass_w8a8<R, 3>(xq, ldx, x_scale, num_k4, p, panel_stride, ws, cols, yc, ldy); break;
+      case 2: pass_w8a8<R, 2>(xq, ldx, x_scale, num_k4, p, panel_stride, ws, cols, yc, ldy); break;
+      default: pass_w8a8<R, 1>(xq, ldx, x_scale, num_k4, p, panel_stride, ws, cols, yc, ldy); break;
     }
   }
 }
@@ -133,6 +210,34 @@ void quantize_row_u8(const float* x, int64_t in_features, int64_t k_pad, uint8_t
     q = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q, lo), hi), bias);
     _mm512_mask_cvtepi32_storeu_epi8(xq + k, m, q);
   }
+  std::memset(xq + in_features, 128, static_cast<size_t>(k_pad - in_features));
+}
+
+#elif defined(LLMK_W8A8_AVX2)
+
+void quantize_row_u8(const float* x, int64_t in_features, int64_t k_pad, uint8_t* xq, float* x_scale) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 vmax = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= in_features; k += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + k), abs_mask));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+  for (; k < in_features; ++k) amax = std::max(amax, std::fabs(x[k]));
+  *x_scale = amax / 127.0f;
+  const float inv_s = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const __m256 inv = _mm256_set1_ps(inv_s);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127), bias = _mm256_set1_epi32(128);
+  for (k = 0; k + 8 <= in_features; k += 8) {
+    // cvtps rounds to nearest even under the default MXCSR.
+    __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), inv));
+    q = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(q, lo), hi), bias);
+    // 8 values in 0..255: pack to u16 then u8 (no saturation), low 8 bytes.
+    const __m128i q16 = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(xq + k), _mm_packus_epi16(q16, q16));
+  }
+  for (; k < in_features; ++k)
+    xq[k] = static_cast<uint8_t>(std::clamp(static_cast<int32_t>(std::nearbyint(x[k] * inv_s)), -127, 127) + 128);
   std::memset(xq + in_features, 128, static_cast<size_t>(k_pad - in_features));
 }
 

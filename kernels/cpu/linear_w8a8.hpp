@@ -1,5 +1,5 @@
-// W8A8 linear on AVX-512 VNNI: y = x W^T with int8 weights and int8
-// activations, int32 accumulation, dequantization fused into the output.
+// W8A8 linear (AVX-512 VNNI, AVX2 or portable): y = x W^T with int8 weights
+// and int8 activations, int32 accumulation, dequantization fused into the output.
 //
 // Weights: symmetric per output channel, scale_w[n] = max_k |w[n, k]| / 127,
 // q_w = round(w / scale_w) in [-127, 127]. Packed for vpdpbusd as

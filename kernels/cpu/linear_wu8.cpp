@@ -5,6 +5,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
 #endif
 #include <omp.h>
 
@@ -51,6 +53,48 @@ void dequantize_panel(int64_t in_features, const uint8_t* packed, const float* s
   const uint8_t* base = packed + p * in_features * kPanels16Width;
   for (int64_t k = 0; k < in_features; ++k)
     _mm512_storeu_ps(out + k * kPanels16Width, _mm512_mul_ps(_mm512_sub_ps(load_u8_ps(base + k * kPanels16Width), z), sc));
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+
+inline __m256 load_u8_ps8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// C panels of 16 channels as two 8-channel halves: at most 8 accumulators.
+template <int C>
+void gemv_tile_wu8(const float* x, float xsum, int64_t in_features, const uint8_t* packed, const float* scale,
+                   const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
+  __m256 acc[C][2];
+  for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+  const uint8_t* base = packed + p0 * in_features * kPanels16Width;
+  for (int64_t k = 0; k < in_features; ++k) {
+    const __m256 xk = _mm256_broadcast_ss(x + k);
+    for (int c = 0; c < C; ++c)
+      for (int h = 0; h < 2; ++h)
+        acc[c][h] = _mm256_fmadd_ps(load_u8_ps8(base + (c * in_features + k) * kPanels16Width + 8 * h), xk, acc[c][h]);
+  }
+  const __m256 vsum = _mm256_set1_ps(xsum);
+  for (int c = 0; c < C; ++c)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t cols = num_cols - c * kPanels16Width - 8 * h;
+      if (cols <= 0) break;
+      const int64_t at = (p0 + c) * kPanels16Width + 8 * h;
+      const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(scale + at), _mm256_fnmadd_ps(load_u8_ps8(zero + at), vsum, acc[c][h]));
+      store8(y + c * kPanels16Width + 8 * h, v, cols);
+    }
+}
+
+void dequantize_panel(int64_t in_features, const uint8_t* packed, const float* scale, const uint8_t* zero, int64_t p,
+                      float* out) {
+  const uint8_t* base = packed + p * in_features * kPanels16Width;
+  for (int h = 0; h < 2; ++h) {
+    const __m256 sc = _mm256_loadu_ps(scale + p * kPanels16Width + 8 * h);
+    const __m256 z = load_u8_ps8(zero + p * kPanels16Width + 8 * h);
+    for (int64_t k = 0; k < in_features; ++k)
+      _mm256_storeu_ps(out + k * kPanels16Width + 8 * h,
+                       _mm256_mul_ps(_mm256_sub_ps(load_u8_ps8(base + k * kPanels16Width + 8 * h), z), sc));
+  }
 }
 
 #else  // portable: the same tiles as arrays, 16 channels per loop

@@ -18,6 +18,14 @@ void silu_mul_row(const float* gate, const float* up, float* out, int64_t dim) {
     const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
     _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
   }
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= dim; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
 #endif
   for (; i < dim; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }

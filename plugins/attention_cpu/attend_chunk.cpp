@@ -6,7 +6,7 @@
 
 #include "kernels/cpu/vec_math.hpp"
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -27,6 +27,20 @@ inline float dot(const float* a, const float* b, int n) {
     acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + i), _mm512_maskz_loadu_ps(mask, b + i), acc0);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  const __m256 v = _mm256_add_ps(acc0, acc1);
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  float s = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
 #else
   float s = 0.0f;
   for (int i = 0; i < n; ++i) s += a[i] * b[i];
@@ -41,6 +55,10 @@ inline void scale_add(float* y, float alpha, float p, const float* x, int n) {
   const __m512 av = _mm512_set1_ps(alpha), pv = _mm512_set1_ps(p);
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(y + i, _mm512_fmadd_ps(pv, _mm512_loadu_ps(x + i), _mm512_mul_ps(av, _mm512_loadu_ps(y + i))));
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 av = _mm256_set1_ps(alpha), pv = _mm256_set1_ps(p);
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(pv, _mm256_loadu_ps(x + i), _mm256_mul_ps(av, _mm256_loadu_ps(y + i))));
 #endif
   for (; i < n; ++i) y[i] = y[i] * alpha + p * x[i];
 }
@@ -58,6 +76,17 @@ inline float exp_shift_sum(float* s, float m, int n) {
     acc = _mm512_add_ps(acc, e);
   }
   sum = _mm512_reduce_add_ps(acc);
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = kernels::cpu::exp256(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+    _mm256_storeu_ps(s + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  sum = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 #endif
   for (; i < n; ++i) {
     s[i] = std::exp(s[i] - m);

@@ -193,7 +193,7 @@ void attend_decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQu
   else dispatch<float>(kv, shape, query, s);
 }
 
-#else  // no AVX-512: callers use the row-by-row kernel
+#elif !(defined(__AVX2__) && defined(__FMA__))  // AVX2 + FMA: attend_decode_avx2.cpp; others use the row-by-row kernel
 
 bool decode_supports(int) { return false; }
 

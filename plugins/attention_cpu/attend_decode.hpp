@@ -23,7 +23,7 @@ namespace llmk::attention_cpu {
 constexpr int kDecodeTile = 16;  // context positions per online-softmax update
 
 // True when this kernel serves the head size (a multiple of 16, at most 256)
-// on this build (AVX-512).
+// on this build (AVX-512, or AVX2 + FMA: attend_decode_avx2.cpp).
 bool decode_supports(int head_dim);
 
 // One decode query: the query heads of KV heads [kv_begin, kv_end).

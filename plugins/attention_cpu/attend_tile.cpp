@@ -139,7 +139,7 @@ void attend_chunk_tiled(const float* const* q_rows, const int64_t* low_key, cons
   }
 }
 
-#else
+#elif !(defined(__AVX2__) && defined(__FMA__))  // AVX2 + FMA: attend_tile_avx2.cpp; others: the row-by-row kernel
 
 bool tile_supports(int) { return false; }
 

@@ -12,7 +12,8 @@ namespace llmk::attention_cpu {
 
 constexpr int kTileKeys = 64;
 
-// True when the tiled kernel serves this head_dim (a multiple of 16, at most 128).
+// True when the tiled kernel serves this head_dim (a multiple of 16, at most 128)
+// on this build (AVX-512, or AVX2 + FMA: attend_tile_avx2.cpp).
 bool tile_supports(int head_dim);
 
 // Same contract as attend_chunk, with num_keys <= kTileKeys.

@@ -1,10 +1,11 @@
 // W8A8: the per-channel weight quantizer, the per-row activation quantizer
-// and the VNNI GEMV/GEMM against float64 references, with error bounds
-// derived from the scheme.
+// and the GEMV/GEMM (VNNI, AVX2 or portable) against float64 references and
+// exact integer sums, with error bounds derived from the scheme.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/cpu/linear_w8a8.hpp"
 #include "quant/quant_test_util.hpp"
@@ -140,5 +141,40 @@ TEST_CASE("W8A8 output equals the exact integer dot product times both scales", 
       for (int64_t k = 0; k < s.in; ++k) acc += int64_t(xq[r * k_pad + k] - 128) * w8a8_packed_at(p.packed.get(), s.in, n, k);
       const double ref = double(acc) * xs[r] * p.scale[n];
       REQUIRE(y[r * s.out + n] == Approx(ref).epsilon(4 * kF32Eps).margin(1e-30));
+    }
+}
+
+TEST_CASE("W8A8 stays exact with every weight and activation at +-127, where u8 x s8 pair sums exceed int16",
+          "[quant][w8a8]") {
+  // All-equal magnitudes quantize to exactly +-127; the products of a pair of
+  // k then reach 2 * 127 * 127 (signed) or 2 * 255 * 127 (with the +128
+  // shift), past what a saturating int16 pair sum holds.
+  const Shape s{3, 67, 33};
+  std::vector<float> w(static_cast<size_t>(s.out * s.in)), x(static_cast<size_t>(s.rows * s.in));
+  for (int64_t n = 0; n < s.out; ++n)
+    for (int64_t k = 0; k < s.in; ++k) w[n * s.in + k] = (n % 3 == 0 || (n + k) % 5 == 0) ? 0.5f : -0.5f;
+  for (int64_t r = 0; r < s.rows; ++r)
+    for (int64_t k = 0; k < s.in; ++k) x[r * s.in + k] = r == 0 ? 2.0f : r == 1 ? -2.0f : ((k % 5 == 0) ? 2.0f : -2.0f);
+  const PackedW8 p = pack(w, s.out, s.in);
+  const int64_t k_pad = w8a8_k_pad(s.in);
+  std::vector<uint8_t> xq(static_cast<size_t>(s.rows * k_pad));
+  std::vector<float> xs(s.rows);
+  quantize_rows_u8(x.data(), s.rows, s.in, xq.data(), xs.data());
+  auto scratch = llmk::test::aligned_buffer<uint8_t>(w8a8_scratch_size(s.rows, s.in));
+  std::vector<float> y(static_cast<size_t>(s.rows * s.out));
+  linear_w8a8(x.data(), s.rows, s.in, p.packed.get(), p.scale.data(), p.row_sum.data(), s.out, y.data(),
+              scratch.get(), 1);
+  for (int64_t r = 0; r < s.rows; ++r)
+    for (int64_t n = 0; n < s.out; ++n) {
+      int64_t acc = 0;
+      for (int64_t k = 0; k < s.in; ++k) {
+        const int qx = xq[r * k_pad + k] - 128, qw = w8a8_packed_at(p.packed.get(), s.in, n, k);
+        REQUIRE(std::abs(qx) == 127);
+        REQUIRE(std::abs(qw) == 127);
+        acc += int64_t(qx) * qw;
+      }
+      // The integer sum is exact in every path, so the output is this float expression bit for bit.
+      CAPTURE(r, n, acc);
+      REQUIRE(y[r * s.out + n] == static_cast<float>(acc) * (p.scale[n] * xs[r]));
     }
 }

@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/kv_quant.hpp"
 #include "kernels/cpu/vec_math.hpp"
+#include "plugins/attention_cpu/attend_decode_driver.hpp"
 
 namespace llmk::attention_cpu {
 
@@ -91,100 +92,12 @@ inline void tile_head(const float* q, const E* const* k, const E* const* v, int6
   }
 }
 
-// An I8 slot's rows of the query's KV-head range, as floats. Groups never
-// straddle heads, so the range's values and scales are contiguous.
-inline void dequantize_range(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& dq, int64_t slot,
-                             int64_t row, int64_t range, float* k_out, float* v_out) {
-  const int64_t groups = shape.head_dim / shape.group_size;
-  const int64_t scale_at = (slot * shape.num_kv_heads + dq.kv_begin) * groups;
-  const int64_t at = slot * row + static_cast<int64_t>(dq.kv_begin) * shape.head_dim;
-  kernels::cpu::kv_dequantize_row(static_cast<const int8_t*>(kv.k) + at, kv.k_scale + scale_at, k_out, range,
-                                  shape.group_size);
-  kernels::cpu::kv_dequantize_row(static_cast<const int8_t*>(kv.v) + at, kv.v_scale + scale_at, v_out, range,
-                                  shape.group_size);
-}
-
-// E: the element type read by the tiles (float for F32 caches and for I8
-// caches, which are dequantized into s.k_buf / s.v_buf first; uint16_t F16 bits).
-template <int NV, class E>
-void decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& dq, DecodeScratch& s) {
-  constexpr int64_t hd = 16 * NV;
-  const int64_t row = static_cast<int64_t>(shape.num_kv_heads) * hd;  // one slot's K (or V) row
-  const uint32_t num_kv = dq.kv_end - dq.kv_begin;
-  const int64_t range = static_cast<int64_t>(num_kv) * hd;           // the range's part of it
-  const uint32_t heads = num_kv * dq.group;
-  std::fill_n(s.m, heads, -std::numeric_limits<float>::infinity());
-  std::fill_n(s.l, heads, 0.0f);
-  std::fill_n(s.acc, heads * hd, 0.0f);
-  const float* q = dq.q + static_cast<int64_t>(dq.kv_begin) * dq.group * hd;
-
-  // The next tile's rows are requested while this one computes when they fit
-  // in L2 beside it (as in the AVX-512 kernel).
-  const bool prefetch_next = !shape.int8 && 2 * kDecodeTile * range * static_cast<int64_t>(sizeof(E)) <= (64 << 10);
-  const E* k_rows[kDecodeTile];
-  const E* v_rows[kDecodeTile];
-  for (int64_t t0 = dq.first_pos; t0 < dq.context_len; t0 += kDecodeTile) {
-    const int n = static_cast<int>(std::min<int64_t>(kDecodeTile, dq.context_len - t0));
-    for (int j = 0; j < n; ++j) {
-      const int64_t slot = slot_of(dq.table, dq.block_size, t0 + j);
-      if constexpr (std::is_same_v<E, uint16_t>) {
-        k_rows[j] = static_cast<const uint16_t*>(kv.k) + slot * row + dq.kv_begin * hd;
-        v_rows[j] = static_cast<const uint16_t*>(kv.v) + slot * row + dq.kv_begin * hd;
-      } else if (!shape.int8) {
-        k_rows[j] = static_cast<const float*>(kv.k) + slot * row + dq.kv_begin * hd;
-        v_rows[j] = static_cast<const float*>(kv.v) + slot * row + dq.kv_begin * hd;
-      } else {
-        dequantize_range(kv, shape, dq, slot, row, range, s.k_buf + j * range, s.v_buf + j * range);
-        k_rows[j] = s.k_buf + j * range;
-        v_rows[j] = s.v_buf + j * range;
-      }
-    }
-    for (int j = n; j < kDecodeTile; ++j) {
-      k_rows[j] = k_rows[0];
-      v_rows[j] = v_rows[0];
-    }
-    if (prefetch_next) {
-      const int64_t t1 = t0 + kDecodeTile;
-      const int n1 = static_cast<int>(std::clamp<int64_t>(dq.context_len - t1, 0, kDecodeTile));
-      const int64_t bytes = range * static_cast<int64_t>(sizeof(E));
-      for (int j = 0; j < n1; ++j) {
-        const int64_t slot = slot_of(dq.table, dq.block_size, t1 + j);
-        const char* kp = reinterpret_cast<const char*>(static_cast<const E*>(kv.k) + slot * row + dq.kv_begin * hd);
-        const char* vp = reinterpret_cast<const char*>(static_cast<const E*>(kv.v) + slot * row + dq.kv_begin * hd);
-        for (int64_t o = 0; o < bytes; o += 64) {
-          _mm_prefetch(kp + o, _MM_HINT_T1);
-          _mm_prefetch(vp + o, _MM_HINT_T1);
-        }
-      }
-    }
-    for (uint32_t h = 0; h < num_kv; ++h)
-      for (uint32_t g = 0; g < dq.group; ++g) {
-        const uint32_t qh = h * dq.group + g;
-        tile_head<NV, E>(q + qh * hd, k_rows, v_rows, h * hd, n, dq.scale, s.m[qh], s.l[qh], s.acc + qh * hd);
-      }
-  }
-  float* out = dq.out + static_cast<int64_t>(dq.kv_begin) * dq.group * hd;
-  for (uint32_t qh = 0; qh < heads; ++qh) {
-    const __m256 inv = _mm256_set1_ps(s.l[qh] > 0.0f ? 1.0f / s.l[qh] : 0.0f);
-    for (int i = 0; i < 2 * NV; ++i)
-      _mm256_storeu_ps(out + qh * hd + 8 * i, _mm256_mul_ps(_mm256_loadu_ps(s.acc + qh * hd + 8 * i), inv));
-  }
-}
-
 template <class E>
 void dispatch(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& query, DecodeScratch& s) {
-  switch (shape.head_dim / 16) {
-    case 1: decode<1, E>(kv, shape, query, s); break;
-    case 2: decode<2, E>(kv, shape, query, s); break;
-    case 3: decode<3, E>(kv, shape, query, s); break;
-    case 4: decode<4, E>(kv, shape, query, s); break;
-    case 5: decode<5, E>(kv, shape, query, s); break;
-    case 6: decode<6, E>(kv, shape, query, s); break;
-    case 7: decode<7, E>(kv, shape, query, s); break;
-    case 8: decode<8, E>(kv, shape, query, s); break;
-    case 16: decode<16, E>(kv, shape, query, s); break;
-    default: break;  // decode_supports() said no
-  }
+  decode_driver::for_head_dim(shape.head_dim, [&](auto nv) {
+    constexpr int NV = decltype(nv)::value;
+    decode_driver::decode_query<NV, E>(kv, shape, query, s, [](auto&&... args) { tile_head<NV, E>(args...); });
+  });
 }
 
 }  // namespace

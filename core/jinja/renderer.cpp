@@ -460,13 +460,15 @@ class Renderer {
                        times > SIZE_MAX / unit ? SIZE_MAX : unit * times, limit,
                        seq.is_string() ? "bytes" : "items");
       }
+      // An empty sequence repeats to an empty one at once, whatever the count.
+      const int64_t repeats = unit == 0 ? 0 : count.as_int();
       if (seq.is_string()) {
         std::string out;
-        for (int64_t i = 0; i < count.as_int(); ++i) out += seq.as_string();
+        for (int64_t i = 0; i < repeats; ++i) out += seq.as_string();
         return Value(out);
       }
       List out;
-      for (int64_t i = 0; i < count.as_int(); ++i) out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
+      for (int64_t i = 0; i < repeats; ++i) out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
       return Value(std::move(out));
     }
     if (!a.is_number() || !b.is_number()) return type_error();

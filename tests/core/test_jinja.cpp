@@ -242,6 +242,9 @@ TEST_CASE("Repetition, concatenation, range and output beyond their limits are n
   const std::string half = std::to_string(kMaxStringBytes / 2);
   CHECK(render(("{{ ('ab' * " + half + ") | length }}").c_str(), "{}") == std::to_string(kMaxStringBytes));
   CHECK(render("{{ 'ab' * -3 }}|{{ [1] * -1 }}|{{ 0 * 'x' }}", "{}") == "|[]|");  // Python: empty
+  // An empty sequence repeated any number of times is empty, at once (the
+  // fuzzer found '' * 10**12 looping 10^12 times).
+  CHECK(render("{{ '' * 10**12 }}|{{ [] * 10**12 }}|{{ 10**18 * '' }}", "{}") == "|[]|");
   CHECK(render(("{{ range(" + std::to_string(kMaxListItems) + ") | length }}").c_str(), "{}") ==
         std::to_string(kMaxListItems));
   CHECK(render("{{ range(9223372036854775807 - 2, 9223372036854775807) | list }}", "{}") ==

@@ -113,28 +113,7 @@ void panels_range(const float* x, const typename B::T* packed, float* y, int64_t
   }
 }
 
-template <class B>
-void dispatch(const float* x, const typename B::T* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
-              int num_threads, float* scratch) {
-  for_panel_ranges(num_panels64(n_out), num_threads, num_rows * k_len * n_out,
-                   [&](int64_t p_begin, int64_t p_end, int t) {
-                     panels_range<B>(x, packed, y, num_rows, k_len, n_out, p_begin, p_end,
-                                     scratch + static_cast<int64_t>(t) * kDepth * kPanels64Width);
-                   });
-}
-
 }  // namespace
-
-bool linear_panels64(const float* x, int64_t num_rows, int64_t in_features, const void* packed, llmk_dtype w_dtype,
-                     int64_t out_features, float* y, float* scratch, int num_threads) {
-  const auto* h = static_cast<const uint16_t*>(packed);
-  if (w_dtype == LLMK_DTYPE_F16) dispatch<WidenF16>(x, h, y, num_rows, in_features, out_features, num_threads, scratch);
-  else if (w_dtype == LLMK_DTYPE_BF16) dispatch<WidenBF16>(x, h, y, num_rows, in_features, out_features, num_threads, scratch);
-  else if (w_dtype == LLMK_DTYPE_F32)
-    dispatch<WidenF32>(x, static_cast<const float*>(packed), y, num_rows, in_features, out_features, num_threads, scratch);
-  else return false;
-  return true;
-}
 
 #elif defined(__AVX2__) && defined(__FMA__)
 
@@ -250,6 +229,15 @@ void panels_range(const float* x, const typename B::T* packed, float* y, int64_t
   }
 }
 
+}  // namespace
+
+#endif
+
+// The vector builds share the split over panels and the entry point.
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+
+namespace {
+
 template <class B>
 void dispatch(const float* x, const typename B::T* packed, float* y, int64_t num_rows, int64_t k_len, int64_t n_out,
               int num_threads, float* scratch) {
@@ -272,6 +260,7 @@ bool linear_panels64(const float* x, int64_t num_rows, int64_t in_features, cons
   else return false;
   return true;
 }
+
 
 #else  // portable fallback
 

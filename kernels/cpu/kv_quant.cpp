@@ -5,6 +5,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#elif defined(__AVX2__)
+#include <immintrin.h>
 #endif
 
 #include <algorithm>
@@ -72,6 +74,18 @@ void kv_dequantize_row(const int8_t* src, const float* scales, float* dst, int64
     }
   }
 #else
+#if defined(__AVX2__)
+  if (group_size % 8 == 0) {  // 8 values per vector, one scale per group
+    for (int64_t g0 = 0, gi = 0; g0 < dim; g0 += group_size, ++gi) {
+      const __m256 sc = _mm256_set1_ps(scales[gi]);
+      for (int64_t j = g0; j < g0 + group_size; j += 8) {
+        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + j));
+        _mm256_storeu_ps(dst + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), sc));
+      }
+    }
+    return;
+  }
+#endif
   for (int64_t g0 = 0; g0 < dim; g0 += group_size, i = g0) {
     const float sc = scales[g0 / group_size];
     for (int64_t j = g0; j < g0 + group_size; ++j) dst[j] = static_cast<float>(src[j]) * sc;

@@ -37,6 +37,19 @@ inline __m512 exp512(__m512 x) {
   return _mm512_mask_scalef_ps(p, static_cast<__mmask16>(0xffff), p, n);  // masked form: avoids GCC 12's undefined-register warning
 }
 #elif defined(__AVX2__) && defined(__FMA__)
+// The largest and the sum of the 8 lanes of v.
+inline float hmax8(__m256 v) {
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+inline float hsum8(__m256 v) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
 // exp(x) for 8 floats: exp512's range reduction and polynomial. Without
 // vscalefps, 2^n is built in the exponent field, in two factors 2^(n/2) and
 // 2^(n - n/2) so that n = 128 (x near 88.7) stays finite.

@@ -30,18 +30,6 @@ inline __m256 lane_sums8(const __m256* p) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-inline float hmax8(__m256 v) {
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
-}
-
-inline float hsum8(__m256 v) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-}
-
 // 8 cached values as floats: F32 as stored, F16 widened.
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
@@ -67,12 +55,12 @@ inline void tile_head(const float* q, const E* const* k, const E* const* v, int6
     scores[h] = _mm256_blendv_ps(_mm256_set1_ps(-std::numeric_limits<float>::infinity()),
                                  _mm256_mul_ps(lane_sums8(part), sv), valid[h]);
   }
-  const float m_new = std::max(m, hmax8(_mm256_max_ps(scores[0], scores[1])));
+  const float m_new = std::max(m, kernels::cpu::hmax8(_mm256_max_ps(scores[0], scores[1])));
   const float alpha = std::exp(m - m_new);  // 0 on the first tile (m = -inf)
   const __m256 mv = _mm256_set1_ps(m_new);
   const __m256 p0 = _mm256_and_ps(valid[0], kernels::cpu::exp256(_mm256_sub_ps(scores[0], mv)));
   const __m256 p1 = _mm256_and_ps(valid[1], kernels::cpu::exp256(_mm256_sub_ps(scores[1], mv)));
-  l = l * alpha + hsum8(_mm256_add_ps(p0, p1));
+  l = l * alpha + kernels::cpu::hsum8(_mm256_add_ps(p0, p1));
   m = m_new;
   alignas(32) float pj[kDecodeTile];
   _mm256_store_ps(pj, p0);

@@ -61,18 +61,6 @@ inline void accumulate_strip(const float* p, const float* alpha, const float* co
     for (int d = 0; d < 2; ++d) _mm256_storeu_ps(acc + r * head_dim + d0 + 8 * d, a[r][d]);
 }
 
-inline float hmax8(__m256 v) {
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
-}
-
-inline float hsum8(__m256 v) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-}
-
 }  // namespace
 
 bool tile_supports(int head_dim) { return head_dim % 16 == 0 && head_dim <= 128 && head_dim > 0; }
@@ -114,7 +102,7 @@ void attend_chunk_tiled(const float* const* q_rows, const int64_t* low_key, cons
       masks[j] = _mm256_castsi256_ps(_mm256_andnot_si256(below_lo, below_end));
       mx = _mm256_max_ps(mx, _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(s + 8 * j), masks[j]));
     }
-    const float m_new = std::max(state.m[i], hmax8(mx));
+    const float m_new = std::max(state.m[i], kernels::cpu::hmax8(mx));
     alpha[i] = std::exp(state.m[i] - m_new);
     const __m256 mv = _mm256_set1_ps(m_new);
     __m256 sum = _mm256_setzero_ps();
@@ -123,7 +111,7 @@ void attend_chunk_tiled(const float* const* q_rows, const int64_t* low_key, cons
       _mm256_storeu_ps(s + 8 * j, e);
       sum = _mm256_add_ps(sum, e);
     }
-    state.l[i] = state.l[i] * alpha[i] + hsum8(sum);
+    state.l[i] = state.l[i] * alpha[i] + kernels::cpu::hsum8(sum);
     state.m[i] = m_new;
   }
   r = 0;

@@ -109,6 +109,7 @@ struct Engine::Impl {
     if (ev.request_done) drained.notify_all();
   }
 
+  std::shared_ptr<StepFeedback> feedback;  // the pipeline's, closed at stop
   void start_actors(std::shared_ptr<Executor> executor, std::shared_ptr<SchedulerParts> parts);
   void stop();
 };
@@ -121,6 +122,7 @@ void Engine::Impl::start_actors(std::shared_ptr<Executor> executor_object, std::
   system = std::make_unique<caf::actor_system>(*caf_config);
 
   PipelineContext context{tracer, PipelineTimeouts{options.step_timeout, options.message_timeout}};
+  feedback = context.feedback;
   auto sampler = spawn_sampler(*system, context);
   auto executor = spawn_executor(*system, std::move(executor_object), sampler, context);
   auto detokenizer = spawn_detokenizer(*system, tokenizer, context);
@@ -164,6 +166,7 @@ void Engine::Impl::stop() {
                               &detokenizer_handle, &sink}) {
     if (*h) caf::anon_send_exit(*h, caf::exit_reason::user_shutdown);
   }
+  if (feedback) feedback->close();  // an executor waiting for the sampler's ids stops waiting
   tokenizer_typed = nullptr;
   scheduler_typed = nullptr;
   tokenizer_handle = scheduler_handle = executor_handle = sampler_handle = detokenizer_handle = sink = nullptr;
@@ -228,6 +231,7 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
   }
   SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   parts->scheduler = std::make_unique<Scheduler>(im.config.scheduler, limits, *parts->kv, scheduler_options);
+  parts->overlap = im.config.scheduler.overlap;
 
   spdlog::info("engine: {} layers, vocab {}, context {}, executor {}, {} actor threads (CAF sharing policy)",
                mc.num_layers, mc.vocab_size, runtime.max_seq_len, executor->describe(), im.options.num_actor_threads);

@@ -5,9 +5,11 @@
 // Detached: it has its own thread, so a forward never blocks the other
 // actors' workers.
 //
-// The view is valid until the next execute(). The scheduler keeps one step
-// in flight and sends the next StepWork only after this step's StepResult
-// came back from the sampler, so the sampler has read the logits by then.
+// The view is valid until the next execute(). Before each forward the
+// actor waits until the sampler has taken the previous step's logits and
+// published its ids (actors/step_feedback.hpp); a step planned ahead reads
+// those ids for its fed-back rows. With one step in flight that wait returns
+// at once: the ids came back before the step was even planned.
 #include <spdlog/spdlog.h>
 
 #include "actors/pipeline.hpp"
@@ -23,6 +25,7 @@ struct ExecutorState {
   std::shared_ptr<Executor> executor;
   sampler_actor sampler;
   PipelineContext context;
+  uint64_t previous_step = 0;  // the last step run (0: none yet)
   static inline const char* name = "executor";
 };
 
@@ -33,15 +36,25 @@ caf::result<StepResult> execute(ExecutorPointer self, StepWork& work) {
   const uint64_t step = work.sample.step;
   if (st.context.tracer) st.context.tracer->observe("executor", "execute", {}, step);
   LogitsView logits;
+  auto fail = [&](ErrorCode code, const char* what) {
+    st.context.feedback->fail(step);  // the next step must not wait for ids that never come
+    return make_actor_error(static_cast<int>(code), std::string("forward failed: ") + what);
+  };
   try {
+    SampledIds previous;
+    if (st.previous_step != 0) {
+      ScopedSpan span(st.context.tracer.get(), "wait_ids", "executor", step, 0);
+      previous = st.context.feedback->wait(st.previous_step, st.context.timeouts.step);
+    }
+    st.previous_step = step;
     ScopedSpan span(st.context.tracer.get(), "execute", "executor", step, work.batch.num_tokens());
     double start = now_s();
-    logits = st.executor->execute(work.batch);
+    logits = st.executor->execute(work.batch, previous);
     work.sample.forward_s = now_s() - start;
   } catch (const Error& e) {
-    return make_actor_error(static_cast<int>(e.code()), std::string("forward failed: ") + e.what());
+    return fail(e.code(), e.what());
   } catch (const std::exception& e) {
-    return make_actor_error(static_cast<int>(ErrorCode::internal), std::string("forward failed: ") + e.what());
+    return fail(ErrorCode::internal, e.what());
   }
   return self->delegate(st.sampler, sample_atom::value, std::move(work.sample), logits);
 }

@@ -228,9 +228,15 @@ typename Inspector::result_type inspect(Inspector& f, DetokenizerOpen& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, FedBackToken& x) {
+  return f(caf::meta::type_name("FedBackToken"), x.row, x.previous_row);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepBatch& x) {
   return f(caf::meta::type_name("StepBatch"), x.token_ids, x.positions, x.query_start, x.context_lens,
-           x.slot_mapping, x.block_tables, x.max_blocks_per_seq, x.block_size, x.logits_rows, x.kv_copies);
+           x.slot_mapping, x.block_tables, x.max_blocks_per_seq, x.block_size, x.logits_rows, x.kv_copies,
+           x.fed_back);
 }
 
 template <class Inspector>

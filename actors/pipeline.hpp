@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "actors/step_feedback.hpp"
 #include "actors/trace.hpp"
 #include "core/kv_allocator.hpp"
 #include "core/kv_offloader.hpp"
@@ -34,6 +35,9 @@ struct PipelineTimeouts {
 struct PipelineContext {
   std::shared_ptr<Tracer> tracer;  // may be null
   PipelineTimeouts timeouts;
+  // Sampler → executor: each step's ids (actors/step_feedback.hpp). Every
+  // copy of a context shares the one made with it.
+  std::shared_ptr<StepFeedback> feedback = std::make_shared<StepFeedback>();
 };
 
 // How the tokenizer actor turns a request into prompt ids. Admission (lengths,
@@ -61,6 +65,7 @@ struct SchedulerParts {
   std::unique_ptr<KvAllocator> kv;
   std::shared_ptr<KvOffloader> offloader;
   std::unique_ptr<Scheduler> scheduler;  // built over *kv
+  bool overlap = false;                   // scheduler.overlap: plan one step ahead
 };
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<SchedulerParts> parts,

@@ -46,6 +46,7 @@ struct SamplerState {
   std::vector<const RequestSampling*> row_requests;
   std::vector<std::vector<int32_t>*> row_histories;
   std::vector<SamplerRow> rows;
+  std::vector<int32_t> ids;  // the step's ids, published to the executor
   static inline const char* name = "sampler";
 };
 
@@ -123,8 +124,10 @@ caf::error sample_on_cpu(SamplerState& st, const SampleWork& work, const LogitsV
 }
 
 // Device rows: the view's device samples them where they are. The device
-// sampler is made at the first such view and told every live request.
-caf::error sample_on_device(SamplerState& st, const SampleWork& work, const LogitsView& view, StepResult& result) {
+// sampler is made at the first such view and told every live request. Its
+// ids are published to the executor as soon as they are enqueued.
+caf::error sample_on_device(SamplerState& st, const SampleWork& work, const LogitsView& view, StepResult& result,
+                            bool& published) {
   if (!st.device) {
     st.device = make_device_sampler(view.device, view.vocab_size);
     st.device_kind = view.device;
@@ -142,7 +145,10 @@ caf::error sample_on_device(SamplerState& st, const SampleWork& work, const Logi
     st.device_rows[i] = {work.rows[i].request_key, work.rows[i].sample_index,
                          static_cast<int32_t>(st.row_histories[i]->size())};
   result.tokens.resize(work.rows.size());
-  st.device->sample(view, st.device_rows, result.tokens);
+  st.device->sample(view, st.device_rows, result.tokens, [&](const SampledIds& ids) {
+    st.context.feedback->publish(work.step, ids);
+    published = true;
+  });
   return caf::none;
 }
 
@@ -154,22 +160,39 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
   StepResult result;
   result.step = work.step;
   result.forward_s = work.forward_s;
-  try {
-    if (auto err = apply_deltas(st, work)) return err;
-    if (static_cast<size_t>(view.num_rows) != work.rows.size() || view.row_stride < view.vocab_size)
-      return internal_error(std::to_string(view.num_rows) + " logits rows for " + std::to_string(work.rows.size()) +
-                            " sample rows");
-    if (auto err = resolve_rows(st, work)) return err;
-    caf::error err;
-    switch (view.device) {
-      case Device::cpu: err = sample_on_cpu(st, work, view, result); break;
-      default: err = sample_on_device(st, work, view, result);
+  bool published = false;  // the step's ids, for the executor's next step
+  auto run = [&]() -> caf::error {
+    try {
+      if (auto err = apply_deltas(st, work)) return err;
+      if (static_cast<size_t>(view.num_rows) != work.rows.size() || view.row_stride < view.vocab_size)
+        return internal_error(std::to_string(view.num_rows) + " logits rows for " +
+                              std::to_string(work.rows.size()) + " sample rows");
+      if (auto err = resolve_rows(st, work)) return err;
+      caf::error err;
+      switch (view.device) {
+        case Device::cpu: err = sample_on_cpu(st, work, view, result); break;
+        default: err = sample_on_device(st, work, view, result, published);
+      }
+      if (err) return err;
+      // The ids the scheduler will append: the histories move on by one each.
+      for (size_t i = 0; i < work.rows.size(); ++i) st.row_histories[i]->push_back(result.tokens[i].token_id);
+    } catch (const std::exception& e) {
+      return internal_error(std::string("sampling failed: ") + e.what());
     }
-    if (err) return err;
-    // The ids the scheduler will append: the histories move on by one each.
-    for (size_t i = 0; i < work.rows.size(); ++i) st.row_histories[i]->push_back(result.tokens[i].token_id);
-  } catch (const std::exception& e) {
-    return internal_error(std::string("sampling failed: ") + e.what());
+    return caf::none;
+  };
+  caf::error err = run();
+  if (err) {
+    if (!published) st.context.feedback->fail(work.step);
+    return err;
+  }
+  if (!published) {  // host ids
+    st.ids.resize(result.tokens.size());
+    for (size_t i = 0; i < result.tokens.size(); ++i) st.ids[i] = result.tokens[i].token_id;
+    SampledIds ids;
+    ids.data = st.ids.data();
+    ids.count = static_cast<int32_t>(st.ids.size());
+    st.context.feedback->publish(work.step, ids);
   }
   result.sample_s = now_s() - start;
   return result;

@@ -1,14 +1,23 @@
 // The scheduler actor: owns the Scheduler and the KV allocator and drives the
-// step loop, one step in flight at a time:
+// step loop:
 //
 //   plan = schedule() ─execute─▶ executor ─sample─▶ sampler ─StepResult─▶
-//   update_from_output() ─▶ schedule() the next step at once, THEN hand the
-//   step's tokens to the detokenizer (which works while step t+1 computes).
+//   update_from_output() ─▶ plan the next step at once, THEN hand the step's
+//   tokens to the detokenizer (which works while the next step computes).
+//
+// With scheduler.overlap, two steps are in flight: as soon as step t is
+// sent, step t+1 is planned ahead (Scheduler::schedule_ahead) and sent too,
+// its decode rows taking step t's ids on the executor's side
+// (actors/step_feedback.hpp). So the executor finds step t+1 waiting when
+// step t's sampling is done, and the scheduler's update and planning run
+// while the device computes. Results are applied strictly in step order.
 //
 // Cancels, stop-string hits and refusals are applied between steps by the
-// Scheduler's own rules (KV freed by them is reused only by the next plan).
+// Scheduler's own rules (KV freed by them is reused only by a later plan,
+// which runs after every step already sent).
 #include <spdlog/spdlog.h>
 
+#include <deque>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -26,13 +35,20 @@ struct SchedulerActorState {
   executor_actor executor;
   detokenizer_actor detokenizer;
   PipelineContext context;
-  std::optional<StepPlan> in_flight;          // the step being computed
+  // A step sent to the executor, and its outcome once it arrives (applied in step order).
+  struct InFlight {
+    StepPlan plan;
+    std::vector<uint64_t> releases;  // sent with it; sent again if it fails
+    std::optional<StepResult> result;
+    std::optional<caf::error> error;
+    bool arrived() const { return result.has_value() || error.has_value(); }
+  };
+  std::deque<InFlight> in_flight;  // oldest first; at most two
   std::unordered_map<std::string, uint64_t> live;  // live request id -> its request key (Sequence::request_key)
   // The sampler's view of the requests (see SampleWork): keys it holds state
   // for, and keys to release with the next step.
   std::unordered_set<uint64_t> sampler_keys;
   std::vector<uint64_t> pending_releases;
-  std::vector<uint64_t> in_flight_releases;   // sent with the step in flight; sent again if it fails
   bool shutting_down = false;
   static inline const char* name = "scheduler";
 
@@ -90,14 +106,14 @@ std::vector<SampleOutput> wrap(std::vector<TokenEvent> events) {
 // released since the last step, requests whose first logits row this is
 // (with their parameters and, for the repetition penalty, prompt ids), and
 // per row which sample it is for. O(rows) per step, whatever the lengths.
-StepWork make_work(SchedulerActorState& st, const StepPlan& plan) {
+StepWork make_work(SchedulerActorState& st, const StepPlan& plan, std::vector<uint64_t>& releases) {
   StepWork work;
   work.batch = plan.batch;
   SampleWork& sample = work.sample;
   sample.step = plan.step_id;
   sample.released = std::move(st.pending_releases);
   st.pending_releases.clear();
-  st.in_flight_releases = sample.released;
+  releases = sample.released;
   sample.rows.reserve(plan.logits.size());
   for (const auto& target : plan.logits) {
     sample.rows.push_back(SampleRow{target.request_key, target.sample_index, target.num_generated});
@@ -114,11 +130,10 @@ StepWork make_work(SchedulerActorState& st, const StepPlan& plan) {
   return work;
 }
 
-void on_step_done(SchedulerPointer self, StepResult& result) {
+// Step t's tokens: the Scheduler's update, then the next plan, then the
+// detokenizer.
+void on_step_done(SchedulerPointer self, StepPlan& plan, StepResult& result) {
   auto& st = self->state;
-  StepPlan plan = std::move(*st.in_flight);
-  st.in_flight.reset();
-  st.in_flight_releases.clear();
   st.observe("step_done", {}, plan.step_id);
   std::vector<TokenEvent> events;
   {
@@ -146,18 +161,15 @@ void on_step_done(SchedulerPointer self, StepResult& result) {
     }
     outputs.push_back(std::move(out));
   }
-  maybe_schedule(self);  // step t+1 starts before step t is detokenized
+  maybe_schedule(self);  // the next step starts before this one is detokenized
   send_tokens(self, plan.step_id, std::move(outputs));
 }
 
-void on_step_failed(SchedulerPointer self, const caf::error& err) {
+void on_step_failed(SchedulerPointer self, StepPlan& plan, std::vector<uint64_t>& releases, const caf::error& err) {
   auto& st = self->state;
-  StepPlan plan = std::move(*st.in_flight);
-  st.in_flight.reset();
   // The sampler may not have seen the step: release its keys again (a
   // release of an unknown key is a no-op).
-  st.pending_releases.insert(st.pending_releases.end(), st.in_flight_releases.begin(), st.in_flight_releases.end());
-  st.in_flight_releases.clear();
+  st.pending_releases.insert(st.pending_releases.end(), releases.begin(), releases.end());
   std::string why = "step " + std::to_string(plan.step_id) + " failed: " + describe(err);
   spdlog::error("scheduler: {}", why);
   auto events = st.scheduler().fail_step(plan, why);
@@ -165,30 +177,78 @@ void on_step_failed(SchedulerPointer self, const caf::error& err) {
   send_tokens(self, plan.step_id, wrap(std::move(events)));
 }
 
+// Applies the outcomes that have arrived, oldest step first.
+void drain(SchedulerPointer self) {
+  auto& st = self->state;
+  while (!st.in_flight.empty() && st.in_flight.front().arrived()) {
+    SchedulerActorState::InFlight done = std::move(st.in_flight.front());
+    st.in_flight.pop_front();
+    if (done.result) on_step_done(self, done.plan, *done.result);
+    else on_step_failed(self, done.plan, done.releases, *done.error);
+  }
+}
+
+void send_step(SchedulerPointer self, StepPlan plan) {
+  auto& st = self->state;
+  st.observe("schedule", {}, plan.step_id);
+  SchedulerActorState::InFlight entry;
+  StepWork work = make_work(st, plan, entry.releases);
+  const uint64_t step = plan.step_id;
+  entry.plan = std::move(plan);
+  st.in_flight.push_back(std::move(entry));
+  auto find = [self](uint64_t id) -> SchedulerActorState::InFlight* {
+    for (auto& f : self->state.in_flight)
+      if (f.plan.step_id == id) return &f;
+    return nullptr;
+  };
+  self->request(st.executor, st.context.timeouts.step, execute_atom::value, std::move(work))
+      .then(
+          [self, step, find](StepResult& result) {
+            if (auto* f = find(step)) f->result = std::move(result);
+            drain(self);
+          },
+          [self, step, find](caf::error& err) {
+            if (auto* f = find(step)) f->error = std::move(err);
+            drain(self);
+          });
+}
+
+// Plans and sends steps: a full schedule() when nothing is in flight, then
+// (scheduler.overlap) one step ahead of the step in flight.
 void maybe_schedule(SchedulerPointer self) {
   auto& st = self->state;
-  if (st.in_flight || st.shutting_down) return;
-  StepPlan plan;
-  std::vector<TokenEvent> refused;
-  {
-    ScopedSpan span(st.tracer(), "schedule", "scheduler", 0);
-    try {
-      plan = st.scheduler().schedule();
-    } catch (const std::exception& e) {
-      spdlog::error("scheduler: schedule() failed: {}", e.what());
+  if (st.shutting_down) return;
+  if (st.in_flight.empty()) {
+    StepPlan plan;
+    std::vector<TokenEvent> refused;
+    {
+      ScopedSpan span(st.tracer(), "schedule", "scheduler", 0);
+      try {
+        plan = st.scheduler().schedule();
+      } catch (const std::exception& e) {
+        spdlog::error("scheduler: schedule() failed: {}", e.what());
+      }
+      refused = std::move(plan.events);  // sequences that can never fit
+      plan.events.clear();
+      span.set_count(plan.batch.num_seqs());
     }
-    refused = std::move(plan.events);  // sequences that can never fit
-    plan.events.clear();
-    span.set_count(plan.batch.num_seqs());
+    send_tokens(self, 0, wrap(std::move(refused)));
+    if (plan.empty()) return;
+    send_step(self, std::move(plan));
   }
-  send_tokens(self, 0, wrap(std::move(refused)));
-  if (plan.empty()) return;
-  st.observe("schedule", {}, plan.step_id);
-  StepWork work = make_work(st, plan);
-  st.in_flight = std::move(plan);
-  self->request(st.executor, st.context.timeouts.step, execute_atom::value, std::move(work))
-      .then([self](StepResult& result) { on_step_done(self, result); },
-            [self](caf::error& err) { on_step_failed(self, err); });
+  if (st.in_flight.size() != 1 || !st.parts->overlap) return;
+  StepPlan ahead;
+  {
+    ScopedSpan span(st.tracer(), "schedule_ahead", "scheduler", 0);
+    try {
+      ahead = st.scheduler().schedule_ahead(st.in_flight.back().plan);
+    } catch (const std::exception& e) {
+      spdlog::error("scheduler: schedule_ahead() failed: {}", e.what());
+      return;
+    }
+    span.set_count(ahead.batch.num_seqs());
+  }
+  if (!ahead.empty()) send_step(self, std::move(ahead));
 }
 
 caf::result<bool> enqueue(SchedulerPointer self, TokenizedRequest& req) {

@@ -67,6 +67,7 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(scheduler, max_num_batched_tokens),
       LLMK_FIELD(scheduler, preemption),
       LLMK_FIELD(scheduler, max_queue),
+      LLMK_FIELD(scheduler, overlap),
       LLMK_FIELD(server, http),
       LLMK_FIELD(server, zmq),
       LLMK_FIELD(server, max_body_bytes),

@@ -74,6 +74,9 @@ struct SchedulerSection {
   uint32_t max_num_batched_tokens = 512;
   std::string preemption = "recompute";  // recompute | offload
   uint32_t max_queue = 1024;             // waiting requests beyond this are refused (overloaded)
+  // Plan step t+1 while step t computes (its decode rows read step t's ids
+  // on the device): Scheduler::schedule_ahead. Off: one step in flight.
+  bool overlap = true;
 
   bool operator==(const SchedulerSection&) const = default;
 };

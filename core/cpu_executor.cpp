@@ -8,12 +8,25 @@ CpuExecutor::CpuExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoi
   model_ = std::make_unique<Model>(std::move(checkpoint), plugins, cfg, runtime);
 }
 
-LogitsView CpuExecutor::execute(const StepBatch& batch) {
+LogitsView CpuExecutor::execute(const StepBatch& batch, const SampledIds& previous) {
   const int32_t vocab = model_->config().vocab_size;
   const size_t needed = static_cast<size_t>(batch.num_logits()) * static_cast<size_t>(vocab);
   // A larger step gets a new buffer: a view of the old one may still be held.
   if (logits_->size() < needed) logits_ = std::make_shared<std::vector<float>>(needed);
-  model_->forward(batch, logits_->data());
+  if (batch.fed_back.empty()) {
+    model_->forward(batch, logits_->data());
+  } else {
+    // The previous step's ids are host memory here: put them into a copy of
+    // the batch (reused: decode steps of similar sizes allocate nothing).
+    const ModelRuntime& rt = model_->runtime();
+    validate_step(batch, vocab, rt.max_seq_len, rt.max_step_tokens);
+    validate_fed_back(batch, previous, Device::cpu);
+    resolved_ = batch;
+    resolved_.fed_back.clear();
+    for (const FedBackToken& f : batch.fed_back)
+      resolved_.token_ids.at(static_cast<size_t>(f.row)) = previous.failed ? 0 : previous.data[f.previous_row];
+    model_->forward(resolved_, logits_->data());
+  }
   LogitsView view;
   view.device = Device::cpu;
   view.data = logits_->data();

@@ -22,7 +22,8 @@ class CpuExecutor final : public Executor {
   Device device() const override { return Device::cpu; }
   const ModelConfig& model_config() const override { return model_->config(); }
   const ModelRuntime& runtime() const override { return model_->runtime(); }
-  LogitsView execute(const StepBatch& batch) override;
+  using Executor::execute;
+  LogitsView execute(const StepBatch& batch, const SampledIds& previous) override;
   size_t weight_bytes() const override { return model_->weight_bytes(); }
   size_t kv_cache_bytes() const override { return model_->kv_cache_bytes(); }
   std::string describe() const override;
@@ -37,6 +38,7 @@ class CpuExecutor final : public Executor {
   // [rows, vocab_size], grown to the largest step seen, never shrunk; shared
   // with the views handed out (LogitsView::keep_alive).
   std::shared_ptr<std::vector<float>> logits_ = std::make_shared<std::vector<float>>();
+  StepBatch resolved_;  // a step with fed-back rows, their ids put in
 };
 
 }  // namespace llmk

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -41,9 +42,17 @@ class DeviceSampler {
   };
   // Samples view row i for rows[i] (out.size() >= rows.size()) and appends
   // each sampled id to its sample's history. Waits for view.ready first (on
-  // the device), and for its own results before returning. Throws Error for
-  // a row of an unknown request or a view of another device.
-  virtual void sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out) = 0;
+  // the device), and for its own results before returning. Once the ids are
+  // enqueued, and before that wait, calls `enqueued` (when set) with where
+  // they will be on the device: the executor's next step may read them in
+  // order, from then until the next sample() call. Throws Error for a row of
+  // an unknown request or a view of another device.
+  using IdsEnqueued = std::function<void(const SampledIds&)>;
+  virtual void sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out,
+                      const IdsEnqueued& enqueued) = 0;
+  void sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out) {
+    sample(view, rows, out, IdsEnqueued{});
+  }
 };
 
 using DeviceSamplerFactory = std::unique_ptr<DeviceSampler> (*)(int32_t vocab_size);

@@ -83,6 +83,20 @@ bool has_executor(std::string_view name) {
   return false;
 }
 
+void validate_fed_back(const StepBatch& batch, const SampledIds& previous, Device device) {
+  if (batch.fed_back.empty() || previous.failed) return;
+  auto bad = [](const std::string& what) { throw Error(ErrorCode::invalid_argument, "step batch: " + what); };
+  if (previous.data == nullptr)
+    bad(std::to_string(batch.fed_back.size()) + " fed-back rows, but no ids of a previous step");
+  if (previous.device != device)
+    bad(std::string("fed-back ids in ") + device_name(previous.device) + " memory for the " + device_name(device) +
+        " executor");
+  for (const FedBackToken& f : batch.fed_back)
+    if (f.previous_row >= previous.count)
+      bad("fed-back token from logits row " + std::to_string(f.previous_row) + ", but the previous step sampled " +
+          std::to_string(previous.count));
+}
+
 std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                                         PluginRegistry& plugins) {
   const std::string& device = cfg.executor.device;

@@ -49,9 +49,10 @@ struct LogitsReady {
 // One step's logits where the executor wrote them. Row i belongs to
 // batch.logits_rows[i]. The memory is the executor's: it stays valid and
 // unchanged until the executor's next execute() (or its destruction). The
-// pipeline keeps one step in flight (the scheduler plans step t+1 only after
-// step t's tokens came back), so the sampler always reads a view before the
-// next execute() can overwrite it.
+// executor actor starts step t+1 only once the sampler has taken step t's
+// logits (read them on the host, or enqueued its reads on the device's
+// queue ahead of step t+1: actors/step_feedback.hpp), so a view is never
+// overwritten while it is read.
 struct LogitsView {
   Device device = Device::cpu;
   const float* data = nullptr;  // [num_rows, row_stride] f32 in `device` memory; first vocab_size of each row are used
@@ -68,6 +69,27 @@ struct LogitsView {
   const float* row(int32_t i) const { return data + static_cast<int64_t>(i) * row_stride; }
 };
 
+// The ids the previous step sampled, for a step with fed-back rows
+// (StepBatch::fed_back): where the sampler left them, on the executor's
+// device. A CUDA sampler's ids are device memory, valid once `ready_event`
+// (a cudaEvent_t) completes; the executor's stream waits for it, the host
+// never does.
+struct SampledIds {
+  Device device = Device::cpu;
+  const int32_t* data = nullptr;  // [count] in `device` memory
+  int32_t count = 0;
+  void* ready_event = nullptr;    // nullptr: valid now
+  // The previous step sampled nothing (its forward or its sampling failed).
+  // Its sequences are gone; their fed-back rows read token 0 and their
+  // outputs are discarded.
+  bool failed = false;
+};
+
+// What every executor checks of a step's fed-back rows against the ids it
+// was given: ids present (or the previous step failed), on `device`, and
+// every previous row among them. Throws Error(invalid_argument).
+void validate_fed_back(const StepBatch& batch, const SampledIds& previous, Device device);
+
 // save_kv / restore_kv (KvOffloader) copy sequences' K/V to and from host
 // memory for offload preemption; they run only between steps (the scheduler
 // calls them from schedule(), never while a step is in flight).
@@ -81,11 +103,15 @@ class Executor : public KvOffloader {
   // (from kv_cache.capacity_tokens, capacity_bytes or a fraction of memory).
   virtual const ModelRuntime& runtime() const = 0;
 
-  // Runs one step's forward: applies batch.kv_copies, writes the new tokens'
-  // K/V, and returns the logits of batch.logits_rows. Throws Error for a
-  // malformed batch or a failing plugin; the previous view is invalid after
+  // Runs one step's forward: applies batch.kv_copies, puts the previous
+  // step's ids into batch.fed_back's rows, writes the new tokens' K/V, and
+  // returns the logits of batch.logits_rows. Throws Error for a malformed
+  // batch (fed-back rows without ids, ids of another device, a previous row
+  // out of range) or a failing plugin; the previous view is invalid after
   // this call whatever happens.
-  virtual LogitsView execute(const StepBatch& batch) = 0;
+  virtual LogitsView execute(const StepBatch& batch, const SampledIds& previous) = 0;
+  // A step whose tokens are all known (no fed-back rows).
+  LogitsView execute(const StepBatch& batch) { return execute(batch, SampledIds{}); }
 
   virtual size_t weight_bytes() const = 0;    // as the device holds them (quantized, packed)
   virtual size_t kv_cache_bytes() const = 0;  // KV memory reserved on the device

@@ -112,14 +112,14 @@ std::vector<TokenEvent> Scheduler::finish_request(const std::string& request_id,
 }
 
 std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled) {
-  if (in_flight_step_id_ == 0 || plan.step_id != in_flight_step_id_)
+  if (in_flight_.empty() || plan.step_id != in_flight_.front())
     throw Error(ErrorCode::internal, "Scheduler::update_from_output: step " + std::to_string(plan.step_id) +
-                                         " is not the plan in flight");
+                                         " is not the oldest plan in flight");
   if (sampled.size() != plan.logits.size())
     throw Error(ErrorCode::invalid_argument, "Scheduler::update_from_output: " + std::to_string(sampled.size()) +
                                                  " sampled tokens for " + std::to_string(plan.logits.size()) +
                                                  " logits rows");
-  in_flight_step_id_ = 0;
+  in_flight_.pop_front();
   std::vector<TokenEvent> events;
   const TimePoint t = now();
   size_t next_logit = 0;
@@ -133,6 +133,10 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
                       seq->tokens.data() + s.first_new_position, static_cast<uint32_t>(s.num_new_tokens));
     seq->num_computed_tokens = s.first_new_position + s.num_new_tokens;
     const size_t first_event = events.size();
+    if (seq->pending_row >= 0) {  // a step planned ahead holds a placeholder for this token
+      seq->tokens.pop_back();
+      seq->pending_row = -1;
+    }
     if (s.num_samples == 1) apply_token(*seq, tokens[0], t, events);
     else if (s.num_samples > 1) fork_samples(*seq, tokens, t, events);
     // Sample k of a forking row took row first_row + k (plan.logits' order).
@@ -144,7 +148,7 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
 }
 
 std::vector<TokenEvent> Scheduler::fail_step(const StepPlan& plan, const std::string& error) {
-  if (plan.step_id == in_flight_step_id_) in_flight_step_id_ = 0;
+  in_flight_.erase(std::remove(in_flight_.begin(), in_flight_.end(), plan.step_id), in_flight_.end());
   std::vector<TokenEvent> events;
   for (const ScheduledSeq& s : plan.seqs)
     if (Sequence* seq = find(s.seq_id)) finish(*seq, FinishReason::error, std::nullopt, error, events);
@@ -197,6 +201,10 @@ void Scheduler::fork_samples(Sequence& parent, const int32_t* tokens, TimePoint 
 
 void Scheduler::finish(Sequence& seq, FinishReason reason, std::optional<int32_t> token, const std::string& error,
                        std::vector<TokenEvent>& events) {
+  if (seq.pending_row >= 0) {  // ended before the token planned ahead was sampled
+    seq.tokens.pop_back();
+    seq.pending_row = -1;
+  }
   if (seq.status == SequenceStatus::running) {
     remove_running(&seq);
     // A static batch keeps a member that ends early as padding until the

@@ -8,6 +8,19 @@
 // schedule() may not be called again before the plan's update_from_output
 // (or fail_step): KV freed by a cancel is reused only by the next plan.
 //
+// Overlapped steps (scheduler.overlap): while step t computes, plan t+1 =
+// schedule_ahead(plan t) plans the next step as if every sequence that step
+// t gives a token continues. Its decode rows for them read the ids step t
+// samples (StepBatch::fed_back, resolved by the executor on its device), so
+// the host plans and stages step t+1 while the device computes step t, and
+// the device never waits for the host between decode steps. A sequence
+// whose token at step t ends it (EOS, a stop id, a stop string, a cancel)
+// leaves its row of step t+1 unused: a wasted row, never a wrong token.
+// Steps are updated in order: update_from_output(t), then (t+1).
+// schedule_ahead never preempts: where a decode would need it, it plans
+// nothing and the next schedule() (with nothing in flight) decides exactly
+// as without overlap.
+//
 // Policies (SchedulerSection::policy):
 //  - continuous: iteration-level batching with chunked prefill. Every step
 //    first gives each running, fully prefilled sequence its decode token, then
@@ -183,6 +196,11 @@ class Scheduler {
   // Plans the next step; a plan with no sequences when there is nothing to
   // run (its events may still hold finished sequences).
   StepPlan schedule();
+  // Plans the step after `in_flight`, the one step in flight (see above).
+  // Returns an empty plan, changing nothing, when it cannot: the static
+  // policy, a step in flight that forks samples or pads, a decode that would
+  // need a preemption, or nothing to run.
+  StepPlan schedule_ahead(const StepPlan& in_flight);
   // sampled[i] is the token for plan.logits[i]. Advances KV, appends tokens,
   // applies stop conditions, frees finished sequences, returns their events.
   std::vector<TokenEvent> update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled);
@@ -208,7 +226,11 @@ class Scheduler {
   Sequence* find(uint64_t seq_id);
   // scheduler_plan.cpp: the three phases of a step, preemption, batch rows.
   bool any_running_prefill() const;
-  void schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempted);
+  StepPlan begin_plan();
+  void end_plan(StepPlan& plan);
+  // may_preempt false (planning ahead): returns false, having planned only
+  // part of the decodes, where one would need a preemption.
+  bool schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempted, bool may_preempt = true);
   void schedule_prefills(StepPlan& plan, int32_t& budget);
   void admit_waiting(StepPlan& plan, int32_t& budget);
   void restore_offloaded(Sequence& seq, uint32_t num_cached_tokens);
@@ -253,7 +275,10 @@ class Scheduler {
   uint64_t next_seq_id_ = 1;
   uint64_t next_arrival_order_ = 0;
   uint64_t next_step_id_ = 1;
-  uint64_t in_flight_step_id_ = 0;       // 0: no plan awaits update_from_output
+  std::deque<uint64_t> in_flight_;       // plans awaiting update_from_output, oldest first
+  // KV copies of extends made for an ahead plan that was then given up: the
+  // next plan applies them first (the allocator has already moved the slots).
+  std::vector<llmk_kv_copy> carried_copies_;
   int32_t static_batch_size_ = 0;        // static policy: samples in the current batch
   SchedulerStats stats_;
 };

@@ -24,15 +24,10 @@ std::string describe(const Sequence& seq) {
 }  // namespace
 
 StepPlan Scheduler::schedule() {
-  if (in_flight_step_id_ != 0)
-    throw Error(ErrorCode::internal, "Scheduler::schedule: step " + std::to_string(in_flight_step_id_) +
+  if (!in_flight_.empty())
+    throw Error(ErrorCode::internal, "Scheduler::schedule: step " + std::to_string(in_flight_.front()) +
                                          " has not been passed to update_from_output");
-  StepPlan plan;
-  plan.step_id = next_step_id_++;
-  plan.batch.block_size = static_cast<int32_t>(kv_.block_size());
-  plan.batch.query_start.push_back(0);
-  step_tables_.clear();
-
+  StepPlan plan = begin_plan();
   int32_t budget = max_num_batched_tokens_;
   bool preempted = false;
   if (running_.empty()) {  // the static batch drained
@@ -46,16 +41,88 @@ StepPlan Scheduler::schedule() {
   }
   schedule_prefills(plan, budget);
   if (!preempted) admit_waiting(plan, budget);
-  finalize_batch(plan);
+  end_plan(plan);
+  return plan;
+}
 
+StepPlan Scheduler::schedule_ahead(const StepPlan& in_flight) {
+  if (is_static_ || in_flight_.size() != 1 || in_flight_.front() != in_flight.step_id) return {};
+  for (const ScheduledSeq& s : in_flight.seqs)
+    if (s.num_samples > 1 || s.is_padding) return {};
+  // A KV restore writes the device's KV memory from the host: it waits for
+  // a step with nothing in flight.
+  if (!waiting_.empty() && waiting_.front()->num_offloaded_tokens > 0) return {};
+
+  // Step t's work taken as done: each of its sequences has computed its
+  // rows, and one that samples a token (and goes on, whatever the token)
+  // holds a placeholder for it, fed back from its logits row.
+  struct Saved {
+    Sequence* seq;
+    int32_t num_computed_tokens, num_kv_tokens;
+  };
+  std::vector<Saved> saved;
+  int32_t row = 0;
+  for (const ScheduledSeq& s : in_flight.seqs) {
+    const int32_t first_row = row;
+    row += s.num_samples;
+    Sequence* seq = find(s.seq_id);
+    if (seq == nullptr || seq->status != SequenceStatus::running) continue;
+    saved.push_back({seq, seq->num_computed_tokens, seq->num_kv_tokens});
+    seq->num_computed_tokens = s.first_new_position + s.num_new_tokens;
+    if (s.num_samples == 1 && !seq->next_token_ends()) {
+      seq->tokens.push_back(0);
+      seq->pending_row = first_row;
+    }
+  }
+  auto undo = [&saved] {
+    for (const Saved& s : saved) {
+      if (s.seq->pending_row >= 0) s.seq->tokens.pop_back();
+      s.seq->pending_row = -1;
+      s.seq->num_computed_tokens = s.num_computed_tokens;
+      s.seq->num_kv_tokens = s.num_kv_tokens;
+    }
+  };
+
+  StepPlan plan = begin_plan();
+  int32_t budget = max_num_batched_tokens_;
+  bool preempted = false;
+  if (!schedule_decodes(plan, budget, preempted, /*may_preempt=*/false)) {
+    // Extends already made stay (the allocator holds the slots; extending
+    // again to the same length is a no-op), and so must their copies.
+    carried_copies_ = std::move(plan.batch.kv_copies);
+    step_tables_.clear();
+    undo();
+    return {};
+  }
+  schedule_prefills(plan, budget);
+  admit_waiting(plan, budget);
+  end_plan(plan);
+  if (plan.empty()) undo();
+  return plan;
+}
+
+StepPlan Scheduler::begin_plan() {
+  StepPlan plan;
+  plan.step_id = next_step_id_++;
+  plan.batch.block_size = static_cast<int32_t>(kv_.block_size());
+  plan.batch.query_start.push_back(0);
+  plan.batch.kv_copies = std::move(carried_copies_);
+  carried_copies_.clear();
+  step_tables_.clear();
+  return plan;
+}
+
+void Scheduler::end_plan(StepPlan& plan) {
+  finalize_batch(plan);
   if (!plan.empty()) {
-    in_flight_step_id_ = plan.step_id;
+    in_flight_.push_back(plan.step_id);
     stats_.num_steps += 1;
     stats_.num_batch_seqs += static_cast<uint64_t>(plan.seqs.size());
     stats_.num_batch_tokens += static_cast<uint64_t>(plan.batch.num_tokens());
+  } else if (!plan.batch.kv_copies.empty()) {
+    carried_copies_ = std::move(plan.batch.kv_copies);  // nothing runs: the next plan applies them
   }
   stats_.peak_running = std::max<uint64_t>(stats_.peak_running, running_.size());
-  return plan;
 }
 
 bool Scheduler::any_running_prefill() const {
@@ -65,7 +132,7 @@ bool Scheduler::any_running_prefill() const {
 // Phase 1: one token for every running sequence that has finished its
 // prefill, oldest first, growing its KV by one slot. When the allocator is
 // full, the youngest running sequence not yet scheduled is preempted.
-void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempted) {
+bool Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempted, bool may_preempt) {
   int32_t num_decodes = 0;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* seq = running_[i];
@@ -74,6 +141,7 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
     bool fits = false;
     while (!(fits = kv_.extend(seq->seq_id, static_cast<uint32_t>(seq->num_tokens()), copies))) {
       copies.clear();
+      if (!may_preempt) return false;
       if (!static_pads_.empty()) {  // padding gives way before any live member does
         release_static_padding();
         continue;
@@ -98,6 +166,7 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
     num_decodes += 1;
   }
   if (is_static_) stats_.num_padded_slots += static_cast<uint64_t>(std::max(0, static_batch_size_ - num_decodes));
+  return true;
 }
 
 // Phase 2: running sequences whose prefill (prompt, or prompt + generated
@@ -105,7 +174,8 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
 void Scheduler::schedule_prefills(StepPlan& plan, int32_t& budget) {
   for (Sequence* seq : running_) {
     if (budget == 0 || static_cast<int32_t>(plan.seqs.size()) >= max_num_seqs_) return;
-    if (needs_decode(*seq) || seq->last_step_id == plan.step_id) continue;
+    // Nothing uncomputed: planning ahead, a sequence whose token in flight ends it.
+    if (needs_decode(*seq) || seq->last_step_id == plan.step_id || seq->num_uncomputed_tokens() == 0) continue;
     const int32_t chunk = std::min(seq->num_uncomputed_tokens(), budget);
     add_to_batch(plan, *seq, chunk);
     budget -= chunk;
@@ -247,6 +317,8 @@ void Scheduler::add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_toke
                                        std::to_string(table.size() * static_cast<size_t>(block)) +
                                        " tokens, the step needs " + std::to_string(end));
   for (int32_t p = first; p < end; ++p) {
+    if (seq.pending_row >= 0 && p == seq.num_tokens() - 1)  // a placeholder: the step in flight samples it
+      batch.fed_back.push_back({batch.num_tokens(), seq.pending_row});
     batch.token_ids.push_back(seq.tokens[static_cast<size_t>(p)]);
     batch.positions.push_back(p);
     batch.slot_mapping.push_back(table[static_cast<size_t>(p / block)] + p % block);

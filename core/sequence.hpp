@@ -50,6 +50,10 @@ struct Sequence {
   int32_t num_cached_tokens = 0;        // prompt tokens served by the prefix cache (first admission)
   int32_t num_kv_tokens = 0;            // slots the allocator holds for it
   uint64_t last_step_id = 0;            // the last step that scheduled it
+  // >= 0 while a step planned ahead (Scheduler::schedule_ahead) decodes a
+  // token not sampled yet: tokens.back() is a placeholder for the id the
+  // step in flight samples on this logits row.
+  int32_t pending_row = -1;
   // Samples this sequence stands for: n until its prompt is prefilled and it
   // forks into n samples, then 1.
   int32_t num_unforked_samples = 1;
@@ -77,6 +81,10 @@ struct Sequence {
   bool is_finished() const { return status == SequenceStatus::finished; }
   // Tokens still to feed before it can produce its next token.
   int32_t num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
+  // The next token ends it whatever its value (max_tokens or the context limit).
+  bool next_token_ends() const {
+    return num_generated_tokens() + 1 >= stop.max_tokens || num_tokens() + 1 >= stop.max_seq_len;
+  }
   // The most tokens it will ever hold (what the KV allocator is told).
   int32_t max_total_tokens() const;
 

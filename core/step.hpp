@@ -5,6 +5,12 @@
 // many. Its new tokens are the last (query_start[s+1] - query_start[s])
 // positions of a context of context_lens[s] tokens. KV addressing follows
 // plugins/api/llmk_attention.h.
+//
+// A step planned while the previous one still computes (scheduler.overlap)
+// does not know the tokens that step samples. Its decode rows for them are
+// listed in fed_back: token_ids[row] holds 0 there, and the executor puts in
+// the id the previous step sampled for its logits row previous_row (on the
+// device, where the sampler left it).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +19,12 @@
 #include "plugins/api/llmk_kv_allocator.h"
 
 namespace llmk {
+
+// A token row whose id is the previous step's sampled id for one logits row.
+struct FedBackToken {
+  int32_t row = 0;           // in this step's token_ids
+  int32_t previous_row = 0;  // in the previous step's logits rows
+};
 
 struct StepBatch {
   std::vector<int32_t> token_ids;     // [num_tokens]
@@ -29,6 +41,8 @@ struct StepBatch {
   // KV moves the allocator asked for (copy-on-write, relocation); applied to
   // every layer before the forward.
   std::vector<llmk_kv_copy> kv_copies;
+  // Rows whose token the previous step samples (see above); empty otherwise.
+  std::vector<FedBackToken> fed_back;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }

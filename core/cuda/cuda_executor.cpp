@@ -9,14 +9,21 @@
 // execute() waits for the device except the staging of the step's metadata
 // (its pinned buffer is reused only after the previous upload finished).
 //
+// Overlapped steps (scheduler.overlap): a step planned before the previous
+// one's ids were back lists its fed-back rows; after the metadata upload the
+// stream waits for the sampler's ids event and a one-block kernel copies the
+// sampled ids into the step's token ids, all on the device. The host never
+// waits for the previous step's ids, only for the previous upload to leave
+// the pinned buffer.
+//
 // CUDA graphs (executor.cuda_graphs): a step of decodes only is padded to a
 // batch-size bucket (padding rows: token 0 at position 0 of a one-token
 // context, K/V not stored, logits ignored) and its metadata goes to that
 // bucket's own pinned and device buffers, so every pointer a captured launch
 // holds stays valid. The first step of a bucket runs eagerly and is then
 // captured (capture records, it does not execute); later steps of the bucket
-// copy their metadata into the pinned buffer and replay the graph, whose
-// first node uploads it. A graph is keyed by the bucket and by the attention
+// upload their metadata into the bucket's device buffer, gather any fed-back
+// ids, and replay the graph of the forward. A graph is keyed by the bucket and by the attention
 // plugin's workspace size for the step, so a plugin whose plan changes its
 // work split gets a graph per split. The attention plugin still plans every
 // step on the host (its plan holds no device state the graph depends on
@@ -176,7 +183,9 @@ struct DeviceKvLayer {
 
 // The offsets of the step's arrays inside the metadata buffer, in int32s.
 struct MetaLayout {
-  size_t token_ids, positions, query_start, context_lens, slot_mapping, block_tables, logits_rows, total;
+  size_t token_ids, positions, query_start, context_lens, slot_mapping, block_tables, logits_rows;
+  size_t fed_back_rows, fed_back_previous;  // [fed_back.size()] each
+  size_t total;
 };
 
 MetaLayout meta_layout(const StepBatch& b) {
@@ -194,6 +203,8 @@ MetaLayout meta_layout(const StepBatch& b) {
   m.slot_mapping = take(b.slot_mapping.size());
   m.block_tables = take(b.block_tables.size());
   m.logits_rows = take(b.logits_rows.size());
+  m.fed_back_rows = take(b.fed_back.size());
+  m.fed_back_previous = take(b.fed_back.size());
   m.total = at;
   return m;
 }
@@ -262,8 +273,10 @@ class CudaExecutor final : public Executor {
            attention_->info().name;
   }
 
-  LogitsView execute(const StepBatch& b) override {
+  using Executor::execute;
+  LogitsView execute(const StepBatch& b, const SampledIds& previous) override {
     validate_step(b, cfg_.vocab_size, rt_.max_seq_len, rt_.max_step_tokens);
+    validate_fed_back(b, previous, Device::cuda);
     apply_copies(b.kv_copies);
     LogitsView view;
     view.device = Device::cuda;
@@ -274,10 +287,11 @@ class CudaExecutor final : public Executor {
     const int64_t n = b.num_tokens();
     if (n == 0) return view;
     if (const int32_t bucket = graph_bucket(b); bucket > 0) {
-      execute_graph(b, bucket);
+      execute_graph(b, bucket, previous);
     } else {
       MetaBuffers& meta = eager_meta_;
       upload_meta(b, meta);
+      gather_fed_back(b, meta, previous);
       forward(b, meta);
     }
     check(cudaEventRecord(logits_ready_, stream_), "recording the logits event");
@@ -481,6 +495,25 @@ class CudaExecutor final : public Executor {
     put(m.layout.slot_mapping, b.slot_mapping);
     put(m.layout.block_tables, b.block_tables);
     put(m.layout.logits_rows, b.logits_rows);
+    for (size_t i = 0; i < b.fed_back.size(); ++i) {
+      host[m.layout.fed_back_rows + i] = b.fed_back[i].row;
+      host[m.layout.fed_back_previous + i] = b.fed_back[i].previous_row;
+    }
+  }
+
+  // The fed-back rows take the previous step's ids, on the device, once the
+  // sampler's event says they are there. A failed previous step leaves the
+  // host's 0 in them (their sequences are gone; the rows are discarded).
+  void gather_fed_back(const StepBatch& b, const MetaBuffers& m, const SampledIds& previous) {
+    if (b.fed_back.empty() || previous.failed) return;
+    if (previous.ready_event != nullptr)
+      check(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(previous.ready_event), 0),
+            "waiting for the previous step's ids");
+    auto* ids = const_cast<int32_t*>(m.at(m.layout.token_ids));
+    check(cuda::gather_fed_back_ids(ids, m.at(m.layout.fed_back_rows), m.at(m.layout.fed_back_previous),
+                                    static_cast<int32_t>(b.fed_back.size()), previous.data, cfg_.vocab_size,
+                                    stream_),
+          "gathering the fed-back ids");
   }
 
   void enqueue_meta_upload(const MetaBuffers& m) {
@@ -525,6 +558,7 @@ class CudaExecutor final : public Executor {
     p.context_lens = b.context_lens;
     p.query_start = b.query_start;
     p.logits_rows = b.logits_rows;
+    p.fed_back = b.fed_back;
     p.block_tables.assign(static_cast<size_t>(bucket) * p.max_blocks_per_seq, 0);
     for (int32_t s = 0; s < n; ++s)
       std::copy_n(b.block_tables.begin() + static_cast<int64_t>(s) * b.max_blocks_per_seq, b.max_blocks_per_seq,
@@ -540,12 +574,12 @@ class CudaExecutor final : public Executor {
     return p;
   }
 
-  void execute_graph(const StepBatch& b, int32_t bucket) {
+  void execute_graph(const StepBatch& b, int32_t bucket, const SampledIds& previous) {
     const StepBatch p = padded_step(b, bucket);
     MetaBuffers& meta = graph_meta_[bucket];
-    // The previous step (this bucket's last replay included) is done before
-    // its pinned buffer is rewritten: the sampler waited for its logits.
-    check(cudaEventSynchronize(logits_ready_), "waiting for the previous step");
+    // The pinned buffer is rewritten once the last upload (from any buffer:
+    // uploads run in stream order) has left it.
+    check(cudaEventSynchronize(meta_uploaded_), "waiting for the previous step's upload");
     const size_t old_bytes = meta.host.bytes();
     stage_meta(p, meta);
     if (meta.host.bytes() != old_bytes) {
@@ -554,6 +588,11 @@ class CudaExecutor final : public Executor {
         it = it->first.first == bucket ? graphs_.erase(it) : std::next(it);
     }
     const size_t workspace_bytes = plan_attention(p, meta);
+    // The upload and the gather stay outside the graph: it holds the forward
+    // alone, over the bucket's device buffer.
+    enqueue_meta_upload(meta);
+    check(cudaEventRecord(meta_uploaded_, stream_), "recording the upload event");
+    gather_fed_back(p, meta, previous);
     const auto key = std::make_pair(bucket, workspace_bytes);
     const auto found = graphs_.find(key);
     if (found != graphs_.end()) {
@@ -562,13 +601,11 @@ class CudaExecutor final : public Executor {
       return;
     }
     // First step of this shape: run it eagerly, then capture the same work.
-    enqueue_meta_upload(meta);
     forward(p, meta, /*planned=*/true);
     check(cudaStreamSynchronize(stream_), "finishing the step before a capture");
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "beginning a capture");
     cudaGraph_t graph = nullptr;
     try {
-      enqueue_meta_upload(meta);
       forward(p, meta, /*planned=*/true);
     } catch (...) {
       cudaStreamEndCapture(stream_, &graph);

@@ -89,13 +89,21 @@ class CudaSampler final : public DeviceSampler {
     if (vocab_size <= 0) throw Error(ErrorCode::invalid_argument, "CUDA sampler: vocab_size must be positive");
     penalties_.vocab = vocab_;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating the stream");
+    if (const cudaError_t status = cudaEventCreateWithFlags(&ids_ready_, cudaEventDisableTiming);
+        status != cudaSuccess) {
+      cudaStreamDestroy(stream_);
+      check(status, "creating an event");
+    }
   }
 
   ~CudaSampler() override {
     cudaStreamSynchronize(stream_);
     free_penalties();
+    cudaEventDestroy(ids_ready_);
     cudaStreamDestroy(stream_);
   }
+
+  using DeviceSampler::sample;
 
   void open(uint64_t key, const SamplingParams& params, uint64_t seed, std::span<const int32_t> prompt_ids,
             int32_t num_samples) override {
@@ -133,7 +141,8 @@ class CudaSampler final : public DeviceSampler {
     requests_.erase(it);
   }
 
-  void sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out) override {
+  void sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out,
+              const IdsEnqueued& enqueued) override {
     if (view.device != Device::cuda)
       throw Error(ErrorCode::internal, std::string("CUDA sampler: a view of device '") + device_name(view.device) + "'");
     if (view.vocab_size != vocab_)
@@ -194,6 +203,18 @@ class CudaSampler final : public DeviceSampler {
     // Histories exist only once a request with a penalty opened a slot.
     if (penalties_.num_slots > 0)
       check(cuda::penalty_state_append(penalties_, d_params, d_tokens, num_rows, stream_), "recording the ids");
+    if (enqueued) {
+      // The executor's next step may gather these ids on its own stream once
+      // the event completes. They stay in d_tokens until the next sample()
+      // (which may grow the buffer: cudaFree waits for the device first).
+      check(cudaEventRecord(ids_ready_, stream_), "recording the ids event");
+      SampledIds ids;
+      ids.device = Device::cuda;
+      ids.data = d_tokens;
+      ids.count = num_rows;
+      ids.ready_event = ids_ready_;
+      enqueued(ids);
+    }
 
     auto* host_back = static_cast<unsigned char*>(back_host_.get(rows.size() * sizeof(int32_t) + logprob_bytes));
     check(cudaMemcpyAsync(host_back, d_tokens, rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
@@ -267,6 +288,7 @@ class CudaSampler final : public DeviceSampler {
 
   int32_t vocab_;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t ids_ready_ = nullptr;  // the last step's ids are in tokens_device_
   cuda::PenaltyState penalties_{nullptr, nullptr, 0, 0};
   std::vector<int32_t> free_slots_;
   std::unordered_map<uint64_t, Request> requests_;

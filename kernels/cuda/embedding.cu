@@ -31,7 +31,25 @@ cudaError_t launch_embedding(const void* table, int64_t vocab, int64_t dim, cons
   return cudaGetLastError();
 }
 
+__global__ void gather_fed_back_kernel(int32_t* __restrict__ ids, const int32_t* __restrict__ rows,
+                                      const int32_t* __restrict__ previous_rows, int32_t count,
+                                      const int32_t* __restrict__ previous_ids, int64_t vocab) {
+  for (int32_t i = threadIdx.x; i < count; i += blockDim.x) {
+    const int32_t id = previous_ids[previous_rows[i]];
+    ids[rows[i]] = id >= 0 && id < vocab ? id : 0;
+  }
+}
+
 }  // namespace
+
+cudaError_t gather_fed_back_ids(int32_t* ids, const int32_t* rows, const int32_t* previous_rows, int32_t count,
+                                const int32_t* previous_ids, int64_t vocab, cudaStream_t stream) {
+  if (count < 0) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  LLMK_LAUNCH(1u, kFedBackThreads, 0, stream, gather_fed_back_kernel)(ids, rows, previous_rows, count, previous_ids,
+                                                                     vocab);
+  return cudaGetLastError();
+}
 
 cudaError_t embedding(const void* table, llmk_dtype table_dtype, int64_t vocab, int64_t dim, const int32_t* ids,
                       int64_t num_tokens, float* hidden, int32_t* num_invalid_ids, cudaStream_t stream) {

@@ -1,4 +1,5 @@
-// Token embedding gather: hidden[t, :] = float(table[ids[t], :]).
+// Token embedding gather: hidden[t, :] = float(table[ids[t], :]); and the
+// fed-back ids a step planned ahead takes from the previous step's sampler.
 //
 // A token id outside [0, vocab) writes nothing to its row (the row keeps
 // whatever it held) and adds 1 to *num_invalid_ids, which the caller zeroes
@@ -29,5 +30,14 @@ constexpr int kEmbeddingThreads = 128;
 // launches nothing.
 cudaError_t embedding(const void* table, llmk_dtype table_dtype, int64_t vocab, int64_t dim, const int32_t* ids,
                       int64_t num_tokens, float* hidden, int32_t* num_invalid_ids, cudaStream_t stream);
+
+// ids[rows[i]] = previous_ids[previous_rows[i]] for i < count: a step
+// planned before the previous one's ids were back (core/step.hpp, fed_back).
+// An id outside [0, vocab) (a failed sampling) becomes 0: its row's output
+// is discarded, the embedding must still read a valid row. One block.
+// count == 0 launches nothing.
+constexpr int kFedBackThreads = 128;
+cudaError_t gather_fed_back_ids(int32_t* ids, const int32_t* rows, const int32_t* previous_rows, int32_t count,
+                                const int32_t* previous_ids, int64_t vocab, cudaStream_t stream);
 
 }  // namespace llmk::cuda

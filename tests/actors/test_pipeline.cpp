@@ -40,13 +40,17 @@ long find(const std::vector<PipelineEvent>& events, const std::string& actor, co
 }  // namespace
 
 TEST_CASE("one request walks through tokenizer, scheduler, executor, sampler, detokenizer and back", "[pipeline]") {
+  const bool overlap = GENERATE(false, true);
+  INFO("scheduler.overlap " << overlap);
   auto recorder = std::make_shared<Recorder>();
   EngineOptions options;
   options.observer = [recorder](const PipelineEvent& ev) { (*recorder)(ev); };
   Collector collector;
-  const int32_t num_tokens = 3;
+  const int32_t num_tokens = 4;
   {
-    Engine engine(stories_config(), options);
+    EngineConfig cfg = stories_config();
+    cfg.scheduler.overlap = overlap;
+    Engine engine(cfg, options);
     Request r;
     r.id = "walk";
     r.prompt = "Once upon a time";
@@ -111,9 +115,17 @@ TEST_CASE("one request walks through tokenizer, scheduler, executor, sampler, de
     CHECK(client_events[k] > detok_events[k]);
     ++k;
   }
-  // Steps are computed one after another.
-  for (size_t i = 1; i < steps.size(); ++i)
-    CHECK(find(ev, "executor", "execute", steps[i]) > find(ev, "scheduler", "step_done", steps[i - 1]));
+  for (size_t i = 1; i < steps.size(); ++i) {
+    INFO("step " << steps[i]);
+    CHECK(find(ev, "executor", "execute", steps[i]) > find(ev, "executor", "execute", steps[i - 1]));
+    if (!overlap) {
+      // One step in flight: each is planned from the previous one's tokens.
+      CHECK(find(ev, "scheduler", "schedule", steps[i]) > find(ev, "scheduler", "step_done", steps[i - 1]));
+    } else {
+      // Planned ahead: step t+1 is sent before step t's tokens are back.
+      CHECK(find(ev, "scheduler", "schedule", steps[i]) < find(ev, "scheduler", "step_done", steps[i - 1]));
+    }
+  }
   auto result = collector.results().at("walk");
   CHECK(result.sample().token_ids.size() == size_t(num_tokens));
   CHECK(result.num_done_events == 1);

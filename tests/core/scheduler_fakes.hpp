@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <list>
+#include <optional>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -275,9 +277,20 @@ class FakeModel final : public KvOffloader {
   int64_t num_padding_rows = 0;  // rows of static padding seen
 
   // Checks the batch's shape, applies copies, writes the new K/V, then reads
-  // each logits row's whole context back through its block table.
-  std::vector<int32_t> forward(const StepPlan& plan) {
-    const StepBatch& b = plan.batch;
+  // each logits row's whole context back through its block table. A plan
+  // made ahead takes its fed-back tokens from `previous`, the ids the step
+  // before it sampled.
+  std::vector<int32_t> forward(const StepPlan& plan, const std::vector<int32_t>* previous = nullptr) {
+    StepBatch resolved;
+    if (!plan.batch.fed_back.empty()) {
+      require(previous != nullptr, "fed-back rows without the previous step's ids");
+      resolved = plan.batch;
+      for (const FedBackToken& f : plan.batch.fed_back) {
+        require(plan.batch.token_ids.at(size_t(f.row)) == 0, "a fed-back row's placeholder is 0");
+        resolved.token_ids.at(size_t(f.row)) = previous->at(size_t(f.previous_row));
+      }
+    }
+    const StepBatch& b = plan.batch.fed_back.empty() ? plan.batch : resolved;
     require(b.query_start.size() == size_t(b.num_seqs()) + 1 && b.query_start[0] == 0, "query_start");
     require(b.query_start.back() == b.num_tokens(), "query_start end");
     require(b.positions.size() == b.token_ids.size() && b.slot_mapping.size() == b.token_ids.size(), "row arrays");
@@ -414,8 +427,57 @@ struct Harness {
     }
   }
 
+  // Steps the way the scheduler actor does with scheduler.overlap: a plan
+  // is made ahead of the one in flight, the device computes both before the
+  // host applies the first one's tokens (the most a plan can run ahead).
+  bool overlap = false;
+  struct Sent {
+    StepPlan plan;
+    std::optional<std::vector<int32_t>> sampled;
+  };
+  std::deque<Sent> in_flight;
+  std::vector<int32_t> last_sampled;  // what the device sampled last
+  int64_t num_fed_back_rows = 0;
+  int64_t num_plans_ahead = 0;
+
+  void send(StepPlan plan) {
+    plans.push_back(summarize(plan));
+    num_fed_back_rows += static_cast<int64_t>(plan.batch.fed_back.size());
+    in_flight.push_back({std::move(plan), std::nullopt});
+  }
+
+  bool overlapped_step() {
+    if (in_flight.empty()) {
+      StepPlan plan = sched.schedule();
+      absorb(plan.events);
+      if (plan.empty()) return false;
+      send(std::move(plan));
+    }
+    if (in_flight.size() == 1) {
+      StepPlan ahead = sched.schedule_ahead(in_flight.back().plan);
+      REQUIRE(ahead.events.empty());
+      if (!ahead.empty()) {
+        num_plans_ahead += 1;
+        send(std::move(ahead));
+      }
+    }
+    for (Sent& s : in_flight)
+      if (!s.sampled) {
+        s.sampled = model.forward(s.plan, &last_sampled);
+        last_sampled = *s.sampled;
+      }
+    Sent done = std::move(in_flight.front());
+    in_flight.pop_front();
+    clock_now += std::chrono::milliseconds(10);
+    const std::vector<TokenEvent> events = sched.update_from_output(done.plan, *done.sampled);
+    check_rows(done.plan, *done.sampled, events);
+    absorb(events);
+    return true;
+  }
+
   // One step; false when nothing was planned.
   bool step() {
+    if (overlap) return overlapped_step();
     StepPlan plan = sched.schedule();
     absorb(plan.events);
     if (plan.empty()) return false;
@@ -448,9 +510,9 @@ struct Harness {
 
   // Steps until no work is left; throws if a step plans nothing while work remains.
   void run(int max_steps = 100000) {
-    for (int i = 0; i < max_steps && sched.has_work(); ++i)
+    for (int i = 0; i < max_steps && (sched.has_work() || !in_flight.empty()); ++i)
       if (!step() && sched.has_work()) throw Error(ErrorCode::internal, "scheduler stalled with work left");
-    if (sched.has_work()) throw Error(ErrorCode::internal, "scheduler did not finish in time");
+    if (sched.has_work() || !in_flight.empty()) throw Error(ErrorCode::internal, "scheduler did not finish in time");
   }
 
   struct PlanSummary {

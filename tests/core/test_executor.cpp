@@ -177,3 +177,58 @@ TEST_CASE("KV saved through the executor restores to the same next token", "[exe
     CHECK_THROWS_AS(executor->restore_kv(moved, std::vector<uint8_t>(saved.size() - 1)), Error);
   }
 }
+
+TEST_CASE("fed-back rows take the previous step's ids: the same logits as the ids written in, and clear refusals",
+          "[executor][overlap]") {
+  const std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+  PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
+  const auto executor = make_executor(small_config(), checkpoint, plugins);
+  const std::vector<GoldenPrompt> cases = golden();
+  const GoldenPrompt& c = cases[2];
+  const int32_t n = static_cast<int32_t>(c.input_ids.size()), vocab = executor->model_config().vocab_size;
+
+  // Two sequences (ranges at slots 0 and 512) decode their first greedy token.
+  StepBatch decode;
+  decode.token_ids = {c.greedy_ids[0], c.greedy_ids[0]};
+  decode.positions = {n, n};
+  decode.slot_mapping = {n, 512 + n};
+  decode.query_start = {0, 1, 2};
+  decode.context_lens = {n + 1, n + 1};
+  decode.block_tables = {0, 512};
+  decode.max_blocks_per_seq = 1;
+  decode.block_size = 512;
+  decode.logits_rows = {0, 1};
+  executor->execute(contiguous_step(c.input_ids, 0, 0, false));
+  executor->execute(contiguous_step(c.input_ids, 0, 512, false));
+  const LogitsView direct_view = executor->execute(decode);
+  const std::vector<float> direct(direct_view.row(0), direct_view.row(0) + 2 * vocab);
+  CHECK(argmax(direct.data(), vocab) == c.greedy_ids[1]);
+
+  // The same step planned ahead: placeholders, and the ids from the previous
+  // step's logits rows 3 and 1 (the sampler's order, not the batch's).
+  StepBatch ahead = decode;
+  ahead.token_ids = {0, 0};
+  ahead.fed_back = {{1, 3}, {0, 1}};
+  const std::vector<int32_t> previous_ids = {7, c.greedy_ids[0], 9, c.greedy_ids[0]};
+  SampledIds previous;
+  previous.data = previous_ids.data();
+  previous.count = 4;
+  const LogitsView fed_view = executor->execute(ahead, previous);
+  CHECK(std::memcmp(fed_view.row(0), direct.data(), sizeof(float) * 2 * vocab) == 0);
+
+  // The previous step failed: its rows read token 0 (their output is discarded).
+  SampledIds failed;
+  failed.failed = true;
+  CHECK_NOTHROW(executor->execute(ahead, failed));
+
+  CHECK_THROWS_WITH(executor->execute(ahead), Contains("2 fed-back rows, but no ids of a previous step"));
+  SampledIds short_ids = previous;
+  short_ids.count = 2;
+  CHECK_THROWS_WITH(executor->execute(ahead, short_ids), Contains("logits row 3, but the previous step sampled 2"));
+  SampledIds device_ids = previous;
+  device_ids.device = Device::cuda;
+  CHECK_THROWS_WITH(executor->execute(ahead, device_ids), Contains("fed-back ids in cuda memory for the cpu executor"));
+  StepBatch bad_row = ahead;
+  bad_row.fed_back = {{2, 0}};
+  CHECK_THROWS_WITH(executor->execute(bad_row, previous), Contains("fed-back token row 2"));
+}

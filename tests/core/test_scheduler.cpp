@@ -69,10 +69,17 @@ std::vector<Submitted> submit_random(Harness& h, std::mt19937& rng, int num, int
 
 TEST_CASE("every step respects the token budget and the sequence limit, and outputs match the reference",
           "[scheduler]") {
+  const bool overlap = GENERATE(false, true);
+  INFO("overlap " << overlap);
   std::mt19937 rng(1);
   Harness h(scheduler_section(5, 24), 200, 4);
+  h.overlap = overlap;
   auto reqs = submit_random(h, rng, 30, 1, 60, 20);
   h.run();
+  if (overlap) {  // most steps were planned ahead, their decodes fed back
+    CHECK(h.num_plans_ahead > int64_t(h.plans.size()) / 2);
+    CHECK(h.num_fed_back_rows > 0);
+  }
   for (const auto& p : h.plans) {
     CHECK(p.num_tokens <= 24);
     CHECK(p.num_seqs <= 5);
@@ -182,10 +189,13 @@ TEST_CASE("preemption takes the youngest running sequence first and outputs stay
 }
 
 TEST_CASE("under KV pressure, preempted requests produce the same tokens as unpreempted runs", "[scheduler]") {
+  const bool overlap = GENERATE(false, true);
+  INFO("overlap " << overlap);
   for (const char* mode : {"recompute", "offload"}) {
     INFO("preemption " << mode);
     std::mt19937 rng(6);
     Harness tight(scheduler_section(16, 64, "continuous", mode), 40, 4);
+    tight.overlap = overlap;
     auto reqs = submit_random(tight, rng, 40, 1, 30, 40);
     tight.run();
     check_against_reference(tight, reqs);
@@ -205,9 +215,12 @@ TEST_CASE("under KV pressure, preempted requests produce the same tokens as unpr
 }
 
 TEST_CASE("offload resumes without recomputing what was saved", "[scheduler]") {
-  auto prefill_tokens = [](const char* mode) {
+  const bool overlap = GENERATE(false, true);
+  INFO("overlap " << overlap);
+  auto prefill_tokens = [overlap](const char* mode) {
     std::mt19937 rng(7);
     Harness h(scheduler_section(16, 64, "continuous", mode), 40, 4);
+    h.overlap = overlap;
     auto reqs = submit_random(h, rng, 40, 1, 30, 40);
     h.run();
     check_against_reference(h, reqs);
@@ -263,14 +276,17 @@ TEST_CASE("cancelling frees the KV at once and produces exactly one final event"
 
 TEST_CASE("random cancellations and stop strings under load: all KV returned, every request answered once",
           "[scheduler]") {
+  const bool overlap = GENERATE(false, true);
+  INFO("overlap " << overlap);
   const std::string mode = GENERATE(as<std::string>{}, "recompute", "offload");
   INFO("preemption " << mode);
   std::mt19937 rng(9);
   Harness h(scheduler_section(12, 48, "continuous", mode), 60, 4);
+  h.overlap = overlap;
   std::vector<Submitted> reqs;
   std::set<std::string> cut;  // cancelled or stopped early
   std::uniform_int_distribution<int> coin(0, 9);
-  for (int i = 0; i < 200 || h.sched.has_work(); ++i) {
+  for (int i = 0; i < 200 || h.sched.has_work() || !h.in_flight.empty(); ++i) {
     if (i < 200 && coin(rng) < 4) {
       std::string id = "q";
       id += std::to_string(i);
@@ -310,12 +326,15 @@ TEST_CASE("random cancellations and stop strings under load: all KV returned, ev
 }
 
 TEST_CASE("stop conditions: max_tokens, stop ids, EOS, ignore_eos and the context limit", "[scheduler]") {
+  const bool overlap = GENERATE(false, true);
+  INFO("overlap " << overlap);
   std::mt19937 rng(10);
   const std::vector<int32_t> prompt = random_prompt(rng, 15);
   const std::vector<int32_t> free_run = reference_output(prompt, params(30), 0, {}, 4096).tokens;
   REQUIRE(free_run.size() == 30);
-  auto run_one = [&](SamplingParams sp, std::vector<int32_t> eos, int32_t max_seq_len) {
+  auto run_one = [&, overlap](SamplingParams sp, std::vector<int32_t> eos, int32_t max_seq_len) {
     Harness h(scheduler_section(4, 64), 100, 4, max_seq_len, false, std::move(eos));
+    h.overlap = overlap;
     h.sched.add_request("x", prompt, sp);
     h.run();
     CHECK(h.kv.num_live_blocks() == 0);
@@ -391,8 +410,11 @@ TEST_CASE("the constructor refuses unknown policies and offload without an offlo
 }
 
 TEST_CASE("n > 1 prefills the prompt once and forks into n independent samples", "[scheduler]") {
+  const bool overlap = GENERATE(false, true);
+  INFO("overlap " << overlap);
   std::mt19937 rng(11);
   Harness h(scheduler_section(8, 16), 100, 4);
+  h.overlap = overlap;
   Submitted r{"multi", random_prompt(rng, 37), params(12, 3)};
   h.sched.add_request(r.id, r.prompt, r.sp);
   h.run();
@@ -406,10 +428,13 @@ TEST_CASE("n > 1 prefills the prompt once and forks into n independent samples",
 }
 
 TEST_CASE("n > 1 under KV pressure and with one token each still answers every sample", "[scheduler]") {
+  const bool overlap = GENERATE(false, true);
+  INFO("overlap " << overlap);
   const std::string mode = GENERATE(as<std::string>{}, "recompute", "offload");
   INFO("preemption " << mode);
   std::mt19937 rng(12);
   Harness h(scheduler_section(8, 32, "continuous", mode), 30, 4);
+  h.overlap = overlap;
   std::vector<Submitted> reqs{{"one-token", random_prompt(rng, 9), params(1, 4)},
                               {"m1", random_prompt(rng, 10), params(20, 3)},
                               {"m2", random_prompt(rng, 7), params(20, 2)},
@@ -491,8 +516,11 @@ TEST_CASE("a static batch computes a padding row for each member that ended earl
 }
 
 TEST_CASE("prefix-cache hits are not recomputed", "[scheduler]") {
+  const bool overlap = GENERATE(false, true);
+  INFO("overlap " << overlap);
   std::mt19937 rng(15);
   Harness h(scheduler_section(4, 64), 100, 8, 4096, true);
+  h.overlap = overlap;
   const std::vector<int32_t> shared = random_prompt(rng, 35);
   Submitted a{"a", shared, params(6)};
   std::vector<int32_t> tail = random_prompt(rng, 5);
@@ -511,8 +539,11 @@ TEST_CASE("prefix-cache hits are not recomputed", "[scheduler]") {
 }
 
 TEST_CASE("a sequence that cannot fit even alone ends with an error while others proceed", "[scheduler]") {
+  const bool overlap = GENERATE(false, true);
+  INFO("overlap " << overlap);
   std::mt19937 rng(16);
   Harness h(scheduler_section(4, 64), 4, 4);  // 16 slots
+  h.overlap = overlap;
   std::vector<Submitted> ok{{"small", random_prompt(rng, 3), params(5)}};
   h.sched.add_request("too-long-prompt", random_prompt(rng, 20), params(4));
   const std::vector<int32_t> grows = random_prompt(rng, 10);
@@ -537,8 +568,11 @@ TEST_CASE("a sequence that cannot fit even alone ends with an error while others
 }
 
 TEST_CASE("timings follow the injected clock", "[scheduler]") {
+  const bool overlap = GENERATE(false, true);
+  INFO("overlap " << overlap);
   std::mt19937 rng(17);
   Harness h(scheduler_section(1, 64), 100, 4);
+  h.overlap = overlap;
   h.sched.add_request("first", random_prompt(rng, 4), params(3));
   h.sched.add_request("second", random_prompt(rng, 4), params(2));
   h.run();  // each step advances the clock by 10 ms after the forward
@@ -574,7 +608,8 @@ TEST_CASE("a failed step ends its sequences with an error and returns their KV",
 TEST_CASE("a relocating contiguous allocator: copies, refused forks and offload restores stay correct",
           "[scheduler]") {
   const std::string mode = GENERATE(as<std::string>{}, "recompute", "offload");
-  INFO("preemption " << mode);
+  const bool overlap = GENERATE(false, true);
+  INFO("preemption " << mode << ", overlap " << overlap);
   std::mt19937 rng(19);
   FakeContiguousAllocator kv(160, 128);
   FakeModel model(160);
@@ -598,12 +633,29 @@ TEST_CASE("a relocating contiguous allocator: copies, refused forks and offload 
       if (e.request_done) done[e.request_id] += 1;
     }
   };
-  for (int step = 0; sched.has_work(); ++step) {
+  // Steps as the scheduler actor sends them; with overlap the device
+  // computes the plan made ahead before the host applies the one before it.
+  std::deque<std::pair<StepPlan, std::vector<int32_t>>> sent;
+  std::vector<int32_t> last;  // the device's last sampled ids
+  for (int step = 0; sched.has_work() || !sent.empty(); ++step) {
     REQUIRE(step < 10000);
-    StepPlan plan = sched.schedule();
-    absorb(plan.events);
-    REQUIRE_FALSE(plan.empty());
-    absorb(sched.update_from_output(plan, model.forward(plan)));
+    if (sent.empty()) {
+      StepPlan plan = sched.schedule();
+      absorb(plan.events);
+      REQUIRE_FALSE(plan.empty());
+      last = model.forward(plan, &last);
+      sent.emplace_back(std::move(plan), last);
+    }
+    if (overlap && sent.size() == 1) {
+      StepPlan ahead = sched.schedule_ahead(sent.back().first);
+      if (!ahead.empty()) {
+        last = model.forward(ahead, &last);
+        sent.emplace_back(std::move(ahead), last);
+      }
+    }
+    auto [plan, sampled] = std::move(sent.front());
+    sent.pop_front();
+    absorb(sched.update_from_output(plan, sampled));
   }
   for (const Submitted& r : reqs) {
     CHECK(done[r.id] == 1);
@@ -635,4 +687,99 @@ TEST_CASE("a static batch takes max_num_seqs members even when their prompts exc
     max_decodes = std::max(max_decodes, static_cast<size_t>(p.num_decodes));
   }
   CHECK(max_decodes == 4);
+}
+
+TEST_CASE("a step planned ahead feeds back the token in flight, and a row whose sequence ended is discarded",
+          "[scheduler][overlap]") {
+  std::mt19937 rng(20);
+  const std::vector<int32_t> prompt = random_prompt(rng, 6);
+  const std::vector<int32_t> free_run = reference_output(prompt, params(30), 0, {}, 4096).tokens;
+  // EOS is the third token: the sequence ends at step 3, while step 4
+  // (planned ahead of it) already holds its next decode.
+  Harness h(scheduler_section(4, 64), 100, 4, 4096, false, {free_run[2]});
+  h.sched.add_request("x", prompt, params(30));
+
+  StepPlan first = h.sched.schedule();
+  REQUIRE(first.batch.num_tokens() == 6);
+  CHECK(first.batch.fed_back.empty());
+  StepPlan second = h.sched.schedule_ahead(first);
+  REQUIRE(second.batch.num_tokens() == 1);
+  REQUIRE(second.batch.fed_back.size() == 1);
+  CHECK(second.batch.fed_back[0].row == 0);
+  CHECK(second.batch.fed_back[0].previous_row == 0);
+  CHECK(second.batch.token_ids[0] == 0);        // a placeholder until the executor puts the id in
+  CHECK(second.batch.positions[0] == 6);
+  CHECK(second.logits[0].num_generated == 1);   // the sampler's counter: one token before this row's
+  CHECK(h.sched.schedule_ahead(second).empty());  // one step ahead at most
+  CHECK_THROWS_AS(h.sched.schedule(), Error);     // and no full plan while steps are in flight
+  CHECK_THROWS_AS(h.sched.update_from_output(second, {1}), Error);  // updates come in step order
+
+  const std::vector<int32_t> sampled1 = h.model.forward(first);
+  const std::vector<int32_t> sampled2 = h.model.forward(second, &sampled1);
+  h.absorb(h.sched.update_from_output(first, sampled1));
+  StepPlan third = h.sched.schedule_ahead(second);
+  REQUIRE(third.batch.fed_back.size() == 1);
+  const std::vector<int32_t> sampled3 = h.model.forward(third, &sampled2);
+  h.absorb(h.sched.update_from_output(second, sampled2));
+  StepPlan fourth = h.sched.schedule_ahead(third);  // planned before step 3's EOS is known
+  REQUIRE(fourth.batch.num_tokens() == 1);
+  const std::vector<int32_t> sampled4 = h.model.forward(fourth, &sampled3);
+  h.absorb(h.sched.update_from_output(third, sampled3));  // EOS: the sequence ends here
+  CHECK(h.sched.schedule_ahead(fourth).empty());
+  CHECK(h.kv.num_live_blocks() == 0);                    // its KV is free although step 4 ran over it
+  h.absorb(h.sched.update_from_output(fourth, sampled4));  // the discarded row: no event
+  const Outcome& o = h.out.at({"x", 0});
+  CHECK(o.tokens == std::vector<int32_t>(free_run.begin(), free_run.begin() + 3));
+  CHECK(o.reason == FinishReason::stop);
+  CHECK(o.stop_token_flagged);
+  CHECK(o.usage.completion_tokens == 3);  // the placeholder never counts
+  CHECK(o.num_final_events == 1);
+  CHECK(o.num_events_after_final == 0);
+  CHECK(h.sched.stats().num_generated_tokens == 3);
+  CHECK_FALSE(h.sched.has_work());
+}
+
+TEST_CASE("schedule_ahead plans nothing, changing nothing, where only a full schedule() may decide",
+          "[scheduler][overlap]") {
+  std::mt19937 rng(21);
+  SECTION("a step in flight that forks samples") {
+    Harness h(scheduler_section(8, 64), 100, 4);
+    h.sched.add_request("n3", random_prompt(rng, 5), params(4, 3));
+    StepPlan plan = h.sched.schedule();
+    REQUIRE(plan.logits.size() == 3);
+    CHECK(h.sched.schedule_ahead(plan).empty());
+  }
+  SECTION("the static policy") {
+    Harness h(scheduler_section(8, 64, "static"), 100, 4);
+    h.sched.add_request("s", random_prompt(rng, 5), params(4));
+    StepPlan plan = h.sched.schedule();
+    CHECK(h.sched.schedule_ahead(plan).empty());
+  }
+  SECTION("a decode that would need a preemption") {
+    // 3 blocks of 4: two 4-token prompts take a block each; a's decode takes
+    // the third, and b's would need a fourth, which only a preemption frees.
+    Harness h(scheduler_section(8, 64), 3, 4);
+    const Submitted a{"a", random_prompt(rng, 4), params(6)};
+    const Submitted b{"b", random_prompt(rng, 4), params(6)};
+    h.sched.add_request(a.id, a.prompt, a.sp);
+    h.sched.add_request(b.id, b.prompt, b.sp);
+    StepPlan p1 = h.sched.schedule();
+    REQUIRE(p1.seqs.size() == 2);
+    CHECK(h.sched.schedule_ahead(p1).empty());
+    CHECK(h.sched.stats().num_preemptions == 0);
+    CHECK(h.sched.sample("a", 0)->num_tokens() == 4);  // no placeholder left behind
+    CHECK(h.sched.sample("b", 0)->num_tokens() == 4);
+    h.absorb(h.sched.update_from_output(p1, h.model.forward(p1)));
+    // The full schedule() preempts b as it would without overlap; a's KV,
+    // grown by the plan given up, serves its decode.
+    StepPlan p2 = h.sched.schedule();
+    CHECK(h.sched.stats().num_preemptions == 1);
+    REQUIRE(p2.seqs.size() == 1);
+    CHECK(p2.seqs[0].seq_id == h.sched.sample("a", 0)->seq_id);
+    h.absorb(h.sched.update_from_output(p2, h.model.forward(p2)));
+    h.overlap = true;
+    h.run();
+    check_against_reference(h, {a, b});
+    CHECK(h.kv.num_live_blocks() == 0);
+  }
 }

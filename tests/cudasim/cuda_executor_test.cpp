@@ -358,6 +358,86 @@ TEST_CASE("decode steps replayed from CUDA graphs give byte-identical logits to 
   CHECK(without.graphs == 0);
 }
 
+TEST_CASE("steps planned ahead take the CUDA sampler's ids on the device: logits byte-identical to host ids, "
+          "eager and replayed from graphs",
+          "[cuda_executor][overlap]") {
+  const bool graphs = GENERATE(false, true);
+  INFO("cuda_graphs " << graphs);
+  CudaFixture ahead("f32", 512, DType::f32, graphs), host("f32", 512, DType::f32, false);
+  const int32_t vocab = ahead.executor->model_config().vocab_size;
+  auto sampler = make_cuda_sampler(vocab);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const auto& cases = golden();
+  std::vector<std::vector<int32_t>> tokens{cases[1].input_ids, cases[2].input_ids, cases[4].input_ids};
+  StepBatch prefill;
+  prefill.block_size = 128;
+  prefill.max_blocks_per_seq = 1;
+  prefill.query_start = {0};
+  for (int32_t s = 0; s < 3; ++s) {
+    sampler->open(static_cast<uint64_t>(s + 1), greedy, 0, {}, 1);
+    for (size_t p = 0; p < tokens[s].size(); ++p) {
+      prefill.token_ids.push_back(tokens[s][p]);
+      prefill.positions.push_back(static_cast<int32_t>(p));
+      prefill.slot_mapping.push_back(128 * s + static_cast<int32_t>(p));
+    }
+    prefill.query_start.push_back(prefill.num_tokens());
+    prefill.context_lens.push_back(static_cast<int32_t>(tokens[s].size()));
+    prefill.block_tables.push_back(128 * s);
+    prefill.logits_rows.push_back(prefill.num_tokens() - 1);
+  }
+  std::vector<float> reference = host.run(prefill);
+  LogitsView view = ahead.executor->execute(prefill);
+  int32_t live = 3;
+  std::vector<int32_t> generated(3, 0);
+  for (int step = 0; step < 7; ++step) {
+    INFO("decode step " << step);
+    // The sampler takes the last step's logits and publishes its ids on the device.
+    std::vector<DeviceSampler::Row> rows;
+    for (int32_t s = 0; s < live; ++s) rows.push_back({static_cast<uint64_t>(s + 1), 0, generated[s]});
+    std::vector<SampledToken> out(rows.size());
+    SampledIds ids;
+    sampler->sample(view, rows, out, [&](const SampledIds& enqueued) { ids = enqueued; });
+    REQUIRE(ids.device == Device::cuda);
+    REQUIRE(ids.count == live);
+    for (int32_t s = 0; s < live; ++s) {
+      CHECK(out[s].token_id == argmax(reference.data() + static_cast<size_t>(s) * vocab, vocab));
+      tokens[s].push_back(out[s].token_id);
+      generated[s] += 1;
+    }
+    if (step == 3) live = 2;  // bucket 4, then bucket 2
+    // The next decode, planned ahead: placeholders in the batch, ids fed back
+    // from the sampler's rows in reverse order of the batch.
+    StepBatch fed, known;
+    fed.block_size = 128;
+    fed.max_blocks_per_seq = 1;
+    fed.query_start = {0};
+    for (int32_t s = 0; s < live; ++s) {
+      const auto pos = static_cast<int32_t>(tokens[s].size() - 1);
+      fed.token_ids.push_back(0);
+      fed.positions.push_back(pos);
+      fed.slot_mapping.push_back(128 * s + pos);
+      fed.query_start.push_back(s + 1);
+      fed.context_lens.push_back(pos + 1);
+      fed.block_tables.push_back(128 * s);
+      fed.logits_rows.push_back(s);
+    }
+    for (int32_t s = live - 1; s >= 0; --s) fed.fed_back.push_back({s, s});
+    known = fed;
+    known.fed_back.clear();
+    for (int32_t s = 0; s < live; ++s) known.token_ids[s] = tokens[s].back();
+    reference = host.run(known);
+    view = ahead.executor->execute(fed, ids);
+    std::vector<float> got(static_cast<size_t>(live) * vocab);
+    CUDA_REQUIRE(cudaEventSynchronize(static_cast<cudaEvent_t>(view.ready.event)));
+    CUDA_REQUIRE(cudaMemcpy(got.data(), view.data, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(std::memcmp(got.data(), reference.data(), got.size() * sizeof(float)) == 0);
+  }
+  for (uint64_t key = 1; key <= 3; ++key) sampler->release(key);
+  const CudaGraphStats stats = cuda_graph_stats(*ahead.executor);
+  CHECK(stats.replays == (graphs ? 5u : 0u));  // the first step of each bucket is captured, the rest replayed
+}
+
 TEST_CASE("the simulated CUDA executor saves and restores a sequence's KV slots, and applies slot copies",
           "[cuda_executor]") {
   CudaFixture f("f32");

@@ -1,0 +1,51 @@
+#include "actors/step_feedback.hpp"
+
+#include <string>
+
+#include "core/error.hpp"
+
+namespace llmk {
+
+void StepFeedback::publish(uint64_t step, const SampledIds& ids) {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    ids_ = ids;
+    if (ids.device == Device::cpu && ids.data != nullptr) {
+      host_ids_.assign(ids.data, ids.data + ids.count);
+      ids_.data = host_ids_.data();
+    }
+    step_ = step;
+  }
+  published_.notify_all();
+}
+
+void StepFeedback::fail(uint64_t step) {
+  SampledIds failed;
+  failed.failed = true;
+  publish(step, failed);
+}
+
+SampledIds StepFeedback::wait(uint64_t step, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const bool done = published_.wait_for(lock, timeout, [&] { return closed_ || step_ >= step; });
+  if (closed_) throw Error(ErrorCode::cancelled, "the engine is stopping");
+  if (!done)
+    throw Error(ErrorCode::internal, "the sampler did not finish step " + std::to_string(step) + " within " +
+                                            std::to_string(timeout.count()) + " ms");
+  if (step_ != step) {  // a later step: its ids are not this one's
+    SampledIds failed;
+    failed.failed = true;
+    return failed;
+  }
+  return ids_;
+}
+
+void StepFeedback::close() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+  }
+  published_.notify_all();
+}
+
+}  // namespace llmk

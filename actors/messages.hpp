@@ -118,6 +118,12 @@ struct SampleWork {
   std::vector<uint64_t> released;   // request keys done since the previous step (applied first)
   std::vector<SampleRow> rows;      // [batch.num_logits()]
   double forward_s = 0;             // set by the executor
+  // A step planned ahead: the step whose ids its fed-back rows take (0:
+  // none). If the sampler has not sampled that step (its forward or its
+  // sampling failed), a row one id ahead of its sample's history belongs to
+  // a sequence that failure ended: it is sampled into a scratch history and
+  // its token is discarded by the scheduler.
+  uint64_t fed_from = 0;
 };
 
 struct StepWork {
@@ -258,7 +264,7 @@ typename Inspector::result_type inspect(Inspector& f, SampleRow& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SampleWork& x) {
-  return f(caf::meta::type_name("SampleWork"), x.step, x.opened, x.released, x.rows, x.forward_s);
+  return f(caf::meta::type_name("SampleWork"), x.step, x.opened, x.released, x.rows, x.forward_s, x.fed_from);
 }
 
 template <class Inspector>

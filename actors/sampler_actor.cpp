@@ -47,6 +47,9 @@ struct SamplerState {
   std::vector<std::vector<int32_t>*> row_histories;
   std::vector<SamplerRow> rows;
   std::vector<int32_t> ids;  // the step's ids, published to the executor
+  uint64_t last_sampled_step = 0;
+  // Histories of rows whose sequence a failed step ended (see SampleWork::fed_from).
+  std::vector<std::vector<int32_t>> orphan_histories;
   static inline const char* name = "sampler";
 };
 
@@ -82,7 +85,8 @@ caf::error apply_deltas(SamplerState& st, SampleWork& work) {
 // has as many ids as the scheduler's sample.
 caf::error resolve_rows(SamplerState& st, const SampleWork& work) {
   st.row_requests.resize(work.rows.size());
-  st.row_histories.resize(work.rows.size());
+  st.row_histories.assign(work.rows.size(), nullptr);
+  st.orphan_histories.clear();
   for (size_t i = 0; i < work.rows.size(); ++i) {
     const SampleRow& r = work.rows[i];
     auto it = st.requests.find(r.request_key);
@@ -91,14 +95,27 @@ caf::error resolve_rows(SamplerState& st, const SampleWork& work) {
     if (r.sample_index < 0 || static_cast<size_t>(r.sample_index) >= req.generated.size())
       return internal_error("sample " + std::to_string(r.sample_index) + " of a request with " +
                             std::to_string(req.generated.size()));
-    const std::vector<int32_t>& generated = req.generated[static_cast<size_t>(r.sample_index)];  // its history
+    std::vector<int32_t>& generated = req.generated[static_cast<size_t>(r.sample_index)];  // its history
+    const bool feeder_failed = work.fed_from != 0 && work.fed_from != st.last_sampled_step;
+    if (feeder_failed && generated.size() + 1 == static_cast<size_t>(r.num_generated)) {
+      // The step that was to give this row its token failed, and with it the
+      // sequence: sample into a scratch history, never into the request's.
+      st.orphan_histories.emplace_back(generated);
+      st.orphan_histories.back().push_back(0);
+      st.row_requests[i] = &req;
+      st.row_histories[i] = nullptr;  // set below, once the scratch vector stops moving
+      continue;
+    }
     if (generated.size() != static_cast<size_t>(r.num_generated))
       return internal_error("sample " + std::to_string(r.sample_index) + " of request " +
                             std::to_string(r.request_key) + " has " + std::to_string(generated.size()) +
                             " ids here but " + std::to_string(r.num_generated) + " in the scheduler");
     st.row_requests[i] = &req;
-    st.row_histories[i] = &req.generated[static_cast<size_t>(r.sample_index)];
+    st.row_histories[i] = &generated;
   }
+  size_t orphan = 0;
+  for (auto& history : st.row_histories)
+    if (history == nullptr) history = &st.orphan_histories[orphan++];
   return caf::none;
 }
 
@@ -186,6 +203,7 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
     if (!published) st.context.feedback->fail(work.step);
     return err;
   }
+  st.last_sampled_step = work.step;
   if (!published) {  // host ids
     st.ids.resize(result.tokens.size());
     for (size_t i = 0; i < result.tokens.size(); ++i) st.ids[i] = result.tokens[i].token_id;

@@ -193,6 +193,7 @@ void send_step(SchedulerPointer self, StepPlan plan) {
   st.observe("schedule", {}, plan.step_id);
   SchedulerActorState::InFlight entry;
   StepWork work = make_work(st, plan, entry.releases);
+  if (!plan.batch.fed_back.empty() && !st.in_flight.empty()) work.sample.fed_from = st.in_flight.back().plan.step_id;
   const uint64_t step = plan.step_id;
   entry.plan = std::move(plan);
   st.in_flight.push_back(std::move(entry));

@@ -26,6 +26,7 @@
 #include "core/executor.hpp"
 #include "core/plugin_loader.hpp"
 #include "limits.hpp"
+#include "steps.hpp"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -65,20 +66,6 @@ double matmul_peak_gflops(bool bf16, int threads) {
     best = std::max(best, 2.0 * m * k * n / seconds_since(t0) / 1e9);
   }
   return best;
-}
-
-llmk::StepBatch contiguous_step(const std::vector<int32_t>& ids, int32_t first, int32_t capacity) {
-  llmk::StepBatch b;
-  const int32_t n = static_cast<int32_t>(ids.size());
-  b.token_ids = ids;
-  for (int32_t i = 0; i < n; ++i) b.positions.push_back(first + i), b.slot_mapping.push_back(first + i);
-  b.query_start = {0, n};
-  b.context_lens = {first + n};
-  b.block_tables = {0};
-  b.max_blocks_per_seq = 1;
-  b.block_size = capacity;
-  b.logits_rows = {n - 1};
-  return b;
 }
 
 }  // namespace
@@ -131,7 +118,7 @@ int main(int argc, char** argv) {
   double prefill_s = 1e30;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = clock_type::now();
-    logits = executor->execute(contiguous_step(prompt, 0, capacity));
+    logits = executor->execute(llmk::bench::contiguous_step(prompt, 0, capacity));
     prefill_s = std::min(prefill_s, seconds_since(t0));
   }
   // Decode: one token per step after the prompt.
@@ -140,7 +127,7 @@ int main(int argc, char** argv) {
     int32_t next = argmax();
     const auto t0 = clock_type::now();
     for (int i = 0; i < decode_tokens; ++i) {
-      logits = executor->execute(contiguous_step({next}, prompt_tokens + i, capacity));
+      logits = executor->execute(llmk::bench::contiguous_step({next}, prompt_tokens + i, capacity));
       next = argmax();
     }
     decode_s = std::min(decode_s, seconds_since(t0) / decode_tokens);

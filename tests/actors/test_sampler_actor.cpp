@@ -163,3 +163,35 @@ TEST_CASE("the sampler actor draws from deltas what the Sampler draws from whole
   CHECK_THAT(error_of(SampleWork{36, {}, {11}, {SampleRow{11, 0, num_11}}, 0}, host_view(one, 1)),
              Contains("no state for request 11"));
 }
+
+TEST_CASE("rows fed from a step the sampler never sampled draw into scratch histories; other rows as usual",
+          "[sampler][actor][overlap]") {
+  Harness h;
+  auto greedy = std::make_shared<SamplingParams>();
+  greedy->temperature = 0.0f;
+  std::vector<float> logits(2 * kStride, 0.0f);
+  logits[5] = 10.0f;            // row 0 argmax 5
+  logits[kStride + 7] = 10.0f;  // row 1 argmax 7
+  auto tokens_of = [](const std::variant<StepResult, std::string>& got) {
+    REQUIRE(std::holds_alternative<StepResult>(got));
+    std::vector<int32_t> ids;
+    for (const auto& t : std::get<StepResult>(got).tokens) ids.push_back(t.token_id);
+    return ids;
+  };
+  SampleWork first{1, {SamplerOpen{11, greedy, 1, {}}, SamplerOpen{12, greedy, 1, {}}}, {},
+                   {SampleRow{11, 0, 0}, SampleRow{12, 0, 0}}, 0};
+  CHECK(tokens_of(h.sample(first, host_view(logits, 2))) == std::vector<int32_t>{5, 7});
+  // Step 2 failed before the sampler; step 3 was planned ahead of it. Request
+  // 11's row is one id ahead (step 2 would have given it, and its failure
+  // ended the sequence); request 12 was not in step 2.
+  SampleWork ahead{3, {}, {}, {SampleRow{11, 0, 2}, SampleRow{12, 0, 1}}, 0, /*fed_from=*/2};
+  CHECK(tokens_of(h.sample(ahead, host_view(logits, 2))) == std::vector<int32_t>{5, 7});
+  // 11's history did not move; 12's did.
+  SampleWork next{4, {}, {}, {SampleRow{11, 0, 1}, SampleRow{12, 0, 2}}, 0};
+  CHECK(tokens_of(h.sample(next, host_view(logits, 2))) == std::vector<int32_t>{5, 7});
+  // Fed from a step that was sampled, the same gap is a real disagreement.
+  std::vector<float> one(kStride, 0.0f);
+  auto got = h.sample(SampleWork{5, {}, {}, {SampleRow{11, 0, 3}}, 0, /*fed_from=*/4}, host_view(one, 1));
+  REQUIRE(std::holds_alternative<std::string>(got));
+  CHECK_THAT(std::get<std::string>(got), Contains("in the scheduler"));
+}

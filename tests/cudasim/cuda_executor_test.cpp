@@ -105,6 +105,46 @@ struct CudaFixture {
   }
 };
 
+// Sequences s = 0.. in their own 128-slot ranges: a prefill of each one's
+// tokens together, logits for each last row.
+StepBatch ranges_prefill(const std::vector<std::vector<int32_t>>& tokens) {
+  StepBatch prefill;
+  prefill.block_size = 128;
+  prefill.max_blocks_per_seq = 1;
+  prefill.query_start = {0};
+  for (int32_t s = 0; s < static_cast<int32_t>(tokens.size()); ++s) {
+    for (size_t p = 0; p < tokens[s].size(); ++p) {
+      prefill.token_ids.push_back(tokens[s][p]);
+      prefill.positions.push_back(static_cast<int32_t>(p));
+      prefill.slot_mapping.push_back(128 * s + static_cast<int32_t>(p));
+    }
+    prefill.query_start.push_back(prefill.num_tokens());
+    prefill.context_lens.push_back(static_cast<int32_t>(tokens[s].size()));
+    prefill.block_tables.push_back(128 * s);
+    prefill.logits_rows.push_back(prefill.num_tokens() - 1);
+  }
+  return prefill;
+}
+
+// The next decode of the first `live` of those sequences: each one's last token.
+StepBatch ranges_decode(const std::vector<std::vector<int32_t>>& tokens, int32_t live) {
+  StepBatch d;
+  d.block_size = 128;
+  d.max_blocks_per_seq = 1;
+  d.query_start = {0};
+  for (int32_t s = 0; s < live; ++s) {
+    const auto pos = static_cast<int32_t>(tokens[s].size() - 1);
+    d.token_ids.push_back(tokens[s].back());
+    d.positions.push_back(pos);
+    d.slot_mapping.push_back(128 * s + pos);
+    d.query_start.push_back(s + 1);
+    d.context_lens.push_back(pos + 1);
+    d.block_tables.push_back(128 * s);
+    d.logits_rows.push_back(s);
+  }
+  return d;
+}
+
 }  // namespace
 
 TEST_CASE("stories260K through the simulated CUDA executor: every position's argmax and the last logits match "
@@ -309,41 +349,14 @@ TEST_CASE("decode steps replayed from CUDA graphs give byte-identical logits to 
   // Three prompts in their own 128-slot ranges, prefilled together (an eager step in both).
   const auto& cases = golden();
   std::vector<std::vector<int32_t>> tokens{cases[1].input_ids, cases[2].input_ids, cases[4].input_ids};
-  StepBatch prefill;
-  prefill.block_size = 128;
-  prefill.max_blocks_per_seq = 1;
-  prefill.query_start = {0};
-  for (int32_t s = 0; s < 3; ++s) {
-    for (size_t p = 0; p < tokens[s].size(); ++p) {
-      prefill.token_ids.push_back(tokens[s][p]);
-      prefill.positions.push_back(static_cast<int32_t>(p));
-      prefill.slot_mapping.push_back(128 * s + static_cast<int32_t>(p));
-    }
-    prefill.query_start.push_back(prefill.num_tokens());
-    prefill.context_lens.push_back(static_cast<int32_t>(tokens[s].size()));
-    prefill.block_tables.push_back(128 * s);
-    prefill.logits_rows.push_back(prefill.num_tokens() - 1);
-  }
+  const StepBatch prefill = ranges_prefill(tokens);
   std::vector<float> a = graphs.run(prefill), b = eager.run(prefill);
   REQUIRE(a == b);
   // Decodes: three sequences (bucket 4) for four steps, then two (bucket 2) for four.
   for (int step = 0; step < 8; ++step) {
     const int32_t live = step < 4 ? 3 : 2;
     for (int32_t s = 0; s < 3; ++s) tokens[s].push_back(argmax(b.data() + s * vocab, vocab));
-    StepBatch d;
-    d.block_size = 128;
-    d.max_blocks_per_seq = 1;
-    d.query_start = {0};
-    for (int32_t s = 0; s < live; ++s) {
-      const auto pos = static_cast<int32_t>(tokens[s].size() - 1);
-      d.token_ids.push_back(tokens[s].back());
-      d.positions.push_back(pos);
-      d.slot_mapping.push_back(128 * s + pos);
-      d.query_start.push_back(s + 1);
-      d.context_lens.push_back(pos + 1);
-      d.block_tables.push_back(128 * s);
-      d.logits_rows.push_back(s);
-    }
+    const StepBatch d = ranges_decode(tokens, live);
     a = graphs.run(d);
     b = eager.run(d);
     INFO("decode step " << step);
@@ -370,22 +383,8 @@ TEST_CASE("steps planned ahead take the CUDA sampler's ids on the device: logits
   greedy.temperature = 0.0f;
   const auto& cases = golden();
   std::vector<std::vector<int32_t>> tokens{cases[1].input_ids, cases[2].input_ids, cases[4].input_ids};
-  StepBatch prefill;
-  prefill.block_size = 128;
-  prefill.max_blocks_per_seq = 1;
-  prefill.query_start = {0};
-  for (int32_t s = 0; s < 3; ++s) {
-    sampler->open(static_cast<uint64_t>(s + 1), greedy, 0, {}, 1);
-    for (size_t p = 0; p < tokens[s].size(); ++p) {
-      prefill.token_ids.push_back(tokens[s][p]);
-      prefill.positions.push_back(static_cast<int32_t>(p));
-      prefill.slot_mapping.push_back(128 * s + static_cast<int32_t>(p));
-    }
-    prefill.query_start.push_back(prefill.num_tokens());
-    prefill.context_lens.push_back(static_cast<int32_t>(tokens[s].size()));
-    prefill.block_tables.push_back(128 * s);
-    prefill.logits_rows.push_back(prefill.num_tokens() - 1);
-  }
+  for (uint64_t key = 1; key <= 3; ++key) sampler->open(key, greedy, 0, {}, 1);
+  const StepBatch prefill = ranges_prefill(tokens);
   std::vector<float> reference = host.run(prefill);
   LogitsView view = ahead.executor->execute(prefill);
   int32_t live = 3;
@@ -406,26 +405,12 @@ TEST_CASE("steps planned ahead take the CUDA sampler's ids on the device: logits
       generated[s] += 1;
     }
     if (step == 3) live = 2;  // bucket 4, then bucket 2
-    // The next decode, planned ahead: placeholders in the batch, ids fed back
-    // from the sampler's rows in reverse order of the batch.
-    StepBatch fed, known;
-    fed.block_size = 128;
-    fed.max_blocks_per_seq = 1;
-    fed.query_start = {0};
-    for (int32_t s = 0; s < live; ++s) {
-      const auto pos = static_cast<int32_t>(tokens[s].size() - 1);
-      fed.token_ids.push_back(0);
-      fed.positions.push_back(pos);
-      fed.slot_mapping.push_back(128 * s + pos);
-      fed.query_start.push_back(s + 1);
-      fed.context_lens.push_back(pos + 1);
-      fed.block_tables.push_back(128 * s);
-      fed.logits_rows.push_back(s);
-    }
+    // The next decode, planned ahead: placeholders in the batch, each row's
+    // id fed back from its sampler row (listed last row first).
+    const StepBatch known = ranges_decode(tokens, live);
+    StepBatch fed = known;
+    std::fill(fed.token_ids.begin(), fed.token_ids.end(), 0);
     for (int32_t s = live - 1; s >= 0; --s) fed.fed_back.push_back({s, s});
-    known = fed;
-    known.fed_back.clear();
-    for (int32_t s = 0; s < live; ++s) known.token_ids[s] = tokens[s].back();
     reference = host.run(known);
     view = ahead.executor->execute(fed, ids);
     std::vector<float> got(static_cast<size_t>(live) * vocab);

@@ -249,6 +249,8 @@ void maybe_schedule(SchedulerPointer self) {
     }
     span.set_count(ahead.batch.num_seqs());
   }
+  send_tokens(self, 0, wrap(std::move(ahead.events)));  // none expected: refusals wait for a full plan
+  ahead.events.clear();
   if (!ahead.empty()) send_step(self, std::move(ahead));
 }
 

@@ -279,6 +279,7 @@ class Scheduler {
   // KV copies of extends made for an ahead plan that was then given up: the
   // next plan applies them first (the allocator has already moved the slots).
   std::vector<llmk_kv_copy> carried_copies_;
+  bool planning_ahead_ = false;          // inside schedule_ahead()
   int32_t static_batch_size_ = 0;        // static policy: samples in the current batch
   SchedulerStats stats_;
 };

@@ -86,6 +86,11 @@ StepPlan Scheduler::schedule_ahead(const StepPlan& in_flight) {
   StepPlan plan = begin_plan();
   int32_t budget = max_num_batched_tokens_;
   bool preempted = false;
+  planning_ahead_ = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{planning_ahead_};
   if (!schedule_decodes(plan, budget, preempted, /*may_preempt=*/false)) {
     // Extends already made stay (the allocator holds the slots; extending
     // again to the same length is a no-op), and so must their copies.
@@ -199,6 +204,8 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
   while (!waiting_.empty() && (budget > 0 || forming_static_batch)) {
     Sequence* seq = waiting_.front();
     if (num_seq_slots + seq->num_unforked_samples > max_num_seqs_) break;
+    // A KV restore writes device memory from the host: not while a step computes.
+    if (planning_ahead_ && seq->num_offloaded_tokens > 0) break;
     llmk_kv_reserve_args args{};
     args.seq_id = seq->seq_id;
     args.tokens = seq->tokens.data();
@@ -206,7 +213,9 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
     args.max_total_tokens = static_cast<uint32_t>(std::max(seq->max_total_tokens(), seq->num_tokens()));
     uint32_t num_cached = 0;
     if (!kv_.reserve(args, &num_cached)) {
-      if (!running_.empty()) break;  // wait for running sequences to free KV
+      // Wait for running sequences to free KV; planning ahead, the step in
+      // flight may still end some.
+      if (!running_.empty() || planning_ahead_) break;
       waiting_.pop_front();
       finish(*seq, FinishReason::error, std::nullopt,
              describe(*seq) + ": " + std::to_string(seq->num_tokens()) +

@@ -333,7 +333,12 @@ class FakeModel final : public KvOffloader {
     return out;
   }
 
+  // Steps sent and not yet applied (overlapped stepping): KV may not be
+  // saved or restored from the host meanwhile.
+  size_t steps_in_flight = 0;
+
   std::vector<uint8_t> save_kv(const std::vector<int32_t>& slots) override {
+    require(steps_in_flight == 0, "KV saved while a step is in flight");
     std::vector<uint8_t> data(slots.size() * 2 * sizeof(int32_t));
     for (size_t i = 0; i < slots.size(); ++i) {
       const int32_t pair[2] = {token_.at(slots[i]), position_.at(slots[i])};
@@ -343,6 +348,7 @@ class FakeModel final : public KvOffloader {
     return data;
   }
   void restore_kv(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data) override {
+    require(steps_in_flight == 0, "KV restored while a step is in flight");
     require(data.size() == slots.size() * 2 * sizeof(int32_t), "restore size");
     for (size_t i = 0; i < slots.size(); ++i) {
       int32_t pair[2];
@@ -454,7 +460,9 @@ struct Harness {
       send(std::move(plan));
     }
     if (in_flight.size() == 1) {
+      model.steps_in_flight = in_flight.size();
       StepPlan ahead = sched.schedule_ahead(in_flight.back().plan);
+      model.steps_in_flight = 0;
       REQUIRE(ahead.events.empty());
       if (!ahead.empty()) {
         num_plans_ahead += 1;

@@ -101,8 +101,14 @@ int main(int argc, char** argv) {
   const int32_t capacity = static_cast<int32_t>(executor->runtime().num_kv_slots);
 
   const double bandwidth = llmk::bench::read_bandwidth_gbs(threads);
-  const bool bf16_gemm = mc.dtype == llmk::DType::bf16 || linear_options.find("bf16") != std::string::npos;
-  const double peak = matmul_peak_gflops(bf16_gemm, threads);
+  bool bf16_gemm = mc.dtype == llmk::DType::bf16 || linear_options.find("bf16") != std::string::npos;
+  double peak = 0.0;
+  try {
+    peak = matmul_peak_gflops(bf16_gemm, threads);
+  } catch (const dnnl::error&) {  // no BF16 matmul in oneDNN on this CPU (AVX2 only): the F32 peak is the limit
+    bf16_gemm = false;
+    peak = matmul_peak_gflops(false, threads);
+  }
 
   std::mt19937 rng(1);
   std::vector<int32_t> prompt(prompt_tokens);

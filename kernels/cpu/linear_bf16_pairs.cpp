@@ -177,6 +177,54 @@ void linear_bf16_pairs(const float* x, int64_t num_rows, int64_t in_features, co
   run<uint16_t>(x_bf16, ldx, packed, y, num_rows, in_features, out_features, num_threads);
 }
 
+#elif defined(__AVX2__) && defined(__FMA__)
+
+// AVX2 (no BF16 dot products): exact only. One row x one panel at a time:
+// a pair row's 64 columns are 8 vectors of 8 32-bit lanes (low half: step
+// 2i, high half: step 2i + 1), widened by a shift and a mask, 8
+// accumulators. Rows of a step reuse each panel from the cache.
+
+namespace {
+
+void panel_row_exact_avx2(const float* x, int64_t in_features, const uint16_t* panel, int64_t pairs, float* out) {
+  __m256 acc[8];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  const __m256i high = _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  const int64_t full_pairs = in_features / 2;  // pairs whose second step exists
+  auto step = [&](const uint16_t* pair_row, __m256 x0, __m256 x1) {
+    for (int j = 0; j < 8; ++j) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair_row) + j);
+      acc[j] = _mm256_fmadd_ps(x0, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), acc[j]);
+      acc[j] = _mm256_fmadd_ps(x1, _mm256_castsi256_ps(_mm256_and_si256(v, high)), acc[j]);
+    }
+  };
+  for (int64_t i = 0; i < full_pairs; ++i)
+    step(panel + i * kPairRow, _mm256_set1_ps(x[2 * i]), _mm256_set1_ps(x[2 * i + 1]));
+  if (full_pairs < pairs)  // odd depth: the last step's partner is zero
+    step(panel + full_pairs * kPairRow, _mm256_set1_ps(x[2 * full_pairs]), _mm256_setzero_ps());
+  for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+}
+
+}  // namespace
+
+bool have_bf16_dot() { return false; }
+
+void linear_bf16_pairs(const float* x, int64_t num_rows, int64_t in_features, const uint16_t* packed, bool,
+                       int64_t out_features, float* y, uint16_t*, int num_threads) {
+  const int64_t pairs = num_pairs(in_features);
+  for_panel_ranges(num_panels64(out_features), num_threads, num_rows * in_features * out_features,
+                   [&](int64_t p_begin, int64_t p_end, int) {
+    alignas(32) float tile[kCols];
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t cols = std::min(kCols, out_features - p * kCols);
+      for (int64_t m = 0; m < num_rows; ++m) {
+        panel_row_exact_avx2(x + m * in_features, in_features, packed + p * pairs * kPairRow, pairs, tile);
+        std::copy_n(tile, cols, y + m * out_features + p * kCols);
+      }
+    }
+  });
+}
+
 #else  // portable fallback: exact only
 
 bool have_bf16_dot() { return false; }

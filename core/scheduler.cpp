@@ -133,7 +133,7 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
                       seq->tokens.data() + s.first_new_position, static_cast<uint32_t>(s.num_new_tokens));
     seq->num_computed_tokens = s.first_new_position + s.num_new_tokens;
     const size_t first_event = events.size();
-    if (seq->pending_row >= 0) {  // a step planned ahead holds a placeholder for this token
+    if (seq->pending_row >= 0) {  // a step planned ahead holds this token as pending
       seq->tokens.pop_back();
       seq->pending_row = -1;
     }

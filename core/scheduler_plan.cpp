@@ -55,7 +55,7 @@ StepPlan Scheduler::schedule_ahead(const StepPlan& in_flight) {
 
   // Step t's work taken as done: each of its sequences has computed its
   // rows, and one that samples a token (and goes on, whatever the token)
-  // holds a placeholder for it, fed back from its logits row.
+  // holds it as a pending token, fed back from its logits row.
   struct Saved {
     Sequence* seq;
     int32_t num_computed_tokens, num_kv_tokens;
@@ -326,7 +326,7 @@ void Scheduler::add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_toke
                                        std::to_string(table.size() * static_cast<size_t>(block)) +
                                        " tokens, the step needs " + std::to_string(end));
   for (int32_t p = first; p < end; ++p) {
-    if (seq.pending_row >= 0 && p == seq.num_tokens() - 1)  // a placeholder: the step in flight samples it
+    if (seq.pending_row >= 0 && p == seq.num_tokens() - 1)  // pending: the step in flight samples it
       batch.fed_back.push_back({batch.num_tokens(), seq.pending_row});
     batch.token_ids.push_back(seq.tokens[static_cast<size_t>(p)]);
     batch.positions.push_back(p);

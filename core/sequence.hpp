@@ -51,7 +51,7 @@ struct Sequence {
   int32_t num_kv_tokens = 0;            // slots the allocator holds for it
   uint64_t last_step_id = 0;            // the last step that scheduled it
   // >= 0 while a step planned ahead (Scheduler::schedule_ahead) decodes a
-  // token not sampled yet: tokens.back() is a placeholder for the id the
+  // token not sampled yet: tokens.back() is pending, to be replaced by the id the
   // step in flight samples on this logits row.
   int32_t pending_row = -1;
   // Samples this sequence stands for: n until its prompt is prefilled and it

@@ -286,7 +286,7 @@ class FakeModel final : public KvOffloader {
       require(previous != nullptr, "fed-back rows without the previous step's ids");
       resolved = plan.batch;
       for (const FedBackToken& f : plan.batch.fed_back) {
-        require(plan.batch.token_ids.at(size_t(f.row)) == 0, "a fed-back row's placeholder is 0");
+        require(plan.batch.token_ids.at(size_t(f.row)) == 0, "a fed-back row holds token 0 until resolved");
         resolved.token_ids.at(size_t(f.row)) = previous->at(size_t(f.previous_row));
       }
     }

@@ -37,6 +37,11 @@ std::vector<GoldenPrompt> golden() {
   return out;
 }
 
+// ../shared/models/stories260K (LLMK_SHARED_DIR is the repository's ../shared).
+std::shared_ptr<const Checkpoint> stories_checkpoint() {
+  return load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+}
+
 EngineConfig small_config() {
   EngineConfig cfg;
   cfg.executor.num_threads = 2;
@@ -71,7 +76,7 @@ int32_t argmax(const float* x, int32_t n) { return static_cast<int32_t>(std::max
 
 TEST_CASE("make_executor builds the CPU executor the config names, and refuses a device that is not built",
           "[executor]") {
-  const std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+  const std::shared_ptr<const Checkpoint> checkpoint = stories_checkpoint();
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
   EngineConfig cfg = small_config();
   const auto executor = make_executor(cfg, checkpoint, plugins);
@@ -99,7 +104,7 @@ TEST_CASE("make_executor builds the CPU executor the config names, and refuses a
 
 TEST_CASE("a CPU executor's logits view holds exactly the Model's logits, argmax as the float64 reference",
           "[executor][golden]") {
-  const std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+  const std::shared_ptr<const Checkpoint> checkpoint = stories_checkpoint();
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
   const EngineConfig cfg = small_config();
   const auto executor = make_executor(cfg, checkpoint, plugins);
@@ -129,7 +134,7 @@ TEST_CASE("a CPU executor's logits view holds exactly the Model's logits, argmax
 }
 
 TEST_CASE("a logits view stays unchanged until the next execute", "[executor]") {
-  const std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+  const std::shared_ptr<const Checkpoint> checkpoint = stories_checkpoint();
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
   const auto executor = make_executor(small_config(), checkpoint, plugins);
   const std::vector<GoldenPrompt> cases = golden();
@@ -148,7 +153,7 @@ TEST_CASE("a logits view stays unchanged until the next execute", "[executor]") 
 }
 
 TEST_CASE("KV saved through the executor restores to the same next token", "[executor]") {
-  const std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+  const std::shared_ptr<const Checkpoint> checkpoint = stories_checkpoint();
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
   for (const char* kv_dtype : {"f32", "f16", "i8"}) {
     INFO("kv_cache.dtype " << kv_dtype);
@@ -180,7 +185,7 @@ TEST_CASE("KV saved through the executor restores to the same next token", "[exe
 
 TEST_CASE("fed-back rows take the previous step's ids: the same logits as the ids written in, and clear refusals",
           "[executor][overlap]") {
-  const std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
+  const std::shared_ptr<const Checkpoint> checkpoint = stories_checkpoint();
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
   const auto executor = make_executor(small_config(), checkpoint, plugins);
   const std::vector<GoldenPrompt> cases = golden();
@@ -204,7 +209,7 @@ TEST_CASE("fed-back rows take the previous step's ids: the same logits as the id
   const std::vector<float> direct(direct_view.row(0), direct_view.row(0) + 2 * vocab);
   CHECK(argmax(direct.data(), vocab) == c.greedy_ids[1]);
 
-  // The same step planned ahead: placeholders, and the ids from the previous
+  // The same step planned ahead: token 0 in its rows, and the ids from the previous
   // step's logits rows 3 and 1 (the sampler's order, not the batch's).
   StepBatch ahead = decode;
   ahead.token_ids = {0, 0};

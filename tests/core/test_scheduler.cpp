@@ -707,7 +707,7 @@ TEST_CASE("a step planned ahead feeds back the token in flight, and a row whose 
   REQUIRE(second.batch.fed_back.size() == 1);
   CHECK(second.batch.fed_back[0].row == 0);
   CHECK(second.batch.fed_back[0].previous_row == 0);
-  CHECK(second.batch.token_ids[0] == 0);        // a placeholder until the executor puts the id in
+  CHECK(second.batch.token_ids[0] == 0);        // 0 until the executor puts the sampled id in
   CHECK(second.batch.positions[0] == 6);
   CHECK(second.logits[0].num_generated == 1);   // the sampler's counter: one token before this row's
   CHECK(h.sched.schedule_ahead(second).empty());  // one step ahead at most
@@ -732,7 +732,7 @@ TEST_CASE("a step planned ahead feeds back the token in flight, and a row whose 
   CHECK(o.tokens == std::vector<int32_t>(free_run.begin(), free_run.begin() + 3));
   CHECK(o.reason == FinishReason::stop);
   CHECK(o.stop_token_flagged);
-  CHECK(o.usage.completion_tokens == 3);  // the placeholder never counts
+  CHECK(o.usage.completion_tokens == 3);  // the pending token never counts
   CHECK(o.num_final_events == 1);
   CHECK(o.num_events_after_final == 0);
   CHECK(h.sched.stats().num_generated_tokens == 3);
@@ -767,7 +767,7 @@ TEST_CASE("schedule_ahead plans nothing, changing nothing, where only a full sch
     REQUIRE(p1.seqs.size() == 2);
     CHECK(h.sched.schedule_ahead(p1).empty());
     CHECK(h.sched.stats().num_preemptions == 0);
-    CHECK(h.sched.sample("a", 0)->num_tokens() == 4);  // no placeholder left behind
+    CHECK(h.sched.sample("a", 0)->num_tokens() == 4);  // no pending token left behind
     CHECK(h.sched.sample("b", 0)->num_tokens() == 4);
     h.absorb(h.sched.update_from_output(p1, h.model.forward(p1)));
     // The full schedule() preempts b as it would without overlap; a's KV,

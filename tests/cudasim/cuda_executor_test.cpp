@@ -405,7 +405,7 @@ TEST_CASE("steps planned ahead take the CUDA sampler's ids on the device: logits
       generated[s] += 1;
     }
     if (step == 3) live = 2;  // bucket 4, then bucket 2
-    // The next decode, planned ahead: placeholders in the batch, each row's
+    // The next decode, planned ahead: token 0 in the batch, each row's
     // id fed back from its sampler row (listed last row first).
     const StepBatch known = ranges_decode(tokens, live);
     StepBatch fed = known;

@@ -32,11 +32,9 @@ SampledIds StepFeedback::wait(uint64_t step, std::chrono::milliseconds timeout) 
   if (!done)
     throw Error(ErrorCode::internal, "the sampler did not finish step " + std::to_string(step) + " within " +
                                             std::to_string(timeout.count()) + " ms");
-  if (step_ != step) {  // a later step: its ids are not this one's
-    SampledIds failed;
-    failed.failed = true;
-    return failed;
-  }
+  if (step_ != step)  // steps are published in the order they run: a later one here is a bug
+    throw Error(ErrorCode::internal, "waiting for the ids of step " + std::to_string(step) + ", but step " +
+                                         std::to_string(step_) + " was published");
   return ids_;
 }
 

@@ -17,9 +17,8 @@ LogitsView CpuExecutor::execute(const StepBatch& batch, const SampledIds& previo
     model_->forward(batch, logits_->data());
   } else {
     // The previous step's ids are host memory here: put them into a copy of
-    // the batch (reused: decode steps of similar sizes allocate nothing).
-    const ModelRuntime& rt = model_->runtime();
-    validate_step(batch, vocab, rt.max_seq_len, rt.max_step_tokens);
+    // the batch (reused: decode steps of similar sizes allocate nothing),
+    // which the forward validates.
     validate_fed_back(batch, previous, Device::cpu);
     resolved_ = batch;
     resolved_.fed_back.clear();

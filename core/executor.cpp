@@ -84,8 +84,13 @@ bool has_executor(std::string_view name) {
 }
 
 void validate_fed_back(const StepBatch& batch, const SampledIds& previous, Device device) {
-  if (batch.fed_back.empty() || previous.failed) return;
   auto bad = [](const std::string& what) { throw Error(ErrorCode::invalid_argument, "step batch: " + what); };
+  const int32_t n = batch.num_tokens();
+  for (const FedBackToken& f : batch.fed_back)
+    if (f.row < 0 || f.row >= n || f.previous_row < 0)
+      bad("fed-back token row " + std::to_string(f.row) + " (from the previous step's logits row " +
+          std::to_string(f.previous_row) + ") outside [0, " + std::to_string(n) + ")");
+  if (batch.fed_back.empty() || previous.failed) return;
   if (previous.data == nullptr)
     bad(std::to_string(batch.fed_back.size()) + " fed-back rows, but no ids of a previous step");
   if (previous.device != device)

@@ -85,9 +85,10 @@ struct SampledIds {
   bool failed = false;
 };
 
-// What every executor checks of a step's fed-back rows against the ids it
-// was given: ids present (or the previous step failed), on `device`, and
-// every previous row among them. Throws Error(invalid_argument).
+// What every executor checks of a step's fed-back rows (validate_step checks
+// the rest): each row inside the step, and against the ids it was given: ids
+// present (or the previous step failed), on `device`, every previous row
+// among them. Throws Error(invalid_argument).
 void validate_fed_back(const StepBatch& batch, const SampledIds& previous, Device device);
 
 // save_kv / restore_kv (KvOffloader) copy sequences' K/V to and from host

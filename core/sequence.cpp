@@ -31,7 +31,7 @@ FinishReason Sequence::append_token(int32_t token, TimePoint now) {
   token_times.push_back(now);
   if (num_generated_tokens() == 1) first_token_time = now;
   if (is_stop_token(token)) return FinishReason::stop;
-  if (num_generated_tokens() >= stop.max_tokens || num_tokens() >= stop.max_seq_len) return FinishReason::length;
+  if (reaches_length(num_generated_tokens(), num_tokens())) return FinishReason::length;
   return FinishReason::none;
 }
 

@@ -82,8 +82,10 @@ struct Sequence {
   // Tokens still to feed before it can produce its next token.
   int32_t num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
   // The next token ends it whatever its value (max_tokens or the context limit).
-  bool next_token_ends() const {
-    return num_generated_tokens() + 1 >= stop.max_tokens || num_tokens() + 1 >= stop.max_seq_len;
+  bool next_token_ends() const { return reaches_length(num_generated_tokens() + 1, num_tokens() + 1); }
+  // The length rule of append_token: `generated` tokens of `total` end it.
+  bool reaches_length(int32_t generated, int32_t total) const {
+    return generated >= stop.max_tokens || total >= stop.max_seq_len;
   }
   // The most tokens it will ever hold (what the KV allocator is told).
   int32_t max_total_tokens() const;

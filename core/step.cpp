@@ -30,10 +30,6 @@ void validate_step(const StepBatch& b, int32_t vocab_size, uint32_t max_seq_len,
     bad(std::to_string(b.num_logits()) + " logits rows exceed max_step_tokens " + std::to_string(max_step_tokens));
   for (int32_t r : b.logits_rows)
     if (r < 0 || r >= n) bad("logits row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
-  for (const FedBackToken& f : b.fed_back)
-    if (f.row < 0 || f.row >= n || f.previous_row < 0)
-      bad("fed-back token row " + std::to_string(f.row) + " (from the previous step's logits row " +
-          std::to_string(f.previous_row) + ") outside [0, " + std::to_string(n) + ")");
 }
 
 }  // namespace llmk

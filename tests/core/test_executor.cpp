@@ -236,4 +236,5 @@ TEST_CASE("fed-back rows take the previous step's ids: the same logits as the id
   StepBatch bad_row = ahead;
   bad_row.fed_back = {{2, 0}};
   CHECK_THROWS_WITH(executor->execute(bad_row, previous), Contains("fed-back token row 2"));
+  CHECK_THROWS_WITH(executor->execute(bad_row, failed), Contains("fed-back token row 2"));  // checked either way
 }

@@ -160,6 +160,35 @@ TEST_CASE("Embedding gathers f32, f16 and bf16 rows and counts out-of-range ids 
                           nullptr) == cudaErrorInvalidValue);
 }
 
+TEST_CASE("Fed-back ids land on their rows from the previous step's rows; ids outside the vocabulary become 0") {
+  const int64_t vocab = 50;
+  // 300 rows: more than one pass of the block's 128 threads.
+  const int32_t count = 300;
+  std::vector<int32_t> previous_ids(count + 5), rows(count), previous_rows(count);
+  for (int32_t i = 0; i < count + 5; ++i) previous_ids[i] = (i * 7) % 60 - 5;  // some negative, some >= vocab
+  for (int32_t i = 0; i < count; ++i) {
+    rows[i] = 2 * i;                         // every other row of the step
+    previous_rows[i] = (i * 13 + 3) % (count + 5);
+  }
+  constexpr int32_t kUntouched = -7;
+  for (auto seed : seeds) {
+    reset_simulator(seed);
+    device_buffer<int32_t> dids(std::vector<int32_t>(2 * count, kUntouched)), drows(rows), dprev_rows(previous_rows),
+        dprev_ids(previous_ids);
+    CUDA_REQUIRE(cuda::gather_fed_back_ids(dids.get(), drows.get(), dprev_rows.get(), count, dprev_ids.get(), vocab,
+                                           nullptr));
+    const auto ids = dids.download();
+    for (int32_t i = 0; i < count; ++i) {
+      INFO("fed-back entry " << i);
+      const int32_t want = previous_ids[previous_rows[i]];
+      REQUIRE(ids[2 * i] == (want >= 0 && want < vocab ? want : 0));
+      REQUIRE(ids[2 * i + 1] == kUntouched);  // rows not fed back keep their ids
+    }
+  }
+  CHECK(cuda::gather_fed_back_ids(nullptr, nullptr, nullptr, 0, nullptr, vocab, nullptr) == cudaSuccess);
+  CHECK(cuda::gather_fed_back_ids(nullptr, nullptr, nullptr, -1, nullptr, vocab, nullptr) == cudaErrorInvalidValue);
+}
+
 TEST_CASE("RMSNorm with and without the residual add matches float64 for odd row lengths and every weight dtype") {
   const float eps = 1e-5f;
   const int64_t num_rows = 3;

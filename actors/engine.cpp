@@ -27,6 +27,7 @@
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/executor.hpp"
+#include "core/openmp.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/tokenizer.hpp"
 
@@ -211,6 +212,7 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
   PluginRegistry registry(search_path);
   register_built_executors();
   std::shared_ptr<Executor> executor = make_executor(im.config, im.checkpoint, registry);
+  release_openmp_pool();  // the executor's thread runs every forward: its pool must be the only one
   const ModelRuntime& runtime = executor->runtime();
 
   auto parts = std::make_shared<SchedulerParts>();

@@ -29,6 +29,7 @@
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
 #include "core/executor.hpp"
+#include "core/openmp.hpp"
 #include "core/plugin_loader.hpp"
 #include "engine_bench_common.hpp"
 #include "steps.hpp"
@@ -107,24 +108,34 @@ int main(int argc, char** argv) {
     std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
     for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(mc.vocab_size));
 
+    // One OpenMP pool at a time: libgomp throttles every pool's spinning
+    // while the pools' threads outnumber the CPUs (core/openmp.hpp). The raw
+    // forward runs on this thread and releases its pool before an engine
+    // starts; each engine lives for one measurement, and its executor thread's
+    // pool ends with it.
     PluginRegistry plugins;
     const auto executor = make_executor(cfg, checkpoint, plugins);
     EngineConfig with = cfg, without = cfg;
     with.scheduler.overlap = true;
     without.scheduler.overlap = false;
-    Engine overlapped(with), one_in_flight(without);
     omp_set_num_threads(f.num("threads"));
+    auto raw_round = [&](int decode_steps) {
+      const double s = raw_step_s(*executor, prompt, decode_steps);
+      release_openmp_pool();
+      return s;
+    };
+    auto engine_round = [&](const EngineConfig& c, int decode_steps, int round) {
+      Engine engine(c);  // loads its own weights (the load's pool is released by the engine)
+      engine_step_s(engine, prompt, 4, -1 - round);  // warm-up: first-touch pages, plugin scratch, the team
+      return engine_step_s(engine, prompt, decode_steps, round);
+    };
 
-    // Warm-up: each path once (first-touch pages, plugin scratch, OpenMP teams).
-    raw_step_s(*executor, prompt, 4);
-    engine_step_s(overlapped, prompt, 4, -1);
-    engine_step_s(one_in_flight, prompt, 4, -2);
-
+    raw_round(4);  // warm-up
     std::vector<double> raw, eng_overlap, eng_serial;
     for (int r = 0; r < rounds; ++r) {
-      raw.push_back(raw_step_s(*executor, prompt, decode));
-      eng_overlap.push_back(engine_step_s(overlapped, prompt, decode, 2 * r));
-      eng_serial.push_back(engine_step_s(one_in_flight, prompt, decode, 2 * r + 1));
+      raw.push_back(raw_round(decode));
+      eng_overlap.push_back(engine_round(with, decode, 2 * r));
+      eng_serial.push_back(engine_round(without, decode, 2 * r + 1));
       std::printf("round %d: raw %.3f ms, engine %.3f ms (overlap), %.3f ms (one step in flight)\n", r + 1,
                   raw.back() * 1e3, eng_overlap.back() * 1e3, eng_serial.back() * 1e3);
     }

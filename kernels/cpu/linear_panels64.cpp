@@ -64,7 +64,7 @@ inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int6
       if (sizeof(typename B::T) == 4) _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * kPanels64Width) + 192, _MM_HINT_T0);
     }
     const __m512 b0 = B::load(bk), b1 = B::load(bk + 16), b2 = B::load(bk + 32), b3 = B::load(bk + 48);
-    for (int m = 0; m < MR; ++m) {
+    LLMK_UNROLL for (int m = 0; m < MR; ++m) {
       const __m512 xv = _mm512_set1_ps(x[m * ldx + k]);
       acc[m][0] = _mm512_fmadd_ps(xv, b0, acc[m][0]);
       acc[m][1] = _mm512_fmadd_ps(xv, b1, acc[m][1]);
@@ -147,29 +147,25 @@ template <class B, int MR, int NV>
 inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
                        bool accumulate, int num_cols) {
   __m256 acc[MR][NV];
-  for (int m = 0; m < MR; ++m)
-    for (int j = 0; j < NV; ++j) acc[m][j] = _mm256_setzero_ps();
+  LLMK_UNROLL for (int m = 0; m < MR; ++m)
+    LLMK_UNROLL for (int j = 0; j < NV; ++j) acc[m][j] = _mm256_setzero_ps();
   constexpr int kStripBytes = static_cast<int>(sizeof(typename B::T)) * 8 * NV;
   for (int64_t k = 0; k < depth; ++k) {
     const typename B::T* bk = b + k * kPanels64Width;
     if (MR <= 2) {  // streaming (decode): ask for the weights 128 steps ahead
       const char* ahead = reinterpret_cast<const char*>(bk + 128 * kPanels64Width);
-      for (int off = 0; off < kStripBytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+      LLMK_UNROLL for (int off = 0; off < kStripBytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
     }
     __m256 bv[NV];
-    for (int j = 0; j < NV; ++j) bv[j] = B::load(bk + 8 * j);
-    for (int m = 0; m < MR; ++m) {
+    LLMK_UNROLL for (int j = 0; j < NV; ++j) bv[j] = B::load(bk + 8 * j);
+    LLMK_UNROLL for (int m = 0; m < MR; ++m) {
       const __m256 xv = _mm256_broadcast_ss(x + m * ldx + k);
-      for (int j = 0; j < NV; ++j) acc[m][j] = _mm256_fmadd_ps(xv, bv[j], acc[m][j]);
+      LLMK_UNROLL for (int j = 0; j < NV; ++j) acc[m][j] = _mm256_fmadd_ps(xv, bv[j], acc[m][j]);
     }
   }
-  // Fully unrolled, so that acc stays in registers (a loop left rolled
-  // here makes GCC keep a copy of acc in memory, stored every k step).
-#pragma GCC unroll 8
-  for (int j = 0; j < NV; ++j) {
+  LLMK_UNROLL for (int j = 0; j < NV; ++j) {
     const int valid = num_cols - 8 * j;
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) {
+    LLMK_UNROLL for (int m = 0; m < MR; ++m) {
       if (valid <= 0) continue;
       float* cp = c + m * ldc + 8 * j;
       __m256 v = acc[m][j];

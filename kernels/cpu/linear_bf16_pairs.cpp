@@ -62,21 +62,21 @@ inline void tile_exact(const float* x, int64_t ldx, const uint16_t* b, int64_t d
     const uint16_t* bk = b + (k / 2) * kPairRow;
     if (MR <= 2) {  // streaming (decode): ask for the weights 64 pairs ahead
       const char* ahead = reinterpret_cast<const char*>(bk + 64 * kPairRow);
-      for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
+      LLMK_UNROLL for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
     }
     __m512i v[4];
-    for (int j = 0; j < 4; ++j) v[j] = _mm512_loadu_si512(bk + 32 * j);
+    LLMK_UNROLL for (int j = 0; j < 4; ++j) v[j] = _mm512_loadu_si512(bk + 32 * j);
     __m512 w[4];
-    for (int j = 0; j < 4; ++j) w[j] = _mm512_castsi512_ps(_mm512_slli_epi32(v[j], 16));
-    for (int m = 0; m < MR; ++m) {
+    LLMK_UNROLL for (int j = 0; j < 4; ++j) w[j] = _mm512_castsi512_ps(_mm512_slli_epi32(v[j], 16));
+    LLMK_UNROLL for (int m = 0; m < MR; ++m) {
       const __m512 xv = _mm512_set1_ps(x[m * ldx + k]);
-      for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_fmadd_ps(xv, w[j], acc[m][j]);
+      LLMK_UNROLL for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_fmadd_ps(xv, w[j], acc[m][j]);
     }
     if (k + 1 == depth) break;  // an odd last step: its partner is zero padding
-    for (int j = 0; j < 4; ++j) w[j] = _mm512_castsi512_ps(_mm512_and_si512(v[j], high));
-    for (int m = 0; m < MR; ++m) {
+    LLMK_UNROLL for (int j = 0; j < 4; ++j) w[j] = _mm512_castsi512_ps(_mm512_and_si512(v[j], high));
+    LLMK_UNROLL for (int m = 0; m < MR; ++m) {
       const __m512 xv = _mm512_set1_ps(x[m * ldx + k + 1]);
-      for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_fmadd_ps(xv, w[j], acc[m][j]);
+      LLMK_UNROLL for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_fmadd_ps(xv, w[j], acc[m][j]);
     }
   }
   store_tile<MR>(acc, c, ldc, accumulate, num_cols);
@@ -93,12 +93,12 @@ inline void tile_dot(const uint16_t* x, int64_t ldx, const uint16_t* b, int64_t 
   for (int64_t p = 0; p < num_pairs(depth); ++p) {
     const uint16_t* bp = b + p * kPairRow;
     __m512bh w[4];
-    for (int j = 0; j < 4; ++j) w[j] = (__m512bh)_mm512_loadu_si512(bp + 32 * j);
-    for (int m = 0; m < MR; ++m) {
+    LLMK_UNROLL for (int j = 0; j < 4; ++j) w[j] = (__m512bh)_mm512_loadu_si512(bp + 32 * j);
+    LLMK_UNROLL for (int m = 0; m < MR; ++m) {
       int32_t pair;
       std::memcpy(&pair, x + m * ldx + 2 * p, sizeof(pair));
       const auto xv = (__m512bh)_mm512_set1_epi32(pair);
-      for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xv, w[j]);
+      LLMK_UNROLL for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xv, w[j]);
     }
   }
   store_tile<MR>(acc, c, ldc, accumulate, num_cols);
@@ -192,7 +192,7 @@ void panel_row_exact_avx2(const float* x, int64_t in_features, const uint16_t* p
   const __m256i high = _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u));
   const int64_t full_pairs = in_features / 2;  // pairs whose second step exists
   auto step = [&](const uint16_t* pair_row, __m256 x0, __m256 x1) {
-    for (int j = 0; j < 8; ++j) {
+    LLMK_UNROLL for (int j = 0; j < 8; ++j) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair_row) + j);
       acc[j] = _mm256_fmadd_ps(x0, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), acc[j]);
       acc[j] = _mm256_fmadd_ps(x1, _mm256_castsi256_ps(_mm256_and_si256(v, high)), acc[j]);
@@ -202,7 +202,7 @@ void panel_row_exact_avx2(const float* x, int64_t in_features, const uint16_t* p
     step(panel + i * kPairRow, _mm256_set1_ps(x[2 * i]), _mm256_set1_ps(x[2 * i + 1]));
   if (full_pairs < pairs)  // odd depth: the last step's partner is zero
     step(panel + full_pairs * kPairRow, _mm256_set1_ps(x[2 * full_pairs]), _mm256_setzero_ps());
-  for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+  LLMK_UNROLL for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
 }
 
 }  // namespace

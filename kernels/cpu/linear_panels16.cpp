@@ -42,18 +42,18 @@ template <llmk_dtype T, int R, int C>
 void tile(const float* x, int64_t ldx, int64_t k_len, const void* panels, int64_t panel_stride, int64_t num_cols,
           float* y, int64_t ldy) {
   __m512 acc[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  LLMK_UNROLL for (int r = 0; r < R; ++r)
+    LLMK_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
   for (int64_t k = 0; k < k_len; ++k) {
     __m512 b[C];
-    for (int c = 0; c < C; ++c) b[c] = load_panel<T>(panels, c * panel_stride + k * kPanels16Width);
-    for (int r = 0; r < R; ++r) {
+    LLMK_UNROLL for (int c = 0; c < C; ++c) b[c] = load_panel<T>(panels, c * panel_stride + k * kPanels16Width);
+    LLMK_UNROLL for (int r = 0; r < R; ++r) {
       const __m512 a = _mm512_set1_ps(x[r * ldx + k]);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(a, b[c], acc[r][c]);
+      LLMK_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(a, b[c], acc[r][c]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) {
+  LLMK_UNROLL for (int r = 0; r < R; ++r)
+    LLMK_UNROLL for (int c = 0; c < C; ++c) {
       const int64_t cols = num_cols - c * kPanels16Width;
       if (cols <= 0) break;
       _mm512_mask_storeu_ps(y + r * ldy + c * kPanels16Width, tail_mask(cols), acc[r][c]);
@@ -79,25 +79,35 @@ template <llmk_dtype T, int R, int C>
 void pass(const float* x, int64_t ldx, int64_t k_len, const void* panels, int64_t panel_stride, int64_t num_cols,
           float* y, int64_t ldy) {
   __m256 acc[R][C][2];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+  LLMK_UNROLL for (int r = 0; r < R; ++r)
+    LLMK_UNROLL for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
   for (int64_t k = 0; k < k_len; ++k) {
     __m256 b[C][2];
-    for (int c = 0; c < C; ++c)
+    LLMK_UNROLL for (int c = 0; c < C; ++c)
       for (int h = 0; h < 2; ++h) b[c][h] = load_panel8<T>(panels, c * panel_stride + k * kPanels16Width + 8 * h);
-    for (int r = 0; r < R; ++r) {
+    LLMK_UNROLL for (int r = 0; r < R; ++r) {
       const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
-      for (int c = 0; c < C; ++c)
+      LLMK_UNROLL for (int c = 0; c < C; ++c)
         for (int h = 0; h < 2; ++h) acc[r][c][h] = _mm256_fmadd_ps(a, b[c][h], acc[r][c][h]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c)
+  LLMK_UNROLL for (int r = 0; r < R; ++r)
+    LLMK_UNROLL for (int c = 0; c < C; ++c)
       for (int h = 0; h < 2; ++h) {
         const int64_t cols = num_cols - c * kPanels16Width - 8 * h;
         if (cols <= 0) break;
         store8(y + r * ldy + c * kPanels16Width + 8 * h, acc[r][c][h], cols);
       }
+}
+
+// pass<T, R, n> for n <= N (only the pass widths a tile can take are instantiated).
+template <llmk_dtype T, int R, int N>
+void pass_of(int n, const float* x, int64_t ldx, int64_t k_len, const void* panels, int64_t panel_stride,
+             int64_t num_cols, float* y, int64_t ldy) {
+  if constexpr (N > 1) {
+    if (n < N) return pass_of<T, R, N - 1>(n, x, ldx, k_len, panels, panel_stride, num_cols, y, ldy);
+  }
+  pass<T, R, N>(x, ldx, k_len, panels, panel_stride, num_cols, y, ldy);
 }
 
 // 16 registers hold at most 12 accumulators: the C panels of an R-row tile
@@ -111,12 +121,8 @@ void tile(const float* x, int64_t ldx, int64_t k_len, const void* panels, int64_
     const int64_t cols = num_cols - c0 * kPanels16Width;
     if (cols <= 0) break;
     const void* p = static_cast<const uint8_t*>(panels) + static_cast<size_t>(c0 * panel_stride) * elem;
-    switch (std::min(kStep, C - c0)) {
-      case 4: pass<T, R, 4>(x, ldx, k_len, p, panel_stride, cols, y + c0 * kPanels16Width, ldy); break;
-      case 3: pass<T, R, 3>(x, ldx, k_len, p, panel_stride, cols, y + c0 * kPanels16Width, ldy); break;
-      case 2: pass<T, R, 2>(x, ldx, k_len, p, panel_stride, cols, y + c0 * kPanels16Width, ldy); break;
-      default: pass<T, R, 1>(x, ldx, k_len, p, panel_stride, cols, y + c0 * kPanels16Width, ldy); break;
-    }
+    pass_of<T, R, std::min(kStep, C)>(std::min(kStep, C - c0), x, ldx, k_len, p, panel_stride, cols,
+                                      y + c0 * kPanels16Width, ldy);
   }
 }
 
@@ -139,15 +145,15 @@ void tile(const float* x, int64_t ldx, int64_t k_len, const void* panels, int64_
   float acc[R][C][kPanels16Width] = {};
   float b[C][kPanels16Width];
   for (int64_t k = 0; k < k_len; ++k) {
-    for (int c = 0; c < C; ++c) load_panel<T>(panels, c * panel_stride + k * kPanels16Width, b[c]);
-    for (int r = 0; r < R; ++r) {
+    LLMK_UNROLL for (int c = 0; c < C; ++c) load_panel<T>(panels, c * panel_stride + k * kPanels16Width, b[c]);
+    LLMK_UNROLL for (int r = 0; r < R; ++r) {
       const float a = x[r * ldx + k];
-      for (int c = 0; c < C; ++c)
+      LLMK_UNROLL for (int c = 0; c < C; ++c)
         for (int j = 0; j < kPanels16Width; ++j) acc[r][c][j] += a * b[c][j];
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) {
+  LLMK_UNROLL for (int r = 0; r < R; ++r)
+    LLMK_UNROLL for (int c = 0; c < C; ++c) {
       const int64_t cols = std::min<int64_t>(num_cols - c * kPanels16Width, kPanels16Width);
       if (cols <= 0) break;
       std::memcpy(y + r * ldy + c * kPanels16Width, acc[r][c], static_cast<size_t>(cols) * sizeof(float));

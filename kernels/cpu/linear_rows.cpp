@@ -1,5 +1,7 @@
 #include "kernels/cpu/linear_rows.hpp"
 
+#include "kernels/cpu/linear_tile.hpp"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -41,28 +43,28 @@ struct LoadF16 {
 template <class L, int R, int MB>
 inline void tile(const float* x, int64_t ldx, const typename L::T* w, int64_t k_len, float* y, int64_t ldy) {
   __m512 acc[MB][R];
-  for (int m = 0; m < MB; ++m)
-    for (int r = 0; r < R; ++r) acc[m][r] = _mm512_setzero_ps();
+  LLMK_UNROLL for (int m = 0; m < MB; ++m)
+    LLMK_UNROLL for (int r = 0; r < R; ++r) acc[m][r] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 16 <= k_len; k += 16) {
     __m512 wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * k_len + k);
-    for (int m = 0; m < MB; ++m) {
+    LLMK_UNROLL for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * k_len + k);
+    LLMK_UNROLL for (int m = 0; m < MB; ++m) {
       const __m512 xv = _mm512_loadu_ps(x + m * ldx + k);
-      for (int r = 0; r < R; ++r) acc[m][r] = _mm512_fmadd_ps(xv, wv[r], acc[m][r]);
+      LLMK_UNROLL for (int r = 0; r < R; ++r) acc[m][r] = _mm512_fmadd_ps(xv, wv[r], acc[m][r]);
     }
   }
   if (k < k_len) {
     const __mmask16 mask = static_cast<__mmask16>((1u << (k_len - k)) - 1u);
     __m512 wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * k_len + k, mask);
-    for (int m = 0; m < MB; ++m) {
+    LLMK_UNROLL for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * k_len + k, mask);
+    LLMK_UNROLL for (int m = 0; m < MB; ++m) {
       const __m512 xv = _mm512_maskz_loadu_ps(mask, x + m * ldx + k);
-      for (int r = 0; r < R; ++r) acc[m][r] = _mm512_fmadd_ps(xv, wv[r], acc[m][r]);
+      LLMK_UNROLL for (int r = 0; r < R; ++r) acc[m][r] = _mm512_fmadd_ps(xv, wv[r], acc[m][r]);
     }
   }
-  for (int m = 0; m < MB; ++m)
-    for (int r = 0; r < R; ++r) y[m * ldy + r] = _mm512_reduce_add_ps(acc[m][r]);
+  LLMK_UNROLL for (int m = 0; m < MB; ++m)
+    LLMK_UNROLL for (int r = 0; r < R; ++r) y[m * ldy + r] = _mm512_reduce_add_ps(acc[m][r]);
 }
 
 // Rows [n_begin, n_end) of the output for all activation rows.

@@ -51,19 +51,20 @@ inline __mmask16 tail_mask(int64_t cols) {
 }
 
 template <int MR>
-inline void zero_tile(__m512 (&acc)[MR][4]) {
-  for (int m = 0; m < MR; ++m)
-    for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_setzero_ps();
+[[gnu::always_inline]] inline void zero_tile(__m512 (&acc)[MR][4]) {
+  LLMK_UNROLL for (int m = 0; m < MR; ++m)
+    LLMK_UNROLL for (int j = 0; j < 4; ++j) acc[m][j] = _mm512_setzero_ps();
 }
 
 // c[m, 0:64] (+)= acc[m] for MR rows; only the first num_cols columns.
 template <int MR>
-inline void store_tile(const __m512 (&acc)[MR][4], float* c, int64_t ldc, bool accumulate, int num_cols) {
-  for (int j = 0; j < 4; ++j) {
+[[gnu::always_inline]] inline void store_tile(const __m512 (&acc)[MR][4], float* c, int64_t ldc, bool accumulate,
+                                              int num_cols) {
+  LLMK_UNROLL for (int j = 0; j < 4; ++j) {
     const int valid = std::clamp(num_cols - 16 * j, 0, 16);
     if (valid == 0) break;
     const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
-    for (int m = 0; m < MR; ++m) {
+    LLMK_UNROLL for (int m = 0; m < MR; ++m) {
       float* cp = c + m * ldc + 16 * j;
       __m512 v = acc[m][j];
       if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, cp));

@@ -41,30 +41,30 @@ void gemv_tile_w4(const float* xp, const float* xsum, const W4Shape& s, const ui
   const int64_t num_groups = s.num_groups();
   const __m512 table = nibble_table();
   __m512 total[C];
-  for (int c = 0; c < C; ++c) total[c] = _mm512_setzero_ps();
+  LLMK_UNROLL for (int c = 0; c < C; ++c) total[c] = _mm512_setzero_ps();
   for (int64_t g = 0; g < num_groups; ++g) {
     const int64_t o_begin = g * s.group_size / 8;
     const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
     __m512 acc[C];
-    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+    LLMK_UNROLL for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t o = o_begin; o < o_end; ++o) {
       __m512i words[C];
-      for (int c = 0; c < C; ++c)
+      LLMK_UNROLL for (int c = 0; c < C; ++c)
         words[c] = _mm512_loadu_si512(packed + ((p0 + c) * num_octets + o) * kPanels16Width);
       for (int j = 0; j < 8; ++j) {
         const __m512 xj = _mm512_set1_ps(xp[8 * o + j]);
-        for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(nibble_ps(words[c], j, table), xj, acc[c]);
+        LLMK_UNROLL for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(nibble_ps(words[c], j, table), xj, acc[c]);
       }
     }
     const __m512 gsum = _mm512_set1_ps(xsum[g]);
-    for (int c = 0; c < C; ++c) {
+    LLMK_UNROLL for (int c = 0; c < C; ++c) {
       const int64_t at = ((p0 + c) * num_groups + g) * kPanels16Width;
       const __m512 sc = _mm512_loadu_ps(scale + at);
       const __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zero + at))));
       total[c] = _mm512_fmadd_ps(sc, _mm512_fnmadd_ps(z, gsum, acc[c]), total[c]);
     }
   }
-  for (int c = 0; c < C; ++c) {
+  LLMK_UNROLL for (int c = 0; c < C; ++c) {
     const int64_t cols = num_cols - c * kPanels16Width;
     if (cols <= 0) break;
     _mm512_mask_storeu_ps(y + c * kPanels16Width, tail_mask(cols), total[c]);
@@ -111,33 +111,33 @@ void gemv_pass_w4(const float* xp, const float* xsum, const W4Shape& s, const ui
   const int64_t num_octets = s.k_pad() / 8;
   const int64_t num_groups = s.num_groups();
   __m256 total[C][2];
-  for (int c = 0; c < C; ++c) total[c][0] = total[c][1] = _mm256_setzero_ps();
+  LLMK_UNROLL for (int c = 0; c < C; ++c) total[c][0] = total[c][1] = _mm256_setzero_ps();
   for (int64_t g = 0; g < num_groups; ++g) {
     const int64_t o_begin = g * s.group_size / 8;
     const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
     __m256 acc[C][2];
-    for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+    LLMK_UNROLL for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
     for (int64_t o = o_begin; o < o_end; ++o) {
       __m256i words[C][2];
-      for (int c = 0; c < C; ++c)
+      LLMK_UNROLL for (int c = 0; c < C; ++c)
         for (int h = 0; h < 2; ++h)
           words[c][h] = _mm256_loadu_si256(
               reinterpret_cast<const __m256i*>(packed + ((p0 + c) * num_octets + o) * kPanels16Width + 8 * h));
       for (int j = 0; j < 8; ++j) {
         const __m256 xj = _mm256_broadcast_ss(xp + 8 * o + j);
-        for (int c = 0; c < C; ++c)
+        LLMK_UNROLL for (int c = 0; c < C; ++c)
           for (int h = 0; h < 2; ++h) acc[c][h] = _mm256_fmadd_ps(nibble_ps8(words[c][h], j), xj, acc[c][h]);
       }
     }
     const __m256 gsum = _mm256_set1_ps(xsum[g]);
-    for (int c = 0; c < C; ++c)
+    LLMK_UNROLL for (int c = 0; c < C; ++c)
       for (int h = 0; h < 2; ++h) {
         const int64_t at = ((p0 + c) * num_groups + g) * kPanels16Width + 8 * h;
         const __m256 sc = _mm256_loadu_ps(scale + at);
         total[c][h] = _mm256_fmadd_ps(sc, _mm256_fnmadd_ps(load_zero_ps8(zero + at), gsum, acc[c][h]), total[c][h]);
       }
   }
-  for (int c = 0; c < C; ++c)
+  LLMK_UNROLL for (int c = 0; c < C; ++c)
     for (int h = 0; h < 2; ++h) {
       const int64_t cols = num_cols - c * kPanels16Width - 8 * h;
       if (cols <= 0) break;
@@ -190,7 +190,7 @@ void gemv_tile_w4(const float* xp, const float* xsum, const W4Shape& s, const ui
     const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
     float acc[C][kPanels16Width] = {};
     for (int64_t o = o_begin; o < o_end; ++o)
-      for (int c = 0; c < C; ++c) {
+      LLMK_UNROLL for (int c = 0; c < C; ++c) {
         const uint32_t* words = packed + ((p0 + c) * num_octets + o) * kPanels16Width;
         for (int j = 0; j < 8; ++j) {
           const float xj = xp[8 * o + j];
@@ -198,13 +198,13 @@ void gemv_tile_w4(const float* xp, const float* xsum, const W4Shape& s, const ui
             acc[c][l] += static_cast<float>((words[l] >> (4 * j)) & 15u) * xj;
         }
       }
-    for (int c = 0; c < C; ++c) {
+    LLMK_UNROLL for (int c = 0; c < C; ++c) {
       const int64_t at = ((p0 + c) * num_groups + g) * kPanels16Width;
       for (int l = 0; l < kPanels16Width; ++l)
         total[c][l] += scale[at + l] * (acc[c][l] - static_cast<float>(zero[at + l]) * xsum[g]);
     }
   }
-  for (int c = 0; c < C; ++c) {
+  LLMK_UNROLL for (int c = 0; c < C; ++c) {
     const int64_t cols = std::min<int64_t>(num_cols - c * kPanels16Width, kPanels16Width);
     if (cols <= 0) break;
     std::memcpy(y + c * kPanels16Width, total[c], static_cast<size_t>(cols) * sizeof(float));

@@ -40,24 +40,24 @@ void tile_w8a8(const uint8_t* xq, int64_t ldx, const float* x_scale, int64_t num
                int64_t panel_stride, const float* w_scale, const int32_t* row_sum, int64_t num_cols, float* y,
                int64_t ldy) {
   __m512i acc[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_si512();
+  LLMK_UNROLL for (int r = 0; r < R; ++r)
+    LLMK_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_si512();
   for (int64_t k4 = 0; k4 < num_k4; ++k4) {
     __m512i b[C];
-    for (int c = 0; c < C; ++c) b[c] = _mm512_loadu_si512(panels + c * panel_stride + k4 * kPanelBytes);
-    for (int r = 0; r < R; ++r) {
+    LLMK_UNROLL for (int c = 0; c < C; ++c) b[c] = _mm512_loadu_si512(panels + c * panel_stride + k4 * kPanelBytes);
+    LLMK_UNROLL for (int r = 0; r < R; ++r) {
       int32_t quad;
       std::memcpy(&quad, xq + r * ldx + 4 * k4, 4);
       const __m512i a = _mm512_set1_epi32(quad);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], a, b[c]);
+      LLMK_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], a, b[c]);
     }
   }
-  for (int c = 0; c < C; ++c) {
+  LLMK_UNROLL for (int c = 0; c < C; ++c) {
     const int64_t cols = num_cols - c * kPanels16Width;
     if (cols <= 0) break;
     const __m512 ws = _mm512_loadu_ps(w_scale + c * kPanels16Width);
     const __m512i shift = _mm512_slli_epi32(_mm512_loadu_si512(row_sum + c * kPanels16Width), 7);
-    for (int r = 0; r < R; ++r) {
+    LLMK_UNROLL for (int r = 0; r < R; ++r) {
       const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], shift));
       const __m512 s = _mm512_mul_ps(ws, _mm512_set1_ps(x_scale[r]));
       _mm512_mask_storeu_ps(y + r * ldy + c * kPanels16Width, tail_mask(cols), _mm512_mul_ps(v, s));
@@ -85,33 +85,33 @@ template <int R, int C>
 void pass_w8a8(const uint8_t* xq, int64_t ldx, const float* x_scale, int64_t num_k4, const int8_t* panels,
                int64_t panel_stride, const float* w_scale, int64_t num_cols, float* y, int64_t ldy) {
   __m256i acc[R][C][2];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_si256();
+  LLMK_UNROLL for (int r = 0; r < R; ++r)
+    LLMK_UNROLL for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t k4 = 0; k4 < num_k4; ++k4) {
     __m256i a[R];
-    for (int r = 0; r < R; ++r) {
+    LLMK_UNROLL for (int r = 0; r < R; ++r) {
       int32_t quad;
       std::memcpy(&quad, xq + r * ldx + 4 * k4, 4);
       a[r] = _mm256_xor_si256(_mm256_set1_epi32(quad), bias);  // u8 - 128 as int8
     }
-    for (int c = 0; c < C; ++c)
+    LLMK_UNROLL for (int c = 0; c < C; ++c)
       for (int h = 0; h < 2; ++h) {
         const __m256i w =
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panels + c * panel_stride + k4 * kPanelBytes + 32 * h));
         const __m256i w_abs = _mm256_abs_epi8(w);
-        for (int r = 0; r < R; ++r) {
+        LLMK_UNROLL for (int r = 0; r < R; ++r) {
           const __m256i pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a[r], w));
           acc[r][c][h] = _mm256_add_epi32(acc[r][c][h], _mm256_madd_epi16(pairs, ones));
         }
       }
   }
-  for (int c = 0; c < C; ++c)
+  LLMK_UNROLL for (int c = 0; c < C; ++c)
     for (int h = 0; h < 2; ++h) {
       const int64_t cols = num_cols - c * kPanels16Width - 8 * h;
       if (cols <= 0) break;
       const __m256 ws = _mm256_loadu_ps(w_scale + c * kPanels16Width + 8 * h);
-      for (int r = 0; r < R; ++r) {
+      LLMK_UNROLL for (int r = 0; r < R; ++r) {
         const __m256 v = _mm256_cvtepi32_ps(acc[r][c][h]);
         const __m256 s = _mm256_mul_ps(ws, _mm256_set1_ps(x_scale[r]));
         store8(y + r * ldy + c * kPanels16Width + 8 * h, _mm256_mul_ps(v, s), cols);
@@ -146,18 +146,18 @@ void tile_w8a8(const uint8_t* xq, int64_t ldx, const float* x_scale, int64_t num
                int64_t ldy) {
   int32_t acc[R][C][kPanels16Width] = {};
   for (int64_t k4 = 0; k4 < num_k4; ++k4)
-    for (int c = 0; c < C; ++c) {
+    LLMK_UNROLL for (int c = 0; c < C; ++c) {
       const int8_t* b = panels + c * panel_stride + k4 * kPanelBytes;  // [16 channels][4 k]
-      for (int r = 0; r < R; ++r) {
+      LLMK_UNROLL for (int r = 0; r < R; ++r) {
         const uint8_t* a = xq + r * ldx + 4 * k4;
         for (int j = 0; j < kPanels16Width; ++j)
           acc[r][c][j] += a[0] * b[4 * j] + a[1] * b[4 * j + 1] + a[2] * b[4 * j + 2] + a[3] * b[4 * j + 3];
       }
     }
-  for (int c = 0; c < C; ++c) {
+  LLMK_UNROLL for (int c = 0; c < C; ++c) {
     const int64_t cols = std::min<int64_t>(num_cols - c * kPanels16Width, kPanels16Width);
     if (cols <= 0) break;
-    for (int r = 0; r < R; ++r)
+    LLMK_UNROLL for (int r = 0; r < R; ++r)
       for (int64_t j = 0; j < cols; ++j) {
         const int64_t n = c * kPanels16Width + j;
         y[r * ldy + n] = static_cast<float>(acc[r][c][j] - (row_sum[n] << 7)) * (w_scale[n] * x_scale[r]);

@@ -29,15 +29,15 @@ template <int C>
 void gemv_tile_wu8(const float* x, float xsum, int64_t in_features, const uint8_t* packed, const float* scale,
                    const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
   __m512 acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  LLMK_UNROLL for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   const uint8_t* base = packed + p0 * in_features * kPanels16Width;
   for (int64_t k = 0; k < in_features; ++k) {
     const __m512 xk = _mm512_set1_ps(x[k]);
-    for (int c = 0; c < C; ++c)
+    LLMK_UNROLL for (int c = 0; c < C; ++c)
       acc[c] = _mm512_fmadd_ps(load_u8_ps(base + (c * in_features + k) * kPanels16Width), xk, acc[c]);
   }
   const __m512 vsum = _mm512_set1_ps(xsum);
-  for (int c = 0; c < C; ++c) {
+  LLMK_UNROLL for (int c = 0; c < C; ++c) {
     const int64_t cols = num_cols - c * kPanels16Width;
     if (cols <= 0) break;
     const int64_t at = (p0 + c) * kPanels16Width;
@@ -66,16 +66,16 @@ template <int C>
 void gemv_tile_wu8(const float* x, float xsum, int64_t in_features, const uint8_t* packed, const float* scale,
                    const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
   __m256 acc[C][2];
-  for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+  LLMK_UNROLL for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
   const uint8_t* base = packed + p0 * in_features * kPanels16Width;
   for (int64_t k = 0; k < in_features; ++k) {
     const __m256 xk = _mm256_broadcast_ss(x + k);
-    for (int c = 0; c < C; ++c)
+    LLMK_UNROLL for (int c = 0; c < C; ++c)
       for (int h = 0; h < 2; ++h)
         acc[c][h] = _mm256_fmadd_ps(load_u8_ps8(base + (c * in_features + k) * kPanels16Width + 8 * h), xk, acc[c][h]);
   }
   const __m256 vsum = _mm256_set1_ps(xsum);
-  for (int c = 0; c < C; ++c)
+  LLMK_UNROLL for (int c = 0; c < C; ++c)
     for (int h = 0; h < 2; ++h) {
       const int64_t cols = num_cols - c * kPanels16Width - 8 * h;
       if (cols <= 0) break;
@@ -105,11 +105,11 @@ void gemv_tile_wu8(const float* x, float xsum, int64_t in_features, const uint8_
   float acc[C][kPanels16Width] = {};
   const uint8_t* base = packed + p0 * in_features * kPanels16Width;
   for (int64_t k = 0; k < in_features; ++k)
-    for (int c = 0; c < C; ++c) {
+    LLMK_UNROLL for (int c = 0; c < C; ++c) {
       const uint8_t* q = base + (c * in_features + k) * kPanels16Width;
       for (int j = 0; j < kPanels16Width; ++j) acc[c][j] += static_cast<float>(q[j]) * x[k];
     }
-  for (int c = 0; c < C; ++c) {
+  LLMK_UNROLL for (int c = 0; c < C; ++c) {
     const int64_t cols = std::min<int64_t>(num_cols - c * kPanels16Width, kPanels16Width);
     if (cols <= 0) break;
     const int64_t at = (p0 + c) * kPanels16Width;

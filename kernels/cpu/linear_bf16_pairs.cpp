@@ -179,23 +179,27 @@ void linear_bf16_pairs(const float* x, int64_t num_rows, int64_t in_features, co
 
 #elif defined(__AVX2__) && defined(__FMA__)
 
-// AVX2 (no BF16 dot products): exact only. One row x one panel at a time:
-// a pair row's 64 columns are 8 vectors of 8 32-bit lanes (low half: step
-// 2i, high half: step 2i + 1), widened by a shift and a mask, 8
-// accumulators. Rows of a step reuse each panel from the cache.
+// AVX2 (no BF16 dot products): exact only. A pair row's 64 columns are 8
+// vectors of 8 32-bit lanes (low half: step 2i, high half: step 2i + 1),
+// widened by a shift and a mask. Every output sums its products in k order
+// in one F32 accumulator, two FMAs per pair (an odd last step's partner is
+// x = 0 against a zero weight), whichever path computes it: a row's outputs
+// do not depend on how many rows the step has.
 
 namespace {
 
+const __m256i kHighHalves = _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u));
+
+// One row x one panel (decode): 8 accumulators over the panel's 64 columns.
 void panel_row_exact_avx2(const float* x, int64_t in_features, const uint16_t* panel, int64_t pairs, float* out) {
   __m256 acc[8];
   for (auto& a : acc) a = _mm256_setzero_ps();
-  const __m256i high = _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u));
   const int64_t full_pairs = in_features / 2;  // pairs whose second step exists
   auto step = [&](const uint16_t* pair_row, __m256 x0, __m256 x1) {
     LLMK_UNROLL for (int j = 0; j < 8; ++j) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pair_row) + j);
       acc[j] = _mm256_fmadd_ps(x0, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), acc[j]);
-      acc[j] = _mm256_fmadd_ps(x1, _mm256_castsi256_ps(_mm256_and_si256(v, high)), acc[j]);
+      acc[j] = _mm256_fmadd_ps(x1, _mm256_castsi256_ps(_mm256_and_si256(v, kHighHalves)), acc[j]);
     }
   };
   for (int64_t i = 0; i < full_pairs; ++i)
@@ -203,6 +207,66 @@ void panel_row_exact_avx2(const float* x, int64_t in_features, const uint16_t* p
   if (full_pairs < pairs)  // odd depth: the last step's partner is zero
     step(panel + full_pairs * kPairRow, _mm256_set1_ps(x[2 * full_pairs]), _mm256_setzero_ps());
   LLMK_UNROLL for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+}
+
+// MR rows x one 16-column strip of a panel over the whole depth (prefill and
+// batched steps): 2 MR accumulators; the strip (64 bytes per pair) stays in
+// L1 or L2 while every row tile passes over it. Not inlined: inside its
+// callers GCC spills the tile.
+template <int MR>
+[[gnu::noinline]] void strip_rows_exact_avx2(const float* x, int64_t ldx, int64_t in_features, const uint16_t* strip, int64_t pairs,
+                           float* y, int64_t ldy, int num_cols) {
+  __m256 acc[MR][2];
+  LLMK_UNROLL for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+  const int64_t full_pairs = in_features / 2;
+  auto step = [&](int64_t i, bool has_partner) {
+    // Step 2i for every row, then step 2i + 1 (the same order per output as
+    // above; 12 accumulators + 2 weights + 1 activation fit 16 registers).
+    const auto* v = reinterpret_cast<const __m256i*>(strip + i * kPairRow);
+    const __m256 lo0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(v), 16));
+    const __m256 lo1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(v + 1), 16));
+    LLMK_UNROLL for (int m = 0; m < MR; ++m) {
+      const __m256 x0 = _mm256_broadcast_ss(x + m * ldx + 2 * i);
+      acc[m][0] = _mm256_fmadd_ps(x0, lo0, acc[m][0]);
+      acc[m][1] = _mm256_fmadd_ps(x0, lo1, acc[m][1]);
+    }
+    const __m256 hi0 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(v), kHighHalves));
+    const __m256 hi1 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(v + 1), kHighHalves));
+    LLMK_UNROLL for (int m = 0; m < MR; ++m) {
+      const __m256 x1 = has_partner ? _mm256_broadcast_ss(x + m * ldx + 2 * i + 1) : _mm256_setzero_ps();
+      acc[m][0] = _mm256_fmadd_ps(x1, hi0, acc[m][0]);
+      acc[m][1] = _mm256_fmadd_ps(x1, hi1, acc[m][1]);
+    }
+  };
+  for (int64_t i = 0; i < full_pairs; ++i) step(i, true);
+  if (full_pairs < pairs) step(full_pairs, false);
+  LLMK_UNROLL for (int m = 0; m < MR; ++m)
+    LLMK_UNROLL for (int h = 0; h < 2; ++h) {
+      const int valid = num_cols - 8 * h;
+      if (valid > 0) store8(y + m * ldy + 8 * h, acc[m][h], valid);
+    }
+}
+
+void panel_rows_exact_avx2(const float* x, int64_t num_rows, int64_t in_features, const uint16_t* panel,
+                           int64_t pairs, float* y, int64_t ldy, int num_cols) {
+  for (int s = 0; s < num_cols; s += 16) {
+    const uint16_t* strip = panel + 2 * s;
+    const int cols = num_cols - s;
+    int64_t m = 0;
+    for (; m + kTileRows <= num_rows; m += kTileRows)
+      strip_rows_exact_avx2<kTileRows>(x + m * in_features, in_features, in_features, strip, pairs, y + m * ldy + s,
+                                       ldy, cols);
+    const float* xr = x + m * in_features;
+    float* yr = y + m * ldy + s;
+    switch (num_rows - m) {
+      case 5: strip_rows_exact_avx2<5>(xr, in_features, in_features, strip, pairs, yr, ldy, cols); break;
+      case 4: strip_rows_exact_avx2<4>(xr, in_features, in_features, strip, pairs, yr, ldy, cols); break;
+      case 3: strip_rows_exact_avx2<3>(xr, in_features, in_features, strip, pairs, yr, ldy, cols); break;
+      case 2: strip_rows_exact_avx2<2>(xr, in_features, in_features, strip, pairs, yr, ldy, cols); break;
+      case 1: strip_rows_exact_avx2<1>(xr, in_features, in_features, strip, pairs, yr, ldy, cols); break;
+      default: break;
+    }
+  }
 }
 
 }  // namespace
@@ -217,9 +281,13 @@ void linear_bf16_pairs(const float* x, int64_t num_rows, int64_t in_features, co
     alignas(32) float tile[kCols];
     for (int64_t p = p_begin; p < p_end; ++p) {
       const int64_t cols = std::min(kCols, out_features - p * kCols);
-      for (int64_t m = 0; m < num_rows; ++m) {
-        panel_row_exact_avx2(x + m * in_features, in_features, packed + p * pairs * kPairRow, pairs, tile);
-        std::copy_n(tile, cols, y + m * out_features + p * kCols);
+      const uint16_t* panel = packed + p * pairs * kPairRow;
+      if (num_rows == 1) {
+        panel_row_exact_avx2(x, in_features, panel, pairs, tile);
+        std::copy_n(tile, cols, y + p * kCols);
+      } else {
+        panel_rows_exact_avx2(x, num_rows, in_features, panel, pairs, y + p * kCols, out_features,
+                              static_cast<int>(cols));
       }
     }
   });

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -104,6 +105,28 @@ TEST_CASE("linear_bf16_pairs is exact over k-pair BF16 panels", "[linear][bf16]"
   // blocks, widths that leave a partial last panel.
   const int64_t in = GENERATE(1, 3, 256, 300, 515), out = GENERATE(1, 70, 129);
   check_linear_bf16_pairs(rows, in, out, false);
+}
+
+TEST_CASE("linear_bf16_pairs gives a row the same bits alone and among other rows (exact path)", "[linear][bf16]") {
+  // Decode (one row) and prefill or batched steps (row tiles) take different
+  // loops; each output must still sum the same products in the same order.
+  using namespace llmk::kernels::cpu;
+  const int64_t in = GENERATE(3, 300, 768), out = GENERATE(70, 192);
+  const int64_t rows = 13;
+  std::mt19937 rng(static_cast<uint32_t>(in * 131 + out));
+  std::normal_distribution<float> normal;
+  std::vector<float> x(rows * in), y_all(rows * out), y_one(out);
+  for (auto& v : x) v = normal(rng);
+  std::vector<uint16_t> w(out * in), packed(bf16_pairs_size(out, in));
+  for (auto& v : w) v = llmk::f32_to_bf16(normal(rng));
+  pack_bf16_pairs(w.data(), out, in, packed.data());
+  std::vector<uint16_t> x_bf16(bf16_pairs_scratch_size(rows, in));
+  linear_bf16_pairs(x.data(), rows, in, packed.data(), false, out, y_all.data(), x_bf16.data(), 2);
+  for (int64_t m = 0; m < rows; ++m) {
+    linear_bf16_pairs(x.data() + m * in, 1, in, packed.data(), false, out, y_one.data(), x_bf16.data(), 2);
+    CAPTURE(in, out, m);
+    CHECK(std::memcmp(y_one.data(), y_all.data() + m * out, out * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("linear_bf16_pairs on the BF16 dot-product units is exact for BF16-rounded activations", "[linear][bf16]") {

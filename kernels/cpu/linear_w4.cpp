@@ -230,6 +230,154 @@ void dequantize_panel(const W4Shape& s, const uint32_t* packed, const float* sca
 
 #endif
 
+// ---- one row, int8 activations (W4Activations::int8) ----
+
+// The activations of one row for the integer path: per octet o, xq of its
+// even steps (8o, 8o+2, 8o+4, 8o+6) as the bytes of one int32 and of its odd
+// steps as the next, matching a weight word's low and high nibbles of each
+// byte; per group its scale and the integer sum of its xq.
+struct W4RowA8 {
+  int32_t* quads;  // [2 * k_pad / 8]
+  float* x_scale;  // [num_groups]
+  int32_t* x_sum;  // [num_groups]
+};
+
+void quantize_row_a8(const float* x, const W4Shape& s, const W4RowA8& r) {
+  const int64_t num_octets = s.k_pad() / 8;
+  for (int64_t g = 0; g < s.num_groups(); ++g) {
+    const int64_t k0 = g * s.group_size, k1 = std::min(s.in_features, k0 + s.group_size);
+    float amax = 0.0f;
+    for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(x[k]));
+    const float sx = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    r.x_scale[g] = sx;
+    int32_t sum = 0;
+    const int64_t o_end = g + 1 == s.num_groups() ? num_octets : (g + 1) * s.group_size / 8;
+    for (int64_t o = k0 / 8; o < o_end; ++o) {
+      uint32_t even = 0, odd = 0;
+      for (int b = 0; b < 4; ++b) {
+        const int64_t ke = 8 * o + 2 * b, ko = ke + 1;
+        const auto qe = static_cast<int8_t>(ke < k1 ? std::nearbyint(x[ke] * inv) : 0.0f);
+        const auto qo = static_cast<int8_t>(ko < k1 ? std::nearbyint(x[ko] * inv) : 0.0f);
+        sum += qe + qo;
+        even |= static_cast<uint32_t>(static_cast<uint8_t>(qe)) << (8 * b);
+        odd |= static_cast<uint32_t>(static_cast<uint8_t>(qo)) << (8 * b);
+      }
+      r.quads[2 * o] = static_cast<int32_t>(even);
+      r.quads[2 * o + 1] = static_cast<int32_t>(odd);
+    }
+    r.x_sum[g] = sum;
+  }
+}
+
+#if defined(__AVX2__)
+
+// The first min(cols, 8) floats of v to p (cols > 0); AVX-512 builds take this path too.
+inline void store_first8(float* p, __m256 v, int64_t cols) {
+  if (cols >= 8) return _mm256_storeu_ps(p, v);
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(cols)),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  _mm256_maskstore_ps(p, mask, v);
+}
+
+// One panel pass of C (1 or 2) panels: per octet and 8 channels, the low
+// and high nibbles of each byte times the even and odd activation quads
+// (vpmaddubsw: u8 x s8 pairs into s16, |sum| <= 2 * 15 * 127), the two
+// summed in s16 for up to 4 octets (|sum| <= 30480), then widened to s32
+// (vpmaddwd with ones); per group the exact s32 sum is scaled in f32.
+template <int C>
+void gemv_pass_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, const float* scale,
+                    const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
+  const int64_t num_octets = s.k_pad() / 8;
+  const int64_t num_groups = s.num_groups();
+  const __m256i nibbles = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  __m256 total[C][2];
+  LLMK_UNROLL for (int c = 0; c < C; ++c) total[c][0] = total[c][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t o_begin = g * s.group_size / 8;
+    const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
+    __m256i acc[C][2];
+    LLMK_UNROLL for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_si256();
+    for (int64_t o0 = o_begin; o0 < o_end; o0 += 4) {
+      __m256i sum16[C][2];
+      LLMK_UNROLL for (int c = 0; c < C; ++c) sum16[c][0] = sum16[c][1] = _mm256_setzero_si256();
+      const int64_t o1 = std::min(o_end, o0 + 4);
+      for (int64_t o = o0; o < o1; ++o) {
+        const __m256i xe = _mm256_set1_epi32(r.quads[2 * o]), xo = _mm256_set1_epi32(r.quads[2 * o + 1]);
+        LLMK_UNROLL for (int c = 0; c < C; ++c)
+          LLMK_UNROLL for (int h = 0; h < 2; ++h) {
+            const __m256i w = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(packed + ((p0 + c) * num_octets + o) * kPanels16Width + 8 * h));
+            const __m256i lo = _mm256_and_si256(w, nibbles);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), nibbles);
+            sum16[c][h] = _mm256_add_epi16(sum16[c][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe),
+                                                                          _mm256_maddubs_epi16(hi, xo)));
+          }
+      }
+      LLMK_UNROLL for (int c = 0; c < C; ++c)
+        LLMK_UNROLL for (int h = 0; h < 2; ++h)
+          acc[c][h] = _mm256_add_epi32(acc[c][h], _mm256_madd_epi16(sum16[c][h], ones));
+    }
+    const __m256 sx = _mm256_set1_ps(r.x_scale[g]);
+    const __m256 xsum = _mm256_set1_ps(static_cast<float>(r.x_sum[g]));
+    LLMK_UNROLL for (int c = 0; c < C; ++c)
+      LLMK_UNROLL for (int h = 0; h < 2; ++h) {
+        const int64_t at = ((p0 + c) * num_groups + g) * kPanels16Width + 8 * h;
+        const __m256 z = _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zero + at))));
+        const __m256 dot = _mm256_fnmadd_ps(z, xsum, _mm256_cvtepi32_ps(acc[c][h]));  // exact below 2^24
+        total[c][h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(scale + at), sx), dot, total[c][h]);
+      }
+  }
+  LLMK_UNROLL for (int c = 0; c < C; ++c)
+    LLMK_UNROLL for (int h = 0; h < 2; ++h) {
+      const int64_t cols = num_cols - c * kPanels16Width - 8 * h;
+      if (cols > 0) store_first8(y + c * kPanels16Width + 8 * h, total[c][h], cols);
+    }
+}
+
+template <int C>
+void gemv_tile_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, const float* scale,
+                    const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
+  for (int c0 = 0; c0 < C; c0 += 2) {
+    const int64_t cols = num_cols - c0 * kPanels16Width;
+    if (cols <= 0) break;
+    if (C - c0 >= 2) gemv_pass_w4a8<2>(r, s, packed, scale, zero, p0 + c0, cols, y + c0 * kPanels16Width);
+    else gemv_pass_w4a8<1>(r, s, packed, scale, zero, p0 + c0, cols, y + c0 * kPanels16Width);
+  }
+}
+
+#else  // portable: the same integer sums and the same f32 scaling, one channel at a time
+
+template <int C>
+void gemv_tile_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, const float* scale,
+                    const uint8_t* zero, int64_t p0, int64_t num_cols, float* y) {
+  const int64_t num_octets = s.k_pad() / 8;
+  const int64_t num_groups = s.num_groups();
+  for (int64_t n = 0; n < num_cols; ++n) {
+    const int64_t p = p0 + n / kPanels16Width, l = n % kPanels16Width;
+    float total = 0.0f;
+    for (int64_t g = 0; g < num_groups; ++g) {
+      const int64_t o_begin = g * s.group_size / 8;
+      const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
+      int32_t dot = 0;
+      for (int64_t o = o_begin; o < o_end; ++o) {
+        const uint32_t word = packed[(p * num_octets + o) * kPanels16Width + l];
+        const auto even = static_cast<uint32_t>(r.quads[2 * o]), odd = static_cast<uint32_t>(r.quads[2 * o + 1]);
+        for (int b = 0; b < 4; ++b) {
+          dot += static_cast<int32_t>((word >> (8 * b)) & 15u) * static_cast<int8_t>(even >> (8 * b));
+          dot += static_cast<int32_t>((word >> (8 * b + 4)) & 15u) * static_cast<int8_t>(odd >> (8 * b));
+        }
+      }
+      const int64_t at = (p * num_groups + g) * kPanels16Width + l;
+      const float d = std::fma(-static_cast<float>(zero[at]), static_cast<float>(r.x_sum[g]), static_cast<float>(dot));
+      total = std::fma(scale[at] * r.x_scale[g], d, total);
+    }
+    y[n] = total;
+  }
+}
+
+#endif
+
 constexpr int kShrinkSteps = 25;       // candidate ranges of the MSE search besides the full one
 constexpr float kShrinkStep = 0.01f;  // the range scales by 1 - i * kShrinkStep, down to 0.75
 
@@ -308,7 +456,17 @@ size_t w4_scratch_size(const W4Shape& s, int num_threads) {
 }
 
 void linear_w4(const float* x, int64_t num_rows, const W4Shape& s, const uint32_t* packed, const float* scale,
-               const uint8_t* zero, float* y, float* scratch, int num_threads) {
+               const uint8_t* zero, float* y, float* scratch, int num_threads, W4Activations activations) {
+  if (num_rows == 1 && activations == W4Activations::int8) {
+    // Scratch as int32 quads, then the group scales and sums (within w4_scratch_size).
+    const W4RowA8 r{reinterpret_cast<int32_t*>(scratch), scratch + s.k_pad() / 4,
+                    reinterpret_cast<int32_t*>(scratch + s.k_pad() / 4 + s.num_groups())};
+    quantize_row_a8(x, s, r);
+    for_one_row_tiles(s.out_features, num_threads, [&](auto panels, int64_t p0, int64_t num_cols, int64_t n0) {
+      gemv_tile_w4a8<decltype(panels)::value>(r, s, packed, scale, zero, p0, num_cols, y + n0);
+    });
+    return;
+  }
   if (num_rows == 1) {
     float* xp = scratch;                 // [k_pad]
     float* xsum = scratch + s.k_pad();   // [num_groups]

@@ -77,8 +77,20 @@ void pack_w4(const float* w, const W4Shape& shape, uint32_t* packed, float* scal
 // Floats of scratch linear_w4 needs.
 size_t w4_scratch_size(const W4Shape& shape, int num_threads);
 
+// How a one-row (decode) product treats the activations. f32: exact, as
+// above. int8: x is quantized per weight group to int8 (absmax / 127, round
+// to nearest) and each group's sum of q * xq is an exact integer sum on the
+// integer multiply-add units, then
+//   sum_k (q - z) s x ~= s sx (sum_k q xq - z sum_k xq),
+// which is how int4 formats with 8-bit activations (llama.cpp's Q4_0 x Q8_0)
+// multiply; on CPUs without 4-bit float conversion it is several times
+// fewer instructions per weight. Rows of prefill and batched steps are f32
+// either way.
+enum class W4Activations { f32, int8 };
+
 // y: [num_rows, out_features] = x: [num_rows, in_features] times the packed weight.
 void linear_w4(const float* x, int64_t num_rows, const W4Shape& shape, const uint32_t* packed, const float* scale,
-               const uint8_t* zero, float* y, float* scratch, int num_threads);
+               const uint8_t* zero, float* y, float* scratch, int num_threads,
+               W4Activations activations = W4Activations::f32);
 
 }  // namespace llmk::kernels::cpu

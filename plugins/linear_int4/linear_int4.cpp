@@ -1,11 +1,20 @@
-// linear.int4: weight-only int4, group-wise along in_features, asymmetric
-// with integer zero points, two weights per byte (kernels/cpu/linear_w4.hpp).
-// Activations stay f32; weights are unpacked inside the GEMV/GEMM.
+// linear.int4: int4 weights, group-wise along in_features, asymmetric with
+// integer zero points, two weights per byte (kernels/cpu/linear_w4.hpp),
+// unpacked inside the GEMV/GEMM.
 //
-// Options: {"group_size": 128, "range": "mse", "float_layers": []}. The
+// Options: {"group_size": 128, "range": "mse", "activations": "int8",
+// "float_layers": []}. The
 // group size is capped at in_features; otherwise it must be a multiple of 8.
 // "range" picks each group's range: "mse" (the min/max range shrunk to
 // minimize the group's squared error, kernels/cpu/linear_w4.hpp) or "min_max".
+// "activations" sets how decode steps (one row) multiply: "int8" (the
+// default) rounds the row to int8 per weight group and sums the products
+// exactly on the integer multiply-add units, as int4 formats with 8-bit
+// activations do (W4A8); "f32" keeps the row exact and converts each nibble
+// to f32. On stories260K both give the same top-1 agreement with float
+// (tests/quant/test_quant_accuracy.cpp); int8 decodes llama-110m about 1.45x
+// faster on an AVX2 CPU (docs/PERFORMANCE.md). Prefill and batched steps
+// (many rows) are f32 either way.
 // Layers named in "float_layers" stay in the checkpoint's float precision.
 // ["lm_head"] is the usual choice when accuracy matters more than memory: the
 // output projection's error lands on the logits directly, but on small models
@@ -25,9 +34,9 @@ class LinearInt4 {
   static constexpr const char* kName = "linear.int4";
   static constexpr const char* kVersion = "1.0.0";
   static constexpr const char* kDescription =
-      "Weight-only int4: groups along in_features with scales and zero points, f32 activations";
+      "Int4 weights: groups along in_features with scales and zero points; decode rows int8 per group, prefill rows f32";
   static constexpr const char* kCapabilities =
-      R"({"weight_dtypes":["f32","f16","bf16"],"scheme":"w4a32","options":{"group_size":128,"range":"mse","float_layers":[]}})";
+      R"({"weight_dtypes":["f32","f16","bf16"],"scheme":"w4a8","options":{"group_size":128,"range":"mse","activations":"int8","float_layers":[]}})";
 
   static bool supports(const llmk_linear_desc& d, std::string& why) {
     if (!check_desc(d, why)) return false;
@@ -43,6 +52,7 @@ class LinearInt4 {
   explicit LinearInt4(const llmk_linear_desc& d) : threads_(thread_count(d)) {
     const auto options = parse_options(d);
     shape_ = shape_of(d, options);
+    activations_ = activations_of(d, options);
     if (layer_matches(layer_name(d), float_layers(options, {}, d))) {
       float_ = std::make_unique<FloatLayer>(d, threads_);
       return;
@@ -66,7 +76,7 @@ class LinearInt4 {
     if (num_rows == 0) return;
     if (float_) return float_->forward(x, y, num_rows);
     kernels::cpu::linear_w4(x, num_rows, shape_, packed_.data(), scale_.data(), zero_.data(), y,
-                            static_cast<float*>(workspace), threads_);
+                            static_cast<float*>(workspace), threads_, activations_);
   }
 
   size_t weight_bytes() const {
@@ -75,9 +85,10 @@ class LinearInt4 {
 
  private:
   static kernels::cpu::W4Shape shape_of(const llmk_linear_desc& d, const nlohmann::json& options) {
-    check_option_keys(options, {"group_size", "range", "float_layers"}, d);
+    check_option_keys(options, {"group_size", "range", "activations", "float_layers"}, d);
     float_layers(options, {}, d);
     range_of(d, options);
+    activations_of(d, options);
     int64_t group = 128;
     if (options.contains("group_size")) {
       if (!options["group_size"].is_number_integer() || options["group_size"].get<int64_t>() <= 0)
@@ -101,8 +112,18 @@ class LinearInt4 {
                         layer_name(d) + ": option range must be \"mse\" or \"min_max\", got " + r.dump());
   }
 
+  static kernels::cpu::W4Activations activations_of(const llmk_linear_desc& d, const nlohmann::json& options) {
+    if (!options.contains("activations")) return kernels::cpu::W4Activations::int8;
+    const auto& a = options["activations"];
+    if (a == "f32") return kernels::cpu::W4Activations::f32;
+    if (a == "int8") return kernels::cpu::W4Activations::int8;
+    throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT,
+                        layer_name(d) + ": option activations must be \"f32\" or \"int8\", got " + a.dump());
+  }
+
   int threads_;
   kernels::cpu::W4Shape shape_;
+  kernels::cpu::W4Activations activations_ = kernels::cpu::W4Activations::int8;
   std::unique_ptr<FloatLayer> float_;
   AlignedArray<uint32_t> packed_;  // [num_panels16(out), k_pad / 8, 16], 8 nibbles per word
   AlignedArray<float> scale_;      // [num_panels16(out), num_groups, 16]

@@ -9,7 +9,8 @@
 //   half of the zero point's); a range search that clips keeps the error
 //   energy below that grid's, so by Cauchy-Schwarz
 //       |e| <= ||x|| * sqrt(sum_k s_k^2) + F32 accumulation
-//   w8a8 (symmetric per-channel weights, per-token activations): as above
+//   w8a8 (symmetric per-channel weights, per-token activations), w4a8 (the
+//   4-bit grid, activations per group or per token): as above
 //   with s_k = max|w| / 127, plus the activation rounding,
 //       + sum_k |w_k| * max|x| / 254 (first order) and its product term.
 //
@@ -53,8 +54,11 @@ bool parse_scheme(const nlohmann::json& caps, Scheme& s, std::string& why) {
     s = {255, false, 0, false};
   } else if (name == "w4a32") {
     s = {15, false, options.value("group_size", int64_t{128}), false};
+  } else if (name == "w4a8") {
+    // Activations rounded per weight group (never coarser than per token, which the bound assumes).
+    s = {15, false, options.value("group_size", int64_t{128}), true};
   } else {
-    why = "capabilities declare scheme '" + name + "', which the suite has no error bound for (known: w8a8, w8a32-zp, w4a32)";
+    why = "capabilities declare scheme '" + name + "', which the suite has no error bound for (known: w8a8, w8a32-zp, w4a32, w4a8)";
     return false;
   }
   return true;

@@ -152,6 +152,16 @@ TEST_CASE("linear.int4 and linear.uint8_zp quantize with their options and repor
   REQUIRE(mm.weight_bytes == g128.weight_bytes);
   REQUIRE(relative_error(mm.y, x, w, rows, in, out) < 0.2);
   // float_layers keeps the named layer in float.
+  // Decode rows (one at a time) are rounded to int8 per group by default; "f32" keeps them exact. Prefill
+  // rows are f32 either way.
+  const auto x1 = llmk::test::random_matrix(1, in, 113);
+  const auto a32 = run(i4, make_desc("mlp.up_proj", w, out, in, R"({"activations":"f32"})"), x1, 1);
+  const auto a8 = run(i4, make_desc("mlp.up_proj", w, out, in, "{}"), x1, 1);
+  REQUIRE(a8.weight_bytes == a32.weight_bytes);
+  REQUIRE(a8.y != a32.y);
+  REQUIRE(relative_error(a8.y, x1, w, 1, in, out) < 0.2);
+  REQUIRE(run(i4, make_desc("mlp.up_proj", w, out, in, R"({"activations":"int8"})"), x1, 1).y == a8.y);
+  REQUIRE(run(i4, make_desc("mlp.up_proj", w, out, in, R"({"activations":"f32"})"), x, rows).y == g128.y);
   const auto head = run(i4, make_desc("lm_head", w, out, in, R"({"float_layers":["lm_head"]})"), x, rows);
   REQUIRE(relative_error(head.y, x, w, rows, in, out) < 1e-6);
   REQUIRE(head.weight_bytes == size_t(out) * in * 4);
@@ -182,6 +192,9 @@ TEST_CASE("Quantized linear plugins refuse bad options and say why", "[quant][pl
   REQUIRE(supports(i4, make_desc("a.q_proj", w, 20, 64, R"({"range":"min_max"})"), why, sizeof(why)) == 1);
   // Capped at in_features: a group of 100 over 64 inputs is one group.
   REQUIRE(supports(i4, make_desc("a.q_proj", w, 20, 64, R"({"group_size":100})"), why, sizeof(why)) == 1);
+  REQUIRE(supports(i4, make_desc("a.q_proj", w, 20, 64, R"({"activations":"int4"})"), why, sizeof(why)) == 0);
+  REQUIRE(std::string(why).find("activations") != std::string::npos);
+  REQUIRE(supports(i4, make_desc("a.q_proj", w, 20, 64, R"({"activations":"int8"})"), why, sizeof(why)) == 1);
 
   const LoadedLinear u8 = load("linear.uint8_zp");
   REQUIRE(supports(u8, make_desc("a.q_proj", w, 20, 64, R"({"per_channel":"yes"})"), why, sizeof(why)) == 0);

@@ -172,6 +172,53 @@ TEST_CASE("Int4 GEMV and GEMM match float64 within the weights' quantization err
   }
 }
 
+TEST_CASE("Int4 GEMV with int8 activations is within the activations' rounding of the dequantized product",
+          "[quant][int4]") {
+  // W4Activations::int8 rounds each group of x to the nearest of 255 levels
+  // (step sx = absmax / 127) and sums the products exactly: against float64
+  // over the dequantized weights, the error is at most |deq(w)| * sx / 2 per
+  // term plus f32 rounding.
+  for (const int64_t gs : {8, 32, 128}) {
+    for (const Shape& s : kShapes) {
+      const W4Shape ws{s.in, s.out, std::min(gs, s.in)};
+      if (!ws.valid()) continue;
+      const auto w = llmk::test::random_matrix(s.out, s.in, 71);
+      const auto x = llmk::test::random_matrix(s.rows, s.in, 72, s.rows > 2 ? 1 : -1);
+      std::vector<uint32_t> packed(w4_size(ws));
+      std::vector<float> scale(ws.group_params());
+      std::vector<uint8_t> zero(ws.group_params());
+      pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data());
+      for (const int threads : {1, 2}) {
+        std::vector<float> scratch(w4_scratch_size(ws, threads));
+        std::vector<float> y(static_cast<size_t>(s.out), -1.0f);
+        for (int64_t r = 0; r < s.rows; ++r) {
+          const float* xr = x.data() + r * s.in;
+          linear_w4(xr, 1, ws, packed.data(), scale.data(), zero.data(), y.data(), scratch.data(), threads,
+                    W4Activations::int8);
+          for (int64_t n = 0; n < s.out; ++n) {
+            double ref = 0.0, bound = 0.0, mag = 0.0;
+            for (int64_t g = 0; g < ws.num_groups(); ++g) {
+              const int64_t k0 = g * ws.group_size, k1 = std::min(s.in, k0 + ws.group_size);
+              double amax = 0.0;
+              for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(double(xr[k])));
+              const double step = amax / 127.0;
+              const int64_t at = w4_param_index(ws, n, g);
+              for (int64_t k = k0; k < k1; ++k) {
+                const double deq = w4_deq(packed, scale, zero, ws, n, k);
+                ref += deq * xr[k];
+                bound += std::fabs(deq) * step * (0.5 + 1e-4);
+                mag += (std::fabs(deq) + 16.0 * scale[at]) * (std::fabs(xr[k]) + step);
+              }
+            }
+            CAPTURE(s.in, s.out, ws.group_size, threads, r, n);
+            REQUIRE(std::fabs(y[n] - ref) <= bound + rounding(s.in, mag));
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("Uint8 zero-point quantization stays within half a step per tensor and per channel", "[quant][uint8_zp]") {
   for (const bool per_channel : {false, true}) {
     for (const Shape& s : kShapes) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/linear_tile.hpp"
 
@@ -242,6 +243,9 @@ struct W4RowA8 {
   int32_t* x_sum;  // [num_groups]
 };
 
+// Floats of scratch one row's W4RowA8 takes: the quads, then scales and sums.
+int64_t w4a8_row_floats(const W4Shape& s) { return s.k_pad() / 4 + 2 * s.num_groups(); }
+
 void quantize_row_a8(const float* x, const W4Shape& s, const W4RowA8& r) {
   const int64_t num_octets = s.k_pad() / 8;
   for (int64_t g = 0; g < s.num_groups(); ++g) {
@@ -346,6 +350,54 @@ void gemv_tile_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, 
   }
 }
 
+// R rows (R <= 4) x one panel (16 channels): the same integer sums per group
+// as the one-row pass, each row against its own activation quads, and the
+// same f32 epilogue in the same group order, so a row's outputs are the same
+// bits in a decode step and in a prefill. Each octet's nibbles are unpacked
+// once for all R rows; the group totals accumulate in y.
+template <int R>
+void rows_panel_w4a8(const W4RowA8* rows, const W4Shape& s, const uint32_t* packed, const float* scale,
+                     const uint8_t* zero, int64_t p, int64_t num_cols, float* y, int64_t ldy) {
+  const int64_t num_octets = s.k_pad() / 8;
+  const int64_t num_groups = s.num_groups();
+  const __m256i nibbles = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  alignas(32) float total[R][16] = {};
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t o_begin = g * s.group_size / 8;
+    const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
+    __m256i acc[R][2];
+    LLMK_UNROLL for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      const auto* wp = reinterpret_cast<const __m256i*>(packed + (p * num_octets + o) * kPanels16Width);
+      const __m256i w0 = _mm256_loadu_si256(wp), w1 = _mm256_loadu_si256(wp + 1);
+      const __m256i lo0 = _mm256_and_si256(w0, nibbles), hi0 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), nibbles);
+      const __m256i lo1 = _mm256_and_si256(w1, nibbles), hi1 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), nibbles);
+      LLMK_UNROLL for (int r = 0; r < R; ++r) {
+        const __m256i xe = _mm256_set1_epi32(rows[r].quads[2 * o]), xo = _mm256_set1_epi32(rows[r].quads[2 * o + 1]);
+        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, xe),
+                                                                                   _mm256_maddubs_epi16(hi0, xo)),
+                                                                  ones));
+        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo1, xe),
+                                                                                   _mm256_maddubs_epi16(hi1, xo)),
+                                                                  ones));
+      }
+    }
+    LLMK_UNROLL for (int h = 0; h < 2; ++h) {
+      const int64_t at = (p * num_groups + g) * kPanels16Width + 8 * h;
+      const __m256 z = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zero + at))));
+      const __m256 sc = _mm256_loadu_ps(scale + at);
+      LLMK_UNROLL for (int r = 0; r < R; ++r) {
+        const __m256 dot = _mm256_fnmadd_ps(z, _mm256_set1_ps(static_cast<float>(rows[r].x_sum[g])),
+                                            _mm256_cvtepi32_ps(acc[r][h]));
+        const __m256 t = _mm256_fmadd_ps(_mm256_mul_ps(sc, _mm256_set1_ps(rows[r].x_scale[g])), dot,
+                                         _mm256_load_ps(total[r] + 8 * h));
+        _mm256_store_ps(total[r] + 8 * h, t);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) std::memcpy(y + r * ldy, total[r], static_cast<size_t>(num_cols) * sizeof(float));
+}
+
 #else  // portable: the same integer sums and the same f32 scaling, one channel at a time
 
 template <int C>
@@ -377,6 +429,43 @@ void gemv_tile_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, 
 }
 
 #endif
+
+// Many rows with int8 activations: each row's quads, then row tiles per panel.
+void rows_w4a8(const float* x, int64_t num_rows, const W4Shape& s, const uint32_t* packed, const float* scale,
+               const uint8_t* zero, float* y, float* scratch, int num_threads) {
+  const int64_t per_row = w4a8_row_floats(s);
+  std::vector<W4RowA8> rows(static_cast<size_t>(num_rows));
+  for (int64_t m = 0; m < num_rows; ++m) {
+    float* at = scratch + m * per_row;
+    rows[m] = W4RowA8{reinterpret_cast<int32_t*>(at), at + s.k_pad() / 4,
+                      reinterpret_cast<int32_t*>(at + s.k_pad() / 4 + s.num_groups())};
+  }
+  const int64_t n_panels = num_panels16(s.out_features);
+#pragma omp parallel num_threads(num_threads) if (num_threads > 1 && num_rows * s.in_features * s.out_features >= (1 << 18))
+  {
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < num_rows; ++m) quantize_row_a8(x + m * s.in_features, s, rows[m]);
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < n_panels; ++p) {
+      const int64_t n0 = p * kPanels16Width;
+      const int64_t cols = std::min<int64_t>(kPanels16Width, s.out_features - n0);
+#if defined(__AVX2__)
+      int64_t m = 0;
+      for (; m + 4 <= num_rows; m += 4)
+        rows_panel_w4a8<4>(rows.data() + m, s, packed, scale, zero, p, cols, y + m * s.out_features + n0, s.out_features);
+      switch (num_rows - m) {
+        case 3: rows_panel_w4a8<3>(rows.data() + m, s, packed, scale, zero, p, cols, y + m * s.out_features + n0, s.out_features); break;
+        case 2: rows_panel_w4a8<2>(rows.data() + m, s, packed, scale, zero, p, cols, y + m * s.out_features + n0, s.out_features); break;
+        case 1: rows_panel_w4a8<1>(rows.data() + m, s, packed, scale, zero, p, cols, y + m * s.out_features + n0, s.out_features); break;
+        default: break;
+      }
+#else
+      for (int64_t m = 0; m < num_rows; ++m)
+        gemv_tile_w4a8<1>(rows[m], s, packed, scale, zero, p, cols, y + m * s.out_features + n0);
+#endif
+    }
+  }
+}
 
 constexpr int kShrinkSteps = 25;       // candidate ranges of the MSE search besides the full one
 constexpr float kShrinkStep = 0.01f;  // the range scales by 1 - i * kShrinkStep, down to 0.75
@@ -449,14 +538,17 @@ void pack_w4(const float* w, const W4Shape& s, uint32_t* packed, float* scale, u
   }
 }
 
-size_t w4_scratch_size(const W4Shape& s, int num_threads) {
+size_t w4_scratch_size(const W4Shape& s, int num_threads, int64_t max_rows) {
   const size_t gemv = static_cast<size_t>(s.k_pad() + s.num_groups());
   const size_t gemm = dequantized_panels16_scratch_size(s.in_features, num_threads);
-  return std::max(gemv, gemm);
+  const size_t rows_a8 = static_cast<size_t>(std::max<int64_t>(1, max_rows) * w4a8_row_floats(s));
+  return std::max({gemv, gemm, rows_a8});
 }
 
 void linear_w4(const float* x, int64_t num_rows, const W4Shape& s, const uint32_t* packed, const float* scale,
                const uint8_t* zero, float* y, float* scratch, int num_threads, W4Activations activations) {
+  if (num_rows > 1 && activations == W4Activations::int8)
+    return rows_w4a8(x, num_rows, s, packed, scale, zero, y, scratch, num_threads);
   if (num_rows == 1 && activations == W4Activations::int8) {
     // Scratch as int32 quads, then the group scales and sums (within w4_scratch_size).
     const W4RowA8 r{reinterpret_cast<int32_t*>(scratch), scratch + s.k_pad() / 4,

@@ -20,9 +20,11 @@
 // [num_panels16(out)][num_groups][16]. Groups must start on an octet: group_size
 // is a multiple of 8, or covers all of in_features.
 //
-// One row (decode) multiplies raw q by x and applies scale and zero point per
-// group: sum_k (q - z) s x = s (sum_k q x - z sum_k x). More rows dequantize a
-// tile of panels to f32 once and reuse it for every row.
+// With f32 activations, one row (decode) multiplies raw q by x and applies
+// scale and zero point per group: sum_k (q - z) s x = s (sum_k q x - z sum_k x);
+// more rows dequantize a tile of panels to f32 once and reuse it for every
+// row. With int8 activations (W4Activations below) every row takes the
+// integer path.
 //
 // One of the linear family; its naming and layouts: kernels/cpu/linear.hpp.
 #pragma once
@@ -74,8 +76,8 @@ W4Group w4_fit_group(const float* w, int64_t n, W4Range range);
 void pack_w4(const float* w, const W4Shape& shape, uint32_t* packed, float* scale, uint8_t* zero,
              W4Range range = W4Range::mse);
 
-// Floats of scratch linear_w4 needs.
-size_t w4_scratch_size(const W4Shape& shape, int num_threads);
+// Floats of scratch linear_w4 needs for up to max_rows rows.
+size_t w4_scratch_size(const W4Shape& shape, int num_threads, int64_t max_rows = 1);
 
 // How a one-row (decode) product treats the activations. f32: exact, as
 // above. int8: x is quantized per weight group to int8 (absmax / 127, round
@@ -84,8 +86,8 @@ size_t w4_scratch_size(const W4Shape& shape, int num_threads);
 //   sum_k (q - z) s x ~= s sx (sum_k q xq - z sum_k xq),
 // which is how int4 formats with 8-bit activations (llama.cpp's Q4_0 x Q8_0)
 // multiply; on CPUs without 4-bit float conversion it is several times
-// fewer instructions per weight. Rows of prefill and batched steps are f32
-// either way.
+// fewer instructions per weight. Every row of every step is computed the
+// same way (a row's outputs do not depend on the step's other rows).
 enum class W4Activations { f32, int8 };
 
 // y: [num_rows, out_features] = x: [num_rows, in_features] times the packed weight.

@@ -7,14 +7,14 @@
 // group size is capped at in_features; otherwise it must be a multiple of 8.
 // "range" picks each group's range: "mse" (the min/max range shrunk to
 // minimize the group's squared error, kernels/cpu/linear_w4.hpp) or "min_max".
-// "activations" sets how decode steps (one row) multiply: "int8" (the
-// default) rounds the row to int8 per weight group and sums the products
-// exactly on the integer multiply-add units, as int4 formats with 8-bit
-// activations do (W4A8); "f32" keeps the row exact and converts each nibble
-// to f32. On stories260K both give the same top-1 agreement with float
+// "activations" sets how rows multiply: "int8" (the default) rounds each row
+// to int8 per weight group and sums the products exactly on the integer
+// multiply-add units, as int4 formats with 8-bit activations do (W4A8), the
+// same way for decode, prefill and batched rows; "f32" keeps rows exact
+// (nibbles converted to f32 for one row, dequantized f32 panels for more).
+// On stories260K both give about the same top-1 agreement with float
 // (tests/quant/test_quant_accuracy.cpp); int8 decodes llama-110m about 1.45x
-// faster on an AVX2 CPU (docs/PERFORMANCE.md). Prefill and batched steps
-// (many rows) are f32 either way.
+// faster on an AVX2 CPU (docs/PERFORMANCE.md).
 // Layers named in "float_layers" stay in the checkpoint's float precision.
 // ["lm_head"] is the usual choice when accuracy matters more than memory: the
 // output projection's error lands on the logits directly, but on small models
@@ -34,7 +34,7 @@ class LinearInt4 {
   static constexpr const char* kName = "linear.int4";
   static constexpr const char* kVersion = "1.0.0";
   static constexpr const char* kDescription =
-      "Int4 weights: groups along in_features with scales and zero points; decode rows int8 per group, prefill rows f32";
+      "Int4 weights: groups along in_features with scales and zero points; activations int8 per group (or f32)";
   static constexpr const char* kCapabilities =
       R"({"weight_dtypes":["f32","f16","bf16"],"scheme":"w4a8","options":{"group_size":128,"range":"mse","activations":"int8","float_layers":[]}})";
 
@@ -64,9 +64,10 @@ class LinearInt4 {
     kernels::cpu::pack_w4(w.data(), shape_, packed_.data(), scale_.data(), zero_.data(), range_of(d, options));
   }
 
-  // A padded row (one-row path) or per-thread dequantized panels.
-  size_t workspace_bytes(uint32_t) const {
-    return float_ ? 0 : kernels::cpu::w4_scratch_size(shape_, threads_) * sizeof(float);
+  // A padded row (one-row path), per-thread dequantized panels (f32 rows) or
+  // every row's int8 activations.
+  size_t workspace_bytes(uint32_t num_rows) const {
+    return float_ ? 0 : kernels::cpu::w4_scratch_size(shape_, threads_, num_rows) * sizeof(float);
   }
 
   // CPU, F32 (supports() refuses anything else): x and y are floats; no queue.

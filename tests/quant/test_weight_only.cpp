@@ -172,7 +172,7 @@ TEST_CASE("Int4 GEMV and GEMM match float64 within the weights' quantization err
   }
 }
 
-TEST_CASE("Int4 GEMV with int8 activations is within the activations' rounding of the dequantized product",
+TEST_CASE("Int4 with int8 activations is within their rounding of the dequantized product, alone or among rows",
           "[quant][int4]") {
   // W4Activations::int8 rounds each group of x to the nearest of 255 levels
   // (step sx = absmax / 127) and sums the products exactly: against float64
@@ -189,12 +189,16 @@ TEST_CASE("Int4 GEMV with int8 activations is within the activations' rounding o
       std::vector<uint8_t> zero(ws.group_params());
       pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data());
       for (const int threads : {1, 2}) {
-        std::vector<float> scratch(w4_scratch_size(ws, threads));
-        std::vector<float> y(static_cast<size_t>(s.out), -1.0f);
+        std::vector<float> scratch(w4_scratch_size(ws, threads, s.rows));
+        std::vector<float> y(static_cast<size_t>(s.out), -1.0f), y_all(static_cast<size_t>(s.rows * s.out), -1.0f);
+        // All rows in one call (prefill's row tiles), then each alone (decode): the same bits.
+        linear_w4(x.data(), s.rows, ws, packed.data(), scale.data(), zero.data(), y_all.data(), scratch.data(), threads,
+                  W4Activations::int8);
         for (int64_t r = 0; r < s.rows; ++r) {
           const float* xr = x.data() + r * s.in;
           linear_w4(xr, 1, ws, packed.data(), scale.data(), zero.data(), y.data(), scratch.data(), threads,
                     W4Activations::int8);
+          REQUIRE(std::equal(y.begin(), y.end(), y_all.begin() + r * s.out));
           for (int64_t n = 0; n < s.out; ++n) {
             double ref = 0.0, bound = 0.0, mag = 0.0;
             for (int64_t g = 0; g < ws.num_groups(); ++g) {

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/linear_tile.hpp"
 
@@ -44,8 +43,8 @@ void gemv_tile_w4(const float* xp, const float* xsum, const W4Shape& s, const ui
   __m512 total[C];
   LLMK_UNROLL for (int c = 0; c < C; ++c) total[c] = _mm512_setzero_ps();
   for (int64_t g = 0; g < num_groups; ++g) {
-    const int64_t o_begin = g * s.group_size / 8;
-    const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
+    const int64_t o_begin = s.group_octet_begin(g);
+    const int64_t o_end = s.group_octet_end(g);
     __m512 acc[C];
     LLMK_UNROLL for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t o = o_begin; o < o_end; ++o) {
@@ -114,8 +113,8 @@ void gemv_pass_w4(const float* xp, const float* xsum, const W4Shape& s, const ui
   __m256 total[C][2];
   LLMK_UNROLL for (int c = 0; c < C; ++c) total[c][0] = total[c][1] = _mm256_setzero_ps();
   for (int64_t g = 0; g < num_groups; ++g) {
-    const int64_t o_begin = g * s.group_size / 8;
-    const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
+    const int64_t o_begin = s.group_octet_begin(g);
+    const int64_t o_end = s.group_octet_end(g);
     __m256 acc[C][2];
     LLMK_UNROLL for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
     for (int64_t o = o_begin; o < o_end; ++o) {
@@ -187,8 +186,8 @@ void gemv_tile_w4(const float* xp, const float* xsum, const W4Shape& s, const ui
   const int64_t num_groups = s.num_groups();
   float total[C][kPanels16Width] = {};
   for (int64_t g = 0; g < num_groups; ++g) {
-    const int64_t o_begin = g * s.group_size / 8;
-    const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
+    const int64_t o_begin = s.group_octet_begin(g);
+    const int64_t o_end = s.group_octet_end(g);
     float acc[C][kPanels16Width] = {};
     for (int64_t o = o_begin; o < o_end; ++o)
       LLMK_UNROLL for (int c = 0; c < C; ++c) {
@@ -246,8 +245,14 @@ struct W4RowA8 {
 // Floats of scratch one row's W4RowA8 takes: the quads, then scales and sums.
 int64_t w4a8_row_floats(const W4Shape& s) { return s.k_pad() / 4 + 2 * s.num_groups(); }
 
+// Row m's W4RowA8 in scratch (rows back to back).
+W4RowA8 row_a8_at(float* scratch, const W4Shape& s, int64_t m) {
+  float* at = scratch + m * w4a8_row_floats(s);
+  return {reinterpret_cast<int32_t*>(at), at + s.k_pad() / 4,
+          reinterpret_cast<int32_t*>(at + s.k_pad() / 4 + s.num_groups())};
+}
+
 void quantize_row_a8(const float* x, const W4Shape& s, const W4RowA8& r) {
-  const int64_t num_octets = s.k_pad() / 8;
   for (int64_t g = 0; g < s.num_groups(); ++g) {
     const int64_t k0 = g * s.group_size, k1 = std::min(s.in_features, k0 + s.group_size);
     float amax = 0.0f;
@@ -255,8 +260,8 @@ void quantize_row_a8(const float* x, const W4Shape& s, const W4RowA8& r) {
     const float sx = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
     r.x_scale[g] = sx;
     int32_t sum = 0;
-    const int64_t o_end = g + 1 == s.num_groups() ? num_octets : (g + 1) * s.group_size / 8;
-    for (int64_t o = k0 / 8; o < o_end; ++o) {
+    const int64_t o_end = s.group_octet_end(g);
+    for (int64_t o = s.group_octet_begin(g); o < o_end; ++o) {
       uint32_t even = 0, odd = 0;
       for (int b = 0; b < 4; ++b) {
         const int64_t ke = 8 * o + 2 * b, ko = ke + 1;
@@ -297,8 +302,8 @@ void gemv_pass_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, 
   __m256 total[C][2];
   LLMK_UNROLL for (int c = 0; c < C; ++c) total[c][0] = total[c][1] = _mm256_setzero_ps();
   for (int64_t g = 0; g < num_groups; ++g) {
-    const int64_t o_begin = g * s.group_size / 8;
-    const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
+    const int64_t o_begin = s.group_octet_begin(g);
+    const int64_t o_end = s.group_octet_end(g);
     __m256i acc[C][2];
     LLMK_UNROLL for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_si256();
     for (int64_t o0 = o_begin; o0 < o_end; o0 += 4) {
@@ -363,8 +368,8 @@ void rows_panel_w4a8(const W4RowA8* rows, const W4Shape& s, const uint32_t* pack
   const __m256i nibbles = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   alignas(32) float total[R][16] = {};
   for (int64_t g = 0; g < num_groups; ++g) {
-    const int64_t o_begin = g * s.group_size / 8;
-    const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
+    const int64_t o_begin = s.group_octet_begin(g);
+    const int64_t o_end = s.group_octet_end(g);
     __m256i acc[R][2];
     LLMK_UNROLL for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     for (int64_t o = o_begin; o < o_end; ++o) {
@@ -409,8 +414,8 @@ void gemv_tile_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, 
     const int64_t p = p0 + n / kPanels16Width, l = n % kPanels16Width;
     float total = 0.0f;
     for (int64_t g = 0; g < num_groups; ++g) {
-      const int64_t o_begin = g * s.group_size / 8;
-      const int64_t o_end = g + 1 == num_groups ? num_octets : (g + 1) * s.group_size / 8;
+      const int64_t o_begin = s.group_octet_begin(g);
+      const int64_t o_end = s.group_octet_end(g);
       int32_t dot = 0;
       for (int64_t o = o_begin; o < o_end; ++o) {
         const uint32_t word = packed[(p * num_octets + o) * kPanels16Width + l];
@@ -433,35 +438,31 @@ void gemv_tile_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, 
 // Many rows with int8 activations: each row's quads, then row tiles per panel.
 void rows_w4a8(const float* x, int64_t num_rows, const W4Shape& s, const uint32_t* packed, const float* scale,
                const uint8_t* zero, float* y, float* scratch, int num_threads) {
-  const int64_t per_row = w4a8_row_floats(s);
-  std::vector<W4RowA8> rows(static_cast<size_t>(num_rows));
-  for (int64_t m = 0; m < num_rows; ++m) {
-    float* at = scratch + m * per_row;
-    rows[m] = W4RowA8{reinterpret_cast<int32_t*>(at), at + s.k_pad() / 4,
-                      reinterpret_cast<int32_t*>(at + s.k_pad() / 4 + s.num_groups())};
-  }
   const int64_t n_panels = num_panels16(s.out_features);
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1 && num_rows * s.in_features * s.out_features >= (1 << 18))
   {
 #pragma omp for schedule(static)
-    for (int64_t m = 0; m < num_rows; ++m) quantize_row_a8(x + m * s.in_features, s, rows[m]);
+    for (int64_t m = 0; m < num_rows; ++m) quantize_row_a8(x + m * s.in_features, s, row_a8_at(scratch, s, m));
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < n_panels; ++p) {
       const int64_t n0 = p * kPanels16Width;
       const int64_t cols = std::min<int64_t>(kPanels16Width, s.out_features - n0);
 #if defined(__AVX2__)
-      int64_t m = 0;
-      for (; m + 4 <= num_rows; m += 4)
-        rows_panel_w4a8<4>(rows.data() + m, s, packed, scale, zero, p, cols, y + m * s.out_features + n0, s.out_features);
-      switch (num_rows - m) {
-        case 3: rows_panel_w4a8<3>(rows.data() + m, s, packed, scale, zero, p, cols, y + m * s.out_features + n0, s.out_features); break;
-        case 2: rows_panel_w4a8<2>(rows.data() + m, s, packed, scale, zero, p, cols, y + m * s.out_features + n0, s.out_features); break;
-        case 1: rows_panel_w4a8<1>(rows.data() + m, s, packed, scale, zero, p, cols, y + m * s.out_features + n0, s.out_features); break;
-        default: break;
+      for (int64_t m = 0; m < num_rows; m += 4) {
+        W4RowA8 rows[4];
+        const int r = static_cast<int>(std::min<int64_t>(4, num_rows - m));
+        for (int i = 0; i < r; ++i) rows[i] = row_a8_at(scratch, s, m + i);
+        float* yt = y + m * s.out_features + n0;
+        switch (r) {
+          case 4: rows_panel_w4a8<4>(rows, s, packed, scale, zero, p, cols, yt, s.out_features); break;
+          case 3: rows_panel_w4a8<3>(rows, s, packed, scale, zero, p, cols, yt, s.out_features); break;
+          case 2: rows_panel_w4a8<2>(rows, s, packed, scale, zero, p, cols, yt, s.out_features); break;
+          default: rows_panel_w4a8<1>(rows, s, packed, scale, zero, p, cols, yt, s.out_features); break;
+        }
       }
 #else
       for (int64_t m = 0; m < num_rows; ++m)
-        gemv_tile_w4a8<1>(rows[m], s, packed, scale, zero, p, cols, y + m * s.out_features + n0);
+        gemv_tile_w4a8<1>(row_a8_at(scratch, s, m), s, packed, scale, zero, p, cols, y + m * s.out_features + n0);
 #endif
     }
   }
@@ -550,9 +551,7 @@ void linear_w4(const float* x, int64_t num_rows, const W4Shape& s, const uint32_
   if (num_rows > 1 && activations == W4Activations::int8)
     return rows_w4a8(x, num_rows, s, packed, scale, zero, y, scratch, num_threads);
   if (num_rows == 1 && activations == W4Activations::int8) {
-    // Scratch as int32 quads, then the group scales and sums (within w4_scratch_size).
-    const W4RowA8 r{reinterpret_cast<int32_t*>(scratch), scratch + s.k_pad() / 4,
-                    reinterpret_cast<int32_t*>(scratch + s.k_pad() / 4 + s.num_groups())};
+    const W4RowA8 r = row_a8_at(scratch, s, 0);
     quantize_row_a8(x, s, r);
     for_one_row_tiles(s.out_features, num_threads, [&](auto panels, int64_t p0, int64_t num_cols, int64_t n0) {
       gemv_tile_w4a8<decltype(panels)::value>(r, s, packed, scale, zero, p0, num_cols, y + n0);

@@ -43,6 +43,10 @@ struct W4Shape {
   int64_t k_pad() const { return (in_features + 7) / 8 * 8; }
   int64_t num_groups() const { return (in_features + group_size - 1) / group_size; }
   size_t group_params() const { return static_cast<size_t>(num_panels16(out_features) * kPanels16Width * num_groups()); }
+  // Group g's octets of packed words: [group_octet_begin(g), group_octet_end(g)), the last group's
+  // running to k_pad.
+  int64_t group_octet_begin(int64_t g) const { return g * group_size / 8; }
+  int64_t group_octet_end(int64_t g) const { return g + 1 == num_groups() ? k_pad() / 8 : (g + 1) * group_size / 8; }
   // group_size divides into octets, or one group spans every input.
   bool valid() const { return group_size > 0 && (group_size % 8 == 0 || group_size >= in_features); }
 };

@@ -5,7 +5,7 @@
 // times instead of a few hundred thousand before sleeping, and each parallel
 // region then waits for a woken worker. A batch-1 decode step starts about a
 // hundred regions; with the loading thread's pool left behind, the executor's
-// steps took 15-30% longer (docs/PERFORMANCE.md, "Engine overhead").
+// steps took 17-39% longer (docs/PERFORMANCE.md, "Engine overheads").
 #pragma once
 
 #include <omp.h>

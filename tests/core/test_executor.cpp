@@ -6,41 +6,26 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
-#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/checkpoint.hpp"
 #include "core/cpu_executor.hpp"
 #include "core/error.hpp"
 #include "core/executor.hpp"
 #include "core/model.hpp"
+#include "support/golden.hpp"
 
 namespace {
 
 using namespace llmk;
 using Catch::Contains;
 
-struct GoldenPrompt {
-  std::vector<int32_t> input_ids, all_positions_argmax, greedy_ids;
-};
+using llmk::test::golden_cases;
+using GoldenPrompt = llmk::test::GoldenCase;
 
-std::vector<GoldenPrompt> golden() {
-  std::ifstream in(std::string(LLMK_SHARED_DIR) + "/golden/stories260K.json");
-  REQUIRE(in);
-  const nlohmann::json j = nlohmann::json::parse(in);
-  std::vector<GoldenPrompt> out;
-  for (const auto& c : j.at("cases")) out.push_back({c.at("input_ids"), c.at("all_positions_argmax"), c.at("greedy_ids")});
-  return out;
-}
-
-// ../shared/models/stories260K (LLMK_SHARED_DIR is the repository's ../shared).
-std::shared_ptr<const Checkpoint> stories_checkpoint() {
-  return load_checkpoint(std::string(LLMK_SHARED_DIR) + "/models/stories260K");
-}
+std::shared_ptr<const Checkpoint> stories_checkpoint() { return load_checkpoint(llmk::test::stories_dir()); }
 
 EngineConfig small_config() {
   EngineConfig cfg;
@@ -110,7 +95,7 @@ TEST_CASE("a CPU executor's logits view holds exactly the Model's logits, argmax
   const auto executor = make_executor(cfg, checkpoint, plugins);
   Model model(checkpoint, plugins, cfg, resolve_runtime(cfg, checkpoint->config()));
   const int32_t vocab = model.config().vocab_size;
-  for (const GoldenPrompt& c : golden()) {
+  for (const GoldenPrompt& c : golden_cases()) {
     const int32_t n = static_cast<int32_t>(c.input_ids.size());
     // Prefill with logits for every row, then decode the golden next token.
     const StepBatch prefill = contiguous_step(c.input_ids, 0, 0, true);
@@ -137,7 +122,7 @@ TEST_CASE("a logits view stays unchanged until the next execute", "[executor]") 
   const std::shared_ptr<const Checkpoint> checkpoint = stories_checkpoint();
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
   const auto executor = make_executor(small_config(), checkpoint, plugins);
-  const std::vector<GoldenPrompt> cases = golden();
+  const std::vector<GoldenPrompt>& cases = golden_cases();
   const int32_t vocab = executor->model_config().vocab_size;
   const LogitsView first = executor->execute(contiguous_step(cases[0].input_ids, 0, 0, false));
   const std::vector<float> copy(first.row(0), first.row(0) + vocab);
@@ -160,7 +145,7 @@ TEST_CASE("KV saved through the executor restores to the same next token", "[exe
     EngineConfig cfg = small_config();
     apply_override(cfg, std::string("kv_cache.dtype=") + kv_dtype);
     const auto executor = make_executor(cfg, checkpoint, plugins);
-    const std::vector<GoldenPrompt> cases = golden();
+    const std::vector<GoldenPrompt>& cases = golden_cases();
     const GoldenPrompt& c = cases[3];
     const int32_t n = static_cast<int32_t>(c.input_ids.size()), vocab = executor->model_config().vocab_size;
     executor->execute(contiguous_step(c.input_ids, 0, 0, false));
@@ -188,7 +173,7 @@ TEST_CASE("fed-back rows take the previous step's ids: the same logits as the id
   const std::shared_ptr<const Checkpoint> checkpoint = stories_checkpoint();
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
   const auto executor = make_executor(small_config(), checkpoint, plugins);
-  const std::vector<GoldenPrompt> cases = golden();
+  const std::vector<GoldenPrompt>& cases = golden_cases();
   const GoldenPrompt& c = cases[2];
   const int32_t n = static_cast<int32_t>(c.input_ids.size()), vocab = executor->model_config().vocab_size;
 

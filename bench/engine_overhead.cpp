@@ -142,10 +142,7 @@ int main(int argc, char** argv) {
                   raw.back() * 1e3, eng_overlap.back() * 1e3, eng_serial.back() * 1e3);
     }
     const double raw_s = median(raw), overlap_s = median(eng_overlap), serial_s = median(eng_serial);
-    // Per decoded token every weight is read once, except the embedding table
-    // (one row gathered); a tied lm_head reads the table as the head.
-    const double embed_bytes = static_cast<double>(checkpoint->tensor("model.embed_tokens.weight").nbytes());
-    const double weight_bytes = static_cast<double>(executor->weight_bytes()) - embed_bytes;
+    const double weight_bytes = bench::decode_weight_bytes(*checkpoint, *executor);
     const double bandwidth = bench::read_bandwidth_gbs(f.num("threads"));
     std::printf("%s (%s), %s %s, prompt %d + %d decode tokens, median of %d rounds\n",
                 cfg.model.path.empty() ? cfg.model.preset.c_str() : cfg.model.path.c_str(),

@@ -139,10 +139,7 @@ int main(int argc, char** argv) {
     decode_s = std::min(decode_s, seconds_since(t0) / decode_tokens);
   }
 
-  // Per decoded token every weight is read once, except the embedding table
-  // (one row gathered); a tied lm_head reads the table as the head.
-  const size_t embed_bytes = checkpoint->tensor("model.embed_tokens.weight").nbytes();
-  const double weight_bytes = static_cast<double>(executor->weight_bytes() - embed_bytes);
+  const double weight_bytes = llmk::bench::decode_weight_bytes(*checkpoint, *executor);
   const double h = mc.hidden_size, inter = mc.intermediate_size, layers = mc.num_layers;
   const double q_dim = double(mc.num_heads) * mc.head_dim, kv_dim = double(mc.num_kv_heads) * mc.head_dim;
   // Prefill FLOPs: the linears of every layer for every token (the last

@@ -1,9 +1,11 @@
-// Step batches the benchmark programs build by hand.
+// Step batches the benchmark programs build by hand, and what a decode step reads.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "core/checkpoint.hpp"
+#include "core/executor.hpp"
 #include "core/step.hpp"
 
 namespace llmk::bench {
@@ -23,6 +25,13 @@ inline StepBatch contiguous_step(const std::vector<int32_t>& ids, int32_t first,
   b.block_size = capacity;
   b.logits_rows = {n - 1};
   return b;
+}
+
+// Weight bytes a batch-1 decode step streams: every weight once, except the
+// embedding table, of which one row is gathered (a tied lm_head reads the
+// table as the head, counted once among the executor's weights).
+inline double decode_weight_bytes(const Checkpoint& checkpoint, const Executor& executor) {
+  return static_cast<double>(executor.weight_bytes() - checkpoint.tensor("model.embed_tokens.weight").nbytes());
 }
 
 }  // namespace llmk::bench

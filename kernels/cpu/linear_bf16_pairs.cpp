@@ -213,9 +213,11 @@ void panel_row_exact_avx2(const float* x, int64_t in_features, const uint16_t* p
 // batched steps): 2 MR accumulators; the strip (64 bytes per pair) stays in
 // L1 or L2 while every row tile passes over it. Not inlined: inside its
 // callers GCC spills the tile.
+// x: MR rows of in_features (contiguous); y: stride ldy.
 template <int MR>
-[[gnu::noinline]] void strip_rows_exact_avx2(const float* x, int64_t ldx, int64_t in_features, const uint16_t* strip, int64_t pairs,
-                           float* y, int64_t ldy, int num_cols) {
+[[gnu::noinline]] void strip_rows_exact_avx2(const float* x, int64_t in_features, const uint16_t* strip, int64_t pairs,
+                                             float* y, int64_t ldy, int num_cols) {
+  const int64_t ldx = in_features;
   __m256 acc[MR][2];
   LLMK_UNROLL for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
   const int64_t full_pairs = in_features / 2;
@@ -254,16 +256,15 @@ void panel_rows_exact_avx2(const float* x, int64_t num_rows, int64_t in_features
     const int cols = num_cols - s;
     int64_t m = 0;
     for (; m + kTileRows <= num_rows; m += kTileRows)
-      strip_rows_exact_avx2<kTileRows>(x + m * in_features, in_features, in_features, strip, pairs, y + m * ldy + s,
-                                       ldy, cols);
+      strip_rows_exact_avx2<kTileRows>(x + m * in_features, in_features, strip, pairs, y + m * ldy + s, ldy, cols);
     const float* xr = x + m * in_features;
     float* yr = y + m * ldy + s;
     switch (num_rows - m) {
-      case 5: strip_rows_exact_avx2<5>(xr, in_features, in_features, strip, pairs, yr, ldy, cols); break;
-      case 4: strip_rows_exact_avx2<4>(xr, in_features, in_features, strip, pairs, yr, ldy, cols); break;
-      case 3: strip_rows_exact_avx2<3>(xr, in_features, in_features, strip, pairs, yr, ldy, cols); break;
-      case 2: strip_rows_exact_avx2<2>(xr, in_features, in_features, strip, pairs, yr, ldy, cols); break;
-      case 1: strip_rows_exact_avx2<1>(xr, in_features, in_features, strip, pairs, yr, ldy, cols); break;
+      case 5: strip_rows_exact_avx2<5>(xr, in_features, strip, pairs, yr, ldy, cols); break;
+      case 4: strip_rows_exact_avx2<4>(xr, in_features, strip, pairs, yr, ldy, cols); break;
+      case 3: strip_rows_exact_avx2<3>(xr, in_features, strip, pairs, yr, ldy, cols); break;
+      case 2: strip_rows_exact_avx2<2>(xr, in_features, strip, pairs, yr, ldy, cols); break;
+      case 1: strip_rows_exact_avx2<1>(xr, in_features, strip, pairs, yr, ldy, cols); break;
       default: break;
     }
   }

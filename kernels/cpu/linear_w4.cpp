@@ -539,11 +539,12 @@ void pack_w4(const float* w, const W4Shape& s, uint32_t* packed, float* scale, u
   }
 }
 
-size_t w4_scratch_size(const W4Shape& s, int num_threads, int64_t max_rows) {
+size_t w4_scratch_size(const W4Shape& s, int num_threads, int64_t max_rows, W4Activations activations) {
+  if (activations == W4Activations::int8)  // every row's quads, scales and sums
+    return static_cast<size_t>(std::max<int64_t>(1, max_rows) * w4a8_row_floats(s));
   const size_t gemv = static_cast<size_t>(s.k_pad() + s.num_groups());
   const size_t gemm = dequantized_panels16_scratch_size(s.in_features, num_threads);
-  const size_t rows_a8 = static_cast<size_t>(std::max<int64_t>(1, max_rows) * w4a8_row_floats(s));
-  return std::max({gemv, gemm, rows_a8});
+  return std::max(gemv, gemm);
 }
 
 void linear_w4(const float* x, int64_t num_rows, const W4Shape& s, const uint32_t* packed, const float* scale,

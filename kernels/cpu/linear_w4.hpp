@@ -80,12 +80,9 @@ W4Group w4_fit_group(const float* w, int64_t n, W4Range range);
 void pack_w4(const float* w, const W4Shape& shape, uint32_t* packed, float* scale, uint8_t* zero,
              W4Range range = W4Range::mse);
 
-// Floats of scratch linear_w4 needs for up to max_rows rows.
-size_t w4_scratch_size(const W4Shape& shape, int num_threads, int64_t max_rows = 1);
-
-// How a one-row (decode) product treats the activations. f32: exact, as
-// above. int8: x is quantized per weight group to int8 (absmax / 127, round
-// to nearest) and each group's sum of q * xq is an exact integer sum on the
+// How linear_w4 treats the activations. f32: exact, as above. int8: each
+// row of x is quantized per weight group to int8 (absmax / 127, round to
+// nearest) and each group's sum of q * xq is an exact integer sum on the
 // integer multiply-add units, then
 //   sum_k (q - z) s x ~= s sx (sum_k q xq - z sum_k xq),
 // which is how int4 formats with 8-bit activations (llama.cpp's Q4_0 x Q8_0)
@@ -93,6 +90,10 @@ size_t w4_scratch_size(const W4Shape& shape, int num_threads, int64_t max_rows =
 // fewer instructions per weight. Every row of every step is computed the
 // same way (a row's outputs do not depend on the step's other rows).
 enum class W4Activations { f32, int8 };
+
+// Floats of scratch linear_w4 needs for up to max_rows rows.
+size_t w4_scratch_size(const W4Shape& shape, int num_threads, int64_t max_rows = 1,
+                       W4Activations activations = W4Activations::f32);
 
 // y: [num_rows, out_features] = x: [num_rows, in_features] times the packed weight.
 void linear_w4(const float* x, int64_t num_rows, const W4Shape& shape, const uint32_t* packed, const float* scale,

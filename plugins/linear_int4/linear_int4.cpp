@@ -64,10 +64,9 @@ class LinearInt4 {
     kernels::cpu::pack_w4(w.data(), shape_, packed_.data(), scale_.data(), zero_.data(), range_of(d, options));
   }
 
-  // A padded row (one-row path), per-thread dequantized panels (f32 rows) or
-  // every row's int8 activations.
+  // Every row's int8 activations, or (f32 rows) a padded row or per-thread dequantized panels.
   size_t workspace_bytes(uint32_t num_rows) const {
-    return float_ ? 0 : kernels::cpu::w4_scratch_size(shape_, threads_, num_rows) * sizeof(float);
+    return float_ ? 0 : kernels::cpu::w4_scratch_size(shape_, threads_, num_rows, activations_) * sizeof(float);
   }
 
   // CPU, F32 (supports() refuses anything else): x and y are floats; no queue.

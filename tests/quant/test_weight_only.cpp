@@ -189,7 +189,7 @@ TEST_CASE("Int4 with int8 activations is within their rounding of the dequantize
       std::vector<uint8_t> zero(ws.group_params());
       pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data());
       for (const int threads : {1, 2}) {
-        std::vector<float> scratch(w4_scratch_size(ws, threads, s.rows));
+        std::vector<float> scratch(w4_scratch_size(ws, threads, s.rows, W4Activations::int8));
         std::vector<float> y(static_cast<size_t>(s.out), -1.0f), y_all(static_cast<size_t>(s.rows * s.out), -1.0f);
         // All rows in one call (prefill's row tiles), then each alone (decode): the same bits.
         linear_w4(x.data(), s.rows, ws, packed.data(), scale.data(), zero.data(), y_all.data(), scratch.data(), threads,

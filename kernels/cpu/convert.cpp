@@ -2,6 +2,9 @@
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
+// GCC 12 reports the AVX-512 conversion intrinsics' own undefined
+// pass-through operands as "maybe uninitialized" once they are inlined here.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace llmk::kernels::cpu {

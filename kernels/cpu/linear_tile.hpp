@@ -75,7 +75,11 @@ template <int MR>
 
 }  // namespace llmk::kernels::cpu
 
-#elif defined(__AVX2__) && defined(__FMA__)
+#endif
+
+// The AVX2 helpers exist in AVX-512 builds too: paths with no AVX-512 form
+// there (W8A8 without VNNI) take their AVX2 one.
+#if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
 namespace llmk::kernels::cpu {

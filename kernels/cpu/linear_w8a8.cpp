@@ -1,11 +1,12 @@
 #include "kernels/cpu/linear_w8a8.hpp"
 
 // The AVX-512 path needs VNNI (vpdpbusd) and DQ besides AVX-512F; AVX2
-// builds without AVX-512 take the path below it, other builds the portable one.
+// builds, and AVX-512 builds without VNNI (the x86-64-v4 CPU level), take the
+// AVX2 path below it; other builds the portable one.
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512DQ__)
 #define LLMK_W8A8_VNNI 1
-#elif defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-#define LLMK_W8A8_AVX2 1  // AVX2 without AVX-512 (its helpers in linear_tile.hpp)
+#elif defined(__AVX2__) && defined(__FMA__)
+#define LLMK_W8A8_AVX2 1  // its helpers in linear_tile.hpp
 #endif
 
 #if defined(LLMK_W8A8_VNNI)

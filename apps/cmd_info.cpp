@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -171,8 +172,9 @@ std::vector<std::string> linear_plugin_names(PluginRegistry& registry, const std
       continue;
     }
     for (const auto& f : registry.discover())
-      if (f.error.empty() && f.info.kind == LLMK_PLUGIN_LINEAR && plugin_serves_device(f.info, device))
-        names.push_back(f.info.name);
+      if (f.usable() && f.info.kind == LLMK_PLUGIN_LINEAR && plugin_serves_device(f.info, device) &&
+          std::find(names.begin(), names.end(), f.info.name) == names.end())
+        names.push_back(f.info.name);  // once, whatever CPU levels it was built for
   }
   return names;
 }

@@ -34,8 +34,11 @@ json describe(const PluginRegistry& registry, const std::vector<PluginRegistry::
   for (const auto& f : found) {
     json p;
     p["file"] = f.info.file.string();
+    p["cpu_level"] = f.info.isa;
     if (!f.error.empty()) {
       p["error"] = f.error;
+    } else if (!f.cpu_lacks.empty()) {
+      p["cpu_lacks"] = f.cpu_lacks;  // a level this CPU cannot run: not opened
     } else {
       p["name"] = f.info.name;
       p["kind"] = kind_name(f.info.kind);
@@ -55,7 +58,7 @@ json describe(const PluginRegistry& registry, const std::vector<PluginRegistry::
 void print_text(const json& d) {
   std::cout << "search path:\n";
   for (const auto& dir : d["search_path"]) std::cout << "  " << dir.get<std::string>() << "\n";
-  size_t num_ok = 0, num_failed = 0;
+  size_t num_ok = 0, num_failed = 0, num_other_cpu = 0;
   for (const auto& p : d["plugins"]) {
     std::cout << "\n";
     if (p.contains("error")) {
@@ -63,16 +66,24 @@ void print_text(const json& d) {
       std::cout << p["file"].get<std::string>() << "\n  error: " << p["error"].get<std::string>() << "\n";
       continue;
     }
+    if (p.contains("cpu_lacks")) {
+      ++num_other_cpu;
+      std::cout << p["file"].get<std::string>() << "\n  CPU level " << p["cpu_level"].get<std::string>()
+                << ": not loaded, this CPU lacks " << p["cpu_lacks"].get<std::string>() << "\n";
+      continue;
+    }
     ++num_ok;
     std::cout << p["name"].get<std::string>() << " (" << p["kind"].get<std::string>() << ") "
-              << p["version"].get<std::string>() << "\n"
+              << p["version"].get<std::string>() << ", CPU level " << p["cpu_level"].get<std::string>() << "\n"
               << "  " << p["description"].get<std::string>() << "\n"
               << "  abi " << p["abi_version"].get<uint32_t>() << ", api " << p["api_version"].get<uint32_t>()
               << "\n"
               << "  file: " << p["file"].get<std::string>() << "\n"
               << "  capabilities: " << p["capabilities"].dump() << "\n";
   }
-  std::cout << "\n" << num_ok << " plugin(s) loaded, " << num_failed << " failed\n";
+  std::cout << "\n" << num_ok << " plugin(s) loaded, " << num_failed << " failed";
+  if (num_other_cpu > 0) std::cout << ", " << num_other_cpu << " for CPU levels this machine lacks";
+  std::cout << "\n";
 }
 
 const CommandRegistration kPlugins{

@@ -3,13 +3,35 @@ add_library(llmk_warnings INTERFACE)
 target_compile_options(llmk_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter>)
 
-add_library(llmk_arch INTERFACE)
-# The CPU kernels are written for AVX2/AVX-512 with runtime-independent code:
-# build for the machine we run on unless a distributable build is asked for.
-option(LLMK_NATIVE "Compile for the build machine's CPU (-march=native)" ON)
-if(LLMK_NATIVE)
-  target_compile_options(llmk_arch INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+# CPU code generation. On x86-64 the build is portable by default: every
+# program and library targets x86-64-v3 (AVX2, FMA, F16C), and the CPU plugins
+# are built once more for each higher level in LLMK_CPU_VARIANTS, as
+# libllmk_<name>.<level>.so beside the baseline file. The plugin loader picks
+# the highest level the CPU runs (core/cpu_isa.hpp). LLMK_CPU_DISPATCH=OFF
+# builds everything once, for the build machine's CPU (-march=native).
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  option(LLMK_CPU_DISPATCH "x86-64-v3 baseline plus CPU plugins per instruction-set level, chosen at run time" ON)
+else()
+  set(LLMK_CPU_DISPATCH OFF)
 endif()
+if(LLMK_CPU_DISPATCH)
+  set(LLMK_CPU_BASELINE_FLAGS -march=x86-64-v3)
+  set(LLMK_CPU_BASELINE_NAME "x86-64-v3 (AVX2, FMA, F16C)")
+  # Highest first; core/cpu_isa.cpp lists the CPU features each one needs.
+  set(LLMK_CPU_VARIANTS avx512bf16 avx512)
+  set(LLMK_CPU_FLAGS_avx512bf16 -march=x86-64-v4 -mavx512bf16 -mavx512vnni)
+  set(LLMK_CPU_FLAGS_avx512 -march=x86-64-v4)
+else()
+  set(LLMK_CPU_BASELINE_FLAGS -march=native)
+  set(LLMK_CPU_BASELINE_NAME "the build machine's CPU (-march=native)")
+  set(LLMK_CPU_VARIANTS "")
+endif()
+add_library(llmk_arch INTERFACE)
+target_compile_options(llmk_arch INTERFACE $<$<COMPILE_LANGUAGE:CXX>:${LLMK_CPU_BASELINE_FLAGS}>)
+foreach(level ${LLMK_CPU_VARIANTS})
+  add_library(llmk_arch_${level} INTERFACE)
+  target_compile_options(llmk_arch_${level} INTERFACE $<$<COMPILE_LANGUAGE:CXX>:${LLMK_CPU_FLAGS_${level}}>)
+endforeach()
 
 if(LLMK_SANITIZE)
   # scripts/test.sh stops at the first report (halt_on_error=1).
@@ -18,21 +40,35 @@ if(LLMK_SANITIZE)
 endif()
 
 # Helper: add an llmk plugin shared library that lands in the plugin directory.
-#   llmk_add_plugin(<target> NAME <attention.cpu> SOURCES ... [LIBS ...])
-# The library file is libllmk_<name with dots as underscores>.so.
+#   llmk_add_plugin(<target> NAME <attention.cpu> SOURCES ... [LIBS ...] [CPU_VARIANTS])
+# The library file is libllmk_<name with dots as underscores>.so. CPU_VARIANTS
+# builds it once more per level of LLMK_CPU_VARIANTS (target <target>_<level>,
+# file libllmk_<stem>.<level>.so), each linking that level's kernels in place
+# of llmk_kernels_cpu.
 function(llmk_add_plugin target)
-  cmake_parse_arguments(P "" "NAME" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(P "CPU_VARIANTS" "NAME" "SOURCES;LIBS" ${ARGN})
   string(REPLACE "." "_" file_stem "${P_NAME}")
-  add_library(${target} MODULE ${P_SOURCES})
+  llmk_add_plugin_library(${target} "llmk_${file_stem}" llmk_arch "${P_SOURCES}" "${P_LIBS}")
+  if(P_CPU_VARIANTS)
+    foreach(level ${LLMK_CPU_VARIANTS})
+      list(TRANSFORM P_LIBS REPLACE "^llmk_kernels_cpu$" "llmk_kernels_cpu_${level}" OUTPUT_VARIABLE level_libs)
+      llmk_add_plugin_library(${target}_${level} "llmk_${file_stem}.${level}" llmk_arch_${level}
+        "${P_SOURCES}" "${level_libs}")
+    endforeach()
+  endif()
+endfunction()
+
+function(llmk_add_plugin_library target output_name arch sources libs)
+  add_library(${target} MODULE ${sources})
   set_target_properties(${target} PROPERTIES
-    OUTPUT_NAME "llmk_${file_stem}"
+    OUTPUT_NAME "${output_name}"
     PREFIX "lib"
     LIBRARY_OUTPUT_DIRECTORY ${LLMK_PLUGIN_BUILD_DIR}
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
   # Real unloading: no STB_GNU_UNIQUE symbols that pin the library in memory.
   target_compile_options(${target} PRIVATE -fno-gnu-unique)
-  target_link_libraries(${target} PRIVATE llmk_plugin_api llmk_warnings llmk_arch ${P_LIBS})
+  target_link_libraries(${target} PRIVATE llmk_plugin_api llmk_warnings ${arch} ${libs})
   install(TARGETS ${target} LIBRARY DESTINATION ${LLMK_PLUGIN_INSTALL_DIR})
   set_property(GLOBAL APPEND PROPERTY LLMK_PLUGIN_TARGETS ${target})
 endfunction()

@@ -197,10 +197,29 @@ std::optional<std::string> open_plugin(const fs::path& file, const Expectation& 
   return std::nullopt;
 }
 
-std::string file_name_for(const std::string& plugin_name) {
+std::string file_name_for(const std::string& plugin_name, const CpuIsaLevel& level) {
   std::string stem = plugin_name;
   std::replace(stem.begin(), stem.end(), '.', '_');
-  return "libllmk_" + stem + ".so";
+  return "libllmk_" + stem + (level.name.empty() ? "" : "." + std::string(level.name)) + ".so";
+}
+
+std::string join(const std::vector<std::string_view>& items) {
+  std::string out;
+  for (const auto item : items) out += (out.empty() ? "" : ", ") + std::string(item);
+  return out;
+}
+
+// The CPU level a plugin file name carries: libllmk_<stem>.<level>.so, or
+// the baseline for libllmk_<stem>.so. Nothing for a level this build does
+// not know.
+const CpuIsaLevel* level_of_file(const std::string& file_name) {
+  const std::string middle = file_name.substr(8, file_name.size() - 8 - 3);  // between "libllmk_" and ".so"
+  const size_t dot = middle.rfind('.');
+  if (dot == std::string::npos) return &cpu_isa_levels().back();
+  const std::string_view suffix = std::string_view(middle).substr(dot + 1);
+  for (const auto& level : cpu_isa_levels())
+    if (!level.name.empty() && level.name == suffix) return &level;
+  return nullptr;
 }
 
 void add_dir(std::vector<fs::path>& dirs, const fs::path& dir) {
@@ -275,30 +294,51 @@ PluginRegistry::PluginRegistry(std::vector<fs::path> extra_search_path) {
 }
 
 Plugin PluginRegistry::load(const std::string& name, llmk_plugin_kind expected_kind) {
+  return load_from(name, expected_kind, name, cpu_isa_candidates());
+}
+
+Plugin PluginRegistry::load(const std::string& name, llmk_plugin_kind expected_kind, const std::string& isa) {
+  const CpuIsaLevel& level = cpu_isa_level(isa);
+  const auto missing = cpu_isa_missing(level);
+  if (!missing.empty()) {
+    throw Error(ErrorCode::plugin, "plugin '" + name + "' at CPU level " + cpu_isa_display_name(level) +
+                                       ": this CPU lacks " + join(missing));
+  }
+  return load_from(name, expected_kind, name + "@" + cpu_isa_display_name(level), {&level});
+}
+
+Plugin PluginRegistry::load_from(const std::string& name, llmk_plugin_kind expected_kind, const std::string& cache_key,
+                                 const std::vector<const CpuIsaLevel*>& levels) {
   for (const auto& [loaded_name, plugin] : loaded_) {
-    if (loaded_name != name) continue;
+    if (loaded_name != cache_key) continue;
     if (plugin.info().kind != expected_kind) {
       throw Error(ErrorCode::plugin, "plugin '" + name + "' is a " + kind_name(plugin.info().kind) +
                                          " plugin, expected " + kind_name(expected_kind));
     }
     return plugin;
   }
-  const std::string file_name = file_name_for(name);
   std::vector<std::string> tried;
   bool any_file = false;
   for (const auto& dir : search_path_) {
-    const fs::path file = dir / file_name;
-    Plugin plugin;
-    auto reason = open_plugin(file, Expectation{name, static_cast<uint32_t>(expected_kind)}, plugin.info_,
-                              plugin.api_, plugin.library_);
-    if (!reason) {
-      for (const auto& t : tried) spdlog::warn("plugin '{}': skipped {}", name, t);
-      spdlog::debug("plugin '{}' {} loaded from {}", name, plugin.info_.version, file.string());
-      loaded_.emplace_back(name, plugin);
-      return plugin;
+    for (const CpuIsaLevel* level : levels) {
+      const fs::path file = dir / file_name_for(name, *level);
+      Plugin plugin;
+      auto reason = open_plugin(file, Expectation{name, static_cast<uint32_t>(expected_kind)}, plugin.info_,
+                                plugin.api_, plugin.library_);
+      if (!reason) {
+        plugin.info_.isa = cpu_isa_display_name(*level);
+        for (const auto& t : tried) spdlog::warn("plugin '{}': skipped {}", name, t);
+        spdlog::debug("plugin '{}' {} (CPU level {}) loaded from {}", name, plugin.info_.version, plugin.info_.isa,
+                      file.string());
+        loaded_.emplace_back(cache_key, plugin);
+        return plugin;
+      }
+      // A directory without a higher level's file is the usual case: only a
+      // missing baseline file (or an asked-for level's) counts as tried.
+      if (*reason == "no such file" && !level->name.empty() && levels.size() > 1) continue;
+      if (*reason != "no such file") any_file = true;
+      tried.push_back(file.string() + " (" + *reason + ")");
     }
-    if (*reason != "no such file") any_file = true;
-    tried.push_back(file.string() + " (" + *reason + ")");
   }
   std::string msg = "plugin '" + name + "' " + (any_file ? "could not be loaded" : "not found") + "; tried: ";
   for (size_t i = 0; i < tried.size(); ++i) msg += (i ? ", " : "") + tried[i];
@@ -319,11 +359,24 @@ std::vector<PluginRegistry::Found> PluginRegistry::discover() {
     std::sort(files.begin(), files.end());
     for (const auto& file : files) {
       Found f;
+      f.info.file = file;
+      const CpuIsaLevel* level = level_of_file(file.filename().string());
+      if (level == nullptr) {
+        f.error = "the file name's CPU level is not one this build knows";
+        found.push_back(std::move(f));
+        continue;
+      }
+      f.info.isa = cpu_isa_display_name(*level);
+      if (const auto missing = cpu_isa_missing(*level); !missing.empty()) {
+        f.cpu_lacks = join(missing);  // never opened: its code may not run here
+        found.push_back(std::move(f));
+        continue;
+      }
       const void* api = nullptr;
       std::shared_ptr<LoadedLibrary> library;
       auto reason = open_plugin(file, Expectation{}, f.info, api, library);
-      if (!reason && file_name_for(f.info.name) != file.filename().string()) {
-        reason = "plugin info names '" + f.info.name + "', which would live in " + file_name_for(f.info.name);
+      if (!reason && file_name_for(f.info.name, *level) != file.filename().string()) {
+        reason = "plugin info names '" + f.info.name + "', which would live in " + file_name_for(f.info.name, *level);
       }
       if (reason) {
         f.info.file = file;

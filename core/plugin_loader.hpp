@@ -5,8 +5,10 @@
 // Search order for plugin "attention.cpu" (file libllmk_attention_cpu.so):
 // each directory of $LLMK_PLUGIN_PATH (colon-separated), then the config's
 // search_path, then the build tree's plugin directory, then the installed
-// plugin directory. A failure throws Error(plugin) that names the plugin,
-// every path tried and why each was rejected.
+// plugin directory. Within a directory, the file of the highest CPU level
+// this machine runs comes first (libllmk_attention_cpu.avx512bf16.so, ...,
+// then the baseline file; core/cpu_isa.hpp). A failure throws Error(plugin)
+// that names the plugin, every path tried and why each was rejected.
 #pragma once
 
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.hpp"
+#include "core/cpu_isa.hpp"
 #include "core/kv_allocator.hpp"
 #include "plugins/api/llmk_attention.h"
 #include "plugins/api/llmk_kv_allocator.h"
@@ -35,6 +38,7 @@ struct PluginInfo {
   uint32_t abi_version = 0;
   uint32_t api_version = 0;
   std::filesystem::path file;
+  std::string isa = "baseline";  // the CPU level of the file (core/cpu_isa.hpp)
 };
 
 // Whether the plugin's capabilities list `device` ("cpu", "cuda") among its
@@ -62,18 +66,28 @@ class PluginRegistry {
   explicit PluginRegistry(std::vector<std::filesystem::path> extra_search_path = {});
   // The directories searched, in order.
   const std::vector<std::filesystem::path>& search_path() const { return search_path_; }
-  // Loads (or returns the already loaded) plugin; checks ABI and kind.
+  // Loads (or returns the already loaded) plugin at the highest CPU level
+  // available; checks ABI and kind.
   Plugin load(const std::string& name, llmk_plugin_kind expected_kind);
-  // Every plugin library found on the search path (those that fail to load are reported with the reason).
+  // The plugin's file of CPU level `isa` ("baseline", "avx512", ...) only;
+  // throws Error(plugin) when this CPU lacks the level's features.
+  Plugin load(const std::string& name, llmk_plugin_kind expected_kind, const std::string& isa);
+  // Every plugin library found on the search path, one entry per file (each
+  // CPU level of a plugin is a file). Files that fail to load are reported
+  // with the reason; those of a level this CPU cannot run are not opened.
   struct Found {
     PluginInfo info;
-    std::string error;  // empty when it loaded
+    std::string error;      // empty when it loaded
+    std::string cpu_lacks;  // the level's features this CPU lacks (then not opened, and no error)
+    bool usable() const { return error.empty() && cpu_lacks.empty(); }
   };
   std::vector<Found> discover();
 
  private:
   std::vector<std::filesystem::path> search_path_;
-  std::vector<std::pair<std::string, Plugin>> loaded_;
+  Plugin load_from(const std::string& name, llmk_plugin_kind expected_kind, const std::string& cache_key,
+                   const std::vector<const CpuIsaLevel*>& levels);
+  std::vector<std::pair<std::string, Plugin>> loaded_;  // by name, or name@level for a level asked for
 };
 
 // RAII objects made by plugins. Each holds the library alive.

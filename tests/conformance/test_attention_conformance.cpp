@@ -8,17 +8,19 @@
 using namespace llmk;
 using namespace llmk::conformance;
 
-TEST_CASE("every discovered attention plugin matches the float64 reference on the conformance grid",
+TEST_CASE("every attention plugin at the baseline CPU level matches the float64 reference on the conformance grid",
           "[conformance][attention]") {
-  PluginRegistry registry(conformance_dirs());
-  const auto names = discover_plugins(registry, LLMK_PLUGIN_ATTENTION);
-  REQUIRE_FALSE(names.empty());  // attention.cpu is always built
-  for (const auto& name : names) {
-    const SuiteResult r = run_attention_suite(registry.load(name, LLMK_PLUGIN_ATTENTION));
-    INFO(name << ": " << r.num_passed << " passed, " << r.num_unsupported << " unsupported");
-    for (const auto& f : r.failures) FAIL_CHECK(name << ": " << f);
-    CHECK(r.num_passed > 0);  // a plugin that refuses the whole grid is not conformant either
-  }
+  check_plugins_at(LLMK_PLUGIN_ATTENTION, "baseline", &run_attention_suite);
+}
+
+TEST_CASE("every attention plugin built for AVX-512 passes the conformance grid on a CPU that has it",
+          "[conformance][attention][cpu_level]") {
+  check_plugins_at(LLMK_PLUGIN_ATTENTION, "avx512", &run_attention_suite);
+}
+
+TEST_CASE("every attention plugin built for AVX-512 BF16 and VNNI passes the conformance grid on a CPU that has them",
+          "[conformance][attention][cpu_level]") {
+  check_plugins_at(LLMK_PLUGIN_ATTENTION, "avx512bf16", &run_attention_suite);
 }
 
 TEST_CASE("the attention suite fails a copy of attention.cpu whose causal mask is off by one",

@@ -7,15 +7,17 @@
 using namespace llmk;
 using namespace llmk::conformance;
 
-TEST_CASE("every discovered linear plugin stays within its scheme's error bound on the conformance grid",
+TEST_CASE("every linear plugin at the baseline CPU level stays within its scheme's error bound on the conformance grid",
           "[conformance][linear]") {
-  PluginRegistry registry(conformance_dirs());
-  const auto names = discover_plugins(registry, LLMK_PLUGIN_LINEAR);
-  REQUIRE_FALSE(names.empty());  // linear.dense is always built
-  for (const auto& name : names) {
-    const SuiteResult r = run_linear_suite(registry.load(name, LLMK_PLUGIN_LINEAR));
-    INFO(name << ": " << r.num_passed << " passed, " << r.num_unsupported << " unsupported");
-    for (const auto& f : r.failures) FAIL_CHECK(name << ": " << f);
-    CHECK(r.num_passed > 0);
-  }
+  check_plugins_at(LLMK_PLUGIN_LINEAR, "baseline", &run_linear_suite);
+}
+
+TEST_CASE("every linear plugin built for AVX-512 passes the conformance grid on a CPU that has it",
+          "[conformance][linear][cpu_level]") {
+  check_plugins_at(LLMK_PLUGIN_LINEAR, "avx512", &run_linear_suite);
+}
+
+TEST_CASE("every linear plugin built for AVX-512 BF16 and VNNI passes the conformance grid on a CPU that has them",
+          "[conformance][linear][cpu_level]") {
+  check_plugins_at(LLMK_PLUGIN_LINEAR, "avx512bf16", &run_linear_suite);
 }

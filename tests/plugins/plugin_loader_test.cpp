@@ -3,14 +3,18 @@
 // mapped while anything made by it lives.
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
 
+#include "core/cpu_isa.hpp"
 #include "core/error.hpp"
 #include "core/plugin_loader.hpp"
+#include "support/skip.hpp"
 
 namespace {
 
@@ -251,4 +255,123 @@ TEST_CASE("discover lists every plugin on the path, with the reason for those th
   CHECK_THAT(by_file["libllmk_kv_nosymbol.so"].error, Catch::StartsWith("no entry symbol"));
   CHECK_THAT(by_file["libllmk_kv_misnamed.so"].error, Catch::Contains("kv.somethingelse"));
   CHECK(by_file["libllmk_kv_wrongkind.so"].error.empty());  // a valid attention plugin, whatever its name says
+}
+
+// ---- CPU levels (core/cpu_isa.hpp) ----
+
+namespace {
+
+// The level the loader should pick on this CPU, worked out from the
+// compiler's own CPU probe rather than the loader's tables.
+std::string best_level_here() {
+  __builtin_cpu_init();
+  const bool v4 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512vl");
+  if (v4 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni")) return "avx512bf16";
+  if (v4) return "avx512";
+  return "baseline";
+}
+
+bool build_has_cpu_levels() { return !llmk::cpu_isa_levels_built().empty(); }
+
+}  // namespace
+
+TEST_CASE("the loader picks the highest CPU level of a plugin that this CPU runs", "[loader][cpu_level]") {
+  if (!build_has_cpu_levels()) LLMK_SKIP("this build makes one CPU level only (LLMK_CPU_DISPATCH=OFF)");
+  ScopedEnv path("LLMK_PLUGIN_PATH", std::nullopt);
+  ScopedEnv cap("LLMK_CPU_ISA", std::nullopt);
+  llmk::PluginRegistry registry;
+  for (const char* name : {"linear.int4", "linear.dense", "attention.cpu"}) {
+    CAPTURE(name);
+    const auto kind = std::string(name).starts_with("attention") ? LLMK_PLUGIN_ATTENTION : LLMK_PLUGIN_LINEAR;
+    const llmk::Plugin plugin = registry.load(name, kind);
+    const std::string want = best_level_here();
+    CHECK(plugin.info().isa == want);
+    const std::string suffix = want == "baseline" ? ".so" : "." + want + ".so";
+    CHECK(plugin.info().file.filename().string().ends_with(suffix));
+  }
+}
+
+TEST_CASE("LLMK_CPU_ISA caps the CPU level, and an unknown level is a configuration error naming the known ones",
+          "[loader][cpu_level]") {
+  if (!build_has_cpu_levels()) LLMK_SKIP("this build makes one CPU level only (LLMK_CPU_DISPATCH=OFF)");
+  ScopedEnv path("LLMK_PLUGIN_PATH", std::nullopt);
+  {
+    ScopedEnv cap("LLMK_CPU_ISA", "baseline");
+    llmk::PluginRegistry registry;
+    const llmk::Plugin plugin = registry.load("linear.int4", LLMK_PLUGIN_LINEAR);
+    CHECK(plugin.info().isa == "baseline");
+    CHECK(plugin.info().file.filename() == "libllmk_linear_int4.so");
+  }
+  {
+    ScopedEnv cap("LLMK_CPU_ISA", "avx9000");
+    llmk::PluginRegistry registry;
+    try {
+      registry.load("linear.int4", LLMK_PLUGIN_LINEAR);
+      FAIL("an unknown level loaded");
+    } catch (const llmk::Error& e) {
+      CHECK(e.code() == llmk::ErrorCode::invalid_config);
+      CHECK_THAT(e.what(), Catch::Contains("LLMK_CPU_ISA") && Catch::Contains("avx9000") &&
+                               Catch::Contains("avx512bf16") && Catch::Contains("baseline"));
+    }
+  }
+}
+
+TEST_CASE("a plugin file of a CPU level this CPU lacks is never opened; one it has but that is broken falls back",
+          "[loader][cpu_level]") {
+  if (!build_has_cpu_levels()) LLMK_SKIP("this build makes one CPU level only (LLMK_CPU_DISPATCH=OFF)");
+  ScopedEnv path("LLMK_PLUGIN_PATH", std::nullopt);
+  ScopedEnv cap("LLMK_CPU_ISA", std::nullopt);
+  const fs::path dir = fs::temp_directory_path() / ("llmk_cpu_level_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(kPlugins / "libllmk_kv_paged.so", dir / "libllmk_kv_paged.so", fs::copy_options::overwrite_existing);
+  // Not a library at all: opening it can only fail.
+  { std::ofstream(dir / "libllmk_kv_paged.avx512bf16.so") << "not an ELF file"; }
+  const bool cpu_has_it = best_level_here() == "avx512bf16";
+
+  llmk::PluginRegistry registry({dir});
+  bool listed = false;
+  for (const auto& f : registry.discover()) {
+    if (f.info.file.filename() != "libllmk_kv_paged.avx512bf16.so") continue;
+    listed = true;
+    CHECK(f.info.isa == "avx512bf16");
+    if (cpu_has_it) {
+      CHECK_FALSE(f.error.empty());  // opened, and refused
+    } else {
+      CHECK(f.error.empty());  // not opened at all
+      CHECK_THAT(f.cpu_lacks, Catch::Contains("avx512"));
+    }
+  }
+  CHECK(listed);
+  const llmk::Plugin plugin = registry.load("kv.paged", LLMK_PLUGIN_KV_ALLOCATOR);
+  CHECK(plugin.info().isa == "baseline");
+  CHECK(plugin.info().file == dir / "libllmk_kv_paged.so");
+  if (!cpu_has_it) {
+    try {
+      registry.load("kv.paged", LLMK_PLUGIN_KV_ALLOCATOR, "avx512bf16");
+      FAIL("a level this CPU lacks loaded");
+    } catch (const llmk::Error& e) {
+      CHECK(e.code() == llmk::ErrorCode::plugin);
+      CHECK_THAT(e.what(), Catch::Contains("kv.paged") && Catch::Contains("this CPU lacks") &&
+                               Catch::Contains("avx512bf16"));
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("every CPU level the build makes plugin files for is one the loader knows, highest first",
+          "[loader][cpu_level]") {
+  const auto built = llmk::cpu_isa_levels_built();
+  const auto& levels = llmk::cpu_isa_levels();
+  REQUIRE(levels.size() == built.size() + 1);  // plus the baseline, last
+  CHECK(levels.back().name.empty());
+  for (size_t i = 0; i < built.size(); ++i) {
+    CHECK(levels[i].name == built[i]);
+    CHECK(&llmk::cpu_isa_level(built[i]) == &levels[i]);
+  }
+  // The plugins built per level really are in the build tree, one file each.
+  for (const auto& level : built)
+    for (const char* stem : {"attention_cpu", "linear_dense", "linear_int8", "linear_int4", "linear_uint8_zp"})
+      CHECK(fs::exists(kPlugins / ("libllmk_" + std::string(stem) + "." + level + ".so")));
 }

@@ -1,0 +1,35 @@
+// llmk_cpu_gate <level> <program> [args...]: runs a test program built for a
+// CPU level (core/cpu_isa.hpp) only on a CPU that has the level's features.
+// Elsewhere it prints the skip marker tests/support/skip.hpp prints, which
+// CTest counts as a skip: such a program may use the level's instructions
+// anywhere, even before its main(), so it must not be started at all.
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "core/cpu_isa.hpp"
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s <cpu level> <program> [args...]\n", argv[0]);
+    return 2;
+  }
+  try {
+    const auto missing = llmk::cpu_isa_missing(llmk::cpu_isa_level(argv[1]));
+    if (!missing.empty()) {
+      std::string lacks;
+      for (const auto m : missing) lacks += (lacks.empty() ? "" : ", ") + std::string(m);
+      std::printf("LLMK_TEST_SKIPPED: this CPU lacks %s (CPU level %s)\n", lacks.c_str(), argv[1]);
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 2;
+  }
+  std::fflush(stdout);
+  execv(argv[2], argv + 2);
+  std::perror(argv[2]);
+  return 127;
+}

@@ -13,10 +13,15 @@ for a in "$@"; do
     # about twice as long on two cores); no benchmarks or examples. The
     # libFuzzer harnesses (fuzz/, built by clang) come with it, and each
     # replays its seed corpus and mutates for 15 s under CTest (changing the
-    # budget changes these arguments, so the stamp below reconfigures).
+    # budget changes these arguments, so the stamp below reconfigures). One
+    # CPU level, the build machine's (-march=native): the kernels' SIMD paths
+    # this CPU runs are checked under the sanitizers, and the CPU plugins are
+    # not compiled three times over at ASan's pace (the release build tests
+    # every level the CPU has).
     --sanitize) build_dir=${LLMK_BUILD_DIR:-build-sanitize}
                 cmake_args+=(-DLLMK_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1 -DNDEBUG"
-                             -DLLMK_BUILD_BENCH=OFF -DLLMK_BUILD_EXAMPLES=OFF -DLLMK_FUZZ=ON -DLLMK_FUZZ_SECONDS=15) ;;
+                             -DLLMK_BUILD_BENCH=OFF -DLLMK_BUILD_EXAMPLES=OFF -DLLMK_FUZZ=ON -DLLMK_FUZZ_SECONDS=15
+                             -DLLMK_CPU_DISPATCH=OFF) ;;
     *) cmake_args+=("$a") ;;
   esac
 done

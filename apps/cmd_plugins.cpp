@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "apps/command.hpp"
 #include "core/config.hpp"
+#include "core/cpu_isa.hpp"
 #include "core/plugin_loader.hpp"
 
 namespace llmk::app {
@@ -26,8 +29,34 @@ const char* kind_name(llmk_plugin_kind kind) {
   return "unknown";
 }
 
+// The CPU, each level's verdict on it, and the level the loader takes.
+json describe_cpu() {
+  json cpu;
+  cpu["model"] = cpu_model_name();
+  const char* cap = std::getenv("LLMK_CPU_ISA");
+  cpu["cap"] = cap != nullptr && cap[0] != '\0' ? json(cap) : json(nullptr);
+  cpu["levels"] = json::array();
+  for (const auto& level : cpu_isa_levels()) {
+    json l{{"name", cpu_isa_display_name(level)}, {"description", level.description}};
+    const auto missing = cpu_isa_missing(level);
+    l["runs"] = missing.empty();
+    if (!missing.empty()) {
+      l["lacks"] = json::array();
+      for (const auto m : missing) l["lacks"].push_back(std::string(m));
+    }
+    cpu["levels"].push_back(std::move(l));
+  }
+  try {
+    cpu["level"] = cpu_isa_display_name(*cpu_isa_candidates().front());
+  } catch (const std::exception& e) {
+    cpu["error"] = e.what();  // an unknown LLMK_CPU_ISA
+  }
+  return cpu;
+}
+
 json describe(const PluginRegistry& registry, const std::vector<PluginRegistry::Found>& found) {
   json out;
+  out["cpu"] = describe_cpu();
   out["search_path"] = json::array();
   for (const auto& dir : registry.search_path()) out["search_path"].push_back(dir.string());
   out["plugins"] = json::array();
@@ -56,6 +85,26 @@ json describe(const PluginRegistry& registry, const std::vector<PluginRegistry::
 }
 
 void print_text(const json& d) {
+  const json& cpu = d["cpu"];
+  std::cout << "cpu: " << (cpu["model"].get<std::string>().empty() ? "(model unknown)" : cpu["model"].get<std::string>())
+            << "\n";
+  for (const auto& l : cpu["levels"]) {
+    std::cout << "  level " << l["name"].get<std::string>() << " (" << l["description"].get<std::string>() << "): ";
+    if (l["runs"].get<bool>()) {
+      std::cout << "runs here\n";
+      continue;
+    }
+    std::string lacks;
+    for (const auto& m : l["lacks"]) lacks += (lacks.empty() ? "" : ", ") + m.get<std::string>();
+    std::cout << "lacks " << lacks << "\n";
+  }
+  if (cpu.contains("error")) {
+    std::cout << "  error: " << cpu["error"].get<std::string>() << "\n";
+  } else {
+    std::cout << "  plugins load at level " << cpu["level"].get<std::string>()
+              << (cpu["cap"].is_null() ? "" : " (LLMK_CPU_ISA=" + cpu["cap"].get<std::string>() + ")") << "\n";
+  }
+  std::cout << "\n";
   std::cout << "search path:\n";
   for (const auto& dir : d["search_path"]) std::cout << "  " << dir.get<std::string>() << "\n";
   size_t num_ok = 0, num_failed = 0, num_other_cpu = 0;

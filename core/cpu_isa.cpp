@@ -1,6 +1,7 @@
 #include "core/cpu_isa.hpp"
 
 #include <cstdlib>
+#include <fstream>
 
 #include "core/error.hpp"
 
@@ -8,7 +9,7 @@
 #define LLMK_CPU_VARIANTS_BUILT ""
 #endif
 #ifndef LLMK_CPU_BASELINE
-#define LLMK_CPU_BASELINE "the build machine's CPU (-march=native)"
+#define LLMK_CPU_BASELINE "-march=native, for the CPU it was built on"
 #endif
 
 namespace llmk {
@@ -62,7 +63,7 @@ const std::vector<CpuIsaLevel>& cpu_isa_levels() {
     bf16.push_back("avx512bf16");
     bf16.push_back("avx512vnni");
     out.push_back({"avx512bf16", "x86-64-v4 with AVX512_BF16 and AVX512_VNNI", bf16});
-    out.push_back({"avx512", "x86-64-v4 (AVX-512 F, BW, CD, DQ, VL)", v4});
+    out.push_back({"avx512", "x86-64-v4: AVX-512 F, BW, CD, DQ, VL", v4});
 #endif
     out.push_back({"", LLMK_CPU_BASELINE, {}});
     return out;
@@ -81,6 +82,19 @@ std::vector<std::string> cpu_isa_levels_built() {
     list.remove_prefix(comma + 1);
   }
   return out;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t start = line.find_first_not_of(" \t", colon + 1);
+    return start == std::string::npos ? "" : line.substr(start);
+  }
+  return "";
 }
 
 std::string cpu_isa_display_name(const CpuIsaLevel& level) {

@@ -50,6 +50,9 @@ std::vector<const CpuIsaLevel*> cpu_isa_candidates();
 // The levels this build made plugin files for (besides the baseline).
 std::vector<std::string> cpu_isa_levels_built();
 
+// The CPU's model name as the kernel reports it ("" when it does not).
+std::string cpu_model_name();
+
 // The printable name of a level ("baseline" for the baseline's empty suffix).
 std::string cpu_isa_display_name(const CpuIsaLevel& level);
 

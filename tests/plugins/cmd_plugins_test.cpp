@@ -57,3 +57,26 @@ TEST_CASE("llmk plugins searches the configuration's plugin search path", "[cmd]
   for (const auto& p : d["plugins"]) found_badabi |= p["file"].get<std::string>().ends_with("libllmk_kv_badabi.so");
   CHECK(found_badabi);
 }
+
+TEST_CASE("llmk plugins names the CPU, what each CPU level needs of it, and the level plugins load at", "[cmd]") {
+  const auto d = nlohmann::json::parse(run(llmk_plugins("--json")));
+  const auto& cpu = d["cpu"];
+  REQUIRE(cpu["levels"].is_array());
+  REQUIRE_FALSE(cpu["levels"].empty());
+  const auto& baseline = cpu["levels"].back();
+  CHECK(baseline["name"] == "baseline");
+  CHECK(baseline["runs"] == true);  // this very process runs the baseline's code
+  // The level taken is the first (highest) one that runs here.
+  std::string first_runnable;
+  for (const auto& l : cpu["levels"]) {
+    if (l["runs"].get<bool>()) {
+      first_runnable = l["name"];
+      break;
+    }
+    CHECK_FALSE(l["lacks"].empty());  // a level that does not run says what is missing
+  }
+  CHECK(cpu["level"] == first_runnable);
+
+  const std::string capped = run("env LLMK_CPU_ISA=baseline " + llmk_plugins(""));
+  CHECK_THAT(capped, Catch::Contains("plugins load at level baseline (LLMK_CPU_ISA=baseline)"));
+}

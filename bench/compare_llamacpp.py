@@ -19,11 +19,20 @@ llama-quantize in it or in its bin/), it
                                     after a BOS, 1 / mean TPOT
        prompt-length prefill tok/s  llama-bench pp; llmk bench, one request
                                     at a time, prompt tokens / median TTFT
-       aggregate decode at 32 seqs  llama-batched-bench S_TG; llmk bench,
-                                    32 requests at once, the sum over
-                                    requests of (output - 1) / (e2e - TTFT)
+       aggregate decode at 32 seqs  llama-batched-bench S_TG (every prompt
+                                    prefilled in one batch first, then
+                                    decode alone); llmk bench, 32 requests
+                                    at once with a step budget that holds
+                                    every prompt (the same order: one
+                                    prefill step, then decode steps), the
+                                    sum over requests of
+                                    (output - 1) / (e2e - TTFT)
+       the same, default scheduler  llmk bench with the default budget (512
+                                    tokens a step): prompts are prefilled in
+                                    chunks beside the first requests'
+                                    decodes, which that slows; llmk only
        whole batch (32 x (P + N))   llama-batched-bench T; llmk bench's
-                                    duration
+                                    duration with the default scheduler
      llmk runs warm (`llmk bench --warmup`), with an f16 KV cache in kv.paged
      (llama.cpp's default KV type is f16); llama.cpp runs with its flash
      attention (-fa, unless --no-flash-attn), its faster CPU attention at
@@ -186,7 +195,16 @@ def llama_batched(tool, model, threads, prompt_len, decode_len, num_seqs, flash_
 
 # ---- llmk -------------------------------------------------------------------------
 
-def llmk_bench(llmk, hf, threads, plugin, options, workload, json_path):
+def decode_rate_sum(j):
+    """The sum over requests of their decode rates, (output - 1) / (e2e - TTFT)."""
+    rate = 0.0
+    for r in j["requests"]:
+        if r["output_tokens"] > 1 and r["e2e_s"] > r["ttft_s"]:
+            rate += (r["output_tokens"] - 1) / (r["e2e_s"] - r["ttft_s"])
+    return rate
+
+
+def llmk_bench(llmk, hf, threads, plugin, options, workload, json_path, extra_sets=None):
     sets = {
         "plugins.linear": plugin,
         "plugins.linear_options": json.dumps(options, separators=(",", ":")),
@@ -196,6 +214,7 @@ def llmk_bench(llmk, hf, threads, plugin, options, workload, json_path):
         "kv_cache.prefault": "true",
         "kv_cache.enable_prefix_caching": "false",
     }
+    sets.update(extra_sets or {})
     cmd = [llmk, "bench", "--model", hf, "--threads", threads, "--no-progress", "--json", json_path]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
@@ -221,17 +240,19 @@ def llmk_measure(llmk, hf, threads, plugin, options, a, tmp):
     res["decode_tok_s"] = 1.0 / tpot
     res["decode_tpot_s"] = tpot
     # 32 sequences at once: prompt_len prompt tokens, decode_len outputs each.
-    j = llmk_bench(llmk, hf, threads, plugin, options,
-                   ["--num-prompts", a.seqs, "--max-concurrency", a.seqs, "--input-len", a.prompt_len,
-                    "--output-len", a.decode_len, "--warmup", 2], tmp / "batch.json")
-    rate = 0.0
-    for r in j["requests"]:
-        if r["output_tokens"] > 1 and r["e2e_s"] > r["ttft_s"]:
-            rate += (r["output_tokens"] - 1) / (r["e2e_s"] - r["ttft_s"])
-    res["aggregate_decode_tok_s"] = rate
+    batch = ["--num-prompts", a.seqs, "--max-concurrency", a.seqs, "--input-len", a.prompt_len,
+             "--output-len", a.decode_len, "--warmup", 2]
+    j = llmk_bench(llmk, hf, threads, plugin, options, batch, tmp / "batch.json")
+    res["aggregate_decode_interleaved_tok_s"] = decode_rate_sum(j)
     res["batch_s"] = j["duration_s"]
     res["batch_output_tok_s"] = j["output_tokens_per_s"]
     res["mean_batch_seqs"] = j.get("server", {}).get("mean_batch_seqs")
+    # Again with every prompt in one step, as llama-batched-bench orders it:
+    # each request's decode then runs beside decodes only.
+    j = llmk_bench(llmk, hf, threads, plugin, options, batch, tmp / "batch_prefill_first.json",
+                   {"scheduler.max_num_batched_tokens": max(512, a.seqs * a.prompt_len)})
+    res["aggregate_decode_tok_s"] = decode_rate_sum(j)
+    res["prefill_first_batch_s"] = j["duration_s"]
     return res
 
 
@@ -255,21 +276,26 @@ def spread(values, digits=0):
 
 
 def table(results, a):
-    metrics = [("decode_tok_s", "batch-1 decode tok/s", False),
-               ("prefill_tok_s", f"{a.prompt_len}-token prefill tok/s", False),
-               ("aggregate_decode_tok_s", f"aggregate decode at {a.seqs} seqs tok/s", False),
-               ("batch_s", f"whole batch ({a.seqs} x {a.prompt_len}+{a.decode_len}) s", True)]
+    # (llmk's key, column, lower is better, llama.cpp's key): llmk's decode
+    # rate with chunked prefill beside it is set against the same S_TG.
+    metrics = [("decode_tok_s", "batch-1 decode tok/s", False, "decode_tok_s"),
+               ("prefill_tok_s", f"{a.prompt_len}-token prefill tok/s", False, "prefill_tok_s"),
+               ("aggregate_decode_tok_s", f"aggregate decode at {a.seqs} seqs tok/s", False,
+                "aggregate_decode_tok_s"),
+               ("aggregate_decode_interleaved_tok_s", "the same, llmk's default scheduler", False,
+                "aggregate_decode_tok_s"),
+               ("batch_s", f"whole batch ({a.seqs} x {a.prompt_len}+{a.decode_len}) s", True, "batch_s")]
     head = "| precision, llmk / llama.cpp |"
     sep = "|---|"
-    for _, name, lower_better in metrics:
+    for _, name, lower_better, _ in metrics:
         head += f" {name} | {'llama.cpp / llmk' if lower_better else 'ratio'} |"
         sep += "---|---|"
     lines = [head, sep]
     for v in results:
         row = f"| {v['llmk_label']} / {v['llamacpp_label']} |"
-        for key, _, lower_better in metrics:
+        for key, _, lower_better, their_key in metrics:
             mine = [r.get(key) for r in v["llmk"]]
-            theirs = [r.get(key) for r in v["llamacpp"]]
+            theirs = [r.get(their_key) for r in v["llamacpp"]]
             m, t = med(mine), med(theirs)
             digits = 2 if lower_better else 0
             ratio = None

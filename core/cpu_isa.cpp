@@ -121,6 +121,12 @@ std::vector<std::string_view> cpu_isa_missing(const CpuIsaLevel& level) {
 
 bool cpu_supports(const CpuIsaLevel& level) { return cpu_isa_missing(level).empty(); }
 
+std::string cpu_isa_missing_text(const CpuIsaLevel& level) {
+  std::string out;
+  for (const auto feature : cpu_isa_missing(level)) out += (out.empty() ? "" : ", ") + std::string(feature);
+  return out;
+}
+
 const CpuIsaLevel& cpu_isa_cap() {
   const char* env = std::getenv("LLMK_CPU_ISA");
   if (env == nullptr || env[0] == '\0') return cpu_isa_levels().front();

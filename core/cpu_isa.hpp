@@ -38,6 +38,8 @@ const CpuIsaLevel& cpu_isa_level(std::string_view name);
 // Features of `level` this CPU lacks (empty: it may run the level's code).
 std::vector<std::string_view> cpu_isa_missing(const CpuIsaLevel& level);
 bool cpu_supports(const CpuIsaLevel& level);
+// Those features as one line, "avx512f, avx512bw" (empty when none is missing).
+std::string cpu_isa_missing_text(const CpuIsaLevel& level);
 
 // The highest level the loader may choose: LLMK_CPU_ISA when set (validated,
 // throws Error(invalid_config) for an unknown name), else the highest level there is.

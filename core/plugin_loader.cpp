@@ -203,12 +203,6 @@ std::string file_name_for(const std::string& plugin_name, const CpuIsaLevel& lev
   return "libllmk_" + stem + (level.name.empty() ? "" : "." + std::string(level.name)) + ".so";
 }
 
-std::string join(const std::vector<std::string_view>& items) {
-  std::string out;
-  for (const auto item : items) out += (out.empty() ? "" : ", ") + std::string(item);
-  return out;
-}
-
 // The CPU level a plugin file name carries: libllmk_<stem>.<level>.so, or
 // the baseline for libllmk_<stem>.so. Nothing for a level this build does
 // not know.
@@ -299,10 +293,9 @@ Plugin PluginRegistry::load(const std::string& name, llmk_plugin_kind expected_k
 
 Plugin PluginRegistry::load(const std::string& name, llmk_plugin_kind expected_kind, const std::string& isa) {
   const CpuIsaLevel& level = cpu_isa_level(isa);
-  const auto missing = cpu_isa_missing(level);
-  if (!missing.empty()) {
+  if (const std::string missing = cpu_isa_missing_text(level); !missing.empty()) {
     throw Error(ErrorCode::plugin, "plugin '" + name + "' at CPU level " + cpu_isa_display_name(level) +
-                                       ": this CPU lacks " + join(missing));
+                                       ": this CPU lacks " + missing);
   }
   return load_from(name, expected_kind, name + "@" + cpu_isa_display_name(level), {&level});
 }
@@ -367,8 +360,8 @@ std::vector<PluginRegistry::Found> PluginRegistry::discover() {
         continue;
       }
       f.info.isa = cpu_isa_display_name(*level);
-      if (const auto missing = cpu_isa_missing(*level); !missing.empty()) {
-        f.cpu_lacks = join(missing);  // never opened: its code may not run here
+      f.cpu_lacks = cpu_isa_missing_text(*level);
+      if (!f.cpu_lacks.empty()) {  // never opened: its code may not run here
         found.push_back(std::move(f));
         continue;
       }

@@ -44,13 +44,9 @@ std::string cpu_level_unavailable(const std::string& isa) {
   const auto built = cpu_isa_levels_built();
   if (isa != "baseline" && std::find(built.begin(), built.end(), isa) == built.end())
     return "this build makes no CPU plugins for level " + isa + " (LLMK_CPU_DISPATCH=OFF or not x86-64)";
-  const auto missing = cpu_isa_missing(cpu_isa_level(isa));
-  if (missing.empty()) return "";
-  std::string lacks;
-  for (const auto m : missing) lacks += (lacks.empty() ? "" : ", ") + std::string(m);
-  return "this CPU lacks " + lacks + " (CPU level " + isa + ")";
+  const std::string missing = cpu_isa_missing_text(cpu_isa_level(isa));
+  return missing.empty() ? "" : "this CPU lacks " + missing + " (CPU level " + isa + ")";
 }
-
 
 void check_plugins_at(llmk_plugin_kind kind, const std::string& isa, SuiteResult (*suite)(const Plugin&)) {
   if (const std::string why = cpu_level_unavailable(isa); !why.empty()) LLMK_SKIP(why);

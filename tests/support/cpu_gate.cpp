@@ -22,11 +22,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const auto missing = llmk::cpu_isa_missing(llmk::cpu_isa_level(argv[1]));
+    const std::string missing = llmk::cpu_isa_missing_text(llmk::cpu_isa_level(argv[1]));
     if (!missing.empty()) {
-      std::string lacks;
-      for (const auto m : missing) lacks += (lacks.empty() ? "" : ", ") + std::string(m);
-      std::printf("LLMK_TEST_SKIPPED: this CPU lacks %s (CPU level %s)\n", lacks.c_str(), argv[1]);
+      std::printf("LLMK_TEST_SKIPPED: this CPU lacks %s (CPU level %s)\n", missing.c_str(), argv[1]);
       return 0;
     }
   } catch (const std::exception& e) {

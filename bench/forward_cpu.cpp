@@ -6,7 +6,8 @@
 //     matmul in the weights' dtype (f32, or bf16 x bf16 -> f32).
 //
 //   bench_forward_cpu [--preset llama-110m] [--threads N] [--prompt-tokens 128]
-//                     [--decode-tokens 64] [--repeats 3] [--linear-options JSON]
+//                     [--decode-tokens 64] [--repeats 3] [--linear linear.dense]
+//                     [--linear-options JSON]
 #include <omp.h>
 
 #include <algorithm>
@@ -71,7 +72,7 @@ double matmul_peak_gflops(bool bf16, int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string preset = "llama-110m", linear_options = "{}";
+  std::string preset = "llama-110m", linear = "linear.dense", linear_options = "{}";
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int prompt_tokens = 128, decode_tokens = 64, repeats = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
     else if (a == "--prompt-tokens") prompt_tokens = std::stoi(v);
     else if (a == "--decode-tokens") decode_tokens = std::stoi(v);
     else if (a == "--repeats") repeats = std::stoi(v);
+    else if (a == "--linear") linear = v;
     else if (a == "--linear-options") linear_options = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
@@ -93,6 +95,7 @@ int main(int argc, char** argv) {
   cfg.executor.num_threads = threads;
   cfg.kv_cache.capacity_tokens = static_cast<uint32_t>(prompt_tokens + decode_tokens + 1);
   cfg.scheduler.max_num_batched_tokens = static_cast<uint32_t>(prompt_tokens);
+  cfg.plugins.linear = linear;
   cfg.plugins.linear_options = linear_options;
   auto checkpoint = llmk::open_model(cfg.model);
   const llmk::ModelConfig& mc = checkpoint->config();
@@ -150,8 +153,9 @@ int main(int argc, char** argv) {
                        2.0 * h * mc.vocab_size + layers * 2.0 * 2.0 * q_dim * p * (p + 1) / 2.0;
 
   const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
-  std::printf("preset %s (%s weights, %.1f M params), %d threads, linear options %s, OMP_WAIT_POLICY=%s\n",
-              preset.c_str(), llmk::dtype_name(mc.dtype), mc.num_parameters() / 1e6, threads, linear_options.c_str(),
+  std::printf("preset %s (%s weights, %.1f M params), %d threads, %s %s, OMP_WAIT_POLICY=%s\n",
+              preset.c_str(), llmk::dtype_name(mc.dtype), mc.num_parameters() / 1e6, threads, linear.c_str(),
+              linear_options.c_str(),
               wait_policy ? wait_policy : "(default)");
   std::printf("limits: read bandwidth %.1f GB/s; %s matmul peak %.1f GFLOP/s\n", bandwidth,
               bf16_gemm ? "bf16" : "f32", peak);

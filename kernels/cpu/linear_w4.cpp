@@ -252,29 +252,73 @@ W4RowA8 row_a8_at(float* scratch, const W4Shape& s, int64_t m) {
           reinterpret_cast<int32_t*>(at + s.k_pad() / 4 + s.num_groups())};
 }
 
+// Octets [o_begin, o_end) of one group, rounded with scale inv, into r's
+// quads; returns the sum of their xq. Inputs at or past k1 count as zero.
+int32_t quantize_octets_a8(const float* x, int64_t k1, float inv, int64_t o_begin, int64_t o_end, const W4RowA8& r) {
+  int32_t sum = 0;
+  int64_t o = o_begin;
+#if defined(__AVX2__)
+  // Four whole octets at a time: cvtps rounds to nearest even as nearbyint
+  // does in the default rounding mode, so the bytes match the loop below.
+  // Each octet's eight ints are ordered evens then odds; the two packs then
+  // leave, per 128-bit lane, the evens (lane 0) and the odds (lane 1) of the
+  // four octets, which the last permute interleaves as quads[2o], quads[2o + 1].
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256i even_odd = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i interleave = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  __m256i sums = _mm256_setzero_si256();
+  for (; o + 4 <= o_end && 8 * (o + 4) <= k1; o += 4) {
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) {
+      q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * (o + i)), vinv));
+      sums = _mm256_add_epi32(sums, q[i]);
+      q[i] = _mm256_permutevar8x32_epi32(q[i], even_odd);
+    }
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(r.quads + 2 * o), _mm256_permutevar8x32_epi32(bytes, interleave));
+  }
+  const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+  const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+  sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0xb1)));
+#endif
+  for (; o < o_end; ++o) {
+    uint32_t even = 0, odd = 0;
+    for (int b = 0; b < 4; ++b) {
+      const int64_t ke = 8 * o + 2 * b, ko = ke + 1;
+      const auto qe = static_cast<int8_t>(ke < k1 ? std::nearbyint(x[ke] * inv) : 0.0f);
+      const auto qo = static_cast<int8_t>(ko < k1 ? std::nearbyint(x[ko] * inv) : 0.0f);
+      sum += qe + qo;
+      even |= static_cast<uint32_t>(static_cast<uint8_t>(qe)) << (8 * b);
+      odd |= static_cast<uint32_t>(static_cast<uint8_t>(qo)) << (8 * b);
+    }
+    r.quads[2 * o] = static_cast<int32_t>(even);
+    r.quads[2 * o + 1] = static_cast<int32_t>(odd);
+  }
+  return sum;
+}
+
+float abs_max(const float* x, int64_t n) {
+  float amax = 0.0f;
+  int64_t k = 0;
+#if defined(__AVX2__)
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  for (; k + 8 <= n; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+  const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+#endif
+  for (; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
+  return amax;
+}
+
 void quantize_row_a8(const float* x, const W4Shape& s, const W4RowA8& r) {
   for (int64_t g = 0; g < s.num_groups(); ++g) {
     const int64_t k0 = g * s.group_size, k1 = std::min(s.in_features, k0 + s.group_size);
-    float amax = 0.0f;
-    for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(x[k]));
-    const float sx = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    r.x_scale[g] = sx;
-    int32_t sum = 0;
-    const int64_t o_end = s.group_octet_end(g);
-    for (int64_t o = s.group_octet_begin(g); o < o_end; ++o) {
-      uint32_t even = 0, odd = 0;
-      for (int b = 0; b < 4; ++b) {
-        const int64_t ke = 8 * o + 2 * b, ko = ke + 1;
-        const auto qe = static_cast<int8_t>(ke < k1 ? std::nearbyint(x[ke] * inv) : 0.0f);
-        const auto qo = static_cast<int8_t>(ko < k1 ? std::nearbyint(x[ko] * inv) : 0.0f);
-        sum += qe + qo;
-        even |= static_cast<uint32_t>(static_cast<uint8_t>(qe)) << (8 * b);
-        odd |= static_cast<uint32_t>(static_cast<uint8_t>(qo)) << (8 * b);
-      }
-      r.quads[2 * o] = static_cast<int32_t>(even);
-      r.quads[2 * o + 1] = static_cast<int32_t>(odd);
-    }
-    r.x_sum[g] = sum;
+    const float amax = abs_max(x + k0, k1 - k0);
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    r.x_scale[g] = amax / 127.0f;
+    r.x_sum[g] = quantize_octets_a8(x, k1, inv, s.group_octet_begin(g), s.group_octet_end(g), r);
   }
 }
 
@@ -287,6 +331,12 @@ inline void store_first8(float* p, __m256 v, int64_t cols) {
                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   _mm256_maskstore_ps(p, mask, v);
 }
+
+// How far ahead of its loads a one-row pass asks for each panel's words: one
+// octet of a panel is one 64-byte line, so 16 octets. Measured on a 2-core
+// Zen 3 (all of llama-110m's int4 layers in turn, interleaved runs): 8-9%
+// faster than the hardware prefetcher alone; 512 gave half that, 2048 the same.
+constexpr int kW4PrefetchBytes = 1024;
 
 // One panel pass of C (1 or 2) panels: per octet and 8 channels, the low
 // and high nibbles of each byte times the even and odd activation quads
@@ -312,6 +362,10 @@ void gemv_pass_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, 
       const int64_t o1 = std::min(o_end, o0 + 4);
       for (int64_t o = o0; o < o1; ++o) {
         const __m256i xe = _mm256_set1_epi32(r.quads[2 * o]), xo = _mm256_set1_epi32(r.quads[2 * o + 1]);
+        LLMK_UNROLL for (int c = 0; c < C; ++c)
+          _mm_prefetch(reinterpret_cast<const char*>(packed + ((p0 + c) * num_octets + o) * kPanels16Width) +
+                           kW4PrefetchBytes,
+                       _MM_HINT_T0);
         LLMK_UNROLL for (int c = 0; c < C; ++c)
           LLMK_UNROLL for (int h = 0; h < 2; ++h) {
             const __m256i w = _mm256_loadu_si256(

@@ -223,6 +223,61 @@ TEST_CASE("Int4 with int8 activations is within their rounding of the dequantize
   }
 }
 
+TEST_CASE("Int4 with int8 activations sums exactly the integers its definition rounds x to", "[quant][int4]") {
+  // The activations' rounding as the plugin defines it, in f32: per group,
+  // inv = 127 / absmax and xq = nearbyint(x * inv); the kernels then sum
+  // q_w * xq and xq exactly in integers, so the only error left is the f32
+  // epilogue's (scale * sx, one multiply-add per group). An activation lost,
+  // moved or rounded the other way shows as a whole q_w * sx, far above it.
+  // Inputs include exact ties (x * inv = n + 0.5, rounded to even) and zeros.
+  for (const int64_t gs : {8, 32, 128}) {
+    for (const Shape& s : kShapes) {
+      const W4Shape ws{s.in, s.out, std::min(gs, s.in)};
+      if (!ws.valid()) continue;
+      const auto w = llmk::test::random_matrix(s.out, s.in, 81);
+      auto x = llmk::test::random_matrix(s.rows, s.in, 82, s.rows > 2 ? 1 : -1);
+      for (int64_t i = 0; i < static_cast<int64_t>(x.size()); i += 7) x[i] = 0.0f;
+      // Ties: in a group whose absmax is 127, x * inv is x itself.
+      if (s.in >= 3) x[0] = 127.0f, x[1] = 2.5f, x[2] = -3.5f;
+      std::vector<uint32_t> packed(w4_size(ws));
+      std::vector<float> scale(ws.group_params());
+      std::vector<uint8_t> zero(ws.group_params());
+      pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data());
+      for (const int threads : {1, 2}) {
+        std::vector<float> scratch(w4_scratch_size(ws, threads, s.rows, W4Activations::int8));
+        std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);
+        linear_w4(x.data(), s.rows, ws, packed.data(), scale.data(), zero.data(), y.data(), scratch.data(), threads,
+                  W4Activations::int8);
+        for (int64_t r = 0; r < s.rows; ++r) {
+          const float* xr = x.data() + r * s.in;
+          for (int64_t n = 0; n < s.out; ++n) {
+            double ref = 0.0, mag = 0.0;
+            for (int64_t g = 0; g < ws.num_groups(); ++g) {
+              const int64_t k0 = g * ws.group_size, k1 = std::min(s.in, k0 + ws.group_size);
+              float amax = 0.0f;
+              for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(xr[k]));
+              const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+              int64_t dot = 0, xsum = 0;
+              for (int64_t k = k0; k < k1; ++k) {
+                const auto xq = static_cast<int64_t>(std::nearbyint(xr[k] * inv));
+                dot += static_cast<int64_t>(w4_q_at(packed.data(), ws, n, k)) * xq;
+                xsum += xq;
+              }
+              const int64_t at = w4_param_index(ws, n, g);
+              const double term =
+                  double(scale[at]) * double(amax / 127.0f) * double(dot - int64_t{zero[at]} * xsum);
+              ref += term;
+              mag += std::fabs(term);
+            }
+            CAPTURE(s.rows, s.in, s.out, ws.group_size, threads, r, n);
+            REQUIRE(std::fabs(y[r * s.out + n] - ref) <= 4.0 * double(ws.num_groups() + 1) * kF32Eps * mag + 1e-30);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("Uint8 zero-point quantization stays within half a step per tensor and per channel", "[quant][uint8_zp]") {
   for (const bool per_channel : {false, true}) {
     for (const Shape& s : kShapes) {

@@ -190,6 +190,12 @@ namespace {
 
 const __m256i kHighHalves = _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u));
 
+// How far ahead the one-row pass asks for its panel (4 pair rows of 256
+// bytes). Measured on a 2-core Zen 3 over llama-110m's BF16 layers in turn,
+// interleaved: 2-7% faster than the hardware prefetcher alone (median of 100
+// runs, four runs); 2048 and 4096 bytes gained less.
+constexpr int kRowPrefetchBytes = 1024;
+
 // One row x one panel (decode): 8 accumulators over the panel's 64 columns.
 void panel_row_exact_avx2(const float* x, int64_t in_features, const uint16_t* panel, int64_t pairs, float* out) {
   __m256 acc[8];
@@ -202,8 +208,11 @@ void panel_row_exact_avx2(const float* x, int64_t in_features, const uint16_t* p
       acc[j] = _mm256_fmadd_ps(x1, _mm256_castsi256_ps(_mm256_and_si256(v, kHighHalves)), acc[j]);
     }
   };
-  for (int64_t i = 0; i < full_pairs; ++i)
+  for (int64_t i = 0; i < full_pairs; ++i) {
+    const char* ahead = reinterpret_cast<const char*>(panel + i * kPairRow) + kRowPrefetchBytes;
+    LLMK_UNROLL for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
     step(panel + i * kPairRow, _mm256_set1_ps(x[2 * i]), _mm256_set1_ps(x[2 * i + 1]));
+  }
   if (full_pairs < pairs)  // odd depth: the last step's partner is zero
     step(panel + full_pairs * kPairRow, _mm256_set1_ps(x[2 * full_pairs]), _mm256_setzero_ps());
   LLMK_UNROLL for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);

@@ -141,9 +141,10 @@ struct WidenF16 {
 };
 
 // c[m, 0:8 NV] (+)= sum_k x[m, k] * b[k, 0:8 NV] for MR rows over depth k.
-// x: [MR, depth] (stride ldx); b: one strip of [depth, 64]; c: [MR, 8 NV]
-// (stride ldc), only the first num_cols columns are read and written.
-template <class B, int MR, int NV>
+// x: [MR, depth] (stride ldx); b: one strip of [depth, LDB] (a panel's, or a
+// repacked strip's); c: [MR, 8 NV] (stride ldc), only the first num_cols
+// columns are read and written.
+template <class B, int MR, int NV, int64_t LDB = kPanels64Width>
 inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
                        bool accumulate, int num_cols) {
   __m256 acc[MR][NV];
@@ -151,9 +152,9 @@ inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int6
     LLMK_UNROLL for (int j = 0; j < NV; ++j) acc[m][j] = _mm256_setzero_ps();
   constexpr int kStripBytes = static_cast<int>(sizeof(typename B::T)) * 8 * NV;
   for (int64_t k = 0; k < depth; ++k) {
-    const typename B::T* bk = b + k * kPanels64Width;
+    const typename B::T* bk = b + k * LDB;
     if (MR <= 2) {  // streaming (decode): ask for the weights 128 steps ahead
-      const char* ahead = reinterpret_cast<const char*>(bk + 128 * kPanels64Width);
+      const char* ahead = reinterpret_cast<const char*>(bk + 128 * LDB);
       LLMK_UNROLL for (int off = 0; off < kStripBytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
     }
     __m256 bv[NV];
@@ -183,15 +184,26 @@ inline void strips(const float* x, int64_t ldx, const typename B::T* b, int64_t 
     micro_tile<B, MR, NV>(x, ldx, b + s, depth, c + s, ldc, accumulate, num_cols - s);
 }
 
+// Rows in 6-row groups (and the rest) over one block of a panel, its columns
+// as strips of 16: read in place (stride 64 per k step), or, from
+// kConvertRows rows on, from strips the caller repacked into scratch
+// ([4][depth][16] floats, strip s at strips + s * depth * 16). In place, the
+// 256 lines of a strip fall 256 bytes apart, on a quarter of L1's sets, and
+// do not stay there while the 6-row groups pass over them; a repacked strip
+// is 16 KiB in a row.
 template <class B>
-void tile_rows(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
-               int64_t num_rows, bool accumulate, int num_cols) {
-  // Strips outermost: one 16-column strip of the block (16 KiB of f32) stays
-  // in L1 while every 6-row group passes over it.
+void tile_rows(const float* x, int64_t ldx, const typename B::T* b, const float* strips_f32, int64_t depth, float* c,
+               int64_t ldc, int64_t num_rows, bool accumulate, int num_cols) {
+  // Strips outermost: one 16-column strip stays in L1 while every 6-row group passes over it.
   const int64_t full_rows = num_rows / 6 * 6;
   for (int s = 0; s < kPanels64Width && s < num_cols; s += 16)
-    for (int64_t m = 0; m < full_rows; m += 6)
-      micro_tile<B, 6, 2>(x + m * ldx, ldx, b + s, depth, c + m * ldc + s, ldc, accumulate, num_cols - s);
+    for (int64_t m = 0; m < full_rows; m += 6) {
+      if (strips_f32 != nullptr)
+        micro_tile<WidenF32, 6, 2, 16>(x + m * ldx, ldx, strips_f32 + (s / 16) * depth * 16, depth, c + m * ldc + s, ldc,
+                                       accumulate, num_cols - s);
+      else
+        micro_tile<B, 6, 2>(x + m * ldx, ldx, b + s, depth, c + m * ldc + s, ldc, accumulate, num_cols - s);
+    }
   const int64_t m = full_rows;
   const float* xr = x + m * ldx;
   float* cr = c + m * ldc;
@@ -214,12 +226,15 @@ void panels_range(const float* x, const typename B::T* packed, float* y, int64_t
       const int64_t depth = std::min(kDepth, k_len - k0);
       const typename B::T* src = packed + (p * k_len + k0) * kPanels64Width;
       float* c = y + p * kPanels64Width;
-      if (num_rows >= kConvertRows && !std::is_same_v<typename B::T, float>) {
-        // Widen the block once; every row group then reads plain floats.
-        for (int64_t i = 0; i < depth * kPanels64Width; i += 8) _mm256_storeu_ps(block + i, B::load(src + i));
-        tile_rows<WidenF32>(x + k0, k_len, block, depth, c, n_out, num_rows, k0 > 0, num_cols);
+      if (num_rows >= kConvertRows) {
+        // Repack the block once as contiguous f32 strips (widened from F16
+        // or BF16); the 6-row groups then read those.
+        for (int64_t k = 0; k < depth; ++k)
+          LLMK_UNROLL for (int v = 0; v < kPanels64Width / 8; ++v)
+            _mm256_storeu_ps(block + ((v / 2) * depth + k) * 16 + 8 * (v % 2), B::load(src + k * kPanels64Width + 8 * v));
+        tile_rows<B>(x + k0, k_len, src, block, depth, c, n_out, num_rows, k0 > 0, num_cols);
       } else {
-        tile_rows<B>(x + k0, k_len, src, depth, c, n_out, num_rows, k0 > 0, num_cols);
+        tile_rows<B>(x + k0, k_len, src, nullptr, depth, c, n_out, num_rows, k0 > 0, num_cols);
       }
     }
   }

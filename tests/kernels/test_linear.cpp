@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -38,28 +39,45 @@ TEST_CASE("linear_rows equals the float64 product for 1 to 6 rows and odd sizes"
   }
 }
 
-TEST_CASE("linear_panels64 equals the float64 product for f16 and bf16 panels, few and many rows", "[linear]") {
+TEST_CASE("linear_panels64 equals the float64 product for f32, f16 and bf16 panels, few and many rows", "[linear]") {
   using namespace llmk::kernels::cpu;
-  const int64_t rows = GENERATE(1, 2, 3, 5, 7, 13, 40);  // every register-tile height of the AVX-512 and AVX2 paths
+  // Every register-tile height of the AVX-512 and AVX2 paths; from 12 rows on,
+  // blocks are repacked (widened) once and shared by the row groups; 300
+  // inputs span a whole 256-step block and a partial one.
+  const int64_t rows = GENERATE(1, 2, 3, 5, 7, 13, 40);
   const int64_t in = GENERATE(3, 300), out = GENERATE(1, 70, 129);
   std::mt19937 rng(static_cast<uint32_t>(rows * 7919 + in * 31 + out));
   std::normal_distribution<float> normal;
   std::vector<float> x(rows * in), y(rows * out);
   for (auto& v : x) v = normal(rng);
   std::vector<uint16_t> w(out * in), packed(panels64_size(out, in));
+  std::vector<float> w32(out * in), packed32(panels64_size(out, in));
   std::vector<float> scratch(panels64_scratch_size(2));
-  for (int bf16 = 0; bf16 < 2; ++bf16) {
-    for (auto& v : w) v = bf16 ? llmk::f32_to_bf16(normal(rng)) : llmk::f32_to_f16(normal(rng));
-    pack_panels64(w.data(), out, in, packed.data());
-    REQUIRE(linear_panels64(x.data(), rows, in, packed.data(), bf16 ? LLMK_DTYPE_BF16 : LLMK_DTYPE_F16, out, y.data(),
-                            scratch.data(), 2));
+  for (const llmk_dtype dt : {LLMK_DTYPE_F32, LLMK_DTYPE_F16, LLMK_DTYPE_BF16}) {
+    CAPTURE(rows, in, out, static_cast<int>(dt));
+    for (int64_t i = 0; i < out * in; ++i) {
+      const float v = normal(rng);
+      w[i] = dt == LLMK_DTYPE_BF16 ? llmk::f32_to_bf16(v) : llmk::f32_to_f16(v);
+      w32[i] = v;
+    }
+    auto weight = [&](int64_t i) -> double {
+      if (dt == LLMK_DTYPE_F32) return w32[i];
+      return dt == LLMK_DTYPE_BF16 ? llmk::bf16_to_f32(w[i]) : llmk::f16_to_f32(w[i]);
+    };
+    std::fill(y.begin(), y.end(), NAN);
+    if (dt == LLMK_DTYPE_F32) {
+      pack_panels64(w32.data(), out, in, packed32.data());
+      REQUIRE(linear_panels64(x.data(), rows, in, packed32.data(), dt, out, y.data(), scratch.data(), 2));
+    } else {
+      pack_panels64(w.data(), out, in, packed.data());
+      REQUIRE(linear_panels64(x.data(), rows, in, packed.data(), dt, out, y.data(), scratch.data(), 2));
+    }
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t n = 0; n < out; ++n) {
         double ref = 0, mag = 0;
         for (int64_t k = 0; k < in; ++k) {
-          const double wv = bf16 ? llmk::bf16_to_f32(w[n * in + k]) : llmk::f16_to_f32(w[n * in + k]);
-          ref += x[m * in + k] * wv;
-          mag += std::fabs(x[m * in + k] * wv);
+          ref += x[m * in + k] * weight(n * in + k);
+          mag += std::fabs(x[m * in + k] * weight(n * in + k));
         }
         CHECK(std::fabs(y[m * out + n] - ref) <= 1e-6 * mag);
       }

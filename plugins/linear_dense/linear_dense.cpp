@@ -11,6 +11,8 @@
 //     faster than row-major dot products (one sequential stream per thread,
 //     software prefetch) and runs 1.2x (128 rows) to 2.5x (8-32 rows) faster
 //     than the alternatives for F32; F16 needs no F16 GEMM units (none here).
+//     On an AVX2-only Zen 3 (2 cores) the 128-row F32 GEMM runs at about 0.93x
+//     oneDNN's sgemm ({"f32_layout":"rows"}) over llama-110m's layer shapes.
 //     The cost: weights are copied, never borrowed from the checkpoint's
 //     mapping (whose pages the kernel may then drop).
 //   {"f32_layout":"rows"}: F32 kept as stored, borrowed when it outlives the

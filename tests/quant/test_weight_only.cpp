@@ -55,6 +55,20 @@ double sq_error(const float* w, int64_t n, double sc, double z) {
   return err;
 }
 
+// A weight packed by pack_w4: its words, group scales and zero points.
+struct PackedW4 {
+  std::vector<uint32_t> packed;
+  std::vector<float> scale;
+  std::vector<uint8_t> zero;
+};
+
+PackedW4 pack_w4_test(const std::vector<float>& w, const W4Shape& ws, W4Range range = W4Range::mse) {
+  PackedW4 q{std::vector<uint32_t>(w4_size(ws)), std::vector<float>(ws.group_params()),
+             std::vector<uint8_t>(ws.group_params())};
+  pack_w4(w.data(), ws, q.packed.data(), q.scale.data(), q.zero.data(), range);
+  return q;
+}
+
 // Dequantized weight (n, k) from the packed format.
 double w4_deq(const std::vector<uint32_t>& packed, const std::vector<float>& scale, const std::vector<uint8_t>& zero,
               const W4Shape& ws, int64_t n, int64_t k) {
@@ -74,10 +88,7 @@ TEST_CASE("Int4 group quantization keeps zero exact and rounds each weight to it
         CAPTURE(s.in, s.out, ws.group_size, range == W4Range::mse);
         auto w = llmk::test::random_matrix(s.out, s.in, 41, s.out > 2 ? 1 : -1);
         if (s.out > 3) std::fill_n(w.begin() + 3 * s.in, s.in, 0.25f);  // constant positive channel
-        std::vector<uint32_t> packed(w4_size(ws));
-        std::vector<float> scale(ws.group_params());
-        std::vector<uint8_t> zero(ws.group_params());
-        pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data(), range);
+        const auto [packed, scale, zero] = pack_w4_test(w, ws, range);
         for (int64_t n = 0; n < s.out; ++n)
           for (int64_t g = 0; g < ws.num_groups(); ++g) {
             const int64_t k0 = g * ws.group_size, k1 = std::min(s.in, k0 + ws.group_size);
@@ -118,10 +129,7 @@ TEST_CASE("Int4 MSE ranges lower the squared error of heavy-tailed groups", "[qu
   const auto w = llmk::test::random_matrix(ws.out_features, ws.in_features, 61);
   double err_min_max = 0.0, err_mse = 0.0;
   for (const W4Range range : {W4Range::min_max, W4Range::mse}) {
-    std::vector<uint32_t> packed(w4_size(ws));
-    std::vector<float> scale(ws.group_params());
-    std::vector<uint8_t> zero(ws.group_params());
-    pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data(), range);
+    const auto [packed, scale, zero] = pack_w4_test(w, ws, range);
     double err = 0.0;
     for (int64_t n = 0; n < ws.out_features; ++n)
       for (int64_t k = 0; k < ws.in_features; ++k) {
@@ -142,10 +150,7 @@ TEST_CASE("Int4 GEMV and GEMM match float64 within the weights' quantization err
         if (!ws.valid()) continue;
         const auto w = llmk::test::random_matrix(s.out, s.in, 51);
         const auto x = llmk::test::random_matrix(s.rows, s.in, 52, s.rows > 2 ? 1 : -1);
-        std::vector<uint32_t> packed(w4_size(ws));
-        std::vector<float> scale(ws.group_params());
-        std::vector<uint8_t> zero(ws.group_params());
-        pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data(), range);
+        const auto [packed, scale, zero] = pack_w4_test(w, ws, range);
         for (const int threads : {1, 2}) {
           CAPTURE(s.rows, s.in, s.out, ws.group_size, threads, range == W4Range::mse);
           std::vector<float> scratch(w4_scratch_size(ws, threads));
@@ -184,10 +189,7 @@ TEST_CASE("Int4 with int8 activations is within their rounding of the dequantize
       if (!ws.valid()) continue;
       const auto w = llmk::test::random_matrix(s.out, s.in, 71);
       const auto x = llmk::test::random_matrix(s.rows, s.in, 72, s.rows > 2 ? 1 : -1);
-      std::vector<uint32_t> packed(w4_size(ws));
-      std::vector<float> scale(ws.group_params());
-      std::vector<uint8_t> zero(ws.group_params());
-      pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data());
+      const auto [packed, scale, zero] = pack_w4_test(w, ws);
       for (const int threads : {1, 2}) {
         std::vector<float> scratch(w4_scratch_size(ws, threads, s.rows, W4Activations::int8));
         std::vector<float> y(static_cast<size_t>(s.out), -1.0f), y_all(static_cast<size_t>(s.rows * s.out), -1.0f);
@@ -239,10 +241,7 @@ TEST_CASE("Int4 with int8 activations sums exactly the integers its definition r
       for (int64_t i = 0; i < static_cast<int64_t>(x.size()); i += 7) x[i] = 0.0f;
       // Ties: in a group whose absmax is 127, x * inv is x itself.
       if (s.in >= 3) x[0] = 127.0f, x[1] = 2.5f, x[2] = -3.5f;
-      std::vector<uint32_t> packed(w4_size(ws));
-      std::vector<float> scale(ws.group_params());
-      std::vector<uint8_t> zero(ws.group_params());
-      pack_w4(w.data(), ws, packed.data(), scale.data(), zero.data());
+      const auto [packed, scale, zero] = pack_w4_test(w, ws);
       for (const int threads : {1, 2}) {
         std::vector<float> scratch(w4_scratch_size(ws, threads, s.rows, W4Activations::int8));
         std::vector<float> y(static_cast<size_t>(s.rows * s.out), -1.0f);

@@ -15,7 +15,6 @@
 // oneDNN's: to A/B-test levels on one machine, or to rule one out.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>

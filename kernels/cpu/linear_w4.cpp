@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "kernels/cpu/linear_tile.hpp"
+#include "kernels/cpu/vec_math.hpp"
 
 namespace llmk::kernels::cpu {
 
@@ -295,21 +296,6 @@ int32_t quantize_octets_a8(const float* x, int64_t k1, float inv, int64_t o_begi
     r.quads[2 * o + 1] = static_cast<int32_t>(odd);
   }
   return sum;
-}
-
-float abs_max(const float* x, int64_t n) {
-  float amax = 0.0f;
-  int64_t k = 0;
-#if defined(__AVX2__)
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  __m256 m = _mm256_setzero_ps();
-  for (; k + 8 <= n; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
-  const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
-#endif
-  for (; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
-  return amax;
 }
 
 void quantize_row_a8(const float* x, const W4Shape& s, const W4RowA8& r) {

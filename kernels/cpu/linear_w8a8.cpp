@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "kernels/cpu/linear_tile.hpp"
+#include "kernels/cpu/vec_math.hpp"
 
 namespace llmk::kernels::cpu {
 
@@ -217,19 +218,13 @@ void quantize_row_u8(const float* x, int64_t in_features, int64_t k_pad, uint8_t
 #elif defined(LLMK_W8A8_AVX2)
 
 void quantize_row_u8(const float* x, int64_t in_features, int64_t k_pad, uint8_t* xq, float* x_scale) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 vmax = _mm256_setzero_ps();
-  int64_t k = 0;
-  for (; k + 8 <= in_features; k += 8) vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + k), abs_mask));
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
-  for (; k < in_features; ++k) amax = std::max(amax, std::fabs(x[k]));
+  const float amax = abs_max(x, in_features);
   *x_scale = amax / 127.0f;
   const float inv_s = amax > 0.0f ? 127.0f / amax : 0.0f;
   const __m256 inv = _mm256_set1_ps(inv_s);
   const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127), bias = _mm256_set1_epi32(128);
-  for (k = 0; k + 8 <= in_features; k += 8) {
+  int64_t k = 0;
+  for (; k + 8 <= in_features; k += 8) {
     // cvtps rounds to nearest even under the default MXCSR.
     __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), inv));
     q = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(q, lo), hi), bias);
@@ -245,8 +240,7 @@ void quantize_row_u8(const float* x, int64_t in_features, int64_t k_pad, uint8_t
 #else
 
 void quantize_row_u8(const float* x, int64_t in_features, int64_t k_pad, uint8_t* xq, float* x_scale) {
-  float amax = 0.0f;
-  for (int64_t k = 0; k < in_features; ++k) amax = std::max(amax, std::fabs(x[k]));
+  const float amax = abs_max(x, in_features);
   *x_scale = amax / 127.0f;
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
   for (int64_t k = 0; k < in_features; ++k)  // nearest even, as vcvtps2dq under the default MXCSR

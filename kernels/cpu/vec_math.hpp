@@ -1,7 +1,9 @@
 // Vectorized elementwise math shared by the CPU kernels (header only).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -78,5 +80,23 @@ inline __m256 exp256(__m256 x) {
 #endif
 
 inline float exp_scalar(float x) { return std::exp(x); }
+
+// The largest |x[k]| over n floats (0 for n = 0), ignoring NaNs as
+// std::max(amax, |x|) does: the activation quantizers' absmax.
+inline float abs_max(const float* x, int64_t n) {
+  float amax = 0.0f;
+  int64_t k = 0;
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  // max(a, b) returns b when either is NaN: a NaN |x| lane keeps m.
+  for (; k + 8 <= n; k += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)), m);
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+#endif
+  for (; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
+  return amax;
+}
 
 }  // namespace llmk::kernels::cpu

@@ -1,6 +1,9 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include "kernels/cpu/vec_math.hpp"
@@ -45,4 +48,31 @@ TEST_CASE("the vector exp is within 2.5e-7 relative (about 2 ulp) of exp on [-87
     CHECK(std::fabs(y[i] - ref) <= 2.5e-7 * ref);
   }
 #endif
+}
+
+TEST_CASE("abs_max is the largest magnitude for every length and ignores NaNs as std::max does", "[vec_math]") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t n = 0; n <= 41; ++n) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = normal(rng);
+    // The largest magnitude in every position in turn (vector lanes, the tail), negative or not.
+    for (int64_t at = 0; at < n; ++at) {
+      std::vector<float> y = x;
+      y[static_cast<size_t>(at)] = at % 2 ? -100.0f : 100.0f;
+      if (n > 1) y[static_cast<size_t>((at + 1) % n)] = nan;  // a NaN beside it, in a lane or the tail
+      CAPTURE(n, at);
+      CHECK(llmk::kernels::cpu::abs_max(y.data(), n) == 100.0f);
+    }
+    float ref = 0.0f;
+    for (const float v : x) ref = std::max(ref, std::fabs(v));
+    CHECK(llmk::kernels::cpu::abs_max(x.data(), n) == ref);
+  }
+  const std::vector<float> all_nan(19, nan);
+  CHECK(llmk::kernels::cpu::abs_max(all_nan.data(), 19) == 0.0f);
+  const std::vector<float> signed_zeros{-0.0f, 0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f};
+  CHECK(llmk::kernels::cpu::abs_max(signed_zeros.data(), 9) == 0.0f);
+  const float inf[9] = {1, 2, 3, -std::numeric_limits<float>::infinity(), 5, 6, 7, 8, 9};
+  CHECK(llmk::kernels::cpu::abs_max(inf, 9) == std::numeric_limits<float>::infinity());
 }

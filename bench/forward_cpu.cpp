@@ -71,7 +71,7 @@ double matmul_peak_gflops(bool bf16, int threads) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   std::string preset = "llama-110m", linear = "linear.dense", linear_options = "{}";
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int prompt_tokens = 128, decode_tokens = 64, repeats = 3;
@@ -165,4 +165,13 @@ int main(int argc, char** argv) {
   std::printf("prefill %d tokens: %.1f tok/s  (%.1f ms, %.1f GFLOP/s = %.0f%% of matmul peak)\n", prompt_tokens,
               p / prefill_s, prefill_s * 1e3, flops / prefill_s / 1e9, 100.0 * flops / prefill_s / 1e9 / peak);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // a bad option value, an unknown plugin, a plugin refusing its options
+    std::fprintf(stderr, "bench_forward_cpu: %s\n", e.what());
+    return 1;
+  }
 }

@@ -212,8 +212,7 @@ bool linear_panels16(const float* x, int64_t num_rows, int64_t in_features, cons
   const size_t elem = w_dtype == LLMK_DTYPE_F32 ? 4 : 2;
   const int64_t num_tiles = (num_panels16(out_features) + kMaxPanels - 1) / kMaxPanels;
   const auto* base = static_cast<const uint8_t*>(packed);
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (num_threads > 1)
-  for (int64_t t = 0; t < num_tiles; ++t) {
+  for_each_item(num_tiles, num_threads, [&](int64_t t, int) {
     const int64_t n0 = t * kMaxPanels * kPanels16Width;
     const int64_t cols = std::min<int64_t>(out_features - n0, kMaxPanels * kPanels16Width);
     const void* tile_panels = base + static_cast<size_t>(t * kMaxPanels * panel_stride) * elem;
@@ -232,7 +231,7 @@ bool linear_panels16(const float* x, int64_t num_rows, int64_t in_features, cons
         break;
       default: break;
     }
-  }
+  });
   return true;
 }
 

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/linear.hpp"
+#include "kernels/cpu/work_shares.hpp"
 #include "plugins/api/llmk_plugin.h"
 
 namespace llmk::kernels::cpu {
@@ -58,23 +59,20 @@ void linear_dequantized_panels16(const float* x, int64_t num_rows, int64_t in_fe
   const int64_t panel_stride = in_features * kPanels16Width;
   const int64_t n_panels = num_panels16(out_features);
   const int64_t num_tiles = (n_panels + kDequantizedTilePanels - 1) / kDequantizedTilePanels;
-#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
-  {
-    float* tile = scratch + static_cast<size_t>(omp_get_thread_num()) * kDequantizedTilePanels * panel_stride;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < num_tiles; ++t) {
-      const int64_t p0 = t * kDequantizedTilePanels;
-      const int64_t c = std::min<int64_t>(kDequantizedTilePanels, n_panels - p0);
-      for (int64_t i = 0; i < c; ++i) dequantize(p0 + i, tile + i * panel_stride);
-      const int64_t n0 = p0 * kPanels16Width;
-      linear_panels16_f32_tile(x, in_features, num_rows, in_features, tile, panel_stride,
-                               std::min<int64_t>(out_features - n0, c * kPanels16Width), y + n0, out_features);
-    }
-  }
+  for_each_item(num_tiles, num_threads, [&](int64_t t, int thread) {
+    float* tile = scratch + static_cast<size_t>(thread) * kDequantizedTilePanels * panel_stride;
+    const int64_t p0 = t * kDequantizedTilePanels;
+    const int64_t c = std::min<int64_t>(kDequantizedTilePanels, n_panels - p0);
+    for (int64_t i = 0; i < c; ++i) dequantize(p0 + i, tile + i * panel_stride);
+    const int64_t n0 = p0 * kPanels16Width;
+    linear_panels16_f32_tile(x, in_features, num_rows, in_features, tile, panel_stride,
+                             std::min<int64_t>(out_features - n0, c * kPanels16Width), y + n0, out_features);
+  });
 }
 
 // The one-row path of the weight-only schemes: register tiles of up to
-// kOneRowTilePanels panels, split statically across num_threads. Calls
+// kOneRowTilePanels panels, shared out across num_threads (for_each_item:
+// contiguous shares, the last tiles taken by whichever thread is free). Calls
 // tile(C, p0, num_cols, n0) for each: C is std::integral_constant<int, c>
 // for the tile's c panels from panel p0, which cover outputs [n0, n0 + num_cols).
 constexpr int kOneRowTilePanels = 4;
@@ -83,8 +81,7 @@ template <class Tile>
 void for_one_row_tiles(int64_t out_features, int num_threads, const Tile& tile) {
   const int64_t n_panels = num_panels16(out_features);
   const int64_t num_tiles = (n_panels + kOneRowTilePanels - 1) / kOneRowTilePanels;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (num_threads > 1)
-  for (int64_t t = 0; t < num_tiles; ++t) {
+  for_each_item(num_tiles, num_threads, [&](int64_t t, int) {
     const int64_t p0 = t * kOneRowTilePanels;
     const int c = static_cast<int>(std::min<int64_t>(kOneRowTilePanels, n_panels - p0));
     const int64_t n0 = p0 * kPanels16Width;
@@ -95,7 +92,7 @@ void for_one_row_tiles(int64_t out_features, int num_threads, const Tile& tile) 
       case 3: tile(std::integral_constant<int, 3>{}, p0, num_cols, n0); break;
       default: tile(std::integral_constant<int, 4>{}, p0, num_cols, n0); break;
     }
-  }
+  });
 }
 
 }  // namespace llmk::kernels::cpu

@@ -3,10 +3,10 @@
 // tile of MR rows x 64 output columns (panels64, bf16_pairs).
 #pragma once
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdint>
+
+#include "kernels/cpu/work_shares.hpp"
 
 namespace llmk::kernels::cpu {
 
@@ -23,7 +23,9 @@ constexpr int kTileRows = 6;  // activation rows per register tile (6 x 64 outpu
 // Calls range(p_begin, p_end, thread) so that the ranges cover panels
 // [0, num_panels) once: on the calling thread (thread 0) when one thread is
 // asked for or the product is small (work = rows x in x out below 2^18),
-// otherwise in contiguous shares across min(num_threads, num_panels) threads.
+// otherwise one panel at a time across min(num_threads, num_panels) threads,
+// shared out by for_each_item (contiguous shares; a thread done with its own
+// takes the last panels of the others').
 template <class Range>
 void for_panel_ranges(int64_t num_panels, int num_threads, int64_t work, const Range& range) {
   const int threads = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), num_panels));
@@ -31,11 +33,7 @@ void for_panel_ranges(int64_t num_panels, int num_threads, int64_t work, const R
     range(int64_t{0}, num_panels, 0);
     return;
   }
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    range(num_panels * t / nt, num_panels * (t + 1) / nt, t);
-  }
+  for_each_item(num_panels, threads, [&](int64_t p, int thread) { range(p, p + 1, thread); });
 }
 
 }  // namespace llmk::kernels::cpu

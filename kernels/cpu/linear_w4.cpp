@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "kernels/cpu/linear_tile.hpp"
+#include "kernels/cpu/work_shares.hpp"
 #include "kernels/cpu/vec_math.hpp"
 
 namespace llmk::kernels::cpu {
@@ -479,12 +480,12 @@ void gemv_tile_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, 
 void rows_w4a8(const float* x, int64_t num_rows, const W4Shape& s, const uint32_t* packed, const float* scale,
                const uint8_t* zero, float* y, float* scratch, int num_threads) {
   const int64_t n_panels = num_panels16(s.out_features);
+  WorkShares panels(n_panels, num_threads);  // shared out after the rows are quantized
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1 && num_rows * s.in_features * s.out_features >= (1 << 18))
   {
 #pragma omp for schedule(static)
     for (int64_t m = 0; m < num_rows; ++m) quantize_row_a8(x + m * s.in_features, s, row_a8_at(scratch, s, m));
-#pragma omp for schedule(static)
-    for (int64_t p = 0; p < n_panels; ++p) {
+    panels.take(omp_get_thread_num(), [&](int64_t p, int) {
       const int64_t n0 = p * kPanels16Width;
       const int64_t cols = std::min<int64_t>(kPanels16Width, s.out_features - n0);
 #if defined(__AVX2__)
@@ -504,7 +505,7 @@ void rows_w4a8(const float* x, int64_t num_rows, const W4Shape& s, const uint32_
       for (int64_t m = 0; m < num_rows; ++m)
         gemv_tile_w4a8<1>(row_a8_at(scratch, s, m), s, packed, scale, zero, p, cols, y + m * s.out_features + n0);
 #endif
-    }
+    });
   }
 }
 

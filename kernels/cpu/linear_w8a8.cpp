@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "kernels/cpu/linear_tile.hpp"
+#include "kernels/cpu/work_shares.hpp"
 #include "kernels/cpu/vec_math.hpp"
 
 namespace llmk::kernels::cpu {
@@ -297,13 +298,15 @@ void linear_w8a8(const float* x, int64_t num_rows, int64_t in_features, const in
   auto* x_scale = reinterpret_cast<float*>(xq + (static_cast<size_t>(num_rows * k_pad) + 63) / 64 * 64);
   const int64_t panel_stride = k_pad * kPanels16Width;
   const int64_t num_tiles = (num_panels16(out_features) + kMaxPanels - 1) / kMaxPanels;
+  // The rows are quantized first (the tiles' barrier), then the tiles are
+  // shared out across the team (kernels/cpu/work_shares.hpp).
+  WorkShares tiles(num_tiles, num_threads);
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1)
   {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < num_rows; ++r)
       quantize_row_u8(x + r * in_features, in_features, k_pad, xq + r * k_pad, x_scale + r);
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < num_tiles; ++t) {
+    tiles.take(omp_get_thread_num(), [&](int64_t t, int) {
       const int64_t p0 = t * kMaxPanels;
       const int64_t n0 = p0 * kPanels16Width;
       const int c = static_cast<int>(std::min<int64_t>(kMaxPanels, num_panels16(out_features) - p0));
@@ -313,7 +316,7 @@ void linear_w8a8(const float* x, int64_t num_rows, int64_t in_features, const in
         tile_fn(rr, c)(xq + r0 * k_pad, k_pad, x_scale + r0, k_pad / 4, packed + p0 * panel_stride, panel_stride,
                        scale + n0, row_sum + n0, cols, y + r0 * out_features + n0, out_features);
       }
-    }
+    });
   }
 }
 

@@ -153,7 +153,7 @@ inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int6
   constexpr int kStripBytes = static_cast<int>(sizeof(typename B::T)) * 8 * NV;
   for (int64_t k = 0; k < depth; ++k) {
     const typename B::T* bk = b + k * LDB;
-    if (MR <= 2) {  // streaming (decode): ask for the weights 128 steps ahead
+    if (MR <= 2 && LDB == kPanels64Width) {  // streaming from a panel (decode): ask for the weights 128 steps ahead
       const char* ahead = reinterpret_cast<const char*>(bk + 128 * LDB);
       LLMK_UNROLL for (int off = 0; off < kStripBytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
     }
@@ -187,7 +187,8 @@ inline void strips(const float* x, int64_t ldx, const typename B::T* b, int64_t 
 // Rows in 6-row groups (and the rest) over one block of a panel, its columns
 // as strips of 16: read in place (stride 64 per k step), or, from
 // kConvertRows rows on, from strips the caller repacked into scratch
-// ([4][depth][16] floats, strip s at strips + s * depth * 16). In place, the
+// ([4][depth][16] floats, strip s at strips + s * depth * 16), the rows past
+// the last 6-row group included. In place, the
 // 256 lines of a strip fall 256 bytes apart, on a quarter of L1's sets, and
 // do not stay there while the 6-row groups pass over them; a repacked strip
 // is 16 KiB in a row.
@@ -207,6 +208,19 @@ void tile_rows(const float* x, int64_t ldx, const typename B::T* b, const float*
   const int64_t m = full_rows;
   const float* xr = x + m * ldx;
   float* cr = c + m * ldc;
+  if (strips_f32 != nullptr && m < num_rows) {  // the rest of the rows from the same repacked strips
+    for (int s = 0; s < kPanels64Width && s < num_cols; s += 16) {
+      const float* strip = strips_f32 + (s / 16) * depth * 16;
+      switch (num_rows - m) {
+        case 5: micro_tile<WidenF32, 5, 2, 16>(xr, ldx, strip, depth, cr + s, ldc, accumulate, num_cols - s); break;
+        case 4: micro_tile<WidenF32, 4, 2, 16>(xr, ldx, strip, depth, cr + s, ldc, accumulate, num_cols - s); break;
+        case 3: micro_tile<WidenF32, 3, 2, 16>(xr, ldx, strip, depth, cr + s, ldc, accumulate, num_cols - s); break;
+        case 2: micro_tile<WidenF32, 2, 2, 16>(xr, ldx, strip, depth, cr + s, ldc, accumulate, num_cols - s); break;
+        default: micro_tile<WidenF32, 1, 2, 16>(xr, ldx, strip, depth, cr + s, ldc, accumulate, num_cols - s); break;
+      }
+    }
+    return;
+  }
   switch (num_rows - m) {
     case 5: strips<B, 5, 2>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
     case 4: strips<B, 4, 2>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;

@@ -42,9 +42,10 @@ TEST_CASE("linear_rows equals the float64 product for 1 to 6 rows and odd sizes"
 TEST_CASE("linear_panels64 equals the float64 product for f32, f16 and bf16 panels, few and many rows", "[linear]") {
   using namespace llmk::kernels::cpu;
   // Every register-tile height of the AVX-512 and AVX2 paths; from 12 rows on,
-  // blocks are repacked (widened) once and shared by the row groups; 300
+  // blocks are repacked (widened) once and shared by the row groups, the
+  // rows past the last 6-row group too (13-17, 40: one to five left); 300
   // inputs span a whole 256-step block and a partial one.
-  const int64_t rows = GENERATE(1, 2, 3, 5, 7, 13, 40);
+  const int64_t rows = GENERATE(1, 2, 3, 5, 7, 13, 14, 15, 16, 17, 40);
   const int64_t in = GENERATE(3, 300), out = GENERATE(1, 70, 129);
   std::mt19937 rng(static_cast<uint32_t>(rows * 7919 + in * 31 + out));
   std::normal_distribution<float> normal;

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/cpu/stream_memory.hpp"
+
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 // GCC 12 reports the intrinsics' internal undefined registers as uninitialized (a false positive).
@@ -19,9 +21,13 @@
 namespace llmk::bench {
 
 // Read bandwidth: every thread sums its slice of a 1 GiB buffer; best of 5.
+// The buffer is stream memory, as the weights and the KV cache are: on huge
+// pages where the system offers them, so the probe is not held back by TLB
+// misses the engine does not have.
 inline double read_bandwidth_gbs(int threads) {
   const size_t n = (size_t{1} << 30) / sizeof(float);
-  std::vector<float> buf(n, 1.0f);
+  kernels::cpu::StreamArray<float> buf(n);
+  std::fill(buf.data(), buf.data() + n, 1.0f);
   double best = 0.0;
   volatile float sink = 0.0f;
   for (int rep = 0; rep < 5; ++rep) {

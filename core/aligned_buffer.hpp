@@ -13,6 +13,10 @@ class AlignedBuffer {
   AlignedBuffer() = default;
   // Throws Error(internal) naming `what` when the allocation fails.
   explicit AlignedBuffer(size_t bytes, const char* what = "a buffer");
+  // The same from stream memory (kernels/cpu/stream_memory.hpp: huge pages
+  // where the system offers them), for what every step reads through: the
+  // KV cache.
+  static AlignedBuffer streamed(size_t bytes, const char* what);
   AlignedBuffer(AlignedBuffer&& o) noexcept;
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
   ~AlignedBuffer();
@@ -23,6 +27,7 @@ class AlignedBuffer {
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  bool streamed_ = false;
 };
 
 // The scratch of linear layers (llmk_linear_api::workspace_bytes). Every

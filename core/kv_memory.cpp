@@ -37,12 +37,12 @@ KvMemory::KvMemory(int32_t num_layers, const ModelRuntime& rt, const llmk_kv_lay
   const size_t rows = num_slots_;
   layers_.resize(static_cast<size_t>(num_layers));
   for (Layer& l : layers_) {
-    l.k = AlignedBuffer(rows * layout.k_bytes_per_slot, "the KV cache");
-    l.v = AlignedBuffer(rows * layout.v_bytes_per_slot, "the KV cache");
+    l.k = AlignedBuffer::streamed(rows * layout.k_bytes_per_slot, "the KV cache");
+    l.v = AlignedBuffer::streamed(rows * layout.v_bytes_per_slot, "the KV cache");
     if (layout.k_scale_bytes_per_slot != 0)
-      l.k_scale = AlignedBuffer(rows * layout.k_scale_bytes_per_slot, "the KV cache scales");
+      l.k_scale = AlignedBuffer::streamed(rows * layout.k_scale_bytes_per_slot, "the KV cache scales");
     if (layout.v_scale_bytes_per_slot != 0)
-      l.v_scale = AlignedBuffer(rows * layout.v_scale_bytes_per_slot, "the KV cache scales");
+      l.v_scale = AlignedBuffer::streamed(rows * layout.v_scale_bytes_per_slot, "the KV cache scales");
     if (rt.prefault_kv)
       for (AlignedBuffer* buf : {&l.k, &l.v, &l.k_scale, &l.v_scale}) prefault(*buf, rt.num_threads);
   }

@@ -47,6 +47,7 @@
 #include "kernels/cpu/linear_bf16_pairs.hpp"
 #include "kernels/cpu/linear_panels64.hpp"
 #include "kernels/cpu/linear_rows.hpp"
+#include "kernels/cpu/stream_memory.hpp"
 #include "plugins/api/plugin_helpers.hpp"
 
 namespace llmk::linear_dense {
@@ -153,19 +154,19 @@ class LinearDense {
                                                  "weight_dtype bf16)");
     bf16_dot_ = opt.bf16_activations;
     if (dtype_ == LLMK_DTYPE_F32 && !opt.f32_rows) {
-      owned_.resize(kernels::cpu::panels64_size(out_, in_) * 4);
+      owned_ = kernels::cpu::StreamArray<uint8_t>(kernels::cpu::panels64_size(out_, in_) * 4);
       kernels::cpu::pack_panels64(static_cast<const float*>(d.weight), out_, in_,
                                   reinterpret_cast<float*>(owned_.data()));
       weight_ = owned_.data();
       packed_ = true;
     } else if (bf16_dot_) {
-      owned_.resize(kernels::cpu::bf16_pairs_size(out_, in_) * 2);
+      owned_ = kernels::cpu::StreamArray<uint8_t>(kernels::cpu::bf16_pairs_size(out_, in_) * 2);
       kernels::cpu::pack_bf16_pairs(static_cast<const uint16_t*>(src), out_, in_,
                                     reinterpret_cast<uint16_t*>(owned_.data()));
       weight_ = owned_.data();
       packed_ = true;
     } else if (dtype_ == LLMK_DTYPE_F16 || (dtype_ == LLMK_DTYPE_BF16 && !opt.bf16_rows)) {
-      owned_.resize(kernels::cpu::panels64_size(out_, in_) * 2);
+      owned_ = kernels::cpu::StreamArray<uint8_t>(kernels::cpu::panels64_size(out_, in_) * 2);
       kernels::cpu::pack_panels64(static_cast<const uint16_t*>(src), out_, in_,
                                   reinterpret_cast<uint16_t*>(owned_.data()));
       weight_ = owned_.data();
@@ -174,7 +175,7 @@ class LinearDense {
       weight_ = src;
     } else {
       const size_t bytes = n * (dtype_ == LLMK_DTYPE_F32 ? 4 : 2);
-      owned_.resize(bytes);
+      owned_ = kernels::cpu::StreamArray<uint8_t>(bytes);
       std::memcpy(owned_.data(), src, bytes);
       weight_ = owned_.data();
     }
@@ -266,7 +267,7 @@ class LinearDense {
   const void* weight_ = nullptr;     // [out, in] of dtype_, or panels when packed_
   bool packed_ = false;
   bool bf16_dot_ = false;            // k-pair BF16 panels: many rows on the BF16 dot units
-  std::vector<uint8_t> owned_;       // the weight when not borrowed
+  kernels::cpu::StreamArray<uint8_t> owned_;  // the weight when not borrowed (stream memory)
   size_t bytes_ = 0;
   dnnl::engine engine_;
   dnnl::stream stream_;

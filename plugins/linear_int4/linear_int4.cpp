@@ -58,9 +58,9 @@ class LinearInt4 {
       return;
     }
     const std::vector<float> w = weight_as_f32(d);
-    packed_ = AlignedArray<uint32_t>(kernels::cpu::w4_size(shape_));
-    scale_ = AlignedArray<float>(shape_.group_params());
-    zero_ = AlignedArray<uint8_t>(shape_.group_params());
+    packed_ = StreamArray<uint32_t>(kernels::cpu::w4_size(shape_));
+    scale_ = StreamArray<float>(shape_.group_params());
+    zero_ = StreamArray<uint8_t>(shape_.group_params());
     kernels::cpu::pack_w4(w.data(), shape_, packed_.data(), scale_.data(), zero_.data(), range_of(d, options));
   }
 
@@ -125,9 +125,9 @@ class LinearInt4 {
   kernels::cpu::W4Shape shape_;
   kernels::cpu::W4Activations activations_ = kernels::cpu::W4Activations::int8;
   std::unique_ptr<FloatLayer> float_;
-  AlignedArray<uint32_t> packed_;  // [num_panels16(out), k_pad / 8, 16], 8 nibbles per word
-  AlignedArray<float> scale_;      // [num_panels16(out), num_groups, 16]
-  AlignedArray<uint8_t> zero_;     // [num_panels16(out), num_groups, 16]
+  StreamArray<uint32_t> packed_;  // [num_panels16(out), k_pad / 8, 16], 8 nibbles per word
+  StreamArray<float> scale_;      // [num_panels16(out), num_groups, 16]
+  StreamArray<uint8_t> zero_;     // [num_panels16(out), num_groups, 16]
 };
 
 }  // namespace llmk::quant

@@ -50,9 +50,9 @@ class LinearInt8 {
     }
     const std::vector<float> w = weight_as_f32(d);
     const size_t padded_out = static_cast<size_t>(kernels::cpu::num_panels16(out_) * kernels::cpu::kPanels16Width);
-    packed_ = AlignedArray<int8_t>(kernels::cpu::w8a8_size(out_, in_));
-    scale_ = AlignedArray<float>(padded_out);
-    row_sum_ = AlignedArray<int32_t>(padded_out);
+    packed_ = StreamArray<int8_t>(kernels::cpu::w8a8_size(out_, in_));
+    scale_ = StreamArray<float>(padded_out);
+    row_sum_ = StreamArray<int32_t>(padded_out);
     kernels::cpu::pack_w8a8(w.data(), out_, in_, packed_.data(), scale_.data(), row_sum_.data());
   }
 
@@ -79,9 +79,9 @@ class LinearInt8 {
   int64_t in_, out_;
   int threads_;
   std::unique_ptr<FloatLayer> float_;
-  AlignedArray<int8_t> packed_;   // [num_panels16(out), k_pad / 4, 16, 4]
-  AlignedArray<float> scale_;     // [num_panels16(out) * 16]
-  AlignedArray<int32_t> row_sum_; // [num_panels16(out) * 16]
+  StreamArray<int8_t> packed_;   // [num_panels16(out), k_pad / 4, 16, 4]
+  StreamArray<float> scale_;     // [num_panels16(out) * 16]
+  StreamArray<int32_t> row_sum_; // [num_panels16(out) * 16]
 };
 
 }  // namespace llmk::quant

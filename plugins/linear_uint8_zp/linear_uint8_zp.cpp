@@ -41,9 +41,9 @@ class LinearUint8Zp {
     }
     const std::vector<float> w = weight_as_f32(d);
     const size_t padded_out = static_cast<size_t>(kernels::cpu::num_panels16(out_) * kernels::cpu::kPanels16Width);
-    packed_ = AlignedArray<uint8_t>(kernels::cpu::wu8_size(out_, in_));
-    scale_ = AlignedArray<float>(padded_out);
-    zero_ = AlignedArray<uint8_t>(padded_out);
+    packed_ = StreamArray<uint8_t>(kernels::cpu::wu8_size(out_, in_));
+    scale_ = StreamArray<float>(padded_out);
+    zero_ = StreamArray<uint8_t>(padded_out);
     kernels::cpu::pack_wu8(w.data(), out_, in_, per_channel_, packed_.data(), scale_.data(), zero_.data());
   }
 
@@ -83,9 +83,9 @@ class LinearUint8Zp {
   int threads_;
   bool per_channel_ = true;
   std::unique_ptr<FloatLayer> float_;
-  AlignedArray<uint8_t> packed_;  // [num_panels16(out), in_features, 16]
-  AlignedArray<float> scale_;     // [num_panels16(out) * 16]
-  AlignedArray<uint8_t> zero_;    // [num_panels16(out) * 16]
+  StreamArray<uint8_t> packed_;  // [num_panels16(out), in_features, 16]
+  StreamArray<float> scale_;     // [num_panels16(out) * 16]
+  StreamArray<uint8_t> zero_;    // [num_panels16(out) * 16]
 };
 
 }  // namespace llmk::quant

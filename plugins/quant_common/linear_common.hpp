@@ -1,22 +1,21 @@
 // Shared pieces of the quantized linear plugins (linear.int8, linear.int4,
 // linear.uint8_zp): reading the checkpoint weight as f32, the plugin options,
-// the per-layer float fallback and 64-byte aligned storage. Header-only; this
-// folder is not a plugin itself.
+// the per-layer float fallback and the weights' storage (stream memory,
+// kernels/cpu/stream_memory.hpp). Header-only; this folder is not a plugin
+// itself.
 #pragma once
 
 #include <immintrin.h>
 #include <nlohmann/json.hpp>
 #include <omp.h>
 
-#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/linear_panels16.hpp"
+#include "kernels/cpu/stream_memory.hpp"
 #include "plugins/api/plugin_helpers.hpp"
 #include "plugins/quant_common/linear_options.hpp"
 
@@ -27,29 +26,7 @@ using linear_options::layer_name;
 using linear_options::parse_options;
 using linear_options::weight_as_f32;
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
-// 64-byte aligned, uninitialized storage of count elements.
-template <class T>
-class AlignedArray {
- public:
-  AlignedArray() = default;
-  explicit AlignedArray(size_t count) : count_(count) {
-    const size_t bytes = (count * sizeof(T) + 63) / 64 * 64;
-    data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes)));
-    if (!data_) throw std::bad_alloc();
-  }
-  T* data() { return data_.get(); }
-  const T* data() const { return data_.get(); }
-  size_t size() const { return count_; }
-  size_t bytes() const { return count_ * sizeof(T); }
-
- private:
-  std::unique_ptr<T[], FreeDeleter> data_;
-  size_t count_ = 0;
-};
+using kernels::cpu::StreamArray;  // weights live in stream memory (huge pages where offered)
 
 // "float_layers": names of layers kept in f32. An entry matches a layer whose
 // dotted name equals it, ends with ".entry" or contains ".entry." (so "o_proj"
@@ -108,13 +85,13 @@ class FloatLayer {
     const size_t count = kernels::cpu::panels16_size(out_, in_);
     if (d.weight_dtype == LLMK_DTYPE_F32) {
       dtype_ = LLMK_DTYPE_F32;
-      f32_ = AlignedArray<float>(count);
+      f32_ = StreamArray<float>(count);
       kernels::cpu::pack_panels16(static_cast<const float*>(d.weight), out_, in_, f32_.data());
       return;
     }
     if (d.weight_dtype != LLMK_DTYPE_F16 && d.weight_dtype != LLMK_DTYPE_BF16) weight_as_f32(d);  // throws, naming it
     dtype_ = static_cast<llmk_dtype>(d.weight_dtype);  // F16 or BF16, checked above
-    half_ = AlignedArray<uint16_t>(count);
+    half_ = StreamArray<uint16_t>(count);
     kernels::cpu::pack_panels16(static_cast<const uint16_t*>(d.weight), out_, in_, half_.data());
   }
   void forward(const float* x, float* y, int64_t num_rows) const {
@@ -128,8 +105,8 @@ class FloatLayer {
   int64_t in_, out_;
   int threads_;
   llmk_dtype dtype_ = LLMK_DTYPE_F32;
-  AlignedArray<float> f32_;      // [panels16_size(out, in)] when the checkpoint is f32
-  AlignedArray<uint16_t> half_;  // the same in f16 or bf16 bits otherwise
+  StreamArray<float> f32_;      // [panels16_size(out, in)] when the checkpoint is f32
+  StreamArray<uint16_t> half_;  // the same in f16 or bf16 bits otherwise
 };
 
 }  // namespace llmk::quant

@@ -17,6 +17,7 @@
 // it never publishes t+1 while step t's ids are still being read.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -44,6 +45,7 @@ class StepFeedback {
   std::mutex mutex_;
   std::condition_variable published_;
   uint64_t step_ = 0;  // the last step published or failed
+  std::atomic<uint64_t> ready_{0};  // step_, readable without the lock (a waiter's spin)
   SampledIds ids_;
   std::vector<int32_t> host_ids_;
   bool closed_ = false;

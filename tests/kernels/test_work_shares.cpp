@@ -39,26 +39,33 @@ TEST_CASE("one thread alone takes every share's items, its own in order", "[work
 }
 
 TEST_CASE("a thread done with its share takes the rest of a slow thread's share from the far end", "[work_shares]") {
-  // Thread 0 stalls in its first item until every other item is done: thread 1
-  // must then have finished its own share and taken all of share 0 but item 0,
-  // last item first.
+  // Thread 0 stalls in its first item until every other item is done (and
+  // thread 1 starts only once thread 0 holds that item): thread 1 must then
+  // have finished its own share and taken all of share 0 but item 0, last
+  // item first.
   constexpr int64_t n = 32;
   std::atomic<int64_t> done{0};
+  std::atomic<bool> zero_taken{false};
   std::mutex m;
   std::vector<int64_t> taken[2];
   std::atomic<bool> team_of_two{true}, waited_out{false};
+  auto wait_for = [&](auto ready) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!ready()) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        waited_out = true;
+        return;
+      }
+      std::this_thread::yield();
+    }
+  };
   for_each_item(n, 2, [&](int64_t i, int thread) {
     if (omp_get_num_threads() != 2) team_of_two = false;
     if (thread == 0 && i == 0 && team_of_two) {
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      while (done.load() < n - 1) {
-        if (std::chrono::steady_clock::now() > give_up) {
-          waited_out = true;
-          break;
-        }
-        std::this_thread::yield();
-      }
+      zero_taken = true;
+      wait_for([&] { return done.load() == n - 1; });
     }
+    if (thread == 1 && i == n / 2 && team_of_two) wait_for([&] { return zero_taken.load(); });
     {
       std::lock_guard<std::mutex> lock(m);
       taken[thread].push_back(i);

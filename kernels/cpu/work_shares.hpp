@@ -4,7 +4,8 @@
 // is what the hardware prefetchers follow best), but on a shared machine one
 // core often runs slower than the other for a whole process or a burst (a busy
 // SMT sibling, an interrupt, a vCPU descheduled), and the region waits for the
-// slowest share: 10-12% of a step's time on a 2-vCPU VM. for_each_item keeps
+// slowest share (on a 2-vCPU VM one thread took 11-15% longer than the other
+// in every region of a process: docs/PERFORMANCE.md). for_each_item keeps
 // the contiguous shares and lets a thread that has finished its own take the
 // remaining items from the far end of the others' shares, so the streams stay
 // long and no thread idles while another still has more than one item left.

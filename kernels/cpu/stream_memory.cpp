@@ -52,7 +52,6 @@ struct Mapping {
   size_t bytes = 0;  // mapped
   size_t used = 0;   // bump offset (chunks)
   size_t live = 0;   // blocks not yet freed
-  bool chunk = false;
 };
 
 class StreamPool {
@@ -60,14 +59,15 @@ class StreamPool {
   void* allocate(size_t bytes) {
     bytes = round_up(std::max<size_t>(bytes, 1), kStreamAlignment);
     std::lock_guard<std::mutex> lock(mutex_);
+    mappings_.reserve(mappings_.size() + 1);  // before mapping: a push_back that throws would leak it
     if (bytes >= kStreamDedicatedBytes) {
       const size_t mapped = round_up(bytes, kSmallPage);
-      mappings_.push_back(Mapping{map_aligned(mapped), mapped, bytes, 1, false});
+      mappings_.push_back(Mapping{map_aligned(mapped), mapped, bytes, 1});
       return mappings_.back().base;
     }
     Mapping* chunk = current_ < mappings_.size() ? &mappings_[current_] : nullptr;
     if (chunk == nullptr || chunk->bytes - chunk->used < bytes) {
-      mappings_.push_back(Mapping{map_aligned(kChunkBytes), kChunkBytes, 0, 0, true});
+      mappings_.push_back(Mapping{map_aligned(kChunkBytes), kChunkBytes, 0, 0});
       current_ = mappings_.size() - 1;
       chunk = &mappings_.back();
     }

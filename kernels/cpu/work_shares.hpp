@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <new>
+#include <type_traits>
 
 namespace llmk::kernels::cpu {
 
@@ -26,15 +28,16 @@ namespace llmk::kernels::cpu {
 // whatever the team's size (a thread with no share of its own only takes).
 class WorkShares {
  public:
-  static constexpr int kMaxShares = 64;
+  // Teams larger than this share kMaxShares shares; their extra threads only take.
+  static constexpr int kMaxShares = 512;
 
-  // threads: the shares to cut (at most kMaxShares, at most n).
+  // threads: the team size the shares are cut for.
   WorkShares(int64_t n, int threads) : count_(static_cast<int>(std::clamp<int64_t>(threads, 1, kMaxShares))) {
-    for (int s = 0; s < count_; ++s) {
-      shares_[s].begin = n * s / count_;
-      shares_[s].end = n * (s + 1) / count_;
-    }
+    // Only the shares in use are constructed (a 2-thread pass touches two lines, not 32 KiB).
+    for (int s = 0; s < count_; ++s) new (&share(s)) Share{n * s / count_, n * (s + 1) / count_};
   }
+  WorkShares(const WorkShares&) = delete;
+  WorkShares& operator=(const WorkShares&) = delete;
 
   int count() const { return count_; }
 
@@ -42,11 +45,11 @@ class WorkShares {
   template <class Item>
   void take(int thread, const Item& item) {
     for (int d = 0; d < count_; ++d) {
-      Share& share = shares_[(thread + d) % count_];
+      Share& sh = share((thread + d) % count_);
       const bool own = d == 0 && thread < count_;
-      while (share.grant()) {
-        const int64_t i = own ? share.begin + share.front.fetch_add(1, std::memory_order_relaxed)
-                              : share.end - 1 - share.back.fetch_add(1, std::memory_order_relaxed);
+      while (sh.grant()) {
+        const int64_t i = own ? sh.begin + sh.front.fetch_add(1, std::memory_order_relaxed)
+                              : sh.end - 1 - sh.back.fetch_add(1, std::memory_order_relaxed);
         item(i, thread);
       }
     }
@@ -65,9 +68,12 @@ class WorkShares {
              granted.fetch_add(1, std::memory_order_relaxed) < end - begin;
     }
   };
+  static_assert(std::is_trivially_destructible_v<Share>);
+
+  Share& share(int s) { return *std::launder(reinterpret_cast<Share*>(storage_ + s * sizeof(Share))); }
 
   int count_;
-  Share shares_[kMaxShares];
+  alignas(Share) unsigned char storage_[kMaxShares * sizeof(Share)];
 };
 
 // Calls item(i, thread) once for each i in [0, n) on a team of up to
@@ -76,7 +82,7 @@ class WorkShares {
 // item on the calling thread, in order.
 template <class Item>
 void for_each_item(int64_t n, int num_threads, const Item& item) {
-  const int threads = static_cast<int>(std::min<int64_t>({std::max(1, num_threads), n, WorkShares::kMaxShares}));
+  const int threads = static_cast<int>(std::min<int64_t>(std::max(1, num_threads), n));
   if (threads <= 1) {
     for (int64_t i = 0; i < n; ++i) item(i, 0);
     return;

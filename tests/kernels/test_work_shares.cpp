@@ -36,6 +36,12 @@ TEST_CASE("one thread alone takes every share's items, its own in order", "[work
   shares.take(0, [&](int64_t i, int) { order.push_back(i); });
   // Share 0 is [0, 3) front to back, then shares 1 and 2 from their ends.
   CHECK(order == std::vector<int64_t>{0, 1, 2, 5, 4, 3, 9, 8, 7, 6});
+  // A thread past the shares (a team larger than the shares cut) has none of
+  // its own: it takes from the far ends only, starting with share 5 % 2.
+  WorkShares two(10, 2);
+  std::vector<int64_t> taken;
+  two.take(5, [&](int64_t i, int) { taken.push_back(i); });
+  CHECK(taken == std::vector<int64_t>{9, 8, 7, 6, 5, 4, 3, 2, 1, 0});
 }
 
 TEST_CASE("a thread done with its share takes the rest of a slow thread's share from the far end", "[work_shares]") {

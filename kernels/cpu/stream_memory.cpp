@@ -8,7 +8,6 @@
 #if LLMK_STREAM_MAPPINGS
 #include <sys/mman.h>
 
-#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -23,6 +22,7 @@ namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kChunkBytes = size_t{32} << 20;
 constexpr size_t kSmallPage = 4096;
+constexpr size_t kMaxBytes = SIZE_MAX / 2;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -57,6 +57,7 @@ struct Mapping {
 class StreamPool {
  public:
   void* allocate(size_t bytes) {
+    if (bytes > kMaxBytes) throw std::bad_alloc();  // rounding up below must not wrap
     bytes = round_up(std::max<size_t>(bytes, 1), kStreamAlignment);
     std::lock_guard<std::mutex> lock(mutex_);
     mappings_.reserve(mappings_.size() + 1);  // before mapping: a push_back that throws would leak it
@@ -112,32 +113,10 @@ void stream_free(void* p) noexcept {
   if (p != nullptr) pool().release(p);
 }
 
-size_t stream_huge_page_bytes(const void* p, size_t bytes) {
-  FILE* f = std::fopen("/proc/self/smaps", "r");
-  if (f == nullptr) return 0;
-  const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
-  size_t total = 0;
-  bool inside = false;
-  char line[4096];
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    // A mapping's header ("begin-end perms ...") starts its block of fields.
-    unsigned long begin = 0, end = 0;
-    const char* space = std::strchr(line, ' ');
-    const char* dash = std::strchr(line, '-');
-    if (dash != nullptr && space != nullptr && dash < space && std::sscanf(line, "%lx-%lx", &begin, &end) == 2) {
-      inside = begin < hi && end > lo;
-      continue;
-    }
-    size_t kib = 0;
-    if (inside && std::sscanf(line, "AnonHugePages: %zu kB", &kib) == 1) total += kib * 1024;
-  }
-  std::fclose(f);
-  return total;
-}
-
 #else
 
 void* stream_alloc(size_t bytes) {
+  if (bytes > SIZE_MAX / 2) throw std::bad_alloc();
   void* p = std::aligned_alloc(kStreamAlignment, (std::max<size_t>(bytes, 1) + kStreamAlignment - 1) /
                                                      kStreamAlignment * kStreamAlignment);
   if (p == nullptr) throw std::bad_alloc();
@@ -145,8 +124,6 @@ void* stream_alloc(size_t bytes) {
 }
 
 void stream_free(void* p) noexcept { std::free(p); }
-
-size_t stream_huge_page_bytes(const void*, size_t) { return 0; }
 
 #endif
 

@@ -21,7 +21,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <new>
 
 #if defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
 #define LLMK_STREAM_MAPPINGS 1
@@ -37,15 +39,11 @@ constexpr bool kStreamMappings = LLMK_STREAM_MAPPINGS != 0;
 constexpr size_t kStreamAlignment = 64;
 constexpr size_t kStreamDedicatedBytes = size_t{8} << 20;
 
-// Uninitialized, kStreamAlignment-aligned; throws std::bad_alloc.
+// Uninitialized, kStreamAlignment-aligned; throws std::bad_alloc (also for
+// sizes past SIZE_MAX / 2, such as a corrupt shape's product).
 void* stream_alloc(size_t bytes);
 // p from stream_alloc, or nullptr.
 void stream_free(void* p) noexcept;
-
-// Huge-page backing actually granted to [p, p + bytes) on Linux, in bytes
-// (AnonHugePages of the mappings it touches), or 0 where unknown. For tests
-// and diagnostics: reads /proc/self/smaps.
-size_t stream_huge_page_bytes(const void* p, size_t bytes);
 
 struct StreamFree {
   void operator()(void* p) const noexcept { stream_free(p); }
@@ -56,13 +54,18 @@ template <class T>
 class StreamArray {
  public:
   StreamArray() = default;
-  explicit StreamArray(size_t count) : data_(static_cast<T*>(stream_alloc(count * sizeof(T)))), count_(count) {}
+  explicit StreamArray(size_t count) : data_(static_cast<T*>(stream_alloc(bytes_for(count)))), count_(count) {}
   T* data() { return data_.get(); }
   const T* data() const { return data_.get(); }
   size_t size() const { return count_; }
   size_t bytes() const { return count_ * sizeof(T); }
 
  private:
+  static size_t bytes_for(size_t count) {
+    if (count > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
+    return count * sizeof(T);
+  }
+
   std::unique_ptr<T[], StreamFree> data_;
   size_t count_ = 0;
 };

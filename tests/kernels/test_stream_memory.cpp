@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,6 +32,27 @@ bool intact(const Block& b) {
   for (size_t i = 0; i < b.bytes - 1; i += 997)
     if (b.p[i] != static_cast<uint8_t>(b.seed + i)) return false;
   return b.p[b.bytes - 1] == static_cast<uint8_t>(~b.seed);
+}
+
+// AnonHugePages of the mappings that overlap [p, p + bytes), from /proc/self/smaps.
+size_t huge_page_bytes(const void* p, size_t bytes) {
+  std::ifstream f("/proc/self/smaps");
+  const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
+  size_t total = 0;
+  bool inside = false;
+  std::string line;
+  while (std::getline(f, line)) {
+    // A mapping's header ("begin-end perms ...") starts its block of fields.
+    const size_t dash = line.find('-'), space = line.find(' ');
+    unsigned long begin = 0, end = 0;
+    if (dash < space && space != std::string::npos && std::sscanf(line.c_str(), "%lx-%lx", &begin, &end) == 2) {
+      inside = begin < hi && end > lo;
+      continue;
+    }
+    size_t kib = 0;
+    if (inside && std::sscanf(line.c_str(), "AnonHugePages: %zu kB", &kib) == 1) total += kib * 1024;
+  }
+  return total;
 }
 
 // The system's transparent huge page mode: "always", "madvise", "never" or "" if unknown.
@@ -86,6 +109,18 @@ TEST_CASE("StreamArray holds count elements of stream memory and frees it", "[st
   CHECK(StreamArray<int>().data() == nullptr);
 }
 
+TEST_CASE("an impossible stream memory size is refused, not wrapped around", "[stream_memory]") {
+  // A corrupt shape's product: rounding it up to a page or multiplying it by
+  // the element size must not wrap into a small block.
+  CHECK_THROWS_AS(stream_alloc(SIZE_MAX), std::bad_alloc);
+  CHECK_THROWS_AS(stream_alloc(SIZE_MAX - 100), std::bad_alloc);
+  CHECK_THROWS_AS(StreamArray<float>(SIZE_MAX / 2), std::bad_alloc);
+  // The pool still serves afterwards.
+  StreamArray<float> ok(16);
+  ok.data()[15] = 1.0f;
+  CHECK(ok.data()[15] == 1.0f);
+}
+
 TEST_CASE("a large stream block is backed by huge pages where the system offers them", "[stream_memory]") {
   if (!kStreamMappings) LLMK_SKIP("stream memory is plain heap memory in this build (not Linux, or AddressSanitizer)");
   const std::string mode = thp_mode();
@@ -95,7 +130,7 @@ TEST_CASE("a large stream block is backed by huge pages where the system offers 
   const size_t bytes = size_t{16} << 20;
   StreamArray<uint8_t> a(bytes);
   for (size_t i = 0; i < bytes; i += 4096) a.data()[i] = 1;
-  const size_t huge = stream_huge_page_bytes(a.data(), bytes);
+  const size_t huge = huge_page_bytes(a.data(), bytes);
   INFO("AnonHugePages over the block's mapping: " << huge << " bytes");
   CHECK(huge >= (size_t{2} << 20));
 }

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
-#include <vector>
 
 #include "kernels/cpu/stream_memory.hpp"
 

@@ -29,6 +29,13 @@
 //     rounds activations to BF16 and multiplies on the AVX-512 BF16 units
 //     with F32 accumulation: ~1.6x the panel rate at 128 rows (prefill), not
 //     exact (what a BF16 model computes anyway).
+//   {"matmul":"auto"|"own"|"onednn"}: who multiplies the k-pair panels' many-row
+//     products (bf16_activations). auto (default): oneDNN's blocked matmul
+//     where it runs on AMX tiles (Sapphire Rapids class), reading the same
+//     panels in place (plugins/cpu_common/onednn_panels.hpp), else the
+//     plugin's own kernels; own: always the plugin's; onednn: oneDNN's
+//     wherever it has a blocked kernel (AMX or AVX512-BF16), refused where it
+//     has none. Needs in_features a multiple of 16 (else the plugin's own).
 //   {"weight_dtype":"bf16"}: F32 checkpoints rounded once to BF16 and then
 //     treated as a BF16 checkpoint (half the bytes per decode step; not
 //     exact, so opt-in).
@@ -49,6 +56,7 @@
 #include "kernels/cpu/linear_rows.hpp"
 #include "kernels/cpu/stream_memory.hpp"
 #include "plugins/api/plugin_helpers.hpp"
+#include "plugins/cpu_common/onednn_panels.hpp"
 
 namespace llmk::linear_dense {
 
@@ -57,6 +65,9 @@ namespace {
 
 
 using plugin::Error;
+using cpu_common::OnednnPanelsMatmul;
+
+enum class Matmul { automatic, own, onednn };
 
 struct Options {
   bool store_bf16 = false;  // round F32 weights to BF16 at load
@@ -64,6 +75,7 @@ struct Options {
   bool f32_rows = false;       // F32 kept as stored (borrowed) instead of repacked into panels
   bool bf16_rows = false;      // BF16 kept as stored: oneDNN BF16 GEMM for many rows
   bool bf16_activations = false;  // BF16 panels: many-row GEMMs on the BF16 dot units
+  Matmul matmul = Matmul::automatic;  // who multiplies the BF16 panels' many-row products
 };
 
 Options parse_options(const char* text, const char* layer) {
@@ -95,15 +107,24 @@ Options parse_options(const char* text, const char* layer) {
       if (!value.is_boolean())
         throw Error(LLMK_ERR_INVALID_ARGUMENT, "linear.dense option bf16_activations must be true or false");
       o.bf16_activations = value.get<bool>();
+    } else if (key == "matmul") {
+      const std::string v = value.is_string() ? value.get<std::string>() : value.dump();
+      if (v == "auto") o.matmul = Matmul::automatic;
+      else if (v == "own") o.matmul = Matmul::own;
+      else if (v == "onednn") o.matmul = Matmul::onednn;
+      else throw Error(LLMK_ERR_INVALID_ARGUMENT, "linear.dense option matmul must be auto, own or onednn, got " + v);
     } else {
       throw Error(LLMK_ERR_INVALID_ARGUMENT, "linear.dense has no option '" + key +
                                                  "' (known: weight_dtype, f32_layout, bf16_layout, bf16_activations, "
-                                                 "gemm_min_rows)");
+                                                 "matmul, gemm_min_rows)");
     }
   }
   if (o.bf16_activations && o.bf16_rows)
     throw Error(LLMK_ERR_INVALID_ARGUMENT,
                 "linear.dense option bf16_activations is for BF16 panels; bf16_layout rows already rounds activations");
+  if (o.matmul == Matmul::onednn && !o.bf16_activations)
+    throw Error(LLMK_ERR_INVALID_ARGUMENT,
+                "linear.dense option matmul onednn multiplies BF16 panels with bf16_activations; set that too");
   return o;
 }
 
@@ -116,7 +137,7 @@ class LinearDense {
   static constexpr const char* kDescription =
       "Dense F32/F16/BF16 weights: AVX-512 panel GEMV/GEMM, BF16 dot products or oneDNN by option";
   static constexpr const char* kCapabilities =
-      R"({"weight_dtypes":["f32","f16","bf16"],"devices":["cpu"],"options":["weight_dtype","f32_layout","bf16_layout","bf16_activations","gemm_min_rows"]})";
+      R"({"weight_dtypes":["f32","f16","bf16"],"devices":["cpu"],"options":["weight_dtype","f32_layout","bf16_layout","bf16_activations","matmul","gemm_min_rows"]})";
 
   static bool supports(const llmk_linear_desc& d, std::string& why) {
     if (!plugin::cpu_f32_linear(d, why)) return false;
@@ -182,11 +203,23 @@ class LinearDense {
     bytes_ = packed_ ? owned_.size() : n * (dtype_ == LLMK_DTYPE_F32 ? 4 : 2);
     gemm_min_rows_ = opt.gemm_min_rows != 0 ? opt.gemm_min_rows : (dtype_ == LLMK_DTYPE_F32 ? 64 : 16);
     if (!packed_ && d.max_rows >= gemm_min_rows_) make_gemm(d.name ? d.name : "?");
+    if (bf16_dot_ && opt.matmul != Matmul::own && d.max_rows >= gemm_min_rows_) {
+      std::string why;
+      matmul_ = OnednnPanelsMatmul::make(cpu_common::PanelsLayout::bf16_pairs, owned_.data(), owned_.size(), in_, out_,
+                                         d.max_rows, threads_, why);
+      if (matmul_ && opt.matmul == Matmul::automatic && !matmul_->on_amx()) matmul_.reset();
+      if (!matmul_ && opt.matmul == Matmul::onednn)
+        throw Error(LLMK_ERR_UNSUPPORTED, std::string(d.name ? d.name : "?") + ": matmul onednn: " + why);
+    }
   }
 
   // BF16 activations (the k-pair panels' GEMM path and the oneDNN BF16
   // GEMM), or linear_panels64's per-thread scratch.
   size_t workspace_bytes(uint32_t num_rows) const {
+    if (matmul_ && num_rows >= gemm_min_rows_) {  // BF16 rows, then F32 results, both padded to the row bucket
+      const auto padded = static_cast<size_t>(OnednnPanelsMatmul::padded_rows(num_rows));
+      return padded * in_ * sizeof(uint16_t) + padded * out_ * sizeof(float);
+    }
     if (bf16_dot_)
       return num_rows >= gemm_min_rows_ ? kernels::cpu::bf16_pairs_scratch_size(num_rows, in_) * sizeof(uint16_t) : 0;
     if (packed_) return kernels::cpu::panels64_scratch_size(threads_) * sizeof(float);
@@ -200,6 +233,17 @@ class LinearDense {
     const auto* x = static_cast<const float*>(x_in);
     auto* y = static_cast<float*>(y_out);
     if (num_rows == 0) return;
+    if (matmul_ && num_rows >= gemm_min_rows_) {
+      // Rounded as linear_bf16_pairs rounds them; the bucket's padding rows zero.
+      const int64_t padded = OnednnPanelsMatmul::padded_rows(num_rows);
+      auto* act = static_cast<uint16_t*>(workspace);
+      kernels::cpu::f32_to_bf16(x, act, static_cast<int64_t>(num_rows) * in_);
+      std::memset(act + static_cast<size_t>(num_rows) * in_, 0, static_cast<size_t>(padded - num_rows) * in_ * 2);
+      float* out = padded == num_rows ? y : reinterpret_cast<float*>(act + static_cast<size_t>(padded) * in_);
+      matmul_->multiply(act, num_rows, out);
+      if (out != y) std::memcpy(y, out, static_cast<size_t>(num_rows) * out_ * sizeof(float));
+      return;
+    }
     if (bf16_dot_) {
       const bool round = num_rows >= gemm_min_rows_;
       kernels::cpu::linear_bf16_pairs(x, num_rows, in_, static_cast<const uint16_t*>(weight_), round, out_, y,
@@ -273,6 +317,7 @@ class LinearDense {
   dnnl::stream stream_;
   std::unique_ptr<dnnl::matmul> gemm_;
   std::unique_ptr<dnnl::memory> weights_mem_;
+  std::unique_ptr<OnednnPanelsMatmul> matmul_;  // many-row products of the BF16 panels, when oneDNN takes them
 };
 
 }  // namespace llmk::linear_dense

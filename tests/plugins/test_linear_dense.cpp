@@ -13,6 +13,7 @@
 #include "plugins/api/llmk_linear.h"
 #include "plugins/plugin_library.hpp"
 #include "support/linear_call.hpp"
+#include "support/skip.hpp"
 
 namespace {
 
@@ -130,6 +131,49 @@ TEST_CASE("linear.dense BF16 panels with bf16_activations: exact below gemm_min_
   else CHECK(many < 1e-6);
   CHECK(run_linear(LLMK_DTYPE_BF16, 77, 45, 64, R"({"bf16_activations":true,"gemm_min_rows":64})", true, 1).max_rel <
         4e-3);
+}
+
+TEST_CASE("linear.dense hands BF16 panels' many-row products to oneDNN's blocked matmul when told to", "[linear]") {
+  static PluginLibrary lib("llmk_linear_dense");
+  const auto& api = lib.api<llmk_linear_api>();
+  const std::vector<uint16_t> w(256 * 64, 0x3f80);
+  llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 256, 64, LLMK_DTYPE_BF16, w.data(), 1, 64, 2,
+                     R"({"bf16_activations":true,"matmul":"onednn"})"};
+  llmk_error err{};
+  void* self = api.create(&d, &err);
+  if (self == nullptr) {
+    // No blocked BF16 kernel in oneDNN here (AVX2 CPUs): refused, naming why.
+    INFO(err.message);
+    CHECK(std::string(err.message).find("matmul onednn: oneDNN") != std::string::npos);
+    LLMK_SKIP(std::string("oneDNN has no blocked BF16 matmul on this CPU: ") + err.message);
+  }
+  api.destroy(self);
+  // Activations rounded to BF16 as the plugin's own BF16 path rounds them, products summed in F32.
+  for (uint32_t rows : {16u, 17u, 64u}) {
+    INFO(rows << " rows");
+    CHECK(run_linear(LLMK_DTYPE_BF16, 256, 129, rows, R"({"bf16_activations":true,"matmul":"onednn"})", false, 2)
+              .max_rel < 4e-3);
+  }
+}
+
+TEST_CASE("linear.dense's matmul option: values, and onednn only with bf16_activations", "[linear]") {
+  static PluginLibrary lib("llmk_linear_dense");
+  const auto& api = lib.api<llmk_linear_api>();
+  const std::vector<uint16_t> w(256 * 64, 0x3f80);
+  llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 256, 64, LLMK_DTYPE_BF16, w.data(), 1, 64, 1,
+                     R"({"bf16_activations":true,"matmul":"fastest"})"};
+  llmk_error err{};
+  CHECK(api.create(&d, &err) == nullptr);
+  CHECK(std::string(err.message).find("auto, own or onednn") != std::string::npos);
+  d.options = R"({"matmul":"onednn"})";
+  CHECK(api.create(&d, &err) == nullptr);
+  CHECK(std::string(err.message).find("bf16_activations") != std::string::npos);
+  for (const char* options : {R"({"bf16_activations":true,"matmul":"own"})", R"({"bf16_activations":true,"matmul":"auto"})"}) {
+    d.options = options;
+    void* self = api.create(&d, &err);
+    CHECK(self != nullptr);
+    if (self != nullptr) api.destroy(self);
+  }
 }
 
 TEST_CASE("linear.dense refuses bf16_activations without BF16 panels", "[linear]") {

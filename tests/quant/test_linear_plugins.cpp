@@ -113,6 +113,44 @@ TEST_CASE("linear.int8 keeps o_proj in float by default and quantizes other laye
   REQUIRE(relative_error(f2.y, x, w, rows, in, out) < 1e-6);
 }
 
+TEST_CASE("linear.int8's rows through oneDNN's int8 matmul give its own kernels' bits", "[quant][plugin]") {
+  const LoadedLinear l = load("linear.int8");
+  const uint32_t in = 256, out = 200;
+  const auto w = llmk::test::random_matrix(out, in, 131);
+  auto desc = [&](const char* options) {
+    llmk_linear_desc d = make_desc("model.layers.0.mlp.down_proj", w, out, in, options);
+    d.max_rows = 200;
+    return d;
+  };
+  // oneDNN's blocked kernel where this CPU has one (AMX, AVX512-VNNI), else refused with the reason.
+  llmk_error err{};
+  const llmk_linear_desc blocked_desc = desc(R"({"matmul":"onednn"})");
+  void* blocked = l.api->create(&blocked_desc, &err);
+  const bool has_blocked = blocked != nullptr;
+  if (has_blocked) l.api->destroy(blocked);
+  else CHECK(std::string(err.message).find("matmul onednn: oneDNN") != std::string::npos);
+  for (uint32_t rows : {15u, 16u, 17u, 100u, 200u}) {
+    INFO(rows << " rows");
+    const auto x = llmk::test::random_matrix(rows, in, 132 + rows);
+    const auto own = run(l, desc(R"({"matmul":"own"})"), x, rows);
+    // Below 16 rows the plugin's own kernels run whatever the option; from
+    // there oneDNN's reference code (or its blocked kernel) sums the same integers.
+    const auto reference = run(l, desc(R"({"matmul":"onednn_reference"})"), x, rows);
+    CHECK(own.y == reference.y);
+    if (has_blocked) CHECK(own.y == run(l, desc(R"({"matmul":"onednn"})"), x, rows).y);
+    CHECK(relative_error(reference.y, x, w, rows, in, out) < 0.03);
+  }
+  // A width oneDNN's layout pads differently: asked for, refused with the reason.
+  const auto w96 = llmk::test::random_matrix(out, 96, 133);
+  llmk_linear_desc odd = make_desc("model.layers.0.mlp.down_proj", w96, out, 96, R"({"matmul":"onednn_reference"})");
+  odd.max_rows = 64;
+  CHECK(l.api->create(&odd, &err) == nullptr);
+  CHECK(std::string(err.message).find("not a multiple of 64") != std::string::npos);
+  odd.options = R"({"matmul":"amx"})";
+  CHECK(l.api->create(&odd, &err) == nullptr);
+  CHECK(std::string(err.message).find("matmul") != std::string::npos);
+}
+
 TEST_CASE("A layer kept in float keeps a bf16 checkpoint's weights in bf16", "[quant][plugin]") {
   const LoadedLinear l = load("linear.int8");
   const uint32_t in = 96, out = 40, rows = 2;

@@ -328,4 +328,10 @@ void Engine::write_trace(const std::string& path) const {
   impl_->tracer->write_chrome_trace(path);
 }
 
+std::vector<TraceSpan> Engine::trace_spans() const {
+  if (!impl_->tracer || !impl_->tracer->recording())
+    throw Error(ErrorCode::invalid_argument, "no trace recorded: start the engine with record_trace or trace_file");
+  return impl_->tracer->spans();
+}
+
 }  // namespace llmk

@@ -9,7 +9,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "actors/trace.hpp"
 #include "core/config.hpp"
 #include "core/engine_stats.hpp"
 #include "core/model_config.hpp"
@@ -24,8 +26,6 @@ namespace llmk {
 
 class ChatTemplate;
 class Tokenizer;
-
-struct PipelineEvent;  // actors/trace.hpp
 
 // Run-time options of an Engine that are not part of the served
 // configuration (tracing, threads, timeouts).
@@ -87,6 +87,9 @@ class Engine {
   // Writes the spans recorded so far as Chrome trace JSON (needs
   // record_trace or trace_file). Throws Error naming the file.
   void write_trace(const std::string& path) const;
+  // The spans recorded so far, in the order they ended (needs record_trace
+  // or trace_file; throws Error otherwise).
+  std::vector<TraceSpan> trace_spans() const;
 
  private:
   struct Impl;

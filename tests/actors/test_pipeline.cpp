@@ -194,6 +194,36 @@ TEST_CASE("the Chrome trace shows detokenizing a step while a later step execute
   CHECK(num_overlaps > 0);
 }
 
+TEST_CASE("Engine::trace_spans gives the recorded spans of every step, and says when none are recorded", "[pipeline]") {
+  EngineOptions options;
+  options.record_trace = true;
+  Engine engine(stories_config(), options);
+  Collector collector;
+  Request r;
+  r.id = "spans";
+  r.prompt_token_ids = {1, 403, 407, 261};
+  r.sampling.temperature = 0;
+  r.sampling.ignore_eos = true;
+  r.sampling.max_tokens = 6;
+  engine.submit(r, collector.callback());
+  REQUIRE(collector.wait_done(1, std::chrono::seconds(20)));
+  // One forward per token: the prompt's 4 rows, then 5 one-token steps; each sampled.
+  std::map<uint64_t, int64_t> execute_rows;
+  std::map<uint64_t, int> sampled;
+  for (const TraceSpan& s : engine.trace_spans()) {
+    CHECK(s.start_s <= s.end_s);
+    if (s.name == "execute") execute_rows[s.step] = s.count;
+    if (s.name == "sample") ++sampled[s.step];
+  }
+  REQUIRE(execute_rows.size() == 6);
+  CHECK(execute_rows.begin()->second == 4);
+  for (auto it = std::next(execute_rows.begin()); it != execute_rows.end(); ++it) CHECK(it->second == 1);
+  for (const auto& [step, rows] : execute_rows) CHECK(sampled[step] == 1);
+
+  Engine untraced(stories_config());
+  CHECK_THROWS_AS(untraced.trace_spans(), Error);
+}
+
 TEST_CASE("a program's own actors can feed the tokenizer actor and consume the events", "[pipeline][embed]") {
   Engine engine(stories_config());
   caf::actor_system& system = engine.system();

@@ -82,7 +82,8 @@ StepSplit split_steps(const std::vector<TraceSpan>& spans, int decode) {
   for (const TraceSpan& s : spans)
     if (s.name == "execute" && s.count == 1) steps.push_back(&s);
   std::sort(steps.begin(), steps.end(), [](const TraceSpan* a, const TraceSpan* b) { return a->start_s < b->start_s; });
-  if (steps.size() > static_cast<size_t>(decode)) steps.erase(steps.begin(), steps.end() - decode);  // the last request's
+  // The last request's steps.
+  if (steps.size() > static_cast<size_t>(decode)) steps.erase(steps.begin(), steps.end() - decode);
   std::vector<double> forward, between;
   for (size_t i = 0; i < steps.size(); ++i) {
     forward.push_back(steps[i]->end_s - steps[i]->start_s);

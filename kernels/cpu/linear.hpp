@@ -49,7 +49,7 @@ void pack_panels(const float* w, int64_t out_features, int64_t in_features, int6
 void pack_panels(const uint16_t* w, int64_t out_features, int64_t in_features, int64_t width, uint16_t* packed);
 
 // panels16 and panels64: elements of the packed form of a [out_features,
-// in_features] weight, and its packer (T: float, or uint16_t for f16/bf16 bits).
+// in_features] weight, and panels16's packer (T: float, or uint16_t for f16/bf16 bits).
 inline size_t panels16_size(int64_t out_features, int64_t in_features) {
   return static_cast<size_t>(num_panels16(out_features) * kPanels16Width * in_features);
 }
@@ -60,9 +60,7 @@ template <class T>
 void pack_panels16(const T* w, int64_t out_features, int64_t in_features, T* packed) {
   pack_panels(w, out_features, in_features, kPanels16Width, packed);
 }
-template <class T>
-void pack_panels64(const T* w, int64_t out_features, int64_t in_features, T* packed) {
-  pack_panels(w, out_features, in_features, kPanels64Width, packed);
-}
+// pack_panels64 (kernels/cpu/linear_panels64.hpp) orders a panel's elements
+// by the CPU level its kernels are built for.
 
 }  // namespace llmk::kernels::cpu

@@ -25,6 +25,40 @@ size_t panels64_scratch_size(int num_threads) {
   return static_cast<size_t>(std::max(1, num_threads)) * kDepth * kPanels64Width;
 }
 
+int64_t panels64_offset(int64_t n, int64_t k, int64_t in_features) {
+  const int64_t p = n / kPanels64Width, col = n % kPanels64Width;
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+  const int64_t k0 = k / kDepth * kDepth, depth = std::min(kDepth, in_features - k0);
+  return (p * in_features + k0) * kPanels64Width + (col / 16) * depth * 16 + (k - k0) * 16 + col % 16;
+#else
+  return (p * in_features + k) * kPanels64Width + col;
+#endif
+}
+
+namespace {
+
+template <class T>
+void pack_panels64_of(const T* w, int64_t out_features, int64_t in_features, T* packed) {
+  const int64_t panels = num_panels64(out_features);
+#pragma omp parallel for
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t col = 0; col < kPanels64Width; ++col) {
+      const int64_t n = p * kPanels64Width + col;
+      for (int64_t k = 0; k < in_features; ++k)
+        packed[panels64_offset(n, k, in_features)] = n < out_features ? w[n * in_features + k] : T{0};
+    }
+}
+
+}  // namespace
+
+void pack_panels64(const float* w, int64_t out_features, int64_t in_features, float* packed) {
+  pack_panels64_of(w, out_features, in_features, packed);
+}
+
+void pack_panels64(const uint16_t* w, int64_t out_features, int64_t in_features, uint16_t* packed) {
+  pack_panels64_of(w, out_features, in_features, packed);
+}
+
 #if defined(__AVX512F__)
 
 namespace {
@@ -117,10 +151,10 @@ void panels_range(const float* x, const typename B::T* packed, float* y, int64_t
 
 #elif defined(__AVX2__) && defined(__FMA__)
 
-// AVX2 has 16 vector registers of 8 floats: a tile covers MR rows x NV
-// vectors (8 NV columns) of a panel with MR * NV <= 12 accumulators, and a
-// panel's 64 columns take 8 / NV such strips (the strips after the first
-// read the block from cache).
+// AVX2 has 16 vector registers of 8 floats: a tile covers MR rows x one
+// strip of 16 columns (two vectors, 2 MR <= 12 accumulators), and the
+// panels come as strips ([4][depth][16] per block of depth k steps,
+// kernels/cpu/linear_panels64.hpp), so a tile reads its weights contiguous.
 
 namespace {
 
@@ -140,31 +174,32 @@ struct WidenF16 {
   static __m256 load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 };
 
-// c[m, 0:8 NV] (+)= sum_k x[m, k] * b[k, 0:8 NV] for MR rows over depth k.
-// x: [MR, depth] (stride ldx); b: one strip of [depth, LDB] (a panel's, or a
-// repacked strip's); c: [MR, 8 NV] (stride ldc), only the first num_cols
-// columns are read and written.
-template <class B, int MR, int NV, int64_t LDB = kPanels64Width>
-inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
+// c[m, 0:16] (+)= sum_k x[m, k] * strip[k, 0:16] for MR rows over depth k.
+// x: [MR, depth] (stride ldx); strip: [depth][16]; c: [MR, 16] (stride ldc),
+// only the first num_cols columns are read and written. Every row count sums
+// a row's products in the same order, so a row gets the same bits alone
+// (decode) and among others (prefill). Stream: the weights come from memory
+// once (decode), so each k step asks for the line 128 steps ahead.
+template <class B, int MR, bool Stream = false>
+inline void strip_tile(const float* x, int64_t ldx, const typename B::T* strip, int64_t depth, float* c, int64_t ldc,
                        bool accumulate, int num_cols) {
-  __m256 acc[MR][NV];
-  LLMK_UNROLL for (int m = 0; m < MR; ++m)
-    LLMK_UNROLL for (int j = 0; j < NV; ++j) acc[m][j] = _mm256_setzero_ps();
-  constexpr int kStripBytes = static_cast<int>(sizeof(typename B::T)) * 8 * NV;
+  __m256 acc[MR][2];
+  LLMK_UNROLL for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+  constexpr int kStepBytes = static_cast<int>(sizeof(typename B::T)) * 16;
   for (int64_t k = 0; k < depth; ++k) {
-    const typename B::T* bk = b + k * LDB;
-    if (MR <= 2 && LDB == kPanels64Width) {  // streaming from a panel (decode): ask for the weights 128 steps ahead
-      const char* ahead = reinterpret_cast<const char*>(bk + 128 * LDB);
-      LLMK_UNROLL for (int off = 0; off < kStripBytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+    const typename B::T* bk = strip + k * 16;
+    if (Stream && (kStepBytes >= 64 || k % 2 == 0)) {
+      // Past this strip's end the line is the next strip's (a panel is read front to back).
+      _mm_prefetch(reinterpret_cast<const char*>(bk + 128 * 16), _MM_HINT_T0);
     }
-    __m256 bv[NV];
-    LLMK_UNROLL for (int j = 0; j < NV; ++j) bv[j] = B::load(bk + 8 * j);
+    const __m256 b0 = B::load(bk), b1 = B::load(bk + 8);
     LLMK_UNROLL for (int m = 0; m < MR; ++m) {
       const __m256 xv = _mm256_broadcast_ss(x + m * ldx + k);
-      LLMK_UNROLL for (int j = 0; j < NV; ++j) acc[m][j] = _mm256_fmadd_ps(xv, bv[j], acc[m][j]);
+      acc[m][0] = _mm256_fmadd_ps(xv, b0, acc[m][0]);
+      acc[m][1] = _mm256_fmadd_ps(xv, b1, acc[m][1]);
     }
   }
-  LLMK_UNROLL for (int j = 0; j < NV; ++j) {
+  LLMK_UNROLL for (int j = 0; j < 2; ++j) {
     const int valid = num_cols - 8 * j;
     LLMK_UNROLL for (int m = 0; m < MR; ++m) {
       if (valid <= 0) continue;
@@ -176,58 +211,70 @@ inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int6
   }
 }
 
-// The 64 columns of a panel as strips of 8 NV columns.
-template <class B, int MR, int NV>
-inline void strips(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
-                   bool accumulate, int num_cols) {
-  for (int s = 0; s < kPanels64Width && s < num_cols; s += 8 * NV)
-    micro_tile<B, MR, NV>(x, ldx, b + s, depth, c + s, ldc, accumulate, num_cols - s);
-}
+// Asks for the bytes after a strip while its row groups are multiplied:
+// they are the next strip (or the next block's, or the next panel's first),
+// which the first row group of the next strip would otherwise wait for.
+struct AheadOfStrip {
+  const char* next = nullptr;
+  const char* end = nullptr;
+  int64_t lines_per_group = 0;
+  void some() {
+    for (int64_t i = 0; i < lines_per_group && next < end; ++i, next += 64) _mm_prefetch(next, _MM_HINT_T0);
+  }
+};
 
-// Rows in 6-row groups (and the rest) over one block of a panel, its columns
-// as strips of 16: read in place (stride 64 per k step), or, from
-// kConvertRows rows on, from strips the caller repacked into scratch
-// ([4][depth][16] floats, strip s at strips + s * depth * 16), the rows past
-// the last 6-row group included. In place, the
-// 256 lines of a strip fall 256 bytes apart, on a quarter of L1's sets, and
-// do not stay there while the 6-row groups pass over them; a repacked strip
-// is 16 KiB in a row.
+// Every row over one block (four strips of `depth` k steps, strip s at
+// strips + s * depth * 16): strips outermost, so one strip stays in L1 while
+// every 6-row group passes over it; then the rows past the last group. A
+// tile of one or two rows has too few accumulators to keep the FMA units
+// busy (their latency, not the weights, bounds it), so in a many-row
+// product the last group and one or two rows past it become two tiles of
+// 4 + 3 or 4 + 4 rows.
 template <class B>
-void tile_rows(const float* x, int64_t ldx, const typename B::T* b, const float* strips_f32, int64_t depth, float* c,
-               int64_t ldc, int64_t num_rows, bool accumulate, int num_cols) {
-  // Strips outermost: one 16-column strip stays in L1 while every 6-row group passes over it.
-  const int64_t full_rows = num_rows / 6 * 6;
-  for (int s = 0; s < kPanels64Width && s < num_cols; s += 16)
-    for (int64_t m = 0; m < full_rows; m += 6) {
-      if (strips_f32 != nullptr)
-        micro_tile<WidenF32, 6, 2, 16>(x + m * ldx, ldx, strips_f32 + (s / 16) * depth * 16, depth, c + m * ldc + s, ldc,
-                                       accumulate, num_cols - s);
-      else
-        micro_tile<B, 6, 2>(x + m * ldx, ldx, b + s, depth, c + m * ldc + s, ldc, accumulate, num_cols - s);
-    }
-  const int64_t m = full_rows;
-  const float* xr = x + m * ldx;
-  float* cr = c + m * ldc;
-  if (strips_f32 != nullptr && m < num_rows) {  // the rest of the rows from the same repacked strips
+void tile_rows(const float* x, int64_t ldx, const typename B::T* strips, int64_t depth, float* c, int64_t ldc,
+               int64_t num_rows, bool accumulate, int num_cols) {
+  if (num_rows <= 2) {  // decode: the panel streams from memory
     for (int s = 0; s < kPanels64Width && s < num_cols; s += 16) {
-      const float* strip = strips_f32 + (s / 16) * depth * 16;
-      switch (num_rows - m) {
-        case 5: micro_tile<WidenF32, 5, 2, 16>(xr, ldx, strip, depth, cr + s, ldc, accumulate, num_cols - s); break;
-        case 4: micro_tile<WidenF32, 4, 2, 16>(xr, ldx, strip, depth, cr + s, ldc, accumulate, num_cols - s); break;
-        case 3: micro_tile<WidenF32, 3, 2, 16>(xr, ldx, strip, depth, cr + s, ldc, accumulate, num_cols - s); break;
-        case 2: micro_tile<WidenF32, 2, 2, 16>(xr, ldx, strip, depth, cr + s, ldc, accumulate, num_cols - s); break;
-        default: micro_tile<WidenF32, 1, 2, 16>(xr, ldx, strip, depth, cr + s, ldc, accumulate, num_cols - s); break;
-      }
+      const typename B::T* strip = strips + (s / 16) * depth * 16;
+      if (num_rows == 2) strip_tile<B, 2, true>(x, ldx, strip, depth, c + s, ldc, accumulate, num_cols - s);
+      else strip_tile<B, 1, true>(x, ldx, strip, depth, c + s, ldc, accumulate, num_cols - s);
     }
     return;
   }
-  switch (num_rows - m) {
-    case 5: strips<B, 5, 2>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
-    case 4: strips<B, 4, 2>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
-    case 3: strips<B, 3, 4>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
-    case 2: strips<B, 2, 4>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
-    case 1: strips<B, 1, 8>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
-    default: break;
+  int64_t full_rows = num_rows / 6 * 6;
+  if (full_rows >= 6 && num_rows - full_rows <= 2 && num_rows - full_rows > 0) full_rows -= 6;  // 6+1|2 -> 4+3|4
+  const int64_t strip_elems = depth * 16;
+  const int64_t groups = full_rows / 6;
+  for (int s = 0; s < kPanels64Width && s < num_cols; s += 16) {
+    const typename B::T* strip = strips + (s / 16) * strip_elems;
+    AheadOfStrip ahead;
+    if (groups > 1) {  // many rows: the strip is read 6 rows at a time, the next one is due after
+      ahead.next = reinterpret_cast<const char*>(strip + strip_elems);
+      ahead.end = ahead.next + strip_elems * static_cast<int64_t>(sizeof(typename B::T));
+      ahead.lines_per_group = (strip_elems * static_cast<int64_t>(sizeof(typename B::T)) / 64 + groups - 1) / groups;
+    }
+    for (int64_t m = 0; m < full_rows; m += 6) {
+      ahead.some();
+      strip_tile<B, 6>(x + m * ldx, ldx, strip, depth, c + m * ldc + s, ldc, accumulate, num_cols - s);
+    }
+    const float* xr = x + full_rows * ldx;
+    float* cr = c + full_rows * ldc + s;
+    switch (num_rows - full_rows) {
+      case 8:  // 4 + 4
+      case 7:  // 4 + 3
+        strip_tile<B, 4>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s);
+        if (num_rows - full_rows == 8)
+          strip_tile<B, 4>(xr + 4 * ldx, ldx, strip, depth, cr + 4 * ldc, ldc, accumulate, num_cols - s);
+        else
+          strip_tile<B, 3>(xr + 4 * ldx, ldx, strip, depth, cr + 4 * ldc, ldc, accumulate, num_cols - s);
+        break;
+      case 5: strip_tile<B, 5>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
+      case 4: strip_tile<B, 4>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
+      case 3: strip_tile<B, 3>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
+      case 2: strip_tile<B, 2>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
+      case 1: strip_tile<B, 1>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
+      default: break;
+    }
   }
 }
 
@@ -238,17 +285,14 @@ void panels_range(const float* x, const typename B::T* packed, float* y, int64_t
     const int num_cols = static_cast<int>(std::min<int64_t>(kPanels64Width, n_out - p * kPanels64Width));
     for (int64_t k0 = 0; k0 < k_len; k0 += kDepth) {
       const int64_t depth = std::min(kDepth, k_len - k0);
-      const typename B::T* src = packed + (p * k_len + k0) * kPanels64Width;
+      const typename B::T* src = packed + (p * k_len + k0) * kPanels64Width;  // the block's four strips
       float* c = y + p * kPanels64Width;
-      if (num_rows >= kConvertRows) {
-        // Repack the block once as contiguous f32 strips (widened from F16
-        // or BF16); the 6-row groups then read those.
-        for (int64_t k = 0; k < depth; ++k)
-          LLMK_UNROLL for (int v = 0; v < kPanels64Width / 8; ++v)
-            _mm256_storeu_ps(block + ((v / 2) * depth + k) * 16 + 8 * (v % 2), B::load(src + k * kPanels64Width + 8 * v));
-        tile_rows<B>(x + k0, k_len, src, block, depth, c, n_out, num_rows, k0 > 0, num_cols);
+      if (num_rows >= kConvertRows && !std::is_same_v<typename B::T, float>) {
+        // Widen the block to f32 once (same order); every row group then reads floats.
+        for (int64_t i = 0; i < depth * kPanels64Width; i += 8) _mm256_storeu_ps(block + i, B::load(src + i));
+        tile_rows<WidenF32>(x + k0, k_len, block, depth, c, n_out, num_rows, k0 > 0, num_cols);
       } else {
-        tile_rows<B>(x + k0, k_len, src, nullptr, depth, c, n_out, num_rows, k0 > 0, num_cols);
+        tile_rows<B>(x + k0, k_len, src, depth, c, n_out, num_rows, k0 > 0, num_cols);
       }
     }
   }
@@ -296,11 +340,10 @@ bool linear_panels64(const float* x, int64_t num_rows, int64_t in_features, cons
   const auto* packed_f32 = static_cast<const float*>(packed_any);
   for (int64_t m = 0; m < num_rows; ++m)
     for (int64_t n = 0; n < out_features; ++n) {
-      const int64_t p = n / kPanels64Width, j = n % kPanels64Width;
       float sum = 0.0f;
       for (int64_t k = 0; k < in_features; ++k) {
         float w;
-        const int64_t at = (p * in_features + k) * kPanels64Width + j;
+        const int64_t at = panels64_offset(n, k, in_features);
         const uint16_t bits = w_dtype == LLMK_DTYPE_F32 ? 0 : packed[at];
         if (w_dtype == LLMK_DTYPE_F32) w = packed_f32[at];
         else if (w_dtype == LLMK_DTYPE_F16) f16_to_f32(&bits, &w, 1);

@@ -44,9 +44,9 @@ TEST_CASE("linear_panels64 equals the float64 product for f32, f16 and bf16 pane
   // Every register-tile height of the AVX-512 and AVX2 paths; from 12 rows on,
   // blocks are repacked (widened) once and shared by the row groups, the
   // rows past the last 6-row group too (13-17, 40: one to five left); 300
-  // inputs span a whole 256-step block and a partial one.
+  // inputs span a whole 256-step block and a partial one, 530 two and a partial.
   const int64_t rows = GENERATE(1, 2, 3, 5, 7, 13, 14, 15, 16, 17, 40);
-  const int64_t in = GENERATE(3, 300), out = GENERATE(1, 70, 129);
+  const int64_t in = GENERATE(3, 300, 530), out = GENERATE(1, 70, 129);
   std::mt19937 rng(static_cast<uint32_t>(rows * 7919 + in * 31 + out));
   std::normal_distribution<float> normal;
   std::vector<float> x(rows * in), y(rows * out);
@@ -155,10 +155,11 @@ TEST_CASE("linear_bf16_pairs on the BF16 dot-product units is exact for BF16-rou
   check_linear_bf16_pairs(rows, in, out, true);
 }
 
-TEST_CASE("pack_panels16 and pack_panels64 place w[n, k] at [n / width][k][n % width] and zero the rest",
+TEST_CASE("pack_panels16 places w[n, k] at [n / 16][k][n % 16], pack_panels64 where panels64_offset says, and "
+          "both zero the rest",
           "[linear]") {
   using namespace llmk::kernels::cpu;
-  const int64_t in = GENERATE(1, 7, 33), out = GENERATE(1, 16, 19, 64, 70);
+  const int64_t in = GENERATE(1, 7, 33, 300, 530), out = GENERATE(1, 16, 19, 64, 70);
   std::vector<float> w(out * in);
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i + 1);  // every weight distinct and nonzero
   std::vector<uint16_t> w16(w.size());
@@ -175,13 +176,22 @@ TEST_CASE("pack_panels16 and pack_panels64 place w[n, k] at [n / width][k][n % w
       pack_panels64(w.data(), out, in, packed.data());
       pack_panels64(w16.data(), out, in, packed16.data());
     }
+    std::vector<int> hits(size, 0);  // every element of the packed form is some w[n, k]'s, once
     for (int64_t n = 0; n < static_cast<int64_t>(size / in); ++n)
       for (int64_t k = 0; k < in; ++k) {
-        const size_t at = static_cast<size_t>(((n / width) * in + k) * width + n % width);
+        const int64_t offset = width == 16 ? ((n / width) * in + k) * width + n % width : panels64_offset(n, k, in);
         CAPTURE(width, n, k);
+        REQUIRE(offset >= 0);
+        REQUIRE(offset < static_cast<int64_t>(size));
+        const auto at = static_cast<size_t>(offset);
+        ++hits[at];
+        // Within a panel, a channel's k steps keep their order (a k step's
+        // elements never lie past the next one's in the same channel).
+        if (k > 0 && width == 64) CHECK(panels64_offset(n, k - 1, in) < offset);
         CHECK(packed[at] == (n < out ? w[n * in + k] : 0.0f));
         CHECK(packed16[at] == (n < out ? w16[n * in + k] : 0));
       }
+    CHECK(std::count(hits.begin(), hits.end(), 1) == static_cast<long>(size));
   }
 }
 

@@ -43,7 +43,7 @@ Result run_linear(uint32_t dtype, uint32_t in, uint32_t out, uint32_t rows, cons
   for (auto& v : x) v = normal(rng);
   llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", in, out, dtype,
                      dtype == LLMK_DTYPE_F32 ? static_cast<const void*>(wf.data()) : wh.data(), outlives ? 1 : 0,
-                     rows, threads, options};
+                     rows, threads, options, LLMK_DEVICE_CPU, LLMK_DTYPE_F32};
   llmk_error err{};
   void* self = api.create(&d, &err);
   REQUIRE(self != nullptr);
@@ -76,7 +76,7 @@ bool bf16_gemm_available() {
     const auto& api = lib.api<llmk_linear_api>();
     const std::vector<uint16_t> w(64 * 32, 0x3f80);  // 1.0 in bf16
     llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 64, 32, LLMK_DTYPE_BF16, w.data(), 1, 16, 1,
-                       R"({"bf16_layout":"rows"})"};
+                       R"({"bf16_layout":"rows"})", LLMK_DEVICE_CPU, LLMK_DTYPE_F32};
     llmk_error err{};
     void* self = api.create(&d, &err);
     if (self != nullptr) {
@@ -138,7 +138,7 @@ TEST_CASE("linear.dense hands BF16 panels' many-row products to oneDNN's blocked
   const auto& api = lib.api<llmk_linear_api>();
   const std::vector<uint16_t> w(256 * 64, 0x3f80);
   llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 256, 64, LLMK_DTYPE_BF16, w.data(), 1, 64, 2,
-                     R"({"bf16_activations":true,"matmul":"onednn"})"};
+                     R"({"bf16_activations":true,"matmul":"onednn"})", LLMK_DEVICE_CPU, LLMK_DTYPE_F32};
   llmk_error err{};
   void* self = api.create(&d, &err);
   if (self == nullptr) {
@@ -161,7 +161,7 @@ TEST_CASE("linear.dense's matmul option: values, and onednn only with bf16_activ
   const auto& api = lib.api<llmk_linear_api>();
   const std::vector<uint16_t> w(256 * 64, 0x3f80);
   llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 256, 64, LLMK_DTYPE_BF16, w.data(), 1, 64, 1,
-                     R"({"bf16_activations":true,"matmul":"fastest"})"};
+                     R"({"bf16_activations":true,"matmul":"fastest"})", LLMK_DEVICE_CPU, LLMK_DTYPE_F32};
   llmk_error err{};
   CHECK(api.create(&d, &err) == nullptr);
   CHECK(std::string(err.message).find("auto, own or onednn") != std::string::npos);
@@ -181,7 +181,7 @@ TEST_CASE("linear.dense refuses bf16_activations without BF16 panels", "[linear]
   const auto& api = lib.api<llmk_linear_api>();
   std::vector<float> w(64 * 32, 0.3f);
   llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 64, 32, LLMK_DTYPE_F32, w.data(), 1, 4, 1,
-                     R"({"bf16_activations":true})"};
+                     R"({"bf16_activations":true})", LLMK_DEVICE_CPU, LLMK_DTYPE_F32};
   llmk_error err{};
   CHECK(api.create(&d, &err) == nullptr);
   CHECK(std::string(err.message).find("bf16_activations") != std::string::npos);
@@ -202,7 +202,7 @@ TEST_CASE("linear.dense stores f32 weights as bf16 only when asked to", "[linear
   const auto& api = lib.api<llmk_linear_api>();
   std::vector<float> w(64 * 32, 0.3f);
   llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 64, 32, LLMK_DTYPE_F32, w.data(), 1, 4, 1,
-                     R"({"weight_dtype":"bf16"})"};
+                     R"({"weight_dtype":"bf16"})", LLMK_DEVICE_CPU, LLMK_DTYPE_F32};
   llmk_error err{};
   void* self = api.create(&d, &err);
   REQUIRE(self);
@@ -223,7 +223,8 @@ TEST_CASE("a linear forward given less workspace than the layer asked for is ref
   static PluginLibrary lib("llmk_linear_dense");
   const auto& api = lib.api<llmk_linear_api>();
   std::vector<float> w(64 * 32, 0.3f), x(4 * 64, 1.0f), y(4 * 32);
-  llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 64, 32, LLMK_DTYPE_F32, w.data(), 1, 4, 1, "{}"};
+  llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 64, 32, LLMK_DTYPE_F32, w.data(), 1, 4, 1, "{}",
+                     LLMK_DEVICE_CPU, LLMK_DTYPE_F32};
   llmk_error err{};
   void* self = api.create(&d, &err);
   REQUIRE(self);

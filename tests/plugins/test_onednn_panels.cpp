@@ -79,7 +79,8 @@ TEST_CASE("W8A8 panels are oneDNN's BA16a16b4a layout", "[onednn]") {
     llmk::kernels::cpu::pack_w8a8(w.data(), n, k, packed.data(), scale.data(), row_sum.data());
     std::vector<int8_t> q(static_cast<size_t>(k * n));  // the quantized weight, read back as [n, k]
     for (int64_t c = 0; c < n; ++c)
-      for (int64_t i = 0; i < k; ++i) q[static_cast<size_t>(c * k + i)] = llmk::kernels::cpu::w8a8_packed_at(packed.data(), k, c, i);
+      for (int64_t i = 0; i < k; ++i)
+        q[static_cast<size_t>(c * k + i)] = llmk::kernels::cpu::w8a8_packed_at(packed.data(), k, c, i);
     const std::vector<uint8_t> blocked = onednn_blocked(q.data(), memory::data_type::s8, k, n,
                                                         memory::format_tag::BA16a16b4a);
     REQUIRE(blocked.size() == packed.size());
@@ -120,7 +121,8 @@ TEST_CASE("oneDNN's blocked BF16 matmul over k-pair panels matches a float64 ref
   std::vector<uint16_t> packed(llmk::kernels::cpu::bf16_pairs_size(n, k));
   llmk::kernels::cpu::pack_bf16_pairs(w.data(), n, k, packed.data());
   std::string why;
-  auto mm = OnednnPanelsMatmul::make(PanelsLayout::bf16_pairs, packed.data(), packed.size() * 2, k, n, max_rows, 2, why);
+  auto mm =
+      OnednnPanelsMatmul::make(PanelsLayout::bf16_pairs, packed.data(), packed.size() * 2, k, n, max_rows, 2, why);
   // Without a blocked kernel here, oneDNN's reference code reads the same layout.
   if (!mm) mm = OnednnPanelsMatmul::make(PanelsLayout::bf16_pairs, packed.data(), packed.size() * 2, k, n, max_rows, 2,
                                          why, /*accept_reference=*/true);
@@ -177,7 +179,8 @@ TEST_CASE("oneDNN's blocked int8 matmul over W8A8 panels gives the exact integer
       for (int64_t c = 0; c < n; ++c) {
         int64_t ref = 0;
         for (int64_t i = 0; i < k; ++i)
-          ref += int64_t{x[static_cast<size_t>(m * k + i)]} * llmk::kernels::cpu::w8a8_packed_at(packed.data(), k, c, i);
+          ref += int64_t{x[static_cast<size_t>(m * k + i)]} *
+                 llmk::kernels::cpu::w8a8_packed_at(packed.data(), k, c, i);
         wrong += y[static_cast<size_t>(m * n + c)] != ref;
       }
     CHECK(wrong == 0);

@@ -85,6 +85,29 @@ TEST_CASE("linear_panels64 equals the float64 product for f32, f16 and bf16 pane
   }
 }
 
+TEST_CASE("linear_panels64 gives a row the same bits alone and among other rows", "[linear]") {
+  // Decode (one or two rows, streamed) and many-row tiles (6, and 4 + 3 or
+  // 4 + 4 at the end) take different loops; each output must sum the same
+  // products in the same order.
+  using namespace llmk::kernels::cpu;
+  const int64_t in = GENERATE(3, 300, 768), out = GENERATE(70, 192);
+  const int64_t rows = GENERATE(7, 13, 14, 40);
+  std::mt19937 rng(static_cast<uint32_t>(in * 131 + out + rows));
+  std::normal_distribution<float> normal;
+  std::vector<float> x(rows * in), y_all(rows * out), y_one(out);
+  for (auto& v : x) v = normal(rng);
+  std::vector<float> w(out * in), packed(panels64_size(out, in)), scratch(panels64_scratch_size(2));
+  for (auto& v : w) v = normal(rng);
+  pack_panels64(w.data(), out, in, packed.data());
+  REQUIRE(linear_panels64(x.data(), rows, in, packed.data(), LLMK_DTYPE_F32, out, y_all.data(), scratch.data(), 2));
+  for (int64_t m = 0; m < rows; ++m) {
+    REQUIRE(linear_panels64(x.data() + m * in, 1, in, packed.data(), LLMK_DTYPE_F32, out, y_one.data(), scratch.data(),
+                            2));
+    CAPTURE(in, out, rows, m);
+    CHECK(std::memcmp(y_one.data(), y_all.data() + m * out, out * sizeof(float)) == 0);
+  }
+}
+
 namespace {
 
 // linear_bf16_pairs over random x and BF16 weights against float64: `round`
@@ -119,7 +142,8 @@ void check_linear_bf16_pairs(int64_t rows, int64_t in, int64_t out, bool round) 
 }  // namespace
 
 TEST_CASE("linear_bf16_pairs is exact over k-pair BF16 panels", "[linear][bf16]") {
-  const int64_t rows = GENERATE(1, 2, 5, 6, 13, 64);
+  // 7, 8, 13, 14: the last tile of 6 rows and one or two more run as 4 + 3 or 4 + 4.
+  const int64_t rows = GENERATE(1, 2, 5, 6, 7, 8, 13, 14, 64);
   // Odd depths (a last step paired with zero), depths across the 256-step
   // blocks, widths that leave a partial last panel.
   const int64_t in = GENERATE(1, 3, 256, 300, 515), out = GENERATE(1, 70, 129);
@@ -131,7 +155,7 @@ TEST_CASE("linear_bf16_pairs gives a row the same bits alone and among other row
   // loops; each output must still sum the same products in the same order.
   using namespace llmk::kernels::cpu;
   const int64_t in = GENERATE(3, 300, 768), out = GENERATE(70, 192);
-  const int64_t rows = 13;
+  const int64_t rows = GENERATE(13, 14);
   std::mt19937 rng(static_cast<uint32_t>(in * 131 + out));
   std::normal_distribution<float> normal;
   std::vector<float> x(rows * in), y_all(rows * out), y_one(out);

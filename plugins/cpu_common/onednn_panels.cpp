@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace llmk::cpu_common {
 
@@ -89,29 +90,34 @@ std::unique_ptr<OnednnPanelsMatmul> OnednnPanelsMatmul::make(PanelsLayout layout
   return m;
 }
 
-const dnnl::matmul& OnednnPanelsMatmul::primitive(int64_t padded) {
+OnednnPanelsMatmul::Slot& OnednnPanelsMatmul::slot_for(int64_t padded) {
   const auto i = static_cast<size_t>(bucket_index(padded));
   if (i >= num_slots_) throw std::out_of_range("more rows than the matmul was made for");
   Slot& slot = slots_[i];
-  std::call_once(slot.made, [&] { slot.matmul = std::make_unique<dnnl::matmul>(describe(padded)); });
-  return *slot.matmul;
+  std::call_once(slot.made, [&] {
+    // The primitive and its arguments, made once: a forward only points the
+    // activations and results at its workspace (no allocation per call).
+    const bool bf16 = layout_ == PanelsLayout::bf16_pairs;
+    slot.matmul = std::make_unique<dnnl::matmul>(describe(padded));
+    const memory::desc src({padded, in_}, bf16 ? memory::data_type::bf16 : memory::data_type::u8,
+                           memory::format_tag::ab);
+    const memory::desc wei({in_, out_}, bf16 ? memory::data_type::bf16 : memory::data_type::s8,
+                           bf16 ? memory::format_tag::BA16a64b2a : memory::format_tag::BA16a16b4a);
+    const memory::desc dst({padded, out_}, bf16 ? memory::data_type::f32 : memory::data_type::s32,
+                           memory::format_tag::ab);
+    slot.args = {{DNNL_ARG_SRC, memory(src, engine_, DNNL_MEMORY_NONE)},
+                 {DNNL_ARG_WEIGHTS, memory(wei, engine_, panels_)},
+                 {DNNL_ARG_DST, memory(dst, engine_, DNNL_MEMORY_NONE)}};
+  });
+  return slot;
 }
 
 void OnednnPanelsMatmul::multiply(const void* src, int64_t rows, void* dst) {
-  const int64_t padded = padded_rows(rows);
   const TeamOf team(threads_);
-  const dnnl::matmul& mm = primitive(padded);
-  const bool bf16 = layout_ == PanelsLayout::bf16_pairs;
-  const memory s(memory::desc({padded, in_}, bf16 ? memory::data_type::bf16 : memory::data_type::u8,
-                              memory::format_tag::ab),
-                 engine_, const_cast<void*>(src));
-  const memory w(memory::desc({in_, out_}, bf16 ? memory::data_type::bf16 : memory::data_type::s8,
-                              bf16 ? memory::format_tag::BA16a64b2a : memory::format_tag::BA16a16b4a),
-                 engine_, panels_);
-  const memory d(memory::desc({padded, out_}, bf16 ? memory::data_type::f32 : memory::data_type::s32,
-                              memory::format_tag::ab),
-                 engine_, dst);
-  mm.execute(stream_, {{DNNL_ARG_SRC, s}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, d}});
+  Slot& slot = slot_for(padded_rows(rows));
+  slot.args.at(DNNL_ARG_SRC).set_data_handle(const_cast<void*>(src));
+  slot.args.at(DNNL_ARG_DST).set_data_handle(dst);
+  slot.matmul->execute(stream_, slot.args);
   stream_.wait();
 }
 

@@ -21,7 +21,7 @@
 #include <memory>
 #include <mutex>  // std::once_flag
 #include <string>
-#include <vector>
+#include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -54,12 +54,12 @@ class OnednnPanelsMatmul {
 
   // dst[0:padded_rows(rows)] = src[0:padded_rows(rows)] x W. src: [padded, in]
   // (BF16 bits or U8), dst: [padded, out] (F32 or S32), both dense rows.
+  // One call at a time (a layer's forwards are).
   void multiply(const void* src, int64_t rows, void* dst);
 
  private:
   OnednnPanelsMatmul() = default;
   dnnl::matmul::primitive_desc describe(int64_t rows) const;
-  const dnnl::matmul& primitive(int64_t padded);
 
   PanelsLayout layout_ = PanelsLayout::bf16_pairs;
   int64_t in_ = 0, out_ = 0;
@@ -73,7 +73,9 @@ class OnednnPanelsMatmul {
   struct Slot {
     std::once_flag made;
     std::unique_ptr<dnnl::matmul> matmul;
+    std::unordered_map<int, dnnl::memory> args;  // weights bound; activations and results set per call
   };
+  Slot& slot_for(int64_t padded);
   std::unique_ptr<Slot[]> slots_;
   size_t num_slots_ = 0;
 };

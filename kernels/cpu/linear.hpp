@@ -41,7 +41,7 @@ constexpr int64_t kPanels64Width = 64;  // output channels per panel of panels64
 inline int64_t num_panels16(int64_t out_features) { return (out_features + kPanels16Width - 1) / kPanels16Width; }
 inline int64_t num_panels64(int64_t out_features) { return (out_features + kPanels64Width - 1) / kPanels64Width; }
 
-// The two plain panel layouts share one packer:
+// The plain panel packer (panels16, and panels64 where its build keeps [k][64]):
 // w: [out_features, in_features] row-major ->
 // packed: [ceil(out_features / width)][in_features][width], zero past out_features.
 // Elements are copied unchanged (f32, or f16/bf16 bits).

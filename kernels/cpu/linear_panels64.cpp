@@ -12,12 +12,37 @@
 #include "kernels/cpu/linear_tile.hpp"
 #include "kernels/cpu/vec_math.hpp"  // also silences GCC 12's false uninitialized warnings in intrinsics
 
+// The AVX2 build stores panels as strips (kernels/cpu/linear_panels64.hpp).
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#define LLMK_PANELS64_STRIPS 1
+#endif
+
 namespace llmk::kernels::cpu {
 
 namespace {
 
 constexpr int64_t kDepth = 256;      // k steps per block: a converted panel block is 64 KiB of f32 (L2)
 constexpr int64_t kConvertRows = 12; // from this many rows on, a block is widened to f32 once and reused
+
+#if defined(LLMK_PANELS64_STRIPS)
+// Block by block, each channel's k steps go down its strip (stride 16).
+template <class T>
+void pack_strips(const T* w, int64_t out_features, int64_t in_features, T* packed) {
+  const int64_t panels = num_panels64(out_features);
+#pragma omp parallel for
+  for (int64_t p = 0; p < panels; ++p)
+    for (int64_t k0 = 0; k0 < in_features; k0 += kDepth) {
+      const int64_t depth = std::min(kDepth, in_features - k0);
+      T* block = packed + (p * in_features + k0) * kPanels64Width;
+      for (int64_t col = 0; col < kPanels64Width; ++col) {
+        const int64_t n = p * kPanels64Width + col;
+        T* dst = block + (col / 16) * depth * 16 + col % 16;
+        const T* src = w + n * in_features + k0;
+        for (int64_t k = 0; k < depth; ++k) dst[k * 16] = n < out_features ? src[k] : T{0};
+      }
+    }
+}
+#endif
 
 }  // namespace
 
@@ -27,7 +52,7 @@ size_t panels64_scratch_size(int num_threads) {
 
 int64_t panels64_offset(int64_t n, int64_t k, int64_t in_features) {
   const int64_t p = n / kPanels64Width, col = n % kPanels64Width;
-#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#if defined(LLMK_PANELS64_STRIPS)
   const int64_t k0 = k / kDepth * kDepth, depth = std::min(kDepth, in_features - k0);
   return (p * in_features + k0) * kPanels64Width + (col / 16) * depth * 16 + (k - k0) * 16 + col % 16;
 #else
@@ -35,29 +60,22 @@ int64_t panels64_offset(int64_t n, int64_t k, int64_t in_features) {
 #endif
 }
 
-namespace {
-
-template <class T>
-void pack_panels64_of(const T* w, int64_t out_features, int64_t in_features, T* packed) {
-  const int64_t panels = num_panels64(out_features);
-#pragma omp parallel for
-  for (int64_t p = 0; p < panels; ++p)
-    for (int64_t col = 0; col < kPanels64Width; ++col) {
-      const int64_t n = p * kPanels64Width + col;
-      for (int64_t k = 0; k < in_features; ++k)
-        packed[panels64_offset(n, k, in_features)] = n < out_features ? w[n * in_features + k] : T{0};
-    }
-}
-
-}  // namespace
-
+// The [k][64] builds use the plain panel packer panels16 shares (kernels/cpu/linear.hpp).
+#if defined(LLMK_PANELS64_STRIPS)
 void pack_panels64(const float* w, int64_t out_features, int64_t in_features, float* packed) {
-  pack_panels64_of(w, out_features, in_features, packed);
+  pack_strips(w, out_features, in_features, packed);
 }
-
 void pack_panels64(const uint16_t* w, int64_t out_features, int64_t in_features, uint16_t* packed) {
-  pack_panels64_of(w, out_features, in_features, packed);
+  pack_strips(w, out_features, in_features, packed);
 }
+#else
+void pack_panels64(const float* w, int64_t out_features, int64_t in_features, float* packed) {
+  pack_panels(w, out_features, in_features, kPanels64Width, packed);
+}
+void pack_panels64(const uint16_t* w, int64_t out_features, int64_t in_features, uint16_t* packed) {
+  pack_panels(w, out_features, in_features, kPanels64Width, packed);
+}
+#endif
 
 #if defined(__AVX512F__)
 
@@ -211,18 +229,6 @@ inline void strip_tile(const float* x, int64_t ldx, const typename B::T* strip, 
   }
 }
 
-// Asks for the bytes after a strip while its row groups are multiplied:
-// they are the next strip (or the next block's, or the next panel's first),
-// which the first row group of the next strip would otherwise wait for.
-struct AheadOfStrip {
-  const char* next = nullptr;
-  const char* end = nullptr;
-  int64_t lines_per_group = 0;
-  void some() {
-    for (int64_t i = 0; i < lines_per_group && next < end; ++i, next += 64) _mm_prefetch(next, _MM_HINT_T0);
-  }
-};
-
 // Every row over one block (four strips of `depth` k steps, strip s at
 // strips + s * depth * 16): strips outermost, so one strip stays in L1 while
 // every 6-row group passes over it; then the rows past the last group. A
@@ -233,9 +239,10 @@ struct AheadOfStrip {
 template <class B>
 void tile_rows(const float* x, int64_t ldx, const typename B::T* strips, int64_t depth, float* c, int64_t ldc,
                int64_t num_rows, bool accumulate, int num_cols) {
+  const int64_t strip_elems = depth * 16;
   if (num_rows <= 2) {  // decode: the panel streams from memory
     for (int s = 0; s < kPanels64Width && s < num_cols; s += 16) {
-      const typename B::T* strip = strips + (s / 16) * depth * 16;
+      const typename B::T* strip = strips + (s / 16) * strip_elems;
       if (num_rows == 2) strip_tile<B, 2, true>(x, ldx, strip, depth, c + s, ldc, accumulate, num_cols - s);
       else strip_tile<B, 1, true>(x, ldx, strip, depth, c + s, ldc, accumulate, num_cols - s);
     }
@@ -243,20 +250,10 @@ void tile_rows(const float* x, int64_t ldx, const typename B::T* strips, int64_t
   }
   int64_t full_rows = num_rows / 6 * 6;
   if (full_rows >= 6 && num_rows - full_rows <= 2 && num_rows - full_rows > 0) full_rows -= 6;  // 6+1|2 -> 4+3|4
-  const int64_t strip_elems = depth * 16;
-  const int64_t groups = full_rows / 6;
   for (int s = 0; s < kPanels64Width && s < num_cols; s += 16) {
     const typename B::T* strip = strips + (s / 16) * strip_elems;
-    AheadOfStrip ahead;
-    if (groups > 1) {  // many rows: the strip is read 6 rows at a time, the next one is due after
-      ahead.next = reinterpret_cast<const char*>(strip + strip_elems);
-      ahead.end = ahead.next + strip_elems * static_cast<int64_t>(sizeof(typename B::T));
-      ahead.lines_per_group = (strip_elems * static_cast<int64_t>(sizeof(typename B::T)) / 64 + groups - 1) / groups;
-    }
-    for (int64_t m = 0; m < full_rows; m += 6) {
-      ahead.some();
+    for (int64_t m = 0; m < full_rows; m += 6)
       strip_tile<B, 6>(x + m * ldx, ldx, strip, depth, c + m * ldc + s, ldc, accumulate, num_cols - s);
-    }
     const float* xr = x + full_rows * ldx;
     float* cr = c + full_rows * ldc + s;
     switch (num_rows - full_rows) {
@@ -271,9 +268,7 @@ void tile_rows(const float* x, int64_t ldx, const typename B::T* strips, int64_t
       case 5: strip_tile<B, 5>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
       case 4: strip_tile<B, 4>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
       case 3: strip_tile<B, 3>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
-      case 2: strip_tile<B, 2>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
-      case 1: strip_tile<B, 1>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
-      default: break;
+      default: break;  // none left (1 or 2 rows past a group went into the 4 + 3 or 4 + 4 above)
     }
   }
 }

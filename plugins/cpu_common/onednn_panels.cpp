@@ -1,7 +1,5 @@
 #include "plugins/cpu_common/onednn_panels.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <stdexcept>
 
@@ -10,23 +8,6 @@ namespace llmk::cpu_common {
 namespace {
 
 using dnnl::memory;
-
-// oneDNN's OpenMP build sizes its blocking by omp_get_max_threads() when a
-// primitive is made and runs on as many threads: both under the layer's count.
-class TeamOf {
- public:
-  explicit TeamOf(int threads) : saved_(omp_get_max_threads()), threads_(threads) {
-    if (saved_ != threads_) omp_set_num_threads(threads_);
-  }
-  ~TeamOf() {
-    if (saved_ != threads_) omp_set_num_threads(saved_);
-  }
-  TeamOf(const TeamOf&) = delete;
-  TeamOf& operator=(const TeamOf&) = delete;
-
- private:
-  int saved_, threads_;
-};
 
 // Buckets: multiples of 16 rows up to 128, of 64 beyond: fewer than 16
 // padding rows up to 128, at most a third of the bucket beyond.
@@ -40,13 +21,20 @@ int64_t OnednnPanelsMatmul::padded_rows(int64_t rows) {
   return rows <= kFineRows ? (rows + 15) / 16 * 16 : (rows + 63) / 64 * 64;
 }
 
-dnnl::matmul::primitive_desc OnednnPanelsMatmul::describe(int64_t rows) const {
+bool OnednnPanelsMatmul::amx_available() {
+  return dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+}
+
+OnednnPanelsMatmul::Descs OnednnPanelsMatmul::descs(int64_t rows) const {
   const bool bf16 = layout_ == PanelsLayout::bf16_pairs;
-  const memory::desc src({rows, in_}, bf16 ? memory::data_type::bf16 : memory::data_type::u8, memory::format_tag::ab);
-  const memory::desc wei({in_, out_}, bf16 ? memory::data_type::bf16 : memory::data_type::s8,
-                         bf16 ? memory::format_tag::BA16a64b2a : memory::format_tag::BA16a16b4a);
-  const memory::desc dst({rows, out_}, bf16 ? memory::data_type::f32 : memory::data_type::s32, memory::format_tag::ab);
-  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), engine_);
+  return {memory::desc({rows, in_}, bf16 ? memory::data_type::bf16 : memory::data_type::u8, memory::format_tag::ab),
+          memory::desc({in_, out_}, bf16 ? memory::data_type::bf16 : memory::data_type::s8,
+                       bf16 ? memory::format_tag::BA16a64b2a : memory::format_tag::BA16a16b4a),
+          memory::desc({rows, out_}, bf16 ? memory::data_type::f32 : memory::data_type::s32, memory::format_tag::ab)};
+}
+
+dnnl::matmul::primitive_desc OnednnPanelsMatmul::describe(const Descs& d) const {
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(d.src, d.weights, d.dst), engine_);
 }
 
 std::unique_ptr<OnednnPanelsMatmul> OnednnPanelsMatmul::make(PanelsLayout layout, const void* panels,
@@ -69,8 +57,8 @@ std::unique_ptr<OnednnPanelsMatmul> OnednnPanelsMatmul::make(PanelsLayout layout
   try {
     m->engine_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
     m->stream_ = dnnl::stream(m->engine_);
-    const TeamOf team(m->threads_);
-    const dnnl::matmul::primitive_desc pd = m->describe(padded_rows(std::min<int64_t>(max_rows, kFineRows)));
+    const OmpTeam team(m->threads_);
+    const dnnl::matmul::primitive_desc pd = m->describe(m->descs(padded_rows(std::min<int64_t>(max_rows, kFineRows))));
     m->implementation_ = pd.impl_info_str();
     if (pd.weights_desc().get_size() != panel_bytes) {
       why = "oneDNN's layout takes " + std::to_string(pd.weights_desc().get_size()) + " bytes, the panels " +
@@ -97,23 +85,17 @@ OnednnPanelsMatmul::Slot& OnednnPanelsMatmul::slot_for(int64_t padded) {
   std::call_once(slot.made, [&] {
     // The primitive and its arguments, made once: a forward only points the
     // activations and results at its workspace (no allocation per call).
-    const bool bf16 = layout_ == PanelsLayout::bf16_pairs;
-    slot.matmul = std::make_unique<dnnl::matmul>(describe(padded));
-    const memory::desc src({padded, in_}, bf16 ? memory::data_type::bf16 : memory::data_type::u8,
-                           memory::format_tag::ab);
-    const memory::desc wei({in_, out_}, bf16 ? memory::data_type::bf16 : memory::data_type::s8,
-                           bf16 ? memory::format_tag::BA16a64b2a : memory::format_tag::BA16a16b4a);
-    const memory::desc dst({padded, out_}, bf16 ? memory::data_type::f32 : memory::data_type::s32,
-                           memory::format_tag::ab);
-    slot.args = {{DNNL_ARG_SRC, memory(src, engine_, DNNL_MEMORY_NONE)},
-                 {DNNL_ARG_WEIGHTS, memory(wei, engine_, panels_)},
-                 {DNNL_ARG_DST, memory(dst, engine_, DNNL_MEMORY_NONE)}};
+    const Descs d = descs(padded);
+    slot.matmul = std::make_unique<dnnl::matmul>(describe(d));
+    slot.args = {{DNNL_ARG_SRC, memory(d.src, engine_, DNNL_MEMORY_NONE)},
+                 {DNNL_ARG_WEIGHTS, memory(d.weights, engine_, panels_)},
+                 {DNNL_ARG_DST, memory(d.dst, engine_, DNNL_MEMORY_NONE)}};
   });
   return slot;
 }
 
 void OnednnPanelsMatmul::multiply(const void* src, int64_t rows, void* dst) {
-  const TeamOf team(threads_);
+  const OmpTeam team(threads_);
   Slot& slot = slot_for(padded_rows(rows));
   slot.args.at(DNNL_ARG_SRC).set_data_handle(const_cast<void*>(src));
   slot.args.at(DNNL_ARG_DST).set_data_handle(dst);

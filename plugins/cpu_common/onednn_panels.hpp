@@ -25,6 +25,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "plugins/cpu_common/omp_team.hpp"
+
 namespace llmk::cpu_common {
 
 enum class PanelsLayout {
@@ -45,7 +47,11 @@ class OnednnPanelsMatmul {
                                                   int64_t in_features, int64_t out_features, int64_t max_rows,
                                                   int num_threads, std::string& why, bool accept_reference = false);
 
-  // oneDNN's name for its kernel (e.g. "brg:avx512_core_bf16_amx_bf16").
+  // Whether oneDNN runs on AMX tiles on this CPU (the OS granting them):
+  // plugins ask before making anything for their default choice.
+  static bool amx_available();
+
+  // oneDNN's name for its kernel (e.g. "brg:avx512_core_amx_bf16").
   const std::string& implementation() const { return implementation_; }
   bool on_amx() const { return implementation_.find("amx") != std::string::npos; }
 
@@ -59,7 +65,11 @@ class OnednnPanelsMatmul {
 
  private:
   OnednnPanelsMatmul() = default;
-  dnnl::matmul::primitive_desc describe(int64_t rows) const;
+  struct Descs {
+    dnnl::memory::desc src, weights, dst;
+  };
+  Descs descs(int64_t rows) const;  // activations [rows, in], the panels, results [rows, out]
+  dnnl::matmul::primitive_desc describe(const Descs& d) const;
 
   PanelsLayout layout_ = PanelsLayout::bf16_pairs;
   int64_t in_ = 0, out_ = 0;

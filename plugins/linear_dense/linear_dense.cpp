@@ -35,11 +35,10 @@
 //     panels in place (plugins/cpu_common/onednn_panels.hpp), else the
 //     plugin's own kernels; own: always the plugin's; onednn: oneDNN's
 //     wherever it has a blocked kernel (AMX or AVX512-BF16), refused where it
-//     has none. Needs in_features a multiple of 16 (else the plugin's own).
+//     has none. Needs in_features a multiple of 32 (else the plugin's own).
 //   {"weight_dtype":"bf16"}: F32 checkpoints rounded once to BF16 and then
 //     treated as a BF16 checkpoint (half the bytes per decode step; not
 //     exact, so opt-in).
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -203,7 +202,9 @@ class LinearDense {
     bytes_ = packed_ ? owned_.size() : n * (dtype_ == LLMK_DTYPE_F32 ? 4 : 2);
     gemm_min_rows_ = opt.gemm_min_rows != 0 ? opt.gemm_min_rows : (dtype_ == LLMK_DTYPE_F32 ? 64 : 16);
     if (!packed_ && d.max_rows >= gemm_min_rows_) make_gemm(d.name ? d.name : "?");
-    if (bf16_dot_ && opt.matmul != Matmul::own && d.max_rows >= gemm_min_rows_) {
+    const bool want_onednn = opt.matmul == Matmul::onednn ||
+                             (opt.matmul == Matmul::automatic && OnednnPanelsMatmul::amx_available());
+    if (bf16_dot_ && want_onednn && d.max_rows >= gemm_min_rows_) {
       std::string why;
       matmul_ = OnednnPanelsMatmul::make(cpu_common::PanelsLayout::bf16_pairs, owned_.data(), owned_.size(), in_, out_,
                                          d.max_rows, threads_, why);
@@ -258,8 +259,7 @@ class LinearDense {
       kernels::cpu::linear_rows(x, num_rows, in_, weight_, dtype_, out_, y, threads_);
       return;
     }
-    const int saved_threads = omp_get_max_threads();
-    if (saved_threads != threads_) omp_set_num_threads(threads_);
+    const cpu_common::OmpTeam team(threads_);
     using dnnl::memory;
     const memory::dims src_dims{static_cast<memory::dim>(num_rows), static_cast<memory::dim>(in_)};
     const memory::dims dst_dims{static_cast<memory::dim>(num_rows), static_cast<memory::dim>(out_)};
@@ -274,7 +274,6 @@ class LinearDense {
       gemm_->execute(stream_, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, *weights_mem_}, {DNNL_ARG_DST, dst}});
     }
     stream_.wait();
-    if (saved_threads != threads_) omp_set_num_threads(saved_threads);
   }
 
   size_t weight_bytes() const { return bytes_; }

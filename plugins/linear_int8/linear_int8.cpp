@@ -70,7 +70,9 @@ class LinearInt8 {
     scale_ = StreamArray<float>(padded_out);
     row_sum_ = StreamArray<int32_t>(padded_out);
     kernels::cpu::pack_w8a8(w.data(), out_, in_, packed_.data(), scale_.data(), row_sum_.data());
-    if (matmul != "own" && d.max_rows >= kMatmulMinRows) {
+    const bool want_onednn = matmul == "onednn" || matmul == "onednn_reference" ||
+                             (matmul == "auto" && cpu_common::OnednnPanelsMatmul::amx_available());
+    if (want_onednn && d.max_rows >= kMatmulMinRows) {
       std::string why;
       matmul_ = cpu_common::OnednnPanelsMatmul::make(cpu_common::PanelsLayout::w8a8, packed_.data(), packed_.bytes(),
                                                      in_, out_, d.max_rows, threads_, why,

@@ -133,12 +133,21 @@ TEST_CASE("linear.dense BF16 panels with bf16_activations: exact below gemm_min_
         4e-3);
 }
 
+namespace {
+
+// A 256 -> 64 BF16 layer over w (up to 64 rows) with these options.
+llmk_linear_desc bf16_256x64_desc(const std::vector<uint16_t>& w, uint32_t threads, const char* options) {
+  return {sizeof(llmk_linear_desc), "test.proj", 256, 64, LLMK_DTYPE_BF16, w.data(), 1, 64, threads, options,
+          LLMK_DEVICE_CPU, LLMK_DTYPE_F32};
+}
+
+}  // namespace
+
 TEST_CASE("linear.dense hands BF16 panels' many-row products to oneDNN's blocked matmul when told to", "[linear]") {
   static PluginLibrary lib("llmk_linear_dense");
   const auto& api = lib.api<llmk_linear_api>();
-  const std::vector<uint16_t> w(256 * 64, 0x3f80);
-  llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 256, 64, LLMK_DTYPE_BF16, w.data(), 1, 64, 2,
-                     R"({"bf16_activations":true,"matmul":"onednn"})", LLMK_DEVICE_CPU, LLMK_DTYPE_F32};
+  const std::vector<uint16_t> w(256 * 64, 0x3f80);  // 1.0 in bf16
+  const llmk_linear_desc d = bf16_256x64_desc(w, 2, R"({"bf16_activations":true,"matmul":"onednn"})");
   llmk_error err{};
   void* self = api.create(&d, &err);
   if (self == nullptr) {
@@ -160,15 +169,15 @@ TEST_CASE("linear.dense's matmul option: values, and onednn only with bf16_activ
   static PluginLibrary lib("llmk_linear_dense");
   const auto& api = lib.api<llmk_linear_api>();
   const std::vector<uint16_t> w(256 * 64, 0x3f80);
-  llmk_linear_desc d{sizeof(llmk_linear_desc), "test.proj", 256, 64, LLMK_DTYPE_BF16, w.data(), 1, 64, 1,
-                     R"({"bf16_activations":true,"matmul":"fastest"})", LLMK_DEVICE_CPU, LLMK_DTYPE_F32};
+  llmk_linear_desc d = bf16_256x64_desc(w, 1, R"({"bf16_activations":true,"matmul":"fastest"})");
   llmk_error err{};
   CHECK(api.create(&d, &err) == nullptr);
   CHECK(std::string(err.message).find("auto, own or onednn") != std::string::npos);
   d.options = R"({"matmul":"onednn"})";
   CHECK(api.create(&d, &err) == nullptr);
   CHECK(std::string(err.message).find("bf16_activations") != std::string::npos);
-  for (const char* options : {R"({"bf16_activations":true,"matmul":"own"})", R"({"bf16_activations":true,"matmul":"auto"})"}) {
+  for (const char* options :
+       {R"({"bf16_activations":true,"matmul":"own"})", R"({"bf16_activations":true,"matmul":"auto"})"}) {
     d.options = options;
     void* self = api.create(&d, &err);
     CHECK(self != nullptr);

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,6 +51,20 @@ std::vector<uint16_t> random_bf16(size_t count, uint32_t seed) {
   return v;
 }
 
+// A random normal weight [n, k] quantized and packed as W8A8 panels.
+std::vector<int8_t> random_w8a8_panels(int64_t k, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> w(static_cast<size_t>(k * n));
+  for (auto& x : w) x = normal(rng);
+  const auto padded_out = static_cast<size_t>(llmk::kernels::cpu::num_panels16(n) * llmk::kernels::cpu::kPanels16Width);
+  std::vector<int8_t> packed(llmk::kernels::cpu::w8a8_size(n, k));
+  std::vector<float> scale(padded_out);
+  std::vector<int32_t> row_sum(padded_out);
+  llmk::kernels::cpu::pack_w8a8(w.data(), n, k, packed.data(), scale.data(), row_sum.data());
+  return packed;
+}
+
 }  // namespace
 
 TEST_CASE("BF16 k-pair panels are oneDNN's BA16a64b2a layout", "[onednn]") {
@@ -68,15 +83,7 @@ TEST_CASE("BF16 k-pair panels are oneDNN's BA16a64b2a layout", "[onednn]") {
 TEST_CASE("W8A8 panels are oneDNN's BA16a16b4a layout", "[onednn]") {
   for (auto [k, n] : {std::pair<int64_t, int64_t>{768, 2304}, {64, 20}, {2048, 768}, {64, 1}, {192, 33}}) {
     INFO("in " << k << " out " << n);
-    std::mt19937 rng(static_cast<uint32_t>(k * 3 + n));
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> w(static_cast<size_t>(k * n));
-    for (auto& x : w) x = normal(rng);
-    const int64_t padded_out = llmk::kernels::cpu::num_panels16(n) * llmk::kernels::cpu::kPanels16Width;
-    std::vector<int8_t> packed(llmk::kernels::cpu::w8a8_size(n, k));
-    std::vector<float> scale(static_cast<size_t>(padded_out));
-    std::vector<int32_t> row_sum(static_cast<size_t>(padded_out));
-    llmk::kernels::cpu::pack_w8a8(w.data(), n, k, packed.data(), scale.data(), row_sum.data());
+    const std::vector<int8_t> packed = random_w8a8_panels(k, n, static_cast<uint32_t>(k * 3 + n));
     std::vector<int8_t> q(static_cast<size_t>(k * n));  // the quantized weight, read back as [n, k]
     for (int64_t c = 0; c < n; ++c)
       for (int64_t i = 0; i < k; ++i)
@@ -98,6 +105,19 @@ TEST_CASE("oneDNN's matmul refuses what it cannot read as panels, with the reaso
   const std::vector<int8_t> w8(llmk::kernels::cpu::w8a8_size(64, 96));
   CHECK(OnednnPanelsMatmul::make(PanelsLayout::w8a8, w8.data(), w8.size(), 96, 64, 64, 1, why) == nullptr);
   CHECK(why.find("not a multiple of 64") != std::string::npos);
+}
+
+TEST_CASE("amx_available never claims AMX this CPU lacks", "[onednn]") {
+  // The plugins' default choice (matmul auto) rests on it.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  const std::string text((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
+  if (text.find("amx_tile") == std::string::npos) CHECK_FALSE(OnednnPanelsMatmul::amx_available());
+  // A matmul oneDNN runs on AMX means AMX is available.
+  const std::vector<int8_t> w8(llmk::kernels::cpu::w8a8_size(64, 64));
+  std::string why;
+  auto mm = OnednnPanelsMatmul::make(PanelsLayout::w8a8, w8.data(), w8.size(), 64, 64, 64, 1, why, true);
+  REQUIRE(mm != nullptr);
+  if (mm->on_amx()) CHECK(OnednnPanelsMatmul::amx_available());
 }
 
 TEST_CASE("oneDNN's matmul row buckets", "[onednn]") {
@@ -151,15 +171,8 @@ TEST_CASE("oneDNN's blocked BF16 matmul over k-pair panels matches a float64 ref
 
 TEST_CASE("oneDNN's blocked int8 matmul over W8A8 panels gives the exact integer sums", "[onednn]") {
   const int64_t k = 256, n = 200, max_rows = 256;
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> wf(static_cast<size_t>(k * n));
-  for (auto& v : wf) v = normal(rng);
-  const int64_t padded_out = llmk::kernels::cpu::num_panels16(n) * llmk::kernels::cpu::kPanels16Width;
-  std::vector<int8_t> packed(llmk::kernels::cpu::w8a8_size(n, k));
-  std::vector<float> scale(static_cast<size_t>(padded_out));
-  std::vector<int32_t> row_sum(static_cast<size_t>(padded_out));
-  llmk::kernels::cpu::pack_w8a8(wf.data(), n, k, packed.data(), scale.data(), row_sum.data());
+  const std::vector<int8_t> packed = random_w8a8_panels(k, n, 3);
+  std::mt19937 rng(4);
   std::string why;
   auto mm = OnednnPanelsMatmul::make(PanelsLayout::w8a8, packed.data(), packed.size(), k, n, max_rows, 2, why);
   // Without a blocked kernel here, oneDNN's reference code reads the same layout.

@@ -47,10 +47,23 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512BF16__)
-  for (; i + 16 <= n; i += 16) {
-    const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
-    std::memcpy(dst + i, &b, 32);
+#if defined(__AVX512F__)
+  // The scalar rounding below in 16 lanes. Not vcvtneps2bf16: it flushes
+  // subnormal inputs to zero, where the scalar conversion rounds them (a
+  // Sapphire Rapids gave 0 for 1e-40, the scalar code 1).
+  {
+    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i quiet = _mm512_set1_epi32(0x40);
+    for (; i + 16 <= n; i += 16) {
+      const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+      const __m512i high = _mm512_srli_epi32(bits, 16);
+      const __m512i rounded =
+          _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(half, _mm512_and_si512(high, one))), 16);
+      const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, abs_mask), inf);
+      const __m512i r = _mm512_mask_blend_epi32(is_nan, rounded, _mm512_or_si512(high, quiet));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));  // each lane < 2^16
+    }
   }
 #endif
 #if defined(__AVX2__)

@@ -16,6 +16,9 @@ if(NOT LLMK_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    # Source lines for compute-sanitizer's and cuobjdump's reports; the
+    # machine code is the same with or without them.
+    string(APPEND CMAKE_CUDA_FLAGS " -lineinfo")
     set(LLMK_HAVE_CUDA ON)
   elseif(LLMK_CUDA STREQUAL "ON")
     message(FATAL_ERROR "LLMK_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER)")

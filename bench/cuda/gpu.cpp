@@ -128,12 +128,14 @@ double time_step(llmk::Executor& executor, const llmk::StepBatch& b) {
 }
 
 // `num_seqs` sequences of `prompt` tokens in contiguous ranges of `span` slots.
-llmk::StepBatch prefill_step(int32_t num_seqs, int32_t prompt, int32_t span) {
+// The prompts of sequences [first, first + count); sequence s keeps its
+// cache in slots s * span onward.
+llmk::StepBatch prefill_step(int32_t first, int32_t count, int32_t prompt, int32_t span) {
   llmk::StepBatch b;
   b.block_size = span;
   b.max_blocks_per_seq = 1;
   b.query_start = {0};
-  for (int32_t s = 0; s < num_seqs; ++s) {
+  for (int32_t s = first; s < first + count; ++s) {
     for (int32_t p = 0; p < prompt; ++p) {
       b.token_ids.push_back(1 + (s * 31 + p * 7) % 1000);
       b.positions.push_back(p);
@@ -187,6 +189,7 @@ uint32_t kv_capacity_slots(const std::string& preset, llmk::DType dtype, uint32_
 
 struct Row {
   std::string preset, linear;
+  double setup_s = 0;  // dummy weights made, packed and uploaded
   double decode1 = 0, decode1_bw = 0, decode64 = 0, decode256 = 0, prefill_tflops = 0, prefill_fraction = 0;
   std::string error;
 };
@@ -226,6 +229,7 @@ int main(int argc, char** argv) {
   const int32_t prompt = 128, span = prompt + decode_steps + 8;
   for (const std::string& preset : presets)
     for (const std::string& linear : linears) {
+      const auto row_start = clock_type::now();
       Row row;
       row.preset = preset;
       row.linear = linear;
@@ -246,12 +250,16 @@ int main(int argc, char** argv) {
         auto checkpoint = llmk::open_model(cfg.model);
         llmk::PluginRegistry plugins;
         auto executor = llmk::make_executor(cfg, checkpoint, plugins);
+        row.setup_s = std::chrono::duration<double>(clock_type::now() - row_start).count();
         const double params = static_cast<double>(checkpoint->config().num_parameters());
         const double weight_bytes = static_cast<double>(executor->weight_bytes());
 
         // Decode at batch 1, 64 and 256: prefill each batch, then time decode steps.
         for (const int32_t batch : {1, 64, 256}) {
-          time_step(*executor, prefill_step(batch, prompt, span));
+          // Prefill in steps of at most max_num_batched_tokens, as the scheduler would.
+          const int32_t seqs_per_step = std::max<int32_t>(1, static_cast<int32_t>(cfg.scheduler.max_num_batched_tokens) / prompt);
+          for (int32_t first = 0; first < batch; first += seqs_per_step)
+            time_step(*executor, prefill_step(first, std::min(seqs_per_step, batch - first), prompt, span));
           double best = 1e30;
           for (int r = 0; r < repeats; ++r) {
             double total = 0;
@@ -270,7 +278,7 @@ int main(int argc, char** argv) {
           }
         }
         // One prompt of 2048 tokens.
-        const llmk::StepBatch long_prompt = prefill_step(1, 2048, 2048);
+        const llmk::StepBatch long_prompt = prefill_step(0, 1, 2048, 2048);
         time_step(*executor, long_prompt);
         double best = 1e30;
         for (int r = 0; r < repeats; ++r) best = std::min(best, time_step(*executor, long_prompt));
@@ -279,6 +287,15 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         row.error = e.what();
       }
+      // Each row as it is measured, so a run cut short keeps what it measured.
+      if (row.error.empty())
+        std::fprintf(stderr, "bench_gpu: %s %s: decode b=1 %.1f tok/s (%.0f%% of bandwidth), b=64 %.0f, b=256 %.0f tok/s; "
+                     "prefill 2048 %.1f TFLOP/s (%.0f%% of peak); setup %.0f s, all %.0f s\n",
+                     preset.c_str(), linear.c_str(), row.decode1, 100 * row.decode1_bw, row.decode64, row.decode256,
+                     row.prefill_tflops, 100 * row.prefill_fraction, row.setup_s,
+                     std::chrono::duration<double>(clock_type::now() - row_start).count());
+      else
+        std::fprintf(stderr, "bench_gpu: %s %s: error: %s\n", preset.c_str(), linear.c_str(), row.error.c_str());
       rows.push_back(row);
     }
 

@@ -244,6 +244,9 @@ __global__ void attention_flash_kernel(const T* __restrict__ q, device::KvRead<C
       tile_sum += device::to_float(rounded);  // the sum of exactly the weights P V multiplies
     }
     tile_sum += __shfl_xor_sync(device::kFullWarpMask, tile_sum, 1);
+    // Both lanes of the row read row_max above; a shuffle orders no memory,
+    // so the write below waits for a __syncwarp.
+    __syncwarp();
     if (half == 0) {
       row_max[my_row] = new_max;
       row_sum[my_row] = row_sum[my_row] * alpha + tile_sum;

@@ -228,6 +228,10 @@ __device__ Selection select_best_first(const float* z, int32_t n, float m, Bound
     prefix |= sh.digit << shift;
     prefix_mask |= 0xffu << shift;
   }
+  // Every thread has read the last round's digit and found before thread 0
+  // writes tie_rank beside them (the compiler reads the four words as one:
+  // compute-sanitizer's racecheck reported the overlap on an H200).
+  __syncthreads();
   // The boundary's key is `prefix`; `tie_count` members share it, each
   // adding the same amount. Take the fewest of them, in id order, that cross.
   if (tid == 0) {

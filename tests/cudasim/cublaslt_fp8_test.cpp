@@ -51,14 +51,17 @@ TEST_CASE("cublasLtMatmul with E4M3 operands and A/B scale pointers equals float
           "[cublaslt][fp8]") {
   reset_simulator(1);
   // TN: A stored k x m (a row-major [m, k] weight), B stored k x n; D m x n.
-  const int m = 32, n = 7, k = 48, ldd = m + 5;
+  // ldd: a whole number of 16-byte units for F32 and BF16 alike, as the
+  // library's FP8 kernels require (a refused ldd is checked below).
+  const int m = 32, n = 7, k = 48, ldd = m + 8;
   const std::vector<__nv_fp8_e4m3> a = to_e4m3(random_floats(static_cast<size_t>(k) * m, 51, -448.0f, 448.0f));
   const std::vector<__nv_fp8_e4m3> b = to_e4m3(random_floats(static_cast<size_t>(k) * n, 53, -3.0f, 3.0f));
   const std::vector<float> scales = {0.015625f, 0.37f};
   device_buffer<__nv_fp8_e4m3> d_a(a), d_b(b);
-  device_buffer<float> d_scales(scales);
+  // One allocation per scale: the library wants each scale pointer aligned.
+  device_buffer<float> d_a_scale(std::vector<float>{scales[0]}), d_b_scale(std::vector<float>{scales[1]});
   Fp8Matmul mm(CUBLAS_OP_T, CUBLAS_OP_N);
-  mm.set_scales(d_scales.get(), d_scales.get() + 1);
+  mm.set_scales(d_a_scale.get(), d_b_scale.get());
   for (const cudaDataType out_type : {CUDA_R_32F, CUDA_R_16BF}) {
     INFO("output type " << out_type);
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
@@ -139,6 +142,53 @@ TEST_CASE("An FP8 product captured in a graph reads its scales when it replays, 
   CUDA_REQUIRE(cudaGraphExecDestroy(exec));
   CUDA_REQUIRE(cudaGraphDestroy(graph));
   CUDA_REQUIRE(cudaStreamDestroy(stream));
+}
+
+// The library's own rule, checked on a GPU and in the simulation alike: an
+// FP8 product's D needs a leading dimension of whole 16-byte units.
+TEST_CASE("cublasLtMatmul refuses an FP8 product whose D leading dimension is not a multiple of 16 bytes",
+          "[cublaslt][fp8]") {
+  reset_simulator(1);
+  const int m = 32, n = 4, k = 32;
+  device_buffer<__nv_fp8_e4m3> d_a(static_cast<size_t>(k) * m), d_b(static_cast<size_t>(k) * n);
+  device_buffer<float> d_d(static_cast<size_t>(m + 8) * n);
+  Fp8Matmul mm(CUBLAS_OP_T, CUBLAS_OP_N);
+  const float one = 1.0f, zero = 0.0f;
+  for (const int ldd : {m + 5, m + 4}) {
+    INFO("ldd " << ldd);
+    cublasLtMatrixLayoutOpaque_t la, lb, ld;
+    REQUIRE(cublasLtMatrixLayoutInit(&la, CUDA_R_8F_E4M3, k, m, k) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatrixLayoutInit(&lb, CUDA_R_8F_E4M3, k, n, k) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatrixLayoutInit(&ld, CUDA_R_32F, m, n, ldd) == CUBLAS_STATUS_SUCCESS);
+    const cublasStatus_t status = cublasLtMatmul(mm.handle, mm.desc, &one, d_a.get(), &la, d_b.get(), &lb, &zero,
+                                                 d_d.get(), &ld, d_d.get(), &ld, nullptr, nullptr, 0, nullptr);
+    CHECK(status == (ldd * 4 % 16 == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED));
+  }
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+}
+
+// Likewise a scale pointer: at the start of an allocation it is taken, 4
+// bytes into one it is refused (seen on an H200 with cuBLASLt 13.0; the
+// simulation asks for 16-byte alignment, as for A and B).
+TEST_CASE("cublasLtMatmul refuses an FP8 scale pointer that is not 16-byte aligned", "[cublaslt][fp8]") {
+  reset_simulator(1);
+  const int m = 32, n = 4, k = 32;
+  device_buffer<__nv_fp8_e4m3> d_a(static_cast<size_t>(k) * m), d_b(static_cast<size_t>(k) * n);
+  device_buffer<float> d_d(static_cast<size_t>(m) * n), d_scales(std::vector<float>(8, 1.0f));
+  const float one = 1.0f, zero = 0.0f;
+  for (const int offset : {0, 1}) {
+    INFO("scale pointer " << 4 * offset << " bytes into its allocation");
+    Fp8Matmul mm(CUBLAS_OP_T, CUBLAS_OP_N);
+    mm.set_scales(nullptr, d_scales.get() + offset);
+    cublasLtMatrixLayoutOpaque_t la, lb, ld;
+    REQUIRE(cublasLtMatrixLayoutInit(&la, CUDA_R_8F_E4M3, k, m, k) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatrixLayoutInit(&lb, CUDA_R_8F_E4M3, k, n, k) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatrixLayoutInit(&ld, CUDA_R_32F, m, n, m) == CUBLAS_STATUS_SUCCESS);
+    const cublasStatus_t status = cublasLtMatmul(mm.handle, mm.desc, &one, d_a.get(), &la, d_b.get(), &lb, &zero,
+                                                 d_d.get(), &ld, d_d.get(), &ld, nullptr, nullptr, 0, nullptr);
+    CHECK(status == (offset == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED));
+  }
+  CUDA_REQUIRE(cudaDeviceSynchronize());
 }
 
 #if !LLMK_CUDA_NATIVE

@@ -11,7 +11,12 @@
 // when the product runs): D = alpha scale_a scale_b op(A) op(B) + beta C.
 // The library's FP8 restrictions are enforced, so a caller that passes here
 // passes there: the "TN" form (A transposed, B not), F32 compute, m and k
-// multiples of 16, lda and ldb multiples of 16, A and B 16-byte aligned.
+// multiples of 16, lda and ldb multiples of 16, A and B 16-byte aligned,
+// C and D 16-byte aligned with ldc and ldd whole multiples of 16 bytes, and
+// 16-byte aligned scale pointers. On an H200 cuBLASLt 13.0 refused an F32 D
+// with ldd 37 and a scale pointer 4 bytes into its allocation (both
+// CUBLAS_STATUS_NOT_SUPPORTED), and took ldd 36 and a scale pointer at the
+// start of one.
 //
 // Attributes the subset does not model (epilogues other than the default,
 // C/D scale pointers, fast accumulation, scale modes, other orders) are
@@ -81,7 +86,8 @@ std::size_t span_bytes(const matrix& m) {
 
 // Why the library would refuse this FP8 product ("" if it would not).
 std::string fp8_refusal(cublasLtMatmulDesc_t desc, cublasOperation_t ta, cublasOperation_t tb, const matrix& a,
-                        const matrix& b, std::int64_t m, std::int64_t k, const void* A, const void* B) {
+                        const matrix& b, const matrix& c, const matrix& d, std::int64_t m, std::int64_t k,
+                        const void* A, const void* B, const void* C, const void* D) {
   using cudasim::detail::gemm_fp8_type;
   if (!gemm_fp8_type(a.type) || !gemm_fp8_type(b.type)) return "A and B must both be E4M3 or E5M2";
   if (a.type == CUDA_R_8F_E5M2 && b.type == CUDA_R_8F_E5M2) return "A and B cannot both be E5M2";
@@ -92,6 +98,11 @@ std::string fp8_refusal(cublasLtMatmulDesc_t desc, cublasOperation_t ta, cublasO
   if (a.ld % 16 != 0 || b.ld % 16 != 0) return "lda and ldb must be multiples of 16";
   if (reinterpret_cast<std::uintptr_t>(A) % 16 != 0 || reinterpret_cast<std::uintptr_t>(B) % 16 != 0)
     return "A and B must be 16-byte aligned";
+  if (c.ld * elem_bytes(c.type) % 16 != 0 || d.ld * elem_bytes(d.type) % 16 != 0)
+    return "ldc and ldd must be multiples of 16 bytes (ldd " + std::to_string(d.ld) + " elements of " +
+           std::to_string(elem_bytes(d.type)) + " bytes)";
+  if (reinterpret_cast<std::uintptr_t>(C) % 16 != 0 || reinterpret_cast<std::uintptr_t>(D) % 16 != 0)
+    return "C and D must be 16-byte aligned";
   return "";
 }
 
@@ -304,12 +315,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const auto* b_scale = reinterpret_cast<const float*>(static_cast<std::uintptr_t>(desc->data[df_b_scale]));
   using cudasim::detail::gemm_fp8_type;
   if (gemm_fp8_type(a.type) || gemm_fp8_type(b.type)) {
-    if (const std::string why = fp8_refusal(desc, ta, tb, a, b, m, k, A, B); !why.empty())
+    if (const std::string why = fp8_refusal(desc, ta, tb, a, b, c, d, m, k, A, B, C, D); !why.empty())
       return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul (FP8): " + why);
-    for (const auto& [p, name] : {std::pair<const float*, const char*>{a_scale, "A"}, {b_scale, "B"}})
+    for (const auto& [p, name] : {std::pair<const float*, const char*>{a_scale, "A"}, {b_scale, "B"}}) {
       if (p != nullptr && !cudasim::detail::is_device_range(p, sizeof(float)))
         return refuse(CUBLAS_STATUS_INVALID_VALUE,
                       std::string("cublasLtMatmul: the ") + name + " scale pointer is not device memory");
+      if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                      std::string("cublasLtMatmul (FP8): the ") + name + " scale pointer must be 16-byte aligned");
+    }
   } else if (a_scale != nullptr || b_scale != nullptr) {
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: A/B scale pointers apply to FP8 operands only");
   }

@@ -12,8 +12,10 @@
 //
 // Two accesses from different threads, at least one a write, race unless a
 // __syncthreads separates them (the epoch changed) or both threads are in
-// one warp and a warp collective they both took part in (__syncwarp, a
-// shuffle, a vote) separates them (a per-warp vector clock).
+// one warp and a __syncwarp they both took part in separates them (a
+// per-warp vector clock). Shuffles and votes order no memory: in CUDA's
+// memory model only the barriers do, and compute-sanitizer's racecheck
+// reports a hazard across a shuffle on a GPU as well.
 //
 // Not tracked: atomics (implemented outside the instrumented code), global
 // memory, and ordering through fences or atomics.

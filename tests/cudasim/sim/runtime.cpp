@@ -91,8 +91,15 @@ bool capture_if_active(cudaStream_t stream, std::function<void()> op) {
 void launch(const launch_config& config, std::function<void()> body) {
   const dim3 b = config.block, g = config.grid;
   const std::uint64_t num_threads = std::uint64_t{b.x} * b.y * b.z;
-  if (num_threads == 0 || num_threads > 1024 || b.z > 64 || g.x == 0 || g.y == 0 || g.z == 0 || g.y > 65535 ||
-      g.z > 65535) {
+  // More than 1024 threads per block: cudaErrorInvalidValue, as the CUDA
+  // 13.0 runtime answered on an H200; the other shapes keep
+  // cudaErrorInvalidConfiguration (not yet seen on a GPU).
+  if (num_threads > 1024) {
+    set_error(cudaErrorInvalidValue, std::string("kernel '") + config.name + "': " + std::to_string(num_threads) +
+                                         " threads per block, more than 1024");
+    return;
+  }
+  if (num_threads == 0 || b.z > 64 || g.x == 0 || g.y == 0 || g.z == 0 || g.y > 65535 || g.z > 65535) {
     set_error(cudaErrorInvalidConfiguration, std::string("kernel '") + config.name + "': invalid grid or block size");
     return;
   }

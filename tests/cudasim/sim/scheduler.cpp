@@ -125,10 +125,15 @@ bool complete_warp_ops(std::vector<sim_thread>& threads) {
       std::uint64_t ballot = 0;
       for (unsigned l = 0; l < num_lanes; ++l)
         if ((mask >> l & 1u) && threads[base + l].value != 0) ballot |= 1ull << l;
+      // Only __syncwarp orders memory between the lanes (CUDA's memory
+      // model; compute-sanitizer's racecheck agrees): a shuffle or a vote
+      // exchanges values, and an access before it still races with another
+      // lane's access after it.
+      const bool orders_memory = leader.op == warp_op::sync;
       for (unsigned l = 0; l < num_lanes; ++l) {
         if (!(mask >> l & 1u)) continue;
         sim_thread& t = threads[base + l];
-        std::copy(std::begin(merged), std::end(merged), std::begin(t.clock));
+        if (orders_memory) std::copy(std::begin(merged), std::end(merged), std::begin(t.clock));
         const int width = t.width;
         if (width <= 0 || width > 32 || (width & (width - 1)) != 0)
           throw kernel_error(describe(t) + " used a shuffle width that is not a power of two up to 32");

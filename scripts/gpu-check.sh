@@ -52,9 +52,10 @@
 # shared libraries they load (ldd closure, without glibc and without the CUDA
 # libraries, which the GPU machine has), the stories260K model and its golden
 # vectors, the Llama 2 tokenizer the dummy presets use, and compressed with
-# xz (about 30 MiB, under the 64 MiB such a machine's carry allows). On the GPU machine a carried library is put on
-# LD_LIBRARY_PATH only when the system lacks its soname, so the machine's own
-# newer libstdc++, libcudart and libcublasLt are used where they exist.
+# xz (about 30 MiB, under the 64 MiB such a machine's carry allows). On the
+# GPU machine a carried library is put on LD_LIBRARY_PATH only when the
+# system lacks its soname, so the machine's own newer libstdc++, libcudart
+# and libcublasLt are used where they exist.
 #
 # With a borrowed GPU machine that runs commands in a copy of this checkout
 # (a size limit on what travels, a time limit per command): pack into an

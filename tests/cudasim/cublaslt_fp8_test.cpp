@@ -43,6 +43,16 @@ struct Fp8Matmul {
     REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b, sizeof(b)) ==
             CUBLAS_STATUS_SUCCESS);
   }
+  // D = A^T B for E4M3 A (k x m) and B (k x n) into an F32 D with leading
+  // dimension ldd: the library's answer.
+  cublasStatus_t run_tn(const void* a, const void* b, float* d, int m, int n, int k, int ldd) const {
+    cublasLtMatrixLayoutOpaque_t la, lb, ld;
+    REQUIRE(cublasLtMatrixLayoutInit(&la, CUDA_R_8F_E4M3, k, m, k) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatrixLayoutInit(&lb, CUDA_R_8F_E4M3, k, n, k) == CUBLAS_STATUS_SUCCESS);
+    REQUIRE(cublasLtMatrixLayoutInit(&ld, CUDA_R_32F, m, n, ldd) == CUBLAS_STATUS_SUCCESS);
+    const float one = 1.0f, zero = 0.0f;
+    return cublasLtMatmul(handle, desc, &one, a, &la, b, &lb, &zero, d, &ld, d, &ld, nullptr, nullptr, 0, nullptr);
+  }
 };
 
 }  // namespace
@@ -153,16 +163,10 @@ TEST_CASE("cublasLtMatmul refuses an FP8 product whose D leading dimension is no
   device_buffer<__nv_fp8_e4m3> d_a(static_cast<size_t>(k) * m), d_b(static_cast<size_t>(k) * n);
   device_buffer<float> d_d(static_cast<size_t>(m + 8) * n);
   Fp8Matmul mm(CUBLAS_OP_T, CUBLAS_OP_N);
-  const float one = 1.0f, zero = 0.0f;
   for (const int ldd : {m + 5, m + 4}) {
     INFO("ldd " << ldd);
-    cublasLtMatrixLayoutOpaque_t la, lb, ld;
-    REQUIRE(cublasLtMatrixLayoutInit(&la, CUDA_R_8F_E4M3, k, m, k) == CUBLAS_STATUS_SUCCESS);
-    REQUIRE(cublasLtMatrixLayoutInit(&lb, CUDA_R_8F_E4M3, k, n, k) == CUBLAS_STATUS_SUCCESS);
-    REQUIRE(cublasLtMatrixLayoutInit(&ld, CUDA_R_32F, m, n, ldd) == CUBLAS_STATUS_SUCCESS);
-    const cublasStatus_t status = cublasLtMatmul(mm.handle, mm.desc, &one, d_a.get(), &la, d_b.get(), &lb, &zero,
-                                                 d_d.get(), &ld, d_d.get(), &ld, nullptr, nullptr, 0, nullptr);
-    CHECK(status == (ldd * 4 % 16 == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED));
+    CHECK(mm.run_tn(d_a.get(), d_b.get(), d_d.get(), m, n, k, ldd) ==
+          (ldd * 4 % 16 == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED));
   }
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
@@ -175,18 +179,12 @@ TEST_CASE("cublasLtMatmul refuses an FP8 scale pointer that is not 16-byte align
   const int m = 32, n = 4, k = 32;
   device_buffer<__nv_fp8_e4m3> d_a(static_cast<size_t>(k) * m), d_b(static_cast<size_t>(k) * n);
   device_buffer<float> d_d(static_cast<size_t>(m) * n), d_scales(std::vector<float>(8, 1.0f));
-  const float one = 1.0f, zero = 0.0f;
   for (const int offset : {0, 1}) {
     INFO("scale pointer " << 4 * offset << " bytes into its allocation");
     Fp8Matmul mm(CUBLAS_OP_T, CUBLAS_OP_N);
     mm.set_scales(nullptr, d_scales.get() + offset);
-    cublasLtMatrixLayoutOpaque_t la, lb, ld;
-    REQUIRE(cublasLtMatrixLayoutInit(&la, CUDA_R_8F_E4M3, k, m, k) == CUBLAS_STATUS_SUCCESS);
-    REQUIRE(cublasLtMatrixLayoutInit(&lb, CUDA_R_8F_E4M3, k, n, k) == CUBLAS_STATUS_SUCCESS);
-    REQUIRE(cublasLtMatrixLayoutInit(&ld, CUDA_R_32F, m, n, m) == CUBLAS_STATUS_SUCCESS);
-    const cublasStatus_t status = cublasLtMatmul(mm.handle, mm.desc, &one, d_a.get(), &la, d_b.get(), &lb, &zero,
-                                                 d_d.get(), &ld, d_d.get(), &ld, nullptr, nullptr, 0, nullptr);
-    CHECK(status == (offset == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED));
+    CHECK(mm.run_tn(d_a.get(), d_b.get(), d_d.get(), m, n, k, m) ==
+          (offset == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED));
   }
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }

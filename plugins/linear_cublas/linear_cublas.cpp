@@ -69,14 +69,10 @@ uint32_t storage_dtype(const llmk_linear_desc& d) {
   return want == "f32" ? LLMK_DTYPE_F32 : want == "bf16" ? LLMK_DTYPE_BF16 : LLMK_DTYPE_F16;
 }
 
-// The weight [out, in] in `dtype`, converted on the host.
+// The weight [out, in] converted on the host to `dtype` (not the checkpoint's).
 std::vector<uint8_t> host_weight(const llmk_linear_desc& d, uint32_t dtype) {
   const size_t n = static_cast<size_t>(d.out_features) * d.in_features;
   std::vector<uint8_t> out(n * (dtype == LLMK_DTYPE_F32 ? 4 : 2));
-  if (dtype == d.weight_dtype) {
-    std::memcpy(out.data(), d.weight, out.size());
-    return out;
-  }
   const std::vector<float> f32 = linear_options::weight_as_f32(d);
   auto* dst16 = reinterpret_cast<uint16_t*>(out.data());
   if (dtype == LLMK_DTYPE_F32) std::memcpy(out.data(), f32.data(), out.size());
@@ -132,7 +128,11 @@ class LinearCublas {
         activation_(d.activation_dtype), storage_(storage_dtype(d)) {
     std::string why;
     if (!supports(d, why)) throw Error(LLMK_ERR_UNSUPPORTED, layer_name(d) + ": " + why);
-    weight_ = DeviceArray(host_weight(d, storage_), layer_name(d) + ": the weight");
+    // Stored as the checkpoint stores it: uploaded from the checkpoint's own
+    // bytes, with no host copy (a 7B model's 13 GB would be touched twice).
+    const size_t bytes = static_cast<size_t>(out_) * in_ * (storage_ == LLMK_DTYPE_F32 ? 4 : 2);
+    weight_ = storage_ == d.weight_dtype ? DeviceArray(d.weight, bytes, layer_name(d) + ": the weight")
+                                         : DeviceArray(host_weight(d, storage_), layer_name(d) + ": the weight");
   }
 
   LinearCublas(const LinearCublas&) = delete;

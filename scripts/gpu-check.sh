@@ -64,6 +64,12 @@
 #   scripts/gpu-check.sh --prebuilt build-bundle/gpu-check.tar.xz --phases tests,golden
 #   scripts/gpu-check.sh --prebuilt build-bundle/gpu-check.tar.xz --phases memcheck,racecheck
 #   scripts/gpu-check.sh --prebuilt build-bundle/gpu-check.tar.xz --phases bench
+# Times seen on an H200 (2026-11-26): unpacking and tests 8 s, golden 7 s,
+# racecheck 31 s, memcheck 10 s; bench_gpu's rows about 45 s each on
+# llama2-7b (mostly set-up, before the set-up was trimmed) and the PyTorch
+# baseline 15 s, so `--bench-presets llama2-7b` with the four CUDA linear
+# plugins wants some 4 minutes. Keep logs under --out in a folder that comes
+# back (phases write many small files: pack them into one).
 #
 # Exit status: 0 when every check that ran passed, 1 when one failed, 2 when
 # there is no NVIDIA GPU (nothing is built then), 3 for a usage or build error.

@@ -89,6 +89,25 @@ TEST_CASE("The race check fails a reduction whose __syncthreads was removed, und
   }
 }
 
+TEST_CASE("The race check counts a __syncwarp as ordering lanes' shared-memory accesses, and a shuffle not") {
+  for (auto seed : seeds) {
+    INFO("seed " << seed);
+    reset_simulator(seed);
+    device_buffer<float> out(1);
+    pair_handoff(out.get(), true, nullptr);
+    CUDA_REQUIRE(cudaGetLastError());
+    REQUIRE_NO_SIMULATED_RACES();
+    CHECK(out.download()[0] == 3.0f);
+    pair_handoff(out.get(), false, nullptr);
+    REQUIRE(cudaGetLastError() == cudaErrorLaunchFailure);
+    const auto race = cudasim::first_race();
+    REQUIRE(race.has_value());
+    CHECK(race->kernel.find("pair_handoff_kernel") != std::string::npos);
+    CHECK(race->kind == "write after read");
+    CHECK(race->region == "static shared");
+  }
+}
+
 TEST_CASE("The race check finds the missing barrier after a tiled matmul's products") {
   const int m = 20, n = 18, k = 40;
   const auto a = random_floats(m * k, 1), b = random_floats(k * n, 2);

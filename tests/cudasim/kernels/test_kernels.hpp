@@ -16,6 +16,10 @@ void row_sum_shuffle(const float* x, float* out, int num_rows, int n, int num_th
 // barrier between the tree's steps, or (for the race check) without it.
 void row_sum_tree(const float* x, float* out, int num_rows, int n, int num_threads, cudaStream_t stream);
 void row_sum_tree_missing_sync(const float* x, float* out, int num_rows, int n, int num_threads, cudaStream_t stream);
+// One warp: lane 1 reads a shared word, the pair shuffles, lane 0 writes the
+// word; a __syncwarp before the write or none (a race: shuffles order no
+// memory). out: [1], 3 either way when the race does no harm.
+void pair_handoff(float* out, bool with_syncwarp, cudaStream_t stream);
 
 // matmul_tiled.cu: c = a * b, 16x16 shared-memory tiles.
 // a: [m, k], b: [k, n], c: [m, n], all row-major float.

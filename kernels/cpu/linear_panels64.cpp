@@ -204,6 +204,10 @@ inline void strip_tile(const float* x, int64_t ldx, const typename B::T* strip, 
   __m256 acc[MR][2];
   LLMK_UNROLL for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
   constexpr int kStepBytes = static_cast<int>(sizeof(typename B::T)) * 16;
+  // Two k steps per loop trip: 3.2% fewer CPU samples in F32 prefill on a
+  // 2-core Zen 3 (fewer in 5 of 6 alternating runs), decode unchanged within
+  // the noise (five pairs); the sums' order is the same.
+#pragma GCC unroll 2
   for (int64_t k = 0; k < depth; ++k) {
     const typename B::T* bk = strip + k * 16;
     if (Stream && (kStepBytes >= 64 || k % 2 == 0)) {

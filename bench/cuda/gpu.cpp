@@ -127,9 +127,8 @@ double time_step(llmk::Executor& executor, const llmk::StepBatch& b) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// `num_seqs` sequences of `prompt` tokens in contiguous ranges of `span` slots.
-// The prompts of sequences [first, first + count); sequence s keeps its
-// cache in slots s * span onward.
+// The prompts (`prompt` tokens each) of sequences [first, first + count);
+// sequence s keeps its cache in slots s * span onward.
 llmk::StepBatch prefill_step(int32_t first, int32_t count, int32_t prompt, int32_t span) {
   llmk::StepBatch b;
   b.block_size = span;
@@ -256,10 +255,11 @@ int main(int argc, char** argv) {
         const double params = static_cast<double>(checkpoint->config().num_parameters());
         const double weight_bytes = static_cast<double>(executor->weight_bytes());
 
-        // Decode at batch 1, 64 and 256: prefill each batch, then time decode steps.
+        // Decode at batch 1, 64 and 256: prefill each batch (in steps of at
+        // most max_num_batched_tokens, as the scheduler would), then time decode steps.
+        const int32_t seqs_per_step =
+            std::max<int32_t>(1, static_cast<int32_t>(cfg.scheduler.max_num_batched_tokens) / prompt);
         for (const int32_t batch : {1, 64, 256}) {
-          // Prefill in steps of at most max_num_batched_tokens, as the scheduler would.
-          const int32_t seqs_per_step = std::max<int32_t>(1, static_cast<int32_t>(cfg.scheduler.max_num_batched_tokens) / prompt);
           for (int32_t first = 0; first < batch; first += seqs_per_step)
             time_step(*executor, prefill_step(first, std::min(seqs_per_step, batch - first), prompt, span));
           double best = 1e30;
@@ -291,7 +291,8 @@ int main(int argc, char** argv) {
       }
       // Each row as it is measured, so a run cut short keeps what it measured.
       if (row.error.empty())
-        std::fprintf(stderr, "bench_gpu: %s %s: decode b=1 %.1f tok/s (%.0f%% of bandwidth), b=64 %.0f, b=256 %.0f tok/s; "
+        std::fprintf(stderr,
+                     "bench_gpu: %s %s: decode b=1 %.1f tok/s (%.0f%% of bandwidth), b=64 %.0f, b=256 %.0f tok/s; "
                      "prefill 2048 %.1f TFLOP/s (%.0f%% of peak); setup %.0f s, all %.0f s\n",
                      preset.c_str(), linear.c_str(), row.decode1, 100 * row.decode1_bw, row.decode64, row.decode256,
                      row.prefill_tflops, 100 * row.prefill_fraction, row.setup_s,

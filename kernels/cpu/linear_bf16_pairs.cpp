@@ -119,16 +119,7 @@ void tile_rows(const T* x, int64_t ldx, const uint16_t* b, int64_t depth, float*
 #endif
     }
   };
-  int64_t m = 0;
-  for (; m + kTileRows <= num_rows; m += kTileRows) tile(std::integral_constant<int, kTileRows>{}, m);
-  switch (num_rows - m) {
-    case 5: tile(std::integral_constant<int, 5>{}, m); break;
-    case 4: tile(std::integral_constant<int, 4>{}, m); break;
-    case 3: tile(std::integral_constant<int, 3>{}, m); break;
-    case 2: tile(std::integral_constant<int, 2>{}, m); break;
-    case 1: tile(std::integral_constant<int, 1>{}, m); break;
-    default: break;
-  }
+  for_row_tiles(num_rows, tile);
 }
 
 template <class T>

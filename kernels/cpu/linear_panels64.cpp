@@ -130,19 +130,9 @@ inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int6
 template <class B>
 void tile_rows(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
                int64_t num_rows, bool accumulate, int num_cols) {
-  int64_t m = 0;
-  for (; m + kTileRows <= num_rows; m += kTileRows)
-    micro_tile<B, kTileRows>(x + m * ldx, ldx, b, depth, c + m * ldc, ldc, accumulate, num_cols);
-  const float* xr = x + m * ldx;
-  float* cr = c + m * ldc;
-  switch (num_rows - m) {
-    case 5: micro_tile<B, 5>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
-    case 4: micro_tile<B, 4>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
-    case 3: micro_tile<B, 3>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
-    case 2: micro_tile<B, 2>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
-    case 1: micro_tile<B, 1>(xr, ldx, b, depth, cr, ldc, accumulate, num_cols); break;
-    default: break;
-  }
+  for_row_tiles(num_rows, [&](auto rows_tag, int64_t m) {
+    micro_tile<B, decltype(rows_tag)::value>(x + m * ldx, ldx, b, depth, c + m * ldc, ldc, accumulate, num_cols);
+  });
 }
 
 template <class B>

@@ -1,7 +1,9 @@
 // CPU forward-pass throughput on dummy weights, each figure next to a limit
 // measured in the same run:
 //   decode (batch 1): tokens/s, and weight bytes streamed per second against
-//     the machine's read bandwidth (a multi-threaded sum over 1 GiB);
+//     the machine's read bandwidth (a multi-threaded sum over 1 GiB): the
+//     best run against the best probe, and each run against a probe taken
+//     just before it;
 //   prefill (one prompt): tokens/s, and GFLOP/s against a large oneDNN
 //     matmul in the weights' dtype (f32, or bf16 x bf16 -> f32).
 //
@@ -103,7 +105,8 @@ static int run(int argc, char** argv) {
   const auto executor = llmk::make_executor(cfg, checkpoint, plugins);
   const int32_t capacity = static_cast<int32_t>(executor->runtime().num_kv_slots);
 
-  const double bandwidth = llmk::bench::read_bandwidth_gbs(threads);
+  const llmk::bench::ReadBandwidthProbe probe;
+  const double bandwidth = probe.measure(threads, 5);
   bool bf16_gemm = mc.dtype == llmk::DType::bf16 || linear_options.find("bf16") != std::string::npos;
   double peak = 0.0;
   try {
@@ -130,19 +133,25 @@ static int run(int argc, char** argv) {
     logits = executor->execute(llmk::bench::contiguous_step(prompt, 0, capacity));
     prefill_s = std::min(prefill_s, seconds_since(t0));
   }
-  // Decode: one token per step after the prompt.
+  // Decode: one token per step after the prompt, each run right after a
+  // bandwidth probe of its own, so that each run's weight stream is compared
+  // with what the machine gave at that moment.
+  const double weight_bytes = llmk::bench::decode_weight_bytes(*checkpoint, *executor);
   double decode_s = 1e30;
+  std::vector<double> run_fractions;
   for (int r = 0; r < repeats; ++r) {
+    const double run_bandwidth = probe.measure(threads, 2);
     int32_t next = argmax();
     const auto t0 = clock_type::now();
     for (int i = 0; i < decode_tokens; ++i) {
       logits = executor->execute(llmk::bench::contiguous_step({next}, prompt_tokens + i, capacity));
       next = argmax();
     }
-    decode_s = std::min(decode_s, seconds_since(t0) / decode_tokens);
+    const double run_s = seconds_since(t0) / decode_tokens;
+    decode_s = std::min(decode_s, run_s);
+    run_fractions.push_back(weight_bytes / run_s / 1e9 / run_bandwidth);
   }
 
-  const double weight_bytes = llmk::bench::decode_weight_bytes(*checkpoint, *executor);
   const double h = mc.hidden_size, inter = mc.intermediate_size, layers = mc.num_layers;
   const double q_dim = double(mc.num_heads) * mc.head_dim, kv_dim = double(mc.num_kv_heads) * mc.head_dim;
   // Prefill FLOPs: the linears of every layer for every token (the last
@@ -162,6 +171,10 @@ static int run(int argc, char** argv) {
   std::printf("decode  batch 1: %.1f tok/s  (%.2f ms/token, %.1f MB weights/token -> %.1f GB/s = %.0f%% of bandwidth)\n",
               1.0 / decode_s, decode_s * 1e3, weight_bytes / 1e6, weight_bytes / decode_s / 1e9,
               100.0 * weight_bytes / decode_s / 1e9 / bandwidth);
+  std::sort(run_fractions.begin(), run_fractions.end());
+  std::printf("        each run against a probe just before it:");
+  for (double f : run_fractions) std::printf(" %.0f%%", 100.0 * f);
+  std::printf(" (median %.0f%%)\n", 100.0 * run_fractions[run_fractions.size() / 2]);
   std::printf("prefill %d tokens: %.1f tok/s  (%.1f ms, %.1f GFLOP/s = %.0f%% of matmul peak)\n", prompt_tokens,
               p / prefill_s, prefill_s * 1e3, flops / prefill_s / 1e9, 100.0 * flops / prefill_s / 1e9 / peak);
   return 0;

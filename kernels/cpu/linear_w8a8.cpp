@@ -37,11 +37,21 @@ constexpr int64_t kPanelBytes = 64;  // one vpdpbusd operand: 16 channels x 4 k
 #if defined(LLMK_W8A8_VNNI)
 
 // R rows x C panels: int32 accumulators in registers over the whole k loop,
-// then the fused dequantizing epilogue.
+// then the fused dequantizing epilogue. One row (decode) takes its C panels
+// one after another, each a single weight stream: on a 2-core Zen 4 that
+// decoded llama-110m (every layer in int8) at a median 93% of the read
+// bandwidth against 86.5% with four interleaved streams (six alternating
+// pairs of runs).
 template <int R, int C>
 void tile_w8a8(const uint8_t* xq, int64_t ldx, const float* x_scale, int64_t num_k4, const int8_t* panels,
                int64_t panel_stride, const float* w_scale, const int32_t* row_sum, int64_t num_cols, float* y,
                int64_t ldy) {
+  if constexpr (R == 1 && C > 1) {
+    for (int c = 0; c < C && c * kPanels16Width < num_cols; ++c)
+      tile_w8a8<1, 1>(xq, ldx, x_scale, num_k4, panels + c * panel_stride, panel_stride, w_scale + c * kPanels16Width,
+                      row_sum + c * kPanels16Width, num_cols - c * kPanels16Width, y + c * kPanels16Width, ldy);
+    return;
+  }
   __m512i acc[R][C];
   LLMK_UNROLL for (int r = 0; r < R; ++r)
     LLMK_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_si512();

@@ -104,7 +104,7 @@ struct WidenF16 {
 // the first num_cols columns are read and written. No software prefetch when
 // streaming (decode): on a 2-core Zen 4, F32 llama-110m decoded at the same
 // or a higher fraction of the read bandwidth without the lines asked for 32
-// KiB ahead (5 of 6 alternating pairs of runs), as in the BF16 pairs' tile.
+// KiB ahead (9 of 11 alternating pairs of runs), as in the BF16 pairs' tile.
 template <class B, int MR>
 inline void micro_tile(const float* x, int64_t ldx, const typename B::T* b, int64_t depth, float* c, int64_t ldc,
                        bool accumulate, int num_cols) {

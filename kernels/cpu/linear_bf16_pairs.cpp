@@ -249,37 +249,16 @@ template <int MR>
     }
 }
 
-// Rows in tiles of kTileRows, then the rest; the last full tile and one or
-// two rows past it run as 4 + 3 or 4 + 4 rows (a one- or two-row tile is
-// bound by the FMA latency, not by the weights).
+// Every row over one panel, strip by strip (one strip stays in L1 while the
+// row tiles pass over it), the rows in tiles of at most 6 (for_row_tiles).
 void panel_rows_exact_avx2(const float* x, int64_t num_rows, int64_t in_features, const uint16_t* panel,
                            int64_t pairs, float* y, int64_t ldy, int num_cols) {
-  int64_t full_rows = num_rows / kTileRows * kTileRows;
-  if (full_rows >= kTileRows && num_rows - full_rows > 0 && num_rows - full_rows <= 2) full_rows -= kTileRows;
   for (int s = 0; s < num_cols; s += 16) {
     const uint16_t* strip = panel + 2 * s;
-    const int cols = num_cols - s;
-    int64_t m = 0;
-    for (; m < full_rows; m += kTileRows)
-      strip_rows_exact_avx2<kTileRows>(x + m * in_features, in_features, strip, pairs, y + m * ldy + s, ldy, cols);
-    const float* xr = x + m * in_features;
-    float* yr = y + m * ldy + s;
-    switch (num_rows - m) {
-      case 8:  // 4 + 4
-      case 7:  // 4 + 3
-        strip_rows_exact_avx2<4>(xr, in_features, strip, pairs, yr, ldy, cols);
-        if (num_rows - m == 8)
-          strip_rows_exact_avx2<4>(xr + 4 * in_features, in_features, strip, pairs, yr + 4 * ldy, ldy, cols);
-        else
-          strip_rows_exact_avx2<3>(xr + 4 * in_features, in_features, strip, pairs, yr + 4 * ldy, ldy, cols);
-        break;
-      case 5: strip_rows_exact_avx2<5>(xr, in_features, strip, pairs, yr, ldy, cols); break;
-      case 4: strip_rows_exact_avx2<4>(xr, in_features, strip, pairs, yr, ldy, cols); break;
-      case 3: strip_rows_exact_avx2<3>(xr, in_features, strip, pairs, yr, ldy, cols); break;
-      case 2: strip_rows_exact_avx2<2>(xr, in_features, strip, pairs, yr, ldy, cols); break;
-      case 1: strip_rows_exact_avx2<1>(xr, in_features, strip, pairs, yr, ldy, cols); break;
-      default: break;
-    }
+    for_row_tiles(num_rows, [&](auto rows_tag, int64_t m) {
+      strip_rows_exact_avx2<decltype(rows_tag)::value>(x + m * in_features, in_features, strip, pairs,
+                                                       y + m * ldy + s, ldy, num_cols - s);
+    });
   }
 }
 

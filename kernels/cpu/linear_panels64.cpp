@@ -222,45 +222,23 @@ inline void strip_tile(const float* x, int64_t ldx, const typename B::T* strip, 
 
 // Every row over one block (four strips of `depth` k steps, strip s at
 // strips + s * depth * 16): strips outermost, so one strip stays in L1 while
-// every 6-row group passes over it; then the rows past the last group. A
-// tile of one or two rows has too few accumulators to keep the FMA units
-// busy (their latency, not the weights, bounds it), so in a many-row
-// product the last group and one or two rows past it become two tiles of
-// 4 + 3 or 4 + 4 rows.
+// every row tile passes over it, the rows in tiles of at most 6
+// (for_row_tiles: a tile of one or two rows in a many-row product would wait
+// on the FMA latency, not the weights). One or two rows alone are decode:
+// the panel streams from memory.
 template <class B>
 void tile_rows(const float* x, int64_t ldx, const typename B::T* strips, int64_t depth, float* c, int64_t ldc,
                int64_t num_rows, bool accumulate, int num_cols) {
   const int64_t strip_elems = depth * 16;
-  if (num_rows <= 2) {  // decode: the panel streams from memory
-    for (int s = 0; s < kPanels64Width && s < num_cols; s += 16) {
-      const typename B::T* strip = strips + (s / 16) * strip_elems;
-      if (num_rows == 2) strip_tile<B, 2, true>(x, ldx, strip, depth, c + s, ldc, accumulate, num_cols - s);
-      else strip_tile<B, 1, true>(x, ldx, strip, depth, c + s, ldc, accumulate, num_cols - s);
-    }
-    return;
-  }
-  int64_t full_rows = num_rows / 6 * 6;
-  if (full_rows >= 6 && num_rows - full_rows <= 2 && num_rows - full_rows > 0) full_rows -= 6;  // 6+1|2 -> 4+3|4
   for (int s = 0; s < kPanels64Width && s < num_cols; s += 16) {
     const typename B::T* strip = strips + (s / 16) * strip_elems;
-    for (int64_t m = 0; m < full_rows; m += 6)
-      strip_tile<B, 6>(x + m * ldx, ldx, strip, depth, c + m * ldc + s, ldc, accumulate, num_cols - s);
-    const float* xr = x + full_rows * ldx;
-    float* cr = c + full_rows * ldc + s;
-    switch (num_rows - full_rows) {
-      case 8:  // 4 + 4
-      case 7:  // 4 + 3
-        strip_tile<B, 4>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s);
-        if (num_rows - full_rows == 8)
-          strip_tile<B, 4>(xr + 4 * ldx, ldx, strip, depth, cr + 4 * ldc, ldc, accumulate, num_cols - s);
-        else
-          strip_tile<B, 3>(xr + 4 * ldx, ldx, strip, depth, cr + 4 * ldc, ldc, accumulate, num_cols - s);
-        break;
-      case 5: strip_tile<B, 5>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
-      case 4: strip_tile<B, 4>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
-      case 3: strip_tile<B, 3>(xr, ldx, strip, depth, cr, ldc, accumulate, num_cols - s); break;
-      default: break;  // none left (1 or 2 rows past a group went into the 4 + 3 or 4 + 4 above)
-    }
+    if (num_rows == 2) strip_tile<B, 2, true>(x, ldx, strip, depth, c + s, ldc, accumulate, num_cols - s);
+    else if (num_rows == 1) strip_tile<B, 1, true>(x, ldx, strip, depth, c + s, ldc, accumulate, num_cols - s);
+    else
+      for_row_tiles(num_rows, [&](auto rows_tag, int64_t m) {
+        strip_tile<B, decltype(rows_tag)::value>(x + m * ldx, ldx, strip, depth, c + m * ldc + s, ldc, accumulate,
+                                                 num_cols - s);
+      });
   }
 }
 

@@ -41,12 +41,11 @@ TEST_CASE("linear_rows equals the float64 product for 1 to 6 rows and odd sizes"
 
 TEST_CASE("linear_panels64 equals the float64 product for f32, f16 and bf16 panels, few and many rows", "[linear]") {
   using namespace llmk::kernels::cpu;
-  // Every register-tile height of the AVX-512 path (tiles of at most 6 rows,
-  // as even as they go: 13 rows as 5 + 4 + 4, 40 as five 6s and two 5s) and
-  // of the AVX2 path (6-row groups, then 4 + 3 or 4 + 4, or the one to five
-  // rows left); from 12 rows on, blocks are repacked (widened) once and
-  // shared by the row groups; 300 inputs span a whole 256-step block and a
-  // partial one, 530 two and a partial.
+  // Every register-tile height (tiles of at most 6 rows, as even as they go:
+  // 7 rows as 4 + 3, 13 as 5 + 4 + 4, 40 as five 6s and two 5s; one or two
+  // rows alone stream); from 12 rows on, blocks are repacked (widened) once
+  // and shared by the row tiles; 300 inputs span a whole 256-step block and
+  // a partial one, 530 two and a partial.
   const int64_t rows = GENERATE(1, 2, 3, 5, 7, 13, 14, 15, 16, 17, 40);
   const int64_t in = GENERATE(3, 300, 530), out = GENERATE(1, 70, 129);
   std::mt19937 rng(static_cast<uint32_t>(rows * 7919 + in * 31 + out));
@@ -88,10 +87,9 @@ TEST_CASE("linear_panels64 equals the float64 product for f32, f16 and bf16 pane
 }
 
 TEST_CASE("linear_panels64 gives a row the same bits alone and among other rows", "[linear]") {
-  // Decode (one or two rows, streamed) and many-row tiles (AVX-512: at most
-  // 6 rows each, as even as they go, so 32 rows as 6, 6, 5, 5, 5, 5; AVX2: 6,
-  // and 4 + 3 or 4 + 4 at the end) take different loops; each output must
-  // sum the same products in the same order.
+  // Decode (one or two rows, streamed) and many-row tiles (at most 6 rows
+  // each, as even as they go: 32 rows as 6, 6, 5, 5, 5, 5) take different
+  // loops; each output must sum the same products in the same order.
   using namespace llmk::kernels::cpu;
   const int64_t in = GENERATE(3, 300, 768), out = GENERATE(70, 192);
   const int64_t rows = GENERATE(7, 13, 14, 32, 40);

@@ -91,6 +91,11 @@ static int run(int argc, char** argv) {
       return 2;
     }
   }
+  if (repeats < 1 || prompt_tokens < 1 || decode_tokens < 0 || threads < 1) {
+    std::fprintf(stderr, "bench_forward_cpu: --repeats, --prompt-tokens and --threads take 1 or more, "
+                         "--decode-tokens 0 or more\n");
+    return 2;
+  }
   llmk::EngineConfig cfg;
   cfg.model.load_format = "dummy";
   cfg.model.preset = preset;
@@ -139,7 +144,7 @@ static int run(int argc, char** argv) {
   const double weight_bytes = llmk::bench::decode_weight_bytes(*checkpoint, *executor);
   double decode_s = 1e30;
   std::vector<double> run_fractions;
-  for (int r = 0; r < repeats; ++r) {
+  for (int r = 0; r < repeats && decode_tokens > 0; ++r) {
     const double run_bandwidth = probe.measure(threads, 2);
     int32_t next = argmax();
     const auto t0 = clock_type::now();
@@ -168,13 +173,17 @@ static int run(int argc, char** argv) {
               wait_policy ? wait_policy : "(default)");
   std::printf("limits: read bandwidth %.1f GB/s; %s matmul peak %.1f GFLOP/s\n", bandwidth,
               bf16_gemm ? "bf16" : "f32", peak);
-  std::printf("decode  batch 1: %.1f tok/s  (%.2f ms/token, %.1f MB weights/token -> %.1f GB/s = %.0f%% of bandwidth)\n",
-              1.0 / decode_s, decode_s * 1e3, weight_bytes / 1e6, weight_bytes / decode_s / 1e9,
-              100.0 * weight_bytes / decode_s / 1e9 / bandwidth);
-  std::sort(run_fractions.begin(), run_fractions.end());
-  std::printf("        each run against a probe just before it:");
-  for (double f : run_fractions) std::printf(" %.0f%%", 100.0 * f);
-  std::printf(" (median %.0f%%)\n", 100.0 * run_fractions[run_fractions.size() / 2]);
+  if (run_fractions.empty()) {
+    std::printf("decode  batch 1: not measured (--decode-tokens 0)\n");
+  } else {
+    std::printf("decode  batch 1: %.1f tok/s  (%.2f ms/token, %.1f MB weights/token -> %.1f GB/s = %.0f%% of bandwidth)\n",
+                1.0 / decode_s, decode_s * 1e3, weight_bytes / 1e6, weight_bytes / decode_s / 1e9,
+                100.0 * weight_bytes / decode_s / 1e9 / bandwidth);
+    std::sort(run_fractions.begin(), run_fractions.end());
+    std::printf("        each run against a probe just before it:");
+    for (double f : run_fractions) std::printf(" %.0f%%", 100.0 * f);
+    std::printf(" (median %.0f%%)\n", 100.0 * run_fractions[run_fractions.size() / 2]);
+  }
   std::printf("prefill %d tokens: %.1f tok/s  (%.1f ms, %.1f GFLOP/s = %.0f%% of matmul peak)\n", prompt_tokens,
               p / prefill_s, prefill_s * 1e3, flops / prefill_s / 1e9, 100.0 * flops / prefill_s / 1e9 / peak);
   return 0;

@@ -54,12 +54,16 @@ void decode_query(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQue
   // The next tile's rows are requested while this one computes, one KV
   // head's slice at a time, just before the same head of this tile: the
   // requests are spread over the tile's work instead of queued in one burst
-  // (measured on Zen 4, 2 threads, 64 sequences x 192 positions of 12 x 64
-  // heads: 2.3-3.2 ms a layer with the whole next tile requested up front on
-  // F16 rows, 1.7-2.2 ms spread out; F32 rows, not prefetched before, 4.4-4.5
-  // -> 2.9-3.7 ms). I8 rows are dequantized into the scratch tile first and
-  // are not requested ahead.
+  // (bench_attention_cpu on a 2-core Zen 4, 64 sequences x 192 positions of
+  // 12 x 64 heads, old and new alternating: F16 rows 1.97-2.79 ms a layer
+  // with the whole next tile requested up front, 1.49-1.75 ms spread out;
+  // F32 rows, not requested before, 3.58-4.19 -> 2.63-2.98 ms). I8 rows are
+  // dequantized into the scratch tile first and are not requested ahead.
   const bool prefetch_next = !shape.int8;
+  // A slot's rows of the query's KV-head range, in a cache of E elements.
+  auto rows_at = [&](const void* base, int64_t slot) {
+    return static_cast<const E*>(base) + slot * row + static_cast<int64_t>(dq.kv_begin) * hd;
+  };
   const E* k_next[kDecodeTile];
   const E* v_next[kDecodeTile];
   const E* k_rows[kDecodeTile];
@@ -68,13 +72,10 @@ void decode_query(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQue
     const int n = static_cast<int>(std::min<int64_t>(kDecodeTile, dq.context_len - t0));
     for (int j = 0; j < n; ++j) {
       const int64_t slot = slot_of(dq.table, dq.block_size, t0 + j);
-      if constexpr (std::is_same_v<E, uint16_t>) {
-        k_rows[j] = static_cast<const uint16_t*>(kv.k) + slot * row + dq.kv_begin * hd;
-        v_rows[j] = static_cast<const uint16_t*>(kv.v) + slot * row + dq.kv_begin * hd;
-      } else if (!shape.int8) {
-        k_rows[j] = static_cast<const float*>(kv.k) + slot * row + dq.kv_begin * hd;
-        v_rows[j] = static_cast<const float*>(kv.v) + slot * row + dq.kv_begin * hd;
-      } else {
+      if (std::is_same_v<E, uint16_t> || !shape.int8) {
+        k_rows[j] = rows_at(kv.k, slot);
+        v_rows[j] = rows_at(kv.v, slot);
+      } else if constexpr (std::is_same_v<E, float>) {
         dequantize_range(kv, shape, dq, slot, row, range, s.k_buf + j * range, s.v_buf + j * range);
         k_rows[j] = s.k_buf + j * range;
         v_rows[j] = s.v_buf + j * range;
@@ -88,8 +89,8 @@ void decode_query(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQue
     const int n1 = prefetch_next ? static_cast<int>(std::clamp<int64_t>(dq.context_len - t1, 0, kDecodeTile)) : 0;
     for (int j = 0; j < n1; ++j) {
       const int64_t slot = slot_of(dq.table, dq.block_size, t1 + j);
-      k_next[j] = static_cast<const E*>(kv.k) + slot * row + dq.kv_begin * hd;
-      v_next[j] = static_cast<const E*>(kv.v) + slot * row + dq.kv_begin * hd;
+      k_next[j] = rows_at(kv.k, slot);
+      v_next[j] = rows_at(kv.v, slot);
     }
     for (uint32_t h = 0; h < num_kv; ++h) {
       for (int j = 0; j < n1; ++j) {

@@ -9,7 +9,8 @@
 //
 //   bench_forward_cpu [--preset llama-110m] [--threads N] [--prompt-tokens 128]
 //                     [--decode-tokens 64] [--repeats 3] [--linear linear.dense]
-//                     [--linear-options JSON]
+//                     [--linear-options JSON] [--per-run 1]
+//   --per-run 1 also prints each decode run's probe, time and weight stream.
 #include <omp.h>
 
 #include <algorithm>
@@ -77,6 +78,7 @@ static int run(int argc, char** argv) {
   std::string preset = "llama-110m", linear = "linear.dense", linear_options = "{}";
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int prompt_tokens = 128, decode_tokens = 64, repeats = 3;
+  bool per_run = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--preset") preset = v;
@@ -86,6 +88,7 @@ static int run(int argc, char** argv) {
     else if (a == "--repeats") repeats = std::stoi(v);
     else if (a == "--linear") linear = v;
     else if (a == "--linear-options") linear_options = v;
+    else if (a == "--per-run") per_run = v != "0";
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -155,6 +158,9 @@ static int run(int argc, char** argv) {
     const double run_s = seconds_since(t0) / decode_tokens;
     decode_s = std::min(decode_s, run_s);
     run_fractions.push_back(weight_bytes / run_s / 1e9 / run_bandwidth);
+    if (per_run)
+      std::printf("run %d: probe %.1f GB/s, %.3f ms/token, weights %.1f GB/s (%.0f%%)\n", r + 1, run_bandwidth,
+                  run_s * 1e3, weight_bytes / run_s / 1e9, 100.0 * run_fractions.back());
   }
 
   const double h = mc.hidden_size, inter = mc.intermediate_size, layers = mc.num_layers;

@@ -341,17 +341,61 @@ inline __m256i add_nibble_dots(__m256i acc, __m256i lo, __m256i hi, __m256i xe, 
 }
 
 // How far ahead of its loads a one-row pass asks for each panel's words: one
-// octet of a panel is one 64-byte line, so 16 octets. Measured on a 2-core
-// Zen 3 (all of llama-110m's int4 layers in turn, interleaved runs): 8-9%
-// faster than the hardware prefetcher alone; 512 gave half that, 2048 the same.
-constexpr int kW4PrefetchBytes = 1024;
+// octet of a panel is one 64-byte line. Measured with all of llama-110m's
+// int4 GEMVs in turn (interleaved runs): on a 2-core Zen 3 (AVX2), 1 KiB was
+// 8-9% faster than the hardware prefetcher alone (512 bytes half that, 2 KiB
+// the same); on a 2-core Zen 4 (VNNI, weights in stream memory) the pass with
+// no request ahead took 1.65-1.9 ms, 1 KiB 1.47-1.66 ms, 2-8 KiB 1.33-1.6 ms,
+// 4 KiB the best in most rounds (a noisy machine). Each keeps its own.
+constexpr int kW4PrefetchBytes = kW4Vnni ? 4096 : 1024;
 
-// One panel (16 channels) of one row: per octet and 8 channels, the low and
-// high nibbles of each byte times the even and odd activation quads
-// (vpmaddubsw: u8 x s8 pairs into s16, |sum| <= 2 * 15 * 127), the two
-// summed in s16 for up to 4 octets (|sum| <= 30480), then widened to s32
-// (vpmaddwd with ones); with VNNI, vpdpbusd adds them into s32 at once. Per
-// group the exact s32 sum is scaled in f32. One panel at a time: two panels
+// One group of one panel (16 channels) of one row with VNNI: per octet and
+// 8 channels, vpdpbusd adds the low nibbles times the even activation quads
+// into one accumulator, and the high nibbles left in place (16 times their
+// value, masked with 0xf0) times the odd quads into another; the second sum
+// is an exact multiple of 16 and is shifted back once per group. Two octets
+// in flight, each with its own four accumulators: eight independent chains,
+// where one accumulator per 8 channels waits on vpdpbusd's latency twice per
+// octet (4 cycles each on a Zen 4: at most about 30 GB/s per core). On a
+// 2-core Zen 4, one llama-110m layer's int4 GEMVs with the weights in cache
+// ran at 85-100 GB/s against 62-71 GB/s with the one chain per 8 channels.
+// |sums| stay below 2^31 for any in_features below 140000 (16 * 15 * 127 * 4
+// per lane and octet).
+inline void group_dots_vnni(const W4RowA8& r, const uint32_t* panel, int64_t o_begin, int64_t o_end, __m256i acc[2]) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  const __m256i low = _mm256_set1_epi8(0x0f), high = _mm256_set1_epi8(static_cast<char>(0xf0));
+  __m256i lo[2][2], hi[2][2];  // [octet parity][8-channel half]
+  LLMK_UNROLL for (int u = 0; u < 2; ++u) LLMK_UNROLL for (int h = 0; h < 2; ++h) lo[u][h] = hi[u][h] = _mm256_setzero_si256();
+  auto octet = [&](int u, int64_t o) {
+    const __m256i xe = _mm256_set1_epi32(r.quads[2 * o]), xo = _mm256_set1_epi32(r.quads[2 * o + 1]);
+    const uint32_t* words = panel + o * kPanels16Width;
+    _mm_prefetch(reinterpret_cast<const char*>(words) + kW4PrefetchBytes, _MM_HINT_T0);
+    LLMK_UNROLL for (int h = 0; h < 2; ++h) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + 8 * h));
+      lo[u][h] = _mm256_dpbusd_epi32(lo[u][h], _mm256_and_si256(w, low), xe);
+      hi[u][h] = _mm256_dpbusd_epi32(hi[u][h], _mm256_and_si256(w, high), xo);
+    }
+  };
+  int64_t o = o_begin;
+  for (; o + 2 <= o_end; o += 2) {
+    octet(0, o);
+    octet(1, o + 1);
+  }
+  if (o < o_end) octet(0, o);
+  LLMK_UNROLL for (int h = 0; h < 2; ++h)
+    acc[h] = _mm256_add_epi32(_mm256_add_epi32(lo[0][h], lo[1][h]),
+                              _mm256_srai_epi32(_mm256_add_epi32(hi[0][h], hi[1][h]), 4));
+#else
+  (void)r, (void)panel, (void)o_begin, (void)o_end, (void)acc;
+#endif
+}
+
+// One panel (16 channels) of one row. Without VNNI, per octet and 8
+// channels: the low and high nibbles of each byte times the even and odd
+// activation quads (vpmaddubsw: u8 x s8 pairs into s16, |sum| <= 2 * 15 *
+// 127), the two summed in s16 for up to 4 octets (|sum| <= 30480), then
+// widened to s32 (vpmaddwd with ones); with VNNI, group_dots_vnni. Per group
+// the exact s32 sum is scaled in f32. One panel at a time: two panels
 // interleaved (two weight streams, twice the accumulators) decoded 10-20%
 // slower on a 2-core Zen 3 (AVX2, llama-110m, alternating runs).
 void gemv_pass_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, const float* scale,
@@ -365,26 +409,26 @@ void gemv_pass_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, 
     const int64_t o_begin = s.group_octet_begin(g);
     const int64_t o_end = s.group_octet_end(g);
     __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int64_t o0 = o_begin; o0 < o_end; o0 += 4) {
-      __m256i sum16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-      const int64_t o1 = std::min(o_end, o0 + 4);
-      for (int64_t o = o0; o < o1; ++o) {
-        const __m256i xe = _mm256_set1_epi32(r.quads[2 * o]), xo = _mm256_set1_epi32(r.quads[2 * o + 1]);
-        const uint32_t* words = panel + o * kPanels16Width;
-        _mm_prefetch(reinterpret_cast<const char*>(words) + kW4PrefetchBytes, _MM_HINT_T0);
-        LLMK_UNROLL for (int h = 0; h < 2; ++h) {
-          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + 8 * h));
-          const __m256i lo = _mm256_and_si256(w, nibbles);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), nibbles);
-          if constexpr (kW4Vnni)
-            acc[h] = add_nibble_dots(acc[h], lo, hi, xe, xo);
-          else
+    if constexpr (kW4Vnni) {
+      group_dots_vnni(r, panel, o_begin, o_end, acc);
+    } else {
+      for (int64_t o0 = o_begin; o0 < o_end; o0 += 4) {
+        __m256i sum16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        const int64_t o1 = std::min(o_end, o0 + 4);
+        for (int64_t o = o0; o < o1; ++o) {
+          const __m256i xe = _mm256_set1_epi32(r.quads[2 * o]), xo = _mm256_set1_epi32(r.quads[2 * o + 1]);
+          const uint32_t* words = panel + o * kPanels16Width;
+          _mm_prefetch(reinterpret_cast<const char*>(words) + kW4PrefetchBytes, _MM_HINT_T0);
+          LLMK_UNROLL for (int h = 0; h < 2; ++h) {
+            const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + 8 * h));
+            const __m256i lo = _mm256_and_si256(w, nibbles);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), nibbles);
             sum16[h] = _mm256_add_epi16(sum16[h],
                                         _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo)));
+          }
         }
-      }
-      if constexpr (!kW4Vnni)
         LLMK_UNROLL for (int h = 0; h < 2; ++h) acc[h] = _mm256_add_epi32(acc[h], _mm256_madd_epi16(sum16[h], ones));
+      }
     }
     const __m256 sx = _mm256_set1_ps(r.x_scale[g]);
     const __m256 xsum = _mm256_set1_ps(static_cast<float>(r.x_sum[g]));

@@ -9,8 +9,10 @@
 //
 //   bench_forward_cpu [--preset llama-110m] [--threads N] [--prompt-tokens 128]
 //                     [--decode-tokens 64] [--repeats 3] [--linear linear.dense]
-//                     [--linear-options JSON] [--per-run 1]
-//   --per-run 1 also prints each decode run's probe, time and weight stream.
+//                     [--linear-options JSON] [--per-run 1] [--ops 1]
+//   --per-run 1 also prints each decode run's probe, time and weight stream;
+//   --ops 1 where a decode token's time goes (medians over every decode
+//   token of every run, per kind of operation: core/forward_timings.hpp).
 #include <omp.h>
 
 #include <algorithm>
@@ -78,7 +80,7 @@ static int run(int argc, char** argv) {
   std::string preset = "llama-110m", linear = "linear.dense", linear_options = "{}";
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int prompt_tokens = 128, decode_tokens = 64, repeats = 3;
-  bool per_run = false;
+  bool per_run = false, ops = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--preset") preset = v;
@@ -89,6 +91,7 @@ static int run(int argc, char** argv) {
     else if (a == "--linear") linear = v;
     else if (a == "--linear-options") linear_options = v;
     else if (a == "--per-run") per_run = v != "0";
+    else if (a == "--ops") ops = v != "0";
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -147,6 +150,12 @@ static int run(int argc, char** argv) {
   const double weight_bytes = llmk::bench::decode_weight_bytes(*checkpoint, *executor);
   double decode_s = 1e30;
   std::vector<double> run_fractions;
+  // --ops: each decode token's operation times (the timings are read and
+  // cleared between tokens, outside the timed forward).
+  llmk::ForwardTimings timings;
+  std::vector<llmk::ForwardTimings> token_ops;
+  const bool timing = ops && decode_tokens > 0 && executor->time_forwards(&timings);
+  if (timing) token_ops.reserve(static_cast<size_t>(repeats) * decode_tokens);
   for (int r = 0; r < repeats && decode_tokens > 0; ++r) {
     const double run_bandwidth = probe.measure(threads, 2);
     int32_t next = argmax();
@@ -154,6 +163,10 @@ static int run(int argc, char** argv) {
     for (int i = 0; i < decode_tokens; ++i) {
       logits = executor->execute(llmk::bench::contiguous_step({next}, prompt_tokens + i, capacity));
       next = argmax();
+      if (timing) {
+        token_ops.push_back(timings);
+        timings.clear();
+      }
     }
     const double run_s = seconds_since(t0) / decode_tokens;
     decode_s = std::min(decode_s, run_s);
@@ -189,6 +202,23 @@ static int run(int argc, char** argv) {
     std::printf("        each run against a probe just before it:");
     for (double f : run_fractions) std::printf(" %.0f%%", 100.0 * f);
     std::printf(" (median %.0f%%)\n", 100.0 * run_fractions[run_fractions.size() / 2]);
+  }
+  if (ops && !timing) std::printf("operations: not timed (no decode tokens, or the executor cannot time them)\n");
+  if (timing) {
+    executor->time_forwards(nullptr);
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    std::vector<double> totals;
+    for (const auto& t : token_ops) totals.push_back(t.total());
+    std::printf("        a decode token's operations (medians over %zu tokens, us):", token_ops.size());
+    for (size_t op = 0; op < llmk::ForwardTimings::kOps; ++op) {
+      std::vector<double> v;
+      for (const auto& t : token_ops) v.push_back(t.seconds[op]);
+      std::printf(" %s %.1f", llmk::ForwardTimings::name(static_cast<llmk::ForwardOp>(op)), median(v) * 1e6);
+    }
+    std::printf("; forward %.1f\n", median(totals) * 1e6);
   }
   std::printf("prefill %d tokens: %.1f tok/s  (%.1f ms, %.1f GFLOP/s = %.0f%% of matmul peak)\n", prompt_tokens,
               p / prefill_s, prefill_s * 1e3, flops / prefill_s / 1e9, 100.0 * flops / prefill_s / 1e9 / peak);

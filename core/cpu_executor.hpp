@@ -27,6 +27,10 @@ class CpuExecutor final : public Executor {
   size_t weight_bytes() const override { return model_->weight_bytes(); }
   size_t kv_cache_bytes() const override { return model_->kv_cache_bytes(); }
   std::string describe() const override;
+  bool time_forwards(ForwardTimings* timings) override {
+    model_->time_forwards(timings);
+    return true;
+  }
 
   std::vector<uint8_t> save_kv(const std::vector<int32_t>& slots) override { return model_->save_kv(slots); }
   void restore_kv(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data) override {

@@ -18,6 +18,7 @@
 
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
+#include "core/forward_timings.hpp"
 #include "core/kv_offloader.hpp"
 #include "core/model_runtime.hpp"
 #include "core/plugin_loader.hpp"
@@ -118,6 +119,10 @@ class Executor : public KvOffloader {
   virtual size_t kv_cache_bytes() const = 0;  // KV memory reserved on the device
   // A line for logs: the device, threads or stream, the plugins chosen.
   virtual std::string describe() const = 0;
+  // Later forwards add their operations' wall time to *timings (nullptr:
+  // stop), for benchmarks; false where the executor cannot time them (its
+  // operations run asynchronously on a device).
+  virtual bool time_forwards(ForwardTimings* /*timings*/) { return false; }
 };
 
 // Builds the executor that cfg.executor.device names. Throws

@@ -47,6 +47,7 @@ struct Model::Impl {
   AlignedBuffer attention_workspace;  // grown to the largest plan() so far, between steps
   std::vector<float> rope_cos, rope_sin;  // [max_seq_len, head_dim / 2]
 
+  ForwardTimings* timings = nullptr;  // Model::time_forwards
   int64_t q_dim = 0, kv_dim = 0, qkv_dim = 0;
   // Activations for max_step_tokens rows.
   std::vector<float> hidden, x_norm, qkv, q, k, v, attn, proj, gate_up, act;
@@ -138,6 +139,7 @@ size_t Model::weight_bytes() const { return impl_->weights.bytes(); }
 size_t Model::kv_cache_bytes() const { return impl_->kv->bytes(); }
 
 void Model::forward(const StepBatch& batch, float* logits) { impl_->forward(batch, logits); }
+void Model::time_forwards(ForwardTimings* timings) { impl_->timings = timings; }
 
 std::vector<uint8_t> Model::save_kv(const std::vector<int32_t>& slots) const { return impl_->kv->save(slots); }
 
@@ -155,6 +157,7 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
   const int64_t h = cfg.hidden_size, inter = cfg.intermediate_size, hd = cfg.head_dim;
   const float eps = cfg.rms_norm_eps;
   const TensorView& embed = *weights.embed;
+  ForwardLaps laps(timings);
   kc::embedding(embed.data, static_cast<llmk_dtype>(embed.dtype), h, b.token_ids.data(), n, hidden.data());
 
   // The attention plugin plans the step once: every layer runs that plan.
@@ -180,6 +183,7 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
     if (li == 0) kc::rmsnorm(hidden.data(), l.input_norm.data(), x_norm.data(), n, h, eps);
     else kc::add_rmsnorm(hidden.data(), proj.data(), l.input_norm.data(), x_norm.data(), n, h, eps);
 
+    laps.lap(ForwardOp::other);
     l.qkv->forward(x_norm.data(), qkv.data(), static_cast<uint32_t>(n));
     if (!l.qkv_bias.empty()) {
       const float* bias = l.qkv_bias.data();  // [qkv_dim]
@@ -188,6 +192,7 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
         for (int64_t j = 0; j < qkv_dim; ++j) row[j] += bias[j];
       }
     }
+    laps.lap(ForwardOp::qkv);
     kc::rope(qkv.data(), qkv_dim, q.data(), q_dim, n, cfg.num_heads, hd, b.positions.data(), rope_cos.data(), rope_sin.data());
     kc::rope(qkv.data() + q_dim, qkv_dim, k.data(), kv_dim, n, cfg.num_kv_heads, hd, b.positions.data(), rope_cos.data(),
              rope_sin.data());
@@ -206,7 +211,9 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
     a.v = v.data();
     a.out = attn.data();
     a.kv = kv->layer(li);
+    laps.lap(ForwardOp::rope_cache);
     attention->run(a, attention_workspace.data(), attention_workspace.bytes());
+    laps.lap(ForwardOp::attention);
 
     int64_t rows = n;
     if (li == num_layers - 1) {
@@ -222,14 +229,22 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
       if (rows == 0) return;
     }
     const auto urows = static_cast<uint32_t>(rows);
+    laps.lap(ForwardOp::other);
     l.o->forward(attn.data(), proj.data(), urows);
+    laps.lap(ForwardOp::o_proj);
     kc::add_rmsnorm(hidden.data(), proj.data(), l.post_norm.data(), x_norm.data(), rows, h, eps);
+    laps.lap(ForwardOp::other);
     l.gate_up->forward(x_norm.data(), gate_up.data(), urows);
+    laps.lap(ForwardOp::gate_up);
     kc::silu_mul(gate_up.data(), act.data(), rows, inter);
+    laps.lap(ForwardOp::other);
     l.down->forward(act.data(), proj.data(), urows);
+    laps.lap(ForwardOp::down);
   }
   kc::add_rmsnorm(hidden.data(), proj.data(), weights.final_norm.data(), x_norm.data(), num_logits, h, eps);
+  laps.lap(ForwardOp::other);
   weights.lm_head->forward(x_norm.data(), logits, static_cast<uint32_t>(num_logits));
+  laps.lap(ForwardOp::lm_head);
 }
 
 }  // namespace llmk

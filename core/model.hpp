@@ -12,6 +12,7 @@
 
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
+#include "core/forward_timings.hpp"
 #include "core/model_runtime.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/step.hpp"
@@ -32,6 +33,9 @@ class Model {
   const ModelRuntime& runtime() const;
   // logits: [batch.num_logits(), vocab_size], row i for batch.logits_rows[i].
   void forward(const StepBatch& batch, float* logits);
+  // Every later forward adds its operations' wall time to *timings (nullptr:
+  // stop). The caller keeps timings alive meanwhile.
+  void time_forwards(ForwardTimings* timings);
   size_t weight_bytes() const;    // in the linear plugins' formats plus embeddings and norms
   size_t kv_cache_bytes() const;
 

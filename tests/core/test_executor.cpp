@@ -5,6 +5,7 @@
 // next execute(); saved KV slots restore through the executor.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -135,6 +136,38 @@ TEST_CASE("a logits view stays unchanged until the next execute", "[executor]") 
   const LogitsView second = executor->execute(contiguous_step(cases[1].input_ids, 0, 512, false));
   CHECK(argmax(second.row(0), vocab) == cases[1].greedy_ids[0]);
   CHECK(argmax(copy.data(), vocab) == cases[0].greedy_ids[0]);
+}
+
+TEST_CASE("a CPU executor times its forwards per operation: every operation counted, the sum within the wall time, "
+          "the greedy token still the reference's, nothing added after it stops",
+          "[executor]") {
+  const std::shared_ptr<const Checkpoint> checkpoint = stories_checkpoint();
+  PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
+  const auto executor = make_executor(small_config(), checkpoint, plugins);
+  const GoldenPrompt& c = golden_cases()[0];
+  const int32_t vocab = executor->model_config().vocab_size;
+  const int32_t n = static_cast<int32_t>(c.input_ids.size());
+
+  ForwardTimings timings;
+  REQUIRE(executor->time_forwards(&timings));
+  const auto t0 = std::chrono::steady_clock::now();
+  executor->execute(contiguous_step(c.input_ids, 0, 0, false));
+  const LogitsView timed = executor->execute(contiguous_step({c.greedy_ids[0]}, n, 0, false));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(argmax(timed.row(0), vocab) == c.greedy_ids[1]);
+  CHECK(timings.forwards == 2);
+  for (size_t op = 0; op < ForwardTimings::kOps; ++op) {
+    INFO(ForwardTimings::name(static_cast<ForwardOp>(op)));
+    CHECK(timings.seconds[op] > 0.0);
+  }
+  CHECK(timings.total() <= wall);
+
+  // Stopped: the next forwards add nothing.
+  REQUIRE(executor->time_forwards(nullptr));
+  const ForwardTimings before = timings;
+  executor->execute(contiguous_step(c.input_ids, 0, 512, false));
+  CHECK(timings.forwards == before.forwards);
+  CHECK(timings.seconds == before.seconds);
 }
 
 TEST_CASE("KV saved through the executor restores to the same next token", "[executor]") {

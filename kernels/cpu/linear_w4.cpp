@@ -460,7 +460,47 @@ void gemv_tile_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, 
 // as the one-row pass, each row against its own activation quads, and the
 // same f32 epilogue in the same group order, so a row's outputs are the same
 // bits in a decode step and in a prefill. Each octet's nibbles are unpacked
-// once for all R rows; the group totals accumulate in y.
+// once for all R rows.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// With AVX512-VNNI, one octet of a panel is one 512-bit vector: vpdpbusd on
+// it does twice the work of two 256-bit ones at one instruction (on a Zen 4,
+// 3.6 G of the 512-bit form a second per core against 4.5 G of the 256-bit
+// one, measured with eight independent chains). The high nibbles stay in
+// place (16 times their value) in accumulators of their own, as in the
+// one-row pass. The group epilogue is the 256-bit one's, lane for lane.
+template <int R>
+void rows_panel_w4a8(const W4RowA8* rows, const W4Shape& s, const uint32_t* packed, const float* scale,
+                     const uint8_t* zero, int64_t p, int64_t num_cols, float* y, int64_t ldy) {
+  const int64_t num_octets = s.k_pad() / 8;
+  const int64_t num_groups = s.num_groups();
+  const __m512i low = _mm512_set1_epi8(0x0f), high = _mm512_set1_epi8(static_cast<char>(0xf0));
+  __m512 total[R];
+  LLMK_UNROLL for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
+  const uint32_t* panel = packed + p * num_octets * kPanels16Width;
+  for (int64_t g = 0; g < num_groups; ++g) {
+    __m512i lo[R], hi[R];
+    LLMK_UNROLL for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
+    for (int64_t o = s.group_octet_begin(g); o < s.group_octet_end(g); ++o) {
+      const __m512i w = _mm512_loadu_si512(panel + o * kPanels16Width);
+      const __m512i wl = _mm512_and_si512(w, low), wh = _mm512_and_si512(w, high);
+      LLMK_UNROLL for (int r = 0; r < R; ++r) {
+        lo[r] = _mm512_dpbusd_epi32(lo[r], wl, _mm512_set1_epi32(rows[r].quads[2 * o]));
+        hi[r] = _mm512_dpbusd_epi32(hi[r], wh, _mm512_set1_epi32(rows[r].quads[2 * o + 1]));
+      }
+    }
+    const int64_t at = (p * num_groups + g) * kPanels16Width;
+    const __m512 z = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zero + at))));
+    const __m512 sc = _mm512_loadu_ps(scale + at);
+    LLMK_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512i acc = _mm512_add_epi32(lo[r], _mm512_srai_epi32(hi[r], 4));
+      const __m512 dot = _mm512_fnmadd_ps(z, _mm512_set1_ps(static_cast<float>(rows[r].x_sum[g])), _mm512_cvtepi32_ps(acc));
+      total[r] = _mm512_fmadd_ps(_mm512_mul_ps(sc, _mm512_set1_ps(rows[r].x_scale[g])), dot, total[r]);
+    }
+  }
+  const auto mask = static_cast<__mmask16>((1u << num_cols) - 1u);  // num_cols in [1, 16]
+  LLMK_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + r * ldy, mask, total[r]);
+}
+#else
 template <int R>
 void rows_panel_w4a8(const W4RowA8* rows, const W4Shape& s, const uint32_t* packed, const float* scale,
                      const uint8_t* zero, int64_t p, int64_t num_cols, float* y, int64_t ldy) {
@@ -499,6 +539,7 @@ void rows_panel_w4a8(const W4RowA8* rows, const W4Shape& s, const uint32_t* pack
   }
   for (int r = 0; r < R; ++r) std::memcpy(y + r * ldy, total[r], static_cast<size_t>(num_cols) * sizeof(float));
 }
+#endif
 
 #else  // portable: the same integer sums and the same f32 scaling, one channel at a time
 

@@ -324,21 +324,18 @@ inline void store_first8(float* p, __m256 v, int64_t cols) {
 // which on AVX2 takes vpmaddubsw, vpaddw, vpmaddwd and vpaddd. Both give the
 // exact integer sums, so a row's outputs are the same bits on every level.
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define LLMK_W4_VNNI 1
 constexpr bool kW4Vnni = true;
 #else
 constexpr bool kW4Vnni = false;
-#endif
 
 // acc + per 32-bit lane the products of the low nibbles with xe and the high
-// nibbles with xo (four byte pairs each).
+// nibbles with xo (four byte pairs each), without VNNI.
 inline __m256i add_nibble_dots(__m256i acc, __m256i lo, __m256i hi, __m256i xe, __m256i xo) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(acc, lo, xe), hi, xo);
-#else
   const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
   return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-#endif
 }
+#endif
 
 // How far ahead of its loads a one-row pass asks for each panel's words: one
 // octet of a panel is one 64-byte line. Measured with all of llama-110m's
@@ -362,7 +359,7 @@ constexpr int kW4PrefetchBytes = kW4Vnni ? 4096 : 1024;
 // |sums| stay below 2^31 for any in_features below 140000 (16 * 15 * 127 * 4
 // per lane and octet).
 inline void group_dots_vnni(const W4RowA8& r, const uint32_t* panel, int64_t o_begin, int64_t o_end, __m256i acc[2]) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#if defined(LLMK_W4_VNNI)
   const __m256i low = _mm256_set1_epi8(0x0f), high = _mm256_set1_epi8(static_cast<char>(0xf0));
   __m256i lo[2][2], hi[2][2];  // [octet parity][8-channel half]
   LLMK_UNROLL for (int u = 0; u < 2; ++u) LLMK_UNROLL for (int h = 0; h < 2; ++h) lo[u][h] = hi[u][h] = _mm256_setzero_si256();
@@ -461,7 +458,7 @@ void gemv_tile_w4a8(const W4RowA8& r, const W4Shape& s, const uint32_t* packed, 
 // same f32 epilogue in the same group order, so a row's outputs are the same
 // bits in a decode step and in a prefill. Each octet's nibbles are unpacked
 // once for all R rows.
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(LLMK_W4_VNNI)
 // With AVX512-VNNI, one octet of a panel is one 512-bit vector: vpdpbusd on
 // it does twice the work of two 256-bit ones at one instruction (on a Zen 4,
 // 3.6 G of the 512-bit form a second per core against 4.5 G of the 256-bit

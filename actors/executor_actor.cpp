@@ -5,11 +5,14 @@
 // Detached: it has its own thread, so a forward never blocks the other
 // actors' workers.
 //
-// The view is valid until the next execute(). Before each forward the
-// actor waits until the sampler has taken the previous step's logits and
-// published its ids (actors/step_feedback.hpp); a step planned ahead reads
-// those ids for its fed-back rows. With one step in flight that wait returns
-// at once: the ids came back before the step was even planned.
+// Before each forward the actor waits for the previous step's ids (a step
+// planned ahead reads them for its fed-back rows) and, with an executor that
+// keeps two views, until the sampler no longer reads the logits this
+// forward overwrites (actors/step_feedback.hpp). With one step in flight
+// both waits return at once: the ids came back before the step was even
+// planned. A step whose rows all take the raw argmax is published here,
+// from the executor's own argmax, when the executor keeps two views: the
+// next forward then starts without waiting for the sampler.
 #include <spdlog/spdlog.h>
 
 #include "actors/pipeline.hpp"
@@ -26,6 +29,11 @@ struct ExecutorState {
   sampler_actor sampler;
   PipelineContext context;
   uint64_t previous_step = 0;  // the last step run (0: none yet)
+  // The steps whose logits the last two execute() calls handed to the
+  // sampler ([1] the latest; 0: that call failed or never was): with two
+  // views, the next forward overwrites [0]'s.
+  uint64_t handed[2] = {0, 0};
+  std::vector<int32_t> ids;    // a step's ids from the executor's argmax
   static inline const char* name = "executor";
 };
 
@@ -42,20 +50,40 @@ caf::result<StepResult> execute(ExecutorPointer self, StepWork& work) {
   };
   try {
     SampledIds previous;
+    const bool two_views = st.executor->views_kept() >= 2;
     if (st.previous_step != 0) {
       ScopedSpan span(st.context.tracer.get(), "wait_ids", "executor", step, 0);
       previous = st.context.feedback->wait(st.previous_step, st.context.timeouts.step);
+      // With one view this forward overwrites the previous step's logits,
+      // and its ids being out means the sampler took them.
+      if (two_views && st.handed[0] != 0) st.context.feedback->wait_sampled(st.handed[0], st.context.timeouts.step);
     }
+    st.handed[0] = st.handed[1];
+    st.handed[1] = 0;
     st.previous_step = step;
-    ScopedSpan span(st.context.tracer.get(), "execute", "executor", step, work.batch.num_tokens());
-    double start = now_s();
-    logits = st.executor->execute(work.batch, previous);
-    work.sample.forward_s = now_s() - start;
+    {
+      ScopedSpan span(st.context.tracer.get(), "execute", "executor", step, work.batch.num_tokens());
+      double start = now_s();
+      logits = st.executor->execute(work.batch, previous);
+      work.sample.forward_s = now_s() - start;
+    }
+    if (work.sample.raw_argmax && two_views && logits.num_rows > 0) {
+      ScopedSpan span(st.context.tracer.get(), "argmax", "executor", step, logits.num_rows);
+      st.ids.resize(static_cast<size_t>(logits.num_rows));
+      if (st.executor->argmax_rows(logits, st.ids)) {
+        SampledIds ids;
+        ids.data = st.ids.data();
+        ids.count = logits.num_rows;
+        st.context.feedback->publish(step, ids);
+        work.sample.published_ids = st.ids;
+      }
+    }
   } catch (const Error& e) {
     return fail(e.code(), e.what());
   } catch (const std::exception& e) {
     return fail(ErrorCode::internal, e.what());
   }
+  st.handed[1] = step;
   return self->delegate(st.sampler, sample_atom::value, std::move(work.sample), logits);
 }
 

@@ -124,6 +124,14 @@ struct SampleWork {
   // a sequence that failure ended: it is sampled into a scratch history and
   // its token is discarded by the scheduler.
   uint64_t fed_from = 0;
+  // Set by the scheduler: every row's params choose the raw logits' argmax
+  // (chooses_raw_argmax, core/sampler.hpp), so the executor may pick and
+  // publish the step's ids itself (actors/step_feedback.hpp).
+  bool raw_argmax = false;
+  // Set by the executor when it did: the ids it published, [rows]. The
+  // sampler publishes nothing for the step then, and fails it if its own
+  // ids differ.
+  std::vector<int32_t> published_ids = {};
 };
 
 struct StepWork {
@@ -133,8 +141,7 @@ struct StepWork {
 
 // 5. executor → sampler: (sample_atom, SampleWork, LogitsView)
 //    The view's rows are work.rows in order, on the executor's device; valid
-//    until the executor's next execute(), which cannot come before this
-//    step's StepResult reaches the scheduler (one step in flight).
+//    until the sampler marks the step sampled (actors/step_feedback.hpp).
 struct StepResult {
   uint64_t step = 0;
   std::vector<SampledToken> tokens;  // [num_logits], row order (core/sampler.hpp)
@@ -264,7 +271,8 @@ typename Inspector::result_type inspect(Inspector& f, SampleRow& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SampleWork& x) {
-  return f(caf::meta::type_name("SampleWork"), x.step, x.opened, x.released, x.rows, x.forward_s, x.fed_from);
+  return f(caf::meta::type_name("SampleWork"), x.step, x.opened, x.released, x.rows, x.forward_s, x.fed_from,
+           x.raw_argmax, x.published_ids);
 }
 
 template <class Inspector>

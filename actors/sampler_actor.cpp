@@ -177,7 +177,9 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
   StepResult result;
   result.step = work.step;
   result.forward_s = work.forward_s;
-  bool published = false;  // the step's ids, for the executor's next step
+  // The step's ids, for the executor's next step: published already when
+  // the executor picked them (every row the raw argmax).
+  bool published = !work.published_ids.empty();
   auto run = [&]() -> caf::error {
     try {
       if (auto err = apply_deltas(st, work)) return err;
@@ -191,6 +193,17 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
         default: err = sample_on_device(st, work, view, result, published);
       }
       if (err) return err;
+      if (!work.published_ids.empty()) {
+        // The next step already runs on the executor's ids: they must be these.
+        if (work.published_ids.size() != result.tokens.size())
+          return internal_error("the executor published " + std::to_string(work.published_ids.size()) +
+                                " ids for a step of " + std::to_string(result.tokens.size()) + " rows");
+        for (size_t i = 0; i < result.tokens.size(); ++i)
+          if (work.published_ids[i] != result.tokens[i].token_id)
+            return internal_error("step " + std::to_string(work.step) + " row " + std::to_string(i) +
+                                  ": the executor's argmax picked token " + std::to_string(work.published_ids[i]) +
+                                  ", the sampler " + std::to_string(result.tokens[i].token_id));
+      }
       // The ids the scheduler will append: the histories move on by one each.
       for (size_t i = 0; i < work.rows.size(); ++i) st.row_histories[i]->push_back(result.tokens[i].token_id);
     } catch (const std::exception& e) {
@@ -199,6 +212,7 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
     return caf::none;
   };
   caf::error err = run();
+  st.context.feedback->sampled(work.step);  // the view is not read after this
   if (err) {
     if (!published) st.context.feedback->fail(work.step);
     return err;

@@ -115,8 +115,12 @@ StepWork make_work(SchedulerActorState& st, const StepPlan& plan, std::vector<ui
   st.pending_releases.clear();
   releases = sample.released;
   sample.rows.reserve(plan.logits.size());
+  // Only a step planned ahead gains from ids picked by the executor (the
+  // next one may already be waiting for them).
+  sample.raw_argmax = st.parts->overlap && !plan.logits.empty();
   for (const auto& target : plan.logits) {
     sample.rows.push_back(SampleRow{target.request_key, target.sample_index, target.num_generated});
+    sample.raw_argmax = sample.raw_argmax && target.sampling && chooses_raw_argmax(*target.sampling);
     if (!st.sampler_keys.insert(target.request_key).second) continue;
     SamplerOpen open;
     open.request_key = target.request_key;

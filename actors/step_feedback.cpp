@@ -1,5 +1,6 @@
 #include "actors/step_feedback.hpp"
 
+#include <algorithm>
 #include <string>
 #include <thread>
 
@@ -27,15 +28,23 @@ void StepFeedback::fail(uint64_t step) {
   publish(step, failed);
 }
 
-SampledIds StepFeedback::wait(uint64_t step, std::chrono::milliseconds timeout) {
-  // The sampler usually publishes within 100-200 us of the forward's end.
-  // Poll (yielding the core to whoever wants it) for up to kPoll before
-  // sleeping: a thread woken from a condition variable waits for a core,
-  // and on a small VM that wake took ~100-200 us of a 3 ms int4 step.
+namespace {
+
+// The sampler usually finishes within 100-200 us of the forward's end. Poll
+// (yielding the core to whoever wants it) for up to kPoll before sleeping: a
+// thread woken from a condition variable waits for a core, and on a small
+// VM that wake took ~100-200 us of a 3 ms int4 step.
+void poll(const std::atomic<uint64_t>& counter, uint64_t step) {
   constexpr auto kPoll = std::chrono::microseconds(500);
   const auto poll_until = std::chrono::steady_clock::now() + kPoll;
-  while (ready_.load(std::memory_order_acquire) < step && std::chrono::steady_clock::now() < poll_until)
+  while (counter.load(std::memory_order_acquire) < step && std::chrono::steady_clock::now() < poll_until)
     std::this_thread::yield();
+}
+
+}  // namespace
+
+SampledIds StepFeedback::wait(uint64_t step, std::chrono::milliseconds timeout) {
+  poll(ready_, step);
   std::unique_lock<std::mutex> lock(mutex_);
   const bool done = published_.wait_for(lock, timeout, [&] { return closed_ || step_ >= step; });
   if (closed_) throw Error(ErrorCode::cancelled, "the engine is stopping");
@@ -46,6 +55,26 @@ SampledIds StepFeedback::wait(uint64_t step, std::chrono::milliseconds timeout) 
     throw Error(ErrorCode::internal, "waiting for the ids of step " + std::to_string(step) + ", but step " +
                                          std::to_string(step_) + " was published");
   return ids_;
+}
+
+void StepFeedback::sampled(uint64_t step) {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    sampled_ = std::max(sampled_, step);
+    sampled_ready_.store(sampled_, std::memory_order_release);
+  }
+  published_.notify_all();
+}
+
+void StepFeedback::wait_sampled(uint64_t step, std::chrono::milliseconds timeout) {
+  poll(sampled_ready_, step);
+  std::unique_lock<std::mutex> lock(mutex_);
+  const bool done = published_.wait_for(lock, timeout, [&] { return closed_ || sampled_ >= step; });
+  if (closed_) throw Error(ErrorCode::cancelled, "the engine is stopping");
+  if (!done)
+    throw Error(ErrorCode::internal, "the sampler did not finish reading the logits of step " +
+                                         std::to_string(step) + " within " + std::to_string(timeout.count()) +
+                                         " ms");
 }
 
 void StepFeedback::close() {

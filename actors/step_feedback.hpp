@@ -5,16 +5,30 @@
 //   executor: wait(t) ◀─────────────────────────────────────┘ then execute(t+1)
 //
 // The executor actor waits for the previous step's ids before every forward,
-// whether the step feeds any back or not: that is also what keeps a logits
-// view unchanged until the sampler has taken it (core/executor.hpp). The
-// sampler publishes as soon as the ids are where the executor can read them
-// in order: host ids once sampled on the CPU; for a device sampler, once its
-// kernels are enqueued (the ids are device memory, an event marks them
-// ready), so the device runs step t+1 while the host copies step t's ids
-// back. A step whose forward or sampling fails is published as failed.
+// whether the step feeds any back or not. The sampler publishes as soon as
+// the ids are where the executor can read them in order: host ids once
+// sampled on the CPU; for a device sampler, once its kernels are enqueued
+// (the ids are device memory, an event marks them ready), so the device runs
+// step t+1 while the host copies step t's ids back. A step whose forward or
+// sampling fails is published as failed.
 //
-// One slot: the sampler sees step t+1 only after the executor has run it, so
-// it never publishes t+1 while step t's ids are still being read.
+// A step whose every row takes the raw logits' argmax (greedy, no penalty:
+// chooses_raw_argmax, core/sampler.hpp) on an executor that keeps two views
+// (Executor::views_kept) is published by the executor itself, from its own
+// argmax of the logits, and step t+1 runs while the sampler samples step t
+// (and checks that it picked the same ids):
+//
+//   executor: execute(t), argmax, publish(t), execute(t+1) ...
+//   sampler:                      sample(t), sampled(t)
+//
+// Whoever publishes, the sampler marks every step sampled() once it no
+// longer reads that step's logits; the executor waits for that before a
+// forward would overwrite them (step t-1's, for step t+1, with two views;
+// with one view the wait for step t's ids already implies it).
+//
+// One slot: a step's ids are published only after the executor has run it,
+// and steps are published in order, so step t+1's ids never replace step
+// t's while they are still being read.
 #pragma once
 
 #include <atomic>
@@ -38,6 +52,10 @@ class StepFeedback {
   // until the next publish. Throws Error(internal) after `timeout`,
   // Error(cancelled) once closed.
   SampledIds wait(uint64_t step, std::chrono::milliseconds timeout);
+  // Sampler: it no longer reads step `step`'s logits (sampled or failed).
+  void sampled(uint64_t step);
+  // Executor: waits until step `step` is sampled(). Throws as wait() does.
+  void wait_sampled(uint64_t step, std::chrono::milliseconds timeout);
   // Wakes every waiter for good (the engine is stopping).
   void close();
 
@@ -46,6 +64,8 @@ class StepFeedback {
   std::condition_variable published_;
   uint64_t step_ = 0;  // the last step published or failed
   std::atomic<uint64_t> ready_{0};  // step_, readable without the lock (a waiter's spin)
+  uint64_t sampled_ = 0;  // the last step sampled()
+  std::atomic<uint64_t> sampled_ready_{0};  // sampled_, for the spin
   SampledIds ids_;
   std::vector<int32_t> host_ids_;
   bool closed_ = false;

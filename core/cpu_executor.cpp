@@ -1,5 +1,9 @@
 #include "core/cpu_executor.hpp"
 
+#include <algorithm>
+
+#include "core/error.hpp"
+
 namespace llmk {
 
 CpuExecutor::CpuExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
@@ -11,10 +15,12 @@ CpuExecutor::CpuExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoi
 LogitsView CpuExecutor::execute(const StepBatch& batch, const SampledIds& previous) {
   const int32_t vocab = model_->config().vocab_size;
   const size_t needed = static_cast<size_t>(batch.num_logits()) * static_cast<size_t>(vocab);
+  auto& buffer = logits_[next_logits_];
   // A larger step gets a new buffer: a view of the old one may still be held.
-  if (logits_->size() < needed) logits_ = std::make_shared<std::vector<float>>(needed);
+  if (buffer->size() < needed) buffer = std::make_shared<std::vector<float>>(needed);
+  next_logits_ ^= 1;
   if (batch.fed_back.empty()) {
-    model_->forward(batch, logits_->data());
+    model_->forward(batch, buffer->data());
   } else {
     // The previous step's ids are host memory here: put them into a copy of
     // the batch (reused: decode steps of similar sizes allocate nothing),
@@ -24,16 +30,43 @@ LogitsView CpuExecutor::execute(const StepBatch& batch, const SampledIds& previo
     resolved_.fed_back.clear();
     for (const FedBackToken& f : batch.fed_back)
       resolved_.token_ids.at(static_cast<size_t>(f.row)) = previous.failed ? 0 : previous.data[f.previous_row];
-    model_->forward(resolved_, logits_->data());
+    model_->forward(resolved_, buffer->data());
   }
   LogitsView view;
   view.device = Device::cpu;
-  view.data = logits_->data();
-  view.keep_alive = logits_;
+  view.data = buffer->data();
+  view.keep_alive = buffer;
   view.num_rows = batch.num_logits();
   view.vocab_size = vocab;
   view.row_stride = vocab;
   return view;  // written before forward() returned: ready.event stays null
+}
+
+bool CpuExecutor::argmax_rows(const LogitsView& view, std::span<int32_t> out) {
+  if (view.device != Device::cpu || out.size() < static_cast<size_t>(view.num_rows))
+    throw Error(ErrorCode::invalid_argument, "argmax_rows: a view of another device, or too few outputs");
+  // Each row cut into one part per thread: a batch-1 step's 32000 logits are
+  // 128 KB, half of them written by the other thread's share of lm_head.
+  const int32_t threads = std::max<int32_t>(1, model_->runtime().num_threads);
+  const int32_t rows = view.num_rows;
+  const int32_t vocab = view.vocab_size;
+  const int32_t parts = rows * threads;
+  argmax_parts_.resize(static_cast<size_t>(parts));
+  ArgmaxPart* results = argmax_parts_.data();
+#pragma omp parallel for schedule(static) num_threads(threads) if (static_cast<int64_t>(rows) * vocab >= 4096)
+  for (int32_t p = 0; p < parts; ++p) {
+    const int32_t row = p / threads;
+    const int32_t part = p % threads;
+    const int32_t begin = static_cast<int32_t>(static_cast<int64_t>(vocab) * part / threads);
+    const int32_t end = static_cast<int32_t>(static_cast<int64_t>(vocab) * (part + 1) / threads);
+    results[p] = argmax_part(view.row(row), begin, end);
+  }
+  for (int32_t row = 0; row < rows; ++row) {
+    ArgmaxPart whole;
+    for (int32_t part = 0; part < threads; ++part) whole = merge_argmax(whole, results[row * threads + part]);
+    out[static_cast<size_t>(row)] = argmax_token(whole);
+  }
+  return true;
 }
 
 std::string CpuExecutor::describe() const {

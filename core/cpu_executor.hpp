@@ -1,7 +1,8 @@
 // The CPU executor: the Llama forward of core/model.hpp (weights and KV
 // memory in host memory, OpenMP threads as the device's queue) behind the
-// Executor interface. Logits land in a host buffer the executor keeps and
-// reuses; a view of it is valid until the next execute().
+// Executor interface. Logits land in two host buffers the executor keeps
+// and alternates between steps: a view is valid until the execute() after
+// next, so the sampler may read step t's logits while step t+1 runs.
 #pragma once
 
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "core/executor.hpp"
 #include "core/model.hpp"
+#include "core/sampler.hpp"
 
 namespace llmk {
 
@@ -27,6 +29,8 @@ class CpuExecutor final : public Executor {
   size_t weight_bytes() const override { return model_->weight_bytes(); }
   size_t kv_cache_bytes() const override { return model_->kv_cache_bytes(); }
   std::string describe() const override;
+  int32_t views_kept() const override { return 2; }
+  bool argmax_rows(const LogitsView& view, std::span<int32_t> out) override;
   bool time_forwards(ForwardTimings* timings) override {
     model_->time_forwards(timings);
     return true;
@@ -39,9 +43,13 @@ class CpuExecutor final : public Executor {
 
  private:
   std::unique_ptr<Model> model_;
-  // [rows, vocab_size], grown to the largest step seen, never shrunk; shared
-  // with the views handed out (LogitsView::keep_alive).
-  std::shared_ptr<std::vector<float>> logits_ = std::make_shared<std::vector<float>>();
+  // Two [rows, vocab_size] buffers, used in turn; each grown to the largest
+  // step it served, never shrunk; shared with the views handed out
+  // (LogitsView::keep_alive).
+  std::shared_ptr<std::vector<float>> logits_[2] = {std::make_shared<std::vector<float>>(),
+                                                    std::make_shared<std::vector<float>>()};
+  int next_logits_ = 0;  // the buffer the next step writes
+  std::vector<ArgmaxPart> argmax_parts_;  // argmax_rows' scratch, [rows * threads]
   StepBatch resolved_;  // a step with fed-back rows, their ids put in
 };
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,11 +50,12 @@ struct LogitsReady {
 
 // One step's logits where the executor wrote them. Row i belongs to
 // batch.logits_rows[i]. The memory is the executor's: it stays valid and
-// unchanged until the executor's next execute() (or its destruction). The
-// executor actor starts step t+1 only once the sampler has taken step t's
-// logits (read them on the host, or enqueued its reads on the device's
-// queue ahead of step t+1: actors/step_feedback.hpp), so a view is never
-// overwritten while it is read.
+// unchanged for the executor's next Executor::views_kept() - 1 execute()
+// calls (or until its destruction). The executor actor starts a step only
+// once the sampler has taken the logits that step overwrites (read them on
+// the host, or enqueued its reads on the device's queue ahead of it:
+// actors/step_feedback.hpp), so a view is never overwritten while it is
+// read.
 struct LogitsView {
   Device device = Device::cpu;
   const float* data = nullptr;  // [num_rows, row_stride] f32 in `device` memory; first vocab_size of each row are used
@@ -114,6 +116,17 @@ class Executor : public KvOffloader {
   virtual LogitsView execute(const StepBatch& batch, const SampledIds& previous) = 0;
   // A step whose tokens are all known (no fed-back rows).
   LogitsView execute(const StepBatch& batch) { return execute(batch, SampledIds{}); }
+
+  // How many of its latest views the executor keeps unchanged: 1, a view
+  // lives until the next execute(); 2, until the one after, so step t's
+  // logits may be sampled while step t+1 runs.
+  virtual int32_t views_kept() const { return 1; }
+  // Writes the greedy choice of each of `view`'s rows (greedy_token,
+  // core/sampler.hpp: the same id the Sampler picks for a row whose params
+  // choose the raw argmax) into out[0, view.num_rows), computed by the
+  // executor's own threads. False where the executor has no such path (the
+  // sampler then picks every id). `view` is its latest execute()'s.
+  virtual bool argmax_rows(const LogitsView& /*view*/, std::span<int32_t> /*out*/) { return false; }
 
   virtual size_t weight_bytes() const = 0;    // as the device holds them (quantized, packed)
   virtual size_t kv_cache_bytes() const = 0;  // KV memory reserved on the device

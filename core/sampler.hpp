@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -50,6 +51,26 @@ uint64_t resolve_seed(const std::optional<uint64_t>& seed);
 
 // The uniform number in [0, 1) behind a sample's draw at `step`.
 double sampler_uniform(uint64_t seed, uint32_t sample_index, uint64_t step);
+
+// True when the sampler's choice for `params` is the argmax of the raw
+// logits: greedy, and no penalty changes a logit. Such a row's token can be
+// picked wherever the logits are (the CPU executor does, so that the next
+// step need not wait for the sampler: actors/step_feedback.hpp).
+bool chooses_raw_argmax(const SamplingParams& params);
+
+// The greedy choice over a run of logits, the way the Sampler makes it:
+// the largest value, ties to the lowest index, NaNs skipped. A row may be
+// cut into parts scanned apart (on several threads) and merged: merging the
+// parts in any order gives the whole row's greedy_token.
+struct ArgmaxPart {
+  float max = -std::numeric_limits<float>::infinity();
+  int32_t index = -1;  // the first index holding `max`; -1: none (every value NaN)
+};
+ArgmaxPart argmax_part(const float* logits, int32_t begin, int32_t end);
+ArgmaxPart merge_argmax(ArgmaxPart a, ArgmaxPart b);
+// The whole row's choice (0 when every logit is NaN).
+inline int32_t argmax_token(ArgmaxPart whole) { return whole.index < 0 ? 0 : whole.index; }
+int32_t greedy_token(const float* logits, int32_t vocab_size);
 
 struct SamplerRow {
   const float* logits = nullptr;            // [vocab_size] raw model logits, read only

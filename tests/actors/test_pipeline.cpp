@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
+#include <tuple>
 #include <mutex>
 
 #include "actors/messages.hpp"
@@ -222,6 +224,50 @@ TEST_CASE("Engine::trace_spans gives the recorded spans of every step, and says 
 
   Engine untraced(stories_config());
   CHECK_THROWS_AS(untraced.trace_spans(), Error);
+}
+
+TEST_CASE("with overlap, the executor publishes the ids of steps whose rows all take the raw argmax; other steps "
+          "wait for the sampler; the tokens are the same either way", "[pipeline][overlap]") {
+  // Per step: did the executor take the argmax? And the request's tokens.
+  auto run = [](bool overlap, float repetition_penalty, float temperature) {
+    EngineConfig cfg = stories_config();
+    cfg.executor.num_threads = 2;  // the argmax cut between two threads
+    cfg.scheduler.overlap = overlap;
+    EngineOptions options;
+    options.record_trace = true;
+    Engine engine(cfg, options);
+    Request r;
+    r.id = "argmax";
+    r.prompt_token_ids = {1, 403, 407, 261};
+    r.sampling.temperature = temperature;
+    r.sampling.repetition_penalty = repetition_penalty;
+    r.sampling.seed = 5;
+    r.sampling.ignore_eos = true;
+    r.sampling.max_tokens = 24;
+    const RequestResult result = run_one(engine, r);
+    std::set<uint64_t> steps, argmax_steps;
+    for (const TraceSpan& span : engine.trace_spans()) {
+      if (span.name == "execute") steps.insert(span.step);
+      if (span.name == "argmax") argmax_steps.insert(span.step);
+    }
+    return std::make_tuple(result.samples.at(0).token_ids, steps.size(), argmax_steps.size());
+  };
+  const auto [greedy_ids, greedy_steps, greedy_argmax] = run(true, 1.0f, 0.0f);
+  REQUIRE(greedy_ids.size() == 24);
+  CHECK(greedy_steps == 24);
+  CHECK(greedy_argmax == 24);  // every step, the prefill's last row included
+  // The same request without overlap: the sampler picks every id, and the same ones.
+  const auto [serial_ids, serial_steps, serial_argmax] = run(false, 1.0f, 0.0f);
+  CHECK(serial_argmax == 0);
+  CHECK(serial_ids == greedy_ids);
+  // A penalty or a temperature leaves every id to the sampler.
+  const auto [penalized_ids, penalized_steps, penalized_argmax] = run(true, 1.3f, 0.0f);
+  CHECK(penalized_steps == 24);
+  CHECK(penalized_argmax == 0);
+  CHECK(penalized_ids.size() == 24);
+  const auto [sampled_ids, sampled_steps, sampled_argmax] = run(true, 1.0f, 0.8f);
+  CHECK(sampled_argmax == 0);
+  CHECK(sampled_ids.size() == 24);
 }
 
 TEST_CASE("a program's own actors can feed the tokenizer actor and consume the events", "[pipeline][embed]") {

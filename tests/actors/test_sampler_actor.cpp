@@ -34,10 +34,11 @@ struct Harness {
   caf::actor_system_config config;
   std::unique_ptr<caf::actor_system> system;
   sampler_actor sampler;
+  PipelineContext context;
   Harness() {
     config.add_message_types<caf::id_block::llmk>();
     system = std::make_unique<caf::actor_system>(config);
-    sampler = spawn_sampler(*system, PipelineContext{});
+    sampler = spawn_sampler(*system, context);
   }
   ~Harness() {
     caf::anon_send_exit(sampler, caf::exit_reason::user_shutdown);
@@ -197,4 +198,55 @@ TEST_CASE("rows fed from a step the sampler never sampled draw into scratch hist
   auto got = h.sample(SampleWork{5, {}, {}, {SampleRow{11, 0, 3}}, 0, /*fed_from=*/4}, host_view(one, 1));
   REQUIRE(std::holds_alternative<std::string>(got));
   CHECK_THAT(std::get<std::string>(got), Contains("in the scheduler"));
+}
+
+TEST_CASE("a step whose ids the executor published: the sampler checks them against its own, publishes nothing, "
+          "and marks every step sampled", "[sampler][actor][overlap]") {
+  Harness h;
+  StepFeedback& feedback = *h.context.feedback;
+  auto greedy = std::make_shared<SamplingParams>();
+  greedy->temperature = 0.0f;
+  std::vector<float> logits(2 * kStride, 0.0f);
+  logits[5] = 10.0f;            // row 0 argmax 5
+  logits[kStride + 7] = 10.0f;  // row 1 argmax 7
+  // Step 1 the usual way: the sampler publishes its ids, and marks it sampled.
+  SampleWork first{1, {SamplerOpen{11, greedy, 1, {}}, SamplerOpen{12, greedy, 1, {}}}, {},
+                   {SampleRow{11, 0, 0}, SampleRow{12, 0, 0}}, 0};
+  REQUIRE(std::holds_alternative<StepResult>(h.sample(first, host_view(logits, 2))));
+  const SampledIds one = feedback.wait(1, std::chrono::seconds(1));
+  CHECK(std::vector<int32_t>(one.data, one.data + one.count) == std::vector<int32_t>{5, 7});
+  feedback.wait_sampled(1, std::chrono::seconds(1));
+
+  // Step 2: the executor published {5, 7} itself (as it does for raw-argmax
+  // steps). The sampler agrees, and leaves the executor's ids in place.
+  const std::vector<int32_t> executor_ids = {5, 7};
+  SampledIds published;
+  published.data = executor_ids.data();
+  published.count = 2;
+  feedback.publish(2, published);
+  SampleWork second{2, {}, {}, {SampleRow{11, 0, 1}, SampleRow{12, 0, 1}}, 0};
+  second.raw_argmax = true;
+  second.published_ids = executor_ids;
+  auto got = h.sample(second, host_view(logits, 2));
+  REQUIRE(std::holds_alternative<StepResult>(got));
+  CHECK(std::get<StepResult>(got).tokens[1].token_id == 7);
+  feedback.wait_sampled(2, std::chrono::seconds(1));
+  const SampledIds two = feedback.wait(2, std::chrono::seconds(1));
+  CHECK_FALSE(two.failed);
+  CHECK(std::vector<int32_t>(two.data, two.data + two.count) == executor_ids);
+
+  // Step 3: published ids the sampler would not pick are an internal error
+  // naming the row and both ids; the step is still marked sampled (its
+  // logits are free), and the executor's ids are not replaced by a failure.
+  const std::vector<int32_t> wrong = {5, 8};
+  published.data = wrong.data();
+  feedback.publish(3, published);
+  SampleWork third{3, {}, {}, {SampleRow{11, 0, 2}, SampleRow{12, 0, 2}}, 0};
+  third.raw_argmax = true;
+  third.published_ids = wrong;
+  got = h.sample(third, host_view(logits, 2));
+  REQUIRE(std::holds_alternative<std::string>(got));
+  CHECK_THAT(std::get<std::string>(got), Contains("step 3 row 1: the executor's argmax picked token 8, the sampler 7"));
+  feedback.wait_sampled(3, std::chrono::seconds(1));
+  CHECK_FALSE(feedback.wait(3, std::chrono::seconds(1)).failed);
 }

@@ -78,3 +78,41 @@ TEST_CASE("StepFeedback reports failed steps, timeouts, out-of-order steps and a
   }
   closer.join();
 }
+
+TEST_CASE("StepFeedback tells the executor when the sampler no longer reads a step's logits", "[step_feedback]") {
+  StepFeedback feedback;
+  // Marked before the wait, soon after it, and after the waiter has gone to sleep.
+  feedback.sampled(1);
+  feedback.wait_sampled(1, 1000ms);
+  for (const auto delay : {50us, 20000us}) {
+    const uint64_t step = delay == 50us ? 2 : 3;
+    std::thread t([&feedback, step, delay] {
+      std::this_thread::sleep_for(delay);
+      feedback.sampled(step);
+    });
+    feedback.wait_sampled(step, 5000ms);
+    t.join();
+  }
+  // A later step marked covers the earlier ones (the sampler takes steps in order).
+  feedback.sampled(6);
+  feedback.wait_sampled(5, 1000ms);
+  // Never marked: the wait names the step after its timeout; close() cancels it.
+  try {
+    feedback.wait_sampled(7, 30ms);
+    FAIL("no timeout");
+  } catch (const llmk::Error& e) {
+    CHECK(e.code() == llmk::ErrorCode::internal);
+    CHECK(std::string(e.what()).find("logits of step 7") != std::string::npos);
+  }
+  std::thread closer([&] {
+    std::this_thread::sleep_for(20ms);
+    feedback.close();
+  });
+  try {
+    feedback.wait_sampled(8, 5000ms);
+    FAIL("not woken");
+  } catch (const llmk::Error& e) {
+    CHECK(e.code() == llmk::ErrorCode::cancelled);
+  }
+  closer.join();
+}

@@ -119,10 +119,12 @@ TEST_CASE("a CPU executor's logits view holds exactly the Model's logits, argmax
   }
 }
 
-TEST_CASE("a logits view stays unchanged until the next execute", "[executor]") {
+TEST_CASE("a CPU executor's logits view stays unchanged through the next execute, and its argmax_rows picks the "
+          "Sampler's greedy ids", "[executor]") {
   const std::shared_ptr<const Checkpoint> checkpoint = stories_checkpoint();
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
   const auto executor = make_executor(small_config(), checkpoint, plugins);
+  REQUIRE(executor->views_kept() == 2);
   const std::vector<GoldenPrompt>& cases = golden_cases();
   const int32_t vocab = executor->model_config().vocab_size;
   const LogitsView first = executor->execute(contiguous_step(cases[0].input_ids, 0, 0, false));
@@ -132,10 +134,27 @@ TEST_CASE("a logits view stays unchanged until the next execute", "[executor]") 
   std::iota(slots.begin(), slots.end(), 0);
   (void)executor->save_kv(slots);
   CHECK(std::memcmp(first.row(0), copy.data(), sizeof(float) * vocab) == 0);
-  // The next step's logits differ (another prompt), and replace them.
-  const LogitsView second = executor->execute(contiguous_step(cases[1].input_ids, 0, 512, false));
-  CHECK(argmax(second.row(0), vocab) == cases[1].greedy_ids[0]);
+  // The next step's logits (another prompt's, every position) land beside
+  // them: the first view is still intact while the second is read.
+  const int32_t n = static_cast<int32_t>(cases[1].input_ids.size());
+  const LogitsView second = executor->execute(contiguous_step(cases[1].input_ids, 0, 512, true));
+  CHECK(std::memcmp(first.row(0), copy.data(), sizeof(float) * vocab) == 0);
   CHECK(argmax(copy.data(), vocab) == cases[0].greedy_ids[0]);
+  // Every position's argmax, by the executor's threads: the golden argmax,
+  // and the id the Sampler picks greedily.
+  std::vector<int32_t> ids(static_cast<size_t>(n), -1);
+  REQUIRE(executor->argmax_rows(second, ids));
+  Sampler sampler(vocab, 1);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  for (int32_t r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(ids[static_cast<size_t>(r)] == cases[1].all_positions_argmax[static_cast<size_t>(r)]);
+    SamplerRow row;
+    row.logits = second.row(r);
+    row.params = &greedy;
+    CHECK(ids[static_cast<size_t>(r)] == sampler.sample_one(row).token_id);
+  }
 }
 
 TEST_CASE("a CPU executor times its forwards per operation: every operation counted, the sum within the wall time, "

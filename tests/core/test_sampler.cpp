@@ -179,6 +179,62 @@ TEST_CASE("Greedy sampling is the argmax, ties going to the lowest id", "[sample
   CHECK(sampler.sample_one(make_row(tied, p, {}, {})).token_id == 3);
 }
 
+TEST_CASE("A row's argmax merged from parts cut anywhere, in any order, is the Sampler's greedy id, NaNs and "
+          "infinities included", "[sampler]") {
+  std::mt19937 rng(5);
+  Sampler sampler(700);
+  SamplingParams p;
+  p.temperature = 0.0f;
+  REQUIRE(llmk::chooses_raw_argmax(p));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 400; ++trial) {
+    std::vector<float> row = random_logits(rng, 700, 2.0f);
+    // Ties, NaNs and infinities scattered; some rows all NaN, some all -inf.
+    const int kind = trial % 8;
+    for (int i = 0; i < 40; ++i) {
+      const size_t at = rng() % row.size();
+      if (kind == 1) row[at] = nan;
+      if (kind == 2) row[at] = 9.0f;  // a tie for the maximum
+      if (kind == 3) row[at] = -inf;
+      if (kind == 4) row[at] = i % 2 ? nan : inf;
+    }
+    if (kind == 5) std::fill(row.begin(), row.end(), nan);
+    if (kind == 6) std::fill(row.begin(), row.end(), -inf);
+    if (kind == 7) {
+      std::fill(row.begin(), row.end(), nan);
+      row[rng() % row.size()] = -inf;
+    }
+    const int32_t expected = sampler.sample_one(make_row(row, p, {}, {})).token_id;
+    CHECK(llmk::greedy_token(row.data(), 700) == expected);
+    // 1-6 parts, cut at random places (some empty), merged in shuffled order.
+    std::vector<int32_t> cuts = {0, 700};
+    const int parts = 1 + static_cast<int>(rng() % 6);
+    for (int c = 1; c < parts; ++c) cuts.push_back(static_cast<int32_t>(rng() % 701));
+    std::sort(cuts.begin(), cuts.end());
+    std::vector<llmk::ArgmaxPart> found;
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) found.push_back(llmk::argmax_part(row.data(), cuts[c], cuts[c + 1]));
+    std::shuffle(found.begin(), found.end(), rng);
+    llmk::ArgmaxPart whole;
+    for (const auto& part : found) whole = llmk::merge_argmax(whole, part);
+    CAPTURE(trial, parts);
+    CHECK(llmk::argmax_token(whole) == expected);
+  }
+  // Only greedy rows without penalties take the raw argmax.
+  SamplingParams warm;
+  CHECK_FALSE(llmk::chooses_raw_argmax(warm));
+  for (auto set : {+[](SamplingParams& q) { q.repetition_penalty = 1.1f; },
+                   +[](SamplingParams& q) { q.frequency_penalty = 0.5f; },
+                   +[](SamplingParams& q) { q.presence_penalty = -0.5f; }}) {
+    SamplingParams q = p;
+    set(q);
+    CHECK_FALSE(llmk::chooses_raw_argmax(q));
+  }
+  SamplingParams listed = p;  // logprobs do not change the choice
+  listed.logprobs = 5;
+  CHECK(llmk::chooses_raw_argmax(listed));
+}
+
 TEST_CASE("Top-k, top-p and min-p keep exactly the reference candidate set", "[sampler]") {
   std::mt19937 rng(2);
   for (int32_t vocab : {50, 1000, 32000}) {

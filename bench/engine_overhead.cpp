@@ -15,7 +15,12 @@
 // executor, like each engine, lives for one round), so where the weights
 // land in memory varies alike too. Figures are the median over rounds of
 // each round's mean; the overheads are also given as the median of each
-// round's own ratio.
+// round's own ratio, and from each round's median step (a step stretched by
+// another process taking a core weighs on a mean, not on a median: on a
+// shared 2-core VM that is the steadier figure).
+//
+// The raw forward's argmax is the Sampler's greedy routine (greedy_token),
+// the one the engine's executor runs for a greedy step.
 //
 //   bench_engine_overhead [--preset llama-110m] [--threads 2] [--prompt-tokens 16]
 //                         [--decode-tokens 64] [--rounds 5] [--linear linear.dense]
@@ -36,6 +41,7 @@
 #include "core/executor.hpp"
 #include "core/openmp.hpp"
 #include "core/plugin_loader.hpp"
+#include "core/sampler.hpp"
 #include "engine_bench_common.hpp"
 #include "limits.hpp"
 #include "steps.hpp"
@@ -51,23 +57,36 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Seconds per decode step of the raw forward: `decode` one-token steps after
-// a prefill of `prompt`, each followed by the argmax a greedy sampler does.
-double raw_step_s(Executor& executor, const std::vector<int32_t>& prompt, int decode) {
+// A measurement's seconds per decode step: the mean, and the median step.
+struct StepTime {
+  double mean_s = 0.0;
+  double median_s = 0.0;
+};
+
+StepTime step_time(const std::vector<double>& steps) {
+  double sum = 0.0;
+  for (double s : steps) sum += s;
+  return {sum / static_cast<double>(steps.size()), median(steps)};
+}
+
+// The raw forward: `decode` one-token steps after a prefill of `prompt`,
+// each followed by the argmax a greedy sampler does.
+StepTime raw_step_s(Executor& executor, const std::vector<int32_t>& prompt, int decode) {
   const auto capacity = static_cast<int32_t>(executor.runtime().num_kv_slots);
   const auto p = static_cast<int32_t>(prompt.size());
   LogitsView logits = executor.execute(bench::contiguous_step(prompt, 0, capacity));
-  auto argmax = [&] {
-    const float* row = logits.row(0);
-    return static_cast<int32_t>(std::max_element(row, row + logits.vocab_size) - row);
-  };
+  auto argmax = [&] { return greedy_token(logits.row(0), logits.vocab_size); };
   int32_t next = argmax();
-  const auto t0 = clock_type::now();
+  std::vector<double> steps;
+  auto t0 = clock_type::now();
   for (int i = 0; i < decode; ++i) {
     logits = executor.execute(bench::contiguous_step({next}, p + i, capacity));
     next = argmax();
+    const auto t1 = clock_type::now();
+    steps.push_back(std::chrono::duration<double>(t1 - t0).count());
+    t0 = t1;
   }
-  return std::chrono::duration<double>(clock_type::now() - t0).count() / decode;
+  return step_time(steps);
 }
 
 // Where an engine's decode step goes, from its trace: the forward (the
@@ -94,7 +113,7 @@ StepSplit split_steps(const std::vector<TraceSpan>& spans, int decode) {
 
 // Seconds per output token of one greedy request through the engine: the
 // spacing of tokens 1..decode (token 0 comes from the prefill).
-double engine_step_s(Engine& engine, const std::vector<int32_t>& prompt, int decode, int round) {
+StepTime engine_step_s(Engine& engine, const std::vector<int32_t>& prompt, int decode, int round) {
   Request r;
   r.id = "overhead-" + std::to_string(round);
   r.prompt_token_ids = prompt;
@@ -112,7 +131,9 @@ double engine_step_s(Engine& engine, const std::vector<int32_t>& prompt, int dec
   }
   const std::vector<double>& t = timings.token_times_s;
   if (t.size() != static_cast<size_t>(decode) + 1) throw Error(ErrorCode::internal, "missing token times");
-  return (t.back() - t.front()) / decode;
+  std::vector<double> steps;
+  for (size_t i = 1; i < t.size(); ++i) steps.push_back(t[i] - t[i - 1]);
+  return step_time(steps);
 }
 
 }  // namespace
@@ -147,7 +168,7 @@ int main(int argc, char** argv) {
     without.scheduler.overlap = false;
     omp_set_num_threads(f.num("threads"));
     auto raw_round = [&](int decode_steps) {
-      double s = 0.0;
+      StepTime s;
       {
         const auto executor = make_executor(cfg, checkpoint, plugins);  // its own weights, as each engine's
         raw_step_s(*executor, prompt, 4);  // warm-up: first-touch pages, plugin scratch, the team
@@ -161,25 +182,35 @@ int main(int argc, char** argv) {
       options.record_trace = true;  // a few spans a step, for the split below
       Engine engine(c, options);  // loads its own weights (the load's pool is released by the engine)
       engine_step_s(engine, prompt, 4, -1 - round);  // warm-up: first-touch pages, plugin scratch, the team
-      const double s = engine_step_s(engine, prompt, decode_steps, round);
+      const StepTime s = engine_step_s(engine, prompt, decode_steps, round);
       split = split_steps(engine.trace_spans(), decode_steps);
       return s;
     };
 
     std::vector<double> raw, eng_overlap, eng_serial, ratio_overlap, ratio_serial, forward_overlap, between_overlap;
+    std::vector<double> raw_median, overlap_median, serial_median, median_ratio_overlap, median_ratio_serial;
     for (int r = 0; r < rounds; ++r) {
-      raw.push_back(raw_round(decode));
+      const StepTime raw_time = raw_round(decode);
       StepSplit split_overlap, split_serial;
-      eng_overlap.push_back(engine_round(with, decode, 2 * r, split_overlap));
-      eng_serial.push_back(engine_round(without, decode, 2 * r + 1, split_serial));
+      const StepTime overlap_time = engine_round(with, decode, 2 * r, split_overlap);
+      const StepTime serial_time = engine_round(without, decode, 2 * r + 1, split_serial);
+      raw.push_back(raw_time.mean_s);
+      eng_overlap.push_back(overlap_time.mean_s);
+      eng_serial.push_back(serial_time.mean_s);
+      raw_median.push_back(raw_time.median_s);
+      overlap_median.push_back(overlap_time.median_s);
+      serial_median.push_back(serial_time.median_s);
       forward_overlap.push_back(split_overlap.forward_s);
       between_overlap.push_back(split_overlap.between_s);
       ratio_overlap.push_back(eng_overlap.back() / raw.back());
       ratio_serial.push_back(eng_serial.back() / raw.back());
-      std::printf("round %d: raw %.3f ms, engine %.3f ms (overlap: forward %.3f ms + %.0f us between forwards), "
-                  "%.3f ms (one step in flight)\n",
-                  r + 1, raw.back() * 1e3, eng_overlap.back() * 1e3, split_overlap.forward_s * 1e3,
-                  split_overlap.between_s * 1e6, eng_serial.back() * 1e3);
+      median_ratio_overlap.push_back(overlap_median.back() / raw_median.back());
+      median_ratio_serial.push_back(serial_median.back() / raw_median.back());
+      std::printf("round %d: raw %.3f ms (median step %.3f), engine %.3f ms (%.3f) (overlap: forward %.3f ms + "
+                  "%.0f us between forwards), %.3f ms (%.3f) (one step in flight)\n",
+                  r + 1, raw.back() * 1e3, raw_median.back() * 1e3, eng_overlap.back() * 1e3,
+                  overlap_median.back() * 1e3, split_overlap.forward_s * 1e3, split_overlap.between_s * 1e6,
+                  eng_serial.back() * 1e3, serial_median.back() * 1e3);
     }
     const double raw_s = median(raw), overlap_s = median(eng_overlap), serial_s = median(eng_serial);
     std::string describe;
@@ -210,6 +241,11 @@ int main(int argc, char** argv) {
                 100.0 * median(between_overlap) / (median(forward_overlap) + median(between_overlap)));
     std::printf("engine, one in flight %.3f ms/token  (%.1f tok/s): overhead %+.1f%%, per round %+.1f%%\n",
                 serial_s * 1e3, 1.0 / serial_s, 100.0 * (serial_s / raw_s - 1.0), 100.0 * paired_serial);
+    const double median_overlap = median(median_ratio_overlap) - 1.0;
+    std::printf("median steps          raw %.3f ms, engine overlap %.3f ms: overhead %+.1f%% (limit 5%%: %.2fx of "
+                "it), one in flight %.3f ms: %+.1f%%  (per round, median over rounds)\n",
+                median(raw_median) * 1e3, median(overlap_median) * 1e3, 100.0 * median_overlap,
+                median_overlap / 0.05, median(serial_median) * 1e3, 100.0 * (median(median_ratio_serial) - 1.0));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_engine_overhead: %s\n", e.what());
     return 1;

@@ -43,14 +43,21 @@ void poll(const std::atomic<uint64_t>& counter, uint64_t step) {
 
 }  // namespace
 
-SampledIds StepFeedback::wait(uint64_t step, std::chrono::milliseconds timeout) {
-  poll(ready_, step);
+std::unique_lock<std::mutex> StepFeedback::await(const std::atomic<uint64_t>& counter, const uint64_t& reached,
+                                                 uint64_t step, std::chrono::milliseconds timeout,
+                                                 const char* what) {
+  poll(counter, step);
   std::unique_lock<std::mutex> lock(mutex_);
-  const bool done = published_.wait_for(lock, timeout, [&] { return closed_ || step_ >= step; });
+  const bool done = published_.wait_for(lock, timeout, [&] { return closed_ || reached >= step; });
   if (closed_) throw Error(ErrorCode::cancelled, "the engine is stopping");
   if (!done)
-    throw Error(ErrorCode::internal, "the sampler did not finish step " + std::to_string(step) + " within " +
-                                            std::to_string(timeout.count()) + " ms");
+    throw Error(ErrorCode::internal, std::string("the sampler did not finish ") + what + "step " +
+                                         std::to_string(step) + " within " + std::to_string(timeout.count()) + " ms");
+  return lock;
+}
+
+SampledIds StepFeedback::wait(uint64_t step, std::chrono::milliseconds timeout) {
+  const auto lock = await(ready_, step_, step, timeout, "");
   if (step_ != step)  // steps are published in the order they run: a later one here is a bug
     throw Error(ErrorCode::internal, "waiting for the ids of step " + std::to_string(step) + ", but step " +
                                          std::to_string(step_) + " was published");
@@ -67,14 +74,7 @@ void StepFeedback::sampled(uint64_t step) {
 }
 
 void StepFeedback::wait_sampled(uint64_t step, std::chrono::milliseconds timeout) {
-  poll(sampled_ready_, step);
-  std::unique_lock<std::mutex> lock(mutex_);
-  const bool done = published_.wait_for(lock, timeout, [&] { return closed_ || sampled_ >= step; });
-  if (closed_) throw Error(ErrorCode::cancelled, "the engine is stopping");
-  if (!done)
-    throw Error(ErrorCode::internal, "the sampler did not finish reading the logits of step " +
-                                         std::to_string(step) + " within " + std::to_string(timeout.count()) +
-                                         " ms");
+  await(sampled_ready_, sampled_, step, timeout, "reading the logits of ");
 }
 
 void StepFeedback::close() {

@@ -60,6 +60,12 @@ class StepFeedback {
   void close();
 
  private:
+  // Polls `counter`, then sleeps until `reached` (guarded by mutex_) is at
+  // least `step`; throws Error(cancelled) once closed, Error(internal)
+  // naming `what` after the timeout. Returns the lock, held.
+  std::unique_lock<std::mutex> await(const std::atomic<uint64_t>& counter, const uint64_t& reached, uint64_t step,
+                                     std::chrono::milliseconds timeout, const char* what);
+
   std::mutex mutex_;
   std::condition_variable published_;
   uint64_t step_ = 0;  // the last step published or failed

@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
   try {
     EngineConfig cfg = bench_programs::base_config(f);
     const int prompt_tokens = f.num("prompt-tokens"), decode = f.num("decode-tokens"), rounds = f.num("rounds");
+    if (prompt_tokens < 1 || decode < 1 || rounds < 1)
+      throw Error(ErrorCode::invalid_argument, "--prompt-tokens, --decode-tokens and --rounds must be >= 1, got " +
+                                                   std::to_string(prompt_tokens) + ", " + std::to_string(decode) +
+                                                   " and " + std::to_string(rounds));
     cfg.kv_cache.capacity_tokens = static_cast<uint32_t>(std::max(1024, 2 * (prompt_tokens + decode + 1)));
     validate(cfg);
     f.print();

@@ -1,6 +1,7 @@
 #include "core/cpu_executor.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.hpp"
 
@@ -43,8 +44,12 @@ LogitsView CpuExecutor::execute(const StepBatch& batch, const SampledIds& previo
 }
 
 bool CpuExecutor::argmax_rows(const LogitsView& view, std::span<int32_t> out) {
-  if (view.device != Device::cpu || out.size() < static_cast<size_t>(view.num_rows))
-    throw Error(ErrorCode::invalid_argument, "argmax_rows: a view of another device, or too few outputs");
+  if (view.device != Device::cpu)
+    throw Error(ErrorCode::invalid_argument,
+                std::string("argmax_rows: a view of device '") + device_name(view.device) + "', not the CPU's");
+  if (out.size() < static_cast<size_t>(view.num_rows))
+    throw Error(ErrorCode::invalid_argument, "argmax_rows: " + std::to_string(out.size()) + " outputs for " +
+                                                 std::to_string(view.num_rows) + " rows");
   // Each row cut into one part per thread: a batch-1 step's 32000 logits are
   // 128 KB, half of them written by the other thread's share of lm_head.
   const int32_t threads = std::max<int32_t>(1, model_->runtime().num_threads);

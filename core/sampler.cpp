@@ -291,7 +291,7 @@ ArgmaxPart argmax_part(const float* logits, int32_t begin, int32_t end) {
 }
 
 ArgmaxPart merge_argmax(ArgmaxPart a, ArgmaxPart b) {
-  if (a.index < 0) return b.index < 0 ? ArgmaxPart{std::max(a.max, b.max), -1} : b;
+  if (a.index < 0) return b;  // a holds nothing but NaNs (or nothing)
   if (b.index < 0) return a;
   if (a.max != b.max) return a.max > b.max ? a : b;
   return a.index < b.index ? a : b;

@@ -155,6 +155,12 @@ TEST_CASE("a CPU executor's logits view stays unchanged through the next execute
     row.params = &greedy;
     CHECK(ids[static_cast<size_t>(r)] == sampler.sample_one(row).token_id);
   }
+  // Too few outputs, or a view of another device: refused, naming which.
+  std::vector<int32_t> short_out(static_cast<size_t>(n - 1));
+  CHECK_THROWS_WITH(executor->argmax_rows(second, short_out), Contains(std::to_string(n - 1) + " outputs for"));
+  LogitsView elsewhere = second;
+  elsewhere.device = Device::cuda;
+  CHECK_THROWS_WITH(executor->argmax_rows(elsewhere, ids), Contains("device 'cuda'"));
 }
 
 TEST_CASE("a CPU executor times its forwards per operation: every operation counted, the sum within the wall time, "

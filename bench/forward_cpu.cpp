@@ -9,7 +9,7 @@
 //
 //   bench_forward_cpu [--preset llama-110m] [--threads N] [--prompt-tokens 128]
 //                     [--decode-tokens 64] [--repeats 3] [--linear linear.dense]
-//                     [--linear-options JSON] [--per-run 1] [--ops 1]
+//                     [--linear-options JSON] [--kv-dtype f32|f16|i8] [--per-run 1] [--ops 1]
 //   --per-run 1 also prints each decode run's probe, time and weight stream;
 //   --ops 1 where a decode token's time goes (medians over every decode
 //   token of every run, per kind of operation: core/forward_timings.hpp).
@@ -77,7 +77,7 @@ double matmul_peak_gflops(bool bf16, int threads) {
 }  // namespace
 
 static int run(int argc, char** argv) {
-  std::string preset = "llama-110m", linear = "linear.dense", linear_options = "{}";
+  std::string preset = "llama-110m", linear = "linear.dense", linear_options = "{}", kv_dtype = "f32";
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int prompt_tokens = 128, decode_tokens = 64, repeats = 3;
   bool per_run = false, ops = false;
@@ -90,6 +90,7 @@ static int run(int argc, char** argv) {
     else if (a == "--repeats") repeats = std::stoi(v);
     else if (a == "--linear") linear = v;
     else if (a == "--linear-options") linear_options = v;
+    else if (a == "--kv-dtype") kv_dtype = v;
     else if (a == "--per-run") per_run = v != "0";
     else if (a == "--ops") ops = v != "0";
     else {
@@ -103,6 +104,12 @@ static int run(int argc, char** argv) {
     return 2;
   }
   llmk::EngineConfig cfg;
+  if (!llmk::parse_dtype(kv_dtype, cfg.kv_cache.dtype) ||
+      (cfg.kv_cache.dtype != llmk::DType::f32 && cfg.kv_cache.dtype != llmk::DType::f16 &&
+       cfg.kv_cache.dtype != llmk::DType::i8)) {
+    std::fprintf(stderr, "bench_forward_cpu: --kv-dtype takes f32, f16 or i8, not '%s'\n", kv_dtype.c_str());
+    return 2;
+  }
   cfg.model.load_format = "dummy";
   cfg.model.preset = preset;
   cfg.executor.num_threads = threads;
@@ -186,10 +193,9 @@ static int run(int argc, char** argv) {
                        2.0 * h * mc.vocab_size + layers * 2.0 * 2.0 * q_dim * p * (p + 1) / 2.0;
 
   const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
-  std::printf("preset %s (%s weights, %.1f M params), %d threads, %s %s, OMP_WAIT_POLICY=%s\n",
+  std::printf("preset %s (%s weights, %.1f M params), %d threads, %s %s, %s KV cache, OMP_WAIT_POLICY=%s\n",
               preset.c_str(), llmk::dtype_name(mc.dtype), mc.num_parameters() / 1e6, threads, linear.c_str(),
-              linear_options.c_str(),
-              wait_policy ? wait_policy : "(default)");
+              linear_options.c_str(), kv_dtype.c_str(), wait_policy ? wait_policy : "(default)");
   std::printf("limits: read bandwidth %.1f GB/s; %s matmul peak %.1f GFLOP/s\n", bandwidth,
               bf16_gemm ? "bf16" : "f32", peak);
   if (run_fractions.empty()) {

@@ -23,6 +23,27 @@ DecodeScratchSize decode_scratch_size(const KvShape& shape, uint32_t num_heads) 
   return size;
 }
 
+void merge_decode_spans(const float* spans, int num_spans, uint32_t num_heads, uint32_t head_dim, float* out) {
+  const size_t stride = decode_span_floats(num_heads, head_dim);
+  for (uint32_t h = 0; h < num_heads; ++h) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int s = 0; s < num_spans; ++s) m = std::max(m, spans[s * stride + h]);
+    float* o = out + static_cast<size_t>(h) * head_dim;
+    std::fill_n(o, head_dim, 0.0f);
+    if (m == -std::numeric_limits<float>::infinity()) continue;  // no visible key (a decode always sees itself)
+    float l = 0.0f;
+    for (int s = 0; s < num_spans; ++s) {
+      const float* span = spans + s * stride;
+      const float w = std::exp(span[h] - m);  // 0 for a span that saw no key (m = -inf, acc = 0)
+      l += w * span[num_heads + h];
+      const float* acc = span + 2 * num_heads + static_cast<size_t>(h) * head_dim;
+      for (uint32_t i = 0; i < head_dim; ++i) o[i] += w * acc[i];
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (uint32_t i = 0; i < head_dim; ++i) o[i] *= inv;
+  }
+}
+
 #if defined(__AVX512F__)
 
 namespace {

@@ -117,6 +117,7 @@ void decode_query(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQue
       }
     }
   }
+  if (dq.out == nullptr) return;  // one span of a longer context: the caller merges the spans' states
   float* out = dq.out + static_cast<int64_t>(dq.kv_begin) * dq.group * hd;
   for (uint32_t qh = 0; qh < heads; ++qh) {
     const float inv = s.l[qh] > 0.0f ? 1.0f / s.l[qh] : 0.0f;

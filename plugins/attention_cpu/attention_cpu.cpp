@@ -12,10 +12,15 @@
 // kChunk keys with an online softmax. A prefill chunk is cut into blocks of
 // query tokens so that both threads get work; items with many rows use the
 // register-tiled kernel (attend_tile.hpp), others the row-by-row one
-// (attend_chunk.hpp). A decode (one new token) is an item of its sequence
-// and a range of KV heads (all of them when there are enough sequences to
-// keep every thread busy), served by the decode kernel (attend_decode.hpp),
-// which reads each cached slot's rows for the whole range in one pass.
+// (attend_chunk.hpp). A decode (one new token) is an item of its sequence,
+// a span of its context (the whole of it up to kDecodeSpan positions; longer
+// ones are cut at multiples of kDecodeSpan and the spans' softmax states
+// merged after the items) and a range of KV heads (all of them when there
+// are enough items to keep every thread busy), served by the decode kernel
+// (attend_decode.hpp), which reads each cached slot's rows for the whole
+// range in one pass. Where a span ends depends on the position alone, so a
+// sequence's output is the same bits whatever runs beside it and on however
+// many threads.
 #include <omp.h>
 
 #include <algorithm>
@@ -81,6 +86,19 @@ struct WorkItem {
   int32_t first_token;  // batch row of the item's first query token
   int32_t num_tokens;
   uint32_t kv_head_end = 0;  // decode items: KV heads [kv_head, kv_head_end); 0 otherwise
+  // Decode items: positions [pos_begin, pos_end), the whole visible context
+  // (span < 0: straight to the output) or one span of it (attend_decode.hpp),
+  // whose state goes to float offset `span` of the partials area.
+  int64_t pos_begin = 0, pos_end = 0;
+  int64_t span = -1;
+};
+
+// A decode whose spans are merged after the items: the token's batch row and
+// its first span state (num_spans consecutive ones).
+struct SpanMerge {
+  int32_t row;
+  int32_t num_spans;
+  int64_t first_span;
 };
 
 }  // namespace
@@ -88,7 +106,7 @@ struct WorkItem {
 class AttentionCpu {
  public:
   static constexpr const char* kName = "attention.cpu";
-  static constexpr const char* kVersion = "1.2.0";
+  static constexpr const char* kVersion = "1.3.0";
   static constexpr const char* kDescription =
       "CPU causal GQA attention over a paged KV cache (online softmax, OpenMP), F32, F16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
@@ -147,11 +165,13 @@ class AttentionCpu {
     Carver measure(nullptr);
     carve(measure);
     thread_bytes_ = measure.offset();
-    // The work lists never grow inside a step: room for the most items any step can make.
+    // Room for the items of every step without long decodes; a step with
+    // more spans than any before grows the lists once (they keep their capacity).
     const size_t max_tokens = std::max<uint32_t>(1, d.max_tokens), max_seqs = std::max<uint32_t>(1, d.max_seqs);
     items_.reserve((max_tokens + max_seqs * tokens_per_item_) / tokens_per_item_ * shape_.num_kv_heads +
                    max_seqs * shape_.num_kv_heads);
     decode_items_.reserve(max_seqs * shape_.num_kv_heads);
+    merges_.reserve(max_seqs);
   }
 
   void kv_layout(llmk_kv_layout& layout) const {
@@ -170,20 +190,32 @@ class AttentionCpu {
     planned_ = true;
     items_.clear();
     decode_items_.clear();
-    // Decodes: split the KV heads only when there are too few sequences to
-    // give every thread a few items.
+    merges_.clear();
+    span_floats_ = 0;
+    // Decodes: a context longer than one span is cut into spans, each an
+    // item with its own softmax state, merged after the items; the KV heads
+    // are split too where there are too few items to give every thread a few.
     uint32_t num_decodes = 0;
     for (uint32_t s = 0; s < step.num_seqs; ++s) num_decodes += step.query_start[s + 1] - step.query_start[s] == 1;
-    const uint32_t parts =
-        num_decodes == 0 ? 1
-                         : std::clamp<uint32_t>((4 * num_threads_ + num_decodes - 1) / num_decodes, 1, shape_.num_kv_heads);
-    const uint32_t heads_per_part = (shape_.num_kv_heads + parts - 1) / parts;
+    const uint32_t parts = num_decodes == 0 ? 1 : (4 * num_threads_ + num_decodes - 1) / num_decodes;
+    const size_t span_size = decode_span_floats(num_heads_, shape_.head_dim);
     for (uint32_t s = 0; s < step.num_seqs; ++s) {
       const int32_t begin = step.query_start[s], end = step.query_start[s + 1];
       if (end <= begin) continue;
       if (end - begin == 1 && decode_kernel_) {
-        for (uint32_t h = 0; h < shape_.num_kv_heads; h += heads_per_part)
-          decode_items_.push_back({s, h, begin, 1, std::min(h + heads_per_part, shape_.num_kv_heads)});
+        const int64_t context = step.context_lens[s], first = first_visible(context - 1);
+        const int64_t num_spans = (context - 1) / kDecodeSpan - first / kDecodeSpan + 1;
+        const uint32_t head_parts =
+            std::clamp<uint32_t>(static_cast<uint32_t>((parts + num_spans - 1) / num_spans), 1, shape_.num_kv_heads);
+        const uint32_t heads_per_part = (shape_.num_kv_heads + head_parts - 1) / head_parts;
+        if (num_spans > 1) merges_.push_back({begin, static_cast<int32_t>(num_spans), static_cast<int64_t>(span_floats_)});
+        for (int64_t p0 = first, p1; p0 < context; p0 = p1) {
+          p1 = std::min(context, (p0 / kDecodeSpan + 1) * kDecodeSpan);
+          const int64_t state = num_spans > 1 ? static_cast<int64_t>(span_floats_) : -1;
+          for (uint32_t h = 0; h < shape_.num_kv_heads; h += heads_per_part)
+            decode_items_.push_back({s, h, begin, 1, std::min(h + heads_per_part, shape_.num_kv_heads), p0, p1, state});
+          if (num_spans > 1) span_floats_ += span_size;
+        }
         continue;
       }
       // Later query blocks see more keys: list them first so they start first.
@@ -222,17 +254,31 @@ class AttentionCpu {
     write_kv(layer.kv, shape_, static_cast<const float*>(layer.k), static_cast<const float*>(layer.v),
              step_.device_slot_mapping, step_.num_tokens, static_cast<int>(num_threads_));
     const int64_t num_items = static_cast<int64_t>(items_.size());
+    const int64_t num_merges = static_cast<int64_t>(merges_.size());
     auto* base = static_cast<unsigned char*>(workspace);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_) if (threads_ > 1)
-    for (int64_t i = 0; i < num_items; ++i) {
-      Carver carver(base + static_cast<size_t>(omp_get_thread_num()) * thread_bytes_);
-      const Scratch s = carve(carver);
-      run_item(layer.kv, q, out, items_[i], s);
+    float* spans = reinterpret_cast<float*>(base + static_cast<size_t>(threads_) * thread_bytes_);
+    const size_t head_dim = shape_.head_dim;
+#pragma omp parallel num_threads(threads_) if (threads_ > 1)
+    {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < num_items; ++i) {
+        Carver carver(base + static_cast<size_t>(omp_get_thread_num()) * thread_bytes_);
+        const Scratch s = carve(carver);
+        run_item(layer.kv, q, out, items_[i], s, spans);
+      }
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < num_merges; ++i) {
+        const SpanMerge& mg = merges_[i];
+        merge_decode_spans(spans + mg.first_span, mg.num_spans, num_heads_, static_cast<uint32_t>(head_dim),
+                           out + static_cast<int64_t>(mg.row) * num_heads_ * head_dim);
+      }
     }
   }
 
  private:
-  size_t workspace_bytes() const { return static_cast<size_t>(threads_) * thread_bytes_; }
+  size_t workspace_bytes() const {
+    return static_cast<size_t>(threads_) * thread_bytes_ + (span_floats_ * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+  }
 
   // One thread's arrays, in a fixed order (measured once at creation, then
   // carved from the workspace on every run).
@@ -279,22 +325,30 @@ class AttentionCpu {
     return window_ == 0 ? 0 : std::max<int64_t>(0, pos - static_cast<int64_t>(window_) + 1);
   }
 
-  void run_item(const llmk_kv_layer& kv, const float* q, float* out, const WorkItem& item, const Scratch& s) const {
+  void run_item(const llmk_kv_layer& kv, const float* q, float* out, const WorkItem& item, const Scratch& s,
+                float* spans) const {
     const llmk_attention_step& a = step_;
     const int32_t* table = a.device_block_tables + static_cast<int64_t>(item.seq) * a.max_blocks_per_seq;
     if (item.kv_head_end != 0) {
       const int64_t row = item.first_token;
       const DecodeQuery dq{q + row * num_heads_ * shape_.head_dim,
-                           out + row * num_heads_ * shape_.head_dim,
+                           item.span < 0 ? out + row * num_heads_ * shape_.head_dim : nullptr,
                            table,
                            a.block_size,
-                           first_visible(a.device_context_lens[item.seq] - 1),
-                           a.device_context_lens[item.seq],
+                           item.pos_begin,
+                           item.pos_end,
                            item.kv_head,
                            item.kv_head_end,
                            group_,
                            scale_};
       DecodeScratch decode = s.decode;
+      if (item.span >= 0) {  // the span's state, this item's heads of it
+        float* span = spans + item.span;
+        const size_t first_head = static_cast<size_t>(item.kv_head) * group_;
+        decode.m = span + first_head;
+        decode.l = span + num_heads_ + first_head;
+        decode.acc = span + 2 * static_cast<size_t>(num_heads_) + first_head * shape_.head_dim;
+      }
       attend_decode(kv, shape_, dq, decode);
       return;
     }
@@ -352,6 +406,8 @@ class AttentionCpu {
   bool planned_ = false;
   int threads_ = 1;
   std::vector<WorkItem> items_, decode_items_;
+  std::vector<SpanMerge> merges_;  // decodes cut into spans
+  size_t span_floats_ = 0;         // the partials area: every span state of the step
 };
 
 }  // namespace llmk::attention_cpu

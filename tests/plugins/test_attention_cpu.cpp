@@ -73,6 +73,59 @@ TEST_CASE("attention.cpu's decode kernel matches the reference for head sizes 16
   CHECK(run_case(mha, LLMK_DTYPE_F16, 1, 27 + head_dim) < 2e-5);
 }
 
+TEST_CASE("attention.cpu cuts long decode contexts into 256-position spans and merges them to the reference",
+          "[attention]") {
+  const uint32_t head_dim = GENERATE(16u, 64u, 128u);
+  const uint32_t threads = GENERATE(1u, 2u, 3u);
+  // At and around the span edges, several spans, and decodes beside a prefill chunk.
+  const std::vector<int32_t> ctx{255, 256, 257, 511, 512, 513, 1000, 1100};
+  Problem gqa{8, 2, head_dim, 7, std::vector<int32_t>(ctx.size(), 1), ctx};
+  Problem mha{4, 4, head_dim, 16, {1, 1, 30}, {700, 300, 330}};
+  Problem alone{6, 3, head_dim, 16, {1}, {1100}};
+  INFO("head_dim " << head_dim << ", threads " << threads);
+  CHECK(run_case(gqa, LLMK_DTYPE_F32, threads, 41 + head_dim) < 2e-5);
+  CHECK(run_case(mha, LLMK_DTYPE_F32, threads, 42 + head_dim) < 2e-5);
+  CHECK(run_case(alone, LLMK_DTYPE_F32, threads, 43 + head_dim) < 2e-5);
+  CHECK(run_case(alone, LLMK_DTYPE_F16, threads, 44 + head_dim) < 2e-5);
+  CHECK(run_case(gqa, LLMK_DTYPE_I8, threads, 45 + head_dim) < 2e-5);
+  // Sliding windows that start inside a span, end one position past an edge,
+  // or hold a single position.
+  for (const auto& [window, context] : std::vector<std::pair<uint32_t, int32_t>>{
+           {100, 300}, {256, 1000}, {2, 257}, {1, 513}, {300, 600}}) {
+    INFO("window " << window << ", context " << context);
+    Problem windowed{8, 2, head_dim, 16, {1, 1}, {context, context + 5}, window};
+    CHECK(run_case(windowed, LLMK_DTYPE_F32, threads, 46 + window) < 2e-5);
+  }
+}
+
+TEST_CASE("attention.cpu gives a decode the same bits alone, in any batch and on any number of threads",
+          "[attention]") {
+  // Spans are cut at fixed positions and KV heads are never split within a
+  // head, so a sequence's output does not depend on what runs beside it.
+  const uint32_t kv_dtype = GENERATE(static_cast<uint32_t>(LLMK_DTYPE_F32), static_cast<uint32_t>(LLMK_DTYPE_F16),
+                                     static_cast<uint32_t>(LLMK_DTYPE_I8));
+  const uint32_t context = GENERATE(40u, 700u);
+  INFO("kv dtype " << kv_dtype << ", context " << context);
+  static PluginLibrary lib("llmk_attention_cpu");
+  const auto& api = lib.api<llmk_attention_api>();
+  const int32_t c = static_cast<int32_t>(context);
+  const Problem alone{8, 2, 64, 16, {1}, {c}};
+  const Problem batch{8, 2, 64, 16, {1, 40, 1, 1}, {c, 100, 600, 5}};
+  const size_t row = 8 * 64;  // the first sequence's output row
+  const auto reference = llmk::test::check_attention_step(api, alone, kv_dtype, 1, 77);
+  REQUIRE(reference.out.size() == row);
+  CHECK(reference.max_err < 2e-5);
+  for (uint32_t threads : {1u, 2u, 3u}) {
+    for (const Problem* p : {&alone, &batch}) {
+      const auto r = llmk::test::check_attention_step(api, *p, kv_dtype, threads, 77);
+      INFO("threads " << threads << ", " << p->new_tokens.size() << " sequences");
+      REQUIRE(r.out.size() >= row);
+      CHECK(r.max_err < 2e-5);
+      CHECK(std::equal(reference.out.begin(), reference.out.end(), r.out.begin()));
+    }
+  }
+}
+
 TEST_CASE("attention.cpu reads int8 caches of any group size dividing head_dim against the reference", "[attention]") {
   // Groups of 1 to a whole head, and groups that straddle two 16-value vectors.
   const std::vector<int32_t> ctx{1, 16, 17, 150};

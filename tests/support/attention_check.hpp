@@ -37,6 +37,7 @@ struct AttentionOutcome {
   std::string why;         // refusal reason, or the first failure
   double max_err = 0;      // largest |out - reference|; +inf for a missing or non-finite output
   bool cache_ok = true;    // the new tokens' K/V were stored within the cache type's rounding
+  std::vector<float> out;  // the new tokens' outputs, [new tokens, num_heads, head_dim], batch order
 };
 
 // IEEE binary16 bits to a double (normal, subnormal, zero; no NaN/inf here).
@@ -47,7 +48,9 @@ inline double half_bits_to_double(uint16_t h) {
 }
 
 // Writes the cached positions with one step, then runs the new tokens in a
-// second step and compares. kv_dtype: LLMK_DTYPE_F32, F16 or I8 (i8_group
+// second step and compares. A sequence's K/V and queries depend only on
+// (seed, its index), not on the others, so the same sequence at the same
+// index in two problems meets the same numbers. kv_dtype: LLMK_DTYPE_F32, F16 or I8 (i8_group
 // values per scale).
 inline AttentionOutcome check_attention_step(const llmk_attention_api& api, const AttentionProblem& p,
                                              uint32_t kv_dtype, uint32_t num_threads, uint64_t seed,
@@ -72,12 +75,15 @@ inline AttentionOutcome check_attention_step(const llmk_attention_api& api, cons
   const uint32_t num_slots = static_cast<uint32_t>(pool * p.block_size);
 
   // Full K/V history per sequence, [context, kvh, hd].
+  auto seq_rng = [seed](uint32_t s, uint64_t stream) { return std::mt19937_64(seed * 1000003u + s * 4u + stream); };
   std::vector<std::vector<float>> k_all(num_seqs), v_all(num_seqs);
   for (uint32_t s = 0; s < num_seqs; ++s) {
+    std::mt19937_64 kv_rng = seq_rng(s, 0);
+    normal.reset();  // no value cached from another sequence's draws
     k_all[s].resize(p.context[s] * kvh * hd);
     v_all[s].resize(p.context[s] * kvh * hd);
-    for (auto& x : k_all[s]) x = normal(rng);
-    for (auto& x : v_all[s]) x = normal(rng);
+    for (auto& x : k_all[s]) x = normal(kv_rng);
+    for (auto& x : v_all[s]) x = normal(kv_rng);
   }
   const bool i8 = kv_dtype == LLMK_DTYPE_I8, f16 = kv_dtype == LLMK_DTYPE_F16;
   const uint32_t group = i8 ? i8_group : 0;
@@ -140,8 +146,11 @@ inline AttentionOutcome check_attention_step(const llmk_attention_api& api, cons
   auto run_step = [&](const std::vector<int32_t>& first_pos, const std::vector<int32_t>& count,
                       std::vector<float>* q_out, std::vector<float>* out) {
     std::vector<int32_t> qs{0}, ctx, slots;
-    std::vector<float> k, v;
+    std::vector<float> k, v, q;
     for (uint32_t s = 0; s < num_seqs; ++s) {
+      std::mt19937_64 q_rng = seq_rng(s, first_pos[s] == 0 ? 1 : 2);
+      normal.reset();
+      for (int64_t i = 0; i < count[s] * nh * hd; ++i) q.push_back(normal(q_rng) * 2.0f);  // sharper softmax than unit scores
       for (int32_t i = 0; i < count[s]; ++i) {
         const int64_t pos = first_pos[s] + i;
         slots.push_back(tables[s * max_blocks + pos / p.block_size] + static_cast<int32_t>(pos % p.block_size));
@@ -152,8 +161,6 @@ inline AttentionOutcome check_attention_step(const llmk_attention_api& api, cons
       ctx.push_back(first_pos[s] + count[s]);
     }
     const uint32_t n = static_cast<uint32_t>(slots.size());
-    std::vector<float> q(n * nh * hd);
-    for (auto& x : q) x = normal(rng) * 2.0f;  // sharper softmax than unit scores
     out->assign(q.size(), NAN);
     const llmk_attention_step step{sizeof(llmk_attention_step), n, num_seqs, static_cast<uint32_t>(max_blocks),
                                    p.block_size, num_slots, qs.data(), ctx.data(), slots.data(), tables.data(),
@@ -269,6 +276,7 @@ inline AttentionOutcome check_attention_step(const llmk_attention_api& api, cons
   }
   api.destroy(self);
   result.max_err = max_err;
+  result.out = std::move(out);
   return result;
 }
 

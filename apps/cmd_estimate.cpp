@@ -120,6 +120,7 @@ nlohmann::json to_json(const EstimateInput& in, const EstimateResult& r) {
           {"weight_bytes", r.weight_bytes},
           {"weight_bytes_per_device", r.weight_bytes_per_device},
           {"kv_bytes_per_token", r.kv_bytes_per_token},
+          {"logits_bytes", r.logits_bytes},
           {"kv_capacity_tokens", r.kv_capacity_tokens},
           {"max_concurrent_seqs", r.max_concurrent_seqs},
           {"ridge_flops_per_byte", r.ridge_flops_per_byte},
@@ -139,6 +140,8 @@ void print_table(const EstimateInput& in, const EstimateResult& r) {
   std::printf("weights           %.3f GB (%.3f GB per device, tp=%d)\n", r.weight_bytes / 1e9,
               r.weight_bytes_per_device / 1e9, in.tensor_parallel);
   std::printf("KV per token      %.1f KB\n", r.kv_bytes_per_token / 1e3);
+  std::printf("logits buffers    %.1f MB (2 x batch %d x vocab %d, f32)\n", r.logits_bytes / 1e6, in.batch_size,
+              in.model.vocab_size);
   std::printf("KV capacity       %.0f tokens, %.0f sequences of %d tokens\n", r.kv_capacity_tokens,
               r.max_concurrent_seqs, in.prompt_len + in.output_len);
   std::printf("ridge point       %.1f FLOPs/byte\n", r.ridge_flops_per_byte);

@@ -76,8 +76,10 @@ EstimateResult estimate(const EstimateInput& in) {
   r.weight_bytes_per_device = r.weight_bytes / tp;
   r.kv_bytes_per_token = 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * in.kv_bytes_per_element;
 
+  r.logits_bytes = 2.0 * std::max(1, in.batch_size) * m.vocab_size * sizeof(float);
+
   const double usable = d.memory_bytes * in.memory_utilization * tp;
-  r.kv_capacity_tokens = std::max(0.0, (usable - r.weight_bytes) / r.kv_bytes_per_token);
+  r.kv_capacity_tokens = std::max(0.0, (usable - r.weight_bytes - r.logits_bytes) / r.kv_bytes_per_token);
   const double seq_tokens = static_cast<double>(in.prompt_len) + in.output_len;
   r.max_concurrent_seqs = seq_tokens > 0 ? std::floor(r.kv_capacity_tokens / seq_tokens) : 0;
 

@@ -46,6 +46,9 @@ struct EstimateResult {
   double weight_bytes = 0;              // whole model
   double weight_bytes_per_device = 0;
   double kv_bytes_per_token = 0;        // 2 x layers x kv_heads x head_dim x bytes, whole model
+  // The executor's logits: two f32 buffers of batch_size x vocab (the next
+  // step's forward writes one while the sampler reads the other).
+  double logits_bytes = 0;
   double kv_capacity_tokens = 0;        // across the tensor-parallel group
   double max_concurrent_seqs = 0;       // of prompt_len + output_len tokens
   double ridge_flops_per_byte = 0;      // peak / bandwidth

@@ -91,7 +91,7 @@ TEST_CASE("tensor parallelism splits weights and adds all-reduce time", "[estima
   CHECK(four.kv_capacity_tokens > 4 * one.kv_capacity_tokens);
 }
 
-TEST_CASE("KV capacity counts what is left after the weights", "[estimate]") {
+TEST_CASE("KV capacity counts what is left after the weights and the logits buffers", "[estimate]") {
   EstimateInput in;
   in.model = worked_model();
   in.device = a100_at_1_5_tb();
@@ -99,8 +99,11 @@ TEST_CASE("KV capacity counts what is left after the weights", "[estimate]") {
   in.memory_utilization = 1.0;
   in.prompt_len = 1000;
   in.output_len = 1000;
+  in.batch_size = 64;
   const EstimateResult r = estimate(in);
-  const double expected_tokens = (200e9 - r.weight_bytes) / r.kv_bytes_per_token;
+  // Two f32 logits buffers of batch x vocab.
+  CHECK(r.logits_bytes == Approx(2.0 * in.batch_size * in.model.vocab_size * 4));
+  const double expected_tokens = (200e9 - r.weight_bytes - r.logits_bytes) / r.kv_bytes_per_token;
   CHECK(r.kv_capacity_tokens == Approx(expected_tokens));
   CHECK(r.max_concurrent_seqs == std::floor(expected_tokens / 2000));
 }

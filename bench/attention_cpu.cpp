@@ -8,7 +8,12 @@
 //   bench_attention_cpu [--plugin attention.cpu] [--batch 64] [--context 192]
 //                       [--heads 12] [--kv-heads 12] [--head-dim 64]
 //                       [--kv-dtype f32|f16|i8] [--group 8] [--block-size 16]
-//                       [--threads 2] [--steps 20]
+//                       [--threads 2] [--steps 20] [--cold 0|1]
+//
+// The same layer's cache is read step after step, so a cache that fits in
+// the last-level cache is partly read from there. --cold 1 reads 256 MiB of
+// other memory before each step (untimed), as a forward's weights and other
+// layers do between two visits of a layer.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,11 +30,14 @@
 
 namespace {
 
+volatile int64_t g_sink = 0;  // keeps --cold's reads
+
 struct Options {
   std::string plugin = "attention.cpu";
   uint32_t batch = 64, context = 192, heads = 12, kv_heads = 12, head_dim = 64;
   std::string kv_dtype = "f32";
   uint32_t group = 8, block_size = 16, threads = 2, steps = 20;
+  bool cold = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -48,6 +56,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--block-size") o.block_size = u();
     else if (k == "--threads") o.threads = u();
     else if (k == "--steps") o.steps = u();
+    else if (k == "--cold") o.cold = v != "0";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);
@@ -125,7 +134,14 @@ int main(int argc, char** argv) {
   // from the per-layer run.
   double best_plan = 1e30, best = 1e30;
   llmk::AlignedBuffer workspace;
+  std::vector<int64_t> other(o.cold ? (size_t{256} << 20) / sizeof(int64_t) : 0, 1);
   for (uint32_t i = 0; i <= o.steps; ++i) {
+    if (o.cold) {
+      int64_t sum = 0;
+#pragma omp parallel for num_threads(static_cast<int>(o.threads)) reduction(+ : sum)
+      for (size_t j = 0; j < other.size(); j += 8) sum += other[j];  // one load per cache line
+      g_sink = sum;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     const size_t bytes = attention.plan(step);
     const auto t1 = std::chrono::steady_clock::now();
@@ -139,8 +155,9 @@ int main(int argc, char** argv) {
   }
   const double bytes_per_slot = static_cast<double>(row) * (i8 ? 1.0 + 4.0 / o.group : f16 ? 2.0 : 4.0) * 2.0;  // K and V
   const double bytes = bytes_per_slot * o.batch * o.context;
-  std::printf("%s, %s KV, %u sequences x %u positions, %u/%u heads x %u, block %u, %u threads\n", o.plugin.c_str(),
-              o.kv_dtype.c_str(), o.batch, o.context, o.heads, o.kv_heads, o.head_dim, o.block_size, o.threads);
+  std::printf("%s, %s KV, %u sequences x %u positions, %u/%u heads x %u, block %u, %u threads%s\n", o.plugin.c_str(),
+              o.kv_dtype.c_str(), o.batch, o.context, o.heads, o.kv_heads, o.head_dim, o.block_size, o.threads,
+              o.cold ? ", cold cache" : "");
   std::printf("limit: read bandwidth %.1f GB/s\n", bandwidth);
   std::printf("decode step (one layer): %.3f ms, KV read %.1f MB -> %.1f GB/s = %.0f%% of bandwidth\n", best * 1e3,
               bytes / 1e6, bytes / best / 1e9, 100.0 * bytes / best / 1e9 / bandwidth);

@@ -59,16 +59,21 @@ DecodeScratchSize decode_scratch_size(const KvShape& shape, uint32_t num_heads);
 
 void attend_decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& query, DecodeScratch& s);
 
-// A long context is cut into spans of kDecodeSpan positions (at multiples of
-// kDecodeSpan, so the cut depends on the position alone, never on the batch
-// or the thread count), each span an item of its own: a single sequence's
-// decode then spreads over the threads by position, each thread reading
-// whole slot rows (every KV head) instead of one or two heads' slice of each
-// row. bench_attention_cpu, one sequence of 12 x 64 heads, 2-core Zen 4,
-// old and new alternating: F16 at 32000 positions 9.2-10.3 -> 5.0-6.1 ms a
-// layer; F32 at 8192 2.6-2.7 -> 1.9-2.0 ms; 4 x 2048 and 64 x 1024 (F16) the
-// same within the noise.
+// A long context (more than kDecodeSpansFrom visible positions) is cut into
+// spans of kDecodeSpan positions (at multiples of kDecodeSpan, so the cut
+// depends on the sequence alone, never on the batch or the thread count),
+// each span an item of its own: a single sequence's decode then spreads over
+// the threads by position, each thread reading whole slot rows (every KV
+// head) instead of one or two heads' slice of each row. bench_attention_cpu,
+// one sequence of 12 x 64 heads, 2-core Zen 4, old and new alternating: F16
+// at 32000 positions 9.2-10.3 -> 5.0-6.1 ms a layer; F32 at 8192 2.6-2.7 ->
+// 1.9-2.0 ms; from memory (--cold 1), F16 at 8192 2.24-2.46 -> 1.25-1.44 ms,
+// at 2048 0.36-0.42 -> 0.32-0.35 ms. Shorter contexts stay whole: in
+// llama-110m's int4 forward at 900-932 positions (F16 cache), four spans of
+// two head ranges each took 8-25% longer than six ranges of two heads over
+// the whole context.
 constexpr int64_t kDecodeSpan = 256;
+constexpr int64_t kDecodeSpansFrom = 2048;
 
 // One span's unnormalized state for num_heads query heads: m[num_heads],
 // l[num_heads], acc[num_heads * head_dim], contiguous.

@@ -13,9 +13,9 @@
 // query tokens so that both threads get work; items with many rows use the
 // register-tiled kernel (attend_tile.hpp), others the row-by-row one
 // (attend_chunk.hpp). A decode (one new token) is an item of its sequence,
-// a span of its context (the whole of it up to kDecodeSpan positions; longer
-// ones are cut at multiples of kDecodeSpan and the spans' softmax states
-// merged after the items) and a range of KV heads (all of them when there
+// a span of its context (the whole of it up to kDecodeSpansFrom visible
+// positions; longer ones are cut at multiples of kDecodeSpan and the spans'
+// softmax states merged after the items) and a range of KV heads (all of them when there
 // are enough items to keep every thread busy), served by the decode kernel
 // (attend_decode.hpp), which reads each cached slot's rows for the whole
 // range in one pass. Where a span ends depends on the position alone, so a
@@ -192,9 +192,9 @@ class AttentionCpu {
     decode_items_.clear();
     merges_.clear();
     span_floats_ = 0;
-    // Decodes: a context longer than one span is cut into spans, each an
-    // item with its own softmax state, merged after the items; the KV heads
-    // are split too where there are too few items to give every thread a few.
+    // Decodes: a long context is cut into spans, each an item with its own
+    // softmax state, merged after the items; the KV heads are split too where
+    // there are too few items to give every thread a few.
     uint32_t num_decodes = 0;
     for (uint32_t s = 0; s < step.num_seqs; ++s) num_decodes += step.query_start[s + 1] - step.query_start[s] == 1;
     const uint32_t parts = num_decodes == 0 ? 1 : (4 * num_threads_ + num_decodes - 1) / num_decodes;
@@ -204,13 +204,14 @@ class AttentionCpu {
       if (end <= begin) continue;
       if (end - begin == 1 && decode_kernel_) {
         const int64_t context = step.context_lens[s], first = first_visible(context - 1);
-        const int64_t num_spans = (context - 1) / kDecodeSpan - first / kDecodeSpan + 1;
+        const int64_t num_spans =
+            context - first > kDecodeSpansFrom ? (context - 1) / kDecodeSpan - first / kDecodeSpan + 1 : 1;
         const uint32_t head_parts =
             std::clamp<uint32_t>(static_cast<uint32_t>((parts + num_spans - 1) / num_spans), 1, shape_.num_kv_heads);
         const uint32_t heads_per_part = (shape_.num_kv_heads + head_parts - 1) / head_parts;
         if (num_spans > 1) merges_.push_back({begin, static_cast<int32_t>(num_spans), static_cast<int64_t>(span_floats_)});
         for (int64_t p0 = first, p1; p0 < context; p0 = p1) {
-          p1 = std::min(context, (p0 / kDecodeSpan + 1) * kDecodeSpan);
+          p1 = num_spans > 1 ? std::min(context, (p0 / kDecodeSpan + 1) * kDecodeSpan) : context;
           const int64_t state = num_spans > 1 ? static_cast<int64_t>(span_floats_) : -1;
           for (uint32_t h = 0; h < shape_.num_kv_heads; h += heads_per_part)
             decode_items_.push_back({s, h, begin, 1, std::min(h + heads_per_part, shape_.num_kv_heads), p0, p1, state});

@@ -75,23 +75,25 @@ TEST_CASE("attention.cpu's decode kernel matches the reference for head sizes 16
 
 TEST_CASE("attention.cpu cuts long decode contexts into 256-position spans and merges them to the reference",
           "[attention]") {
-  const uint32_t head_dim = GENERATE(16u, 64u, 128u);
-  const uint32_t threads = GENERATE(1u, 2u, 3u);
-  // At and around the span edges, several spans, and decodes beside a prefill chunk.
-  const std::vector<int32_t> ctx{255, 256, 257, 511, 512, 513, 1000, 1100};
+  // Head sizes with 2 threads, and 64 on 1 and 3 (the spans spread over
+  // the threads by position; the bits do not depend on how: next test case).
+  const auto [head_dim, threads] = GENERATE(table<uint32_t, uint32_t>({{16, 2}, {64, 2}, {128, 2}, {64, 1}, {64, 3}}));
+  // Whole up to 2048 visible positions, cut past it: at and around the
+  // span edges, and decodes beside a prefill chunk.
+  const std::vector<int32_t> ctx{2048, 2049, 2304, 2305, 2600};
   Problem gqa{8, 2, head_dim, 7, std::vector<int32_t>(ctx.size(), 1), ctx};
-  Problem mha{4, 4, head_dim, 16, {1, 1, 30}, {700, 300, 330}};
-  Problem alone{6, 3, head_dim, 16, {1}, {1100}};
+  Problem mha{4, 4, head_dim, 16, {1, 1, 30}, {2200, 300, 330}};
+  Problem alone{6, 3, head_dim, 16, {1}, {2500}};
   INFO("head_dim " << head_dim << ", threads " << threads);
   CHECK(run_case(gqa, LLMK_DTYPE_F32, threads, 41 + head_dim) < 2e-5);
   CHECK(run_case(mha, LLMK_DTYPE_F32, threads, 42 + head_dim) < 2e-5);
   CHECK(run_case(alone, LLMK_DTYPE_F32, threads, 43 + head_dim) < 2e-5);
   CHECK(run_case(alone, LLMK_DTYPE_F16, threads, 44 + head_dim) < 2e-5);
   CHECK(run_case(gqa, LLMK_DTYPE_I8, threads, 45 + head_dim) < 2e-5);
-  // Sliding windows that start inside a span, end one position past an edge,
-  // or hold a single position.
+  // Sliding windows longer than 2048 that start inside a span or one
+  // position before an edge, one of exactly 2048 (whole), and short ones.
   for (const auto& [window, context] : std::vector<std::pair<uint32_t, int32_t>>{
-           {100, 300}, {256, 1000}, {2, 257}, {1, 513}, {300, 600}}) {
+           {2100, 2300}, {2049, 2561}, {2048, 2600}, {2, 2305}, {1, 2305}}) {
     INFO("window " << window << ", context " << context);
     Problem windowed{8, 2, head_dim, 16, {1, 1}, {context, context + 5}, window};
     CHECK(run_case(windowed, LLMK_DTYPE_F32, threads, 46 + window) < 2e-5);
@@ -104,13 +106,13 @@ TEST_CASE("attention.cpu gives a decode the same bits alone, in any batch and on
   // head, so a sequence's output does not depend on what runs beside it.
   const uint32_t kv_dtype = GENERATE(static_cast<uint32_t>(LLMK_DTYPE_F32), static_cast<uint32_t>(LLMK_DTYPE_F16),
                                      static_cast<uint32_t>(LLMK_DTYPE_I8));
-  const uint32_t context = GENERATE(40u, 700u);
+  const uint32_t context = GENERATE(40u, 2400u);
   INFO("kv dtype " << kv_dtype << ", context " << context);
   static PluginLibrary lib("llmk_attention_cpu");
   const auto& api = lib.api<llmk_attention_api>();
   const int32_t c = static_cast<int32_t>(context);
   const Problem alone{8, 2, 64, 16, {1}, {c}};
-  const Problem batch{8, 2, 64, 16, {1, 40, 1, 1}, {c, 100, 600, 5}};
+  const Problem batch{8, 2, 64, 16, {1, 40, 1, 1}, {c, 100, 2100, 5}};
   const size_t row = 8 * 64;  // the first sequence's output row
   const auto reference = llmk::test::check_attention_step(api, alone, kv_dtype, 1, 77);
   REQUIRE(reference.out.size() == row);

@@ -355,6 +355,26 @@ void read_special_ids(const std::filesystem::path& json_file, TokenizerJsonSpec&
   }
 }
 
+// The ids of a tokenizer.json number its tokens from 0, with at most a few
+// holes: the engine keeps a table row per id up to the largest, so an id far
+// past the tokens named (a corrupt or hostile file) is refused here rather
+// than sized into gigabytes. Up to half the id space may be unnamed, plus
+// 1024 ids of room for small files with reserved ranges.
+void check_id_space(const Reader& r, const TokenizerJsonSpec& spec) {
+  int64_t largest = -1;
+  std::string where;
+  for (const auto& [token, id] : spec.vocab) {
+    if (id > largest) largest = id, where = "/model/vocab/" + token;
+  }
+  for (size_t i = 0; i < spec.added_tokens.size(); ++i) {
+    if (spec.added_tokens[i].id > largest) largest = spec.added_tokens[i].id, where = "/added_tokens/" + std::to_string(i) + "/id";
+  }
+  const int64_t named = static_cast<int64_t>(spec.vocab.size() + spec.added_tokens.size());
+  if (largest >= 2 * named + 1024)
+    r.fail(where, "token id " + std::to_string(largest) + " is far past the " + std::to_string(named) +
+                      " tokens the file names (ids number the tokens from 0, with few holes)");
+}
+
 }  // namespace
 
 TokenizerJsonSpec read_tokenizer_json(const std::filesystem::path& json_file) {
@@ -367,6 +387,7 @@ TokenizerJsonSpec read_tokenizer_json(const std::filesystem::path& json_file) {
   }
   read_model(r, r.member(root, "", "model"), spec);
   read_added_tokens(r, root, spec);
+  check_id_space(r, spec);
   read_normalizer(r, root.value("normalizer", json()), "/normalizer", spec);
   read_pre_tokenizer(r, root.value("pre_tokenizer", json()), "/pre_tokenizer", spec);
   read_post_processor(r, root.value("post_processor", json()), "/post_processor", spec);

@@ -141,6 +141,21 @@ TEST_CASE("Unsupported or malformed tokenizer.json parts are errors naming the J
   j = tiny_tokenizer();
   j["truncation"] = json{{"max_length", 8}};
   CHECK_THAT(load_error(j), Catch::Contains("/truncation"));
+
+  // An id far past the tokens the file names (the engine keeps a row per id
+  // up to the largest) is refused, naming the id, not sized into gigabytes.
+  j = tiny_tokenizer();
+  j["model"]["vocab"]["l"] = 2000000000;
+  CHECK_THAT(load_error(j), Catch::Contains("/model/vocab/l") && Catch::Contains("2000000000"));
+  j = tiny_tokenizer();
+  j["added_tokens"][0]["id"] = 1 << 30;
+  CHECK_THAT(load_error(j), Catch::Contains("/added_tokens/0/id") && Catch::Contains(std::to_string(1 << 30)));
+  // A few unnamed ids (reserved ranges) are fine.
+  j = tiny_tokenizer();
+  j["added_tokens"][0]["id"] = 1000;
+  const fs::path dir = llmk::test::make_temp_dir("llmk_tokenizer_json");
+  CHECK_NOTHROW(Tokenizer(write_json(dir, j)));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("A tokenizer.json that is not JSON is refused with the file named", "[tokenizer_json]") {

@@ -367,7 +367,8 @@ void check_id_space(const Reader& r, const TokenizerJsonSpec& spec) {
     if (id > largest) largest = id, where = "/model/vocab/" + token;
   }
   for (size_t i = 0; i < spec.added_tokens.size(); ++i) {
-    if (spec.added_tokens[i].id > largest) largest = spec.added_tokens[i].id, where = "/added_tokens/" + std::to_string(i) + "/id";
+    if (spec.added_tokens[i].id > largest)
+      largest = spec.added_tokens[i].id, where = "/added_tokens/" + std::to_string(i) + "/id";
   }
   const int64_t named = static_cast<int64_t>(spec.vocab.size() + spec.added_tokens.size());
   if (largest >= 2 * named + 1024)

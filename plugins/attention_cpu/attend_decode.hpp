@@ -35,7 +35,8 @@ struct DecodeQuery {
   float* out;             // [num_heads, head_dim] of the token; null: leave m, l, acc in the scratch
   const int32_t* table;   // the sequence's block table
   uint32_t block_size;
-  int64_t first_pos;      // positions first_pos .. context_len - 1 are read (> 0 under a sliding window or in a later span)
+  int64_t first_pos;      // positions first_pos .. context_len - 1 are read
+                          // (> 0 under a sliding window or in a later span)
   int64_t context_len;
   uint32_t kv_begin, kv_end;
   uint32_t group;         // query heads per KV head

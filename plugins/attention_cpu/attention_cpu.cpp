@@ -15,8 +15,8 @@
 // (attend_chunk.hpp). A decode (one new token) is an item of its sequence,
 // a span of its context (the whole of it up to kDecodeSpansFrom visible
 // positions; longer ones are cut at multiples of kDecodeSpan and the spans'
-// softmax states merged after the items) and a range of KV heads (all of them when there
-// are enough items to keep every thread busy), served by the decode kernel
+// softmax states merged after the items) and a range of KV heads (all of
+// them when there are enough items to keep every thread busy), served by the decode kernel
 // (attend_decode.hpp), which reads each cached slot's rows for the whole
 // range in one pass. Where a span ends depends on the position alone, so a
 // sequence's output is the same bits whatever runs beside it and on however
@@ -209,7 +209,8 @@ class AttentionCpu {
         const uint32_t head_parts =
             std::clamp<uint32_t>(static_cast<uint32_t>((parts + num_spans - 1) / num_spans), 1, shape_.num_kv_heads);
         const uint32_t heads_per_part = (shape_.num_kv_heads + head_parts - 1) / head_parts;
-        if (num_spans > 1) merges_.push_back({begin, static_cast<int32_t>(num_spans), static_cast<int64_t>(span_floats_)});
+        if (num_spans > 1)
+          merges_.push_back({begin, static_cast<int32_t>(num_spans), static_cast<int64_t>(span_floats_)});
         for (int64_t p0 = first, p1; p0 < context; p0 = p1) {
           p1 = num_spans > 1 ? std::min(context, (p0 / kDecodeSpan + 1) * kDecodeSpan) : context;
           const int64_t state = num_spans > 1 ? static_cast<int64_t>(span_floats_) : -1;
@@ -278,7 +279,8 @@ class AttentionCpu {
 
  private:
   size_t workspace_bytes() const {
-    return static_cast<size_t>(threads_) * thread_bytes_ + (span_floats_ * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+    const size_t span_bytes = (span_floats_ * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+    return static_cast<size_t>(threads_) * thread_bytes_ + span_bytes;
   }
 
   // One thread's arrays, in a fixed order (measured once at creation, then

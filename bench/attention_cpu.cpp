@@ -56,7 +56,13 @@ Options parse(int argc, char** argv) {
     else if (k == "--block-size") o.block_size = u();
     else if (k == "--threads") o.threads = u();
     else if (k == "--steps") o.steps = u();
-    else if (k == "--cold" && (v == "0" || v == "1")) o.cold = v == "1";
+    else if (k == "--cold") {
+      if (v != "0" && v != "1") {
+        std::fprintf(stderr, "--cold takes 0 or 1, not '%s'\n", v.c_str());
+        std::exit(2);
+      }
+      o.cold = v == "1";
+    }
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       std::exit(2);

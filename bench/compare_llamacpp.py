@@ -3,6 +3,7 @@
 pairs interleaved in one run (issue 17).
 
   compare_llamacpp.py --llamacpp LLAMA_CPP_BUILD [--threads 2] [--rounds 3]
+                      [--config CONFIG.json] [--seqs 0]
 
 Given a llama.cpp build folder (llama-bench, llama-batched-bench and
 llama-quantize in it or in its bin/), it
@@ -39,6 +40,10 @@ llama-quantize in it or in its bin/), it
      32 sequences (about 2x on this project's machine, docs/PERFORMANCE.md). Both engines use OpenMP and
      inherit the environment: on a machine shared with other work, run with
      OMP_WAIT_POLICY=passive (spinning barriers collapse both under load).
+     --config runs another Llama shape the same way (a config.json, e.g.
+     bench/configs/tinyllama-1.1b.json: weights of a realistic size, files
+     named after the config); --seqs 0 leaves out the batched measures (at
+     a billion parameters and more they take most of a round).
   4. prints the table (medians over rounds, llmk / llama.cpp and their
      ratio), the CPU model and flags, and writes every raw figure as JSON.
 
@@ -124,23 +129,25 @@ def llamacpp_commit(build, bench_json):
 
 # ---- weights -----------------------------------------------------------------
 
-def prepare_weights(work, quantize, threads, tokenizer):
-    hf, f32 = work / "hf", work / "llama-110m-f32.gguf"
+def prepare_weights(work, quantize, threads, tokenizer, name, config):
+    hf, f32 = work / "hf", work / f"{name}-f32.gguf"
     if not (hf / "model.safetensors").is_file() or not f32.is_file():
-        cmd = [sys.executable, ROOT / "bench/write_dummy_weights.py", work]
+        cmd = [sys.executable, ROOT / "bench/write_dummy_weights.py", work, "--gguf-name", f32.name]
         if tokenizer:
             cmd += ["--tokenizer", tokenizer]
+        if config:
+            cmd += ["--config", config]
         run(cmd)
     ggufs = {"F32": f32}
     for qtype in ("BF16", "Q8_0", "Q4_0"):
-        out = work / f"llama-110m-{qtype.lower()}.gguf"
+        out = work / f"{name}-{qtype.lower()}.gguf"
         if not out.is_file():
             run([quantize, "--pure", f32, out, qtype, threads])
         ggufs[qtype] = out
     return hf, ggufs
 
 
-def verify_weights(llmk, hf, f32_gguf, work):
+def verify_weights(llmk, hf, f32_gguf, work, preset):
     """Same greedy tokens from llmk's own dummy weights, the safetensors folder
     and the F32 GGUF: the files hold llmk's weights (a random model's top-two
     margins are small, so a wrong tensor changes the tokens early)."""
@@ -148,7 +155,7 @@ def verify_weights(llmk, hf, f32_gguf, work):
     batch.write_text(json.dumps({"prompt": "Once upon a time", "max_tokens": 64, "ignore_eos": True}) + "\n")
     common = ["generate", "--threads", "1", "--batch-file", batch, "--temperature", "0"]
     sources = {
-        "dummy": ["--load-format", "dummy", "--preset", "llama-110m", "--tokenizer", hf / "tokenizer.model"],
+        "dummy": ["--load-format", "dummy", "--preset", preset, "--tokenizer", hf / "tokenizer.model"],
         "safetensors": ["--model", hf],
         "gguf": ["--model", f32_gguf, "--tokenizer", hf / "tokenizer.model"],
     }
@@ -239,6 +246,8 @@ def llmk_measure(llmk, hf, threads, plugin, options, a, tmp):
     tpot = j["tpot_s"]["mean"]
     res["decode_tok_s"] = 1.0 / tpot
     res["decode_tpot_s"] = tpot
+    if a.seqs == 0:
+        return res
     # 32 sequences at once: prompt_len prompt tokens, decode_len outputs each.
     batch = ["--num-prompts", a.seqs, "--max-concurrency", a.seqs, "--input-len", a.prompt_len,
              "--output-len", a.decode_len, "--warmup", 2]
@@ -285,6 +294,8 @@ def table(results, a):
                ("aggregate_decode_interleaved_tok_s", "the same, llmk's default scheduler", False,
                 "aggregate_decode_tok_s"),
                ("batch_s", f"whole batch ({a.seqs} x {a.prompt_len}+{a.decode_len}) s", True, "batch_s")]
+    if a.seqs == 0:
+        metrics = metrics[:2]
     head = "| precision, llmk / llama.cpp |"
     sep = "|---|"
     for _, name, lower_better, _ in metrics:
@@ -316,10 +327,13 @@ def main():
     ap.add_argument("--pairs", default="f32,bf16,int8,int4", help="subset of f32,bf16,int8,int4")
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--decode-len", type=int, default=128)
-    ap.add_argument("--seqs", type=int, default=32, help="concurrent sequences of the batched measure")
+    ap.add_argument("--seqs", type=int, default=32, help="concurrent sequences of the batched measure (0: none)")
     ap.add_argument("--reps", type=int, default=3, help="llama-bench repetitions per round (it averages them)")
-    ap.add_argument("--work", type=Path, default=ROOT / "build/compare-llamacpp",
-                    help="weights and scratch files (kept between runs)")
+    ap.add_argument("--config", type=Path,
+                    help="a Llama config.json to run instead of llama-110m (e.g. bench/configs/tinyllama-1.1b.json)")
+    ap.add_argument("--work", type=Path,
+                    help="weights and scratch files, kept between runs (default build/compare-llamacpp, "
+                         "with --config build/compare-llamacpp-NAME)")
     ap.add_argument("--tokenizer", type=Path, help="tokenizer.model for the GGUF vocabulary")
     ap.add_argument("--json", type=Path, help="raw results (default WORK/results.json)")
     ap.add_argument("--no-flash-attn", action="store_true",
@@ -331,6 +345,12 @@ def main():
     tools = {n: find_tool(build, n) for n in ("llama-bench", "llama-batched-bench", "llama-quantize")}
     if not a.llmk.is_file():
         sys.exit(f"no llmk binary at {a.llmk} (build the llmk target, or pass --llmk)")
+    if a.seqs < 0:
+        sys.exit(f"--seqs must be 0 (no batched measures) or more, got {a.seqs}")
+    if a.config and not a.config.is_file():
+        sys.exit(f"--config: no such file {a.config}")
+    name = a.config.stem if a.config else "llama-110m"
+    a.work = a.work or ROOT / ("build/compare-llamacpp" + (f"-{name}" if a.config else ""))
     pairs = a.pairs.split(",")
     for p in pairs:
         if p not in {v[0] for v in VARIANTS}:
@@ -340,8 +360,10 @@ def main():
     tmp.mkdir(exist_ok=True)
 
     cpu = cpu_info()
-    hf, ggufs = prepare_weights(a.work, tools["llama-quantize"], a.threads, a.tokenizer)
-    check = None if a.skip_verify else verify_weights(a.llmk, hf, ggufs["F32"], a.work)
+    hf, ggufs = prepare_weights(a.work, tools["llama-quantize"], a.threads, a.tokenizer, name,
+                                a.config.resolve() if a.config else None)
+    check = None if a.skip_verify else verify_weights(a.llmk, hf, ggufs["F32"], a.work,
+                                                      str(a.config.resolve()) if a.config else "llama-110m")
 
     variants = [dict(pair=p, llmk_label=ll, plugin=pl, options=o, gguf=str(ggufs[g]), llamacpp_label=lc,
                      llmk=[], llamacpp=[])
@@ -364,8 +386,10 @@ def main():
                     log(f"round {rnd + 1}: llama.cpp {v['llamacpp_label']}")
                     b = llama_bench(tools["llama-bench"], v["gguf"], a.threads, a.prompt_len, a.decode_len, a.reps,
                                     not a.no_flash_attn)
-                    c = llama_batched(tools["llama-batched-bench"], v["gguf"], a.threads, a.prompt_len,
-                                      a.decode_len, a.seqs, not a.no_flash_attn)
+                    c = {"aggregate_decode_tok_s": None, "batch_s": None, "raw": None}
+                    if a.seqs > 0:
+                        c = llama_batched(tools["llama-batched-bench"], v["gguf"], a.threads, a.prompt_len,
+                                          a.decode_len, a.seqs, not a.no_flash_attn)
                     if b["raw"]:
                         commit = commit or llamacpp_commit(build, b["raw"][0])
                     fig = {"decode_tok_s": b.get("decode_tok_s"), "prefill_tok_s": b.get("prefill_tok_s"),
@@ -375,7 +399,8 @@ def main():
                 v["llamacpp"].append(llamacpp_cache[key])
 
     text = table(variants, a)
-    header = [f"CPU: {cpu['model']} ({cpu['cores']} logical cores), flags: {' '.join(cpu['flags'])}",
+    header = [f"model: {name}" + (f" ({a.config})" if a.config else "") + ", dummy weights, identical in both engines",
+              f"CPU: {cpu['model']} ({cpu['cores']} logical cores), flags: {' '.join(cpu['flags'])}",
               f"load average at start: {' '.join(f'{x:.2f}' for x in cpu['load_average'])}, "
               f"at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
               f"llama.cpp: {commit or 'unknown commit'} ({build})",
@@ -391,7 +416,7 @@ def main():
                                "threads": a.threads, "rounds": a.rounds,
                                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                                "llamacpp_flash_attn": not a.no_flash_attn, "prompt_len": a.prompt_len,
-                               "decode_len": a.decode_len, "seqs": a.seqs, "weights_check": check,
+                               "decode_len": a.decode_len, "seqs": a.seqs, "model": name, "weights_check": check,
                                "platform": platform.platform(), "variants": variants, "table": text}, indent=1))
     log(f"raw figures: {out}")
 

@@ -3,6 +3,7 @@
 # interleaved in one run (bench/compare_llamacpp.py has the details).
 #   scripts/compare-llamacpp.sh --llamacpp LLAMA_CPP_BUILD_DIR [--threads 2] [--rounds N]
 #     [--llmk build/bin/llmk] [--pairs f32,bf16,int8,int4] [--json OUT.json] [--work DIR]
+#     [--config bench/configs/tinyllama-1.1b.json --seqs 0]   (another Llama shape; no batched measures)
 # Needs a built llmk (the llmk target and its CPU plugins) and the project venv
 # (numpy, gguf). Prints the table and the CPU; writes the raw figures as JSON.
 set -euo pipefail

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "kernels/cpu/linear_tile.hpp"
+#include "kernels/cpu/linear_w4_tiles.hpp"
 #include "kernels/cpu/work_shares.hpp"
 #include "kernels/cpu/vec_math.hpp"
 
@@ -682,10 +683,21 @@ size_t w4_scratch_size(const W4Shape& s, int num_threads, int64_t max_rows, W4Ac
   return std::max(gemv, gemm);
 }
 
+int64_t w4_tiles::row_floats(const W4Shape& s) { return w4a8_row_floats(s); }
+
 void linear_w4(const float* x, int64_t num_rows, const W4Shape& s, const uint32_t* packed, const float* scale,
-               const uint8_t* zero, float* y, float* scratch, int num_threads, W4Activations activations) {
-  if (num_rows > 1 && activations == W4Activations::int8)
-    return rows_w4a8(x, num_rows, s, packed, scale, zero, y, scratch, num_threads);
+               const uint8_t* zero, float* y, float* scratch, int num_threads, W4Activations activations,
+               W4Matmul matmul) {
+  if (num_rows > 1 && activations == W4Activations::int8) {
+    const bool tiles = w4_amx_shape(s) && ((matmul == W4Matmul::amx && w4_amx_available()) ||
+                                           (matmul == W4Matmul::amx_model && w4_amx_built()));
+    if (!tiles) return rows_w4a8(x, num_rows, s, packed, scale, zero, y, scratch, num_threads);
+    const int threads = num_threads > 1 && num_rows * s.in_features >= (1 << 14) ? num_threads : 1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int64_t m = 0; m < num_rows; ++m) quantize_row_a8(x + m * s.in_features, s, row_a8_at(scratch, s, m));
+    return w4_tiles::rows(matmul == W4Matmul::amx_model, s, packed, scale, zero, scratch, w4a8_row_floats(s),
+                          num_rows, y, num_threads);
+  }
   if (num_rows == 1 && activations == W4Activations::int8) {
     const W4RowA8 r = row_a8_at(scratch, s, 0);
     quantize_row_a8(x, s, r);

@@ -95,9 +95,29 @@ enum class W4Activations { f32, int8 };
 size_t w4_scratch_size(const W4Shape& shape, int num_threads, int64_t max_rows = 1,
                        W4Activations activations = W4Activations::f32);
 
+// What multiplies more than one row with int8 activations (prefill and
+// batched steps; one row always takes the vector kernels):
+//   vector     AVX-512 VNNI or AVX2 integer multiply-adds (every CPU);
+//   amx        AMX-INT8 tiles (linear_w4_tiles.hpp), where w4_amx_available()
+//              and w4_amx_shape(); elsewhere the vector kernels;
+//   amx_model  the same tile kernel on a software model of the tile unit,
+//              where w4_amx_built() and w4_amx_shape() (tests on any CPU).
+// Every choice gives the same bits: the integer sums are exact and the
+// epilogue is shared lane for lane.
+enum class W4Matmul { vector, amx, amx_model };
+
+// This build's kernel library has the tile kernel (AVX-512 levels).
+bool w4_amx_built();
+// ... and this CPU runs it: AMX-TILE and AMX-INT8, with the tile data state
+// granted by the kernel (requested on the first call).
+bool w4_amx_available();
+// Shapes the tile kernel takes: in_features and group_size multiples of 64,
+// group_size at most 512.
+bool w4_amx_shape(const W4Shape& shape);
+
 // y: [num_rows, out_features] = x: [num_rows, in_features] times the packed weight.
 void linear_w4(const float* x, int64_t num_rows, const W4Shape& shape, const uint32_t* packed, const float* scale,
                const uint8_t* zero, float* y, float* scratch, int num_threads,
-               W4Activations activations = W4Activations::f32);
+               W4Activations activations = W4Activations::f32, W4Matmul matmul = W4Matmul::vector);
 
 }  // namespace llmk::kernels::cpu

@@ -3,7 +3,7 @@
 // unpacked inside the GEMV/GEMM.
 //
 // Options: {"group_size": 128, "range": "mse", "activations": "int8",
-// "float_layers": []}. The
+// "float_layers": [], "matmul": "auto"}. The
 // group size is capped at in_features; otherwise it must be a multiple of 8.
 // "range" picks each group's range: "mse" (the min/max range shrunk to
 // minimize the group's squared error, kernels/cpu/linear_w4.hpp) or "min_max".
@@ -20,6 +20,15 @@
 // output projection's error lands on the logits directly, but on small models
 // with large vocabularies it is a large share of the weights (a quarter of
 // llama-110m's), so by default every layer is int4.
+// "matmul" picks what multiplies more than one row with int8 activations
+// (prefill, batched steps): "auto" (AMX-INT8 tiles where the CPU has them
+// and the layer's shape fits, else the vector kernels), "own" (the vector
+// kernels: AVX-512 VNNI or AVX2), "amx" (the tiles; refused where the CPU
+// has none), "amx_model" (the tile kernel on a software model of the tile
+// unit: slow, for tests of this path on any CPU with an AVX-512 build). The
+// tiles need in_features and group_size multiples of 64 (group_size at most
+// 512); asked for by name on another shape, they are refused with the
+// reason. All four give the same bits (kernels/cpu/linear_w4.hpp).
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -32,16 +41,17 @@ namespace llmk::quant {
 class LinearInt4 {
  public:
   static constexpr const char* kName = "linear.int4";
-  static constexpr const char* kVersion = "1.0.0";
+  static constexpr const char* kVersion = "1.1.0";
   static constexpr const char* kDescription =
       "Int4 weights: groups along in_features with scales and zero points; activations int8 per group (or f32)";
   static constexpr const char* kCapabilities =
-      R"({"weight_dtypes":["f32","f16","bf16"],"scheme":"w4a8","options":{"group_size":128,"range":"mse","activations":"int8","float_layers":[]}})";
+      R"({"weight_dtypes":["f32","f16","bf16"],"scheme":"w4a8","options":{"group_size":128,"range":"mse","activations":"int8","float_layers":[],"matmul":"auto"}})";
 
   static bool supports(const llmk_linear_desc& d, std::string& why) {
     if (!check_desc(d, why)) return false;
     try {
-      shape_of(d, parse_options(d));
+      const auto options = parse_options(d);
+      matmul_of(d, options, shape_of(d, options));
     } catch (const std::exception& e) {
       why = e.what();
       return false;
@@ -53,6 +63,7 @@ class LinearInt4 {
     const auto options = parse_options(d);
     shape_ = shape_of(d, options);
     activations_ = activations_of(d, options);
+    matmul_ = matmul_of(d, options, shape_);
     if (layer_matches(layer_name(d), float_layers(options, {}, d))) {
       float_ = std::make_unique<FloatLayer>(d, threads_);
       return;
@@ -76,7 +87,7 @@ class LinearInt4 {
     if (num_rows == 0) return;
     if (float_) return float_->forward(x, y, num_rows);
     kernels::cpu::linear_w4(x, num_rows, shape_, packed_.data(), scale_.data(), zero_.data(), y,
-                            static_cast<float*>(workspace), threads_, activations_);
+                            static_cast<float*>(workspace), threads_, activations_, matmul_);
   }
 
   size_t weight_bytes() const {
@@ -85,7 +96,7 @@ class LinearInt4 {
 
  private:
   static kernels::cpu::W4Shape shape_of(const llmk_linear_desc& d, const nlohmann::json& options) {
-    check_option_keys(options, {"group_size", "range", "activations", "float_layers"}, d);
+    check_option_keys(options, {"group_size", "range", "activations", "float_layers", "matmul"}, d);
     float_layers(options, {}, d);
     range_of(d, options);
     activations_of(d, options);
@@ -112,6 +123,29 @@ class LinearInt4 {
                         layer_name(d) + ": option range must be \"mse\" or \"min_max\", got " + r.dump());
   }
 
+  static kernels::cpu::W4Matmul matmul_of(const llmk_linear_desc& d, const nlohmann::json& options,
+                                           const kernels::cpu::W4Shape& shape) {
+    using kernels::cpu::W4Matmul;
+    const std::string m = linear_options::choice_option(options, "matmul", "auto", {"auto", "own", "amx", "amx_model"}, d);
+    if (m == "own") return W4Matmul::vector;
+    const bool int8 = activations_of(d, options) == kernels::cpu::W4Activations::int8;
+    if (m == "auto")
+      return int8 && kernels::cpu::w4_amx_shape(shape) && kernels::cpu::w4_amx_available() ? W4Matmul::amx
+                                                                                              : W4Matmul::vector;
+    auto refuse = [&](const std::string& why) {
+      throw plugin::Error(LLMK_ERR_UNSUPPORTED, layer_name(d) + ": matmul " + m + ": " + why);
+    };
+    if (!int8) refuse("the tiles multiply int8 activations (option activations is f32)");
+    if (!kernels::cpu::w4_amx_shape(shape))
+      refuse("in_features (" + std::to_string(shape.in_features) + ") and group_size (" +
+             std::to_string(shape.group_size) + ") must be multiples of 64, group_size at most 512");
+    if (m == "amx" && !kernels::cpu::w4_amx_available())
+      refuse("this CPU has no AMX-INT8 tile unit (or the kernel did not grant its tile state)");
+    if (m == "amx_model" && !kernels::cpu::w4_amx_built())
+      refuse("this plugin file's CPU level has no tile kernel (it needs AVX-512)");
+    return m == "amx" ? W4Matmul::amx : W4Matmul::amx_model;
+  }
+
   static kernels::cpu::W4Activations activations_of(const llmk_linear_desc& d, const nlohmann::json& options) {
     if (!options.contains("activations")) return kernels::cpu::W4Activations::int8;
     const auto& a = options["activations"];
@@ -124,6 +158,7 @@ class LinearInt4 {
   int threads_;
   kernels::cpu::W4Shape shape_;
   kernels::cpu::W4Activations activations_ = kernels::cpu::W4Activations::int8;
+  kernels::cpu::W4Matmul matmul_ = kernels::cpu::W4Matmul::vector;
   std::unique_ptr<FloatLayer> float_;
   StreamArray<uint32_t> packed_;  // [num_panels16(out), k_pad / 8, 16], 8 nibbles per word
   StreamArray<float> scale_;      // [num_panels16(out), num_groups, 16]

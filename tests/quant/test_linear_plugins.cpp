@@ -151,6 +151,53 @@ TEST_CASE("linear.int8's rows through oneDNN's int8 matmul give its own kernels'
   CHECK(std::string(err.message).find("matmul") != std::string::npos);
 }
 
+TEST_CASE("linear.int4's rows on the AMX tile kernel give its vector kernels' bits", "[quant][plugin][amx]") {
+  const LoadedLinear l = load("linear.int4");
+  const uint32_t in = 384, out = 72;
+  const auto w = llmk::test::random_matrix(out, in, 141);
+  auto desc = [&](const char* options, uint32_t in_features = 384) {
+    llmk_linear_desc d = make_desc("model.layers.0.mlp.down_proj", w, out, in_features, options);
+    d.max_rows = 40;
+    return d;
+  };
+  // Where this plugin file's level has the tile kernel (AVX-512), its model
+  // of the tile unit; the unit itself where the CPU has one. Else refused with the reason.
+  llmk_error err{};
+  auto creates = [&](const llmk_linear_desc& d) {
+    void* p = l.api->create(&d, &err);
+    if (p != nullptr) l.api->destroy(p);
+    return p != nullptr;
+  };
+  const bool model = creates(desc(R"({"matmul":"amx_model"})"));
+  if (!model) CHECK(std::string(err.message).find("matmul amx_model: this plugin file's CPU level has no tile kernel") !=
+                    std::string::npos);
+  const bool unit = creates(desc(R"({"matmul":"amx"})"));
+  if (!unit) CHECK(std::string(err.message).find("matmul amx: this CPU has no AMX-INT8 tile unit") != std::string::npos);
+  for (uint32_t rows : {1u, 2u, 16u, 17u, 40u}) {
+    INFO(rows << " rows");
+    const auto x = llmk::test::random_matrix(rows, in, 142 + rows);
+    const auto own = run(l, desc(R"({"matmul":"own"})"), x, rows);
+    CHECK(relative_error(own.y, x, w, rows, in, out) < 0.35);  // int4 on uniform random weights: a product, not noise
+    CHECK(own.y == run(l, desc("{}"), x, rows).y);  // auto: the tiles or the vector kernels, the same bits
+    if (model) CHECK(own.y == run(l, desc(R"({"matmul":"amx_model"})"), x, rows).y);
+    if (unit) CHECK(own.y == run(l, desc(R"({"matmul":"amx"})"), x, rows).y);
+  }
+  // Asked for by name on shapes the tiles do not take, or with f32 activations: refused with the reason.
+  const auto w96 = llmk::test::random_matrix(out, 96, 143);
+  llmk_linear_desc odd = make_desc("model.layers.0.mlp.down_proj", w96, out, 96, R"({"matmul":"amx_model"})");
+  CHECK(l.api->create(&odd, &err) == nullptr);
+  CHECK(std::string(err.message).find("must be multiples of 64") != std::string::npos);
+  const llmk_linear_desc f32_rows = desc(R"({"matmul":"amx_model","activations":"f32"})");
+  CHECK(l.api->create(&f32_rows, &err) == nullptr);
+  CHECK(std::string(err.message).find("the tiles multiply int8 activations") != std::string::npos);
+  const llmk_linear_desc unknown = desc(R"({"matmul":"tiles"})");
+  CHECK(l.api->create(&unknown, &err) == nullptr);
+  CHECK(std::string(err.message).find("matmul") != std::string::npos);
+  // auto on a shape the tiles do not take: the vector kernels, no refusal.
+  odd.options = "{}";
+  CHECK(creates(odd));
+}
+
 TEST_CASE("A layer kept in float keeps a bf16 checkpoint's weights in bf16", "[quant][plugin]") {
   const LoadedLinear l = load("linear.int8");
   const uint32_t in = 96, out = 40, rows = 2;

@@ -14,8 +14,10 @@
 #include "core/dtype.hpp"
 #include "kernels/cpu/linear_panels16.hpp"
 #include "kernels/cpu/linear_w4.hpp"
+#include "kernels/cpu/linear_w4_tiles.hpp"
 #include "kernels/cpu/linear_wu8.hpp"
 #include "quant/quant_test_util.hpp"
+#include "support/skip.hpp"
 
 using namespace llmk::kernels::cpu;
 using llmk::test::kF32Eps;
@@ -384,4 +386,90 @@ TEST_CASE("F16 and BF16 panels convert on load and match float64 of the stored w
         }
     }
   }
+}
+
+namespace {
+
+// Shapes the tile kernel takes (w4_amx_shape): rows in whole 16-row blocks
+// and tails, partial last panels, one to eight tiles of 64 inputs a group.
+struct TileShape {
+  int64_t rows, in, out, group;
+};
+const TileShape kTileShapes[] = {{2, 64, 16, 64},    {3, 128, 40, 128},  {16, 384, 48, 128}, {17, 256, 33, 128},
+                                 {40, 512, 100, 64}, {5, 1024, 20, 512}, {33, 192, 70, 64},  {9, 512, 7, 256}};
+
+// x with zeros, rows of zeros and exact rounding ties, as the exactness test's.
+std::vector<float> tile_test_rows(const TileShape& t, uint32_t seed) {
+  auto x = llmk::test::random_matrix(t.rows, t.in, seed, t.rows > 2 ? 1 : -1);
+  for (int64_t i = 0; i < static_cast<int64_t>(x.size()); i += 7) x[i] = 0.0f;
+  x[0] = 127.0f, x[1] = 2.5f, x[2] = -3.5f;
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("Int4 rows on the AMX-INT8 tile kernel give the vector kernels' bits (software model of the tile unit)",
+          "[quant][int4][amx]") {
+  // The tile kernel sums each group's int8 x int4 products in int32 with
+  // tdpbsud and shares the vector kernels' epilogue, so on every shape it
+  // takes its outputs are the vector path's, bit for bit. Here it runs on
+  // the model of the tile unit; the next test runs it on the unit itself.
+  // The kernel is called directly on the rows the vector path quantized (so
+  // a fall-back to the vector path cannot pass for it), and through
+  // linear_w4 with W4Matmul::amx_model.
+  using namespace llmk::kernels::cpu;
+  if (!w4_amx_built()) LLMK_SKIP("this build's kernels have no tile kernel (it needs an AVX-512 level)");
+  for (const TileShape& t : kTileShapes) {
+    const W4Shape ws{t.in, t.out, t.group};
+    REQUIRE(w4_amx_shape(ws));
+    const auto w = llmk::test::random_matrix(t.out, t.in, 91);
+    const auto x = tile_test_rows(t, 92);
+    const auto [packed, scale, zero] = pack_w4_test(w, ws);
+    for (const int threads : {1, 2, 3}) {
+      CAPTURE(t.rows, t.in, t.out, t.group, threads);
+      std::vector<float> scratch(w4_scratch_size(ws, threads, t.rows, W4Activations::int8));
+      std::vector<float> y_vector(static_cast<size_t>(t.rows * t.out), -1.0f), y_tiles(y_vector.size(), -2.0f),
+          y_call(y_vector.size(), -3.0f);
+      linear_w4(x.data(), t.rows, ws, packed.data(), scale.data(), zero.data(), y_vector.data(), scratch.data(),
+                threads, W4Activations::int8, W4Matmul::vector);
+      // scratch now holds every row quantized, in the layout the tile kernel reads.
+      w4_tiles::rows(true, ws, packed.data(), scale.data(), zero.data(), scratch.data(), w4_tiles::row_floats(ws),
+                     t.rows, y_tiles.data(), threads);
+      REQUIRE(std::equal(y_vector.begin(), y_vector.end(), y_tiles.begin()));
+      linear_w4(x.data(), t.rows, ws, packed.data(), scale.data(), zero.data(), y_call.data(), scratch.data(), threads,
+                W4Activations::int8, W4Matmul::amx_model);
+      REQUIRE(std::equal(y_vector.begin(), y_vector.end(), y_call.begin()));
+    }
+  }
+}
+
+TEST_CASE("Int4 rows on the AMX-INT8 tile unit give the vector kernels' bits", "[quant][int4][amx]") {
+  using namespace llmk::kernels::cpu;
+  if (!w4_amx_available()) LLMK_SKIP("no AMX-INT8 tile unit here (or the kernel did not grant its state, or no AVX-512 build)");
+  for (const TileShape& t : kTileShapes) {
+    const W4Shape ws{t.in, t.out, t.group};
+    const auto w = llmk::test::random_matrix(t.out, t.in, 93);
+    const auto x = tile_test_rows(t, 94);
+    const auto [packed, scale, zero] = pack_w4_test(w, ws);
+    for (const int threads : {1, 2}) {
+      CAPTURE(t.rows, t.in, t.out, t.group, threads);
+      std::vector<float> scratch(w4_scratch_size(ws, threads, t.rows, W4Activations::int8));
+      std::vector<float> y_vector(static_cast<size_t>(t.rows * t.out), -1.0f), y_tiles(y_vector.size(), -2.0f);
+      linear_w4(x.data(), t.rows, ws, packed.data(), scale.data(), zero.data(), y_vector.data(), scratch.data(),
+                threads, W4Activations::int8, W4Matmul::vector);
+      w4_tiles::rows(false, ws, packed.data(), scale.data(), zero.data(), scratch.data(), w4_tiles::row_floats(ws),
+                     t.rows, y_tiles.data(), threads);
+      REQUIRE(std::equal(y_vector.begin(), y_vector.end(), y_tiles.begin()));
+    }
+  }
+}
+
+TEST_CASE("The AMX tile kernel takes only whole 64-input tiles", "[quant][int4][amx]") {
+  using namespace llmk::kernels::cpu;
+  CHECK(w4_amx_shape(W4Shape{768, 100, 128}));
+  CHECK(w4_amx_shape(W4Shape{2048, 16, 512}));
+  CHECK_FALSE(w4_amx_shape(W4Shape{760, 100, 8}));    // group of 8 inputs
+  CHECK_FALSE(w4_amx_shape(W4Shape{800, 100, 64}));   // 800 is not whole tiles
+  CHECK_FALSE(w4_amx_shape(W4Shape{1024, 16, 1024})); // a group past the kernel's buffer
+  CHECK_FALSE(w4_amx_shape(W4Shape{768, 16, 96}));    // 96-input groups split a tile
 }

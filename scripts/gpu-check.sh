@@ -21,7 +21,12 @@
 #      beside the copy bandwidth and GEMM peak measured in the same run) and,
 #      where python3 has PyTorch, the plain PyTorch baseline
 #      bench/cuda/torch_baseline.py;
-#   6. prints a markdown summary (GPU, driver, what passed, the benchmark
+#   6. where the host CPU has AMX-INT8 (the GPU machines' Xeons do), runs
+#      linear.int4's tile kernel on the tile unit itself: its bits against
+#      the vector kernels (test_kernels_avx512bf16 "[amx]"; CI checks the
+#      same kernel on a software model only) and 128-token prefill with
+#      "matmul":"own" and "auto" alternating (bench_forward_cpu);
+#   7. prints a markdown summary (GPU, driver, what passed, the benchmark
 #      tables) ready for docs/PERFORMANCE.md.
 #
 # Usage
@@ -36,7 +41,7 @@
 #   --out DIR         logs and summary.md (default <build-dir>/gpu-check, or
 #                     <bundle folder>/gpu-check with --prebuilt)
 #   --phases LIST     comma-separated subset of tests,memcheck,racecheck,golden,
-#                     bench (default: all), to split a run across short sessions
+#                     bench,amx (default: all), to split a run across short sessions
 #   --jobs N          build parallelism (default: nproc)
 #   --bench-presets LIST  dummy presets bench_gpu and the PyTorch baseline run
 #                     (default llama2-7b,llama3-8b), to fit a short session
@@ -80,7 +85,7 @@ build_dir=build-gpu
 out_dir=""
 bundle_file=""
 prebuilt=""
-phases="tests,memcheck,racecheck,golden,bench"
+phases="tests,memcheck,racecheck,golden,bench,amx"
 bench_presets="llama2-7b,llama3-8b"
 jobs=$(nproc 2>/dev/null || echo 4)
 
@@ -102,7 +107,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$bundle_file" ] && [ -n "$prebuilt" ] && die "--bundle and --prebuilt exclude each other"
 for p in ${phases//,/ }; do
-  case "$p" in tests|memcheck|racecheck|golden|bench) ;; *) die "unknown phase '$p' in --phases" ;; esac
+  case "$p" in tests|memcheck|racecheck|golden|bench|amx) ;; *) die "unknown phase '$p' in --phases" ;; esac
 done
 want_phase() { [[ ",$phases," == *",$1,"* ]]; }
 case "$build_dir" in /*) ;; *) build_dir="$repo_root/$build_dir" ;; esac
@@ -111,11 +116,14 @@ case "$build_dir" in /*) ;; *) build_dir="$repo_root/$build_dir" ;; esac
 # and the plugins they load (the CPU ones serve the control run).
 build_targets=(llmk test_cuda_native bench_gpu llmk_attention_cuda llmk_linear_cublas llmk_linear_cuda_int8
                llmk_linear_cuda_int4 llmk_linear_cuda_fp8 llmk_attention_cpu llmk_linear_dense
-               llmk_kv_contiguous llmk_kv_paged llmk_kv_vm)
+               llmk_kv_contiguous llmk_kv_paged llmk_kv_vm
+               test_kernels_avx512bf16 bench_forward_cpu llmk_plugin_linear_int4 llmk_plugin_linear_int4_avx512bf16)
 # Plugins packed into a bundle: the CUDA ones, and the CPU defaults for the
 # control run (linear.dense brings oneDNN, 7 MB of the compressed bundle).
 bundle_plugins=(attention_cuda linear_cublas linear_cuda_int8 linear_cuda_int4 linear_cuda_fp8 attention_cpu
-                linear_dense kv_contiguous kv_paged kv_vm)
+                linear_dense kv_contiguous kv_paged kv_vm linear_int4 linear_int4.avx512bf16)
+# The AMX phase's programs (CPU only).
+amx_bins=(test_kernels_avx512bf16 bench_forward_cpu)
 # The CUDA linear plugins bench_gpu compares.
 bench_linears=linear.cublas,linear.cuda_int8,linear.cuda_int4,linear.cuda_fp8
 
@@ -150,12 +158,16 @@ make_bundle() {
   cp "$build_dir/bin/llmk" "$build_dir/tests/test_cuda_native" "$build_dir/bin/bench_gpu" "$root/bin/" ||
     die "binaries missing in $build_dir"
   cp "$repo_root/bench/cuda/torch_baseline.py" "$root/bin/"
+  cp "$build_dir/tests/test_kernels_avx512bf16" "$build_dir/bin/bench_forward_cpu" "$root/bin/" ||
+    die "the AMX phase's programs are missing in $build_dir"
   local p
   for p in "${bundle_plugins[@]}"; do cp "$build_dir/plugins/libllmk_$p.so" "$root/plugins/" || die "plugin $p missing"; done
-  strip --strip-unneeded "$root"/bin/llmk "$root"/bin/test_cuda_native "$root"/bin/bench_gpu "$root"/plugins/*.so
+  strip --strip-unneeded "$root"/bin/llmk "$root"/bin/test_cuda_native "$root"/bin/bench_gpu "$root"/plugins/*.so \
+    "${amx_bins[@]/#/$root/bin/}"
   local lib
   # ldd lists the whole closure of each file (dependencies of dependencies too).
-  for lib in $(ldd "$root"/bin/llmk "$root"/bin/test_cuda_native "$root"/bin/bench_gpu "$root"/plugins/*.so | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
+  for lib in $(ldd "$root"/bin/llmk "$root"/bin/test_cuda_native "$root"/bin/bench_gpu "$root"/plugins/*.so \
+      "${amx_bins[@]/#/$root/bin/}" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u); do
     skip_lib "$lib" && continue
     cp -L "$lib" "$root/lib/$(basename "$lib")"
   done
@@ -227,6 +239,7 @@ if [ -n "$prebuilt" ]; then
   [ -x "$root/bin/test_cuda_native" ] || die "$prebuilt is not a gpu-check bundle (no bin/test_cuda_native)"
   llmk_bin="$root/bin/llmk"; test_bin="$root/bin/test_cuda_native"
   bench_bin="$root/bin/bench_gpu"; torch_baseline="$root/bin/torch_baseline.py"
+  kernels_bin="$root/bin/test_kernels_avx512bf16"; forward_bin="$root/bin/bench_forward_cpu"
   plugin_dir="$root/plugins"; shared_dir="$root/shared"
   [ -n "$out_dir" ] || out_dir="$root/gpu-check"
   # Carried libraries whose soname the system lacks, and the CUDA libraries
@@ -256,6 +269,7 @@ else
   configure_and_build
   llmk_bin="$build_dir/bin/llmk"; test_bin="$build_dir/tests/test_cuda_native"
   bench_bin="$build_dir/bin/bench_gpu"; torch_baseline="$repo_root/bench/cuda/torch_baseline.py"
+  kernels_bin="$build_dir/tests/test_kernels_avx512bf16"; forward_bin="$build_dir/bin/bench_forward_cpu"
   plugin_dir="$build_dir/plugins"; shared_dir="$repo_root/../shared"
   [ -n "$out_dir" ] || out_dir="$build_dir/gpu-check"
 fi
@@ -416,6 +430,37 @@ if want_phase bench; then
   else record "PyTorch baseline" "not run" "python3 has no PyTorch with CUDA"; fi
 fi
 
+if want_phase amx; then
+  : > "$out_dir/amx-bench.md"
+  if ! grep -qw amx_int8 /proc/cpuinfo; then record "int4 on AMX-INT8 tiles" "not run" "this CPU has no AMX-INT8"
+  elif [ ! -x "$kernels_bin" ] || [ ! -x "$forward_bin" ]; then
+    record "int4 on AMX-INT8 tiles" "not run" "no test_kernels_avx512bf16 or bench_forward_cpu (a bundle from before the phase)"
+  else
+    t0=$(date +%s)
+    timeout 600 "$kernels_bin" "[amx]" > "$out_dir/amx-tests.log" 2>&1
+    status=$?
+    summary=$(catch_summary "$out_dir/amx-tests.log")
+    if grep -q LLMK_TEST_SKIPPED "$out_dir/amx-tests.log"; then
+      record "int4 on AMX-INT8 tiles: bits against the vector kernels" "FAILED" \
+        "the CPU shows amx_int8 but the kernel ran no tile: $(grep -m1 LLMK_TEST_SKIPPED "$out_dir/amx-tests.log")"
+    elif [ $status -eq 0 ]; then record "int4 on AMX-INT8 tiles: bits against the vector kernels" "passed" "$summary, $(elapsed "$t0")"
+    else record "int4 on AMX-INT8 tiles: bits against the vector kernels" "FAILED" "exit $status: ${summary:-see amx-tests.log}"; fi
+    # Prefill of llama-110m (dummy weights), the vector kernels and the tiles alternating.
+    t0=$(date +%s)
+    bench_ok=1
+    for round in 1 2; do
+      for matmul in own auto; do
+        line=$(timeout 300 "$forward_bin" --linear linear.int4 --linear-options "{\"matmul\":\"$matmul\"}" --threads 2 \
+                 --prompt-tokens 128 --decode-tokens 0 --repeats 3 2>> "$out_dir/amx-bench.log" | grep "^prefill")
+        [ -n "$line" ] || bench_ok=0
+        echo "| $round | $matmul | ${line:-failed} |" >> "$out_dir/amx-bench.md"
+      done
+    done
+    if [ $bench_ok -eq 1 ]; then record "int4 prefill, vector kernels against AMX tiles (figures below)" "ran" "$(elapsed "$t0")"
+    else record "int4 prefill, vector kernels against AMX tiles" "FAILED" "see amx-bench.log"; fi
+  fi
+fi
+
 # ---------------------------------------------------------------- summary
 nvcc_version=$( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version 2>/dev/null) | grep -oE "release [0-9.]+" | head -1)
 if [ -n "$prebuilt" ]; then
@@ -446,6 +491,17 @@ fi
     cat "$out_dir/bench-gpu.md"
   else
     echo "Not measured in this run (phase bench not run or bench_gpu failed)."
+  fi
+  if [ -s "$out_dir/amx-bench.md" ] && want_phase amx; then
+    echo
+    echo "#### int4 prefill on the host CPU, vector kernels (own) against AMX-INT8 tiles (auto)"
+    echo
+    echo "CPU: $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); bench_forward_cpu --linear linear.int4"
+    echo "--threads 2 --prompt-tokens 128 --decode-tokens 0 --repeats 3, llama-110m dummy weights:"
+    echo
+    echo "| round | matmul | prefill |"
+    echo "|---|---|---|"
+    cat "$out_dir/amx-bench.md"
   fi
   if [ -s "$out_dir/torch-baseline.jsonl" ] && want_phase bench; then
     echo

@@ -214,6 +214,61 @@ int32_t draw_from_all(const float* w, int32_t n, double target) {
   return -1;
 }
 
+// Estimated mass of the set {z >= t} (f32 sums of w, for choosing a
+// threshold only: the exact double sum over the collected set decides) and
+// its size.
+struct SetEstimate {
+  float mass = 0.0f;
+  int32_t size = 0;
+};
+SetEstimate estimate_at_least(const float* z, const float* w, int32_t n, float t) {
+  SetEstimate e;
+  int32_t i = 0;
+#if defined(__AVX2__)
+  const __m256 vt = _mm256_set1_ps(t);
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 k0 = _mm256_cmp_ps(_mm256_loadu_ps(z + i), vt, _CMP_GE_OQ);
+    const __m256 k1 = _mm256_cmp_ps(_mm256_loadu_ps(z + i + 8), vt, _CMP_GE_OQ);
+    a0 = _mm256_add_ps(a0, _mm256_and_ps(k0, _mm256_loadu_ps(w + i)));
+    a1 = _mm256_add_ps(a1, _mm256_and_ps(k1, _mm256_loadu_ps(w + i + 8)));
+    e.size += __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(k0) | (_mm256_movemask_ps(k1) << 8)));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_add_ps(a0, a1));
+  for (float v : lanes) e.mass += v;
+#endif
+  for (; i < n; ++i) {
+    if (z[i] >= t) e.mass += w[i], ++e.size;
+  }
+  return e;
+}
+
+// A margin below the best logit whose set {z >= m - margin} holds at least
+// `target` of the mass by the estimate: margins doubling from 1, then, while
+// that set holds more than kTopPSetSize tokens, bisection of the last
+// interval (five halvings at most), so that a wide distribution's set is
+// collected and selected from a few times the nucleus rather than most of
+// the vocabulary. Infinity where even 64 falls short (a far tail: every token).
+constexpr int32_t kTopPSetSize = 512;
+float top_p_margin(const float* z, const float* w, int32_t n, float m, double target) {
+  float lo = 0.0f, hi = 1.0f;
+  SetEstimate at_hi = estimate_at_least(z, w, n, m - hi);
+  while (at_hi.mass < target) {
+    lo = hi;
+    hi *= 2.0f;
+    if (hi > 64.0f) return std::numeric_limits<float>::infinity();
+    at_hi = estimate_at_least(z, w, n, m - hi);
+  }
+  for (int step = 0; step < 5 && at_hi.size > kTopPSetSize; ++step) {  // mass(m - lo) < target <= mass(m - hi)
+    const float mid = 0.5f * (lo + hi);
+    const SetEstimate at_mid = estimate_at_least(z, w, n, m - mid);
+    if (at_mid.mass < target) lo = mid;
+    else hi = mid, at_hi = at_mid;
+  }
+  return hi;
+}
+
 // Steps 4-6: leaves the tokens to draw from in `cand`, best first, or
 // returns false when no truncation applies (draw from the whole
 // vocabulary). `w` and `total` (weights exp(z - m) and their sum) must be
@@ -248,9 +303,13 @@ bool truncate(const SamplingParams& p, const float* z, const float* w, int32_t v
   } else if (use_top_p) {
     // The top-p set lies within {z >= m - margin} as soon as that set's mass
     // reaches top_p: every token outside is less likely than every token in.
-    // Grow the margin until it does, then select by mass without sorting.
+    // A margin close to the smallest such comes from estimated masses (a
+    // few vectorised passes, no candidates collected), then the set is
+    // collected with exact sums; should the estimate have been short, the
+    // margin doubles until the exact mass reaches top_p. Then select by
+    // mass without sorting.
     const double target = static_cast<double>(p.top_p) * total;
-    for (float margin = 8.0f;; margin *= 2.0f) {
+    for (float margin = top_p_margin(z, w, vocab, m, target);; margin *= 2.0f) {
       cand.clear();
       double mass = 0.0;
       const float threshold = margin > 100.0f ? -std::numeric_limits<float>::infinity() : m - margin;

@@ -283,6 +283,31 @@ TEST_CASE("Top-p reaches into a long tail far below the best token", "[sampler]"
   CHECK(sampler.candidates(make_row(logits, p, {}, {})) == expected);
 }
 
+TEST_CASE("Top-p keeps the reference set over wide, tied and peaked logits", "[sampler]") {
+  // The threshold search estimates masses in f32 and narrows the margin
+  // while the set is large: logits on a grid of quarters (thousands of ties
+  // at any threshold), a flat spread (a nucleus of thousands), and a peaked
+  // head over a long tail, at several top_p, against the float64 reference.
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int32_t vocab = 20000;
+  Sampler sampler(vocab);
+  for (int shape = 0; shape < 3; ++shape) {
+    std::vector<float> logits(vocab);
+    for (auto& v : logits) v = normal(rng);
+    if (shape == 0)
+      for (auto& v : logits) v = std::floor(v * 4.0f) / 4.0f;
+    if (shape == 2)
+      for (int i = 0; i < 16; ++i) logits[rng() % vocab] = 14.0f + normal(rng) / 3.0f;
+    for (const float top_p : {0.99f, 0.9f, 0.5f, 0.2f}) {
+      SamplingParams p;
+      p.top_p = top_p;
+      INFO("shape " << shape << " top_p " << top_p);
+      CHECK(sampler.candidates(make_row(logits, p, {}, {})) == ref_candidates(ref_process(logits, p, {}, {}), p));
+    }
+  }
+}
+
 TEST_CASE("Penalties equal the float64 reference formula", "[sampler]") {
   std::mt19937 rng(3);
   const int32_t vocab = 500;

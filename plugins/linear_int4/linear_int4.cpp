@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/linear_w4.hpp"
 #include "plugins/quant_common/linear_common.hpp"
@@ -51,7 +52,9 @@ class LinearInt4 {
     if (!check_desc(d, why)) return false;
     try {
       const auto options = parse_options(d);
-      matmul_of(d, options, shape_of(d, options));
+      const auto shape = shape_of(d, options);
+      // A layer kept in float multiplies no int8 rows: its matmul choice is moot.
+      if (!layer_matches(layer_name(d), float_layers(options, {}, d))) matmul_of(d, options, shape);
     } catch (const std::exception& e) {
       why = e.what();
       return false;
@@ -63,11 +66,11 @@ class LinearInt4 {
     const auto options = parse_options(d);
     shape_ = shape_of(d, options);
     activations_ = activations_of(d, options);
-    matmul_ = matmul_of(d, options, shape_);
     if (layer_matches(layer_name(d), float_layers(options, {}, d))) {
       float_ = std::make_unique<FloatLayer>(d, threads_);
       return;
     }
+    matmul_ = matmul_of(d, options, shape_);
     const std::vector<float> w = weight_as_f32(d);
     packed_ = StreamArray<uint32_t>(kernels::cpu::w4_size(shape_));
     scale_ = StreamArray<float>(shape_.group_params());
@@ -100,6 +103,7 @@ class LinearInt4 {
     float_layers(options, {}, d);
     range_of(d, options);
     activations_of(d, options);
+    linear_options::choice_option(options, "matmul", "auto", kMatmulChoices, d);
     int64_t group = 128;
     if (options.contains("group_size")) {
       if (!options["group_size"].is_number_integer() || options["group_size"].get<int64_t>() <= 0)
@@ -123,10 +127,12 @@ class LinearInt4 {
                         layer_name(d) + ": option range must be \"mse\" or \"min_max\", got " + r.dump());
   }
 
+  static inline const std::vector<std::string> kMatmulChoices = {"auto", "own", "amx", "amx_model"};
+
   static kernels::cpu::W4Matmul matmul_of(const llmk_linear_desc& d, const nlohmann::json& options,
                                            const kernels::cpu::W4Shape& shape) {
     using kernels::cpu::W4Matmul;
-    const std::string m = linear_options::choice_option(options, "matmul", "auto", {"auto", "own", "amx", "amx_model"}, d);
+    const std::string m = linear_options::choice_option(options, "matmul", "auto", kMatmulChoices, d);
     if (m == "own") return W4Matmul::vector;
     const bool int8 = activations_of(d, options) == kernels::cpu::W4Activations::int8;
     if (m == "auto")

@@ -193,9 +193,14 @@ TEST_CASE("linear.int4's rows on the AMX tile kernel give its vector kernels' bi
   const llmk_linear_desc unknown = desc(R"({"matmul":"tiles"})");
   CHECK(l.api->create(&unknown, &err) == nullptr);
   CHECK(std::string(err.message).find("matmul") != std::string::npos);
-  // auto on a shape the tiles do not take: the vector kernels, no refusal.
+  // auto on a shape the tiles do not take: the vector kernels, no refusal; nor for a layer kept in float.
   odd.options = "{}";
   CHECK(creates(odd));
+  odd.options = R"({"matmul":"amx_model","float_layers":["down_proj"]})";
+  CHECK(creates(odd));
+  odd.options = R"({"matmul":"tiles","float_layers":["down_proj"]})";  // a bad value is refused all the same
+  CHECK_FALSE(creates(odd));
+  CHECK(std::string(err.message).find("matmul") != std::string::npos);
 }
 
 TEST_CASE("A layer kept in float keeps a bf16 checkpoint's weights in bf16", "[quant][plugin]") {

@@ -2,7 +2,8 @@
 
 #if defined(__AVX512F__) && defined(__x86_64__) && defined(__linux__)
 #define LLMK_W4_TILES 1
-// GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
+// GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside
+// <immintrin.h> itself (a false positive in the compiler's own header).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <cpuid.h>

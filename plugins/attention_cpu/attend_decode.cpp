@@ -20,6 +20,7 @@ DecodeScratchSize decode_scratch_size(const KvShape& shape, uint32_t num_heads) 
   size.per_head = num_heads;
   size.acc = static_cast<size_t>(num_heads) * shape.head_dim;
   if (shape.int8) size.tile = static_cast<size_t>(kDecodeTile) * shape.num_kv_heads * shape.head_dim;
+  else size.part = static_cast<size_t>(num_heads) * kDecodeTile * 16, size.p = static_cast<size_t>(num_heads) * kDecodeTile;
   return size;
 }
 
@@ -91,7 +92,7 @@ inline void tile_head(const float* q, const E* const* k, const E* const* v, int6
   const float m_new = std::max(m, _mm512_reduce_max_ps(scores));
   const float alpha = std::exp(m - m_new);  // 0 on the first tile (m = -inf)
   const __m512 p = _mm512_maskz_mov_ps(valid, kernels::cpu::exp512(_mm512_sub_ps(scores, _mm512_set1_ps(m_new))));
-  l = l * alpha + _mm512_reduce_add_ps(p);
+  l = std::fma(l, alpha, _mm512_reduce_add_ps(p));  // one rounding, whatever the compiler contracts
   m = m_new;
   alignas(64) float pj[kDecodeTile];
   _mm512_store_ps(pj, p);
@@ -106,11 +107,80 @@ inline void tile_head(const float* q, const E* const* k, const E* const* v, int6
   for (int i = 0; i < NV; ++i) _mm512_storeu_ps(acc + 16 * i, a[i]);
 }
 
+// Every query head of a KV-head range meets one tile of up to 16 positions,
+// the tile's rows read in address order (decode_driver::decode_rows): each
+// row's keys for every head of the range, then each head's online-softmax
+// update, then each row's values for every head. The same operations in the
+// same order as tile_head for each head, so the same bits.
+template <int NV, class E>
+void tile_rows(const decode_driver::RowsTile<E>& t, float* m, float* l, float* acc) {
+  constexpr int64_t hd = 16 * NV;
+  // Keys: part[qh * 16 + j] is query head qh's partial dot-product vector
+  // with row j; rows past n stay zero (their scores are masked).
+  auto* part = reinterpret_cast<__m512*>(t.part);
+  for (int j = 0; j < kDecodeTile; ++j) {
+    if (j >= t.n) {
+      for (uint32_t qh = 0; qh < t.heads; ++qh) part[qh * kDecodeTile + j] = _mm512_setzero_ps();
+      continue;
+    }
+    const E* row = t.k[j];
+    decode_driver::request_range(t.v[j], t.row_bytes);  // the values, while the keys are read
+    for (uint32_t h = 0; h < t.num_kv; ++h) {
+      __m512 kv[NV];
+      for (int i = 0; i < NV; ++i) kv[i] = load16(row + h * hd + 16 * i);
+      for (uint32_t g = 0; g < t.group; ++g) {
+        const uint32_t qh = h * t.group + g;
+        const float* q = t.q + qh * hd;
+        __m512 s = _mm512_mul_ps(_mm512_loadu_ps(q), kv[0]);
+        for (int i = 1; i < NV; ++i) s = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * i), kv[i], s);
+        part[qh * kDecodeTile + j] = s;
+      }
+    }
+  }
+  // Each head's softmax update; its accumulators scaled by the correction.
+  const auto valid = static_cast<__mmask16>(t.n >= kDecodeTile ? 0xffffu : (1u << t.n) - 1u);
+  for (uint32_t qh = 0; qh < t.heads; ++qh) {
+    const __m512 scores = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid,
+                                             _mm512_mul_ps(lane_sums16(part + qh * kDecodeTile), _mm512_set1_ps(t.scale)));
+    const float m_new = std::max(m[qh], _mm512_reduce_max_ps(scores));
+    const float alpha = std::exp(m[qh] - m_new);  // 0 on the first tile (m = -inf)
+    const __m512 p = _mm512_maskz_mov_ps(valid, kernels::cpu::exp512(_mm512_sub_ps(scores, _mm512_set1_ps(m_new))));
+    l[qh] = std::fma(l[qh], alpha, _mm512_reduce_add_ps(p));
+    m[qh] = m_new;
+    _mm512_store_ps(t.p + qh * kDecodeTile, p);
+    const __m512 av = _mm512_set1_ps(alpha);
+    for (int i = 0; i < NV; ++i) _mm512_storeu_ps(acc + qh * hd + 16 * i, _mm512_mul_ps(_mm512_loadu_ps(acc + qh * hd + 16 * i), av));
+  }
+  // Values, four rows at a time (four streams of ascending addresses), each
+  // accumulator taking its rows in order.
+  for (int j0 = 0; j0 < t.n; j0 += 4) {
+    const int rows = std::min(4, t.n - j0);
+    for (int j = j0; j < std::min(j0 + 4, t.n_next); ++j) decode_driver::request_range(t.k_next[j], t.row_bytes);
+    for (uint32_t h = 0; h < t.num_kv; ++h) {
+      for (uint32_t g = 0; g < t.group; ++g) {
+        const uint32_t qh = h * t.group + g;
+        float* a_at = acc + qh * hd;
+        __m512 a[NV];
+        for (int i = 0; i < NV; ++i) a[i] = _mm512_loadu_ps(a_at + 16 * i);
+        for (int r = 0; r < rows; ++r) {
+          const __m512 w = _mm512_set1_ps(t.p[qh * kDecodeTile + j0 + r]);
+          const E* v = t.v[j0 + r] + h * hd;
+          for (int i = 0; i < NV; ++i) a[i] = _mm512_fmadd_ps(w, load16(v + 16 * i), a[i]);
+        }
+        for (int i = 0; i < NV; ++i) _mm512_storeu_ps(a_at + 16 * i, a[i]);
+      }
+    }
+  }
+}
+
 template <class E>
 void dispatch(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& query, DecodeScratch& s) {
   decode_driver::for_head_dim(shape.head_dim, [&](auto nv) {
     constexpr int NV = decltype(nv)::value;
-    decode_driver::decode_query<NV, E>(kv, shape, query, s, [](auto&&... args) { tile_head<NV, E>(args...); });
+    if (decode_driver::whole_rows(shape, query))
+      decode_driver::decode_rows<NV, E>(kv, shape, query, s, [](auto&&... args) { tile_rows<NV, E>(args...); });
+    else
+      decode_driver::decode_query<NV, E>(kv, shape, query, s, [](auto&&... args) { tile_head<NV, E>(args...); });
   });
 }
 

@@ -9,8 +9,13 @@
 //   - forms 16 partial dot-product vectors and folds them into one vector of
 //     16 scores with a shuffle tree (no per-key horizontal sum),
 //   - updates the online softmax once per tile on that vector,
-//   - accumulates P V into accumulators held in registers.
+//   - accumulates P V.
 // Query heads of one GQA group meet the same K/V rows while they sit in L1.
+// A range of every KV head (whole rows) is read row after row: each row's
+// keys for every head, then the softmax updates, then each row's values for
+// every head (tile_rows); a part of the heads is read head by head, each
+// head's slice of the tile's rows (tile_head). Both do the same operations in
+// the same order for each head: the same bits.
 #pragma once
 
 #include <cstdint>
@@ -50,11 +55,13 @@ struct DecodeScratch {
   float* acc = nullptr;    // [num_heads, head_dim] accumulators
   float* k_buf = nullptr;  // I8 caches: [kDecodeTile, num_kv_heads, head_dim], one dequantized tile; else null
   float* v_buf = nullptr;
+  float* part = nullptr;   // [num_heads, kDecodeTile, 16] partial dot products (whole-row tiles)
+  float* p = nullptr;      // [num_heads, kDecodeTile] a tile's softmax weights (whole-row tiles)
 };
 
-// Floats each DecodeScratch array needs: {m and l, acc, k_buf and v_buf}.
+// Floats each DecodeScratch array needs: {m and l, acc, k_buf and v_buf, part, p}.
 struct DecodeScratchSize {
-  size_t per_head = 0, acc = 0, tile = 0;
+  size_t per_head = 0, acc = 0, tile = 0, part = 0, p = 0;
 };
 DecodeScratchSize decode_scratch_size(const KvShape& shape, uint32_t num_heads);
 
@@ -69,12 +76,17 @@ void attend_decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQu
 // one sequence of 12 x 64 heads, 2-core Zen 4, old and new alternating: F16
 // at 32000 positions 9.2-10.3 -> 5.0-6.1 ms a layer; F32 at 8192 2.6-2.7 ->
 // 1.9-2.0 ms; from memory (--cold 1), F16 at 8192 2.24-2.46 -> 1.25-1.44 ms,
-// at 2048 0.36-0.42 -> 0.32-0.35 ms. Shorter contexts stay whole: in
-// llama-110m's int4 forward at 900-932 positions (F16 cache), four spans of
-// two head ranges each took 8-25% longer than six ranges of two heads over
-// the whole context.
+// at 2048 0.36-0.42 -> 0.32-0.35 ms. Since whole rows are read in address
+// order (attend_decode_driver.hpp, decode_rows), spans pay from 512
+// positions: --cold 1, one sequence, spans from 2048 -> from 512 (with one
+// KV-head range per span once there are spans for every thread), two
+// alternating pairs: F16 at 1024 positions 0.205, 0.187 -> 0.162, 0.168 ms a
+// layer, F32 at 2048 0.627, 0.701 -> 0.535, 0.576 ms, F32 at 784 unchanged
+// (0.257, 0.246 -> 0.244, 0.265); llama-110m int4 decode at 960-992
+// positions (F16 cache, bench_forward_cpu --ops 1), attention 1849, 1599 ->
+// 1554, 1401 us a token. Below 512 a sequence alone is split by KV heads.
 constexpr int64_t kDecodeSpan = 256;
-constexpr int64_t kDecodeSpansFrom = 2048;
+constexpr int64_t kDecodeSpansFrom = 512;
 
 // One span's unnormalized state for num_heads query heads: m[num_heads],
 // l[num_heads], acc[num_heads * head_dim], contiguous.

@@ -60,7 +60,7 @@ inline void tile_head(const float* q, const E* const* k, const E* const* v, int6
   const __m256 mv = _mm256_set1_ps(m_new);
   const __m256 p0 = _mm256_and_ps(valid[0], kernels::cpu::exp256(_mm256_sub_ps(scores[0], mv)));
   const __m256 p1 = _mm256_and_ps(valid[1], kernels::cpu::exp256(_mm256_sub_ps(scores[1], mv)));
-  l = l * alpha + kernels::cpu::hsum8(_mm256_add_ps(p0, p1));
+  l = std::fma(l, alpha, kernels::cpu::hsum8(_mm256_add_ps(p0, p1)));  // one rounding, whatever the compiler contracts
   m = m_new;
   alignas(32) float pj[kDecodeTile];
   _mm256_store_ps(pj, p0);
@@ -80,11 +80,88 @@ inline void tile_head(const float* q, const E* const* k, const E* const* v, int6
   }
 }
 
+// Every query head of a KV-head range meets one tile, its rows read in
+// address order (decode_driver::decode_rows): the operations of tile_head
+// for each head, in the same order, so the same bits.
+template <int NV, class E>
+void tile_rows(const decode_driver::RowsTile<E>& t, float* m, float* l, float* acc) {
+  constexpr int V8 = 2 * NV;
+  constexpr int64_t hd = 16 * NV;
+  // Keys: part[qh * 16 + j] is query head qh's partial vector with row j;
+  // rows past n stay zero (their scores are masked).
+  auto* part = reinterpret_cast<__m256*>(t.part);
+  for (int j = 0; j < kDecodeTile; ++j) {
+    if (j >= t.n) {
+      for (uint32_t qh = 0; qh < t.heads; ++qh) part[qh * kDecodeTile + j] = _mm256_setzero_ps();
+      continue;
+    }
+    decode_driver::request_range(t.v[j], t.row_bytes);  // the values, while the keys are read
+    for (uint32_t h = 0; h < t.num_kv; ++h) {
+      const E* kj = t.k[j] + h * hd;
+      for (uint32_t g = 0; g < t.group; ++g) {
+        const uint32_t qh = h * t.group + g;
+        const float* q = t.q + qh * hd;
+        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(q), load8(kj));
+        for (int i = 1; i < V8; ++i) s = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * i), load8(kj + 8 * i), s);
+        part[qh * kDecodeTile + j] = s;
+      }
+    }
+  }
+  const __m256 sv = _mm256_set1_ps(t.scale);
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 valid[2] = {_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(t.n), lanes)),
+                           _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(t.n - 8), lanes))};
+  for (uint32_t qh = 0; qh < t.heads; ++qh) {
+    __m256 scores[2];
+    for (int h = 0; h < 2; ++h)
+      scores[h] = _mm256_blendv_ps(_mm256_set1_ps(-std::numeric_limits<float>::infinity()),
+                                   _mm256_mul_ps(lane_sums8(part + qh * kDecodeTile + 8 * h), sv), valid[h]);
+    const float m_new = std::max(m[qh], kernels::cpu::hmax8(_mm256_max_ps(scores[0], scores[1])));
+    const float alpha = std::exp(m[qh] - m_new);  // 0 on the first tile (m = -inf)
+    const __m256 mv = _mm256_set1_ps(m_new);
+    const __m256 p0 = _mm256_and_ps(valid[0], kernels::cpu::exp256(_mm256_sub_ps(scores[0], mv)));
+    const __m256 p1 = _mm256_and_ps(valid[1], kernels::cpu::exp256(_mm256_sub_ps(scores[1], mv)));
+    l[qh] = std::fma(l[qh], alpha, kernels::cpu::hsum8(_mm256_add_ps(p0, p1)));
+    m[qh] = m_new;
+    _mm256_store_ps(t.p + qh * kDecodeTile, p0);
+    _mm256_store_ps(t.p + qh * kDecodeTile + 8, p1);
+    const __m256 av = _mm256_set1_ps(alpha);
+    for (int i = 0; i < V8; ++i)
+      _mm256_storeu_ps(acc + qh * hd + 8 * i, _mm256_mul_ps(_mm256_loadu_ps(acc + qh * hd + 8 * i), av));
+  }
+  // Values, four rows at a time, each accumulator taking its rows in order,
+  // in chunks of at most 8 registers.
+  constexpr int kChunk = V8 <= 8 ? V8 : V8 % 8 == 0 ? 8 : V8 / 2;
+  for (int j0 = 0; j0 < t.n; j0 += 4) {
+    const int rows = std::min(4, t.n - j0);
+    for (int j = j0; j < std::min(j0 + 4, t.n_next); ++j) decode_driver::request_range(t.k_next[j], t.row_bytes);
+    for (uint32_t h = 0; h < t.num_kv; ++h) {
+      for (uint32_t g = 0; g < t.group; ++g) {
+        const uint32_t qh = h * t.group + g;
+        for (int i0 = 0; i0 < V8; i0 += kChunk) {
+          float* a_at = acc + qh * hd + 8 * i0;
+          __m256 a[kChunk];
+          for (int i = 0; i < kChunk; ++i) a[i] = _mm256_loadu_ps(a_at + 8 * i);
+          for (int r = 0; r < rows; ++r) {
+            const __m256 w = _mm256_broadcast_ss(t.p + qh * kDecodeTile + j0 + r);
+            const E* v = t.v[j0 + r] + h * hd + 8 * i0;
+            for (int i = 0; i < kChunk; ++i) a[i] = _mm256_fmadd_ps(w, load8(v + 8 * i), a[i]);
+          }
+          for (int i = 0; i < kChunk; ++i) _mm256_storeu_ps(a_at + 8 * i, a[i]);
+        }
+      }
+    }
+  }
+}
+
 template <class E>
 void dispatch(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuery& query, DecodeScratch& s) {
   decode_driver::for_head_dim(shape.head_dim, [&](auto nv) {
     constexpr int NV = decltype(nv)::value;
-    decode_driver::decode_query<NV, E>(kv, shape, query, s, [](auto&&... args) { tile_head<NV, E>(args...); });
+    if (decode_driver::whole_rows(shape, query))
+      decode_driver::decode_rows<NV, E>(kv, shape, query, s, [](auto&&... args) { tile_rows<NV, E>(args...); });
+    else
+      decode_driver::decode_query<NV, E>(kv, shape, query, s, [](auto&&... args) { tile_head<NV, E>(args...); });
   });
 }
 

@@ -16,9 +16,10 @@
 // a span of its context (the whole of it up to kDecodeSpansFrom visible
 // positions; longer ones are cut at multiples of kDecodeSpan and the spans'
 // softmax states merged after the items) and a range of KV heads (all of
-// them when there are enough items to keep every thread busy), served by the decode kernel
-// (attend_decode.hpp), which reads each cached slot's rows for the whole
-// range in one pass. Where a span ends depends on the position alone, so a
+// them when there are enough items to keep every thread busy, or spans for
+// every thread), served by the decode kernel (attend_decode.hpp), which reads
+// each cached slot's rows for the whole range in one pass, and whole rows in
+// address order. Where a span ends depends on the position alone, so a
 // sequence's output is the same bits whatever runs beside it and on however
 // many threads.
 #include <omp.h>
@@ -106,7 +107,7 @@ struct SpanMerge {
 class AttentionCpu {
  public:
   static constexpr const char* kName = "attention.cpu";
-  static constexpr const char* kVersion = "1.3.0";
+  static constexpr const char* kVersion = "1.4.0";
   static constexpr const char* kDescription =
       "CPU causal GQA attention over a paged KV cache (online softmax, OpenMP), F32, F16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
@@ -206,8 +207,13 @@ class AttentionCpu {
         const int64_t context = step.context_lens[s], first = first_visible(context - 1);
         const int64_t num_spans =
             context - first > kDecodeSpansFrom ? (context - 1) / kDecodeSpan - first / kDecodeSpan + 1 : 1;
+        // Spans enough for every thread: each keeps whole rows (every KV
+        // head), which the decode kernel reads in address order.
         const uint32_t head_parts =
-            std::clamp<uint32_t>(static_cast<uint32_t>((parts + num_spans - 1) / num_spans), 1, shape_.num_kv_heads);
+            num_spans >= static_cast<int64_t>(num_threads_)
+                ? 1u
+                : std::clamp<uint32_t>(static_cast<uint32_t>((parts + num_spans - 1) / num_spans), 1,
+                                       shape_.num_kv_heads);
         const uint32_t heads_per_part = (shape_.num_kv_heads + head_parts - 1) / head_parts;
         if (num_spans > 1)
           merges_.push_back({begin, static_cast<int32_t>(num_spans), static_cast<int64_t>(span_floats_)});
@@ -311,6 +317,8 @@ class AttentionCpu {
       s.decode.acc = c.take<float>(d.acc);
       s.decode.k_buf = c.take<float>(d.tile);
       s.decode.v_buf = c.take<float>(d.tile);
+      s.decode.part = c.take<float>(d.part);
+      s.decode.p = c.take<float>(d.p);
     }
     return s;
   }

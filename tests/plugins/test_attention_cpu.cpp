@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/cpu_isa.hpp"
 #include "plugins/api/llmk_attention.h"
 #include "plugins/plugin_library.hpp"
 #include "support/attention_check.hpp"
@@ -19,11 +22,30 @@ namespace {
 using llmk::test::PluginLibrary;
 using Problem = llmk::test::AttentionProblem;
 
+// attention.cpu's file at each CPU level this build made and this CPU runs,
+// baseline first: the decode kernels differ per level (AVX2 and AVX-512).
+const std::vector<std::string>& plugin_files() {
+  static const std::vector<std::string> files = [] {
+    std::vector<std::string> f{"llmk_attention_cpu"};
+    for (const std::string& level : llmk::cpu_isa_levels_built())
+      if (llmk::cpu_supports(llmk::cpu_isa_level(level))) f.push_back("llmk_attention_cpu." + level);
+    return f;
+  }();
+  return files;
+}
+
+const llmk_attention_api& plugin_api(const std::string& file) {
+  static std::map<std::string, std::unique_ptr<PluginLibrary>> libraries;
+  auto& lib = libraries[file];
+  if (!lib) lib = std::make_unique<PluginLibrary>(file);
+  return lib->api<llmk_attention_api>();
+}
+
 // One step through attention.cpu against the float64 reference
 // (tests/support/attention_check.hpp); returns the largest error.
-double run_case(const Problem& p, uint32_t kv_dtype, uint32_t num_threads, uint64_t seed, uint32_t i8_group = 8) {
-  static PluginLibrary lib("llmk_attention_cpu");
-  const auto r = llmk::test::check_attention_step(lib.api<llmk_attention_api>(), p, kv_dtype, num_threads, seed, i8_group);
+double run_case(const Problem& p, uint32_t kv_dtype, uint32_t num_threads, uint64_t seed, uint32_t i8_group = 8,
+                const std::string& file = "llmk_attention_cpu") {
+  const auto r = llmk::test::check_attention_step(plugin_api(file), p, kv_dtype, num_threads, seed, i8_group);
   INFO(r.why);
   REQUIRE(r.supported);
   CHECK(r.cache_ok);
@@ -61,16 +83,19 @@ TEST_CASE("attention.cpu's decode kernel matches the reference for head sizes 16
   const std::vector<int32_t> ctx{1, 15, 16, 17, 33, 150, 64, 2};
   Problem gqa{8, 2, head_dim, block_size, std::vector<int32_t>(ctx.size(), 1), ctx};
   Problem mha{4, 4, head_dim, block_size, std::vector<int32_t>(ctx.size(), 1), ctx};
-  // One sequence alone: its KV heads are split across threads.
+  // One sequence alone: its KV heads are split across threads. The batches
+  // of eight give each thread whole sequences, read as whole rows.
   Problem alone{6, 3, head_dim, block_size, {1}, {77}};
-  INFO("head_dim " << head_dim << ", block_size " << block_size);
-  CHECK(run_case(gqa, LLMK_DTYPE_F32, 2, 21 + head_dim) < 2e-5);
-  CHECK(run_case(mha, LLMK_DTYPE_F32, 1, 22 + head_dim) < 2e-5);
-  CHECK(run_case(alone, LLMK_DTYPE_F32, 2, 23 + head_dim) < 2e-5);
-  CHECK(run_case(gqa, LLMK_DTYPE_I8, 2, 24 + head_dim) < 2e-5);
-  CHECK(run_case(alone, LLMK_DTYPE_I8, 2, 25 + head_dim) < 2e-5);
-  CHECK(run_case(gqa, LLMK_DTYPE_F16, 2, 26 + head_dim) < 2e-5);
-  CHECK(run_case(mha, LLMK_DTYPE_F16, 1, 27 + head_dim) < 2e-5);
+  for (const std::string& file : plugin_files()) {
+    INFO("head_dim " << head_dim << ", block_size " << block_size << ", " << file);
+    CHECK(run_case(gqa, LLMK_DTYPE_F32, 2, 21 + head_dim, 8, file) < 2e-5);
+    CHECK(run_case(mha, LLMK_DTYPE_F32, 1, 22 + head_dim, 8, file) < 2e-5);
+    CHECK(run_case(alone, LLMK_DTYPE_F32, 2, 23 + head_dim, 8, file) < 2e-5);
+    CHECK(run_case(gqa, LLMK_DTYPE_I8, 2, 24 + head_dim, 8, file) < 2e-5);
+    CHECK(run_case(alone, LLMK_DTYPE_I8, 2, 25 + head_dim, 8, file) < 2e-5);
+    CHECK(run_case(gqa, LLMK_DTYPE_F16, 2, 26 + head_dim, 8, file) < 2e-5);
+    CHECK(run_case(mha, LLMK_DTYPE_F16, 1, 27 + head_dim, 8, file) < 2e-5);
+  }
 }
 
 TEST_CASE("attention.cpu cuts long decode contexts into 256-position spans and merges them to the reference",
@@ -103,13 +128,15 @@ TEST_CASE("attention.cpu cuts long decode contexts into 256-position spans and m
 TEST_CASE("attention.cpu gives a decode the same bits alone, in any batch and on any number of threads",
           "[attention]") {
   // Spans are cut at fixed positions and KV heads are never split within a
-  // head, so a sequence's output does not depend on what runs beside it.
+  // head, so a sequence's output does not depend on what runs beside it;
+  // whole-row and per-head tiles (one thread alone against three, batched on
+  // one thread against alone on two) give the same bits.
   const uint32_t kv_dtype = GENERATE(static_cast<uint32_t>(LLMK_DTYPE_F32), static_cast<uint32_t>(LLMK_DTYPE_F16),
                                      static_cast<uint32_t>(LLMK_DTYPE_I8));
   const uint32_t context = GENERATE(40u, 2100u);
-  INFO("kv dtype " << kv_dtype << ", context " << context);
-  static PluginLibrary lib("llmk_attention_cpu");
-  const auto& api = lib.api<llmk_attention_api>();
+  const std::string file = GENERATE_COPY(from_range(plugin_files()));
+  INFO("kv dtype " << kv_dtype << ", context " << context << ", " << file);
+  const auto& api = plugin_api(file);
   const int32_t c = static_cast<int32_t>(context);
   const Problem alone{8, 2, 64, 16, {1}, {c}};
   const Problem batch{8, 2, 64, 16, {1, 40, 1, 1}, {c, 100, 700, 5}};

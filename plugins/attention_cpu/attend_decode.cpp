@@ -108,9 +108,9 @@ inline void tile_head(const float* q, const E* const* k, const E* const* v, int6
 }
 
 // Every query head of a KV-head range meets one tile of up to 16 positions,
-// the tile's rows read in address order (decode_driver::decode_rows): each
-// row's keys for every head of the range, then each head's online-softmax
-// update, then each row's values for every head. The same operations in the
+// the tile's key rows read in address order (decode_driver::decode_rows):
+// each row's keys for every head of the range, then each head's
+// online-softmax update, then each head's values. The same operations in the
 // same order as tile_head for each head, so the same bits.
 template <int NV, class E>
 void tile_rows(const decode_driver::RowsTile<E>& t, float* m, float* l, float* acc) {
@@ -137,7 +137,8 @@ void tile_rows(const decode_driver::RowsTile<E>& t, float* m, float* l, float* a
       }
     }
   }
-  // Each head's softmax update; its accumulators scaled by the correction.
+  // Each head's softmax update: its weights p and its accumulators'
+  // correction alpha.
   const auto valid = static_cast<__mmask16>(t.n >= kDecodeTile ? 0xffffu : (1u << t.n) - 1u);
   for (uint32_t qh = 0; qh < t.heads; ++qh) {
     const __m512 scores = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid,
@@ -148,27 +149,26 @@ void tile_rows(const decode_driver::RowsTile<E>& t, float* m, float* l, float* a
     l[qh] = std::fma(l[qh], alpha, _mm512_reduce_add_ps(p));
     m[qh] = m_new;
     _mm512_store_ps(t.p + qh * kDecodeTile, p);
-    const __m512 av = _mm512_set1_ps(alpha);
-    for (int i = 0; i < NV; ++i) _mm512_storeu_ps(acc + qh * hd + 16 * i, _mm512_mul_ps(_mm512_loadu_ps(acc + qh * hd + 16 * i), av));
+    t.alpha[qh] = alpha;
   }
-  // Values, four rows at a time (four streams of ascending addresses), each
-  // accumulator taking its rows in order.
-  for (int j0 = 0; j0 < t.n; j0 += 4) {
-    const int rows = std::min(4, t.n - j0);
-    for (int j = j0; j < std::min(j0 + 4, t.n_next); ++j) decode_driver::request_range(t.k_next[j], t.row_bytes);
-    for (uint32_t h = 0; h < t.num_kv; ++h) {
-      for (uint32_t g = 0; g < t.group; ++g) {
-        const uint32_t qh = h * t.group + g;
-        float* a_at = acc + qh * hd;
-        __m512 a[NV];
-        for (int i = 0; i < NV; ++i) a[i] = _mm512_loadu_ps(a_at + 16 * i);
-        for (int r = 0; r < rows; ++r) {
-          const __m512 w = _mm512_set1_ps(t.p[qh * kDecodeTile + j0 + r]);
-          const E* v = t.v[j0 + r] + h * hd;
-          for (int i = 0; i < NV; ++i) a[i] = _mm512_fmadd_ps(w, load16(v + 16 * i), a[i]);
-        }
-        for (int i = 0; i < NV; ++i) _mm512_storeu_ps(a_at + 16 * i, a[i]);
+  // Values, head by head over the tile's rows (requested while the keys were
+  // read, so read from cache in any order), accumulators in registers as in
+  // tile_head; meanwhile the next tile's keys are requested, a share per head.
+  for (uint32_t h = 0; h < t.num_kv; ++h) {
+    for (int j = decode_driver::share(t.n_next, h, t.num_kv); j < decode_driver::share(t.n_next, h + 1, t.num_kv); ++j)
+      decode_driver::request_range(t.k_next[j], t.row_bytes);
+    for (uint32_t g = 0; g < t.group; ++g) {
+      const uint32_t qh = h * t.group + g;
+      float* a_at = acc + qh * hd;
+      const __m512 av = _mm512_set1_ps(t.alpha[qh]);
+      __m512 a[NV];
+      for (int i = 0; i < NV; ++i) a[i] = _mm512_mul_ps(_mm512_loadu_ps(a_at + 16 * i), av);
+      for (int j = 0; j < t.n; ++j) {
+        const __m512 w = _mm512_set1_ps(t.p[qh * kDecodeTile + j]);
+        const E* v = t.v[j] + h * hd;
+        for (int i = 0; i < NV; ++i) a[i] = _mm512_fmadd_ps(w, load16(v + 16 * i), a[i]);
       }
+      for (int i = 0; i < NV; ++i) _mm512_storeu_ps(a_at + 16 * i, a[i]);
     }
   }
 }

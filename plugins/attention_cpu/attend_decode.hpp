@@ -12,10 +12,11 @@
 //   - accumulates P V.
 // Query heads of one GQA group meet the same K/V rows while they sit in L1.
 // A range of every KV head (whole rows) is read row after row: each row's
-// keys for every head, then the softmax updates, then each row's values for
-// every head (tile_rows); a part of the heads is read head by head, each
-// head's slice of the tile's rows (tile_head). Both do the same operations in
-// the same order for each head: the same bits.
+// keys for every head (its values requested meanwhile), then the softmax
+// updates, then the values head by head from cache (tile_rows); a part of
+// the heads is read head by head, each head's slice of the tile's rows
+// (tile_head). Both do the same operations in the same order for each head:
+// the same bits.
 #pragma once
 
 #include <cstdint>
@@ -57,9 +58,10 @@ struct DecodeScratch {
   float* v_buf = nullptr;
   float* part = nullptr;   // [num_heads, kDecodeTile, 16] partial dot products (whole-row tiles)
   float* p = nullptr;      // [num_heads, kDecodeTile] a tile's softmax weights (whole-row tiles)
+  float* alpha = nullptr;  // [num_heads] a tile's accumulator corrections (whole-row tiles)
 };
 
-// Floats each DecodeScratch array needs: {m and l, acc, k_buf and v_buf, part, p}.
+// Floats each DecodeScratch array needs: {m, l and alpha, acc, k_buf and v_buf, part, p}.
 struct DecodeScratchSize {
   size_t per_head = 0, acc = 0, tile = 0, part = 0, p = 0;
 };
@@ -79,12 +81,14 @@ void attend_decode(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQu
 // at 2048 0.36-0.42 -> 0.32-0.35 ms. Since whole rows are read in address
 // order (attend_decode_driver.hpp, decode_rows), spans pay from 512
 // positions: --cold 1, one sequence, spans from 2048 -> from 512 (with one
-// KV-head range per span once there are spans for every thread), two
-// alternating pairs: F16 at 1024 positions 0.205, 0.187 -> 0.162, 0.168 ms a
-// layer, F32 at 2048 0.627, 0.701 -> 0.535, 0.576 ms, F32 at 784 unchanged
-// (0.257, 0.246 -> 0.244, 0.265); llama-110m int4 decode at 960-992
-// positions (F16 cache, bench_forward_cpu --ops 1), attention 1849, 1599 ->
-// 1554, 1401 us a token. Below 512 a sequence alone is split by KV heads.
+// KV-head range per span once there are spans for every thread; measured
+// with an earlier form of tile_rows), two alternating pairs: F16 at 1024
+// positions 0.205, 0.187 -> 0.162, 0.168 ms a layer, F32 at 2048 0.627,
+// 0.701 -> 0.535, 0.576 ms, F32 at 784 unchanged (0.257, 0.246 -> 0.244,
+// 0.265). llama-110m int4 decode at 960-992 positions (F16 cache,
+// bench_forward_cpu --ops 1), before all this and after, three pairs:
+// attention 1698, 1570, 1847 -> 1370, 1794, 1449 us a token. Below 512 a
+// sequence alone is split by KV heads.
 constexpr int64_t kDecodeSpan = 256;
 constexpr int64_t kDecodeSpansFrom = 512;
 

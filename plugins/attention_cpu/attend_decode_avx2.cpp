@@ -80,7 +80,7 @@ inline void tile_head(const float* q, const E* const* k, const E* const* v, int6
   }
 }
 
-// Every query head of a KV-head range meets one tile, its rows read in
+// Every query head of a KV-head range meets one tile, its key rows read in
 // address order (decode_driver::decode_rows): the operations of tile_head
 // for each head, in the same order, so the same bits.
 template <int NV, class E>
@@ -125,30 +125,28 @@ void tile_rows(const decode_driver::RowsTile<E>& t, float* m, float* l, float* a
     m[qh] = m_new;
     _mm256_store_ps(t.p + qh * kDecodeTile, p0);
     _mm256_store_ps(t.p + qh * kDecodeTile + 8, p1);
-    const __m256 av = _mm256_set1_ps(alpha);
-    for (int i = 0; i < V8; ++i)
-      _mm256_storeu_ps(acc + qh * hd + 8 * i, _mm256_mul_ps(_mm256_loadu_ps(acc + qh * hd + 8 * i), av));
+    t.alpha[qh] = alpha;
   }
-  // Values, four rows at a time, each accumulator taking its rows in order,
-  // in chunks of at most 8 registers.
+  // Values, head by head over the tile's rows (requested while the keys were
+  // read), in chunks of at most 8 registers as in tile_head; meanwhile the
+  // next tile's keys are requested, a share per head.
   constexpr int kChunk = V8 <= 8 ? V8 : V8 % 8 == 0 ? 8 : V8 / 2;
-  for (int j0 = 0; j0 < t.n; j0 += 4) {
-    const int rows = std::min(4, t.n - j0);
-    for (int j = j0; j < std::min(j0 + 4, t.n_next); ++j) decode_driver::request_range(t.k_next[j], t.row_bytes);
-    for (uint32_t h = 0; h < t.num_kv; ++h) {
-      for (uint32_t g = 0; g < t.group; ++g) {
-        const uint32_t qh = h * t.group + g;
-        for (int i0 = 0; i0 < V8; i0 += kChunk) {
-          float* a_at = acc + qh * hd + 8 * i0;
-          __m256 a[kChunk];
-          for (int i = 0; i < kChunk; ++i) a[i] = _mm256_loadu_ps(a_at + 8 * i);
-          for (int r = 0; r < rows; ++r) {
-            const __m256 w = _mm256_broadcast_ss(t.p + qh * kDecodeTile + j0 + r);
-            const E* v = t.v[j0 + r] + h * hd + 8 * i0;
-            for (int i = 0; i < kChunk; ++i) a[i] = _mm256_fmadd_ps(w, load8(v + 8 * i), a[i]);
-          }
-          for (int i = 0; i < kChunk; ++i) _mm256_storeu_ps(a_at + 8 * i, a[i]);
+  for (uint32_t h = 0; h < t.num_kv; ++h) {
+    for (int j = decode_driver::share(t.n_next, h, t.num_kv); j < decode_driver::share(t.n_next, h + 1, t.num_kv); ++j)
+      decode_driver::request_range(t.k_next[j], t.row_bytes);
+    for (uint32_t g = 0; g < t.group; ++g) {
+      const uint32_t qh = h * t.group + g;
+      const __m256 av = _mm256_set1_ps(t.alpha[qh]);
+      for (int i0 = 0; i0 < V8; i0 += kChunk) {
+        float* a_at = acc + qh * hd + 8 * i0;
+        __m256 a[kChunk];
+        for (int i = 0; i < kChunk; ++i) a[i] = _mm256_mul_ps(_mm256_loadu_ps(a_at + 8 * i), av);
+        for (int j = 0; j < t.n; ++j) {
+          const __m256 w = _mm256_broadcast_ss(t.p + qh * kDecodeTile + j);
+          const E* v = t.v[j] + h * hd + 8 * i0;
+          for (int i = 0; i < kChunk; ++i) a[i] = _mm256_fmadd_ps(w, load8(v + 8 * i), a[i]);
         }
+        for (int i = 0; i < kChunk; ++i) _mm256_storeu_ps(a_at + 8 * i, a[i]);
       }
     }
   }

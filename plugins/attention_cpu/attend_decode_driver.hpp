@@ -179,10 +179,14 @@ struct RowsTile {
   float scale;
   float* part;  // [heads, kDecodeTile, 16] partial dot products
   float* p;     // [heads, kDecodeTile] the tile's softmax weights
+  float* alpha;  // [heads] the accumulators' correction for this tile
   const E* const* k_next;  // the next tile's K rows (n_next of them), requested while this one's values are summed
   int n_next;
   int64_t row_bytes;  // bytes of one row of the range
 };
+
+// Part i of n of count items (their bounds, in order).
+inline int share(int count, uint32_t i, uint32_t n) { return static_cast<int>(count * static_cast<int64_t>(i) / n); }
 
 // Asks for [p, p + bytes) to be brought into L2, line by line.
 inline void request_range(const void* p, int64_t bytes) {
@@ -192,20 +196,23 @@ inline void request_range(const void* p, int64_t bytes) {
 
 // True when a query's rows are read whole: every KV head of the slot, from
 // an F32 or F16 cache (I8 rows are dequantized into the scratch tile first).
-// Then each tile's K rows, and its V rows, are read row after row at
-// ascending addresses, which the hardware prefetchers follow; read head by
-// head, the same rows are 2 x 16 short strided streams per tile. A
-// throwaway probe on a 2-core Zen 4 (plain reads of a 12 x 64-head F32
-// cache from memory, 784 and 4096 positions, two threads): whole rows in
-// order 30-53 GB/s, the same rows head by head 13-18, 19-24 with the next
-// tile requested ahead.
-// bench_attention_cpu --cold 1, 12 x 64 heads, batches of whole-row items,
-// per-head tiles against whole-row tiles, two alternating pairs: 8 x 784 F32
-// 1.78, 1.71 -> 1.67, 1.56 ms a layer; 8 x 256 F16 0.354, 0.327 -> 0.299,
-// 0.284; 32 x 200 F16 1.176, 0.974 -> 0.903, 0.894; 1 x 4096 F32 (spans)
-// 1.26, 1.12 -> 1.06, 1.03. Without the requests in tile_rows (values during
-// the keys, the next tile's keys during the values), whole rows were slower
-// than per-head tiles (8 x 256 F16 0.61, 0.40 against 0.46, 0.32 ms).
+// Then each tile's K rows are read row after row at ascending addresses,
+// which the hardware prefetchers follow, while its V rows are requested the
+// same way; read head by head, the same rows are 2 x 16 short strided
+// streams per tile. A throwaway probe on a 2-core Zen 4 (plain reads of a
+// 12 x 64-head F32 cache from memory, 784 and 4096 positions, two threads):
+// whole rows in order 30-53 GB/s, the same rows head by head 13-18, 19-24
+// with the next tile requested ahead.
+// bench_attention_cpu, 2-core Zen 4, per-head tiles against whole-row tiles
+// (values from cache, head by head), two alternating pairs, ms a layer:
+// 64 x 1024 F16 12 x 64 heads 11.7, 10.5 -> 9.1, 8.5; the same GQA 32/4
+// 9.4, 8.6 -> 8.1, 8.2; from memory (--cold 1) 32 x 200 F16 1.14, 1.05 ->
+// 0.86, 0.86; 8 x 784 F32 1.78, 1.35 -> 1.46, 1.64; one sequence at 2048
+// F32 (spans) 0.66, 0.64 -> 0.48, 0.60. Two earlier forms measured
+// against these: without any requests, whole rows were slower than per-head
+// tiles (8 x 256 F16 0.61, 0.40 against 0.46, 0.32 ms); with the values
+// summed four rows at a time from memory order (accumulators in memory),
+// GQA 32/4 was slower (10.3, 9.2 against 8.6, 8.9 ms).
 inline bool whole_rows(const KvShape& shape, const DecodeQuery& dq) {
   return !shape.int8 && dq.kv_begin == 0 && dq.kv_end == shape.num_kv_heads;
 }
@@ -228,7 +235,7 @@ void decode_rows(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuer
   const E* v_rows[kDecodeTile];
   const E* k_next[kDecodeTile];
   RowsTile<E> t{dq.q + static_cast<int64_t>(dq.kv_begin) * dq.group * hd, k_rows, v_rows, 0, num_kv, dq.group,
-                heads, dq.scale, s.part, s.p, k_next, 0,
+                heads, dq.scale, s.part, s.p, s.alpha, k_next, 0,
                 static_cast<int64_t>(num_kv) * hd * static_cast<int64_t>(sizeof(E))};
   auto rows_of = [&](const void* base, int64_t pos) {
     return static_cast<const E*>(base) + slot_of(dq.table, dq.block_size, pos) * row +

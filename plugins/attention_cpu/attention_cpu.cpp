@@ -319,6 +319,7 @@ class AttentionCpu {
       s.decode.v_buf = c.take<float>(d.tile);
       s.decode.part = c.take<float>(d.part);
       s.decode.p = c.take<float>(d.p);
+      s.decode.alpha = c.take<float>(d.per_head);
     }
     return s;
   }

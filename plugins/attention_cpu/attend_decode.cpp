@@ -20,7 +20,10 @@ DecodeScratchSize decode_scratch_size(const KvShape& shape, uint32_t num_heads) 
   size.per_head = num_heads;
   size.acc = static_cast<size_t>(num_heads) * shape.head_dim;
   if (shape.int8) size.tile = static_cast<size_t>(kDecodeTile) * shape.num_kv_heads * shape.head_dim;
-  else size.part = static_cast<size_t>(num_heads) * kDecodeTile * 16, size.p = static_cast<size_t>(num_heads) * kDecodeTile;
+  else {  // whole-row tiles (attend_decode_driver.hpp, RowsTile)
+    size.part = static_cast<size_t>(num_heads) * kDecodeTile * 16;
+    size.p = static_cast<size_t>(num_heads) * kDecodeTile;
+  }
   return size;
 }
 

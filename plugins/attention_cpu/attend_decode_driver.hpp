@@ -40,6 +40,24 @@ inline void request_lines(const void* p, int64_t bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_T1);
 }
 
+// A query's softmax state before its first tile: no maximum, no sum.
+inline void start_state(DecodeScratch& s, uint32_t heads, int64_t hd) {
+  std::fill_n(s.m, heads, -std::numeric_limits<float>::infinity());
+  std::fill_n(s.l, heads, 0.0f);
+  std::fill_n(s.acc, heads * hd, 0.0f);
+}
+
+// The query's output rows from its state, unless it is one span of a longer
+// context (out null: the caller merges the spans' states).
+inline void finish_state(const DecodeQuery& dq, const DecodeScratch& s, uint32_t heads, int64_t hd) {
+  if (dq.out == nullptr) return;
+  float* out = dq.out + static_cast<int64_t>(dq.kv_begin) * dq.group * hd;
+  for (uint32_t qh = 0; qh < heads; ++qh) {
+    const float inv = s.l[qh] > 0.0f ? 1.0f / s.l[qh] : 0.0f;
+    for (int64_t i = 0; i < hd; ++i) out[qh * hd + i] = s.acc[qh * hd + i] * inv;
+  }
+}
+
 // E: the element type read by the tiles (float for F32 caches and for I8
 // caches, which are dequantized into s.k_buf / s.v_buf first; uint16_t F16 bits).
 // tile(q, k_rows, v_rows, off, n, scale, m, l, acc) is the ISA's
@@ -53,9 +71,7 @@ void decode_query(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQue
   const uint32_t num_kv = dq.kv_end - dq.kv_begin;
   const int64_t range = static_cast<int64_t>(num_kv) * hd;           // the range's part of it
   const uint32_t heads = num_kv * dq.group;
-  std::fill_n(s.m, heads, -std::numeric_limits<float>::infinity());
-  std::fill_n(s.l, heads, 0.0f);
-  std::fill_n(s.acc, heads * hd, 0.0f);
+  start_state(s, heads, hd);
   const float* q = dq.q + static_cast<int64_t>(dq.kv_begin) * dq.group * hd;
 
   // The next tile's rows are requested while this one computes, one KV
@@ -158,12 +174,7 @@ void decode_query(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQue
       }
     }
   }
-  if (dq.out == nullptr) return;  // one span of a longer context: the caller merges the spans' states
-  float* out = dq.out + static_cast<int64_t>(dq.kv_begin) * dq.group * hd;
-  for (uint32_t qh = 0; qh < heads; ++qh) {
-    const float inv = s.l[qh] > 0.0f ? 1.0f / s.l[qh] : 0.0f;
-    for (int64_t i = 0; i < hd; ++i) out[qh * hd + i] = s.acc[qh * hd + i] * inv;
-  }
+  finish_state(dq, s, heads, hd);
 }
 
 // One tile as the whole-row kernels see it: rows k[j] and v[j] (j < n)
@@ -228,9 +239,7 @@ void decode_rows(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuer
   const int64_t row = static_cast<int64_t>(shape.num_kv_heads) * hd;
   const uint32_t num_kv = dq.kv_end - dq.kv_begin;
   const uint32_t heads = num_kv * dq.group;
-  std::fill_n(s.m, heads, -std::numeric_limits<float>::infinity());
-  std::fill_n(s.l, heads, 0.0f);
-  std::fill_n(s.acc, heads * hd, 0.0f);
+  start_state(s, heads, hd);
   const E* k_rows[kDecodeTile];
   const E* v_rows[kDecodeTile];
   const E* k_next[kDecodeTile];
@@ -251,12 +260,7 @@ void decode_rows(const llmk_kv_layer& kv, const KvShape& shape, const DecodeQuer
     for (int j = 0; j < t.n_next; ++j) k_next[j] = rows_of(kv.k, t0 + kDecodeTile + j);
     rows_tile(t, s.m, s.l, s.acc);
   }
-  if (dq.out == nullptr) return;
-  float* out = dq.out + static_cast<int64_t>(dq.kv_begin) * dq.group * hd;
-  for (uint32_t qh = 0; qh < heads; ++qh) {
-    const float inv = s.l[qh] > 0.0f ? 1.0f / s.l[qh] : 0.0f;
-    for (int64_t i = 0; i < hd; ++i) out[qh * hd + i] = s.acc[qh * hd + i] * inv;
-  }
+  finish_state(dq, s, heads, hd);
 }
 
 // Calls decode(std::integral_constant<int, head_dim / 16>{}) for a head_dim

@@ -1,7 +1,6 @@
 #include "actors/built_executors.hpp"
 
-#include "core/device_sampler.hpp"
-#include "core/executor.hpp"
+#include "core/device_registry.hpp"
 
 #if defined(LLMK_HAVE_CUDA) && LLMK_HAVE_CUDA
 #include "core/cuda/cuda_executor.hpp"
@@ -12,8 +11,7 @@ namespace llmk {
 
 void register_built_executors() {
 #if defined(LLMK_HAVE_CUDA) && LLMK_HAVE_CUDA
-  register_executor(Device::cuda, &make_cuda_executor);
-  register_device_sampler(Device::cuda, &make_cuda_sampler);
+  register_device_backend(Device::cuda, DeviceBackend{&make_cuda_executor, &make_cuda_sampler});
 #endif
 }
 

@@ -1,5 +1,7 @@
-// Engine: loads the model and plugins, starts the five actors and a sink
-// actor that hands events to the submitters' callbacks.
+// Engine: opens the model and its tokenizer, builds the engine's parts
+// (core/engine_parts.hpp: executor, KV allocator, scheduler), and starts the
+// five actors over them and a sink actor that hands events to the
+// submitters' callbacks.
 //
 // CAF scheduler settings (see docs/actors.md for the reasoning):
 //  - policy "sharing": one queue, idle workers block on a condition variable.
@@ -26,18 +28,11 @@
 #include "core/chat_template.hpp"
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
-#include "core/executor.hpp"
-#include "core/openmp.hpp"
+#include "core/engine_parts.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/tokenizer.hpp"
 
 namespace llmk {
-namespace {
-
-std::string format_mib(double bytes) { return std::to_string(static_cast<int64_t>(bytes / (1024.0 * 1024.0))) + " MiB"; }
-
-}  // namespace
-
 namespace {
 
 class QueueStream final : public EventStream {
@@ -125,7 +120,7 @@ void Engine::Impl::start_actors(std::shared_ptr<Executor> executor_object, std::
   PipelineContext context{tracer, PipelineTimeouts{options.step_timeout, options.message_timeout}};
   feedback = context.feedback;
   auto sampler = spawn_sampler(*system, context);
-  auto executor = spawn_executor(*system, std::move(executor_object), sampler, context);
+  auto executor = spawn_executor(*system, std::move(executor_object), sampler, context, tokenizer->vocab_size());
   auto detokenizer = spawn_detokenizer(*system, tokenizer, context);
   scheduler_typed = spawn_scheduler(*system, std::move(parts), executor, detokenizer, context);
   PromptEncoding encoding{tokenizer, checkpoint->config().add_bos_token, chat_template, chat_template_error};
@@ -192,7 +187,6 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
     im.tracer = std::make_shared<Tracer>(im.options.record_trace, im.options.observer);
 
   im.checkpoint = open_model(im.config.model);
-  const ModelConfig& mc = im.checkpoint->config();
   if (im.checkpoint->tokenizer_path().empty())
     throw Error(ErrorCode::not_found, "no tokenizer.model or tokenizer.json for model '" + im.config.model.path +
                                           "' (set model.tokenizer)");
@@ -211,39 +205,10 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
                                                  im.config.plugins.search_path.end());
   PluginRegistry registry(search_path);
   register_built_executors();
-  std::shared_ptr<Executor> executor = make_executor(im.config, im.checkpoint, registry);
-  release_openmp_pool();  // the executor's thread runs every forward: its pool must be the only one
-  const ModelRuntime& runtime = executor->runtime();
-
-  auto parts = std::make_shared<SchedulerParts>();
-  llmk_kv_allocator_desc desc{};
-  desc.struct_size = sizeof(desc);
-  desc.num_slots = runtime.num_kv_slots;
-  desc.block_size = im.config.kv_cache.block_size;
-  desc.max_seq_len = runtime.max_seq_len;
-  desc.enable_prefix_caching = im.config.kv_cache.enable_prefix_caching ? 1 : 0;
-  desc.options = im.config.plugins.kv_allocator_options.c_str();
-  parts->kv = std::make_unique<KvAllocatorImpl>(
-      registry.load(im.config.plugins.kv_allocator, LLMK_PLUGIN_KV_ALLOCATOR), desc);
-  SchedulerOptions scheduler_options;
-  if (im.config.scheduler.preemption == "offload") {
-    // Called inside schedule(), which runs only when no step is in flight.
-    parts->offloader = executor;
-    scheduler_options.offloader = parts->offloader.get();
-  }
-  SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
-  parts->scheduler = std::make_unique<Scheduler>(im.config.scheduler, limits, *parts->kv, scheduler_options);
-  parts->overlap = im.config.scheduler.overlap;
-
-  spdlog::info("engine: {} layers, vocab {}, context {}, executor {}, {} actor threads (CAF sharing policy)",
-               mc.num_layers, mc.vocab_size, runtime.max_seq_len, executor->describe(), im.options.num_actor_threads);
-  spdlog::info("engine: KV cache {} ({}, {}) holds {} tokens = {} maximum-length sequences; weights {:.1f} MiB",
-               im.config.plugins.kv_allocator, dtype_name(runtime.kv_dtype),
-               format_mib(static_cast<double>(executor->kv_cache_bytes())), runtime.num_kv_slots,
-               runtime.num_kv_slots / std::max<uint32_t>(1, runtime.max_seq_len),
-               static_cast<double>(executor->weight_bytes()) / (1024.0 * 1024.0));
+  EngineParts parts = build_engine_parts(im.config, im.checkpoint, registry);
+  spdlog::info("engine: {} actor threads (CAF sharing policy)", im.options.num_actor_threads);
   try {
-    im.start_actors(std::move(executor), std::move(parts));
+    im.start_actors(std::move(parts.executor), std::move(parts.scheduling));
   } catch (...) {
     im.stop();  // whatever was spawned must exit before the actor system goes
     throw;

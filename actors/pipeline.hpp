@@ -1,9 +1,10 @@
 // Spawning the five actors. Engine wires them; a program that builds its own
 // pipeline (or a test) can call these directly.
 //
-// Threads: the executor is a detached actor (its own thread, since a forward
-// blocks for milliseconds and uses its own OpenMP threads); the other four run
-// on the actor system's shared worker threads.
+// Threads: the executor and the sampler are detached actors, a thread each
+// (a forward blocks for milliseconds on its own OpenMP team; sampling a
+// large batch takes milliseconds too); the tokenizer, scheduler and
+// detokenizer run on the actor system's shared worker threads.
 #pragma once
 
 #include <chrono>
@@ -15,9 +16,7 @@
 #include "actors/messages.hpp"
 #include "actors/step_feedback.hpp"
 #include "actors/trace.hpp"
-#include "core/kv_allocator.hpp"
-#include "core/kv_offloader.hpp"
-#include "core/scheduler.hpp"
+#include "core/engine_parts.hpp"
 
 namespace llmk {
 
@@ -52,22 +51,18 @@ struct PromptEncoding {
 sampler_actor spawn_sampler(caf::actor_system& system, PipelineContext context);
 
 // The executor actor holds the Executor (core/executor.hpp); the scheduler
-// may hold it too, as its KvOffloader.
+// may hold it too, as its KvOffloader. num_sampleable_tokens: the logits
+// columns that are tokens (the tokenizer's size where the model's vocabulary
+// is padded past it); the columns after them are never sampled nor listed
+// as logprobs. 0: every column.
 executor_actor spawn_executor(caf::actor_system& system, std::shared_ptr<Executor> executor, sampler_actor sampler,
-                              PipelineContext context);
+                              PipelineContext context, int32_t num_sampleable_tokens);
 
 detokenizer_actor spawn_detokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tokenizer,
                                     PipelineContext context);
 
 // The scheduler actor owns the KV allocator and the Scheduler built over it
-// (and shares the offloader, the Executor itself, when preemption is "offload").
-struct SchedulerParts {
-  std::unique_ptr<KvAllocator> kv;
-  std::shared_ptr<KvOffloader> offloader;
-  std::unique_ptr<Scheduler> scheduler;  // built over *kv
-  bool overlap = false;                   // scheduler.overlap: plan one step ahead
-};
-
+// (core/engine_parts.hpp: SchedulerParts).
 scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<SchedulerParts> parts,
                                 executor_actor executor, detokenizer_actor detokenizer, PipelineContext context);
 

@@ -1,8 +1,7 @@
 // The sampler actor: samples one token per logits row where the logits are,
-// with the sampler of the view's device (the CPU Sampler of core/sampler.hpp
-// over host rows; a DeviceSampler, core/device_sampler.hpp, for device
-// memory, which samples on the device and copies back only ids and
-// logprobs). Its answer goes to the scheduler (the
+// with the DeviceSampler of the view's device (core/device_sampler.hpp: the
+// CPU's runs the Sampler of core/sampler.hpp over host rows; a device's
+// samples in device memory and copies back only ids and logprobs). Its answer goes to the scheduler (the
 // executor delegated the scheduler's request to it). One thread: a second
 // OpenMP team next to the executor's would spin against it between steps
 // (measured on 2 cores: 8000 tok/s with one team, under 1000 with two).
@@ -18,7 +17,6 @@
 #include "actors/pipeline.hpp"
 #include "core/device_sampler.hpp"
 #include "core/error.hpp"
-#include "core/sampler.hpp"
 
 namespace llmk {
 
@@ -34,19 +32,17 @@ struct RequestSampling {
 
 struct SamplerState {
   SamplerState() {}  // user-declared: CAF's stateful_pointer needs it under C++20
-  std::unique_ptr<Sampler> cpu;  // made for the first CPU view's vocabulary
-  // Made for the first device view; from then on it is told every open and
-  // release, and keeps the device-side state (penalty histories).
-  std::unique_ptr<DeviceSampler> device;
-  Device device_kind = Device::cpu;
-  std::vector<DeviceSampler::Row> device_rows;
+  // The view's device's sampler, made for the first view; from then on it
+  // is told every open and release, and keeps its own copy of the state
+  // (on a device: in device memory).
+  std::unique_ptr<DeviceSampler> sampler;
+  Device sampler_device = Device::cpu;
+  std::vector<DeviceSampler::Row> sampler_rows;
   std::unordered_map<uint64_t, RequestSampling> requests;  // by request key
   PipelineContext context;
   // Per row of the current step: its request and its sample's history. Reused across steps.
   std::vector<const RequestSampling*> row_requests;
   std::vector<std::vector<int32_t>*> row_histories;
-  std::vector<SamplerRow> rows;
-  std::vector<int32_t> ids;  // the step's ids, published to the executor
   uint64_t last_sampled_step = 0;
   // Histories of rows whose sequence a failed step ended (see SampleWork::fed_from).
   std::vector<std::vector<int32_t>> orphan_histories;
@@ -64,7 +60,7 @@ caf::error internal_error(const std::string& what) {
 caf::error apply_deltas(SamplerState& st, SampleWork& work) {
   for (uint64_t key : work.released) {
     st.requests.erase(key);
-    if (st.device) st.device->release(key);
+    if (st.sampler) st.sampler->release(key);
   }
   for (SamplerOpen& open : work.opened) {
     if (!open.sampling || open.num_samples < 1) return internal_error("a request opened without parameters");
@@ -73,8 +69,8 @@ caf::error apply_deltas(SamplerState& st, SampleWork& work) {
     state.params = std::move(open.sampling);
     state.prompt_ids = std::move(open.prompt_ids);
     state.generated.resize(static_cast<size_t>(open.num_samples));
-    if (st.device)
-      st.device->open(open.request_key, *state.params, state.seed, state.prompt_ids, open.num_samples);
+    if (st.sampler)
+      st.sampler->open(open.request_key, *state.params, state.seed, state.prompt_ids, open.num_samples);
     if (!st.requests.emplace(open.request_key, std::move(state)).second)
       return internal_error("request " + std::to_string(open.request_key) + " opened twice");
   }
@@ -119,50 +115,31 @@ caf::error resolve_rows(SamplerState& st, const SampleWork& work) {
   return caf::none;
 }
 
-// Host rows: the view's memory is host memory and was written before the
-// executor returned.
-caf::error sample_on_cpu(SamplerState& st, const SampleWork& work, const LogitsView& view, StepResult& result) {
-  if (!view.ready.is_ready_on_return()) return internal_error("a CPU view with a pending event");
-  if (!st.cpu || st.cpu->vocab_size() != view.vocab_size) st.cpu = std::make_unique<Sampler>(view.vocab_size, 1);
-  st.rows.resize(work.rows.size());
-  for (size_t i = 0; i < work.rows.size(); ++i) {
-    const RequestSampling& req = *st.row_requests[i];
-    SamplerRow& row = st.rows[i];
-    row.logits = view.row(static_cast<int32_t>(i));
-    row.params = req.params.get();
-    row.prompt_ids = req.prompt_ids;
-    row.generated_ids = *st.row_histories[i];
-    row.seed = req.seed;
-    row.sample_index = static_cast<uint32_t>(work.rows[i].sample_index);
-  }
-  result.tokens.resize(work.rows.size());
-  st.cpu->sample(st.rows, result.tokens);
-  return caf::none;
-}
-
-// Device rows: the view's device samples them where they are. The device
-// sampler is made at the first such view and told every live request. Its
-// ids are published to the executor as soon as they are enqueued.
-caf::error sample_on_device(SamplerState& st, const SampleWork& work, const LogitsView& view, StepResult& result,
-                            bool& published) {
-  if (!st.device) {
-    st.device = make_device_sampler(view.device, view.vocab_size);
-    st.device_kind = view.device;
+// Samples the rows with the sampler of the view's device, made at the first
+// view and from then on told every open and release. The step's ids are
+// published to the executor as soon as the sampler has them enqueued, unless
+// the executor published them already (its own argmax).
+caf::error sample_rows(SamplerState& st, const SampleWork& work, const LogitsView& view, StepResult& result,
+                       bool& published) {
+  if (!st.sampler) {
+    st.sampler = make_device_sampler(view.device, view.vocab_size);
+    st.sampler_device = view.device;
     for (const auto& [key, req] : st.requests) {
       for (const auto& history : req.generated)
-        if (!history.empty()) return internal_error("a device sampler made after requests began generating");
-      st.device->open(key, *req.params, req.seed, req.prompt_ids, static_cast<int32_t>(req.generated.size()));
+        if (!history.empty()) return internal_error("a sampler made after requests began generating");
+      st.sampler->open(key, *req.params, req.seed, req.prompt_ids, static_cast<int32_t>(req.generated.size()));
     }
-  } else if (st.device_kind != view.device) {
-    return internal_error(std::string("views of two devices ('") + device_name(st.device_kind) + "', '" +
+  } else if (st.sampler_device != view.device) {
+    return internal_error(std::string("views of two devices ('") + device_name(st.sampler_device) + "', '" +
                           device_name(view.device) + "')");
   }
-  st.device_rows.resize(work.rows.size());
+  st.sampler_rows.resize(work.rows.size());
   for (size_t i = 0; i < work.rows.size(); ++i)
-    st.device_rows[i] = {work.rows[i].request_key, work.rows[i].sample_index,
-                         static_cast<int32_t>(st.row_histories[i]->size())};
+    st.sampler_rows[i] = {work.rows[i].request_key, work.rows[i].sample_index,
+                          static_cast<int32_t>(st.row_histories[i]->size())};
   result.tokens.resize(work.rows.size());
-  st.device->sample(view, st.device_rows, result.tokens, [&](const SampledIds& ids) {
+  st.sampler->sample(view, st.sampler_rows, result.tokens, [&](const SampledIds& ids) {
+    if (published) return;
     st.context.feedback->publish(work.step, ids);
     published = true;
   });
@@ -187,12 +164,7 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
         return internal_error(std::to_string(view.num_rows) + " logits rows for " +
                               std::to_string(work.rows.size()) + " sample rows");
       if (auto err = resolve_rows(st, work)) return err;
-      caf::error err;
-      switch (view.device) {
-        case Device::cpu: err = sample_on_cpu(st, work, view, result); break;
-        default: err = sample_on_device(st, work, view, result, published);
-      }
-      if (err) return err;
+      if (auto err = sample_rows(st, work, view, result, published)) return err;
       if (!work.published_ids.empty()) {
         // The next step already runs on the executor's ids: they must be these.
         if (work.published_ids.size() != result.tokens.size())
@@ -218,14 +190,6 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
     return err;
   }
   st.last_sampled_step = work.step;
-  if (!published) {  // host ids
-    st.ids.resize(result.tokens.size());
-    for (size_t i = 0; i < result.tokens.size(); ++i) st.ids[i] = result.tokens[i].token_id;
-    SampledIds ids;
-    ids.data = st.ids.data();
-    ids.count = static_cast<int32_t>(st.ids.size());
-    st.context.feedback->publish(work.step, ids);
-  }
   result.sample_s = now_s() - start;
   return result;
 }

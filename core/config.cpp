@@ -14,7 +14,7 @@
 #include <variant>
 
 #include "core/error.hpp"
-#include "core/executor.hpp"
+#include "core/device.hpp"
 
 namespace llmk {
 namespace {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/openmp.hpp"
 
 namespace llmk {
 
@@ -11,6 +12,15 @@ CpuExecutor::CpuExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoi
                          PluginRegistry& plugins) {
   const ModelRuntime runtime = resolve_runtime(cfg, checkpoint->config());
   model_ = std::make_unique<Model>(std::move(checkpoint), plugins, cfg, runtime);
+  // Loading ran OpenMP regions on the building thread; forwards run on the
+  // thread that calls execute() (the executor actor's), whose team must be
+  // the only one spinning: the builder's workers go now.
+  release_openmp_pool();
+}
+
+std::unique_ptr<Executor> make_cpu_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
+                                            PluginRegistry& plugins) {
+  return std::make_unique<CpuExecutor>(cfg, std::move(checkpoint), plugins);
 }
 
 LogitsView CpuExecutor::execute(const StepBatch& batch, const SampledIds& previous) {

@@ -53,4 +53,8 @@ class CpuExecutor final : public Executor {
   StepBatch resolved_;  // a step with fed-back rows, their ids put in
 };
 
+// The CPU's entry in the device registry (core/device_registry.hpp).
+std::unique_ptr<Executor> make_cpu_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
+                                            PluginRegistry& plugins);
+
 }  // namespace llmk

@@ -1,16 +1,16 @@
 // Sampling where the logits live, for devices other than the host.
 //
-// The CPU's logits are sampled by core/sampler.hpp's Sampler over host rows.
-// A device executor's LogitsView points into device memory; its
-// DeviceSampler samples there, on the device, and brings back only the
-// token ids and any logprobs asked for. It keeps each request's sampling
+// Every device's sampler is one: the CPU's (core/cpu_sampler.hpp) runs
+// core/sampler.hpp's Sampler over host rows; a device executor's LogitsView
+// points into device memory, and its DeviceSampler samples there, on the
+// device, and brings back only the token ids and any logprobs asked for. It keeps each request's sampling
 // state (parameters, seed, the penalty history) on its side, updated by
 // deltas: open when a request starts, one appended id per sampled row,
 // release when it ends. The semantics are the CPU Sampler's, token for token
 // for the same seed (kernels/cuda/sampling.hpp for CUDA).
 //
-// Device samplers live in their device's library and are registered by the
-// program, like executors (core/executor.hpp, actors/built_executors.hpp).
+// Samplers are made through the device registry (core/device_registry.hpp),
+// like executors.
 #pragma once
 
 #include <cstdint>
@@ -55,9 +55,8 @@ class DeviceSampler {
   }
 };
 
-using DeviceSamplerFactory = std::unique_ptr<DeviceSampler> (*)(int32_t vocab_size);
-void register_device_sampler(Device device, DeviceSamplerFactory factory);
-// Throws Error(internal) naming the device when none is registered.
+// The registered sampler of `device` (core/device_registry.hpp). Throws
+// Error(internal) naming the device when none is registered.
 std::unique_ptr<DeviceSampler> make_device_sampler(Device device, int32_t vocab_size);
 
 }  // namespace llmk

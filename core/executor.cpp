@@ -4,18 +4,12 @@
 #include <mutex>
 
 #include "core/cpu_executor.hpp"
+#include "core/cpu_sampler.hpp"
+#include "core/device_registry.hpp"
 #include "core/device_sampler.hpp"
 #include "core/error.hpp"
 
 namespace llmk {
-
-const char* device_name(Device device) noexcept {
-  switch (device) {
-    case Device::cpu: return "cpu";
-    case Device::cuda: return "cuda";
-  }
-  return "unknown";
-}
 
 namespace {
 
@@ -24,63 +18,32 @@ std::mutex& registry_mutex() {
   return m;
 }
 
-std::map<Device, ExecutorFactory>& factories() {
-  static std::map<Device, ExecutorFactory> f;
-  return f;
-}
-
-std::map<Device, DeviceSamplerFactory>& sampler_factories() {
-  static std::map<Device, DeviceSamplerFactory> f;
-  return f;
+std::map<Device, DeviceBackend>& backends() {
+  static std::map<Device, DeviceBackend> table{
+      {Device::cpu, DeviceBackend{&make_cpu_executor, &make_cpu_sampler}},
+  };
+  return table;
 }
 
 }  // namespace
 
-const std::vector<Device>& built_executor_devices() {
-  // The CPU always; CUDA when the build compiled its executor (LLMK_HAVE_CUDA
-  // is defined for llmk_core then, though the executor itself lives in
-  // llmk_cuda and is registered by the program).
-#if defined(LLMK_HAVE_CUDA) && LLMK_HAVE_CUDA
-  static const std::vector<Device> devices{Device::cpu, Device::cuda};
-#else
-  static const std::vector<Device> devices{Device::cpu};
-#endif
-  return devices;
+void register_device_backend(Device device, DeviceBackend backend) {
+  const std::lock_guard<std::mutex> lock(registry_mutex());
+  backends()[device] = backend;
 }
 
-void register_executor(Device device, ExecutorFactory factory) {
+DeviceBackend device_backend(Device device) {
   const std::lock_guard<std::mutex> lock(registry_mutex());
-  factories()[device] = factory;
-}
-
-void register_device_sampler(Device device, DeviceSamplerFactory factory) {
-  const std::lock_guard<std::mutex> lock(registry_mutex());
-  sampler_factories()[device] = factory;
+  const auto it = backends().find(device);
+  return it == backends().end() ? DeviceBackend{} : it->second;
 }
 
 std::unique_ptr<DeviceSampler> make_device_sampler(Device device, int32_t vocab_size) {
-  DeviceSamplerFactory factory = nullptr;
-  {
-    const std::lock_guard<std::mutex> lock(registry_mutex());
-    const auto it = sampler_factories().find(device);
-    if (it != sampler_factories().end()) factory = it->second;
-  }
+  const DeviceSamplerFactory factory = device_backend(device).make_sampler;
   if (factory == nullptr)
     throw Error(ErrorCode::internal, std::string("no sampler is registered for device '") + device_name(device) +
                                          "' (register_built_executors() in actors/built_executors.hpp)");
   return factory(vocab_size);
-}
-
-std::string built_executor_device_names() {
-  std::string out;
-  for (Device d : built_executor_devices()) out += (out.empty() ? "" : ", ") + std::string(device_name(d));
-  return out;
-}
-
-bool has_executor(std::string_view name) {
-  for (Device d : built_executor_devices())
-    if (name == device_name(d)) return true;
-  return false;
 }
 
 void validate_fed_back(const StepBatch& batch, const SampledIds& previous, Device device) {
@@ -104,19 +67,14 @@ void validate_fed_back(const StepBatch& batch, const SampledIds& previous, Devic
 
 std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                                         PluginRegistry& plugins) {
-  const std::string& device = cfg.executor.device;
-  if (!has_executor(device))
-    throw Error(ErrorCode::invalid_config, "executor.device: '" + device + "' has no executor in this build (built: " +
+  const std::string& name = cfg.executor.device;
+  const std::optional<Device> device = device_from_name(name);
+  if (!device || !has_executor(name))
+    throw Error(ErrorCode::invalid_config, "executor.device: '" + name + "' has no executor in this build (built: " +
                                                built_executor_device_names() + ")");
-  if (device == device_name(Device::cpu)) return std::make_unique<CpuExecutor>(cfg, std::move(checkpoint), plugins);
-  ExecutorFactory factory = nullptr;
-  {
-    const std::lock_guard<std::mutex> lock(registry_mutex());
-    for (const auto& [d, f] : factories())
-      if (device == device_name(d)) factory = f;
-  }
+  const ExecutorFactory factory = device_backend(*device).make_executor;
   if (factory == nullptr)
-    throw Error(ErrorCode::internal, "executor.device: this build has a '" + device +
+    throw Error(ErrorCode::internal, "executor.device: this build has a '" + name +
                                          "' executor, but this program did not register it "
                                          "(register_built_executors() in actors/built_executors.hpp)");
   return factory(cfg, std::move(checkpoint), plugins);

@@ -1,6 +1,6 @@
 // The device seam. An Executor owns everything a forward touches on one
 // device: the weights, the KV memory, the activations and the device's queue
-// (the OpenMP team on the CPU; a CUDA stream later). The scheduler's
+// (the OpenMP team on the CPU, a stream on a CUDA device). The scheduler's
 // StepBatch goes in; a LogitsView of logits that stay on the device comes
 // out, and the sampler for that device reads them where they are.
 //
@@ -19,6 +19,7 @@
 
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
+#include "core/device.hpp"
 #include "core/forward_timings.hpp"
 #include "core/kv_offloader.hpp"
 #include "core/model_runtime.hpp"
@@ -26,18 +27,6 @@
 #include "core/step.hpp"
 
 namespace llmk {
-
-enum class Device : uint8_t { cpu = 0, cuda = 1 };
-
-const char* device_name(Device device) noexcept;  // "cpu", "cuda"
-
-// The one list of devices this build has an executor for, in preference
-// order ("cpu" always). Config validation and make_executor both read it.
-const std::vector<Device>& built_executor_devices();
-// The same as text: "cpu" (or "cpu, cuda").
-std::string built_executor_device_names();
-// True when `name` ("cpu", "cuda") names a device of built_executor_devices().
-bool has_executor(std::string_view name);
 
 // When a view's logits may be read. The CPU executor fills them before
 // execute() returns (event == nullptr). A CUDA executor records an event on
@@ -138,22 +127,14 @@ class Executor : public KvOffloader {
   virtual bool time_forwards(ForwardTimings* /*timings*/) { return false; }
 };
 
-// Builds the executor that cfg.executor.device names. Throws
-// Error(invalid_config) for a device with no executor in this build, naming
-// the devices that are built; otherwise what the executor's constructor
-// throws (plugins that cannot load, weights it cannot use, no KV capacity,
-// no device present). The checkpoint must outlive the executor.
+// Builds the executor that cfg.executor.device names, through the device
+// registry (core/device_registry.hpp). Throws Error(invalid_config) for a
+// device with no executor in this build, naming the devices that are built;
+// Error(internal) when the build has it but the program did not register it;
+// otherwise what the executor's constructor throws (plugins that cannot
+// load, weights it cannot use, no KV capacity, no device present). The
+// checkpoint must outlive the executor.
 std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                                         PluginRegistry& plugins);
-
-// Device executors other than the CPU's live in their own libraries (CUDA
-// code never enters llmk_core), and the program that links one registers
-// its factory before make_executor runs: actors/built_executors.hpp does it
-// for every executor the build compiled. Registering a device again
-// replaces its factory.
-using ExecutorFactory = std::unique_ptr<Executor> (*)(const EngineConfig& cfg,
-                                                      std::shared_ptr<const Checkpoint> checkpoint,
-                                                      PluginRegistry& plugins);
-void register_executor(Device device, ExecutorFactory factory);
 
 }  // namespace llmk

@@ -1,0 +1,40 @@
+// The registry of device backends: per device, the factory of its Executor
+// and of its DeviceSampler. make_executor (core/executor.hpp) and
+// make_device_sampler read it, for the CPU as for any other device.
+//
+// The CPU's backend is in the table from the start (its code is llmk_core's).
+// A device whose code lives in a library of its own is registered by the
+// program that links it, before make_executor runs:
+// register_built_executors() (actors/built_executors.hpp) does it for every
+// backend the build compiled. Registering a device again replaces its entry.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/device.hpp"
+
+namespace llmk {
+
+class Checkpoint;
+class DeviceSampler;
+class Executor;
+class PluginRegistry;
+struct EngineConfig;
+
+using ExecutorFactory = std::unique_ptr<Executor> (*)(const EngineConfig& cfg,
+                                                      std::shared_ptr<const Checkpoint> checkpoint,
+                                                      PluginRegistry& plugins);
+// vocab_size: the columns of each logits row the sampler may pick from.
+using DeviceSamplerFactory = std::unique_ptr<DeviceSampler> (*)(int32_t vocab_size);
+
+struct DeviceBackend {
+  ExecutorFactory make_executor = nullptr;
+  DeviceSamplerFactory make_sampler = nullptr;
+};
+
+void register_device_backend(Device device, DeviceBackend backend);
+// The device's entry; an entry with null factories when nothing registered it.
+DeviceBackend device_backend(Device device);
+
+}  // namespace llmk

@@ -1,0 +1,54 @@
+#include "core/engine_parts.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace llmk {
+
+namespace {
+
+double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+}  // namespace
+
+EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const Checkpoint> checkpoint,
+                               PluginRegistry& plugins) {
+  EngineParts parts;
+  const ModelConfig& mc = checkpoint->config();
+  parts.executor = make_executor(config, checkpoint, plugins);
+  const ModelRuntime& runtime = parts.executor->runtime();
+
+  auto scheduling = std::make_shared<SchedulerParts>();
+  llmk_kv_allocator_desc desc{};
+  desc.struct_size = sizeof(desc);
+  desc.num_slots = runtime.num_kv_slots;
+  desc.block_size = config.kv_cache.block_size;
+  desc.max_seq_len = runtime.max_seq_len;
+  desc.enable_prefix_caching = config.kv_cache.enable_prefix_caching ? 1 : 0;
+  desc.options = config.plugins.kv_allocator_options.c_str();
+  scheduling->kv = std::make_unique<KvAllocatorImpl>(
+      plugins.load(config.plugins.kv_allocator, LLMK_PLUGIN_KV_ALLOCATOR), desc);
+  SchedulerOptions options;
+  if (config.scheduler.preemption == "offload") {
+    // Called inside schedule(), which runs only when no step is in flight.
+    scheduling->offloader = parts.executor;
+    options.offloader = scheduling->offloader.get();
+  }
+  const SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
+  scheduling->scheduler = std::make_unique<Scheduler>(config.scheduler, limits, *scheduling->kv, options);
+  scheduling->overlap = config.scheduler.overlap;
+  parts.scheduling = std::move(scheduling);
+
+  spdlog::info("engine: {} layers, vocab {}, context {}, executor {}", mc.num_layers, mc.vocab_size,
+               runtime.max_seq_len, parts.executor->describe());
+  spdlog::info("engine: KV cache {} ({}, {} MiB, blocks of {}) holds {} tokens = {} maximum-length sequences; "
+               "weights {:.1f} MiB",
+               config.plugins.kv_allocator, dtype_name(runtime.kv_dtype),
+               static_cast<int64_t>(mib(parts.executor->kv_cache_bytes())), parts.scheduling->kv->block_size(),
+               runtime.num_kv_slots, runtime.num_kv_slots / std::max<uint32_t>(1, runtime.max_seq_len),
+               mib(parts.executor->weight_bytes()));
+  return parts;
+}
+
+}  // namespace llmk

@@ -34,6 +34,7 @@ struct ExecutorState {
   // views, the next forward overwrites [0]'s.
   uint64_t handed[2] = {0, 0};
   std::vector<int32_t> ids;    // a step's ids from the executor's argmax
+  int32_t num_sampleable = 0;  // logits columns the sampler may pick from (0: all)
   static inline const char* name = "executor";
 };
 
@@ -67,6 +68,10 @@ caf::result<StepResult> execute(ExecutorPointer self, StepWork& work) {
       logits = st.executor->execute(work.batch, previous);
       work.sample.forward_s = now_s() - start;
     }
+    // A padded vocabulary's columns past the tokenizer's tokens are cut off
+    // the view here, once: neither the argmax below nor the sampler (its
+    // draws, its logprob alternatives) ever sees them.
+    if (st.num_sampleable > 0 && logits.vocab_size > st.num_sampleable) logits.vocab_size = st.num_sampleable;
     if (work.sample.raw_argmax && two_views && logits.num_rows > 0) {
       ScopedSpan span(st.context.tracer.get(), "argmax", "executor", step, logits.num_rows);
       st.ids.resize(static_cast<size_t>(logits.num_rows));
@@ -90,19 +95,20 @@ caf::result<StepResult> execute(ExecutorPointer self, StepWork& work) {
 }  // namespace
 
 executor_actor spawn_executor(caf::actor_system& system, std::shared_ptr<Executor> executor, sampler_actor sampler,
-                              PipelineContext context) {
+                              PipelineContext context, int32_t num_sampleable_tokens) {
   // State travels as spawn arguments (CAF 0.17 dereferences a null argument
   // tuple when an actor is spawned without any).
   return system.spawn<caf::detached>(
-      [](ExecutorPointer self, std::shared_ptr<Executor> executor, sampler_actor sampler,
-         PipelineContext context) -> executor_actor::behavior_type {
+      [](ExecutorPointer self, std::shared_ptr<Executor> executor, sampler_actor sampler, PipelineContext context,
+         int32_t num_sampleable_tokens) -> executor_actor::behavior_type {
     self->state.executor = executor;
+    self->state.num_sampleable = num_sampleable_tokens;
     self->state.sampler = sampler;
     self->state.context = context;
     return {
         [self](execute_atom, StepWork& work) -> caf::result<StepResult> { return execute(self, work); },
     };
-  }, std::move(executor), std::move(sampler), std::move(context));
+  }, std::move(executor), std::move(sampler), std::move(context), num_sampleable_tokens);
 }
 
 }  // namespace llmk

@@ -30,4 +30,17 @@ class Error : public std::runtime_error {
   ErrorCode code_;
 };
 
+// An error in one field of a request (a sampling parameter, a prompt):
+// `field` names it as clients spell it ("temperature", "stop"), so front ends
+// can point at it (OpenAI's "param").
+class FieldError : public Error {
+ public:
+  FieldError(std::string field, const std::string& message, ErrorCode code = ErrorCode::invalid_argument)
+      : Error(code, message), field_(std::move(field)) {}
+  const std::string& field() const noexcept { return field_; }
+
+ private:
+  std::string field_;
+};
+
 }  // namespace llmk

@@ -1,5 +1,8 @@
 #include "core/request.hpp"
 
+#include <cmath>
+#include <sstream>
+
 namespace llmk {
 
 const char* to_string(FinishReason r) noexcept {
@@ -11,6 +14,47 @@ const char* to_string(FinishReason r) noexcept {
     case FinishReason::error: return "error";
   }
   return "unknown";
+}
+
+namespace {
+
+// Shortest text that reads back as the same float ("0.01", not "0.010000").
+std::string number_text(double v) {
+  std::ostringstream out;
+  out.precision(9);
+  out << v;
+  return out.str();
+}
+
+void require(bool ok, const char* field, const std::string& rule, double got) {
+  if (!ok) throw FieldError(field, std::string("'") + field + "' must be " + rule + ", got " + number_text(got));
+}
+
+std::string closed(double lo, double hi) { return "in [" + number_text(lo) + ", " + number_text(hi) + "]"; }
+
+}  // namespace
+
+void validate_sampling_params(const SamplingParams& p) {
+  using namespace sampling_limits;
+  require(std::isfinite(p.temperature) && p.temperature >= 0.0f && p.temperature <= max_temperature, "temperature",
+          closed(0, max_temperature), p.temperature);
+  require(p.top_k >= -1, "top_k", ">= 0 (0 or -1: off)", p.top_k);
+  require(p.top_p > 0.0f && p.top_p <= 1.0f, "top_p", "in (0, 1]", p.top_p);
+  require(p.min_p >= 0.0f && p.min_p <= 1.0f, "min_p", closed(0, 1), p.min_p);
+  require(p.repetition_penalty >= min_repetition_penalty && p.repetition_penalty <= max_repetition_penalty,
+          "repetition_penalty", closed(min_repetition_penalty, max_repetition_penalty), p.repetition_penalty);
+  require(p.presence_penalty >= -max_abs_penalty && p.presence_penalty <= max_abs_penalty, "presence_penalty",
+          closed(-max_abs_penalty, max_abs_penalty), p.presence_penalty);
+  require(p.frequency_penalty >= -max_abs_penalty && p.frequency_penalty <= max_abs_penalty, "frequency_penalty",
+          closed(-max_abs_penalty, max_abs_penalty), p.frequency_penalty);
+  require(p.logprobs >= -1 && p.logprobs <= max_logprobs, "logprobs", closed(-1, max_logprobs), p.logprobs);
+  require(p.n >= 1 && p.n <= max_samples, "n", closed(1, max_samples), p.n);
+  require(p.max_tokens >= 1, "max_tokens", ">= 1", p.max_tokens);
+  if (p.stop.size() > max_stop_strings)
+    throw FieldError("stop", "'stop' may hold at most " + std::to_string(max_stop_strings) + " strings, got " +
+                                 std::to_string(p.stop.size()));
+  for (const auto& stop : p.stop)
+    if (stop.empty()) throw FieldError("stop", "'stop' strings must not be empty");
 }
 
 }  // namespace llmk

@@ -33,6 +33,25 @@ struct SamplingParams {
   bool ignore_eos = false;
 };
 
+// The one set of bounds on sampling parameters, for every front end (the
+// Engine API, ZeroMQ, HTTP, batch files): validate_sampling_params applies
+// them; the JSON readers only check types.
+namespace sampling_limits {
+inline constexpr float max_temperature = 100.0f;
+inline constexpr float min_repetition_penalty = 0.01f;
+inline constexpr float max_repetition_penalty = 100.0f;
+inline constexpr float max_abs_penalty = 2.0f;  // presence_penalty and frequency_penalty in [-2, 2]
+inline constexpr int32_t max_logprobs = 20;     // top alternatives a request may ask for
+inline constexpr int32_t max_samples = 16;      // n
+inline constexpr size_t max_stop_strings = 16;
+}  // namespace sampling_limits
+
+// Throws FieldError(invalid_argument) naming the first field out of its
+// bounds (sampling_limits; top_p in (0, 1], min_p in [0, 1], top_k >= -1,
+// max_tokens >= 1, stop strings non-empty). Called where a request enters
+// the engine (the scheduler's admission) and by the front ends as they parse.
+void validate_sampling_params(const SamplingParams& params);
+
 struct Request {
   std::string id;                   // chosen by the client, unique among its live requests
   std::string prompt;               // text, tokenized by the engine ...

@@ -27,35 +27,12 @@ namespace {
 // it, waking the OpenMP team costs more than it saves.
 constexpr int64_t kMinParallelLogits = 1 << 18;
 
-void check(bool ok, const std::string& what) {
-  if (!ok) throw Error(ErrorCode::invalid_argument, "sampling parameter " + what);
-}
-
 bool is_greedy(const SamplingParams& p) { return p.temperature < kGreedyTemperature; }
 
 }  // namespace
 
 bool chooses_raw_argmax(const SamplingParams& p) {
   return is_greedy(p) && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;
-}
-
-void validate_sampling_params(const SamplingParams& p) {
-  check(std::isfinite(p.temperature) && p.temperature >= 0.0f,
-        "temperature must be >= 0, got " + std::to_string(p.temperature));
-  check(p.top_k >= -1, "top_k must be >= 0 (0 or -1: off), got " + std::to_string(p.top_k));
-  check(p.top_p > 0.0f && p.top_p <= 1.0f, "top_p must be in (0, 1], got " + std::to_string(p.top_p));
-  check(p.min_p >= 0.0f && p.min_p <= 1.0f, "min_p must be in [0, 1], got " + std::to_string(p.min_p));
-  check(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f,
-        "repetition_penalty must be > 0, got " + std::to_string(p.repetition_penalty));
-  check(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f,
-        "presence_penalty must be in [-2, 2], got " + std::to_string(p.presence_penalty));
-  check(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f,
-        "frequency_penalty must be in [-2, 2], got " + std::to_string(p.frequency_penalty));
-  check(p.logprobs >= -1 && p.logprobs <= kMaxLogprobs,
-        "logprobs must be in [-1, " + std::to_string(kMaxLogprobs) + "], got " + std::to_string(p.logprobs));
-  check(p.n >= 1, "n must be >= 1, got " + std::to_string(p.n));
-  check(p.max_tokens >= 1, "max_tokens must be >= 1, got " + std::to_string(p.max_tokens));
-  for (const auto& stop : p.stop) check(!stop.empty(), "stop strings must not be empty");
 }
 
 uint64_t resolve_seed(const std::optional<uint64_t>& seed) {

@@ -39,11 +39,8 @@
 namespace llmk {
 
 constexpr float kGreedyTemperature = 1e-5f;  // below this, sampling is greedy
-constexpr int32_t kMaxLogprobs = 20;         // most top logprobs a request may ask for
-
-// Throws Error(invalid_argument) naming the field when a value is out of
-// range. Call when a request arrives; the Sampler assumes valid params.
-void validate_sampling_params(const SamplingParams& params);
+constexpr int32_t kMaxLogprobs = sampling_limits::max_logprobs;  // most top logprobs a request may ask for
+// The Sampler assumes params that passed validate_sampling_params (core/request.hpp).
 
 // The request's seed, or a fresh random one when it has none. Called once
 // per request; its samples share it and differ by sample index.

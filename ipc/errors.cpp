@@ -50,7 +50,7 @@ ErrorReply error_reply(ProtocolFailure failure, std::string message) {
 
 ErrorReply error_reply(const std::exception& e) {
   if (const auto* pr = dynamic_cast<const ProtocolError*>(&e)) return error_reply(pr->failure(), pr->what());
-  if (const auto* pe = dynamic_cast<const ParamError*>(&e)) return error_reply(pe->code(), pe->what(), pe->param());
+  if (const auto* pe = dynamic_cast<const ParamError*>(&e)) return error_reply(pe->code(), pe->what(), pe->field());
   if (const auto* le = dynamic_cast<const Error*>(&e)) return error_reply(le->code(), le->what());
   if (const auto* je = dynamic_cast<const nlohmann::json::exception*>(&e)) {
     return error_reply(ProtocolFailure::malformed, std::string("malformed JSON: ") + je->what());

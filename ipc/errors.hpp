@@ -33,16 +33,10 @@ class ProtocolError : public std::runtime_error {
   ProtocolFailure failure_;
 };
 
-// A request field has the wrong type or value; `param` names it.
-class ParamError : public Error {
- public:
-  ParamError(std::string param, const std::string& message, ErrorCode code = ErrorCode::invalid_argument)
-      : Error(code, message), param_(std::move(param)) {}
-  const std::string& param() const noexcept { return param_; }
-
- private:
-  std::string param_;
-};
+// A request field has the wrong type or value; `field()` names it (the
+// OpenAI error's "param"). The core's FieldError, which the engine's own
+// validation throws too.
+using ParamError = FieldError;
 
 struct ErrorReply {
   int http_status = 500;

@@ -95,6 +95,37 @@ json bytes_of(const std::string& s) {
 
 }  // namespace
 
+namespace {
+
+// Fields of OpenAI's API that change what a reply must be, which llmk does
+// not implement: a request that uses one is refused with 400 naming it,
+// never answered as if the field were absent (a client asking for JSON
+// must not get free text with a 200). Their neutral values pass.
+void refuse_unimplemented(const json& body) {
+  auto refuse = [](const std::string& field, const std::string& what) {
+    throw ParamError(field, "'" + field + "'" + (what.empty() ? "" : " " + what) + " is not supported by this server",
+                     ErrorCode::unsupported);
+  };
+  auto present = [&](const char* field) { return body.contains(field) && !body[field].is_null(); };
+  if (present("response_format")) {
+    const json& f = body["response_format"];
+    if (!(f.is_object() && f.value("type", json()) == "text")) refuse("response_format", "other than {\"type\": \"text\"}");
+  }
+  for (const char* field : {"tools", "functions", "logit_bias"}) {
+    const json& v = present(field) ? body[field] : json();
+    if (!v.is_null() && !v.empty()) refuse(field, "(non-empty)");
+  }
+  for (const char* field : {"tool_choice", "function_call"}) {
+    if (present(field) && body[field] != "none" && body[field] != "auto") refuse(field, "other than \"none\" or \"auto\"");
+  }
+  if (present("suffix")) refuse("suffix", "");
+  if (present("prediction")) refuse("prediction", "");
+  if (present("audio")) refuse("audio", "");
+  if (present("modalities") && body["modalities"] != json::array({"text"})) refuse("modalities", "other than [\"text\"]");
+}
+
+}  // namespace
+
 OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& body_text, const Backend& backend) {
   json body;
   try {
@@ -119,10 +150,7 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
   if (endpoint == OpenAiEndpoint::completions) {
     if (!body.contains("prompt")) throw ParamError("prompt", "'prompt' is required");
     parse_prompt(body["prompt"], "prompt", model.vocab_size, out.request);
-    if (get_bool(body, "echo", false)) throw Error(ErrorCode::unsupported, "'echo' is not supported");
-    if (body.contains("suffix") && !body["suffix"].is_null()) {
-      throw Error(ErrorCode::unsupported, "'suffix' is not supported");
-    }
+    if (get_bool(body, "echo", false)) throw ParamError("echo", "'echo' is not supported", ErrorCode::unsupported);
     out.request.sampling = parse_sampling(body, LogprobsStyle::integer, model.max_context);
     out.request.strict_context = true;  // prompt + max_tokens must fit, as OpenAI's API asks
   } else {
@@ -140,8 +168,9 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
     }
   }
   if (auto best_of = body.find("best_of"); best_of != body.end() && !best_of->is_null() && *best_of != 1) {
-    throw Error(ErrorCode::unsupported, "'best_of' other than 1 is not supported");
+    throw ParamError("best_of", "'best_of' other than 1 is not supported", ErrorCode::unsupported);
   }
+  refuse_unimplemented(body);
   return out;
 }
 

@@ -12,32 +12,37 @@ using nlohmann::json;
 
 const char* type_name(const json& v) { return v.is_number_integer() ? "integer" : v.type_name(); }
 
-double get_number(const json& obj, const std::string& key, double fallback, double lo, double hi) {
+// Types only: the bounds are validate_sampling_params' (core/request.hpp).
+double get_number(const json& obj, const std::string& key, double fallback) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return fallback;
   if (!it->is_number()) throw ParamError(key, "'" + key + "' must be a number, not " + type_name(*it));
-  const double v = it->get<double>();
-  if (!std::isfinite(v) || v < lo || v > hi) {
-    throw ParamError(key, "'" + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                              "], got " + it->dump());
-  }
-  return v;
+  return it->get<double>();
 }
 
+// An integer that fits [lo, hi] (a range the value's type can hold; the
+// request's own bounds are checked after parsing).
 int64_t get_integer(const json& obj, const std::string& key, int64_t fallback, int64_t lo, int64_t hi) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return fallback;
   if (!it->is_number_integer()) throw ParamError(key, "'" + key + "' must be an integer, not " + type_name(*it));
-  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi)) {
+  const bool too_large = it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi);
+  if (too_large || it->get<int64_t>() < lo || it->get<int64_t>() > hi) {
     throw ParamError(key, "'" + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                               "], got " + it->dump());
   }
-  const int64_t v = it->get<int64_t>();
-  if (v < lo || v > hi) {
-    throw ParamError(key, "'" + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                              "], got " + it->dump());
-  }
-  return v;
+  return it->get<int64_t>();
+}
+
+int32_t get_int32(const json& obj, const std::string& key, int32_t fallback) {
+  return static_cast<int32_t>(get_integer(obj, key, fallback, std::numeric_limits<int32_t>::min(),
+                                          std::numeric_limits<int32_t>::max()));
+}
+
+float get_float(const json& obj, const std::string& key, float fallback) {
+  const double v = get_number(obj, key, fallback);
+  // Beyond float's range: kept as infinity, which the bounds refuse.
+  return static_cast<float>(v);
 }
 
 }  // namespace
@@ -60,44 +65,48 @@ SamplingParams parse_sampling(const json& body, LogprobsStyle style, int32_t max
                               int32_t default_max_tokens) {
   SamplingParams p;
   const char* max_key = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  // max_tokens must fit the context: the one bound that is the model's, not the request's.
   p.max_tokens = static_cast<int32_t>(
       get_integer(body, max_key, std::min(default_max_tokens, max_context), 1, std::max(1, max_context)));
-  p.temperature = static_cast<float>(get_number(body, "temperature", 1.0, 0.0, 100.0));
-  p.top_p = static_cast<float>(get_number(body, "top_p", 1.0, 0.0, 1.0));
-  if (body.contains("top_p") && p.top_p <= 0.0f) throw ParamError("top_p", "'top_p' must be in (0, 1]");
-  p.top_k = static_cast<int32_t>(get_integer(body, "top_k", 0, -1, std::numeric_limits<int32_t>::max()));
-  if (p.top_k < 0) p.top_k = 0;  // -1 also means "off"
-  p.min_p = static_cast<float>(get_number(body, "min_p", 0.0, 0.0, 1.0));
-  p.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", 0.0, -2.0, 2.0));
-  p.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
-  p.repetition_penalty = static_cast<float>(get_number(body, "repetition_penalty", 1.0, 0.01, 100.0));
-  p.n = static_cast<int32_t>(get_integer(body, "n", 1, 1, max_samples_per_request));
+  p.temperature = get_float(body, "temperature", p.temperature);
+  p.top_p = get_float(body, "top_p", p.top_p);
+  p.top_k = get_int32(body, "top_k", p.top_k);
+  p.min_p = get_float(body, "min_p", p.min_p);
+  p.presence_penalty = get_float(body, "presence_penalty", p.presence_penalty);
+  p.frequency_penalty = get_float(body, "frequency_penalty", p.frequency_penalty);
+  p.repetition_penalty = get_float(body, "repetition_penalty", p.repetition_penalty);
+  p.n = get_int32(body, "n", p.n);
   if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
     p.seed = static_cast<uint64_t>(get_integer(body, "seed", 0, std::numeric_limits<int64_t>::min(),
                                                std::numeric_limits<int64_t>::max()));
   }
   p.ignore_eos = get_bool(body, "ignore_eos", false);
+  const char* logprobs_key = "logprobs";
   if (style == LogprobsStyle::integer) {
-    p.logprobs = static_cast<int32_t>(get_integer(body, "logprobs", -1, 0, max_top_logprobs));
+    p.logprobs = get_int32(body, "logprobs", -1);
+    if (p.logprobs < 0 && body.contains("logprobs") && !body["logprobs"].is_null())
+      throw ParamError("logprobs", "'logprobs' must be in [0, " + std::to_string(sampling_limits::max_logprobs) +
+                                       "], got " + body["logprobs"].dump());
   } else if (get_bool(body, "logprobs", false)) {
-    p.logprobs = static_cast<int32_t>(get_integer(body, "top_logprobs", 0, 0, max_top_logprobs));
+    logprobs_key = "top_logprobs";
+    p.logprobs = get_int32(body, "top_logprobs", 0);
+    if (p.logprobs < 0)
+      throw ParamError("top_logprobs", "'top_logprobs' must be in [0, " +
+                                           std::to_string(sampling_limits::max_logprobs) + "], got " +
+                                           std::to_string(p.logprobs));
   } else if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
     throw ParamError("top_logprobs", "'top_logprobs' requires 'logprobs': true");
   }
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
     if (it->is_string()) {
       p.stop.push_back(it->get<std::string>());
-    } else if (it->is_array() && it->size() <= max_stop_strings) {
+    } else if (it->is_array()) {
       for (const auto& s : *it) {
         if (!s.is_string()) throw ParamError("stop", "'stop' must be a string or a list of strings");
         p.stop.push_back(s.get<std::string>());
       }
     } else {
-      throw ParamError("stop", "'stop' must be a string or a list of at most " + std::to_string(max_stop_strings) +
-                                   " strings");
-    }
-    for (const auto& s : p.stop) {
-      if (s.empty()) throw ParamError("stop", "'stop' strings must not be empty");
+      throw ParamError("stop", "'stop' must be a string or a list of strings");
     }
   }
   if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
@@ -106,6 +115,14 @@ SamplingParams parse_sampling(const json& body, LogprobsStyle style, int32_t max
       if (!v.is_number_integer()) throw ParamError("stop_token_ids", "'stop_token_ids' must be a list of integers");
       p.stop_token_ids.push_back(v.get<int32_t>());
     }
+  }
+  if (p.top_k == -1) p.top_k = 0;  // -1 also means "off"
+  try {
+    validate_sampling_params(p);
+  } catch (const FieldError& e) {
+    // Chat requests spell the logprob count "top_logprobs".
+    if (e.field() == "logprobs" && std::string(logprobs_key) != "logprobs") throw ParamError(logprobs_key, e.what());
+    throw;
   }
   return p;
 }

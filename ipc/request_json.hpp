@@ -18,15 +18,13 @@ enum class LogprobsStyle {
   chat,     // "logprobs": bool + "top_logprobs": k
 };
 
-constexpr int32_t max_samples_per_request = 16;
-constexpr int32_t max_top_logprobs = 20;
-constexpr size_t max_stop_strings = 16;
-
 // Reads max_tokens (or max_completion_tokens), temperature, top_p, top_k,
 // min_p, stop, stop_token_ids, n, seed, logprobs, presence_penalty,
-// frequency_penalty, repetition_penalty and ignore_eos from `body`; absent
-// keys keep the defaults (max_tokens: default_max_tokens). max_tokens must
-// fit in max_context.
+// frequency_penalty, repetition_penalty and ignore_eos from `body` with
+// strict types; absent keys keep the defaults (max_tokens:
+// default_max_tokens). max_tokens must fit in max_context; every other bound
+// is validate_sampling_params' (core/request.hpp), applied here so that the
+// error names the field as the request spelled it.
 SamplingParams parse_sampling(const nlohmann::json& body, LogprobsStyle style, int32_t max_context,
                               int32_t default_max_tokens = 16);
 

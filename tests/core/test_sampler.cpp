@@ -472,27 +472,39 @@ TEST_CASE("Logprobs equal the float64 log-softmax of the processed logits", "[sa
 }
 
 TEST_CASE("Out-of-range sampling parameters are rejected naming the field", "[sampler]") {
-  auto message_for = [](auto mutate) {
+  // The field the error names, "" when the parameters pass.
+  auto field_for = [](auto mutate) {
     SamplingParams p;
     mutate(p);
     try {
       llmk::validate_sampling_params(p);
-    } catch (const llmk::Error& e) {
+    } catch (const llmk::FieldError& e) {
       CHECK(e.code() == llmk::ErrorCode::invalid_argument);
-      return std::string(e.what());
+      CHECK_THAT(std::string(e.what()), Catch::StartsWith("'" + e.field() + "' "));
+      return e.field();
     }
     return std::string();
   };
-  CHECK(message_for([](SamplingParams&) {}).empty());
-  CHECK_THAT(message_for([](SamplingParams& p) { p.temperature = -0.1f; }), Catch::Contains("temperature"));
-  CHECK_THAT(message_for([](SamplingParams& p) { p.top_p = 0.0f; }), Catch::Contains("top_p"));
-  CHECK_THAT(message_for([](SamplingParams& p) { p.top_k = -2; }), Catch::Contains("top_k"));
-  CHECK_THAT(message_for([](SamplingParams& p) { p.min_p = 1.5f; }), Catch::Contains("min_p"));
-  CHECK_THAT(message_for([](SamplingParams& p) { p.repetition_penalty = 0.0f; }),
-             Catch::Contains("repetition_penalty"));
-  CHECK_THAT(message_for([](SamplingParams& p) { p.presence_penalty = 2.5f; }), Catch::Contains("presence_penalty"));
-  CHECK_THAT(message_for([](SamplingParams& p) { p.frequency_penalty = -3.0f; }),
-             Catch::Contains("frequency_penalty"));
-  CHECK_THAT(message_for([](SamplingParams& p) { p.logprobs = 21; }), Catch::Contains("logprobs"));
-  CHECK_THAT(message_for([](SamplingParams& p) { p.n = 0; }), Catch::Contains("n must"));
+  namespace limits = llmk::sampling_limits;
+  CHECK(field_for([](SamplingParams&) {}).empty());
+  CHECK(field_for([](SamplingParams& p) { p.temperature = limits::max_temperature; }).empty());
+  CHECK(field_for([](SamplingParams& p) { p.n = limits::max_samples; }).empty());
+  CHECK(field_for([](SamplingParams& p) { p.repetition_penalty = limits::min_repetition_penalty; }).empty());
+  CHECK(field_for([](SamplingParams& p) { p.top_k = -1; }).empty());
+  CHECK(field_for([](SamplingParams& p) { p.temperature = -0.1f; }) == "temperature");
+  CHECK(field_for([](SamplingParams& p) { p.temperature = 100.5f; }) == "temperature");
+  CHECK(field_for([](SamplingParams& p) { p.temperature = std::nanf(""); }) == "temperature");
+  CHECK(field_for([](SamplingParams& p) { p.top_p = 0.0f; }) == "top_p");
+  CHECK(field_for([](SamplingParams& p) { p.top_k = -2; }) == "top_k");
+  CHECK(field_for([](SamplingParams& p) { p.min_p = 1.5f; }) == "min_p");
+  CHECK(field_for([](SamplingParams& p) { p.repetition_penalty = 0.0f; }) == "repetition_penalty");
+  CHECK(field_for([](SamplingParams& p) { p.repetition_penalty = 101.0f; }) == "repetition_penalty");
+  CHECK(field_for([](SamplingParams& p) { p.presence_penalty = 2.5f; }) == "presence_penalty");
+  CHECK(field_for([](SamplingParams& p) { p.frequency_penalty = -3.0f; }) == "frequency_penalty");
+  CHECK(field_for([](SamplingParams& p) { p.logprobs = 21; }) == "logprobs");
+  CHECK(field_for([](SamplingParams& p) { p.n = 0; }) == "n");
+  CHECK(field_for([](SamplingParams& p) { p.n = limits::max_samples + 1; }) == "n");
+  CHECK(field_for([](SamplingParams& p) { p.max_tokens = 0; }) == "max_tokens");
+  CHECK(field_for([](SamplingParams& p) { p.stop = {"a", ""}; }) == "stop");
+  CHECK(field_for([](SamplingParams& p) { p.stop.assign(limits::max_stop_strings + 1, "x"); }) == "stop");
 }

@@ -2,7 +2,8 @@
 // prompt is prefilled in chunks of at most max_step_tokens, then one token
 // is decoded per step, each sampled by the Sampler. The KV cache holds the
 // sequence contiguously from slot 0 (a block table of one large block).
-// `llmk generate` and the golden tests use it; serving goes through the Engine.
+// The golden and model tests use it as a reference path free of the
+// scheduler and actors; `llmk generate` and serving go through the Engine.
 #pragma once
 
 #include <cstdint>

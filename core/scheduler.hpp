@@ -33,12 +33,13 @@
 //  - static: the classic baseline. When nothing runs, up to max_num_seqs
 //    waiting sequences form a batch; it is prefilled (chunked) and then
 //    decoded together until every member finishes; nothing is admitted
-//    meanwhile, and no member decodes before every member is prefilled. A
-//    flattened batch has no real padding, so padding is counted, never
-//    computed: in each decode step, every batch slot whose member has
-//    finished (or was preempted) is one wasted slot; at batch formation, the
-//    difference between the longest prompt and each member's prompt is
-//    counted as padded prefill tokens (a padded batch would compute them).
+//    meanwhile, and no member decodes before every member is prefilled. As
+//    a padded batch would, each decode step computes one row for every
+//    member that has finished (its last position again, no KV written, no
+//    logits: ScheduledSeq::is_padding) and counts it as a wasted slot, as
+//    it counts a preempted member's slot. Prefill padding is counted, not
+//    computed: at batch formation the difference between the longest
+//    prompt and each member's prompt adds to num_padded_slots.
 //
 // No starvation: admission is strictly first come, first served. When the
 // head of the waiting queue cannot be admitted (no KV space, no sequence

@@ -43,7 +43,8 @@ typedef struct llmk_linear_desc {
   uint32_t num_threads;
   const char* options;       /* JSON object of plugin options from config, "{}" when none */
   uint32_t device;           /* llmk_device of x, y and the workspace */
-  uint32_t activation_dtype; /* llmk_dtype of x and y: F32 */
+  uint32_t activation_dtype; /* llmk_dtype of x and y: F32 on the CPU; F32, F16 or BF16 where the plugin takes them
+                                (linear.cublas); a plugin refuses a dtype it cannot serve */
 } llmk_linear_desc;
 
 typedef struct llmk_linear_api {

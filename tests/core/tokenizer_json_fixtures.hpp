@@ -99,6 +99,11 @@ inline std::vector<std::string> varied_corpus() {
       "\u03a9 \u03c9 \u017f \u212a", "\u200b\u200d\ufeff", std::string(300, 'A'), "9999999999999999999999999999999999",
       "   \t  \n \t\n  x", "CamelCaseWord snake_case_word kebab-case-word", "https://example.com/a?b=c&d=e#f",
   };
+  // The multilingual corpus of tests/data (English, code, numbers, CJK,
+  // Arabic, emoji, whitespace runs, contractions, added-token text).
+  for (const auto& text : nlohmann::json::parse(read_all(fs::path(LLMK_SOURCE_DIR) / "tests" / "data" /
+                                                         "tokenizer_corpus.json")))
+    texts.push_back(text.get<std::string>());
   std::string repeated;
   for (int i = 0; i < 200; ++i) repeated += "ab";
   texts.push_back(repeated);

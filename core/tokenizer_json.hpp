@@ -16,7 +16,8 @@
 //                   ByteLevel (add_prefix_space false, use_regex either),
 //                   Metaspace (any replacement character, prepend_scheme
 //                   always/first/never or the older add_prefix_space,
-//                   split true or false), Sequence
+//                   split true or false), Digits (individual_digits
+//                   either, as SmolLM's files use it), Sequence
 //   post_processor  TemplateProcessing (its "single" template: the special
 //                   tokens around $A), ByteLevel (ids unchanged), Sequence
 //   decoder         ByteLevel; Metaspace; or a Sequence of Replace("▁" ->

@@ -230,6 +230,13 @@ void read_pre_tokenizer(const Reader& r, const json& n, const std::string& p, To
     s.kind = PreTokenizerStep::Kind::byte_level;
     if (r.bool_at(n, p, "use_regex", true)) s.regex = compile(r, p, kGpt2Pattern);
     spec.pre_tokenizer.push_back(std::move(s));
+  } else if (type == "Digits") {
+    // Numeric characters (Rust's char::is_numeric, \p{N}) split off one by
+    // one or as runs, each run a piece of its own.
+    PreTokenizerStep s;
+    s.kind = PreTokenizerStep::Kind::split;
+    s.regex = compile(r, p, r.bool_at(n, p, "individual_digits", false) ? "\\p{N}" : "\\p{N}+");
+    spec.pre_tokenizer.push_back(std::move(s));
   } else if (type == "Metaspace") {
     PreTokenizerStep s;
     s.kind = PreTokenizerStep::Kind::metaspace;
@@ -238,7 +245,7 @@ void read_pre_tokenizer(const Reader& r, const json& n, const std::string& p, To
     s.split = r.bool_at(n, p, "split", true);
     spec.pre_tokenizer.push_back(std::move(s));
   } else {
-    r.unsupported(p + "/type", type, "Split, ByteLevel, Metaspace, Sequence");
+    r.unsupported(p + "/type", type, "Split, ByteLevel, Metaspace, Digits, Sequence");
   }
 }
 

@@ -145,6 +145,26 @@ TEST_CASE("Every tokenizer.ggml.pre name llama.cpp knows splits a GGUF vocabular
   fs::remove_all(work);
 }
 
+TEST_CASE("SmolLM2's GGUF tokenizer (smollm) matches Hugging Face with SmolLM2's own Digits and ByteLevel "
+          "pre-tokenizer",
+          "[tokenizer_json][gguf]") {
+  const char* home = std::getenv("HOME");
+  const fs::path gguf_file =
+      fs::path(home != nullptr ? home : "") / ".cache" / "llmk" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(gguf_file)) LLMK_SKIP("no " + gguf_file.string());
+  if (!t::fixtures_dir()) LLMK_SKIP("no project venv with tokenizers");
+  const fs::path dir = t::make_temp_dir("llmk_smollm2");
+  const fs::path json_file = dir / "tokenizer.json";
+  const std::string cmd = t::quoted(fs::path(t::venv_python())) + " " + t::quoted(t::reference_script()) +
+                          " gguf-json " + t::quoted(gguf_file) + " " + t::quoted(json_file);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  Tokenizer from_gguf(gguf_file);
+  const auto rich = partial_character_ids(from_gguf);
+  check_against_hf(json_file, rich, gguf_file);  // llama.cpp's smollm regexes
+  check_against_hf(json_file, rich);              // the tokenizer.json itself (Digits)
+  fs::remove_all(dir);
+}
+
 TEST_CASE("A GGUF byte-level BPE tokenizer with an unknown pre-tokenizer is refused by name", "[tokenizer_json][gguf]") {
   const auto dir = t::fixtures_dir();
   if (!dir) LLMK_SKIP("no project venv with tokenizers");

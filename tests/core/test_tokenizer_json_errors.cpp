@@ -98,6 +98,11 @@ TEST_CASE("Unsupported or malformed tokenizer.json parts are errors naming the J
   CHECK_THAT(load_error(j), Catch::Contains("/pre_tokenizer/pretokenizers/1/type") && Catch::Contains("Whitespace"));
 
   j = tiny_tokenizer();
+  j["pre_tokenizer"]["pretokenizers"][0] = json{{"type", "Digits"}, {"individual_digits", "yes"}};
+  CHECK_THAT(load_error(j), Catch::Contains("/pre_tokenizer/pretokenizers/0/individual_digits") &&
+                                Catch::Contains("yes"));
+
+  j = tiny_tokenizer();
   j["pre_tokenizer"]["pretokenizers"][1] = json{{"type", "Metaspace"}, {"replacement", "ab"}};
   CHECK_THAT(load_error(j), Catch::Contains("/pre_tokenizer/pretokenizers/1/replacement") && Catch::Contains("'ab'"));
 

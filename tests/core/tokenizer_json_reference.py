@@ -23,6 +23,11 @@
                       writes the Hugging Face form of a sentencepiece BPE model
                       (Llama 2's tokenizer.json layout), reading the model's
                       protobuf directly (no sentencepiece or transformers).
+  gguf-json GGUF OUT_JSON
+                      a byte-level BPE GGUF file's vocabulary (tokens, types,
+                      merges) as a tokenizer.json with SmolLM2's own
+                      pre-tokenizer (Digits with individual digits, then
+                      ByteLevel with its regex), control tokens special
   reference TOKENIZER_JSON REQUEST_JSON OUT_JSON
                       REQUEST_JSON: {"texts": [...], "id_lists": [[...], ...]}
                       OUT_JSON: {"encode": [[ids without BOS], ...],
@@ -199,6 +204,33 @@ def pretok(base_json, pre, out_json):
     Tokenizer.from_file(out_json)
 
 
+def gguf_json(gguf_file, out_json):
+    import gguf
+    reader = gguf.GGUFReader(gguf_file)
+
+    def array(name):
+        field = reader.fields[name]
+        return [field.parts[i] for i in field.data]
+    tokens = [bytes(p).decode("utf-8") for p in array("tokenizer.ggml.tokens")]
+    types = [int(p[0]) for p in array("tokenizer.ggml.token_type")]
+    merges = [bytes(p).decode("utf-8") for p in array("tokenizer.ggml.merges")]
+    vocab = {t: i for i, t in enumerate(tokens)}  # added tokens too, as SmolLM2's file has them
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges]))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
+    tok.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
+    tok.post_processor = processors.ByteLevel(add_prefix_space=True, trim_offsets=False, use_regex=True)
+    j = json.loads(tok.to_str())
+    j["added_tokens"] = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": kind == 3}
+                         for i, (t, kind) in enumerate(zip(tokens, types)) if kind in (3, 4)]
+    os.makedirs(os.path.dirname(out_json), exist_ok=True)
+    with open(out_json, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+    Tokenizer.from_file(out_json)
+
+
 def make_llama3(out_dir):
     tok = train(LLAMA3_PATTERN, None, 4000)
     specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
@@ -356,10 +388,12 @@ if __name__ == "__main__":
             convert_spm(sys.argv[3], os.path.join(sys.argv[2], "llama2_metaspace", "tokenizer.json"), legacy=False)
     elif sys.argv[1] == "convert-spm":
         convert_spm(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "gguf-json":
+        gguf_json(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "pretok":
         pretok(sys.argv[2], sys.argv[3], sys.argv[4])
     elif sys.argv[1] == "reference":
         reference(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
-        sys.exit("usage: make OUT_DIR | convert-spm MODEL OUT_JSON | pretok BASE_JSON PRE OUT_JSON"
+        sys.exit("usage: make OUT_DIR | convert-spm MODEL OUT_JSON | pretok BASE_JSON PRE OUT_JSON | gguf-json GGUF OUT"
                  " | reference TOKENIZER_JSON REQUEST OUT")

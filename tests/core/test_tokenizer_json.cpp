@@ -1,6 +1,8 @@
 // tokenizer.json: encode and decode are identical to Hugging Face's
 // `tokenizers`, run at test time, for Llama-3-, Qwen2- and Llama-2-style
-// files (tests/core/tokenizer_json_reference.py builds them).
+// files (legacy and Metaspace), Metaspace files of every kind, added tokens
+// of every flag, and GGUF vocabularies under every tokenizer.ggml.pre name
+// (tests/core/tokenizer_json_reference.py builds them).
 #include <catch2/catch.hpp>
 
 #include "core/checkpoint.hpp"

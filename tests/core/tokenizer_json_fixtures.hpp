@@ -1,5 +1,5 @@
-// Test fixtures for tokenizer.json: Llama-3-, Qwen2- and Llama-2-style
-// tokenizer.json files built by tests/core/tokenizer_json_reference.py with
+// Test fixtures for tokenizer.json: Llama-3-, Qwen2-, Llama-2- and
+// Metaspace-style tokenizer.json files built by tests/core/tokenizer_json_reference.py with
 // Hugging Face's `tokenizers`, and that library's results for a corpus.
 // Both need the project venv; fixtures_dir() returns nothing without it.
 #pragma once

@@ -3,10 +3,13 @@
 // regex, byte-level mapping, added tokens and BOS rule that the model's own
 // tokenizer.json has, rebuilt from the metadata llama.cpp's converter writes.
 //
-// tokenizer.ggml.pre names the split regex:
-//   "llama-bpe", "llama3"           Llama 3 (and ignore_merges, as it ships)
-//   "qwen2"                          Qwen2/2.5 (and the NFC normalizer)
-//   "default", "gpt2", "gpt-2"       GPT-2
+// tokenizer.ggml.pre names the pre-tokenizer: every name llama.cpp knows
+// for byte-level BPE models (llama-bpe, llama3, qwen2, smollm, deepseek-llm,
+// deepseek-coder, deepseek-v3, falcon, starcoder, tekken, chatglm-bpe,
+// bloom, chameleon, default, gpt2 and their aliases; see
+// core/gguf_bpe_tokenizer.cpp), each as the regexes that split the text in
+// turn, plus the name's model settings (ignore_merges for Llama 3 and
+// Tekken, NFC for Qwen2, no BOS for chatglm-bpe).
 // Control tokens (type 3) become special added tokens, user-defined ones
 // (type 4) added tokens that decode as text; both are matched in the raw
 // text before anything else, as tokenizers matches them.

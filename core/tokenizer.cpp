@@ -127,15 +127,13 @@ Tokenizer::Tokenizer(const std::filesystem::path& model_file) : impl_(std::make_
 Tokenizer::~Tokenizer() = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const {
-  auto ids = impl_->backend->encode(text, /*parse_special=*/false);
+  auto ids = impl_->backend->encode(text);
   if (add_bos) impl_->backend->add_special_tokens(ids);
   return ids;
 }
 
 std::vector<int32_t> Tokenizer::encode_with_special_tokens(std::string_view text, bool add_bos) const {
-  auto ids = impl_->backend->encode(text, /*parse_special=*/true);
-  if (add_bos) impl_->backend->add_special_tokens(ids);
-  return ids;
+  return encode(text, add_bos);
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
@@ -164,6 +162,7 @@ Tokenizer::PieceKind Tokenizer::piece_kind(int32_t id) const { return impl_->tab
 const Tokenizer::DecodeRules& Tokenizer::decode_rules() const { return impl_->table->rules; }
 const std::filesystem::path& Tokenizer::model_file() const { return impl_->model_file; }
 const std::string& Tokenizer::surface(int32_t id) const { return impl_->table->surfaces[id]; }
+const std::string& Tokenizer::first_surface(int32_t id) const { return impl_->table->first_surfaces[id]; }
 
 // ---------------------------------------------------------------------------
 
@@ -250,6 +249,8 @@ std::string IncrementalDetokenizer::push(int32_t id) {
         kind == Tokenizer::PieceKind::normal && !surface.empty() && surface.front() == ' ') {
       surface.remove_prefix(1);
     }
+    if (first_ && !continues_prompt_ && rules.leading_space == Tokenizer::LeadingSpace::first_token_unspaced)
+      surface = tokenizer_.first_surface(id);
     out.append(surface);
     first_ = false;
   }

@@ -36,6 +36,8 @@ class Tokenizer {
     keep,
     strip_first_piece,  // sentencepiece: the first visible normal piece loses one leading ' '
     strip_text,         // HF Strip decoder after Fuse: the decoded text loses one leading ' '
+    first_token_unspaced,  // HF Metaspace decoder (prepend_scheme always or first): the first
+                           // token loses every replacement character instead of showing ' '
   };
   struct DecodeRules {
     ByteErrors byte_errors = ByteErrors::per_byte;
@@ -56,19 +58,19 @@ class Tokenizer {
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
-  // Encoding as the tokenizer's own library does it, BOS first when asked.
-  // sentencepiece: with its dummy-prefix '▁'; control-token text such as
-  // "<s>" in `text` stays plain text. tokenizer.json: as Hugging Face's
-  // `tokenizers` encodes (added and special tokens in the text become their
-  // ids); add_bos applies the post-processor's template (Llama 3: BOS; Qwen2:
-  // nothing). Invalid UTF-8 in `text` is read as U+FFFD (tokenizer.json).
+  // Encoding as Hugging Face's `tokenizers` does it, BOS first when asked:
+  // the text of every added or special token ("<s>", "<|im_start|>",
+  // "<|eot_id|>") becomes that token's id, with its lstrip, rstrip,
+  // single_word and normalized rules (tokenizer.json); the text between
+  // them is encoded by the model. sentencepiece: its control and unknown
+  // pieces are matched the same way and each stretch between them is encoded
+  // with its own dummy prefix, as Hugging Face's Llama 2 tokenizer does.
+  // tokenizer.json: add_bos applies the post-processor's template (Llama 3:
+  // BOS; Qwen2: nothing). Invalid UTF-8 in `text` is read as U+FFFD
+  // (tokenizer.json).
   std::vector<int32_t> encode(std::string_view text, bool add_bos) const;
-  // Encoding of rendered text that contains special-token text, e.g. a chat
-  // template's output: the text of every added/special token ("<s>",
-  // "<|im_start|>", "<|eot_id|>") becomes that token's id, and the text
-  // between them is encoded as encode() does (for sentencepiece, each stretch
-  // gets its own dummy prefix, as Hugging Face's Llama 2 tokenizer does).
-  // Identical to encode() for tokenizer.json.
+  // The same as encode(); named for callers that encode rendered text with
+  // special-token text in it, such as a chat template's output.
   std::vector<int32_t> encode_with_special_tokens(std::string_view text, bool add_bos) const;
   // Decoding as the tokenizer's own library does it (Hugging Face: with
   // special tokens skipped). sentencepiece: control tokens vanish, the first
@@ -97,6 +99,8 @@ class Tokenizer {
   // Surface text decode() gives the piece in the middle of a text: '▁' as
   // ' ', "" for control, " \u2047 " for unknown, the bytes for byte pieces.
   const std::string& surface(int32_t id) const;
+  // The surface as the first token of a text (LeadingSpace::first_token_unspaced).
+  const std::string& first_surface(int32_t id) const;
 
   struct Impl;
   std::unique_ptr<Impl> impl_;  // owns the backend (sentencepiece or tokenizer.json)

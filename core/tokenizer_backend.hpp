@@ -20,6 +20,7 @@ struct PieceTable {
   std::vector<Tokenizer::PieceKind> kinds;  // [vocab_size]
   std::vector<std::string> surfaces;        // [vocab_size], see Tokenizer::surface
   std::vector<std::string> pieces;          // [vocab_size], see Tokenizer::id_to_piece
+  std::vector<std::string> first_surfaces;  // [vocab_size] under LeadingSpace::first_token_unspaced, else empty
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   Tokenizer::DecodeRules rules;
@@ -28,10 +29,9 @@ struct PieceTable {
 class TokenizerBackend {
  public:
   virtual ~TokenizerBackend() = default;
-  // Ids of `text` without any BOS/EOS. With `parse_special`, the text of
-  // added/special tokens becomes their ids; without, the backend's own
-  // default applies (see Tokenizer::encode).
-  virtual std::vector<int32_t> encode(std::string_view text, bool parse_special) const = 0;
+  // Ids of `text` without any BOS/EOS; the text of added and special
+  // tokens becomes their ids (see Tokenizer::encode).
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   // Ids the backend adds around a text when asked for BOS (its
   // post-processor's template for tokenizer.json).
   virtual void add_special_tokens(std::vector<int32_t>& ids) const = 0;

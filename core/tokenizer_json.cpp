@@ -4,6 +4,7 @@
 #include "core/tokenizer_json.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 
 #include "core/bpe_model.hpp"
@@ -120,19 +121,28 @@ class AddedTokenMatcher {
   }
 
  private:
-  static bool is_word_char(uint32_t c) {
-    // Letters and digits; non-ASCII letters count as word characters.
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= 0x80 && !is_whitespace(c));
+  // A word character as Hugging Face's single_word sees it (a regex \w):
+  // alphabetic, a mark, a decimal digit, a connector such as '_', or a
+  // joiner. `ch` is one character.
+  static bool is_word_char(std::string_view ch) {
+    const auto c = static_cast<unsigned char>(ch[0]);
+    if (c < 0x80) return std::isalnum(c) != 0 || c == '_';
+    static const UnicodeRegex word(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}])");
+    std::vector<std::pair<size_t, size_t>> hits;
+    word.find_all(ch, hits);
+    return !hits.empty();
   }
   static bool word_char_before(std::string_view text, size_t at) {
     if (at == 0) return false;
     size_t b = at - 1;
     while (b > 0 && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
-    return is_word_char(next_code_point(text, b));
+    return is_word_char(text.substr(b, at - b));
   }
   static bool word_char_after(std::string_view text, size_t at) {
     if (at >= text.size()) return false;
-    return is_word_char(next_code_point(text, at));
+    size_t e = at;
+    next_code_point(text, e);
+    return is_word_char(text.substr(at, e - at));
   }
 
   std::array<std::vector<const AddedTokenSpec*>, 256> by_first_byte_;
@@ -149,10 +159,22 @@ class TokenizerJsonBackend final : public TokenizerBackend {
     spec_.merges.clear();
     spec_.merges.shrink_to_fit();
     build_table(where);
-    for (const auto& a : spec_.added_tokens) (a.normalized ? normalized_matcher_ : raw_matcher_).add(&a);
+    // A normalized added token is looked for in its normalized form, as
+    // Hugging Face does (Prepend and Replace change what it looks like).
+    normalized_added_.reserve(spec_.added_tokens.size());
+    for (const auto& a : spec_.added_tokens) {
+      if (!a.normalized) {
+        raw_matcher_.add(&a);
+        continue;
+      }
+      AddedTokenSpec n = a;
+      n.content = normalize(a.content);
+      if (!n.content.empty()) normalized_added_.push_back(std::move(n));
+    }
+    for (const auto& n : normalized_added_) normalized_matcher_.add(&n);
   }
 
-  std::vector<int32_t> encode(std::string_view input, bool /*parse_special*/) const override {
+  std::vector<int32_t> encode(std::string_view input) const override {
     // Text with invalid UTF-8 is read as Python reads bytes with errors="replace".
     std::string sanitized;
     std::string_view text = input;
@@ -162,7 +184,7 @@ class TokenizerJsonBackend final : public TokenizerBackend {
     }
     std::vector<int32_t> ids;
     raw_matcher_.split(
-        text, [&](size_t b, size_t e) { encode_segment(text.substr(b, e - b), ids); },
+        text, [&](size_t b, size_t e) { encode_segment(text.substr(b, e - b), b == 0, ids); },
         [&](int32_t id) { ids.push_back(id); });
     return ids;
   }
@@ -187,10 +209,14 @@ class TokenizerJsonBackend final : public TokenizerBackend {
   const PieceTable& table() const override { return table_; }
 
  private:
-  void encode_segment(std::string_view segment, std::vector<int32_t>& ids) const {
+  // `at_start`: the segment begins the text (Metaspace's prepend_scheme "first").
+  void encode_segment(std::string_view segment, bool at_start, std::vector<int32_t>& ids) const {
     const std::string normalized = normalize(segment);
     normalized_matcher_.split(
-        normalized, [&](size_t b, size_t e) { pre_tokenize_and_encode(std::string_view(normalized).substr(b, e - b), ids); },
+        normalized,
+        [&](size_t b, size_t e) {
+          pre_tokenize_and_encode(std::string_view(normalized).substr(b, e - b), at_start && b == 0, ids);
+        },
         [&](int32_t id) { ids.push_back(id); });
   }
 
@@ -221,47 +247,75 @@ class TokenizerJsonBackend final : public TokenizerBackend {
     return text;
   }
 
-  void pre_tokenize_and_encode(std::string_view text, std::vector<int32_t>& ids) const {
-    std::vector<std::string> pieces{std::string(text)};
+  struct Piece {
+    std::string text;
+    bool at_start;  // begins the text
+  };
+
+  void pre_tokenize_and_encode(std::string_view text, bool at_start, std::vector<int32_t>& ids) const {
+    std::vector<Piece> pieces{Piece{std::string(text), at_start}};
     std::vector<std::pair<size_t, size_t>> hits;
     for (const PreTokenizerStep& step : spec_.pre_tokenizer) {
-      std::vector<std::string> next;
-      for (const std::string& piece : pieces) {
-        if (step.regex) {
+      std::vector<Piece> next;
+      for (Piece& piece : pieces) {
+        const std::string& t = piece.text;
+        // The pieces a split makes; only the first can begin the text.
+        const size_t first = next.size();
+        auto emit_at = [&](const std::string& from, size_t b, size_t e) {
+          next.push_back(Piece{from.substr(b, e - b), piece.at_start && next.size() == first});
+        };
+        if (step.kind == PreTokenizerStep::Kind::metaspace) {
+          std::string m = replace_all(t, " ", step.literal);
+          const bool prepend = step.prepend == PrependScheme::always ||
+                               (step.prepend == PrependScheme::first && piece.at_start);
+          if (prepend && m.compare(0, step.literal.size(), step.literal) != 0) m.insert(0, step.literal);
+          if (!step.split) {
+            next.push_back(Piece{std::move(m), piece.at_start});
+            continue;
+          }
+          // Each replacement character starts a piece (merged with what follows).
+          size_t begin = 0;
+          for (size_t hit = m.find(step.literal, 1); hit != std::string::npos;
+               hit = m.find(step.literal, hit + step.literal.size())) {
+            emit_at(m, begin, hit);
+            begin = hit;
+          }
+          emit_at(m, begin, m.size());
+        } else if (step.regex) {
           // Isolated: every match and every stretch between matches is a piece.
           hits.clear();
-          step.regex->find_all(piece, hits);
+          step.regex->find_all(t, hits);
           size_t last = 0;
           for (auto [b, e] : hits) {
-            if (b > last) next.emplace_back(piece, last, b - last);
-            next.emplace_back(piece, b, e - b);
+            if (b > last) emit_at(t, last, b);
+            emit_at(t, b, e);
             last = e;
           }
-          if (last < piece.size()) next.emplace_back(piece, last);
+          if (last < t.size()) emit_at(t, last, t.size());
         } else if (step.kind == PreTokenizerStep::Kind::split) {
           size_t last = 0, hit;
-          while ((hit = piece.find(step.literal, last)) != std::string::npos) {
-            if (hit > last) next.emplace_back(piece, last, hit - last);
-            next.emplace_back(step.literal);
+          while ((hit = t.find(step.literal, last)) != std::string::npos) {
+            if (hit > last) emit_at(t, last, hit);
+            emit_at(t, hit, hit + step.literal.size());
             last = hit + step.literal.size();
           }
-          if (last < piece.size()) next.emplace_back(piece, last);
+          if (last < t.size()) emit_at(t, last, t.size());
         } else {
-          next.push_back(piece);
+          next.push_back(std::move(piece));
         }
       }
       if (step.kind == PreTokenizerStep::Kind::byte_level) {
         const auto& alphabet = ByteLevelAlphabet::get();
-        for (std::string& piece : next) {
+        for (Piece& piece : next) {
           std::string mapped;
-          mapped.reserve(piece.size() * 2);
-          for (char c : piece) mapped += alphabet.utf8_of_byte[static_cast<unsigned char>(c)];
-          piece = std::move(mapped);
+          mapped.reserve(piece.text.size() * 2);
+          for (char c : piece.text) mapped += alphabet.utf8_of_byte[static_cast<unsigned char>(c)];
+          piece.text = std::move(mapped);
         }
       }
       pieces = std::move(next);
     }
-    for (const std::string& piece : pieces) bpe_.tokenize(piece, ids);
+    for (const Piece& piece : pieces) bpe_.tokenize(piece.text, ids);
   }
 
   std::vector<std::string> run_decoder(const DecoderStep& step, std::vector<std::string> tokens) const {
@@ -273,6 +327,13 @@ class TokenizerJsonBackend final : public TokenizerBackend {
       }
       case DecoderStep::Kind::replace:
         for (auto& t : tokens) t = replace_all(t, step.pattern, step.content);
+        return tokens;
+      case DecoderStep::Kind::metaspace:
+        // The first token loses every replacement character unless the
+        // pre-tokenizer never prepends one; elsewhere each is a space.
+        for (size_t i = 0; i < tokens.size(); ++i)
+          tokens[i] = replace_all(tokens[i], step.pattern,
+                                  i == 0 && step.prepend != PrependScheme::never ? "" : step.content);
         return tokens;
       case DecoderStep::Kind::byte_fallback: {
         std::vector<std::string> out;
@@ -327,15 +388,22 @@ class TokenizerJsonBackend final : public TokenizerBackend {
     table_.pieces.assign(size, std::string());
     std::vector<bool> named(size, false);
     for (const auto& [token, id] : bpe_.vocab()) contents_[id] = token, named[id] = true;
-    for (const auto& a : spec_.added_tokens) contents_[a.id] = a.content, named[a.id] = true;
+    // A normalized added token decodes as its normalized text, as in
+    // Hugging Face (where a special one whose text the normalizer changes is
+    // then no longer recognised as special, and shows).
+    for (const auto& a : spec_.added_tokens)
+      contents_[a.id] = a.normalized ? normalize(a.content) : a.content, named[a.id] = true;
 
     const bool byte_level = spec_.decoder.front().kind == DecoderStep::Kind::byte_level;
-    bool replace = false, byte_fallback = false, strip = false;
+    bool byte_fallback = false, strip = false, drop_first = false;
+    std::string space_symbol;  // what decodes as ' ' (Replace or Metaspace)
     for (const auto& s : spec_.decoder) {
-      replace = replace || s.kind == DecoderStep::Kind::replace;
+      if (s.kind == DecoderStep::Kind::replace || s.kind == DecoderStep::Kind::metaspace) space_symbol = s.pattern;
+      drop_first = drop_first || (s.kind == DecoderStep::Kind::metaspace && s.prepend != PrependScheme::never);
       byte_fallback = byte_fallback || s.kind == DecoderStep::Kind::byte_fallback;
       strip = strip || s.kind == DecoderStep::Kind::strip;
     }
+    if (drop_first) table_.first_surfaces.assign(size, std::string());
     for (int32_t id = 0; id < size; ++id) {
       if (!named[id]) continue;
       const std::string& c = contents_[id];
@@ -347,12 +415,13 @@ class TokenizerJsonBackend final : public TokenizerBackend {
         table_.surfaces[id] = std::string(1, static_cast<char>(b));
       } else {
         table_.kinds[id] = Tokenizer::PieceKind::normal;
-        table_.surfaces[id] = replace ? replace_all(c, "\xE2\x96\x81", " ") : c;
+        table_.surfaces[id] = space_symbol.empty() ? c : replace_all(c, space_symbol, " ");
+        if (drop_first) table_.first_surfaces[id] = replace_all(c, space_symbol, "");
       }
       table_.pieces[id] = table_.surfaces[id];
     }
     for (const auto& a : spec_.added_tokens) {
-      if (!a.special) continue;
+      if (!a.special || contents_[a.id] != a.content) continue;
       table_.kinds[a.id] = Tokenizer::PieceKind::control;
       table_.surfaces[a.id].clear();
       table_.pieces[a.id] = a.content;
@@ -361,7 +430,9 @@ class TokenizerJsonBackend final : public TokenizerBackend {
       table_.rules = {Tokenizer::ByteErrors::lossy, false, Tokenizer::LeadingSpace::keep};
     } else {
       table_.rules = {Tokenizer::ByteErrors::whole_run, false,
-                      strip ? Tokenizer::LeadingSpace::strip_text : Tokenizer::LeadingSpace::keep};
+                      strip        ? Tokenizer::LeadingSpace::strip_text
+                      : drop_first ? Tokenizer::LeadingSpace::first_token_unspaced
+                                   : Tokenizer::LeadingSpace::keep};
     }
     table_.bos_id = spec_.bos_id.value_or(spec_.template_prefix.empty() ? -1 : spec_.template_prefix.front());
     table_.eos_id = spec_.eos_id.value_or(-1);
@@ -379,6 +450,7 @@ class TokenizerJsonBackend final : public TokenizerBackend {
   BpeModel bpe_;
   PieceTable table_;
   std::vector<std::string> contents_;  // [vocab_size] the token's text as written in the file
+  std::vector<AddedTokenSpec> normalized_added_;  // added tokens with normalized: true, content normalized
   AddedTokenMatcher raw_matcher_;         // added tokens with normalized: false
   AddedTokenMatcher normalized_matcher_;  // added tokens with normalized: true
 };

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/tokenizer.hpp"
 
 namespace llmk::detail {
 
@@ -78,6 +79,27 @@ std::shared_ptr<UnicodeRegex> compile(const Reader& r, const std::string& path, 
   } catch (const Error& e) {
     r.fail(path, e.what());
   }
+}
+
+// Metaspace's "replacement": one character.
+std::string read_replacement(const Reader& r, const json& n, const std::string& p) {
+  const std::string c = r.string_at(n, p, "replacement");
+  const int length = utf8_char_length(c);
+  if (c.empty() || length <= 0 || static_cast<size_t>(length) != c.size())
+    r.fail(p + "/replacement", "expected one character, found '" + c + "'");
+  return c;
+}
+
+// Metaspace's "prepend_scheme", or in older files its "add_prefix_space"
+// (true: always, false: never).
+PrependScheme read_prepend_scheme(const Reader& r, const json& n, const std::string& p) {
+  auto it = n.find("prepend_scheme");
+  if (it == n.end() || it->is_null()) return r.bool_at(n, p, "add_prefix_space", true) ? PrependScheme::always
+                                                                                        : PrependScheme::never;
+  if (*it == "always") return PrependScheme::always;
+  if (*it == "first") return PrependScheme::first;
+  if (*it == "never") return PrependScheme::never;
+  r.unsupported(p + "/prepend_scheme", *it, "always, first, never");
 }
 
 void read_model(const Reader& r, const json& model, TokenizerJsonSpec& spec) {
@@ -208,8 +230,22 @@ void read_pre_tokenizer(const Reader& r, const json& n, const std::string& p, To
     s.kind = PreTokenizerStep::Kind::byte_level;
     if (r.bool_at(n, p, "use_regex", true)) s.regex = compile(r, p, kGpt2Pattern);
     spec.pre_tokenizer.push_back(std::move(s));
+  } else if (type == "Digits") {
+    // Numeric characters (Rust's char::is_numeric, \p{N}) split off one by
+    // one or as runs, each run a piece of its own.
+    PreTokenizerStep s;
+    s.kind = PreTokenizerStep::Kind::split;
+    s.regex = compile(r, p, r.bool_at(n, p, "individual_digits", false) ? "\\p{N}" : "\\p{N}+");
+    spec.pre_tokenizer.push_back(std::move(s));
+  } else if (type == "Metaspace") {
+    PreTokenizerStep s;
+    s.kind = PreTokenizerStep::Kind::metaspace;
+    s.literal = read_replacement(r, n, p);
+    s.prepend = read_prepend_scheme(r, n, p);
+    s.split = r.bool_at(n, p, "split", true);
+    spec.pre_tokenizer.push_back(std::move(s));
   } else {
-    r.unsupported(p + "/type", type, "Split, ByteLevel, Sequence");
+    r.unsupported(p + "/type", type, "Split, ByteLevel, Metaspace, Digits, Sequence");
   }
 }
 
@@ -258,9 +294,19 @@ void read_post_processor(const Reader& r, const json& n, const std::string& p, T
   }
 }
 
+DecoderStep read_metaspace_decoder(const Reader& r, const json& n, const std::string& p) {
+  DecoderStep s;
+  s.kind = DecoderStep::Kind::metaspace;
+  s.pattern = read_replacement(r, n, p);
+  s.content = " ";
+  s.prepend = read_prepend_scheme(r, n, p);
+  return s;
+}
+
 void read_decoder(const Reader& r, const json& n, TokenizerJsonSpec& spec) {
   const std::string p = "/decoder";
-  if (n.is_null()) r.unsupported(p, n, "ByteLevel, or a Sequence of Replace, ByteFallback, Fuse, Strip");
+  const char* supported = "ByteLevel, Metaspace, or a Sequence of Replace or Metaspace, ByteFallback, Fuse, Strip";
+  if (n.is_null()) r.unsupported(p, n, supported);
   const std::string type = r.string_at(n, p, "type");
   if (type == "ByteLevel") {
     DecoderStep s;
@@ -268,12 +314,17 @@ void read_decoder(const Reader& r, const json& n, TokenizerJsonSpec& spec) {
     spec.decoder.push_back(s);
     return;
   }
-  if (type != "Sequence") r.unsupported(p + "/type", type, "ByteLevel, Sequence");
+  if (type == "Metaspace") {
+    spec.decoder.push_back(read_metaspace_decoder(r, n, p));
+    return;
+  }
+  if (type != "Sequence") r.unsupported(p + "/type", type, supported);
   const json& list = r.member(n, p, "decoders");
   if (!list.is_array()) r.fail(p + "/decoders", "expected an array");
-  // Only the order Llama 2's conversion uses: the streaming detokenizer
-  // relies on it (core/tokenizer.hpp, DecodeRules).
+  // Only the order the conversions of sentencepiece models use: the
+  // streaming detokenizer relies on it (core/tokenizer.hpp, DecodeRules).
   int last = -1;
+  bool drops_first_spaces = false;  // a Metaspace step that drops the first token's replacement characters
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string ip = p + "/decoders/" + std::to_string(i);
     const std::string t = r.string_at(list[i], ip, "type");
@@ -288,6 +339,10 @@ void read_decoder(const Reader& r, const json& n, TokenizerJsonSpec& spec) {
         r.unsupported(ip, list[i], "Replace of \"\xE2\x96\x81\" by \" \"");
       s.kind = DecoderStep::Kind::replace;
       order = 0;
+    } else if (t == "Metaspace") {
+      s = read_metaspace_decoder(r, list[i], ip);
+      drops_first_spaces = s.prepend != PrependScheme::never;
+      order = 0;
     } else if (t == "ByteFallback") {
       s.kind = DecoderStep::Kind::byte_fallback;
       order = 1;
@@ -299,17 +354,19 @@ void read_decoder(const Reader& r, const json& n, TokenizerJsonSpec& spec) {
       s.content = r.string_at(list[i], ip, "content");
       const json& start = r.member(list[i], ip, "start");
       const json& stop = r.member(list[i], ip, "stop");
-      if (s.content != " " || start != 1 || stop != 0 || last != 2)
-        r.unsupported(ip, list[i], "Strip(\" \", 1, 0) right after Fuse");
+      if (s.content != " " || start != 1 || stop != 0 || last != 2 || drops_first_spaces)
+        r.unsupported(ip, list[i], "Strip(\" \", 1, 0) right after Fuse, without a Metaspace that prepends");
       s.strip_start = 1;
       order = 3;
     } else {
-      r.unsupported(ip + "/type", t, "Replace, ByteFallback, Fuse, Strip");
+      r.unsupported(ip + "/type", t, "Replace, Metaspace, ByteFallback, Fuse, Strip");
     }
-    if (order <= last) r.fail(ip, "'" + t + "' out of order (expected Replace, ByteFallback, Fuse, Strip)");
+    if (order <= last)
+      r.fail(ip, "'" + t + "' out of order (expected Replace or Metaspace, ByteFallback, Fuse, Strip)");
     last = order;
     spec.decoder.push_back(std::move(s));
   }
+  if (spec.decoder.empty()) r.fail(p + "/decoders", "empty");
 }
 
 // bos_token / eos_token of tokenizer_config.json: a string, an object with

@@ -31,17 +31,25 @@ struct NormalizerStep {
   std::shared_ptr<UnicodeRegex> regex;     // replace with a Regex pattern
 };
 
+// Metaspace's rule for the replacement character in front of a piece:
+// always, only in front of the text's first piece, or never.
+enum class PrependScheme : uint8_t { always, first, never };
+
 struct PreTokenizerStep {
-  enum class Kind { split, byte_level } kind = Kind::split;
+  enum class Kind { split, byte_level, metaspace } kind = Kind::split;
   std::shared_ptr<UnicodeRegex> regex;  // split (Regex pattern), byte_level with use_regex
-  std::string literal;                  // split with a String pattern
+  std::string literal;                  // split with a String pattern; metaspace: the replacement character
+  PrependScheme prepend = PrependScheme::always;  // metaspace
+  bool split = true;                              // metaspace: a piece starts at each replacement character
 };
 
 // The decoders Hugging Face runs, in order.
 struct DecoderStep {
-  enum class Kind { byte_level, replace, byte_fallback, fuse, strip } kind = Kind::byte_level;
-  std::string pattern, content;  // replace; strip: content is the stripped character
+  enum class Kind { byte_level, replace, byte_fallback, fuse, strip, metaspace } kind = Kind::byte_level;
+  std::string pattern, content;  // replace; strip: content is the stripped character; metaspace: pattern is
+                                 // the replacement character
   int strip_start = 0, strip_stop = 0;
+  PrependScheme prepend = PrependScheme::always;  // metaspace
 };
 
 struct TokenizerJsonSpec {

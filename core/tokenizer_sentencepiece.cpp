@@ -76,12 +76,8 @@ class SentencepieceBackend final : public TokenizerBackend {
     table_.rules = Tokenizer::DecodeRules{};  // sentencepiece's own
   }
 
-  std::vector<int32_t> encode(std::string_view text, bool parse_special) const override {
+  std::vector<int32_t> encode(std::string_view text) const override {
     std::vector<int32_t> out;
-    if (!parse_special) {
-      encode_plain(text, out);
-      return out;
-    }
     // Leftmost-longest match of control/unknown piece text; the stretches
     // between matches are encoded on their own.
     size_t start = 0, pos = 0;
@@ -137,7 +133,7 @@ class SentencepieceBackend final : public TokenizerBackend {
   std::filesystem::path model_file_;
   sentencepiece::SentencePieceProcessor processor_;
   PieceTable table_;
-  std::vector<int32_t> special_;  // control and unknown ids, matched by encode(parse_special)
+  std::vector<int32_t> special_;  // control and unknown ids, matched in the text by encode()
 };
 
 }  // namespace

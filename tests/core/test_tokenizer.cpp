@@ -60,11 +60,15 @@ TEST_CASE("Encoding without BOS omits it and decode inverts encode", "[tokenizer
   CHECK(tokenizer.encode("Hello world", false) == std::vector<int32_t>{15043, 3186});
 }
 
-TEST_CASE("Control token text in a prompt stays plain text", "[tokenizer]") {
+TEST_CASE("Control token text in a prompt becomes the control token, as Hugging Face reads it", "[tokenizer]") {
   Tokenizer tokenizer(kLlamaModel);
-  const auto ids = tokenizer.encode("<s>", false);
-  CHECK(std::find(ids.begin(), ids.end(), tokenizer.bos_id()) == ids.end());
-  CHECK(tokenizer.decode(ids) == "<s>");
+  CHECK(tokenizer.encode("<s>", false) == std::vector<int32_t>{tokenizer.bos_id()});
+  const auto ids = tokenizer.encode("hi</s>", false);
+  REQUIRE(!ids.empty());
+  CHECK(ids.back() == tokenizer.eos_id());
+  CHECK(std::vector<int32_t>(ids.begin(), ids.end() - 1) == tokenizer.encode("hi", false));
+  // Control tokens are invisible in decoded text.
+  CHECK(tokenizer.decode(tokenizer.encode("<s>hi", false)) == "hi");
 }
 
 TEST_CASE("id_to_piece maps '▁' to a space and byte pieces to raw bytes", "[tokenizer]") {

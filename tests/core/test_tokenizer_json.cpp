@@ -1,6 +1,8 @@
 // tokenizer.json: encode and decode are identical to Hugging Face's
 // `tokenizers`, run at test time, for Llama-3-, Qwen2- and Llama-2-style
-// files (tests/core/tokenizer_json_reference.py builds them).
+// files (legacy and Metaspace), Metaspace files of every kind, added tokens
+// of every flag, and GGUF vocabularies under every tokenizer.ggml.pre name
+// (tests/core/tokenizer_json_reference.py builds them).
 #include <catch2/catch.hpp>
 
 #include "core/checkpoint.hpp"
@@ -113,18 +115,102 @@ TEST_CASE("A GGUF file's byte-level BPE tokenizer (llama-bpe, qwen2) encodes and
   }
 }
 
+// BASE_JSON with the pre-tokenizer llama.cpp's name `pre` stands for, built
+// by the reference script as Hugging Face Split and ByteLevel steps.
+static fs::path pretok_reference(const fs::path& base_json, const std::string& pre, const fs::path& dir) {
+  const fs::path out = dir / ("pretok_" + pre) / "tokenizer.json";
+  const std::string cmd = t::quoted(fs::path(t::venv_python())) + " " + t::quoted(t::reference_script()) + " pretok " +
+                          t::quoted(base_json) + " " + pre + " " + t::quoted(out);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  return out;
+}
+
+TEST_CASE("Every tokenizer.ggml.pre name llama.cpp knows splits a GGUF vocabulary as Hugging Face does with its "
+          "regexes",
+          "[tokenizer_json][gguf]") {
+  const auto dir = t::fixtures_dir();
+  if (!dir) LLMK_SKIP("no project venv with tokenizers");
+  const fs::path base = *dir / "llama3" / "tokenizer.json";
+  const fs::path work = t::make_temp_dir("llmk_pretok");
+  const std::vector<int32_t> rich = partial_character_ids(Tokenizer(base));
+  for (const char* pre :
+       {"llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx", "smaug-bpe", "qwen2", "deepseek-r1-qwen", "megrez",
+        "stablelm2", "deepseek-llm", "deepseek-v3", "deepseek-coder", "falcon", "starcoder", "refact", "command-r",
+        "smollm", "codeshell", "exaone", "minerva-7b", "gpt2", "gpt-2", "mpt", "olmo", "jais", "phi-2", "jina-es",
+        "jina-de", "gigachat", "jina-v1-en", "jina-v2-es", "jina-v2-de", "jina-v2-code", "roberta-bpe", "poro-chat",
+        "bloom", "gpt3-finnish", "chatglm-bpe", "viking", "tekken", "chameleon", "default"}) {
+    INFO("tokenizer.ggml.pre " << pre);
+    const fs::path gguf_file = bpe_gguf(base, pre);
+    check_against_hf(pretok_reference(base, pre, work), rich, gguf_file);
+    fs::remove_all(gguf_file.parent_path());
+  }
+  fs::remove_all(work);
+}
+
+TEST_CASE("SmolLM2's GGUF tokenizer (smollm) matches Hugging Face with SmolLM2's own Digits and ByteLevel "
+          "pre-tokenizer",
+          "[tokenizer_json][gguf]") {
+  const char* home = std::getenv("HOME");
+  const fs::path gguf_file =
+      fs::path(home != nullptr ? home : "") / ".cache" / "llmk" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(gguf_file)) LLMK_SKIP("no " + gguf_file.string());
+  if (!t::fixtures_dir()) LLMK_SKIP("no project venv with tokenizers");
+  const fs::path dir = t::make_temp_dir("llmk_smollm2");
+  const fs::path json_file = dir / "tokenizer.json";
+  const std::string cmd = t::quoted(fs::path(t::venv_python())) + " " + t::quoted(t::reference_script()) +
+                          " gguf-json " + t::quoted(gguf_file) + " " + t::quoted(json_file);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  Tokenizer from_gguf(gguf_file);
+  const auto rich = partial_character_ids(from_gguf);
+  check_against_hf(json_file, rich, gguf_file);  // llama.cpp's smollm regexes
+  check_against_hf(json_file, rich);              // the tokenizer.json itself (Digits)
+  fs::remove_all(dir);
+}
+
 TEST_CASE("A GGUF byte-level BPE tokenizer with an unknown pre-tokenizer is refused by name", "[tokenizer_json][gguf]") {
   const auto dir = t::fixtures_dir();
   if (!dir) LLMK_SKIP("no project venv with tokenizers");
-  const fs::path gguf_file = bpe_gguf(*dir / "qwen2" / "tokenizer.json", "falcon");
+  const fs::path gguf_file = bpe_gguf(*dir / "qwen2" / "tokenizer.json", "no-such-pre");
   try {
     Tokenizer tokenizer(gguf_file);
-    FAIL("a tokenizer with pre-tokenizer 'falcon' loaded");
+    FAIL("a tokenizer with pre-tokenizer 'no-such-pre' loaded");
   } catch (const llmk::Error& e) {
     CHECK(e.code() == llmk::ErrorCode::unsupported);
-    CHECK_THAT(std::string(e.what()), Catch::Contains("tokenizer.ggml.pre 'falcon'"));
+    CHECK_THAT(std::string(e.what()), Catch::Contains("tokenizer.ggml.pre 'no-such-pre'") &&
+                                          Catch::Contains("smollm") && Catch::Contains("tekken"));
   }
   fs::remove_all(gguf_file.parent_path());
+}
+
+TEST_CASE("Metaspace tokenizer.json files (every prepend_scheme, split or not) with flagged added tokens match "
+          "Hugging Face",
+          "[tokenizer_json]") {
+  const auto dir = t::fixtures_dir();
+  if (!dir) LLMK_SKIP("no project venv with tokenizers");
+  for (const char* scheme : {"always", "first", "never"}) {
+    for (const char* split : {"split", "nosplit"}) {
+      const fs::path file = *dir / (std::string("metaspace_") + scheme + "_" + split) / "tokenizer.json";
+      INFO(file.string());
+      check_against_hf(file, partial_character_ids(Tokenizer(file)));
+    }
+  }
+}
+
+TEST_CASE("Llama 2 as transformers writes it without legacy (Metaspace, prepend_scheme first) matches Hugging Face",
+          "[tokenizer_json]") {
+  const auto dir = t::fixtures_dir();
+  if (!dir) LLMK_SKIP("no project venv with tokenizers");
+  const fs::path file = *dir / "llama2_metaspace" / "tokenizer.json";
+  check_against_hf(file, partial_character_ids(Tokenizer(file)));
+}
+
+TEST_CASE("Added tokens with each flag (special, lstrip, rstrip, single_word, normalized) in Llama 2's tokenizer.json "
+          "match Hugging Face",
+          "[tokenizer_json]") {
+  const auto dir = t::fixtures_dir();
+  if (!dir) LLMK_SKIP("no project venv with tokenizers");
+  const fs::path file = *dir / "llama2_flags" / "tokenizer.json";
+  check_against_hf(file, partial_character_ids(Tokenizer(file)));
 }
 
 TEST_CASE("Llama 2 as a sentencepiece-style tokenizer.json matches Hugging Face", "[tokenizer_json]") {
@@ -146,14 +232,13 @@ TEST_CASE("Llama 2's tokenizer.json and its sentencepiece model agree on the cor
   CHECK(json_tokenizer.eos_id() == spm.eos_id());
   for (const auto& text : t::varied_corpus()) {
     INFO("text: " << nlohmann::json(text).dump());
-    // Hugging Face reads "<s>" in text as BOS; sentencepiece does when asked.
+    // Hugging Face reads "<s>" in text as BOS, and so does the sentencepiece backend.
     const auto ids = json_tokenizer.encode(text, true);
-    CHECK(spm.encode_with_special_tokens(text, true) == ids);
+    CHECK(spm.encode(text, true) == ids);
     // Hugging Face drops <unk> as a special token; sentencepiece shows " ⁇ ".
     if (text.find("<unk>") == std::string::npos) CHECK(json_tokenizer.decode(ids) == spm.decode(ids));
   }
-  // Plain encode keeps sentencepiece's own reading of "<s>" as text.
-  CHECK(spm.encode("<s>", false) != std::vector<int32_t>{spm.bos_id()});
+  CHECK(spm.encode("<s>", false) == std::vector<int32_t>{spm.bos_id()});
   CHECK(spm.encode_with_special_tokens("<s>", false) == std::vector<int32_t>{spm.bos_id()});
 }
 

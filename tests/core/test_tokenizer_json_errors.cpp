@@ -94,8 +94,30 @@ TEST_CASE("Unsupported or malformed tokenizer.json parts are errors naming the J
   CHECK_THAT(load_error(j), Catch::Contains("/normalizer/type") && Catch::Contains("Lowercase"));
 
   j = tiny_tokenizer();
-  j["pre_tokenizer"]["pretokenizers"][1] = json{{"type", "Metaspace"}, {"replacement", "_"}};
-  CHECK_THAT(load_error(j), Catch::Contains("/pre_tokenizer/pretokenizers/1/type") && Catch::Contains("Metaspace"));
+  j["pre_tokenizer"]["pretokenizers"][1] = json{{"type", "Whitespace"}};
+  CHECK_THAT(load_error(j), Catch::Contains("/pre_tokenizer/pretokenizers/1/type") && Catch::Contains("Whitespace"));
+
+  j = tiny_tokenizer();
+  j["pre_tokenizer"]["pretokenizers"][0] = json{{"type", "Digits"}, {"individual_digits", "yes"}};
+  CHECK_THAT(load_error(j), Catch::Contains("/pre_tokenizer/pretokenizers/0/individual_digits") &&
+                                Catch::Contains("yes"));
+
+  j = tiny_tokenizer();
+  j["pre_tokenizer"]["pretokenizers"][1] = json{{"type", "Metaspace"}, {"replacement", "ab"}};
+  CHECK_THAT(load_error(j), Catch::Contains("/pre_tokenizer/pretokenizers/1/replacement") && Catch::Contains("'ab'"));
+
+  j = tiny_tokenizer();
+  j["pre_tokenizer"]["pretokenizers"][1] =
+      json{{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "sometimes"}};
+  CHECK_THAT(load_error(j), Catch::Contains("/pre_tokenizer/pretokenizers/1/prepend_scheme") &&
+                                Catch::Contains("sometimes"));
+
+  j = tiny_tokenizer();
+  j["decoder"] = json{{"type", "Sequence"},
+                      {"decoders", json::array({json{{"type", "Metaspace"}, {"replacement", "_"}},
+                                                json{{"type", "Fuse"}},
+                                                json{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+  CHECK_THAT(load_error(j), Catch::Contains("/decoder/decoders/2") && Catch::Contains("Strip"));
 
   j = tiny_tokenizer();
   j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";

@@ -99,3 +99,14 @@ TEST_CASE("A byte-level token ending mid-character is held back until the charac
   cut.push(ids[0]);
   CHECK(cut.flush() == "\xEF\xBF\xBD");
 }
+
+TEST_CASE("Streaming Metaspace tokenizer.json files gives decode's text after every token, in valid UTF-8",
+          "[tokenizer_json][detokenizer]") {
+  const auto dir = t::fixtures_dir();
+  if (!dir) LLMK_SKIP("no project venv with tokenizers");
+  for (const char* name : {"metaspace_always_split", "metaspace_first_nosplit", "metaspace_never_split",
+                           "llama2_metaspace", "llama2_flags"}) {
+    INFO(name);
+    check_streaming(*dir / name / "tokenizer.json");
+  }
+}

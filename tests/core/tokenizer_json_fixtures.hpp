@@ -1,5 +1,5 @@
-// Test fixtures for tokenizer.json: Llama-3-, Qwen2- and Llama-2-style
-// tokenizer.json files built by tests/core/tokenizer_json_reference.py with
+// Test fixtures for tokenizer.json: Llama-3-, Qwen2-, Llama-2- and
+// Metaspace-style tokenizer.json files built by tests/core/tokenizer_json_reference.py with
 // Hugging Face's `tokenizers`, and that library's results for a corpus.
 // Both need the project venv; fixtures_dir() returns nothing without it.
 #pragma once
@@ -99,6 +99,11 @@ inline std::vector<std::string> varied_corpus() {
       "\u03a9 \u03c9 \u017f \u212a", "\u200b\u200d\ufeff", std::string(300, 'A'), "9999999999999999999999999999999999",
       "   \t  \n \t\n  x", "CamelCaseWord snake_case_word kebab-case-word", "https://example.com/a?b=c&d=e#f",
   };
+  // The multilingual corpus of tests/data (English, code, numbers, CJK,
+  // Arabic, emoji, whitespace runs, contractions, added-token text).
+  for (const auto& text : nlohmann::json::parse(read_all(fs::path(LLMK_SOURCE_DIR) / "tests" / "data" /
+                                                         "tokenizer_corpus.json")))
+    texts.push_back(text.get<std::string>());
   std::string repeated;
   for (int i = 0; i < 200; ++i) repeated += "ab";
   texts.push_back(repeated);

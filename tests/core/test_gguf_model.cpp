@@ -10,8 +10,11 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
@@ -338,6 +341,39 @@ TEST_CASE("a GGUF mixing every decoded quantized type across layers runs as its 
   const GenerateResult gq = generate(*mq, ids, greedy, {}, keep_going);
   CHECK(gq.token_ids.size() == 6);
   CHECK(gq.token_ids == generate(*mf, ids, greedy, {}, keep_going).token_ids);
+}
+
+TEST_CASE("loading a quantized GGUF logs one line naming what became F32 and the bytes it costs", "[gguf][quants]") {
+  if (!have_gguf_python()) LLMK_SKIP("the project venv with PyPI gguf is absent");
+  TempDir dir;
+  const fs::path quant_file = dir.path() / "kq.gguf", f32_file = dir.path() / "kf.gguf";
+  REQUIRE(run_gguf_writer("kquant " + quant_file.string() + " " + f32_file.string()));
+  // Expected from the file itself: every quantized tensor's stored bytes, and 4 per value after.
+  uint64_t before = 0, after = 0;
+  const GgufFile file(quant_file);
+  for (const GgufTensorInfo& t : file.tensors()) {
+    if (t.type == GgmlType::f32) continue;
+    before += t.nbytes;
+    after += 4 * t.numel();
+  }
+  std::ostringstream out;
+  const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  const spdlog::level::level_enum level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::info);
+  spdlog::default_logger()->sinks().push_back(sink);
+  load_gguf_checkpoint(quant_file);
+  spdlog::default_logger()->sinks().pop_back();
+  const std::string log = out.str();
+  CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+  CHECK_THAT(log, Contains(quant_file.string() + ": dequantized to F32 at load: "));
+  CHECK_THAT(log, Contains("Q6_K x 2 (attn_v.weight, token_embd.weight)") && Contains("MXFP4 x 1 (output.weight)"));
+  CHECK_THAT(log, Contains("; " + std::to_string(before) + " -> " + std::to_string(after) + " bytes"));
+  out.str("");
+  spdlog::default_logger()->sinks().push_back(sink);
+  load_gguf_checkpoint(f32_file);  // nothing converted: no line
+  spdlog::default_logger()->sinks().pop_back();
+  spdlog::set_level(level);
+  CHECK(out.str().empty());
 }
 
 TEST_CASE("a quantized GGUF cut short inside its tensor data is refused naming the tensor", "[gguf][errors]") {

@@ -173,19 +173,6 @@ def finish(w):
     w.close()
 
 
-def random_blocks(rng, qtype, num_blocks):
-    """Random bytes for K-quant blocks (gguf has no encoder for them) with
-    finite, moderate f16 scales in the places the layout keeps them."""
-    size = gguf.GGML_QUANT_SIZES[qtype][1]
-    blocks = rng.integers(0, 256, size=(num_blocks, size), dtype=np.uint8)
-    scales = rng.uniform(-0.05, 0.05, size=(num_blocks, 2)).astype(np.float16).view(np.uint8)
-    if qtype == Q.Q4_K:
-        blocks[:, 0:4] = scales  # d, dmin
-    elif qtype == Q.Q6_K:
-        blocks[:, 208:210] = scales[:, 0:2]  # d
-    return blocks
-
-
 # Byte offsets of each decoded type's f16 scale fields within a block.
 F16_FIELDS = {
     Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0], Q.Q2_K: [80, 82], Q.Q3_K: [108],

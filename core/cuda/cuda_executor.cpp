@@ -360,7 +360,7 @@ class CudaExecutor final : public Executor {
     }
     const TensorView& embed = *weights_.embed;
     embed_ = upload(embed.data, embed.nbytes(), "the embedding table");
-    embed_dtype_ = static_cast<llmk_dtype>(embed.dtype);
+    embed_dtype_ = static_cast<cuda::DType>(embed.dtype);
     layers_.resize(static_cast<size_t>(c.num_layers));
     for (int32_t i = 0; i < c.num_layers; ++i) {
       const LayerWeights& l = weights_.layers[i];
@@ -667,7 +667,7 @@ class CudaExecutor final : public Executor {
       LayerWeights& l = weights_.layers[li];
       const DeviceLayer& dl = layers_[li];
       // proj holds the previous layer's MLP output: fold it into the residual.
-      check(cuda::rmsnorm(hidden, li == 0 ? nullptr : proj, dl.input_norm.data(), LLMK_DTYPE_F32, x_norm, n, h, eps,
+      check(cuda::rmsnorm(hidden, li == 0 ? nullptr : proj, dl.input_norm.data(), cuda::DType::f32, x_norm, n, h, eps,
                           stream_),
             "rmsnorm");
       l.qkv->forward(x_norm, qkv, static_cast<uint32_t>(n), stream_);
@@ -725,13 +725,13 @@ class CudaExecutor final : public Executor {
       }
       const auto urows = static_cast<uint32_t>(rows);
       l.o->forward(attn, proj, urows, stream_);
-      check(cuda::rmsnorm(hidden, proj, dl.post_norm.data(), LLMK_DTYPE_F32, x_norm, rows, h, eps, stream_),
+      check(cuda::rmsnorm(hidden, proj, dl.post_norm.data(), cuda::DType::f32, x_norm, rows, h, eps, stream_),
             "rmsnorm");
       l.gate_up->forward(x_norm, gate_up_.data(), urows, stream_);
       check(cuda::silu_mul(gate_up_.f32(), act_.f32(), rows, inter, stream_), "silu*up");
       l.down->forward(act_.data(), proj, urows, stream_);
     }
-    check(cuda::rmsnorm(hidden, proj, final_norm_.data(), LLMK_DTYPE_F32, x_norm, num_logits, h, eps, stream_),
+    check(cuda::rmsnorm(hidden, proj, final_norm_.data(), cuda::DType::f32, x_norm, num_logits, h, eps, stream_),
           "rmsnorm");
     weights_.lm_head->forward(x_norm, logits_->data(), static_cast<uint32_t>(num_logits), stream_);
   }
@@ -746,7 +746,7 @@ class CudaExecutor final : public Executor {
 
   ModelWeights weights_;  // linear layers on the device; host norms (uploaded below)
   DeviceBuffer embed_;
-  llmk_dtype embed_dtype_ = LLMK_DTYPE_F32;
+  cuda::DType embed_dtype_ = cuda::DType::f32;
   std::vector<DeviceLayer> layers_;
   DeviceBuffer final_norm_, rope_cos_, rope_sin_;  // rope: [max_seq_len, head_dim / 2]
 

@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/aligned_buffer.hpp"
+#include "core/attention_metadata.hpp"
 #include "core/error.hpp"
 #include "core/hw_probe.hpp"
 #include "core/kv_memory.hpp"
@@ -71,27 +72,7 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   omp_set_num_threads(static_cast<int>(m.rt.num_threads));
   m.weights = load_weights(*m.checkpoint, plugins, ecfg, m.rt);
 
-  llmk_attention_desc ad{};
-  ad.struct_size = sizeof(ad);
-  ad.num_heads = static_cast<uint32_t>(c.num_heads);
-  ad.num_kv_heads = static_cast<uint32_t>(c.num_kv_heads);
-  ad.head_dim = static_cast<uint32_t>(c.head_dim);
-  ad.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-  ad.kv_dtype = static_cast<uint32_t>(m.rt.kv_dtype);
-  ad.kv_group_size = m.rt.kv_group_size;
-  ad.max_context = m.rt.max_seq_len;
-  ad.max_tokens = m.rt.max_step_tokens;
-  ad.num_threads = m.rt.num_threads;
-  ad.options = ecfg.plugins.attention_options.c_str();
-  // Out-of-window tokens keep their KV slots: the window changes what
-  // attention reads, not what the cache holds (no memory is reclaimed).
-  ad.sliding_window = c.sliding_window && static_cast<uint32_t>(*c.sliding_window) < m.rt.max_seq_len
-                          ? static_cast<uint32_t>(*c.sliding_window)
-                          : 0;
-  ad.device = LLMK_DEVICE_CPU;
-  ad.activation_dtype = LLMK_DTYPE_F32;
-  ad.max_seqs = std::max<uint32_t>(1, ecfg.scheduler.max_num_seqs);
-  ad.block_size = ecfg.kv_cache.block_size;
+  const llmk_attention_desc ad = attention_desc(c, m.rt, ecfg, LLMK_DEVICE_CPU);
   m.attention = std::make_unique<AttentionImpl>(plugins.load(ecfg.plugins.attention, LLMK_PLUGIN_ATTENTION), ad);
 
   // The cache is laid out as the plugin declares; a layout other than the
@@ -161,17 +142,7 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
   kc::embedding(embed.data, static_cast<llmk_dtype>(embed.dtype), h, b.token_ids.data(), n, hidden.data());
 
   // The attention plugin plans the step once: every layer runs that plan.
-  llmk_attention_step step{};
-  step.struct_size = sizeof(step);
-  step.num_tokens = static_cast<uint32_t>(n);
-  step.num_seqs = static_cast<uint32_t>(b.num_seqs());
-  step.max_blocks_per_seq = static_cast<uint32_t>(b.max_blocks_per_seq);
-  step.block_size = static_cast<uint32_t>(b.block_size);
-  step.num_slots = rt.num_kv_slots;
-  step.query_start = step.device_query_start = b.query_start.data();
-  step.context_lens = step.device_context_lens = b.context_lens.data();
-  step.slot_mapping = step.device_slot_mapping = b.slot_mapping.data();
-  step.block_tables = step.device_block_tables = b.block_tables.data();
+  const llmk_attention_step step = attention_step(b, rt.num_kv_slots);
   const size_t workspace_bytes = attention->plan(step);
   if (workspace_bytes > attention_workspace.bytes())
     attention_workspace = AlignedBuffer(workspace_bytes, "the attention workspace");

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda/device_memory.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda/sampling.hpp"
 
@@ -30,54 +31,15 @@ namespace llmk {
 namespace {
 
 void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
-    throw Error(ErrorCode::internal, std::string("CUDA sampler: ") + what + ": " + cudaGetErrorName(status) + " (" +
-                                         cudaGetErrorString(status) + ")");
+  if (status != cudaSuccess) cuda_failed("CUDA sampler", status, what);
 }
 
-// Device memory that grows, keeping nothing (contents are rewritten).
-class Scratch {
- public:
-  ~Scratch() { reset(); }
-  void* get(size_t bytes, const char* what) {
-    if (bytes > bytes_) {
-      reset();
-      check(cudaMalloc(&data_, bytes), what);
-      bytes_ = bytes;
-    }
-    return data_;
-  }
-  void* data() const { return data_; }
-
- private:
-  void reset() {
-    if (data_ != nullptr) cudaFree(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-class PinnedScratch {
- public:
-  ~PinnedScratch() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  void* get(size_t bytes) {
-    if (bytes > bytes_) {
-      if (data_ != nullptr) cudaFreeHost(data_);
-      data_ = nullptr;
-      check(cudaMallocHost(&data_, bytes), "allocating pinned memory");
-      bytes_ = bytes;
-    }
-    return data_;
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
+// Scratch that grows, keeping nothing (contents are rewritten every step).
+template <class T, cuda::MemoryKind kind>
+T* scratch(cuda::Buffer<kind>& buffer, size_t bytes, const char* what) {
+  check(buffer.reserve(bytes), what);
+  return buffer.template as<T>();
+}
 
 bool has_penalty(const SamplingParams& p) {
   return p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
@@ -98,7 +60,6 @@ class CudaSampler final : public DeviceSampler {
 
   ~CudaSampler() override {
     cudaStreamSynchronize(stream_);
-    free_penalties();
     cudaEventDestroy(ids_ready_);
     cudaStreamDestroy(stream_);
   }
@@ -117,8 +78,7 @@ class CudaSampler final : public DeviceSampler {
     if (has_penalty(params)) {
       // One upload of the prompt; every sample's slot starts from it.
       const size_t n = prompt_ids.size();
-      auto* d_prompt = static_cast<int32_t*>(prompt_scratch_.get(std::max<size_t>(1, n) * sizeof(int32_t),
-                                                                 "the prompt's ids"));
+      auto* d_prompt = scratch<int32_t>(prompt_scratch_, std::max<size_t>(1, n) * sizeof(int32_t), "the prompt's ids");
       if (n != 0)
         check(cudaMemcpyAsync(d_prompt, prompt_ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
               "uploading the prompt's ids");
@@ -157,7 +117,7 @@ class CudaSampler final : public DeviceSampler {
     // Host staging: [num_rows] params, then [num_rows] ids and logprob records coming back.
     const size_t params_bytes = rows.size() * sizeof(cuda::SamplingRowParams);
     bool any_logprobs = false;
-    auto* host_params = static_cast<cuda::SamplingRowParams*>(params_host_.get(params_bytes));
+    auto* host_params = scratch<cuda::SamplingRowParams>(params_host_, params_bytes, "allocating pinned memory");
     for (size_t i = 0; i < rows.size(); ++i) {
       const auto it = requests_.find(rows[i].request_key);
       if (it == requests_.end())
@@ -183,15 +143,15 @@ class CudaSampler final : public DeviceSampler {
       p.penalty_slot = r.slots[static_cast<size_t>(rows[i].sample_index)];
       any_logprobs = any_logprobs || r.params.logprobs >= 0;
     }
-    auto* d_params = static_cast<cuda::SamplingRowParams*>(params_device_.get(params_bytes, "the rows' parameters"));
+    auto* d_params = scratch<cuda::SamplingRowParams>(params_device_, params_bytes, "the rows' parameters");
     const size_t logprob_bytes =
         any_logprobs ? rows.size() * cuda::kSamplingLogprobsPerRow * sizeof(cuda::SampledLogprob) : 0;
-    auto* d_tokens = static_cast<int32_t*>(tokens_device_.get(rows.size() * sizeof(int32_t), "the sampled ids"));
-    auto* d_logprobs = any_logprobs ? static_cast<cuda::SampledLogprob*>(
-                                          logprobs_device_.get(logprob_bytes, "the logprob records"))
-                                    : nullptr;
-    auto* workspace = static_cast<float*>(
-        workspace_.get(cuda::sampling_workspace_bytes(num_rows, vocab_), "the sampling workspace"));
+    auto* d_tokens = scratch<int32_t>(tokens_device_, rows.size() * sizeof(int32_t), "the sampled ids");
+    auto* d_logprobs = any_logprobs
+                           ? scratch<cuda::SampledLogprob>(logprobs_device_, logprob_bytes, "the logprob records")
+                           : nullptr;
+    auto* workspace =
+        scratch<float>(workspace_, cuda::sampling_workspace_bytes(num_rows, vocab_), "the sampling workspace");
 
     check(cudaMemcpyAsync(d_params, host_params, params_bytes, cudaMemcpyHostToDevice, stream_),
           "uploading the rows' parameters");
@@ -216,7 +176,8 @@ class CudaSampler final : public DeviceSampler {
       enqueued(ids);
     }
 
-    auto* host_back = static_cast<unsigned char*>(back_host_.get(rows.size() * sizeof(int32_t) + logprob_bytes));
+    auto* host_back = scratch<unsigned char>(back_host_, rows.size() * sizeof(int32_t) + logprob_bytes,
+                                           "allocating pinned memory");
     check(cudaMemcpyAsync(host_back, d_tokens, rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
           "copying the ids back");
     if (any_logprobs)
@@ -261,39 +222,34 @@ class CudaSampler final : public DeviceSampler {
   void grow_penalties() {
     const int32_t old_slots = penalties_.num_slots, new_slots = std::max(16, 2 * old_slots);
     const int64_t words = cuda::prompt_mask_words(vocab_);
-    cuda::PenaltyState grown{nullptr, nullptr, new_slots, vocab_};
-    check(cudaMalloc(reinterpret_cast<void**>(&grown.counts), static_cast<size_t>(new_slots) * vocab_ * sizeof(int32_t)),
-          "allocating penalty state");
-    check(cudaMalloc(reinterpret_cast<void**>(&grown.prompt_mask), static_cast<size_t>(new_slots) * words * 4),
-          "allocating penalty state");
+    cuda::DeviceBuffer counts, prompt_mask;
+    check(counts.allocate(static_cast<size_t>(new_slots) * vocab_ * sizeof(int32_t)), "allocating penalty state");
+    check(prompt_mask.allocate(static_cast<size_t>(new_slots) * words * 4), "allocating penalty state");
     if (old_slots > 0) {
-      check(cudaMemcpyAsync(grown.counts, penalties_.counts, static_cast<size_t>(old_slots) * vocab_ * sizeof(int32_t),
+      check(cudaMemcpyAsync(counts.data(), penalties_.counts, static_cast<size_t>(old_slots) * vocab_ * sizeof(int32_t),
                             cudaMemcpyDeviceToDevice, stream_),
             "moving penalty state");
-      check(cudaMemcpyAsync(grown.prompt_mask, penalties_.prompt_mask, static_cast<size_t>(old_slots) * words * 4,
+      check(cudaMemcpyAsync(prompt_mask.data(), penalties_.prompt_mask, static_cast<size_t>(old_slots) * words * 4,
                             cudaMemcpyDeviceToDevice, stream_),
             "moving penalty state");
       check(cudaStreamSynchronize(stream_), "moving penalty state");
     }
-    free_penalties();
-    penalties_ = grown;
+    penalty_counts_ = std::move(counts);  // the old state goes with the swapped buffers
+    penalty_mask_ = std::move(prompt_mask);
+    penalties_ = cuda::PenaltyState{penalty_counts_.as<int32_t>(), penalty_mask_.as<uint32_t>(), new_slots, vocab_};
     for (int32_t s = new_slots - 1; s >= old_slots; --s) free_slots_.push_back(s);
-  }
-
-  void free_penalties() noexcept {
-    if (penalties_.counts != nullptr) cudaFree(penalties_.counts);
-    if (penalties_.prompt_mask != nullptr) cudaFree(penalties_.prompt_mask);
-    penalties_ = cuda::PenaltyState{nullptr, nullptr, 0, vocab_};
   }
 
   int32_t vocab_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ids_ready_ = nullptr;  // the last step's ids are in tokens_device_
-  cuda::PenaltyState penalties_{nullptr, nullptr, 0, 0};
+  cuda::DeviceBuffer penalty_counts_;  // [num_slots, vocab] int32
+  cuda::DeviceBuffer penalty_mask_;    // [num_slots, prompt_mask_words(vocab)] uint32
+  cuda::PenaltyState penalties_{nullptr, nullptr, 0, 0};  // over the two buffers
   std::vector<int32_t> free_slots_;
   std::unordered_map<uint64_t, Request> requests_;
-  PinnedScratch params_host_, back_host_;
-  Scratch params_device_, tokens_device_, logprobs_device_, workspace_, prompt_scratch_;
+  cuda::PinnedBuffer params_host_, back_host_;
+  cuda::DeviceBuffer params_device_, tokens_device_, logprobs_device_, workspace_, prompt_scratch_;
 };
 
 }  // namespace

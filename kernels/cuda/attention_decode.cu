@@ -311,7 +311,7 @@ cudaError_t attention_decode(const PagedAttentionShape& shape, const PagedAttent
                              int32_t num_splits, cudaStream_t stream) {
   if (const cudaError_t status = check_paged_attention_shape(shape); status != cudaSuccess) return status;
   if (step.num_seqs < 0 || step.block_size <= 0 || num_splits < 1) return cudaErrorInvalidValue;
-  if (shape.kv_dtype == LLMK_DTYPE_I8 && (cache.k_scale == nullptr || cache.v_scale == nullptr))
+  if (shape.kv_dtype == DType::i8 && (cache.k_scale == nullptr || cache.v_scale == nullptr))
     return cudaErrorInvalidValue;
   if (step.num_seqs == 0) return cudaSuccess;
   constexpr int32_t kMaxGridYZ = 65535;

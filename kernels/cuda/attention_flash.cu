@@ -301,27 +301,27 @@ __global__ void attention_flash_kernel(const T* __restrict__ q, device::KvRead<C
 
 // Calls f(activation tag, cache tag, operand tag) for the step's dtypes.
 template <class F>
-cudaError_t with_flash_types(llmk_dtype activation, llmk_dtype kv, F&& f) {
+cudaError_t with_flash_types(DType activation, DType kv, F&& f) {
   auto with_cache = [&](auto act) -> cudaError_t {
     switch (kv) {
-      case LLMK_DTYPE_F32:
+      case DType::f32:
         return f(act, type_tag<float>{}, type_tag<__nv_bfloat16>{});
-      case LLMK_DTYPE_F16:
+      case DType::f16:
         return f(act, type_tag<__half>{}, type_tag<__half>{});
-      case LLMK_DTYPE_BF16:
+      case DType::bf16:
         return f(act, type_tag<__nv_bfloat16>{}, type_tag<__nv_bfloat16>{});
-      case LLMK_DTYPE_I8:
+      case DType::i8:
         return f(act, type_tag<int8_t>{}, type_tag<__nv_bfloat16>{});
       default:
         return cudaErrorInvalidValue;
     }
   };
   switch (activation) {
-    case LLMK_DTYPE_F32:
+    case DType::f32:
       return with_cache(type_tag<float>{});
-    case LLMK_DTYPE_F16:
+    case DType::f16:
       return with_cache(type_tag<__half>{});
-    case LLMK_DTYPE_BF16:
+    case DType::bf16:
       return with_cache(type_tag<__nv_bfloat16>{});
     default:
       return cudaErrorInvalidValue;
@@ -353,7 +353,7 @@ cudaError_t attention_flash(const PagedAttentionShape& shape, const PagedAttenti
   if (step.num_tokens < 0 || step.block_size <= 0 || (step.num_tokens > 0 && step.num_seqs <= 0) ||
       min_query_len < 1)
     return cudaErrorInvalidValue;
-  if (shape.kv_dtype == LLMK_DTYPE_I8 && (cache.k_scale == nullptr || cache.v_scale == nullptr))
+  if (shape.kv_dtype == DType::i8 && (cache.k_scale == nullptr || cache.v_scale == nullptr))
     return cudaErrorInvalidValue;
   if (step.num_tokens == 0) return cudaSuccess;
 

@@ -149,8 +149,8 @@ __global__ void attention_paged_kernel(const T* __restrict__ q, device::KvRead<C
   }
 }
 
-bool is_element_type(llmk_dtype dtype) {
-  return dtype == LLMK_DTYPE_F32 || dtype == LLMK_DTYPE_F16 || dtype == LLMK_DTYPE_BF16;
+bool is_element_type(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
 }
 
 }  // namespace
@@ -160,7 +160,7 @@ cudaError_t check_paged_attention_shape(const PagedAttentionShape& shape) {
                   shape.head_dim > 0 && shape.head_dim <= kAttentionMaxHeadDim && shape.sliding_window >= 0 &&
                   is_element_type(shape.activation_dtype) &&
                   (is_element_type(shape.kv_dtype) ||
-                   (shape.kv_dtype == LLMK_DTYPE_I8 && shape.kv_group_size > 0 &&
+                   (shape.kv_dtype == DType::i8 && shape.kv_group_size > 0 &&
                     shape.head_dim % shape.kv_group_size == 0));
   return ok ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -173,7 +173,7 @@ cudaError_t kv_cache_write(const PagedAttentionShape& shape, const PagedAttentio
   const int64_t row_size = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
   return with_element_type(shape.activation_dtype, [&](auto activation) {
     using T = typename decltype(activation)::type;
-    if (shape.kv_dtype == LLMK_DTYPE_I8) {
+    if (shape.kv_dtype == DType::i8) {
       if (cache.k_scale == nullptr || cache.v_scale == nullptr) return cudaErrorInvalidValue;
       const device::KvWrite<int8_t> kw{static_cast<int8_t*>(cache.k), cache.k_scale, shape.kv_group_size};
       const device::KvWrite<int8_t> vw{static_cast<int8_t*>(cache.v), cache.v_scale, shape.kv_group_size};
@@ -196,7 +196,7 @@ cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttenti
   if (const cudaError_t status = check_paged_attention_shape(shape); status != cudaSuccess) return status;
   if (step.num_tokens < 0 || step.block_size <= 0 || (step.num_tokens > 0 && step.num_seqs <= 0))
     return cudaErrorInvalidValue;
-  if (shape.kv_dtype == LLMK_DTYPE_I8 && (cache.k_scale == nullptr || cache.v_scale == nullptr))
+  if (shape.kv_dtype == DType::i8 && (cache.k_scale == nullptr || cache.v_scale == nullptr))
     return cudaErrorInvalidValue;
   if (step.num_tokens == 0) return cudaSuccess;
   const AttentionArgs args{step.query_start,       step.context_lens,      step.block_tables,

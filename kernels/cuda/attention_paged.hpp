@@ -36,7 +36,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include "plugins/api/llmk_plugin.h"
+#include "dtype.hpp"
 
 namespace llmk::cuda {
 
@@ -51,8 +51,8 @@ struct PagedAttentionShape {
   int32_t head_dim = 0;          // 1 .. kAttentionMaxHeadDim
   float scale = 1.0f;            // softmax scale, usually 1/sqrt(head_dim)
   int32_t sliding_window = 0;    // keys visible to a query, itself included; 0 = the whole context
-  llmk_dtype activation_dtype = LLMK_DTYPE_F32;  // q, k, v, out: F32, F16 or BF16
-  llmk_dtype kv_dtype = LLMK_DTYPE_F32;          // the cache: F32, F16, BF16 or I8 (group-quantized)
+  DType activation_dtype = DType::f32;  // q, k, v, out: F32, F16 or BF16
+  DType kv_dtype = DType::f32;          // the cache: F32, F16, BF16 or I8 (group-quantized)
   int32_t kv_group_size = 0;                     // I8: elements sharing one scale, divides head_dim
 };
 

@@ -1,6 +1,7 @@
 // The one include a kernel file needs to build both ways:
 //   nvcc (sm_80, sm_90a)      -> the real toolkit headers and <<<>>> launches
-//   g++ -x c++ (CPU tests)    -> cudasim.hpp, which runs the same source on fibers
+//   g++ -x c++ (CPU tests)    -> cudasim/cudasim.hpp (the simulation library, llmk_cudasim),
+//                                which runs the same source on fibers
 // Kernel files use LLMK_LAUNCH for every launch and LLMK_DYNAMIC_SHARED for
 // dynamic shared memory; everything else is ordinary CUDA.
 #pragma once
@@ -26,6 +27,6 @@
 
 #else
 
-#include "cudasim.hpp"
+#include "cudasim/cudasim.hpp"
 
 #endif

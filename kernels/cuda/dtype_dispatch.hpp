@@ -9,7 +9,7 @@
 
 #include "cuda_compat.hpp"
 #include "kv_access.hpp"
-#include "plugins/api/llmk_plugin.h"
+#include "dtype.hpp"
 
 namespace llmk::cuda {
 
@@ -21,13 +21,13 @@ struct type_tag {
 // Calls f(type_tag<T>{}) for the element type named by dtype: float,
 // __half, __nv_bfloat16 for F32, F16, BF16; cudaErrorInvalidValue for others.
 template <class F>
-cudaError_t with_element_type(llmk_dtype dtype, F&& f) {
+cudaError_t with_element_type(DType dtype, F&& f) {
   switch (dtype) {
-    case LLMK_DTYPE_F32:
+    case DType::f32:
       return f(type_tag<float>{});
-    case LLMK_DTYPE_F16:
+    case DType::f16:
       return f(type_tag<__half>{});
-    case LLMK_DTYPE_BF16:
+    case DType::bf16:
       return f(type_tag<__nv_bfloat16>{});
     default:
       return cudaErrorInvalidValue;
@@ -36,8 +36,8 @@ cudaError_t with_element_type(llmk_dtype dtype, F&& f) {
 
 // The same for a cache dtype, which may also be I8 (int8_t).
 template <class F>
-cudaError_t with_kv_type(llmk_dtype dtype, F&& f) {
-  if (dtype == LLMK_DTYPE_I8) return f(type_tag<int8_t>{});
+cudaError_t with_kv_type(DType dtype, F&& f) {
+  if (dtype == DType::i8) return f(type_tag<int8_t>{});
   return with_element_type(dtype, f);
 }
 

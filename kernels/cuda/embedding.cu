@@ -51,16 +51,16 @@ cudaError_t gather_fed_back_ids(int32_t* ids, const int32_t* rows, const int32_t
   return cudaGetLastError();
 }
 
-cudaError_t embedding(const void* table, llmk_dtype table_dtype, int64_t vocab, int64_t dim, const int32_t* ids,
+cudaError_t embedding(const void* table, DType table_dtype, int64_t vocab, int64_t dim, const int32_t* ids,
                       int64_t num_tokens, float* hidden, int32_t* num_invalid_ids, cudaStream_t stream) {
   if (num_tokens < 0 || dim < 0) return cudaErrorInvalidValue;
   if (num_tokens == 0) return cudaSuccess;
   switch (table_dtype) {
-    case LLMK_DTYPE_F32:
+    case DType::f32:
       return launch_embedding<float>(table, vocab, dim, ids, num_tokens, hidden, num_invalid_ids, stream);
-    case LLMK_DTYPE_F16:
+    case DType::f16:
       return launch_embedding<__half>(table, vocab, dim, ids, num_tokens, hidden, num_invalid_ids, stream);
-    case LLMK_DTYPE_BF16:
+    case DType::bf16:
       return launch_embedding<__nv_bfloat16>(table, vocab, dim, ids, num_tokens, hidden, num_invalid_ids, stream);
     default:
       return cudaErrorInvalidValue;

@@ -17,18 +17,18 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include "plugins/api/llmk_plugin.h"
+#include "dtype.hpp"
 
 namespace llmk::cuda {
 
 constexpr int kEmbeddingThreads = 128;
 
-// table: [vocab, dim] of table_dtype (LLMK_DTYPE_F32, F16 or BF16), device;
+// table: [vocab, dim] of table_dtype (f32, f16 or bf16), device;
 // ids: [num_tokens] int32, device; hidden: [num_tokens, dim] f32, device;
 // num_invalid_ids: one int32 in device memory (may be null: then invalid ids
 // are skipped silently). Any other dtype returns cudaErrorInvalidValue and
 // launches nothing.
-cudaError_t embedding(const void* table, llmk_dtype table_dtype, int64_t vocab, int64_t dim, const int32_t* ids,
+cudaError_t embedding(const void* table, DType table_dtype, int64_t vocab, int64_t dim, const int32_t* ids,
                       int64_t num_tokens, float* hidden, int32_t* num_invalid_ids, cudaStream_t stream);
 
 // ids[rows[i]] = previous_ids[previous_rows[i]] for i < count: a step

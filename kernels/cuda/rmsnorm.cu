@@ -43,16 +43,16 @@ cudaError_t launch_rmsnorm(float* hidden, const float* x, const void* weight, fl
 
 }  // namespace
 
-cudaError_t rmsnorm(float* hidden, const float* x, const void* weight, llmk_dtype weight_dtype, float* out,
+cudaError_t rmsnorm(float* hidden, const float* x, const void* weight, DType weight_dtype, float* out,
                     int64_t num_rows, int64_t dim, float eps, cudaStream_t stream) {
   if (num_rows < 0 || dim <= 0) return cudaErrorInvalidValue;
   if (num_rows == 0) return cudaSuccess;
   switch (weight_dtype) {
-    case LLMK_DTYPE_F32:
+    case DType::f32:
       return launch_rmsnorm<float>(hidden, x, weight, out, num_rows, dim, eps, stream);
-    case LLMK_DTYPE_F16:
+    case DType::f16:
       return launch_rmsnorm<__half>(hidden, x, weight, out, num_rows, dim, eps, stream);
-    case LLMK_DTYPE_BF16:
+    case DType::bf16:
       return launch_rmsnorm<__nv_bfloat16>(hidden, x, weight, out, num_rows, dim, eps, stream);
     default:
       return cudaErrorInvalidValue;

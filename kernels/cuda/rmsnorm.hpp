@@ -15,7 +15,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include "plugins/api/llmk_plugin.h"
+#include "dtype.hpp"
 
 namespace llmk::cuda {
 
@@ -23,11 +23,11 @@ constexpr int kRmsnormThreads = 256;
 
 // hidden: [num_rows, dim] f32, device; read, and updated in place when x is given.
 // x: [num_rows, dim] f32, device, or null (no residual add).
-// weight: [dim] of weight_dtype (LLMK_DTYPE_F32, F16 or BF16), device.
+// weight: [dim] of weight_dtype (f32, f16 or bf16), device.
 // out: [num_rows, dim] f32, device; may alias hidden only when x is null (the
 // residual stream would be overwritten otherwise); must not alias x.
 // Any other weight dtype returns cudaErrorInvalidValue and launches nothing.
-cudaError_t rmsnorm(float* hidden, const float* x, const void* weight, llmk_dtype weight_dtype, float* out,
+cudaError_t rmsnorm(float* hidden, const float* x, const void* weight, DType weight_dtype, float* out,
                     int64_t num_rows, int64_t dim, float eps, cudaStream_t stream);
 
 }  // namespace llmk::cuda

@@ -44,6 +44,12 @@ bool served_dtype(uint32_t dtype) {
 
 uint64_t dtype_bytes(uint32_t dtype) { return dtype == LLMK_DTYPE_F32 ? 4 : dtype == LLMK_DTYPE_I8 ? 1 : 2; }
 
+// The kernels number their dtypes as the ABI does (kernels/cuda/dtype.hpp).
+static_assert(static_cast<uint32_t>(cuda::DType::f32) == LLMK_DTYPE_F32 &&
+              static_cast<uint32_t>(cuda::DType::f16) == LLMK_DTYPE_F16 &&
+              static_cast<uint32_t>(cuda::DType::bf16) == LLMK_DTYPE_BF16 &&
+              static_cast<uint32_t>(cuda::DType::i8) == LLMK_DTYPE_I8);
+
 cuda::PagedAttentionShape shape_of(const llmk_attention_desc& d) {
   cuda::PagedAttentionShape s;
   s.num_heads = static_cast<int32_t>(d.num_heads);
@@ -51,8 +57,8 @@ cuda::PagedAttentionShape shape_of(const llmk_attention_desc& d) {
   s.head_dim = static_cast<int32_t>(d.head_dim);
   s.scale = d.scale;
   s.sliding_window = static_cast<int32_t>(d.sliding_window);
-  s.activation_dtype = static_cast<llmk_dtype>(d.activation_dtype);
-  s.kv_dtype = static_cast<llmk_dtype>(d.kv_dtype);
+  s.activation_dtype = static_cast<cuda::DType>(d.activation_dtype);
+  s.kv_dtype = static_cast<cuda::DType>(d.kv_dtype);
   s.kv_group_size = d.kv_dtype == LLMK_DTYPE_I8 ? static_cast<int32_t>(d.kv_group_size) : 0;
   return s;
 }

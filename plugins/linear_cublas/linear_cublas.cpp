@@ -39,7 +39,8 @@ namespace {
 
 using cuda_quant::align_up;
 using cuda_quant::check_cuda;
-using cuda_quant::DeviceArray;
+using cuda_quant::DeviceBuffer;
+using cuda_quant::upload_array;
 using cuda_quant::kLtWorkspaceBytes;
 using cuda_quant::LtMatmul;
 using linear_options::layer_name;
@@ -131,8 +132,8 @@ class LinearCublas {
     // Stored as the checkpoint stores it: uploaded from the checkpoint's own
     // bytes, with no host copy (a 7B model's 13 GB would be touched twice).
     const size_t bytes = static_cast<size_t>(out_) * in_ * (storage_ == LLMK_DTYPE_F32 ? 4 : 2);
-    weight_ = storage_ == d.weight_dtype ? DeviceArray(d.weight, bytes, layer_name(d) + ": the weight")
-                                         : DeviceArray(host_weight(d, storage_), layer_name(d) + ": the weight");
+    weight_ = storage_ == d.weight_dtype ? upload_array(d.weight, bytes, layer_name(d) + ": the weight")
+                                         : upload_array(host_weight(d, storage_), layer_name(d) + ": the weight");
   }
 
   LinearCublas(const LinearCublas&) = delete;
@@ -174,7 +175,7 @@ class LinearCublas {
 
   uint32_t in_, out_, max_rows_;
   uint32_t activation_, storage_;
-  DeviceArray weight_;  // [out, in] in storage_
+  DeviceBuffer weight_;  // [out, in] in storage_
   LtMatmul lt_;         // one cuBLASLt handle per layer: host memory only, no lock to share it
 };
 

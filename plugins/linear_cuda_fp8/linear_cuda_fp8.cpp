@@ -109,8 +109,8 @@ class LinearCudaFp8 {
       for (int64_t k = 0; k < in_; ++k) q[n * k_pad_ + k] = __nv_fp8_e4m3(w[n * in_ + k] * inv);
     }
     for (float& s : scale) s /= kE4M3Max;
-    wq_ = DeviceArray(q, layer_name(d) + "'s FP8 weight");
-    w_scale_ = DeviceArray(scale, layer_name(d) + "'s weight scales");
+    wq_ = upload_array(q, layer_name(d) + "'s FP8 weight");
+    w_scale_ = upload_array(scale, layer_name(d) + "'s weight scales");
   }
 
   // Quantized rows, the rows' maxima, their scales, cuBLASLt's output when an
@@ -172,8 +172,8 @@ class LinearCudaFp8 {
   int64_t in_, out_, k_pad_, out_pad_;
   uint32_t max_rows_;
   Fp8Options options_;
-  DeviceArray wq_;       // [out_pad, k_pad] E4M3
-  DeviceArray w_scale_;  // [out_features] (per channel) or [1] f32
+  DeviceBuffer wq_;       // [out_pad, k_pad] E4M3
+  DeviceBuffer w_scale_;  // [out_features] (per channel) or [1] f32
   LtMatmul lt_;
 };
 

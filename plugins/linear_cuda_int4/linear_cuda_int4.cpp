@@ -116,9 +116,9 @@ class LinearCudaInt4 {
           packed[n * k_words + k / 8] |= static_cast<uint32_t>(q) << (4 * (k % 8));
         }
       }
-    packed_ = DeviceArray(packed, layer_name(d) + "'s int4 weight");
-    scale_ = DeviceArray(scale, layer_name(d) + "'s group scales");
-    zero_ = DeviceArray(zero, layer_name(d) + "'s zero points");
+    packed_ = upload_array(packed, layer_name(d) + "'s int4 weight");
+    scale_ = upload_array(scale, layer_name(d) + "'s group scales");
+    zero_ = upload_array(zero, layer_name(d) + "'s zero points");
     if (max_rows_ > cuda::kW4GemvMaxRows) lt_ = std::make_unique<LtMatmul>();
   }
 
@@ -166,9 +166,9 @@ class LinearCudaInt4 {
   uint32_t max_rows_;
   cuda::W4DeviceShape shape_;
   int64_t prefill_channels_ = 1;
-  DeviceArray packed_;  // [out_features, k_words] uint32, 8 nibbles a word
-  DeviceArray scale_;   // [out_features, num_groups] f32
-  DeviceArray zero_;    // [out_features, num_groups] u8
+  DeviceBuffer packed_;  // [out_features, k_words] uint32, 8 nibbles a word
+  DeviceBuffer scale_;   // [out_features, num_groups] f32
+  DeviceBuffer zero_;    // [out_features, num_groups] u8
   std::unique_ptr<LtMatmul> lt_;  // prefill only (max_rows above the GEMV's)
 };
 

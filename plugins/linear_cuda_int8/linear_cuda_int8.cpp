@@ -82,8 +82,8 @@ class LinearCudaInt8 {
         q[n * k_pad_ + k] = static_cast<int8_t>(std::clamp(std::rint(row[k] * inv), -127.0f, 127.0f));
       scale[n] = amax / 127.0f;
     }
-    wq_ = DeviceArray(q, layer_name(d) + "'s int8 weight");
-    w_scale_ = DeviceArray(scale, layer_name(d) + "'s weight scales");
+    wq_ = upload_array(q, layer_name(d) + "'s int8 weight");
+    w_scale_ = upload_array(scale, layer_name(d) + "'s weight scales");
   }
 
   // Quantized rows, then their scales.
@@ -109,8 +109,8 @@ class LinearCudaInt8 {
  private:
   int64_t in_, out_, k_pad_;
   uint32_t max_rows_;
-  DeviceArray wq_;       // [out_features, k_pad] int8
-  DeviceArray w_scale_;  // [out_features] f32
+  DeviceBuffer wq_;       // [out_features, k_pad] int8
+  DeviceBuffer w_scale_;  // [out_features] f32
 };
 
 }  // namespace llmk::cuda_quant

@@ -1,9 +1,9 @@
 // Shared host-side pieces of the CUDA linear plugins (linear.cublas,
 // linear.cuda_int8, linear.cuda_int4, linear.cuda_fp8): the desc checks they
 // have in common, options, the checkpoint weight as f32, status checks that
-// throw plugin errors, and device arrays owned by a layer. Header-only; this
-// folder is not a plugin itself. Host code only: it builds against the CUDA
-// toolkit and against the CUDA simulation alike.
+// throw plugin errors, and uploads of the device arrays a layer owns.
+// Header-only; this folder is not a plugin itself. Host code only: it builds
+// against the CUDA toolkit and against the CUDA simulation alike.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_common/device_buffer.hpp"
 #include "kernels/cpu/convert.hpp"
 #include "plugins/api/plugin_helpers.hpp"
 #include "plugins/quant_common/linear_options.hpp"
@@ -59,43 +60,20 @@ inline bool check_cuda_desc(const llmk_linear_desc& d, std::string& why) {
   return true;
 }
 
-// Device memory a layer owns, uploaded once from the host.
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  DeviceArray(const void* host, size_t bytes, const std::string& what) : bytes_(bytes) {
-    check_cuda(cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes), "allocating " + what);
-    const cudaError_t status = cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice);
-    if (status != cudaSuccess) {
-      cudaFree(ptr_);
-      ptr_ = nullptr;
-      check_cuda(status, "uploading " + what);
-    }
-  }
-  template <class T>
-  DeviceArray(const std::vector<T>& host, const std::string& what)
-      : DeviceArray(host.data(), host.size() * sizeof(T), what) {}
-  ~DeviceArray() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceArray(DeviceArray&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
-  DeviceArray& operator=(DeviceArray&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
+// Device memory a layer owns (cuda_common/device_buffer.hpp), uploaded once
+// from the host.
+using cuda::DeviceBuffer;
 
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  size_t bytes() const { return bytes_; }
+inline DeviceBuffer upload_array(const void* host, size_t bytes, const std::string& what) {
+  DeviceBuffer d;
+  check_cuda(d.allocate(bytes), "allocating " + what);
+  if (bytes != 0) check_cuda(cudaMemcpy(d.data(), host, bytes, cudaMemcpyHostToDevice), "uploading " + what);
+  return d;
+}
 
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+template <class T>
+DeviceBuffer upload_array(const std::vector<T>& host, const std::string& what) {
+  return upload_array(host.data(), host.size() * sizeof(T), what);
+}
 
 }  // namespace llmk::cuda_quant

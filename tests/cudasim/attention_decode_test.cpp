@@ -211,7 +211,7 @@ TEST_CASE("A captured decode graph stays right when the step's contexts grow") {
   const int32_t num_splits = 4;
   const cuda::PagedAttentionShape shape{longer.num_heads, longer.num_kv_heads, longer.head_dim,
                                         static_cast<float>(1.0 / std::sqrt(static_cast<double>(longer.head_dim))),
-                                        0,                LLMK_DTYPE_F32,      LLMK_DTYPE_BF16};
+                                        0,                cuda::DType::f32,    cuda::DType::bf16};
   const size_t workspace_bytes = cuda::attention_decode_workspace_bytes(shape, pb.num_seqs, num_splits);
   const std::vector<uint8_t> out_before(pb.q.bytes.size(), 0xa7);
   for (auto seed : seeds) {
@@ -277,7 +277,7 @@ TEST_CASE("The split count is a power of two that fills the SMs without splits u
 }
 
 TEST_CASE("Decode attention sizes its workspace and rejects what it cannot serve") {
-  cuda::PagedAttentionShape shape{8, 2, 64, 0.125f, 0, LLMK_DTYPE_F32, LLMK_DTYPE_F32};
+  cuda::PagedAttentionShape shape{8, 2, 64, 0.125f, 0, cuda::DType::f32, cuda::DType::f32};
   REQUIRE(cuda::attention_decode_workspace_bytes(shape, 5, 1) == 0);
   REQUIRE(cuda::attention_decode_workspace_bytes(shape, 5, 3) == size_t{5} * 8 * 3 * (64 + 2) * sizeof(float));
 
@@ -299,14 +299,14 @@ TEST_CASE("Decode attention sizes its workspace and rejects what it cannot serve
           cudaErrorInvalidValue);  // workspace too small
   REQUIRE(cuda::attention_decode(shape, step, nullptr, cache, nullptr, nullptr, two_splits, 2, nullptr) ==
           cudaErrorInvalidValue);  // no workspace
-  shape.kv_dtype = LLMK_DTYPE_I8;
+  shape.kv_dtype = cuda::DType::i8;
   shape.kv_group_size = 16;
   REQUIRE(cuda::attention_decode(shape, step, nullptr, cache, nullptr, nullptr, 0, 1, nullptr) ==
           cudaErrorInvalidValue);  // I8 without scales
   shape.kv_group_size = 48;
   REQUIRE(cuda::attention_decode(shape, step, nullptr, cache, nullptr, nullptr, 0, 1, nullptr) ==
           cudaErrorInvalidValue);  // 48 does not divide 64
-  shape.kv_dtype = LLMK_DTYPE_F32;
+  shape.kv_dtype = cuda::DType::f32;
   shape.num_kv_heads = 3;
   REQUIRE(cuda::attention_decode(shape, step, nullptr, cache, nullptr, nullptr, 0, 1, nullptr) ==
           cudaErrorInvalidValue);  // 3 does not divide 8

@@ -195,14 +195,14 @@ TEST_CASE("Flash attention writes only the sequences with query_len >= min_query
 }
 
 TEST_CASE("Flash attention rejects shapes and thresholds it cannot serve") {
-  cuda::PagedAttentionShape shape{8, 3, 64, 0.125f, 0, LLMK_DTYPE_F32, LLMK_DTYPE_BF16};
+  cuda::PagedAttentionShape shape{8, 3, 64, 0.125f, 0, cuda::DType::f32, cuda::DType::bf16};
   REQUIRE(cuda::check_flash_attention_shape(shape) == cudaErrorInvalidValue);  // 3 does not divide 8
   shape.num_kv_heads = 2;
   REQUIRE(cuda::check_flash_attention_shape(shape) == cudaSuccess);
   shape.head_dim = cuda::kFlashMaxHeadDim + 1;
   REQUIRE(cuda::check_flash_attention_shape(shape) == cudaErrorInvalidValue);
   shape.head_dim = 64;
-  shape.kv_dtype = LLMK_DTYPE_I8;
+  shape.kv_dtype = cuda::DType::i8;
   REQUIRE(cuda::check_flash_attention_shape(shape) == cudaErrorInvalidValue);  // I8 without a group size
   shape.kv_group_size = 16;
   REQUIRE(cuda::check_flash_attention_shape(shape) == cudaSuccess);
@@ -212,7 +212,7 @@ TEST_CASE("Flash attention rejects shapes and thresholds it cannot serve") {
   step.block_size = 16;
   // I8 without scales, then a threshold below 1.
   REQUIRE(cuda::attention_flash(shape, step, nullptr, cuda::PagedKvCache{}, nullptr, nullptr) == cudaErrorInvalidValue);
-  shape.kv_dtype = LLMK_DTYPE_BF16;
+  shape.kv_dtype = cuda::DType::bf16;
   REQUIRE(cuda::attention_flash(shape, step, nullptr, cuda::PagedKvCache{}, nullptr, nullptr, 0) ==
           cudaErrorInvalidValue);
   step.num_tokens = 0;  // an empty step launches nothing

@@ -155,8 +155,8 @@ TEST_CASE("The KV write stores rows at slot_mapping in every dtype pair and skip
         device_buffer<float> dk_scale(quantized ? before.k_scale : std::vector<float>(1));
         device_buffer<float> dv_scale(quantized ? before.v_scale : std::vector<float>(1));
         device_buffer<int32_t> dslots(slot_mapping);
-        const cuda::PagedAttentionShape shape{num_kv_heads, num_kv_heads, head_dim, 1.0f,
-                                              0,            activation,   kv_dtype, group_size};
+        const cuda::PagedAttentionShape shape{num_kv_heads, num_kv_heads, head_dim, 1.0f, 0,
+                                              kernel_dtype(activation), kernel_dtype(kv_dtype), group_size};
         cuda::PagedAttentionStep step;
         step.num_tokens = num_tokens;
         step.slot_mapping = dslots.get();
@@ -172,14 +172,14 @@ TEST_CASE("The KV write stores rows at slot_mapping in every dtype pair and skip
 }
 
 TEST_CASE("Paged attention rejects shapes it cannot serve") {
-  cuda::PagedAttentionShape shape{8, 3, 64, 0.125f, 0, LLMK_DTYPE_F32, LLMK_DTYPE_F32};
+  cuda::PagedAttentionShape shape{8, 3, 64, 0.125f, 0, cuda::DType::f32, cuda::DType::f32};
   REQUIRE(cuda::check_paged_attention_shape(shape) == cudaErrorInvalidValue);  // 3 does not divide 8
   shape.num_kv_heads = 2;
   REQUIRE(cuda::check_paged_attention_shape(shape) == cudaSuccess);
   shape.head_dim = cuda::kAttentionMaxHeadDim + 1;
   REQUIRE(cuda::check_paged_attention_shape(shape) == cudaErrorInvalidValue);
   shape.head_dim = 64;
-  shape.kv_dtype = LLMK_DTYPE_I8;
+  shape.kv_dtype = cuda::DType::i8;
   REQUIRE(cuda::check_paged_attention_shape(shape) == cudaErrorInvalidValue);  // I8 without a group size
   shape.kv_group_size = 48;
   REQUIRE(cuda::check_paged_attention_shape(shape) == cudaErrorInvalidValue);  // 48 does not divide 64

@@ -416,9 +416,14 @@ inline void check_attention_case(const attention_case& c, const attention_launch
   const attention_expectation expected = reference_attention(c, pb, tolerance);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
 
-  const llmk::cuda::PagedAttentionShape shape{c.num_heads,        c.num_kv_heads,    c.head_dim,
-                                              static_cast<float>(scale), c.sliding_window, c.activation_dtype,
-                                              c.kv_dtype,         c.kv_group_size};
+  const llmk::cuda::PagedAttentionShape shape{c.num_heads,
+                                              c.num_kv_heads,
+                                              c.head_dim,
+                                              static_cast<float>(scale),
+                                              c.sliding_window,
+                                              kernel_dtype(c.activation_dtype),
+                                              kernel_dtype(c.kv_dtype),
+                                              c.kv_group_size};
   const std::size_t act_size = element_size(c.activation_dtype);
   const std::size_t row_elements = static_cast<std::size_t>(c.num_heads) * c.head_dim;
   // The output before the launch: a byte pattern no result is likely to equal.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/cuda/dtype.hpp"
 #include "plugins/api/llmk_plugin.h"
 
 namespace llmk::cudasim_test {
@@ -25,6 +26,10 @@ inline constexpr float_format kBf16Format{8, -126, 0x1.fep127, 8};
 inline constexpr float_format kF16Format{11, -14, 65504.0, 5};
 
 inline const float_format& format_of(llmk_dtype dtype) { return dtype == LLMK_DTYPE_BF16 ? kBf16Format : kF16Format; }
+
+// The kernels' name for a dtype (kernels/cuda/dtype.hpp numbers them as the
+// plugin ABI does).
+inline cuda::DType kernel_dtype(llmk_dtype dtype) { return static_cast<cuda::DType>(dtype); }
 
 // x rounded to the nearest value of the format, ties to even; beyond the
 // largest finite value (after rounding), infinity. x must not be NaN.

@@ -142,8 +142,8 @@ TEST_CASE("Embedding gathers f32, f16 and bf16 rows and counts out-of-range ids 
       const void* table = dtype == LLMK_DTYPE_F32 ? static_cast<const void*>(dtable_f32.get()) : dtable_16.get();
       device_buffer<int32_t> dids(ids), dinvalid(std::vector<int32_t>{0});
       device_buffer<float> dhidden(std::vector<float>(static_cast<std::size_t>(num_tokens * dim), kUntouched));
-      CUDA_REQUIRE(cuda::embedding(table, dtype, vocab, dim, dids.get(), num_tokens, dhidden.get(), dinvalid.get(),
-                                   nullptr));
+      CUDA_REQUIRE(cuda::embedding(table, kernel_dtype(dtype), vocab, dim, dids.get(), num_tokens, dhidden.get(),
+                                   dinvalid.get(), nullptr));
       REQUIRE(dinvalid.download()[0] == 3);
       const auto hidden = dhidden.download();
       for (int64_t t = 0; t < num_tokens; ++t)
@@ -156,7 +156,7 @@ TEST_CASE("Embedding gathers f32, f16 and bf16 rows and counts out-of-range ids 
   }
   device_buffer<int32_t> dids(ids);
   device_buffer<float> dhidden(static_cast<std::size_t>(num_tokens * dim));
-  REQUIRE(cuda::embedding(nullptr, LLMK_DTYPE_I8, vocab, dim, dids.get(), num_tokens, dhidden.get(), nullptr,
+  REQUIRE(cuda::embedding(nullptr, cuda::DType::i8, vocab, dim, dids.get(), num_tokens, dhidden.get(), nullptr,
                           nullptr) == cudaErrorInvalidValue);
 }
 
@@ -228,8 +228,8 @@ TEST_CASE("RMSNorm with and without the residual add matches float64 for odd row
           device_buffer<uint16_t> dweight_16(weight_16);
           const void* w = weight_dtype == LLMK_DTYPE_F32 ? static_cast<const void*>(dweight_f32.get())
                                                          : dweight_16.get();
-          CUDA_REQUIRE(cuda::rmsnorm(dhidden.get(), add_residual ? dx.get() : nullptr, w, weight_dtype, dout.get(),
-                                     num_rows, dim, eps, nullptr));
+          CUDA_REQUIRE(cuda::rmsnorm(dhidden.get(), add_residual ? dx.get() : nullptr, w, kernel_dtype(weight_dtype),
+                                     dout.get(), num_rows, dim, eps, nullptr));
           REQUIRE_NO_SIMULATED_RACES();
           REQUIRE(dhidden.download() == want_hidden);
           const auto out = dout.download();
@@ -239,8 +239,8 @@ TEST_CASE("RMSNorm with and without the residual add matches float64 for odd row
           }
           // out aliasing hidden (no residual): the in-place norm gives the same values.
           if (!add_residual) {
-            CUDA_REQUIRE(cuda::rmsnorm(dhidden.get(), nullptr, w, weight_dtype, dhidden.get(), num_rows, dim, eps,
-                                       nullptr));
+            CUDA_REQUIRE(cuda::rmsnorm(dhidden.get(), nullptr, w, kernel_dtype(weight_dtype), dhidden.get(), num_rows,
+                                       dim, eps, nullptr));
             REQUIRE(dhidden.download() == out);
           }
         }

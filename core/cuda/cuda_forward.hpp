@@ -1,0 +1,62 @@
+// The Llama forward on a CUDA device, enqueued on one stream. The order of
+// operations is the CPU executor's (core/model.cpp), op for op:
+//   embedding -> per layer: [residual add +] rmsnorm -> qkv (linear plugin)
+//   [+ bias] -> rope -> split q/k/v -> attention plugin (writes K/V, attends)
+//   -> o_proj -> residual add + rmsnorm -> gate_up -> silu*up -> down
+//   -> final residual add + rmsnorm -> lm_head on the logits rows only.
+// The last layer's o_proj and MLP run on the logits rows only, as on the CPU.
+// Nothing here waits for the device, allocates, or plans: the step's
+// attention plan and metadata upload come first (core/cuda/cuda_executor.cpp),
+// so that the same calls can be captured into a CUDA graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "core/cuda/cuda_kv_memory.hpp"
+#include "core/cuda/cuda_weights.hpp"
+#include "core/cuda/device_memory.hpp"
+#include "core/cuda/step_metadata.hpp"
+#include "core/model_config.hpp"
+#include "core/model_runtime.hpp"
+#include "core/plugin_loader.hpp"
+#include "core/step.hpp"
+
+namespace llmk {
+
+// Device buffers for max_step_tokens rows, allocated once, and the rotary
+// tables.
+struct CudaActivations {
+  int64_t q_dim = 0, kv_dim = 0, qkv_dim = 0;
+  cuda::DeviceBuffer hidden, x_norm, proj;  // [rows, hidden]
+  cuda::DeviceBuffer qkv;                   // [rows, qkv_dim]
+  cuda::DeviceBuffer q, attn;               // [rows, q_dim]
+  cuda::DeviceBuffer k, v;                  // [rows, kv_dim]
+  cuda::DeviceBuffer gate_up;               // [rows, 2 * intermediate]
+  cuda::DeviceBuffer act;                   // [rows, intermediate]
+  cuda::DeviceBuffer rope_cos, rope_sin;    // [max_seq_len, head_dim / 2]
+  std::shared_ptr<cuda::DeviceBuffer> logits;  // [max_step_tokens, vocab]; shared with the views handed out
+
+  CudaActivations() = default;
+  CudaActivations(const ModelConfig& model, const ModelRuntime& rt);
+};
+
+// What one forward reads and writes.
+struct CudaForward {
+  const ModelConfig& model;
+  const ModelRuntime& rt;
+  CudaWeights& weights;
+  const CudaKvMemory& kv;
+  AttentionImpl& attention;  // planned for this step
+  const cuda::DeviceBuffer& attention_workspace;
+  CudaActivations& act;
+  cudaStream_t stream;
+};
+
+// Enqueues the forward of step `b`, whose arrays `m` holds on the device,
+// leaving its logits rows in act.logits.
+void enqueue_forward(const CudaForward& f, const StepBatch& b, const MetaBuffers& m);
+
+}  // namespace llmk

@@ -27,7 +27,10 @@ llmk_attention_desc attention_desc(const ModelConfig& model, const ModelRuntime&
   ad.device = device;
   ad.activation_dtype = LLMK_DTYPE_F32;
   ad.max_seqs = std::max<uint32_t>(1, ecfg.scheduler.max_num_seqs);
-  ad.block_size = ecfg.kv_cache.block_size;
+  // The block size is the KV allocator's alone: the allocator is made after
+  // the executor (sized to its KV slots), and its block size reaches the
+  // plugin with every step (llmk_attention_step.block_size). 0: no hint.
+  ad.block_size = 0;
   return ad;
 }
 

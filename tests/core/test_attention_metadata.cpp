@@ -62,7 +62,8 @@ TEST_CASE("The attention desc carries the model's shape and the runtime's KV for
   CHECK(cpu.device == LLMK_DEVICE_CPU);
   CHECK(cpu.activation_dtype == LLMK_DTYPE_F32);
   CHECK(cpu.max_seqs == 12);
-  CHECK(cpu.block_size == 32);
+  // The block size is the KV allocator's, given with each step, never the config's.
+  CHECK(cpu.block_size == 0);
 
   // A device's plugin gets one host thread; everything else is the same.
   const llmk_attention_desc cuda = attention_desc(c, rt, ecfg, LLMK_DEVICE_CUDA);

@@ -80,7 +80,8 @@ bool check_file(PluginRegistry& registry, const fs::path& file) {
     std::cout << file.string() << "\n  FAIL  " << e.what() << "\n";
     return false;
   }
-  if (conformance::serves_cpu(plugin.info())) return conformance::check_and_report(std::cout, plugin, file.string(), {});
+  if (conformance::serves_cpu(plugin.info()))
+    return conformance::check_and_report(std::cout, plugin, file.string(), {});
   if (plugin_serves_device(plugin.info(), "cuda")) return check_cuda_plugin(plugin, file.string());
   std::cout << plugin.info().name << " " << file.string() << "\n  FAIL  not run: its capabilities name no device "
             << "this command knows (cpu, cuda)\n";

@@ -142,12 +142,13 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
   }
   const uint64_t row_elems = static_cast<uint64_t>(kvh * hd);
   const uint64_t scale_bytes = i8 ? row_elems / group * 4 : 0;
-  if (layout.k_bytes_per_slot != row_elems * cache.elem_bytes || layout.v_bytes_per_slot != row_elems * cache.elem_bytes ||
+  const uint64_t row_bytes = row_elems * cache.elem_bytes;
+  if (layout.k_bytes_per_slot != row_bytes || layout.v_bytes_per_slot != row_bytes ||
       layout.k_scale_bytes_per_slot != scale_bytes || layout.v_scale_bytes_per_slot != scale_bytes ||
       device->alignment() % std::max<uint32_t>(layout.alignment, 1) != 0) {
     return fail("the declared standard KV layout has the wrong sizes per slot or an alignment the device's "
                 "allocations lack (" + std::to_string(layout.k_bytes_per_slot) + " K bytes, expected " +
-                std::to_string(row_elems * cache.elem_bytes) + "; alignment " + std::to_string(layout.alignment) +
+                std::to_string(row_bytes) + "; alignment " + std::to_string(layout.alignment) +
                 ", allocations " + std::to_string(device->alignment()) + ")");
   }
   std::optional<size_t> bound;
@@ -181,7 +182,8 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
       for (uint32_t s = 0; s < num_seqs; ++s) {
         std::mt19937_64 q_rng = seq_rng(s, first_pos[s] == 0 ? 1 : 2);
         normal.reset();
-        for (int64_t i = 0; i < count[s] * nh * hd; ++i) q.push_back(normal(q_rng) * 2.0f);  // sharper softmax than unit scores
+        // Twice unit scale: a sharper softmax than unit scores.
+        for (int64_t i = 0; i < count[s] * nh * hd; ++i) q.push_back(normal(q_rng) * 2.0f);
         for (int32_t i = 0; i < count[s]; ++i) {
           const int64_t pos = first_pos[s] + i;
           slots.push_back(tables[s * max_blocks + pos / p.block_size] + static_cast<int32_t>(pos % p.block_size));

@@ -183,7 +183,8 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
             failed(name, failure);
             continue;
           }
-          if (weight_bytes == 0) contract += (contract.empty() ? "" : "; ") + std::string("weight_bytes() is 0 or failed");
+          if (weight_bytes == 0)
+            contract += (contract.empty() ? "" : "; ") + std::string("weight_bytes() is 0 or failed");
 
           // The quantization step of every weight, and per output row j the
           // sum of its weights' squared steps.

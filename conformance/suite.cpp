@@ -30,7 +30,8 @@ const char* status_text(CaseStatus status) {
 }  // namespace
 
 int SuiteResult::num(CaseStatus status) const {
-  return static_cast<int>(std::count_if(cases.begin(), cases.end(), [&](const CaseResult& c) { return c.status == status; }));
+  return static_cast<int>(
+      std::count_if(cases.begin(), cases.end(), [&](const CaseResult& c) { return c.status == status; }));
 }
 
 std::vector<std::string> SuiteResult::failures() const {

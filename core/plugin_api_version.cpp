@@ -32,7 +32,9 @@ size_t table_size_at_minor(uint32_t kind, uint32_t minor) {
   return 0;
 }
 
-size_t engine_table_size(uint32_t kind) { return table_size_at_minor(kind, LLMK_API_VERSION_MINOR(engine_api_version(kind))); }
+size_t engine_table_size(uint32_t kind) {
+  return table_size_at_minor(kind, LLMK_API_VERSION_MINOR(engine_api_version(kind)));
+}
 
 // Every function the host calls unconditionally is set (optional ones, added
 // by later minors, may be NULL).

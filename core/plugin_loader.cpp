@@ -304,7 +304,8 @@ Plugin PluginRegistry::load_file(const fs::path& file) {
   Plugin plugin;
   auto reason = open_plugin(file, Expectation{}, plugin.info_, plugin.api_, plugin.library_);
   if (!reason && file_name_for(plugin.info_.name, *level) != fname)
-    reason = "plugin info names '" + plugin.info_.name + "', which would live in " + file_name_for(plugin.info_.name, *level);
+    reason = "plugin info names '" + plugin.info_.name + "', which would live in " +
+             file_name_for(plugin.info_.name, *level);
   if (reason) throw Error(ErrorCode::plugin, file.string() + ": " + *reason);
   plugin.info_.isa = cpu_isa_display_name(*level);
   return plugin;

@@ -47,15 +47,21 @@ std::vector<std::string> SuiteResult::failures() const {
 }
 
 bool has_suite(llmk_plugin_kind kind, std::string& why) {
-  if (kind == LLMK_PLUGIN_ATTENTION || kind == LLMK_PLUGIN_LINEAR) return true;
-  why = "no conformance suite for kv_allocator plugins in this command (test_conformance runs them through the "
-        "shadow model of tests/support/kv_harness.hpp)";
+  if (kind == LLMK_PLUGIN_ATTENTION || kind == LLMK_PLUGIN_LINEAR || kind == LLMK_PLUGIN_KV_ALLOCATOR) return true;
+  why = "no conformance suite for plugin kind " + std::to_string(kind);
   return false;
 }
 
 SuiteResult run_suite(const Plugin& plugin, const SuiteOptions& options) {
-  return plugin.info().kind == LLMK_PLUGIN_ATTENTION ? run_attention_suite(plugin, options)
-                                                     : run_linear_suite(plugin, options);
+  switch (plugin.info().kind) {
+    case LLMK_PLUGIN_ATTENTION: return run_attention_suite(plugin, options);
+    case LLMK_PLUGIN_LINEAR: return run_linear_suite(plugin, options);
+    case LLMK_PLUGIN_KV_ALLOCATOR: return run_kv_allocator_suite(plugin, options);
+  }
+  SuiteResult result;
+  result.plugin = plugin.info().name;
+  result.errors.push_back("no conformance suite for plugin kind " + std::to_string(plugin.info().kind));
+  return result;
 }
 
 void print_report(std::ostream& out, const SuiteResult& r) {

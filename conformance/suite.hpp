@@ -1,5 +1,6 @@
 // Conformance suites in the spirit of ggml's test-backend-ops: a plugin of a
-// kind is run over one grid of cases against a float64 reference, with a
+// kind is run over one grid of cases against a float64 reference (KV
+// allocators: against a shadow model), with a
 // named tolerance per dtype or scheme. Any plugin file is covered with no
 // test code written: it declares what it serves in its capabilities JSON,
 // and a case it refuses through supports() is counted as unsupported, never
@@ -53,9 +54,11 @@ struct SuiteOptions {
 
 SuiteResult run_attention_suite(const Plugin& plugin, const SuiteOptions& options = {});
 SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options = {});
+// KV allocators: random workloads against a shadow model (kv_harness.hpp);
+// `reduced` runs 500 operations per case instead of 2000.
+SuiteResult run_kv_allocator_suite(const Plugin& plugin, const SuiteOptions& options = {});
 
-// The suite for the plugin's kind; false (with why) for a kind that has none
-// here (KV allocators: tests/conformance runs them through a shadow model).
+// The suite for the plugin's kind; false (with why) for a kind that has none.
 bool has_suite(llmk_plugin_kind kind, std::string& why);
 SuiteResult run_suite(const Plugin& plugin, const SuiteOptions& options = {});
 

@@ -1,5 +1,7 @@
 // llmk plugins: every plugin library on the search path, what it is and what
 // it serves; libraries that fail the loader's checks are listed with the reason.
+// With --conformance, the conformance suite of each plugin's kind instead
+// (apps/plugins_conformance.hpp).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -11,23 +13,17 @@
 #include <vector>
 
 #include "apps/command.hpp"
+#include "apps/plugins_conformance.hpp"
 #include "core/config.hpp"
+#include "core/error.hpp"
 #include "core/cpu_isa.hpp"
+#include "core/plugin_api_version.hpp"
 #include "core/plugin_loader.hpp"
 
 namespace llmk::app {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-const char* kind_name(llmk_plugin_kind kind) {
-  switch (kind) {
-    case LLMK_PLUGIN_ATTENTION: return "attention";
-    case LLMK_PLUGIN_LINEAR: return "linear";
-    case LLMK_PLUGIN_KV_ALLOCATOR: return "kv_allocator";
-  }
-  return "unknown";
-}
 
 // The CPU, each level's verdict on it, and the level the loader takes.
 json describe_cpu() {
@@ -70,10 +66,10 @@ json describe(const PluginRegistry& registry, const std::vector<PluginRegistry::
       p["cpu_lacks"] = f.cpu_lacks;  // a level this CPU cannot run: not opened
     } else {
       p["name"] = f.info.name;
-      p["kind"] = kind_name(f.info.kind);
+      p["kind"] = plugin_kind_name(f.info.kind);
       p["version"] = f.info.version;
       p["abi_version"] = f.info.abi_version;
-      p["api_version"] = f.info.api_version;
+      p["api_version"] = api_version_text(f.info.api_version);
       p["description"] = f.info.description;
       // Capabilities are JSON; keep them as text when a plugin writes something else.
       const auto caps = json::parse(f.info.capabilities, nullptr, false);
@@ -125,7 +121,7 @@ void print_text(const json& d) {
     std::cout << p["name"].get<std::string>() << " (" << p["kind"].get<std::string>() << ") "
               << p["version"].get<std::string>() << ", CPU level " << p["cpu_level"].get<std::string>() << "\n"
               << "  " << p["description"].get<std::string>() << "\n"
-              << "  abi " << p["abi_version"].get<uint32_t>() << ", api " << p["api_version"].get<uint32_t>()
+              << "  abi " << p["abi_version"].get<uint32_t>() << ", api " << p["api_version"].get<std::string>()
               << "\n"
               << "  file: " << p["file"].get<std::string>() << "\n"
               << "  capabilities: " << p["capabilities"].dump() << "\n";
@@ -138,6 +134,8 @@ void print_text(const json& d) {
 const CommandRegistration kPlugins{
     "plugins", "List the plugins on the search path: name, kind, versions, file, capabilities", [](CLI::App& cmd) {
       auto dirs = std::make_shared<std::vector<std::string>>();
+      auto conformance = std::make_shared<bool>(false);
+      auto paths = std::make_shared<std::vector<std::string>>();
       auto config_file = std::make_shared<std::string>();
       auto overrides = std::make_shared<std::vector<std::string>>();
       auto as_json = std::make_shared<bool>(false);
@@ -146,11 +144,17 @@ const CommandRegistration kPlugins{
       cmd.add_option("--config", *config_file, "YAML engine configuration: its plugins.search_path is searched too");
       cmd.add_option("--set", *overrides, "KEY=VALUE configuration override (repeatable)");
       cmd.add_flag("--json", *as_json, "print one JSON object");
-      return std::function<int()>([dirs, config_file, overrides, as_json] {
+      cmd.add_flag("--conformance", *conformance,
+                   "run the conformance suite of each plugin's kind on the plugin files given, or on every plugin "
+                   "found; exits 1 when any case fails");
+      cmd.add_option("paths", *paths, "plugin files to check (with --conformance)");
+      return std::function<int()>([dirs, config_file, overrides, as_json, conformance, paths] {
         const EngineConfig cfg = load_config(*config_file, *overrides);
         std::vector<std::filesystem::path> search(dirs->begin(), dirs->end());
         search.insert(search.end(), cfg.plugins.search_path.begin(), cfg.plugins.search_path.end());
         PluginRegistry registry(search);
+        if (*conformance) return run_conformance(registry, *paths);
+        if (!paths->empty()) throw Error(ErrorCode::invalid_argument, "plugin files are checked with --conformance");
         const json d = describe(registry, registry.discover());
         if (*as_json) {
           std::cout << d.dump(2) << "\n";

@@ -19,6 +19,7 @@
 #include <system_error>
 
 #include "core/error.hpp"
+#include "core/plugin_api_version.hpp"
 
 namespace llmk {
 
@@ -38,54 +39,6 @@ namespace fs = std::filesystem;
 #define LLMK_STRINGIFY2(x) #x
 #define LLMK_STRINGIFY(x) LLMK_STRINGIFY2(x)
 constexpr const char* kEntrySymbol = LLMK_STRINGIFY(LLMK_PLUGIN_ENTRY_SYMBOL);
-
-const char* kind_name(uint32_t kind) {
-  switch (kind) {
-    case LLMK_PLUGIN_ATTENTION: return "attention";
-    case LLMK_PLUGIN_LINEAR: return "linear";
-    case LLMK_PLUGIN_KV_ALLOCATOR: return "kv_allocator";
-  }
-  return "unknown";
-}
-
-uint32_t expected_api_version(uint32_t kind) {
-  switch (kind) {
-    case LLMK_PLUGIN_ATTENTION: return LLMK_ATTENTION_API_VERSION;
-    case LLMK_PLUGIN_LINEAR: return LLMK_LINEAR_API_VERSION;
-    case LLMK_PLUGIN_KV_ALLOCATOR: return LLMK_KV_ALLOCATOR_API_VERSION;
-  }
-  return 0;
-}
-
-// The API table's own header (every kind's table starts with these two).
-struct ApiHeader {
-  uint32_t api_version;
-  uint32_t struct_size;
-};
-
-size_t expected_table_size(uint32_t kind) {
-  switch (kind) {
-    case LLMK_PLUGIN_ATTENTION: return sizeof(llmk_attention_api);
-    case LLMK_PLUGIN_LINEAR: return sizeof(llmk_linear_api);
-    case LLMK_PLUGIN_KV_ALLOCATOR: return sizeof(llmk_kv_allocator_api);
-  }
-  return 0;
-}
-
-// Every function pointer of the kind's table is set (the host calls them all).
-bool table_complete(uint32_t kind, const void* api) {
-  if (kind == LLMK_PLUGIN_ATTENTION) {
-    auto* t = static_cast<const llmk_attention_api*>(api);
-    return t->supports && t->create && t->destroy && t->kv_layout && t->plan && t->run;
-  }
-  if (kind == LLMK_PLUGIN_LINEAR) {
-    auto* t = static_cast<const llmk_linear_api*>(api);
-    return t->supports && t->create && t->destroy && t->workspace_bytes && t->forward && t->weight_bytes;
-  }
-  auto* t = static_cast<const llmk_kv_allocator_api*>(api);
-  return t->supports && t->create && t->destroy && t->reserve && t->extend && t->fork && t->free_seq &&
-         t->commit_tokens && t->block_table && t->block_size && t->usage;
-}
 
 std::string str_or_empty(const char* s) { return s ? s : ""; }
 
@@ -136,9 +89,8 @@ struct Expectation {
 
 // Loads one file and checks it. Returns the reason it was rejected, or
 // nothing with info, api and library filled.
-std::optional<std::string> open_plugin(const fs::path& file, const Expectation& want,
-                                              PluginInfo& info, const void*& api,
-                                              std::shared_ptr<LoadedLibrary>& library) {
+std::optional<std::string> open_plugin(const fs::path& file, const Expectation& want, PluginInfo& info,
+                                       std::shared_ptr<const void>& api, std::shared_ptr<LoadedLibrary>& library) {
   std::error_code exists_ec;
   if (!fs::exists(file, exists_ec)) return std::string("no such file");
   boost::dll::shared_library lib;
@@ -163,26 +115,10 @@ std::optional<std::string> open_plugin(const fs::path& file, const Expectation& 
   const std::string name = str_or_empty(raw->name);
   if (name.empty()) return std::string("plugin info has no name");
   if (want.kind && raw->kind != *want.kind) {
-    return std::string("kind is ") + kind_name(raw->kind) + ", expected " + kind_name(*want.kind);
+    return std::string("kind is ") + plugin_kind_name(raw->kind) + ", expected " + plugin_kind_name(*want.kind);
   }
   if (want.name && name != *want.name) return "plugin info names '" + name + "', expected '" + *want.name + "'";
-  const uint32_t want_api = expected_api_version(raw->kind);
-  if (want_api == 0) return "unknown plugin kind " + std::to_string(raw->kind);
-  if (raw->api_version != want_api) {
-    return std::string(kind_name(raw->kind)) + " API version " + std::to_string(raw->api_version) +
-           ", engine expects " + std::to_string(want_api);
-  }
-  if (raw->api == nullptr) return std::string("plugin info has no API table");
-  auto* header = static_cast<const ApiHeader*>(raw->api);
-  if (header->api_version != want_api) {
-    return "API table version " + std::to_string(header->api_version) + ", engine expects " +
-           std::to_string(want_api);
-  }
-  if (header->struct_size < expected_table_size(raw->kind) || header->struct_size > 65536) {
-    return "API table struct_size " + std::to_string(header->struct_size) + " is not sane (engine's is " +
-           std::to_string(expected_table_size(raw->kind)) + ")";
-  }
-  if (!table_complete(raw->kind, raw->api)) return std::string("API table has null function pointers");
+  if (auto refusal = adopt_api_table(raw->kind, raw->api_version, raw->api, api)) return refusal;
 
   info.name = name;
   info.version = str_or_empty(raw->version);
@@ -192,7 +128,6 @@ std::optional<std::string> open_plugin(const fs::path& file, const Expectation& 
   info.abi_version = raw->abi_version;
   info.api_version = raw->api_version;
   info.file = file;
-  api = raw->api;
   library = std::make_shared<LoadedLibrary>(std::move(lib));
   return std::nullopt;
 }
@@ -224,52 +159,27 @@ void add_dir(std::vector<fs::path>& dirs, const fs::path& dir) {
   if (std::find(dirs.begin(), dirs.end(), abs) == dirs.end()) dirs.push_back(abs);
 }
 
-std::string status_name(int status) {
-  switch (status) {
-    case LLMK_OK: return "ok";
-    case LLMK_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case LLMK_ERR_UNSUPPORTED: return "unsupported";
-    case LLMK_ERR_OUT_OF_MEMORY: return "out of memory";
-    case LLMK_ERR_NO_SPACE: return "no space";
-    case LLMK_ERR_INTERNAL: return "internal error";
-  }
-  return "status " + std::to_string(status);
-}
-
-[[noreturn]] void throw_call_error(const PluginInfo& info, const char* what, int status, const llmk_error& err) {
-  std::string msg = "plugin '" + info.name + "' " + what + " failed (" + status_name(status) + ")";
-  if (err.message[0] != '\0') msg += ": " + std::string(err.message);
-  throw Error(ErrorCode::plugin, msg);
-}
-
-llmk_error blank_error() {
-  llmk_error err{};
-  err.status = LLMK_OK;
-  err.message[0] = '\0';
-  return err;
-}
-
 }  // namespace
 
 const llmk_attention_api& Plugin::attention() const {
   if (info_.kind != LLMK_PLUGIN_ATTENTION || api_ == nullptr) {
     throw Error(ErrorCode::plugin, "plugin '" + info_.name + "' is not an attention plugin");
   }
-  return *static_cast<const llmk_attention_api*>(api_);
+  return *static_cast<const llmk_attention_api*>(api_.get());
 }
 
 const llmk_linear_api& Plugin::linear() const {
   if (info_.kind != LLMK_PLUGIN_LINEAR || api_ == nullptr) {
     throw Error(ErrorCode::plugin, "plugin '" + info_.name + "' is not a linear plugin");
   }
-  return *static_cast<const llmk_linear_api*>(api_);
+  return *static_cast<const llmk_linear_api*>(api_.get());
 }
 
 const llmk_kv_allocator_api& Plugin::kv_allocator() const {
   if (info_.kind != LLMK_PLUGIN_KV_ALLOCATOR || api_ == nullptr) {
     throw Error(ErrorCode::plugin, "plugin '" + info_.name + "' is not a kv_allocator plugin");
   }
-  return *static_cast<const llmk_kv_allocator_api*>(api_);
+  return *static_cast<const llmk_kv_allocator_api*>(api_.get());
 }
 
 PluginRegistry::PluginRegistry(std::vector<fs::path> extra_search_path) {
@@ -305,8 +215,8 @@ Plugin PluginRegistry::load_from(const std::string& name, llmk_plugin_kind expec
   for (const auto& [loaded_name, plugin] : loaded_) {
     if (loaded_name != cache_key) continue;
     if (plugin.info().kind != expected_kind) {
-      throw Error(ErrorCode::plugin, "plugin '" + name + "' is a " + kind_name(plugin.info().kind) +
-                                         " plugin, expected " + kind_name(expected_kind));
+      throw Error(ErrorCode::plugin, "plugin '" + name + "' is a " + plugin_kind_name(plugin.info().kind) +
+                                         " plugin, expected " + plugin_kind_name(expected_kind));
     }
     return plugin;
   }
@@ -365,7 +275,7 @@ std::vector<PluginRegistry::Found> PluginRegistry::discover() {
         found.push_back(std::move(f));
         continue;
       }
-      const void* api = nullptr;
+      std::shared_ptr<const void> api;
       std::shared_ptr<LoadedLibrary> library;
       auto reason = open_plugin(file, Expectation{}, f.info, api, library);
       if (!reason && file_name_for(f.info.name, *level) != file.filename().string()) {
@@ -381,185 +291,32 @@ std::vector<PluginRegistry::Found> PluginRegistry::discover() {
   return found;
 }
 
+Plugin PluginRegistry::load_file(const fs::path& file) {
+  const std::string fname = file.filename().string();
+  const CpuIsaLevel* level = fname.rfind("libllmk_", 0) == 0 && fname.size() > 11 && fname.ends_with(".so")
+                                 ? level_of_file(fname)
+                                 : nullptr;
+  if (level == nullptr)
+    throw Error(ErrorCode::plugin, file.string() + ": not a plugin file name (libllmk_<kind>_<impl>[.<cpu level>].so)");
+  if (const std::string lacks = cpu_isa_missing_text(*level); !lacks.empty())
+    throw Error(ErrorCode::plugin, file.string() + ": CPU level " + cpu_isa_display_name(*level) +
+                                       ", this CPU lacks " + lacks);
+  Plugin plugin;
+  auto reason = open_plugin(file, Expectation{}, plugin.info_, plugin.api_, plugin.library_);
+  if (!reason && file_name_for(plugin.info_.name, *level) != fname)
+    reason = "plugin info names '" + plugin.info_.name + "', which would live in " +
+             file_name_for(plugin.info_.name, *level);
+  if (reason) throw Error(ErrorCode::plugin, file.string() + ": " + *reason);
+  plugin.info_.isa = cpu_isa_display_name(*level);
+  return plugin;
+}
+
 bool plugin_serves_device(const PluginInfo& info, std::string_view device) {
   const auto caps = nlohmann::json::parse(info.capabilities, nullptr, false);
   if (!caps.is_object() || !caps.contains("devices") || !caps["devices"].is_array()) return device == "cpu";
   for (const auto& d : caps["devices"])
     if (d.is_string() && d.get<std::string>() == device) return true;
   return false;
-}
-
-// ---- RAII wrappers ------------------------------------------------------------
-
-namespace {
-
-template <class Api, class Desc>
-void* create_checked(const PluginInfo& info, const Api& api, const Desc& desc) {
-  char why[512] = {0};
-  if (!api.supports(&desc, why, sizeof(why))) {
-    throw Error(ErrorCode::plugin, "plugin '" + info.name + "' cannot serve this configuration: " +
-                                       (why[0] ? why : "no reason given"));
-  }
-  llmk_error err = blank_error();
-  void* self = api.create(&desc, &err);
-  if (self == nullptr) throw_call_error(info, "create", err.status == LLMK_OK ? LLMK_ERR_INTERNAL : err.status, err);
-  return self;
-}
-
-}  // namespace
-
-AttentionImpl::AttentionImpl(Plugin plugin, const llmk_attention_desc& desc) : plugin_(std::move(plugin)) {
-  self_ = create_checked(plugin_.info(), plugin_.attention(), desc);
-}
-
-AttentionImpl::~AttentionImpl() {
-  if (self_) plugin_.attention().destroy(self_);
-}
-
-llmk_kv_layout AttentionImpl::kv_layout() const {
-  llmk_error err = blank_error();
-  llmk_kv_layout layout{};
-  layout.struct_size = sizeof(layout);
-  const int status = plugin_.attention().kv_layout(self_, &layout, &err);
-  if (status != LLMK_OK) throw_call_error(plugin_.info(), "kv_layout", status, err);
-  if (layout.alignment == 0 || (layout.alignment & (layout.alignment - 1)) != 0 || layout.k_bytes_per_slot == 0 ||
-      layout.v_bytes_per_slot == 0)
-    throw Error(ErrorCode::plugin, "plugin '" + plugin_.info().name +
-                                       "' declared an unusable KV layout (K/V bytes per slot must be positive, the "
-                                       "alignment a power of two)");
-  return layout;
-}
-
-size_t AttentionImpl::plan(const llmk_attention_step& step) {
-  llmk_error err = blank_error();
-  size_t bytes = 0;
-  const int status = plugin_.attention().plan(self_, &step, &bytes, &err);
-  if (status != LLMK_OK) throw_call_error(plugin_.info(), "plan", status, err);
-  return bytes;
-}
-
-void AttentionImpl::run(const llmk_attention_layer& layer, void* workspace, size_t workspace_size, void* stream) {
-  llmk_error err = blank_error();
-  const int status = plugin_.attention().run(self_, &layer, workspace, workspace_size, stream, &err);
-  if (status != LLMK_OK) throw_call_error(plugin_.info(), "run", status, err);
-}
-
-LinearImpl::LinearImpl(Plugin plugin, const llmk_linear_desc& desc, std::shared_ptr<LinearWorkspace> workspace)
-    : plugin_(std::move(plugin)), workspace_(workspace ? std::move(workspace) : std::make_shared<LinearWorkspace>()) {
-  self_ = create_checked(plugin_.info(), plugin_.linear(), desc);
-  llmk_error err = blank_error();
-  size_t bytes = 0;
-  const int status = plugin_.linear().workspace_bytes(self_, std::max<uint32_t>(desc.max_rows, 1), &bytes, &err);
-  if (status != LLMK_OK) {
-    plugin_.linear().destroy(self_);
-    self_ = nullptr;
-    throw_call_error(plugin_.info(), "workspace_bytes", status, err);
-  }
-  workspace_->require(bytes);
-}
-
-LinearImpl::~LinearImpl() {
-  if (self_) plugin_.linear().destroy(self_);
-}
-
-void LinearImpl::forward(const void* x, void* y, uint32_t num_rows, void* stream) {
-  llmk_error err = blank_error();
-  const int status =
-      plugin_.linear().forward(self_, x, y, num_rows, workspace_->data(), workspace_->bytes(), stream, &err);
-  if (status != LLMK_OK) throw_call_error(plugin_.info(), "forward", status, err);
-}
-
-size_t LinearImpl::weight_bytes() const {
-  llmk_error err = blank_error();
-  size_t bytes = 0;
-  const int status = plugin_.linear().weight_bytes(self_, &bytes, &err);
-  if (status != LLMK_OK) throw_call_error(plugin_.info(), "weight_bytes", status, err);
-  return bytes;
-}
-
-KvAllocatorImpl::KvAllocatorImpl(Plugin plugin, const llmk_kv_allocator_desc& desc) : plugin_(std::move(plugin)) {
-  self_ = create_checked(plugin_.info(), plugin_.kv_allocator(), desc);
-  llmk_error err = blank_error();
-  const int status = plugin_.kv_allocator().block_size(self_, &block_size_, &err);
-  if (status != LLMK_OK) {
-    plugin_.kv_allocator().destroy(self_);
-    self_ = nullptr;
-    throw_call_error(plugin_.info(), "block_size", status, err);
-  }
-}
-
-KvAllocatorImpl::~KvAllocatorImpl() {
-  if (self_) plugin_.kv_allocator().destroy(self_);
-}
-
-bool KvAllocatorImpl::reserve(const llmk_kv_reserve_args& args, uint32_t* num_cached_tokens) {
-  llmk_error err = blank_error();
-  uint32_t cached = 0;
-  int status = plugin_.kv_allocator().reserve(self_, &args, &cached, &err);
-  if (status == LLMK_ERR_NO_SPACE) return false;
-  if (status != LLMK_OK) throw_call_error(plugin_.info(), "reserve", status, err);
-  if (num_cached_tokens) *num_cached_tokens = cached;
-  return true;
-}
-
-bool KvAllocatorImpl::extend(uint64_t seq_id, uint32_t num_tokens, std::vector<llmk_kv_copy>& copies_out) {
-  // Our allocators return at most one copy per call; room for more costs nothing.
-  llmk_kv_copy copies[16];
-  uint32_t num_copies = 0;
-  llmk_error err = blank_error();
-  int status = plugin_.kv_allocator().extend(self_, seq_id, num_tokens, copies, 16, &num_copies, &err);
-  if (status == LLMK_ERR_NO_SPACE) return false;
-  if (status != LLMK_OK) throw_call_error(plugin_.info(), "extend", status, err);
-  if (num_copies > 16) {
-    throw Error(ErrorCode::plugin, "plugin '" + plugin_.info().name + "' extend reported " +
-                                       std::to_string(num_copies) + " copies, more than the 16 allowed");
-  }
-  copies_out.insert(copies_out.end(), copies, copies + num_copies);
-  return true;
-}
-
-bool KvAllocatorImpl::fork(uint64_t parent_id, uint64_t child_id) {
-  llmk_error err = blank_error();
-  int status = plugin_.kv_allocator().fork(self_, parent_id, child_id, &err);
-  if (status == LLMK_ERR_NO_SPACE) return false;
-  if (status != LLMK_OK) throw_call_error(plugin_.info(), "fork", status, err);
-  return true;
-}
-
-void KvAllocatorImpl::free_seq(uint64_t seq_id) {
-  llmk_error err = blank_error();
-  const int status = plugin_.kv_allocator().free_seq(self_, seq_id, &err);
-  if (status != LLMK_OK) throw_call_error(plugin_.info(), "free_seq", status, err);
-}
-
-void KvAllocatorImpl::commit_tokens(uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n) {
-  llmk_error err = blank_error();
-  const int status = plugin_.kv_allocator().commit_tokens(self_, seq_id, first, tokens, n, &err);
-  if (status != LLMK_OK) throw_call_error(plugin_.info(), "commit_tokens", status, err);
-}
-
-uint32_t KvAllocatorImpl::block_table(uint64_t seq_id, std::vector<int32_t>& out) const {
-  const auto call = [&](int32_t* entries, uint32_t max_entries) {
-    llmk_error err = blank_error();
-    uint32_t num_entries = 0;
-    const int status = plugin_.kv_allocator().block_table(self_, seq_id, entries, max_entries, &num_entries, &err);
-    if (status != LLMK_OK) throw_call_error(plugin_.info(), "block_table", status, err);
-    return num_entries;
-  };
-  const size_t old_size = out.size();
-  const uint32_t n = call(nullptr, 0);
-  out.resize(old_size + n);
-  const uint32_t written = call(out.data() + old_size, n);
-  out.resize(old_size + std::min(n, written));
-  return std::min(n, written);
-}
-
-llmk_kv_usage KvAllocatorImpl::usage() const {
-  llmk_kv_usage u{};
-  llmk_error err = blank_error();
-  const int status = plugin_.kv_allocator().usage(self_, &u, &err);
-  if (status != LLMK_OK) throw_call_error(plugin_.info(), "usage", status, err);
-  return u;
 }
 
 }  // namespace llmk

@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,7 +37,7 @@ struct PluginInfo {
   std::string capabilities;  // JSON
   llmk_plugin_kind kind{};
   uint32_t abi_version = 0;
-  uint32_t api_version = 0;
+  uint32_t api_version = 0;  // major.minor (LLMK_API_VERSION) the plugin was built against
   std::filesystem::path file;
   std::string isa = "baseline";  // the CPU level of the file (core/cpu_isa.hpp)
 };
@@ -57,7 +58,7 @@ class Plugin {
  private:
   friend class PluginRegistry;
   PluginInfo info_;
-  const void* api_ = nullptr;
+  std::shared_ptr<const void> api_;  // the host's copy of the kind's table (core/plugin_api_version.hpp)
   std::shared_ptr<LoadedLibrary> library_;
 };
 
@@ -82,6 +83,10 @@ class PluginRegistry {
     bool usable() const { return error.empty() && cpu_lacks.empty(); }
   };
   std::vector<Found> discover();
+  // One plugin file, whatever its kind, outside the search path too (its
+  // name must match the file's, as discovery requires); throws Error(plugin)
+  // naming the file and why it was refused, or the CPU level it needs.
+  Plugin load_file(const std::filesystem::path& file);
 
  private:
   std::vector<std::filesystem::path> search_path_;
@@ -100,6 +105,9 @@ class AttentionImpl {
   // Each throws Error(plugin) naming the plugin and the call on a non-OK status.
   llmk_kv_layout kv_layout() const;
   size_t plan(const llmk_attention_step& step);  // the workspace bytes each run() of the step needs
+  // The most plan() asks for within the desc's limits; nothing when the
+  // plugin declares no bound (API 3.0, or a plugin that leaves it NULL).
+  std::optional<size_t> workspace_bound() const;
   void run(const llmk_attention_layer& layer, void* workspace, size_t workspace_size, void* stream = nullptr);
   const PluginInfo& info() const { return plugin_.info(); }
 

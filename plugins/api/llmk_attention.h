@@ -28,12 +28,20 @@
 extern "C" {
 #endif
 
-/* 2: llmk_attention_desc gained sliding_window.
+/* Majors (each broke compatibility):
+ * 2: llmk_attention_desc gained sliding_window.
  * 3: the desc names the device, the activation dtype and the block size; the
  *    plugin declares its KV layout (kv_layout); forward() became plan() once
  *    per step and run() once per layer, with a caller-owned workspace and the
- *    device queue. */
-#define LLMK_ATTENTION_API_VERSION 3u
+ *    device queue.
+ * Minors of 3 (each appended to llmk_attention_api, see llmk_plugin.h):
+ * 3.1: workspace_bound (default when absent: no bound declared). */
+#define LLMK_ATTENTION_API_MAJOR 3u
+#define LLMK_ATTENTION_API_MINOR 1u
+#ifndef LLMK_ATTENTION_API_BUILD_MINOR
+#define LLMK_ATTENTION_API_BUILD_MINOR LLMK_ATTENTION_API_MINOR
+#endif
+#define LLMK_ATTENTION_API_VERSION LLMK_API_VERSION(LLMK_ATTENTION_API_MAJOR, LLMK_ATTENTION_API_BUILD_MINOR)
 
 typedef struct llmk_attention_desc {
   uint32_t struct_size;
@@ -146,6 +154,13 @@ typedef struct llmk_attention_api {
    * synchronizes, so a step can be captured into a CUDA graph). */
   int (*run)(void* self, const llmk_attention_layer* layer, void* workspace, size_t workspace_size, void* stream,
              llmk_error* err);
+#if LLMK_ATTENTION_API_BUILD_MINOR >= 1
+  /* 3.1, optional (NULL: no bound declared, the host sizes the workspace
+   * from each plan()). The most workspace bytes plan() asks for on any step
+   * within the desc's max_tokens, max_seqs and max_context, so the host can
+   * allocate the workspace once when the instance is created. */
+  int (*workspace_bound)(const void* self, size_t* workspace_bytes, llmk_error* err);
+#endif
 } llmk_attention_api;
 
 #ifdef __cplusplus

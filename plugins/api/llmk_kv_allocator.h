@@ -16,9 +16,17 @@
 extern "C" {
 #endif
 
-/* 2: every entry point after create returns a status and fills llmk_error,
- * so that no failure inside a plugin can end the host process. */
-#define LLMK_KV_ALLOCATOR_API_VERSION 2u
+/* Majors (each broke compatibility):
+ * 2: every entry point after create returns a status and fills llmk_error,
+ * so that no failure inside a plugin can end the host process. No minors
+ * yet (see llmk_plugin.h for how minors grow). */
+#define LLMK_KV_ALLOCATOR_API_MAJOR 2u
+#define LLMK_KV_ALLOCATOR_API_MINOR 0u
+#ifndef LLMK_KV_ALLOCATOR_API_BUILD_MINOR
+#define LLMK_KV_ALLOCATOR_API_BUILD_MINOR LLMK_KV_ALLOCATOR_API_MINOR
+#endif
+#define LLMK_KV_ALLOCATOR_API_VERSION \
+  LLMK_API_VERSION(LLMK_KV_ALLOCATOR_API_MAJOR, LLMK_KV_ALLOCATOR_API_BUILD_MINOR)
 
 typedef struct llmk_kv_allocator_desc {
   uint32_t struct_size;

@@ -25,11 +25,17 @@
 extern "C" {
 #endif
 
-/* 2: the desc names the device and the activation dtype; a caller-owned
+/* Majors (each broke compatibility):
+ * 2: the desc names the device and the activation dtype; a caller-owned
  * workspace; every entry point returns a status.
  * 3: forward() takes activations in the desc's dtype (void pointers) and the
- * device queue. */
-#define LLMK_LINEAR_API_VERSION 3u
+ * device queue. No minors yet (see llmk_plugin.h for how minors grow). */
+#define LLMK_LINEAR_API_MAJOR 3u
+#define LLMK_LINEAR_API_MINOR 0u
+#ifndef LLMK_LINEAR_API_BUILD_MINOR
+#define LLMK_LINEAR_API_BUILD_MINOR LLMK_LINEAR_API_MINOR
+#endif
+#define LLMK_LINEAR_API_VERSION LLMK_API_VERSION(LLMK_LINEAR_API_MAJOR, LLMK_LINEAR_API_BUILD_MINOR)
 
 typedef struct llmk_linear_desc {
   uint32_t struct_size;

@@ -6,6 +6,14 @@
  * llmk_plugin_info. The host checks abi_version and the kind's api_version
  * before it touches anything else, and refuses a mismatch with both numbers.
  *
+ * A kind's API version is major.minor (LLMK_API_VERSION). A minor release
+ * only appends fields to the end of the kind's table, each with a documented
+ * default, so the host accepts a plugin built against an older minor of its
+ * major: it reads the plugin's table up to the plugin's struct_size and gives
+ * every later field its default. A different major, or a newer minor than
+ * the host's, is refused. A plugin builds against an older minor by defining
+ * the kind's LLMK_<KIND>_API_BUILD_MINOR before including its header.
+ *
  * This header is C-compatible: plugins may be written in any language that
  * can produce this table; C++ authors use plugin_helpers.hpp instead. */
 #ifndef LLMK_PLUGIN_H
@@ -21,6 +29,11 @@ extern "C" {
 /* Bumped whenever llmk_plugin_info or llmk_error change incompatibly. */
 #define LLMK_PLUGIN_ABI_VERSION 1u
 #define LLMK_PLUGIN_ENTRY_SYMBOL llmk_plugin_entry
+
+/* A kind's API version: major in the high 16 bits, minor in the low 16. */
+#define LLMK_API_VERSION(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor)))
+#define LLMK_API_VERSION_MAJOR(version) (((uint32_t)(version)) >> 16)
+#define LLMK_API_VERSION_MINOR(version) (((uint32_t)(version)) & 0xffffu)
 
 typedef enum llmk_plugin_kind {
   LLMK_PLUGIN_ATTENTION = 1,
@@ -64,7 +77,7 @@ typedef struct llmk_plugin_info {
   uint32_t abi_version;      /* LLMK_PLUGIN_ABI_VERSION the plugin was built against */
   uint32_t struct_size;      /* sizeof(llmk_plugin_info) in the plugin's build */
   uint32_t kind;             /* an llmk_plugin_kind */
-  uint32_t api_version;      /* the kind's API version, e.g. LLMK_ATTENTION_API_VERSION */
+  uint32_t api_version;      /* the kind's API version the plugin was built against, e.g. LLMK_ATTENTION_API_VERSION */
   const char* name;          /* "attention.cpu"; must match the library file name */
   const char* version;       /* the implementation's own semantic version, "1.0.0" */
   const char* description;   /* one line */

@@ -11,6 +11,7 @@
 //     void kv_layout(llmk_kv_layout& layout) const;
 //     size_t plan(const llmk_attention_step& step);           // workspace bytes
 //     void run(const llmk_attention_layer& layer, void* workspace, size_t workspace_size, void* stream);
+//     size_t workspace_bound() const;  // optional (API 3.1): the most plan() asks for
 //   };
 //   LLMK_EXPORT_ATTENTION_PLUGIN(MyAttention)
 //
@@ -22,6 +23,10 @@
 // reserve/extend/fork/free_seq/commit_tokens/block_table/block_size/usage
 // with the C signatures minus self and err; reserve/extend/fork return an
 // llmk_status (LLMK_ERR_NO_SPACE is an answer, not an exception).
+//
+// A plugin built against an older minor of a kind's API defines
+// LLMK_<KIND>_API_BUILD_MINOR before including this header; the table then
+// has that minor's fields and version.
 //
 // Exceptions never cross the boundary: plugin::Error carries a status, any
 // other std::exception becomes LLMK_ERR_INTERNAL, both with their message.
@@ -138,6 +143,24 @@ const llmk_plugin_info* make_info(llmk_plugin_kind kind, uint32_t api_version, c
   return &info;
 }
 
+#if LLMK_ATTENTION_API_BUILD_MINOR >= 1
+// The table's workspace_bound: the class's when it declares one, else NULL.
+template <class Impl>
+constexpr auto attention_workspace_bound() {
+  using Fn = int (*)(const void*, size_t*, llmk_error*);
+  if constexpr (requires(const Impl& impl) { impl.workspace_bound(); }) {
+    return static_cast<Fn>([](const void* self, size_t* bytes, llmk_error* err) noexcept -> int {
+      return guarded(err, [&] {
+        *bytes = static_cast<const Impl*>(self)->workspace_bound();
+        return static_cast<int>(LLMK_OK);
+      });
+    });
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+#endif
+
 template <class Impl>
 const llmk_plugin_info* attention_info() {
   static const llmk_attention_api api{
@@ -165,7 +188,12 @@ const llmk_plugin_info* attention_info() {
           static_cast<Impl*>(self)->run(*layer, workspace, workspace_size, stream);
           return static_cast<int>(LLMK_OK);
         });
-      }};
+      }
+#if LLMK_ATTENTION_API_BUILD_MINOR >= 1
+      ,
+      attention_workspace_bound<Impl>()
+#endif
+  };
   return make_info<Impl>(LLMK_PLUGIN_ATTENTION, LLMK_ATTENTION_API_VERSION, &api);
 }
 

@@ -43,10 +43,10 @@ TEST_CASE("the attention suite fails a copy of attention.cpu whose causal mask i
   const auto names = discover_plugins(registry, LLMK_PLUGIN_ATTENTION);
   REQUIRE(std::find(names.begin(), names.end(), "attention.maskbug") != names.end());
   const SuiteResult r = run_attention_suite(registry.load("attention.maskbug", LLMK_PLUGIN_ATTENTION));
-  INFO(r.num_passed << " passed, " << r.num_unsupported << " unsupported, " << r.failures.size() << " failed");
-  CHECK(r.num_passed == 0);
-  REQUIRE_FALSE(r.failures.empty());
-  CAPTURE(r.failures.front());
+  INFO(r.num_passed() << " passed, " << r.num_unsupported() << " unsupported, " << r.failures().size() << " failed");
+  CHECK(r.num_passed() == 0);
+  REQUIRE_FALSE(r.failures().empty());
+  CAPTURE(r.failures().front());
 }
 
 TEST_CASE("the attention suite fails a copy of attention.cpu that ignores the sliding window, and only there",
@@ -54,11 +54,11 @@ TEST_CASE("the attention suite fails a copy of attention.cpu that ignores the sl
   SKIP_WHEN_SANITIZED();
   PluginRegistry registry({LLMK_CONFORMANCE_FIXTURE_DIR});
   const SuiteResult r = run_attention_suite(registry.load("attention.nowindow", LLMK_PLUGIN_ATTENTION));
-  INFO(r.num_passed << " passed, " << r.num_unsupported << " unsupported, " << r.failures.size() << " failed");
+  INFO(r.num_passed() << " passed, " << r.num_unsupported() << " unsupported, " << r.failures().size() << " failed");
   // Without a window it is attention.cpu itself: those cases pass.
-  CHECK(r.num_passed > 0);
-  REQUIRE_FALSE(r.failures.empty());
+  CHECK(r.num_passed() > 0);
+  REQUIRE_FALSE(r.failures().empty());
   // Every windowed case fails (3 head shapes x 3 windows x 3 KV dtypes), and nothing else does.
-  CHECK(r.failures.size() == 27);
-  for (const auto& f : r.failures) CHECK_THAT(f, Catch::Contains("sliding window"));
+  CHECK(r.failures().size() == 27);
+  for (const auto& f : r.failures()) CHECK_THAT(f, Catch::Contains("sliding window"));
 }

@@ -137,7 +137,9 @@ TEST_CASE("a plugin built for another ABI is refused with both versions", "[load
 TEST_CASE("a plugin with another kind API version is refused with both versions", "[loader]") {
   llmk::PluginRegistry registry({kFixtures});
   CHECK_THAT(load_error(registry, "kv.badapi", LLMK_PLUGIN_KV_ALLOCATOR),
-             Catch::Contains("(kv_allocator API version 9, engine expects " + std::to_string(LLMK_KV_ALLOCATOR_API_VERSION) + ")"));
+             Catch::Contains("(kv_allocator API version 0.9, engine has " +
+                             std::to_string(LLMK_KV_ALLOCATOR_API_MAJOR) + "." +
+                             std::to_string(LLMK_KV_ALLOCATOR_API_MINOR) + " (a different major version is not compatible))"));
 }
 
 TEST_CASE("a plugin of the wrong kind is refused", "[loader]") {

@@ -20,17 +20,20 @@
 // rounding, sum over outputs of sum_k x_k^2 s_k^2 / 12 (+ the activations'
 // sum_k w_k^2 dx^2 / 12): a sum of that many near-Gaussian terms exceeds
 // twice its mean with a probability far below 1e-6.
+//
+// Activations are F32 in the options' device memory (the host by default);
+// the weight is handed over in host memory, as the engine does at load.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "conformance.hpp"
+#include "conformance/suite.hpp"
 #include "core/dtype.hpp"
-#include "support/linear_call.hpp"
 
 namespace llmk::conformance {
 namespace {
@@ -68,20 +71,49 @@ struct WeightType {
   const char* name;
   uint32_t dtype;
 };
+// One forward as LinearImpl calls it: x in, y out through the device, the
+// workspace the layer asked for max_rows (it may serve fewer rows).
+// Returns what failed, or nothing.
+std::string forward(const llmk_linear_api& api, void* self, Device& device, const std::vector<float>& x,
+                    std::vector<float>& y, uint32_t rows, size_t workspace_bytes) {
+  try {
+    const DeviceBuffer d_x(device, x), d_y(device, y), workspace(device, workspace_bytes);
+    llmk_error err{};
+    if (api.forward(self, d_x.data(), d_y.data(), rows, workspace.data(), workspace_bytes, device.stream(), &err) !=
+        LLMK_OK)
+      return std::string("forward failed: ") + err.message;
+    device.synchronize();
+    d_y.copy_out(y);
+  } catch (const std::exception& e) {
+    return std::string("the device failed: ") + e.what();
+  }
+  return "";
+}
+
 constexpr WeightType kWeightTypes[] = {{"f32", LLMK_DTYPE_F32}, {"f16", LLMK_DTYPE_F16}, {"bf16", LLMK_DTYPE_BF16}};
 
 }  // namespace
 
-SuiteResult run_linear_suite(const Plugin& plugin) {
+SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) {
   SuiteResult result;
   result.plugin = plugin.info().name;
+  std::unique_ptr<Device> host;
+  Device* device = options.device;
+  if (device == nullptr) {
+    host = make_cpu_device();
+    device = host.get();
+  }
+  result.device = device->description();
   const auto caps = nlohmann::json::parse(plugin.info().capabilities, nullptr, false);
   Scheme scheme;
   std::string why;
   if (!caps.is_object() || !parse_scheme(caps, scheme, why)) {
-    result.failures.push_back(why.empty() ? "capabilities are not a JSON object" : why);
+    result.errors.push_back(why.empty() ? "capabilities are not a JSON object" : why);
     return result;
   }
+  auto failed = [&](const std::string& name, const std::string& detail) {
+    result.cases.push_back(CaseResult{name, CaseStatus::failed, "", 0, 0, detail});
+  };
   std::vector<std::string> dtypes;
   if (caps.contains("weight_dtypes") && caps["weight_dtypes"].is_array())
     for (const auto& d : caps["weight_dtypes"]) dtypes.push_back(d.get<std::string>());
@@ -121,35 +153,38 @@ SuiteResult run_linear_suite(const Plugin& plugin) {
           llmk_linear_desc desc{sizeof(llmk_linear_desc), layer.c_str(), static_cast<uint32_t>(in),
                                 static_cast<uint32_t>(out), wt.dtype,
                                 wt.dtype == LLMK_DTYPE_F32 ? static_cast<const void*>(w32.data()) : w16.data(), 1,
-                                static_cast<uint32_t>(rows), 2, "{}", LLMK_DEVICE_CPU, LLMK_DTYPE_F32};
+                                static_cast<uint32_t>(rows), 2, "{}", device->device(), LLMK_DTYPE_F32};
           char reason[512] = {};
           if (api.supports(&desc, reason, sizeof(reason)) != 1) {
-            ++result.num_unsupported;
+            result.cases.push_back(CaseResult{name, CaseStatus::unsupported, "", 0, 0, reason});
             continue;
           }
           llmk_error err{};
           void* self = api.create(&desc, &err);
           if (self == nullptr) {
-            result.failures.push_back(name + ": create failed: " + err.message);
+            failed(name, std::string("create failed: ") + err.message);
             continue;
           }
           // The workspace a forward asks for never shrinks as rows grow: the
           // host sizes one buffer for max_rows and passes it to every call.
+          std::string contract;  // a broken promise other than the numbers
           size_t fewer = 0, most = 0;
           llmk_error ws_err{};
           if (api.workspace_bytes(self, 1, &fewer, &ws_err) != LLMK_OK ||
               api.workspace_bytes(self, static_cast<uint32_t>(rows), &most, &ws_err) != LLMK_OK || fewer > most)
-            result.failures.push_back(name + ": workspace_bytes(1) = " + std::to_string(fewer) + " exceeds workspace_bytes(" +
-                                      std::to_string(rows) + ") = " + std::to_string(most) + " or failed: " +
-                                      ws_err.message);
-          const int status = test::linear_forward(api, self, x.data(), y.data(), static_cast<uint32_t>(rows), &err);
-          const size_t weight_bytes = test::linear_weight_bytes(api, self);
+            contract = "workspace_bytes(1) = " + std::to_string(fewer) + " exceeds workspace_bytes(" +
+                       std::to_string(rows) + ") = " + std::to_string(most) + " or failed: " + ws_err.message;
+          const std::string failure = forward(api, self, *device, x, y, static_cast<uint32_t>(rows), most);
+          size_t weight_bytes = 0;
+          llmk_error wb_err{};
+          if (api.weight_bytes(self, &weight_bytes, &wb_err) != LLMK_OK) weight_bytes = 0;
           api.destroy(self);
-          if (status != LLMK_OK) {
-            result.failures.push_back(name + ": forward failed: " + err.message);
+          if (!failure.empty()) {
+            failed(name, failure);
             continue;
           }
-          if (weight_bytes == 0) result.failures.push_back(name + ": weight_bytes() is 0");
+          if (weight_bytes == 0)
+            contract += (contract.empty() ? "" : "; ") + std::string("weight_bytes() is 0 or failed");
 
           // The quantization step of every weight, and per output row j the
           // sum of its weights' squared steps.
@@ -208,13 +243,17 @@ SuiteResult run_linear_suite(const Plugin& plugin) {
             }
           }
           const bool energy_checked = scheme.weight_levels > 0 && rows * out >= 64;
-          if (worst > 1.0) {
-            result.failures.push_back(name + ": outside the scheme's bound at " + worst_where);
+          if (!contract.empty()) {
+            failed(name, contract);
+          } else if (!(worst <= 1.0)) {
+            result.cases.push_back(CaseResult{name, CaseStatus::failed, "error / bound", worst, 1.0,
+                                              "worst at " + worst_where});
           } else if (energy_checked && !(error_energy <= 2 * expected_energy)) {
-            result.failures.push_back(name + ": error energy " + std::to_string(error_energy) + " is over twice the " +
-                                      std::to_string(expected_energy) + " uniform rounding gives");
+            result.cases.push_back(CaseResult{name, CaseStatus::failed, "error energy / expected",
+                                              error_energy / expected_energy, 2.0,
+                                              "twice what uniform rounding gives is the limit"});
           } else {
-            ++result.num_passed;
+            result.cases.push_back(CaseResult{name, CaseStatus::passed, "error / bound", worst, 1.0, ""});
           }
         }
   }

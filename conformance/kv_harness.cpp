@@ -1,4 +1,4 @@
-#include "support/kv_harness.hpp"
+#include "conformance/kv_harness.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -34,7 +34,7 @@ void Harness::write(uint64_t id, uint32_t from) {
   const auto t = table(id);
   for (uint32_t p = from; p < seq.tokens.size(); ++p) {
     const uint32_t s = slot(t, p);
-    REQUIRE(s < kv_.size());
+    KV_REQUIRE(s < kv_.size());
     kv_[s] = SlotValue{seq.prefix[p], seq.tokens[p]};
   }
   const uint32_t n = static_cast<uint32_t>(seq.tokens.size()) - from;
@@ -43,13 +43,13 @@ void Harness::write(uint64_t id, uint32_t from) {
 
 void Harness::apply(const std::vector<llmk_kv_copy>& copies) {
   for (const auto& c : copies) {
-    REQUIRE(c.num_slots > 0);
-    REQUIRE(c.src_slot >= 0);
-    REQUIRE(c.dst_slot >= 0);
-    REQUIRE(static_cast<size_t>(c.src_slot + c.num_slots) <= kv_.size());
-    REQUIRE(static_cast<size_t>(c.dst_slot + c.num_slots) <= kv_.size());
+    KV_REQUIRE(c.num_slots > 0);
+    KV_REQUIRE(c.src_slot >= 0);
+    KV_REQUIRE(c.dst_slot >= 0);
+    KV_REQUIRE(static_cast<size_t>(c.src_slot + c.num_slots) <= kv_.size());
+    KV_REQUIRE(static_cast<size_t>(c.dst_slot + c.num_slots) <= kv_.size());
     // Hosts may copy with memcpy: source and destination never overlap.
-    REQUIRE((c.src_slot + c.num_slots <= c.dst_slot || c.dst_slot + c.num_slots <= c.src_slot));
+    KV_REQUIRE((c.src_slot + c.num_slots <= c.dst_slot || c.dst_slot + c.num_slots <= c.src_slot));
     std::copy(kv_.begin() + c.src_slot, kv_.begin() + c.src_slot + c.num_slots, kv_.begin() + c.dst_slot);
   }
 }
@@ -59,16 +59,16 @@ bool Harness::reserve(uint64_t id, const std::vector<int32_t>& tokens, uint32_t 
   llmk_kv_reserve_args args{id, tokens.data(), static_cast<uint32_t>(tokens.size()), max_total};
   uint32_t cached = 12345;
   if (!alloc_.reserve(args, &cached)) {
-    REQUIRE(same_usage(before, alloc_.usage()));  // all or nothing
-    REQUIRE(table(id).empty());
+    KV_REQUIRE(same_usage(before, alloc_.usage()));  // all or nothing
+    KV_REQUIRE(table(id).empty());
     return false;
   }
   const uint32_t n = static_cast<uint32_t>(tokens.size());
-  REQUIRE(cached < n);  // at least one token is computed
+  KV_REQUIRE(cached < n);  // at least one token is computed
   if (prefix_caching_) {
-    REQUIRE(cached % alloc_.block_size() == 0);
+    KV_REQUIRE(cached % alloc_.block_size() == 0);
   } else {
-    REQUIRE(cached == 0);
+    KV_REQUIRE(cached == 0);
   }
   ShadowSeq seq;
   seq.tokens = tokens;
@@ -80,8 +80,8 @@ bool Harness::reserve(uint64_t id, const std::vector<int32_t>& tokens, uint32_t 
   const auto t = table(id);
   for (uint32_t p = 0; p < cached; ++p) {
     const SlotValue& v = kv_[slot(t, p)];
-    REQUIRE(v.prefix == seq.prefix[p]);
-    REQUIRE(v.token == seq.tokens[p]);
+    KV_REQUIRE(v.prefix == seq.prefix[p]);
+    KV_REQUIRE(v.token == seq.tokens[p]);
   }
   write(id, cached);
   if (prefix_caching_) {
@@ -111,32 +111,32 @@ bool Harness::extend(uint64_t id, const std::vector<int32_t>& new_tokens) {
   }
   std::vector<llmk_kv_copy> copies;
   if (!alloc_.extend(id, new_len, copies)) {
-    REQUIRE(copies.empty());
-    REQUIRE(same_usage(before, alloc_.usage()));
-    REQUIRE(table(id) == old_table);
+    KV_REQUIRE(copies.empty());
+    KV_REQUIRE(same_usage(before, alloc_.usage()));
+    KV_REQUIRE(table(id) == old_table);
     return false;
   }
   const auto new_table = table(id);
   if (traits_.copy_on_write) {
-    REQUIRE(copies.size() == (shared_partial ? 1u : 0u));
+    KV_REQUIRE(copies.size() == (shared_partial ? 1u : 0u));
     if (shared_partial) {
-      REQUIRE(copies[0].src_slot == old_table.back());
-      REQUIRE(copies[0].dst_slot == new_table[old_len / bs]);
-      REQUIRE(copies[0].num_slots == static_cast<int32_t>(old_len % bs));
+      KV_REQUIRE(copies[0].src_slot == old_table.back());
+      KV_REQUIRE(copies[0].dst_slot == new_table[old_len / bs]);
+      KV_REQUIRE(copies[0].num_slots == static_cast<int32_t>(old_len % bs));
       ++expected_.cow_copies;
     }
     // Full blocks never move.
-    for (uint32_t i = 0; i < old_len / bs; ++i) REQUIRE(new_table[i] == old_table[i]);
+    for (uint32_t i = 0; i < old_len / bs; ++i) KV_REQUIRE(new_table[i] == old_table[i]);
   } else {
     // One range per sequence: it moves only where relocation is declared,
     // and one copy brings its K/V along (or, after a fork, the parent's).
     const bool relocated = new_table[0] != old_table[0];
-    if (!traits_.relocation) REQUIRE_FALSE(relocated);
-    REQUIRE(copies.size() == ((relocated || !seq.readable) ? 1u : 0u));
+    if (!traits_.relocation) KV_REQUIRE_FALSE(relocated);
+    KV_REQUIRE(copies.size() == ((relocated || !seq.readable) ? 1u : 0u));
     if (relocated) ++expected_.relocations;
     if (!copies.empty()) {
-      REQUIRE(copies[0].dst_slot == new_table[0]);
-      REQUIRE(copies[0].num_slots == static_cast<int32_t>(old_len));
+      KV_REQUIRE(copies[0].dst_slot == new_table[0]);
+      KV_REQUIRE(copies[0].num_slots == static_cast<int32_t>(old_len));
     }
   }
   apply(copies);
@@ -153,7 +153,7 @@ bool Harness::extend(uint64_t id, const std::vector<int32_t>& new_tokens) {
 bool Harness::fork(uint64_t parent, uint64_t child) {
   const auto before = alloc_.usage();
   if (!alloc_.fork(parent, child)) {
-    REQUIRE(same_usage(before, alloc_.usage()));
+    KV_REQUIRE(same_usage(before, alloc_.usage()));
     return false;
   }
   ShadowSeq seq = live_.at(parent);
@@ -166,18 +166,18 @@ ShadowSeq Harness::free(uint64_t id) {
   ShadowSeq seq = live_.at(id);
   live_.erase(id);
   alloc_.free_seq(id);
-  REQUIRE(table(id).empty());
+  KV_REQUIRE(table(id).empty());
   return seq;
 }
 
 void Harness::check() const {
   const auto u = alloc_.usage();
   const uint32_t bs = alloc_.block_size();
-  REQUIRE(u.num_seqs == live_.size());
-  REQUIRE(u.total_slots <= kv_.size());
-  REQUIRE(u.reserved_slots <= u.total_slots);
-  REQUIRE(u.cached_free_slots <= u.reserved_slots);
-  REQUIRE(u.largest_free_run <= u.total_slots - u.reserved_slots);
+  KV_REQUIRE(u.num_seqs == live_.size());
+  KV_REQUIRE(u.total_slots <= kv_.size());
+  KV_REQUIRE(u.reserved_slots <= u.total_slots);
+  KV_REQUIRE(u.cached_free_slots <= u.reserved_slots);
+  KV_REQUIRE(u.largest_free_run <= u.total_slots - u.reserved_slots);
 
   std::unordered_map<uint32_t, uint64_t> owner;  // slot -> prefix it must hold
   std::set<int32_t> blocks;
@@ -186,48 +186,44 @@ void Harness::check() const {
     const auto t = table(id);
     const uint32_t len = static_cast<uint32_t>(seq.tokens.size());
     sum_lengths += len;
-    REQUIRE(t.size() == (traits_.paged ? (len + bs - 1) / bs : 1u));
+    KV_REQUIRE(t.size() == (traits_.paged ? (len + bs - 1) / bs : 1u));
     blocks.insert(t.begin(), t.end());
-    // Plain comparisons in this hot loop; a REQUIRE names the first failure.
+    // Plain comparisons in this hot loop; the first failure is named.
     for (uint32_t p = 0; p < len; ++p) {
       const uint32_t s = static_cast<uint32_t>(t[p / bs]) + p % bs;
-      if (s >= u.total_slots) {
-        INFO("sequence " << id << " position " << p << " slot " << s);
-        REQUIRE(s < u.total_slots);
-      }
+      const std::string where =
+          "sequence " + std::to_string(id) + " position " + std::to_string(p) + " slot " + std::to_string(s);
+      if (s >= u.total_slots) throw Violation(where + ": the slot is past total_slots");
       auto [it, fresh] = owner.emplace(s, seq.prefix[p]);
       // Only copy-on-write allocators share slots, and only between
       // sequences whose K/V there is the same.
       const bool shared_ok = fresh || (traits_.copy_on_write && it->second == seq.prefix[p]);
       const bool content_ok = !seq.readable || (kv_[s].prefix == seq.prefix[p] && kv_[s].token == seq.tokens[p]);
-      if (!shared_ok || !content_ok) {
-        INFO("sequence " << id << " position " << p << " slot " << s);
-        REQUIRE(shared_ok);
-        REQUIRE(content_ok);
-      }
+      if (!shared_ok) throw Violation(where + ": the slot also serves a sequence with other K/V there");
+      if (!content_ok) throw Violation(where + ": the slot does not hold this sequence's K/V");
     }
   }
   if (traits_.paged) {
-    REQUIRE(u.used_slots == owner.size());
+    KV_REQUIRE(u.used_slots == owner.size());
     const uint64_t live_reserved = u.reserved_slots - u.cached_free_slots;
-    REQUIRE(live_reserved == blocks.size() * bs);
+    KV_REQUIRE(live_reserved == blocks.size() * bs);
     // At most one partially filled block per sequence.
-    REQUIRE(live_reserved - u.used_slots <= live_.size() * (bs - 1));
+    KV_REQUIRE(live_reserved - u.used_slots <= live_.size() * (bs - 1));
   } else {
-    REQUIRE(u.used_slots == sum_lengths);
-    REQUIRE(u.cached_free_slots == 0);
+    KV_REQUIRE(u.used_slots == sum_lengths);
+    KV_REQUIRE(u.cached_free_slots == 0);
   }
   if (!traits_.paged && !traits_.relocation) {
     // A range that can never move must be reserved whole, for the longest
     // the sequence may grow.
     uint64_t promised = 0;
     for (const auto& [id, seq] : live_) promised += seq.max_total;
-    REQUIRE(u.reserved_slots >= promised);
+    KV_REQUIRE(u.reserved_slots >= promised);
   }
-  REQUIRE(u.prefix_query_tokens == expected_.prefix_query_tokens);
-  REQUIRE(u.prefix_hit_tokens == expected_.prefix_hit_tokens);
-  REQUIRE(u.num_cow_copies == expected_.cow_copies);
-  REQUIRE(u.num_relocations == expected_.relocations);
+  KV_REQUIRE(u.prefix_query_tokens == expected_.prefix_query_tokens);
+  KV_REQUIRE(u.prefix_hit_tokens == expected_.prefix_hit_tokens);
+  KV_REQUIRE(u.num_cow_copies == expected_.cow_copies);
+  KV_REQUIRE(u.num_relocations == expected_.relocations);
   if (extra_check) extra_check(*this);
 }
 

@@ -348,7 +348,7 @@ class CudaExecutor final : public Executor {
     size_t free_bytes = 0, total_bytes = 0;
     check(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the device's memory");
     // Provisional: the KV share of memory is settled after the weights.
-    rt_ = resolve_runtime(ecfg, c, total_bytes);
+    rt_ = resolve_runtime(ecfg, c, checkpoint_->format(), total_bytes);
     graphs_enabled_ = ecfg.executor.cuda_graphs;
     LinearPlacement placement;
     placement.device = LLMK_DEVICE_CUDA;

@@ -18,6 +18,7 @@
 #include "core/error.hpp"
 #include "core/estimate.hpp"
 #include "core/hw_probe.hpp"
+#include "core/model_runtime.hpp"
 #include "core/executor.hpp"
 #include "core/plugin_loader.hpp"
 
@@ -31,7 +32,7 @@ struct EstimateOptions {
   bool measure = false;
   bool verify = true;
   std::string weight_dtype = "auto";
-  std::string kv_dtype = "auto";  // f16; with --measure the engine's KV type (f32)
+  std::string kv_dtype = "auto";  // the engine's kv_cache.dtype: auto rule (resolve_kv_dtype)
   int batch = 1;
   int prompt_len = 512;
   int output_len = 128;
@@ -163,7 +164,7 @@ const CommandRegistration registration{
       cmd.add_flag("--measure", o->measure, "use this machine's measured bandwidth and GEMM peak");
       cmd.add_option("--verify", o->verify, "with --measure: also time real decode steps and compare")->capture_default_str();
       cmd.add_option("--weight-dtype", o->weight_dtype, "auto, f32, f16, bf16, fp8, int8, int4")->capture_default_str();
-      cmd.add_option("--kv-dtype", o->kv_dtype, "auto, f32, f16, bf16, fp8, int8 (auto: f16, or with --measure f32 as the CPU engine stores it)")->capture_default_str();
+      cmd.add_option("--kv-dtype", o->kv_dtype, "auto, f32, f16, bf16, fp8, int8 (auto: the engine's kv_cache.dtype auto, on the GPU or with --measure the CPU)")->capture_default_str();
       cmd.add_option("--batch", o->batch, "concurrent sequences")->capture_default_str()->check(CLI::PositiveNumber);
       cmd.add_option("--prompt-len", o->prompt_len, "prompt tokens")->capture_default_str()->check(CLI::PositiveNumber);
       cmd.add_option("--output-len", o->output_len, "output tokens")->capture_default_str()->check(CLI::Range(2, 1 << 20));
@@ -191,10 +192,18 @@ const CommandRegistration registration{
           in.model = *preset;
         }
         in.weight_bytes_per_param = bytes_per(o->weight_dtype, in.model);
-        // The measured run keeps K/V in the engine's default type (f32 on the
-        // CPU); a prediction to compare with it must count the same bytes.
-        in.kv_bytes_per_element =
-            bytes_per(o->kv_dtype == "auto" ? (o->measure ? "f32" : "f16") : o->kv_dtype, in.model);
+        // auto: the type the engine's kv_cache.dtype auto picks for these
+        // weights on the GPU, or with --measure on the CPU, where the measured
+        // run keeps K/V (a prediction to compare with it counts the same bytes).
+        std::string kv_dtype = o->kv_dtype;
+        if (kv_dtype == "auto") {
+          EngineConfig engine;
+          engine.executor.device = o->measure ? "cpu" : "cuda";
+          const KvDtypeChoice kv = resolve_kv_dtype(engine, in.model, o->model_dir.empty() ? "dummy" : "safetensors");
+          kv_dtype = dtype_name(kv.dtype);
+          spdlog::info("estimate: kv {} ({})", kv_dtype, kv.reason);
+        }
+        in.kv_bytes_per_element = bytes_per(kv_dtype, in.model);
         in.batch_size = o->batch;
         in.prompt_len = o->prompt_len;
         in.output_len = o->output_len;
@@ -215,6 +224,7 @@ const CommandRegistration registration{
         }
         const EstimateResult r = estimate(in);
         nlohmann::json out = to_json(in, r);
+        out["inputs"]["kv_dtype"] = kv_dtype;
         if (o->measure && o->verify) {
           if (o->batch != 1) throw Error(ErrorCode::invalid_argument, "estimate: --verify times batch 1; pass --batch 1 or --verify false");
           // The estimate uses the mean context of the generation; time decode there.

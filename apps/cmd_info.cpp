@@ -1,5 +1,6 @@
 // llmk info: what a model is (architecture, shape, special tokens) and what
-// it costs (parameters, weight bytes, KV bytes per token and per sequence).
+// it costs (parameters, weight bytes, the KV dtype the engine would use, KV
+// bytes per token and per sequence).
 // Safetensors checkpoints are fully validated (mapped, not read); dummy
 // presets are described without generating weights.
 //
@@ -28,6 +29,7 @@
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/executor.hpp"
+#include "core/model_runtime.hpp"
 #include "core/plugin_loader.hpp"
 #include "kernels/cpu/hadamard.hpp"
 
@@ -147,6 +149,9 @@ json describe(const EngineConfig& cfg) {
   std::string dtype_list;
   for (const auto& d : dtypes) dtype_list += (dtype_list.empty() ? "" : "+") + d;
   out["weight_dtype"] = dtype_list;
+  const KvDtypeChoice kv = resolve_kv_dtype(cfg, mc, format);
+  out["kv_dtype"] = dtype_name(kv.dtype);
+  out["kv_dtype_reason"] = kv.reason;
   out["kv_group_size"] = group;
   // An i8 cache holds keys rotated over this Hadamard block (0: not rotated).
   const int64_t rotation = kernels::cpu::largest_pow2_divisor(mc.head_dim);
@@ -219,6 +224,7 @@ void print_text(const json& d) {
       line("weights, " + plain(m["plugin"]),
            human_bytes(m["weight_bytes"].get<double>()) + " (" + plain(m["weight_bytes"]) + " bytes" + options + ")");
     }
+  line("kv dtype", plain(d["kv_dtype"]) + " (" + plain(d["kv_dtype_reason"]) + ")");
   line("kv per token, f32", plain(per_token["f32"]) + " bytes");
   line("kv per token, f16", plain(per_token["f16"]) + " bytes");
   line("kv per token, i8 (group " + plain(d["kv_group_size"]) + ")", plain(per_token["i8"]) + " bytes");

@@ -51,8 +51,10 @@ int main(int argc, char** argv) try {
     cfg.plugins.kv_allocator = "kv.paged";
     // A serving process's cache is touched once, at start: measure serving, not first-touch page faults.
     cfg.kv_cache.prefault = true;
-    if (!parse_dtype(f.str("kv-dtype"), cfg.kv_cache.dtype))
+    DType kv = DType::f32;
+    if (!parse_dtype(f.str("kv-dtype"), kv))
       throw Error(ErrorCode::invalid_argument, "--kv-dtype: unknown dtype '" + f.str("kv-dtype") + "'");
+    cfg.kv_cache.dtype = kv;
     const std::string trace = f.str("trace").empty() ? "" : f.str("trace") + "." + mode + ".json";
     std::fprintf(stderr, "mode %s: max_num_seqs %u, policy %s\n", mode.c_str(), seqs, cfg.scheduler.policy.c_str());
     rows.push_back({mode, run_on_engine(cfg, workload, true, trace)});

@@ -104,12 +104,12 @@ static int run(int argc, char** argv) {
     return 2;
   }
   llmk::EngineConfig cfg;
-  if (!llmk::parse_dtype(kv_dtype, cfg.kv_cache.dtype) ||
-      (cfg.kv_cache.dtype != llmk::DType::f32 && cfg.kv_cache.dtype != llmk::DType::f16 &&
-       cfg.kv_cache.dtype != llmk::DType::i8)) {
+  llmk::DType kv = llmk::DType::f32;
+  if (!llmk::parse_dtype(kv_dtype, kv) || (kv != llmk::DType::f32 && kv != llmk::DType::f16 && kv != llmk::DType::i8)) {
     std::fprintf(stderr, "bench_forward_cpu: --kv-dtype takes f32, f16 or i8, not '%s'\n", kv_dtype.c_str());
     return 2;
   }
+  cfg.kv_cache.dtype = kv;
   cfg.model.load_format = "dummy";
   cfg.model.preset = preset;
   cfg.executor.num_threads = threads;

@@ -16,6 +16,8 @@
 #include <sstream>
 
 #include "bench/engine_bench_common.hpp"
+#include "core/checkpoint.hpp"
+#include "core/model_runtime.hpp"
 
 using namespace llmk;
 using namespace llmk::bench_programs;
@@ -46,7 +48,8 @@ int main(int argc, char** argv) try {
   apply_override(base, "kv_cache.capacity_bytes=" + f.str("kv-bytes"));
   base.scheduler.max_num_seqs = static_cast<uint32_t>(f.num("max-num-seqs"));
   const ModelConfig model = model_of(base);
-  const int64_t kv_per_token = model.kv_bytes_per_token(base.kv_cache.dtype, static_cast<int32_t>(base.kv_cache.group_size));
+  const DType kv_dtype = resolve_kv_dtype(base, model, resolve_load_format(base.model)).dtype;
+  const int64_t kv_per_token = model.kv_bytes_per_token(kv_dtype, static_cast<int32_t>(base.kv_cache.group_size));
   std::printf("KV budget %s = %llu token slots of %lld bytes\n", f.str("kv-bytes").c_str(),
               static_cast<unsigned long long>(base.kv_cache.capacity_bytes / static_cast<uint64_t>(kv_per_token)),
               static_cast<long long>(kv_per_token));

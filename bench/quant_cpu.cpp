@@ -25,6 +25,7 @@
 
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
+#include "core/hw_probe.hpp"
 #include "core/model.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/step.hpp"
@@ -140,7 +141,7 @@ std::unique_ptr<llmk::Model> make_model(const std::shared_ptr<const llmk::Checkp
   cfg.kv_cache.capacity_tokens = slots;
   cfg.scheduler.max_num_batched_tokens = max_step_tokens;
   cfg.executor.num_threads = threads;
-  return std::make_unique<llmk::Model>(ckpt, registry, cfg, llmk::resolve_runtime(cfg, ckpt->config()));
+  return std::make_unique<llmk::Model>(ckpt, registry, cfg, llmk::resolve_runtime(cfg, *ckpt));
 }
 
 }  // namespace
@@ -205,9 +206,10 @@ int main(int argc, char** argv) {
   llmk::EngineConfig cfg;
   cfg.kv_cache.capacity_bytes = o.kv_mib << 20;
   cfg.kv_cache.dtype = llmk::DType::f32;
-  const auto f32 = llmk::resolve_runtime(cfg, mc);
+  const auto memory = static_cast<uint64_t>(llmk::physical_memory_bytes());
+  const auto f32 = llmk::resolve_runtime(cfg, mc, "dummy", memory);
   cfg.kv_cache.dtype = llmk::DType::i8;
-  const auto i8 = llmk::resolve_runtime(cfg, mc);
+  const auto i8 = llmk::resolve_runtime(cfg, mc, "dummy", memory);
   const uint32_t ctx = f32.max_seq_len;
   std::printf("\nKV cache of %llu MiB, context %u: f32 holds %u tokens = %u sequences; i8 (group %u) holds %u tokens = "
               "%u sequences (%.2fx)\n",

@@ -52,12 +52,16 @@ class Checkpoint {
   void set_tokenizer_path(std::filesystem::path p) { tokenizer_path_ = std::move(p); }
   // Where the weights came from: the model directory, or "dummy:<preset> seed=<n>".
   const std::string& source() const { return source_; }
+  // The weights' file format as resolve_load_format names it: "safetensors",
+  // "gguf" or "dummy" (kv_cache.dtype: auto reads it).
+  const std::string& format() const { return format_; }
 
  protected:
   ModelConfig config_;
   std::map<std::string, TensorView> tensors_;
   std::filesystem::path tokenizer_path_;
   std::string source_;
+  std::string format_ = "safetensors";
 };
 
 // The tensor names (Hugging Face layout) and shapes a config requires

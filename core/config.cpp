@@ -19,7 +19,12 @@
 namespace llmk {
 namespace {
 
-using FieldRef = std::variant<uint32_t*, int32_t*, uint64_t*, double*, bool*, std::string*, DType*,
+// What kv_cache.dtype accepts; which of the types the attention plugin
+// serves is its own answer (attention.cpu: f32, f16, i8; attention.cuda: f32,
+// f16, bf16, i8), given with a reason at start-up.
+constexpr const char* kKvDtypeNames = "auto, f32, f16, bf16, i8";
+
+using FieldRef = std::variant<uint32_t*, int32_t*, uint64_t*, double*, bool*, std::string*, std::optional<DType>*,
                               std::vector<std::string>*>;
 
 // One configuration key: where it lives in EngineConfig and how it is read.
@@ -243,9 +248,16 @@ void assign(EngineConfig& cfg, const Field& field, const YAML::Node& node, const
           *target = parse_bool(scalar_of(node, where, "true or false"), where);
         } else if constexpr (std::is_same_v<T, double>) {
           *target = parse_double(scalar_of(node, where, "a number"), where);
-        } else if constexpr (std::is_same_v<T, DType>) {
-          const std::string text = scalar_of(node, where, "a dtype name");
-          if (!parse_dtype(trim(text), *target)) fail(where, "unknown dtype '" + text + "' (allowed: f32, i8)");
+        } else if constexpr (std::is_same_v<T, std::optional<DType>>) {  // "auto": nullopt
+          const std::string text = trim(scalar_of(node, where, "a dtype name"));
+          DType parsed;
+          if (text == "auto") {
+            target->reset();
+          } else if (parse_dtype(text, parsed)) {
+            *target = parsed;
+          } else {
+            fail(where, "unknown dtype '" + text + "' (allowed: " + kKvDtypeNames + ")");
+          }
         } else {
           *target = parse_integer<T>(scalar_of(node, where, "an integer"), where, bytes);
         }
@@ -266,8 +278,8 @@ std::string yaml_value(const FieldRef& ref) {
           return s + "]";
         } else if constexpr (std::is_same_v<T, bool>) {
           return *v ? "true" : "false";
-        } else if constexpr (std::is_same_v<T, DType>) {
-          return dtype_name(*v);
+        } else if constexpr (std::is_same_v<T, std::optional<DType>>) {
+          return *v ? dtype_name(**v) : "auto";
         } else {
           char buf[64];
           const auto r = std::to_chars(buf, buf + sizeof(buf), *v);  // shortest round-trip form
@@ -394,10 +406,9 @@ void validate(const EngineConfig& c) {
     fail("kv_cache.capacity_fraction", yaml_value(const_cast<double*>(&kv.capacity_fraction)) +
                                            " is out of range (allowed: (0, 1], a fraction of memory)");
   require_range("kv_cache.block_size", kv.block_size, 8, 256, "8 to 256");
-  // Which of these the attention plugin serves is its own answer (attention.cpu:
-  // f32, f16, i8; attention.cuda: f32, f16, bf16), given with a reason at start-up.
-  if (kv.dtype != DType::f32 && kv.dtype != DType::f16 && kv.dtype != DType::bf16 && kv.dtype != DType::i8)
-    fail("kv_cache.dtype", std::string("'") + dtype_name(kv.dtype) + "' is not allowed (allowed: f32, f16, bf16, i8)");
+  if (kv.dtype && *kv.dtype != DType::f32 && *kv.dtype != DType::f16 && *kv.dtype != DType::bf16 &&
+      *kv.dtype != DType::i8)
+    fail("kv_cache.dtype", std::string("'") + dtype_name(*kv.dtype) + "' is not allowed (allowed: " + kKvDtypeNames + ")");
   require_range("kv_cache.group_size", kv.group_size, 1, 256, "1 to 256, dividing the model's head_dim");
 
   const auto& s = c.scheduler;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,7 @@ struct KvCacheSection {
   double capacity_fraction = 0.25;  // of physical memory (CPU) or free memory after weights (GPU)
   uint32_t capacity_tokens = 0;     // nonzero: exact slot count, overrides the two above
   uint32_t block_size = 16;         // 8..256
-  DType dtype = DType::f32;         // f32 | f16 | i8
+  std::optional<DType> dtype;       // f32 | f16 | bf16 | i8; nullopt: auto (resolve_kv_dtype, core/model_runtime.hpp)
   uint32_t group_size = 8;          // i8: elements per scale along head_dim
   bool rotate_keys = true;          // i8: cache Hadamard-rotated keys (queries rotated alike)
   bool enable_prefix_caching = true;

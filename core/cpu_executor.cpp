@@ -10,7 +10,7 @@ namespace llmk {
 
 CpuExecutor::CpuExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                          PluginRegistry& plugins) {
-  const ModelRuntime runtime = resolve_runtime(cfg, checkpoint->config());
+  const ModelRuntime runtime = resolve_runtime(cfg, *checkpoint);
   model_ = std::make_unique<Model>(std::move(checkpoint), plugins, cfg, runtime);
   // Loading ran OpenMP regions on the building thread; forwards run on the
   // thread that calls execute() (the executor actor's), whose team must be

@@ -106,6 +106,7 @@ class DummyCheckpoint final : public Checkpoint {
     config_ = config;
     tokenizer_path_ = tokenizer_path;
     source_ = "dummy seed=" + std::to_string(seed);
+    format_ = "dummy";
     const auto shapes = expected_tensors(config);
     const size_t elem = dtype_size(config.dtype);
     size_t total = 0;

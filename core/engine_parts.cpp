@@ -42,9 +42,9 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
 
   spdlog::info("engine: {} layers, vocab {}, context {}, executor {}", mc.num_layers, mc.vocab_size,
                runtime.max_seq_len, parts.executor->describe());
-  spdlog::info("engine: KV cache {} ({}, {} MiB, blocks of {}) holds {} tokens = {} maximum-length sequences; "
-               "weights {:.1f} MiB",
-               config.plugins.kv_allocator, dtype_name(runtime.kv_dtype),
+  spdlog::info("engine: KV cache {} (kv {} ({}), {} MiB, blocks of {}) holds {} tokens = {} maximum-length "
+               "sequences; weights {:.1f} MiB",
+               config.plugins.kv_allocator, dtype_name(runtime.kv_dtype), runtime.kv_dtype_reason,
                static_cast<int64_t>(mib(parts.executor->kv_cache_bytes())), parts.scheduling->kv->block_size(),
                runtime.num_kv_slots, runtime.num_kv_slots / std::max<uint32_t>(1, runtime.max_seq_len),
                mib(parts.executor->weight_bytes()));

@@ -73,6 +73,7 @@ GgufCheckpoint::GgufCheckpoint(std::unique_ptr<GgufFile> file) : file_(std::move
   const GgufFile& f = *file_;
   config_ = gguf_model_config(f);
   source_ = f.name();
+  format_ = "gguf";
   const bool is_llama = config_.architecture == "LlamaForCausalLM";
   // Nine tensors per layer plus the embedding and final norm (q/k/v biases
   // when the config has them are listed as expected tensors): a block_count

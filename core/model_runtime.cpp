@@ -12,6 +12,7 @@
 
 #include "core/model_runtime.hpp"
 
+#include "core/checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/hw_probe.hpp"
 #include "kernels/cpu/hadamard.hpp"
@@ -70,17 +71,35 @@ uint32_t kv_slots_for(const EngineConfig& cfg, uint32_t max_seq_len, uint64_t pe
   return static_cast<uint32_t>(slots);
 }
 
-ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model) {
-  return resolve_runtime(cfg, model, static_cast<uint64_t>(physical_memory_bytes()));
+KvDtypeChoice resolve_kv_dtype(const EngineConfig& cfg, const ModelConfig& model, std::string_view load_format) {
+  if (cfg.kv_cache.dtype) return {*cfg.kv_cache.dtype, "kv_cache.dtype"};
+  if (load_format == "gguf") return {DType::f16, "auto: GGUF"};
+  switch (model.dtype) {
+    case DType::bf16:
+      if (cfg.executor.device == "cpu") return {DType::f16, "auto: BF16 checkpoint, no bf16 cache on the CPU"};
+      return {DType::bf16, "auto: BF16 checkpoint"};
+    case DType::f16:
+      return {DType::f16, "auto: F16 checkpoint"};
+    default:
+      return {DType::f32, "auto: F32 checkpoint"};
+  }
 }
 
-ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model, uint64_t memory_bytes) {
+ModelRuntime resolve_runtime(const EngineConfig& cfg, const Checkpoint& checkpoint) {
+  return resolve_runtime(cfg, checkpoint.config(), checkpoint.format(),
+                         static_cast<uint64_t>(physical_memory_bytes()));
+}
+
+ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model, std::string_view load_format,
+                             uint64_t memory_bytes) {
   ModelRuntime rt;
   rt.num_threads = cfg.executor.num_threads > 0 ? static_cast<uint32_t>(cfg.executor.num_threads) : hardware_cores();
   rt.max_seq_len = cfg.kv_cache.max_seq_len > 0 ? cfg.kv_cache.max_seq_len
                                                 : static_cast<uint32_t>(model.max_position_embeddings);
   rt.max_step_tokens = std::max<uint32_t>(1, cfg.scheduler.max_num_batched_tokens);
-  rt.kv_dtype = cfg.kv_cache.dtype;
+  const KvDtypeChoice kv = resolve_kv_dtype(cfg, model, load_format);
+  rt.kv_dtype = kv.dtype;
+  rt.kv_dtype_reason = kv.reason;
   rt.kv_group_size = cfg.kv_cache.group_size;
   rt.prefault_kv = cfg.kv_cache.prefault;
   if (rt.kv_dtype == DType::i8 && cfg.kv_cache.rotate_keys && kernels::cpu::largest_pow2_divisor(model.head_dim) > 1)

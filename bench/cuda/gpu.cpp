@@ -242,8 +242,10 @@ int main(int argc, char** argv) {
         cfg.plugins.linear = linear;
         if (linear == "linear.cublas") cfg.plugins.linear_options = R"({"dtype":"bf16"})";
         cfg.plugins.attention = "attention.cuda";
-        if (!llmk::parse_dtype(kv_dtype, cfg.kv_cache.dtype))
+        llmk::DType kv = llmk::DType::bf16;
+        if (!llmk::parse_dtype(kv_dtype, kv))
           throw llmk::Error(llmk::ErrorCode::invalid_argument, "--kv-dtype: unknown dtype " + kv_dtype);
+        cfg.kv_cache.dtype = kv;
         cfg.kv_cache.capacity_tokens = static_cast<uint64_t>(256) * span;
         cfg.kv_cache.max_seq_len = static_cast<uint32_t>(std::max(2048, span));
         cfg.scheduler.max_num_batched_tokens = 2048;

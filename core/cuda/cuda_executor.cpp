@@ -155,7 +155,7 @@ class CudaExecutor final : public Executor {
     size_t free_bytes = 0, total_bytes = 0;
     check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the device's memory");
     // Provisional: the KV share of memory is settled after the weights.
-    rt_ = resolve_runtime(ecfg, c, total_bytes);
+    rt_ = resolve_runtime(ecfg, c, checkpoint_->format(), total_bytes);
     graphs_enabled_ = ecfg.executor.cuda_graphs;
     weights_ = load_cuda_weights(*checkpoint_, plugins, ecfg, rt_);
 

@@ -84,7 +84,7 @@ TEST_CASE("seeded sampling with penalties through the engine equals generation g
     EngineConfig cfg;
     cfg.executor.num_threads = 1;
     cfg.kv_cache.capacity_tokens = 1024;
-    Model model(ckpt, plugins, cfg, resolve_runtime(cfg, ckpt->config()));
+    Model model(ckpt, plugins, cfg, resolve_runtime(cfg, *ckpt));
     jobs = make_jobs(model.config().vocab_size);
     for (const Job& j : jobs)
       expected[j.id] = generate(model, j.prompt, j.sampling, {}, [](int32_t) { return true; }).token_ids;

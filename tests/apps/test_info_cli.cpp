@@ -130,6 +130,20 @@ TEST_CASE("llmk info describes dummy presets without a model directory", "[cli][
   CHECK(auto_format["config"]["rope_theta"] == 500000.0);
 }
 
+TEST_CASE("llmk info names the KV dtype kv_cache.dtype resolves to, and why", "[cli][info][kv_dtype]") {
+  const auto stories = info_json({"--model", kStories.string()});
+  CHECK(stories["kv_dtype"] == "f32");
+  CHECK(stories["kv_dtype_reason"] == "auto: F32 checkpoint");
+  const auto tiny = info_json({"--preset", "tinyllama-1.1b"});  // F16 weights
+  CHECK(tiny["kv_dtype"] == "f16");
+  CHECK(tiny["kv_dtype_reason"] == "auto: F16 checkpoint");
+  const auto pinned = info_json({"--preset", "tinyllama-1.1b", "--set", "kv_cache.dtype=i8"});
+  CHECK(pinned["kv_dtype"] == "i8");
+  CHECK(pinned["kv_dtype_reason"] == "kv_cache.dtype");
+  const RunResult text = run_llmk({"info", "--model", kStories.string()});
+  CHECK_THAT(text.out, Contains("f32 (auto: F32 checkpoint)"));
+}
+
 TEST_CASE("llmk info on broken model directories exits 1 with the file and tensor named", "[cli][info]") {
   struct Case {
     const char* what;

@@ -94,7 +94,7 @@ TEST_CASE("a CPU executor's logits view holds exactly the Model's logits, argmax
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
   const EngineConfig cfg = small_config();
   const auto executor = make_executor(cfg, checkpoint, plugins);
-  Model model(checkpoint, plugins, cfg, resolve_runtime(cfg, checkpoint->config()));
+  Model model(checkpoint, plugins, cfg, resolve_runtime(cfg, *checkpoint));
   const int32_t vocab = model.config().vocab_size;
   for (const GoldenPrompt& c : golden_cases()) {
     const int32_t n = static_cast<int32_t>(c.input_ids.size());

@@ -68,8 +68,9 @@ std::unique_ptr<Model> make_model(std::shared_ptr<const Checkpoint> checkpoint, 
   EngineConfig cfg;
   cfg.executor.num_threads = 2;
   cfg.kv_cache.capacity_tokens = 2048;
+  cfg.kv_cache.dtype = DType::f32;  // auto would give a GGUF an f16 cache; the golden bars are F32's
   cfg.scheduler.max_num_batched_tokens = 512;
-  return std::make_unique<Model>(checkpoint, plugins, cfg, resolve_runtime(cfg, checkpoint->config()));
+  return std::make_unique<Model>(checkpoint, plugins, cfg, resolve_runtime(cfg, *checkpoint));
 }
 
 std::vector<float> all_logits(Model& model, const std::vector<int32_t>& ids) {
@@ -208,7 +209,7 @@ TEST_CASE("llmk generate --model file.gguf prints the golden greedy text", "[ggu
   const fs::path file = write_stories(dir, "f32");
   const Golden c = golden()[1];
   const std::string cmd = std::string(LLMK_BINARY_DIR) + "/bin/llmk --log-level warn generate --model " +
-                          file.string() + " --prompt '" + c.prompt + "' --max-tokens 48 --temperature 0 --threads 2";
+                          file.string() + " --prompt '" + c.prompt + "' --max-tokens 48 --temperature 0 --threads 2 --set kv_cache.dtype=f32";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p);
   std::string out;

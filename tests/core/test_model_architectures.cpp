@@ -64,9 +64,10 @@ std::unique_ptr<Model> make_model(std::shared_ptr<const Checkpoint> checkpoint, 
   EngineConfig cfg;
   cfg.executor.num_threads = 2;
   cfg.kv_cache.capacity_tokens = 256;
+  cfg.kv_cache.dtype = DType::f32;  // the float64 reference's bar; auto would give the GGUF twin an f16 cache
   cfg.scheduler.max_num_batched_tokens = 64;
   cfg.plugins.linear = linear;
-  return std::make_unique<Model>(checkpoint, plugins, cfg, resolve_runtime(cfg, checkpoint->config()));
+  return std::make_unique<Model>(checkpoint, plugins, cfg, resolve_runtime(cfg, *checkpoint));
 }
 
 // Logits of every position of ids, fed to the model in steps of the given
@@ -208,7 +209,7 @@ TEST_CASE("Qwen2 biases are added whatever linear plugin computes the projection
     cfg.scheduler.max_num_batched_tokens = 64;
     cfg.plugins.linear = linear;
     cfg.plugins.linear_options = options;
-    Model model(checkpoint, plugins, cfg, resolve_runtime(cfg, checkpoint->config()));
+    Model model(checkpoint, plugins, cfg, resolve_runtime(cfg, *checkpoint));
     const std::vector<float> got = stepped_logits(model, ids, {static_cast<int32_t>(ids.size())});
     const double to_reference = rms_logit_error(got, ref.logits);
     const double to_bias_free = rms_logit_error(got, ref.ablated_logits);

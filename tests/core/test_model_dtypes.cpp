@@ -66,7 +66,7 @@ std::unique_ptr<Model> make_model(std::shared_ptr<const Checkpoint> ckpt, Plugin
   cfg.kv_cache.capacity_tokens = 1024;
   cfg.kv_cache.dtype = kv;
   cfg.kv_cache.group_size = 4;
-  return std::make_unique<Model>(ckpt, plugins, cfg, resolve_runtime(cfg, ckpt->config()));
+  return std::make_unique<Model>(ckpt, plugins, cfg, resolve_runtime(cfg, *ckpt));
 }
 
 // Logits of every position of one prompt of n tokens (one prefill).
@@ -160,7 +160,7 @@ TEST_CASE("an int8 KV cache stays close to the f32 cache and keeps the argmax", 
 TEST_CASE("resolve_runtime derives threads, context and KV slots from the config", "[model]") {
   const ModelConfig& mc = stories()->config();
   EngineConfig cfg;
-  ModelRuntime rt = resolve_runtime(cfg, mc);
+  ModelRuntime rt = resolve_runtime(cfg, *stories());
   CHECK(rt.num_threads >= 1);
   CHECK(rt.max_seq_len == static_cast<uint32_t>(mc.max_position_embeddings));
   CHECK(rt.max_step_tokens == cfg.scheduler.max_num_batched_tokens);
@@ -170,25 +170,25 @@ TEST_CASE("resolve_runtime derives threads, context and KV slots from the config
   CHECK(rt.num_kv_slots <= cfg.scheduler.max_num_seqs * rt.max_seq_len);
   cfg.scheduler.max_num_seqs = 2;
   cfg.kv_cache.max_seq_len = 100;
-  CHECK(resolve_runtime(cfg, mc).num_kv_slots == 200);
+  CHECK(resolve_runtime(cfg, *stories()).num_kv_slots == 200);
   cfg.scheduler.max_num_seqs = 64;
   cfg.kv_cache.max_seq_len = 0;
   // 5 layers x (K + V) x 4 kv heads x 8 dims x 4 bytes = 1280 bytes per token.
   cfg.kv_cache.capacity_bytes = 1280 * 1000 + 5;
-  CHECK(resolve_runtime(cfg, mc).num_kv_slots == 1000);
+  CHECK(resolve_runtime(cfg, *stories()).num_kv_slots == 1000);
   cfg.kv_cache.capacity_tokens = 77;
   cfg.executor.num_threads = 3;
   cfg.kv_cache.max_seq_len = 300;
-  rt = resolve_runtime(cfg, mc);
+  rt = resolve_runtime(cfg, *stories());
   CHECK(rt.num_kv_slots == 77);
   CHECK(rt.num_threads == 3);
   CHECK(rt.max_seq_len == 300);
   cfg.kv_cache.dtype = DType::i8;
-  CHECK(resolve_runtime(cfg, mc).key_rotation == 8);  // head_dim 8: one Hadamard block per head
+  CHECK(resolve_runtime(cfg, *stories()).key_rotation == 8);  // head_dim 8: one Hadamard block per head
   cfg.kv_cache.rotate_keys = false;
-  CHECK(resolve_runtime(cfg, mc).key_rotation == 0);
+  CHECK(resolve_runtime(cfg, *stories()).key_rotation == 0);
   cfg.kv_cache.group_size = 3;  // does not divide head_dim 8
-  CHECK_THROWS_WITH(resolve_runtime(cfg, mc), Catch::Contains("group_size"));
+  CHECK_THROWS_WITH(resolve_runtime(cfg, *stories()), Catch::Contains("group_size"));
 }
 
 TEST_CASE("the model rejects a step that breaks the batch contract", "[model]") {

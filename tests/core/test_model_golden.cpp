@@ -45,7 +45,7 @@ struct Fixture {
     cfg.kv_cache.capacity_tokens = 2048;
     cfg.scheduler.max_num_batched_tokens = step_tokens;
     cfg.plugins.linear_options = linear_options;
-    model = std::make_unique<Model>(checkpoint, plugins, cfg, resolve_runtime(cfg, checkpoint->config()));
+    model = std::make_unique<Model>(checkpoint, plugins, cfg, resolve_runtime(cfg, *checkpoint));
   }
 };
 

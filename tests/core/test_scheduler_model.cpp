@@ -50,7 +50,7 @@ TEST_CASE("batched serving on the real model gives the tokens of unbatched gener
   cfg.executor.num_threads = 2;
   cfg.kv_cache.capacity_tokens = 384;  // tight: forces preemption
   cfg.kv_cache.block_size = 16;
-  const ModelRuntime rt = resolve_runtime(cfg, ckpt->config());
+  const ModelRuntime rt = resolve_runtime(cfg, *ckpt);
   Model model(ckpt, plugins, cfg, rt);
   const int32_t vocab = model.config().vocab_size;
 

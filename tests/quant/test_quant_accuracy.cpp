@@ -73,7 +73,7 @@ class Runner {
     cfg.executor.num_threads = 1;  // kernel tests cover the threaded paths; one thread keeps this quick on a busy machine
     checkpoint_ = std::shared_ptr<const llmk::Checkpoint>(llmk::load_checkpoint(LLMK_SHARED_DIR "/models/stories260K"));
     model_ = std::make_unique<llmk::Model>(checkpoint_, registry_, cfg,
-                                           llmk::resolve_runtime(cfg, checkpoint_->config()));
+                                           llmk::resolve_runtime(cfg, *checkpoint_));
   }
 
   // Logits after each token of ids: [ids.size(), vocab], from one prefill step

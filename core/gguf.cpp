@@ -271,7 +271,8 @@ void GgufFile::parse() {
     const uint64_t type_at = r.pos();
     const uint32_t type = r.read<uint32_t>(what + " type");
     const GgmlTypeInfo* info = ggml_type_info(type);
-    if (info == nullptr) r.fail_at(type_at, what + ": unknown tensor type " + std::to_string(type));
+    if (info == nullptr)
+      r.fail_at(type_at, what + ": unknown tensor type " + std::to_string(type) + " (no ggml type has this id)");
     t.type = static_cast<GgmlType>(type);
     const uint64_t offset_at = r.pos();
     t.offset = r.read<uint64_t>(what + " data offset");

@@ -6,6 +6,9 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
+
+#include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
 #include "core/gguf_metadata.hpp"
@@ -51,6 +54,16 @@ class GgufCheckpoint final : public Checkpoint {
     std::vector<int64_t> shape;  // row-major
   };
   void adopt(const std::string& hf_name, const Mapped& m, DType target, int64_t permute_heads);
+  void log_conversions() const;
+
+  // Tensors converted to F32 at load, by stored type: GGUF names without
+  // their "blk.N." prefix, and the bytes before and after.
+  struct Converted {
+    size_t num_tensors = 0;
+    std::set<std::string> kinds;
+    uint64_t bytes_before = 0, bytes_after = 0;
+  };
+  std::map<std::string, Converted> converted_;
 
   std::unique_ptr<GgufFile> file_;
   std::vector<std::unique_ptr<void, FreeDeleter>> owned_;  // 64-byte aligned converted tensors
@@ -121,6 +134,7 @@ GgufCheckpoint::GgufCheckpoint(std::unique_ptr<GgufFile> file) : file_(std::move
     }
     adopt(name, m, target, permute_heads);
   }
+  log_conversions();
   config_.dtype = tensors_.at("model.layers.0.self_attn.q_proj.weight").dtype;
   if (!gguf_tokenizer_model(f).empty()) tokenizer_path_ = f.name();
 }
@@ -140,8 +154,17 @@ void GgufCheckpoint::adopt(const std::string& hf_name, const Mapped& m, DType ta
     void* buffer = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
     if (buffer == nullptr) throw Error(ErrorCode::internal, file_->name() + ": cannot allocate " + std::to_string(bytes) + " bytes for '" + m.info->name + "'");
     owned_.emplace_back(buffer);
-    if (float_dtype(m.info->type) == target) std::memcpy(buffer, src, bytes);
-    else dequantize_ggml(m.info->type, src, static_cast<float*>(buffer), view.numel());  // target is f32
+    if (float_dtype(m.info->type) == target) {
+      std::memcpy(buffer, src, bytes);
+    } else {
+      dequantize_ggml(m.info->type, src, static_cast<float*>(buffer), view.numel());  // target is f32
+      Converted& c = converted_[ggml_type_info(static_cast<uint32_t>(m.info->type))->name];
+      c.num_tensors += 1;
+      const std::string& g = m.info->name;
+      c.kinds.insert(g.rfind("blk.", 0) == 0 ? g.substr(g.find('.', 4) + 1) : g);
+      c.bytes_before += m.info->nbytes;
+      c.bytes_after += bytes;
+    }
     if (permute_heads > 0) {
       const int64_t rows = m.shape[0];
       const size_t row_bytes = bytes / static_cast<size_t>(rows);
@@ -153,6 +176,24 @@ void GgufCheckpoint::adopt(const std::string& hf_name, const Mapped& m, DType ta
     view.data = buffer;
   }
   tensors_.emplace(hf_name, std::move(view));
+}
+
+// One line: which tensors became F32 and what that costs, e.g.
+// "x.gguf: dequantized to F32 at load: Q4_1 x 210 (attn_k.weight, ...);
+// 73466880 -> 538460160 bytes (70.1 -> 513.5 MiB)".
+void GgufCheckpoint::log_conversions() const {
+  if (converted_.empty()) return;
+  std::string what;
+  uint64_t before = 0, after = 0;
+  for (const auto& [type, c] : converted_) {
+    std::string kinds;
+    for (const std::string& k : c.kinds) kinds += (kinds.empty() ? "" : ", ") + k;
+    what += (what.empty() ? "" : ", ") + type + " x " + std::to_string(c.num_tensors) + " (" + kinds + ")";
+    before += c.bytes_before;
+    after += c.bytes_after;
+  }
+  spdlog::info("{}: dequantized to F32 at load: {}; {} -> {} bytes ({:.1f} -> {:.1f} MiB)", file_->name(), what, before,
+               after, before / 1048576.0, after / 1048576.0);
 }
 
 }  // namespace

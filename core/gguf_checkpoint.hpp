@@ -11,7 +11,8 @@
 // Qwen2 q/k/v biases (blk.N.attn_q/k/v.bias) when the file has them.
 // Refused with Error(unsupported): other architectures, other rope scaling
 // types (yarn, longrope), partial rotary (rope.dimension_count != head_dim),
-// tensor types other than F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K.
+// tensor types dequantize_ggml cannot decode (the IQ1/IQ2/IQ3 families,
+// NVFP4, Q1_0, integers, F64: named, with the list of those it can).
 //
 // Tensors get the engine's (Hugging Face) names: token_embd ->
 // model.embed_tokens, blk.N.attn_q/k/v/output -> self_attn.q/k/v/o_proj,
@@ -23,7 +24,8 @@
 // Quantized blocks are dequantized to F32 at load (the linear plugin then
 // converts to the weight dtype it asks for); a layer whose projections do
 // not share one float type is converted to F32 as a whole, since the model
-// takes one weight dtype per layer.
+// takes one weight dtype per layer. The load logs one line naming the
+// converted tensors by type and their bytes before and after.
 //
 // llama.cpp's converter reorders the rows of every llama-architecture Q and
 // K projection so that each head's rotary pairs are adjacent (rows 2i, 2i+1)

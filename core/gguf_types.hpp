@@ -1,19 +1,13 @@
-// GGUF's element types (ggml's type ids) and their block layouts, and the
-// decoders that turn stored blocks into floats.
+// GGUF's element types (ggml's type ids), their block layouts, and
+// dequantize_ggml, which turns stored blocks into floats.
 //
-// A quantized type stores a row of `block_size` values as one block of
+// A quantized type stores a run of `block_size` values as one block of
 // `type_size` bytes; a row's length (the innermost dimension) is a whole
-// number of blocks. Layouts, little-endian, f16 = IEEE half:
-//   Q8_0 (32 values, 34 bytes): f16 d; int8 q[32].            x = d * q
-//   Q4_0 (32 values, 18 bytes): f16 d; u8 qs[16]; value j < 16 is the low
-//        nibble of qs[j], value j + 16 the high nibble.        x = d * (nib - 8)
-//   Q4_K (256 values, 144 bytes): f16 d; f16 dmin; u8 scales[12]; u8 qs[128].
-//        8 sub-blocks of 32 with 6-bit scale sc and min m packed in scales;
-//        each 32 bytes of qs hold two sub-blocks (low nibbles, then high).
-//                                                           x = d*sc*nib - dmin*m
-//   Q6_K (256 values, 210 bytes): u8 ql[128]; u8 qh[64]; int8 scales[16]; f16 d.
-//        6-bit q = 4 low bits from ql, 2 high bits from qh; 16 groups of 16
-//        values, each with its own int8 scale.              x = d*scale*(q - 32)
+// number of blocks. Every id ggml has assigned is known here with its sizes
+// (ids 31-33 and 36-38 are ggml's retired repacked Q4_0 / IQ4_NL layouts,
+// which files no longer hold), so any file is validated by size even where
+// its type cannot be decoded. The block layouts of the decoded types are
+// described beside their decoders (core/gguf_blocks.hpp).
 #pragma once
 
 #include <cstdint>
@@ -35,12 +29,32 @@ enum class GgmlType : uint32_t {
   q5_k = 13,
   q6_k = 14,
   q8_k = 15,
+  iq2_xxs = 16,
+  iq2_xs = 17,
+  iq3_xxs = 18,
+  iq1_s = 19,
+  iq4_nl = 20,
+  iq3_s = 21,
+  iq2_s = 22,
+  iq4_xs = 23,
   i8 = 24,
   i16 = 25,
   i32 = 26,
   i64 = 27,
   f64 = 28,
+  iq1_m = 29,
   bf16 = 30,
+  q4_0_4_4 = 31,  // retired: repacked Q4_0
+  q4_0_4_8 = 32,
+  q4_0_8_8 = 33,
+  tq1_0 = 34,
+  tq2_0 = 35,
+  iq4_nl_4_4 = 36,  // retired: repacked IQ4_NL
+  iq4_nl_4_8 = 37,
+  iq4_nl_8_8 = 38,
+  mxfp4 = 39,
+  nvfp4 = 40,
+  q1_0 = 41,
 };
 
 struct GgmlTypeInfo {
@@ -50,15 +64,17 @@ struct GgmlTypeInfo {
   bool can_dequantize;  // dequantize_ggml() decodes it
 };
 
-// nullptr for an id this reader does not know (its byte size is unknown,
-// so such a file cannot even be validated).
+// nullptr for an id ggml never assigned (its byte size is unknown, so such a
+// file cannot even be validated).
 const GgmlTypeInfo* ggml_type_info(uint32_t type) noexcept;
-// "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K": the types dequantize_ggml decodes.
+// "F32, F16, BF16, Q4_0, ...": the types dequantize_ggml decodes.
 const char* ggml_dequantizable_type_names() noexcept;
 
 // Decodes `num_values` values (a whole number of blocks) of `type` at src
 // into dst. src: num_values / block_size blocks of type_size bytes, any
-// alignment; dst: [num_values] floats. Throws Error(unsupported) for a type
+// alignment; dst: [num_values] floats. The values equal the PyPI gguf
+// package's NumPy dequantizer (gguf.quants.dequantize) bit for bit. Throws
+// Error(unsupported) naming the type and the supported ones for a type
 // whose can_dequantize is false, Error(invalid_argument) when num_values is
 // not a multiple of the block size.
 void dequantize_ggml(GgmlType type, const void* src, float* dst, int64_t num_values);

@@ -263,6 +263,9 @@ ModelConfig parse_model_config_json(const std::string& text, const std::string& 
 
 ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   namespace fs = std::filesystem;
+  if (fs::is_regular_file(model_dir))
+    throw Error(ErrorCode::bad_checkpoint, model_dir.string() +
+                                               ": a file that is neither GGUF (no 'GGUF' magic) nor a model directory");
   if (!fs::is_directory(model_dir))
     throw Error(ErrorCode::not_found, model_dir.string() + ": model directory does not exist");
   const fs::path config_file = model_dir / "config.json";

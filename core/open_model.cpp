@@ -38,7 +38,16 @@ std::string resolve_load_format(const ModelSection& s) {
   if (s.load_format != "auto")
     throw Error(ErrorCode::invalid_config,
                 "model.load_format: '" + s.load_format + "' is not allowed (allowed: auto, safetensors, gguf, dummy)");
-  if (!s.path.empty()) return is_gguf_file(s.path) ? "gguf" : "safetensors";
+  if (!s.path.empty()) {
+    std::error_code ec;
+    if (!fs::exists(s.path, ec)) {
+      const bool named_gguf = fs::path(s.path).extension() == ".gguf";
+      throw Error(ErrorCode::not_found,
+                  "model.path: '" + s.path + "' does not exist (looked for " +
+                      (named_gguf ? "a GGUF file" : "a Hugging Face model directory or a GGUF file") + ")");
+    }
+    return is_gguf_file(s.path) ? "gguf" : "safetensors";
+  }
   if (!s.preset.empty()) return "dummy";
   throw Error(ErrorCode::invalid_config,
               "model.path: no model given: pass --model DIR (a Hugging Face directory) or --load-format dummy "

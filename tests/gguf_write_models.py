@@ -7,13 +7,18 @@ and quantizers), the independent reference for llmk's GGUF reader.
            sentencepiece vocabulary in tokenizer.ggml.*; q8_0 quantizes every
            matrix whose rows are whole 32-value blocks (the rest stay F16, as
            the converter falls back), norms stay F32.
-  quants   OUT_DIR SEED                  one GGUF per type (F32, F16, BF16,
-           Q8_0, Q4_0, Q4_K, Q6_K) holding a tensor of odd row count, plus
-           NAME.f32: gguf.quants' own dequantization of the same bytes.
+  quants   OUT_DIR SEED                  one GGUF per type llmk decodes
+           (DECODED) holding a tensor of odd row count (random blocks with
+           sane f16 scales, edge blocks), plus NAME.f32: gguf.quants' own
+           dequantization of the same bytes.
   metadata OUT.gguf                      every metadata value type, arrays
            and nested arrays, general.alignment 64, three small tensors.
-  kquant   OUT_QUANT.gguf OUT_F32.gguf       a one-layer model in every
-           quantized type, and its F32 twin (gguf.quants' dequantization).
+  kquant   OUT_QUANT.gguf OUT_F32.gguf       a two-layer model mixing every
+           quantized type llmk decodes, and its F32 twin (gguf.quants'
+           dequantization).
+  type-sizes OUT.json                        gguf's block sizes of every type.
+  chat     OUT.gguf 0|1                      vocabulary metadata with a chat
+           template (and a tool_use one when 1), no tensors.
   tiny     OUT.gguf llama|qwen2 [VARIANT...]   a 2-layer random model (see
            write_tiny for the variants).
   bpe-tokenizer TOKENIZER_JSON PRE OUT.gguf   a Hugging Face byte-level BPE
@@ -168,45 +173,76 @@ def finish(w):
     w.close()
 
 
-def random_blocks(rng, qtype, num_blocks):
-    """Random bytes for K-quant blocks (gguf has no encoder for them) with
-    finite, moderate f16 scales in the places the layout keeps them."""
+# Byte offsets of each decoded type's f16 scale fields within a block.
+F16_FIELDS = {
+    Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0], Q.Q2_K: [80, 82], Q.Q3_K: [108],
+    Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_NL: [0], Q.IQ4_XS: [0], Q.TQ1_0: [52], Q.TQ2_0: [64],
+    Q.MXFP4: [],  # its scale is a one-byte exponent: every byte value is valid
+}
+# The types llmk decodes, as gguf.quants names them.
+DECODED = [Q.F32, Q.F16, Q.BF16, *F16_FIELDS]
+
+
+def edge_blocks(qtype, scale_bits):
+    """Blocks of all-zero and all-one quant bits, under a given f16 scale."""
+    size = gguf.GGML_QUANT_SIZES[qtype][1]
+    out = []
+    for fill in (0x00, 0xFF, 0x55, 0xAA):
+        block = np.full(size, fill, dtype=np.uint8)
+        for at in F16_FIELDS[qtype]:
+            block[at : at + 2] = np.array([scale_bits], dtype=np.uint16).view(np.uint8)
+        out.append(block)
+    return out
+
+
+def quant_test_blocks(rng, qtype, num_blocks):
+    """num_blocks blocks of random bytes with finite f16 scales (normal,
+    negative, zero, subnormal, the largest half), edge blocks first."""
     size = gguf.GGML_QUANT_SIZES[qtype][1]
     blocks = rng.integers(0, 256, size=(num_blocks, size), dtype=np.uint8)
-    scales = rng.uniform(-0.05, 0.05, size=(num_blocks, 2)).astype(np.float16).view(np.uint8)
-    if qtype == Q.Q4_K:
-        blocks[:, 0:4] = scales  # d, dmin
-    elif qtype == Q.Q6_K:
-        blocks[:, 208:210] = scales[:, 0:2]  # d
+    fields = F16_FIELDS[qtype]
+    if fields:
+        scales = rng.uniform(-0.05, 0.05, size=(num_blocks, len(fields))).astype(np.float16)
+        scales.reshape(-1)[:: 7] = np.float16(0.0)
+        scales.reshape(-1)[3 :: 11] = np.array([0x0001], np.uint16).view(np.float16)[0]  # smallest subnormal
+        scales.reshape(-1)[5 :: 13] = np.array([0x03FF], np.uint16).view(np.float16)[0]  # largest subnormal
+        scales.reshape(-1)[6 :: 17] = np.float16(-65504.0)
+        raw = scales.view(np.uint8)
+        for k, at in enumerate(fields):
+            blocks[:, at : at + 2] = raw[:, 2 * k : 2 * k + 2]
+    edges = edge_blocks(qtype, 0x3C00) + edge_blocks(qtype, 0xBC00) + edge_blocks(qtype, 0x0001)
+    blocks[: len(edges)] = np.stack(edges)[:num_blocks]
     return blocks
 
 
 def write_quants(out_dir, seed):
+    """Per decoded type, NAME.gguf holding tensor "t" of 7 rows (odd on
+    purpose) of several blocks each, and NAME.f32: gguf.quants.dequantize of
+    exactly those bytes. Plain types hold every bit pattern (F16: all 65536,
+    NaN payloads included)."""
     out_dir = Path(out_dir)
     rng = np.random.default_rng(int(seed))
-    rows = 7  # odd on purpose
-    for qtype, cols in [(Q.F32, 33), (Q.F16, 33), (Q.BF16, 33), (Q.Q8_0, 96), (Q.Q4_0, 160), (Q.Q4_K, 512),
-                        (Q.Q6_K, 768)]:
-        name = qtype.name
-        values = rng.standard_normal((rows, cols)).astype(np.float32)
-        if qtype == Q.F32:
-            stored = values
-        elif qtype == Q.F16:
-            stored = values.astype(np.float16)
-        elif qtype in (Q.Q4_K, Q.Q6_K):
-            block_values, _ = gguf.GGML_QUANT_SIZES[qtype]
-            stored = random_blocks(rng, qtype, rows * cols // block_values).reshape(rows, -1)
+    rows = 7
+    for qtype in DECODED:
+        block_values, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+        if qtype == Q.F16:
+            cols = 65536 // rows + 1
+            bits = np.concatenate([np.arange(65536, dtype=np.uint16), rng.integers(0, 65536, rows * cols - 65536, dtype=np.uint16)])
+            stored = bits.view(np.uint8).reshape(rows, -1)
+        elif qtype in (Q.F32, Q.BF16):
+            cols = 33
+            stored = rng.integers(0, 256, size=(rows, cols * block_bytes), dtype=np.uint8)
         else:
-            stored = gguf.quants.quantize(values, qtype)
-        w = gguf.GGUFWriter(out_dir / f"{name}.gguf", "llama")
-        if qtype in (Q.F32, Q.F16):
-            w.add_tensor("t", stored)
-            reference = stored.astype(np.float32)
-        else:
-            w.add_tensor("t", stored, raw_dtype=qtype)
-            reference = gguf.quants.dequantize(stored, qtype)
+            per_row = 5 if block_values == 32 else 3
+            cols = per_row * block_values
+            stored = quant_test_blocks(rng, qtype, rows * per_row).reshape(rows, -1)
+        w = gguf.GGUFWriter(out_dir / f"{qtype.name}.gguf", "llama")
+        w.add_tensor("t", stored, raw_dtype=qtype)
         finish(w)
-        np.asarray(reference, dtype=np.float32).reshape(rows, cols).tofile(out_dir / f"{name}.f32")
+        with np.errstate(over="ignore", invalid="ignore"):  # MXFP4 edge blocks overflow to infinity
+            reference = np.asarray(gguf.quants.dequantize(stored, qtype))
+        assert reference.dtype == np.float32 and reference.size == rows * cols
+        reference.tofile(out_dir / f"{qtype.name}.f32")
 
 
 def write_metadata(out):
@@ -237,11 +273,13 @@ def write_metadata(out):
 def write_tiny(out, arch, variants):
     """Variants: bias (qwen2 q/k/v biases), tied (no output.weight), f16 (every
     matrix F16), mixed (one F16 projection among F32 ones), q4_1 (one Q4_1
-    projection), drop (no blk.1.ffn_up), badshape (blk.0.attn_k one row
+    projection), iq2_xxs (one IQ2_XXS projection of random blocks), drop (no blk.1.ffn_up), badshape (blk.0.attn_k one row
     short), extra (an unknown tensor), rope_freqs (llama3 scaling factors, all
     1), rope_freqs_short (one factor too few), yarn (rope.scaling.type yarn)."""
     rng = np.random.default_rng(3)
     hidden, inter, layers, heads, kv, vocab = 32, 64, 2, 4, 2, 48
+    if "iq2_xxs" in variants:
+        inter = 256  # ffn_down's rows: one 256-value block
     w = gguf.GGUFWriter(out, arch)
     w.add_context_length(128)
     w.add_embedding_length(hidden)
@@ -265,6 +303,9 @@ def write_tiny(out, arch, variants):
             return
         if name == "blk.1.ffn_gate.weight" and "q4_1" in variants:
             w.add_tensor(name, gguf.quants.quantize(x, Q.Q4_1), raw_dtype=Q.Q4_1)
+        elif name == "blk.1.ffn_down.weight" and "iq2_xxs" in variants:
+            size = gguf.GGML_QUANT_SIZES[Q.IQ2_XXS][1]
+            w.add_tensor(name, rng.integers(0, 256, size=(x.shape[0], size), dtype=np.uint8), raw_dtype=Q.IQ2_XXS)
         elif x.ndim == 2 and ("f16" in variants or (name == "blk.0.attn_v.weight" and "mixed" in variants)):
             w.add_tensor(name, x.astype(np.float16))
         else:
@@ -297,10 +338,30 @@ def write_tiny(out, arch, variants):
     finish(w)
 
 
+# Per type, the largest |scale * quant| a block can produce: test blocks get
+# f16 scales of about 0.1 / this, for O(1) activations.
+SCALE_RANGE = {Q.Q2_K: 45, Q.Q3_K: 128, Q.Q4_K: 945, Q.Q5_K: 1953, Q.Q6_K: 4064, Q.IQ4_NL: 127, Q.IQ4_XS: 4064}
+
+
+def mixed_blocks(rng, qtype, rows, cols):
+    """rows x cols values of qtype: gguf.quants' encoder where it has one,
+    else random blocks with small f16 scales."""
+    try:
+        return gguf.quants.quantize((rng.standard_normal((rows, cols)) * 0.05).astype(np.float32), qtype)
+    except NotImplementedError:
+        pass
+    block_values, size = gguf.GGML_QUANT_SIZES[qtype]
+    blocks = rng.integers(0, 256, size=(rows * cols // block_values, size), dtype=np.uint8)
+    limit = 0.1 / SCALE_RANGE[qtype]
+    for at in F16_FIELDS[qtype]:
+        blocks[:, at : at + 2] = rng.uniform(-limit, limit, size=(blocks.shape[0], 1)).astype(np.float16).view(np.uint8)
+    return blocks.reshape(rows, -1)
+
+
 def write_kquant_pair(out_quant, out_f32):
-    """A one-layer llama whose tensors use every quantized type (random
-    blocks with small scales for the K-quants, gguf.quants' encoders for
-    Q8_0/Q4_0), and its twin holding gguf.quants' F32 dequantization of
+    """A two-layer llama whose tensors mix every quantized type llmk decodes
+    (as llama.cpp's Q4_K_M and friends mix Q4_K, Q5_0, Q6_K, Q8_0 across
+    tensors), and its twin holding gguf.quants' F32 dequantization of
     exactly those blocks."""
     rng = np.random.default_rng(11)
     hidden, inter, heads, kv, vocab = 256, 512, 4, 2, 64
@@ -309,7 +370,7 @@ def write_kquant_pair(out_quant, out_f32):
     for w in files:
         w.add_context_length(128)
         w.add_embedding_length(hidden)
-        w.add_block_count(1)
+        w.add_block_count(2)
         w.add_feed_forward_length(inter)
         w.add_head_count(heads)
         w.add_head_count_kv(kv)
@@ -317,33 +378,64 @@ def write_kquant_pair(out_quant, out_f32):
         w.add_vocab_size(vocab)
 
     def add(name, rows, cols, qtype):
-        if qtype in (Q.Q4_K, Q.Q6_K):
-            blocks = random_blocks(rng, qtype, rows * cols // 256)
-            if qtype == Q.Q4_K:  # scales small enough for O(1) activations
-                blocks[:, 0:4] = rng.uniform(-0.002, 0.002, size=(blocks.shape[0], 2)).astype(np.float16).view(np.uint8)
-            else:
-                blocks[:, 208:210] = rng.uniform(-0.001, 0.001, size=(blocks.shape[0], 1)).astype(np.float16).view(np.uint8)
-            stored = blocks.reshape(rows, -1)
-        else:
-            stored = gguf.quants.quantize((rng.standard_normal((rows, cols)) * 0.05).astype(np.float32), qtype)
+        stored = mixed_blocks(rng, qtype, rows, cols)
         files[0].add_tensor(name, stored, raw_dtype=qtype)
         files[1].add_tensor(name, gguf.quants.dequantize(stored, qtype).astype(np.float32).reshape(rows, cols))
 
     add("token_embd.weight", vocab, hidden, Q.Q6_K)
     for w in files:
-        w.add_tensor("blk.0.attn_norm.weight", np.ones(hidden, np.float32))
-        w.add_tensor("blk.0.ffn_norm.weight", np.ones(hidden, np.float32))
         w.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
-    add("blk.0.attn_q.weight", heads * hd, hidden, Q.Q4_K)
-    add("blk.0.attn_k.weight", kv * hd, hidden, Q.Q4_K)
-    add("blk.0.attn_v.weight", kv * hd, hidden, Q.Q6_K)
-    add("blk.0.attn_output.weight", hidden, heads * hd, Q.Q8_0)
-    add("blk.0.ffn_gate.weight", inter, hidden, Q.Q4_0)
-    add("blk.0.ffn_up.weight", inter, hidden, Q.Q8_0)
-    add("blk.0.ffn_down.weight", hidden, inter, Q.Q6_K)
-    add("output.weight", vocab, hidden, Q.Q4_K)
+    layer_types = [
+        [Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0],
+        [Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.IQ4_NL, Q.IQ4_XS, Q.TQ1_0, Q.TQ2_0],
+    ]
+    for i, (tq, tk, tv, to, tg, tu, td) in enumerate(layer_types):
+        for w in files:
+            w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(hidden, np.float32))
+            w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(hidden, np.float32))
+        add(f"blk.{i}.attn_q.weight", heads * hd, hidden, tq)
+        add(f"blk.{i}.attn_k.weight", kv * hd, hidden, tk)
+        add(f"blk.{i}.attn_v.weight", kv * hd, hidden, tv)
+        add(f"blk.{i}.attn_output.weight", hidden, heads * hd, to)
+        add(f"blk.{i}.ffn_gate.weight", inter, hidden, tg)
+        add(f"blk.{i}.ffn_up.weight", inter, hidden, tu)
+        add(f"blk.{i}.ffn_down.weight", hidden, inter, td)
+    add("output.weight", vocab, hidden, Q.MXFP4)
     for w in files:
         finish(w)
+
+
+def write_type_sizes(out):
+    """{id: [name, block values, block bytes]} of every type gguf knows."""
+    sizes = {int(t): [t.name, *gguf.GGML_QUANT_SIZES[t]] for t in Q if t in gguf.GGML_QUANT_SIZES}
+    Path(out).write_text(json.dumps(sizes))
+
+
+def write_chat(out, with_tool_use):
+    """Vocabulary metadata (no tensors) with a chat template that uses
+    bos_token and eos_token, and a named tool_use template when asked."""
+    tokens = ["<unk>", "<|im_start|>", "<|im_end|>", "<pad>", "a", "b"]
+    w = gguf.GGUFWriter(out, "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_merges([])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_pad_token_id(3)
+    templates = [{"name": "default", "template": CHAT_TEMPLATE}]
+    if with_tool_use == "1":
+        templates.append({"name": "tool_use", "template": TOOL_TEMPLATE})
+    w.add_chat_template(templates)
+    finish(w)
+
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] | trim }}"
+    "{{ eos_token }}{% if not loop.last %}\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}\n<|im_start|>assistant\n{% endif %}[{{ unk_token }}|{{ pad_token }}]"
+)
+TOOL_TEMPLATE = "TOOLS {{ tools | length }} {% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}"
 
 
 def write_bpe_tokenizer(tokenizer_json, pre, out):
@@ -388,6 +480,10 @@ if __name__ == "__main__":
         write_kquant_pair(*args)
     elif cmd == "tiny":
         write_tiny(args[0], args[1], args[2:])
+    elif cmd == "type-sizes":
+        write_type_sizes(*args)
+    elif cmd == "chat":
+        write_chat(*args)
     elif cmd == "bpe-tokenizer":
         write_bpe_tokenizer(*args)
     else:

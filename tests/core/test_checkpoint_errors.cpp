@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/checkpoint.hpp"
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/safetensors_writer.hpp"
 
@@ -221,6 +222,30 @@ TEST_CASE("a directory without safetensors weights is refused", "[checkpoint][er
 
 TEST_CASE("a missing model directory is reported as not found", "[checkpoint][errors]") {
   CHECK_THAT(load_error("/nonexistent/model", ErrorCode::not_found), Contains("/nonexistent/model"));
+}
+
+TEST_CASE("a missing --model path names what was looked for: a GGUF file or a model directory", "[checkpoint][errors]") {
+  const auto open_error = [](const std::string& path) -> std::string {
+    ModelSection s;
+    s.path = path;
+    try {
+      open_model(s);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::not_found);
+      return e.what();
+    }
+    FAIL("open_model did not throw");
+    return "";
+  };
+  CHECK(open_error("/nonexistent/missing.gguf") ==
+        "model.path: '/nonexistent/missing.gguf' does not exist (looked for a GGUF file)");
+  CHECK(open_error("/nonexistent/model") ==
+        "model.path: '/nonexistent/model' does not exist (looked for a Hugging Face model directory or a GGUF file)");
+  TempDir dir;
+  write_file(dir.path() / "weights.bin", "not a model");
+  ModelSection s;
+  s.path = (dir.path() / "weights.bin").string();
+  CHECK_THROWS_WITH(open_model(s), Contains("weights.bin: a file that is neither GGUF"));
 }
 
 TEST_CASE("a config.json that is not JSON is refused naming the file", "[checkpoint][errors]") {

@@ -9,8 +9,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
@@ -255,6 +259,11 @@ TEST_CASE("GGUF tensors map to the engine's names, types and tying", "[gguf]") {
     CHECK(c->tensor("model.layers.0.self_attn.q_proj.weight").dtype == DType::f32);
   }
   {
+    const auto c = load_gguf_checkpoint(write_tiny(dir, "llama q4_1"));
+    CHECK(c->tensor("model.layers.1.mlp.gate_proj.weight").dtype == DType::f32);  // dequantized
+    CHECK(c->tensor("model.layers.1.mlp.up_proj.weight").dtype == DType::f32);
+  }
+  {
     const auto c = load_gguf_checkpoint(write_tiny(dir, "qwen2"));
     CHECK(c->config().architecture == "Qwen2ForCausalLM");
     CHECK_FALSE(c->config().attention_bias);
@@ -283,8 +292,9 @@ TEST_CASE("GGUF models the engine cannot run are refused naming the tensor and t
              Contains("rope.scaling.type 'yarn' is not supported (none, linear)"));
   CHECK_THAT(load_error(write_tiny(dir, "llama rope_freqs_short"), ErrorCode::bad_checkpoint),
              Contains("tensor 'rope_freqs.weight': shape [3] is not [head_dim / 2] = [4]"));
-  CHECK_THAT(load_error(write_tiny(dir, "llama q4_1"), ErrorCode::unsupported),
-             Contains("tensor 'blk.1.ffn_gate.weight'") && Contains("type Q4_1 is not supported"));
+  CHECK_THAT(load_error(write_tiny(dir, "llama iq2_xxs"), ErrorCode::unsupported),
+             Contains("tensor 'blk.1.ffn_down.weight'") && Contains("type IQ2_XXS is not supported") &&
+                 Contains("Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"));
   CHECK_THAT(load_error(write_tiny(dir, "llama drop"), ErrorCode::bad_checkpoint),
              Contains("tensor 'model.layers.1.mlp.up_proj.weight': missing"));
   CHECK_THAT(load_error(write_tiny(dir, "llama badshape"), ErrorCode::bad_checkpoint),
@@ -295,27 +305,26 @@ TEST_CASE("GGUF models the engine cannot run are refused naming the tensor and t
              Contains("tensor 'blk.0.attn_q.bias': unexpected tensor"));
 }
 
-TEST_CASE("a model in every quantized GGUF type runs as its F32 twin dequantized by gguf.quants", "[gguf][quants]") {
+TEST_CASE("a GGUF mixing every decoded quantized type across layers runs as its F32 twin", "[gguf][quants]") {
   if (!have_gguf_python()) LLMK_SKIP("the project venv with PyPI gguf is absent");
   TempDir dir;
   const fs::path quant_file = dir.path() / "kq.gguf", f32_file = dir.path() / "kf.gguf";
   REQUIRE(run_gguf_writer("kquant " + quant_file.string() + " " + f32_file.string()));
   std::shared_ptr<const Checkpoint> quant = load_gguf_checkpoint(quant_file);
   std::shared_ptr<const Checkpoint> f32 = load_gguf_checkpoint(f32_file);
-  // Q4_K, Q6_K, Q8_0 and Q4_0 decode to the twin's values, and the Q/K rows
-  // are restored to the same order after decoding as the twin's F32 rows.
+  // Every tensor decodes to the twin's values bit for bit (gguf.quants' own
+  // dequantization), and the Q/K rows are restored to the same order after
+  // decoding as the twin's F32 rows.
+  std::set<GgmlType> types;
+  const GgufFile file(quant_file);
+  for (const GgufTensorInfo& t : file.tensors()) types.insert(t.type);
+  CHECK(types.size() == 16);  // F32 norms and the 15 quantized types llmk decodes
   for (const auto& [name, t] : f32->tensors()) {
     INFO(name);
     const TensorView& q = quant->tensor(name);
     REQUIRE(q.dtype == DType::f32);
-    const auto* a = static_cast<const float*>(q.data);
-    const auto* b = static_cast<const float*>(t.data);
-    float max_abs = 0, max_diff = 0;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      max_abs = std::max(max_abs, std::fabs(b[i]));
-      max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
-    }
-    CHECK(max_diff <= 1e-6f * max_abs);  // same float operations; slack for a fused multiply-add
+    REQUIRE(q.numel() == t.numel());
+    CHECK(std::memcmp(q.data, t.data, static_cast<size_t>(t.numel()) * 4) == 0);
   }
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
   auto mq = make_model(quant, plugins);
@@ -324,4 +333,59 @@ TEST_CASE("a model in every quantized GGUF type runs as its F32 twin dequantized
   const std::vector<float> a = all_logits(*mq, ids), b = all_logits(*mf, ids);
   const std::vector<double> want(b.begin(), b.end());
   CHECK(rel_l2(a.data(), want) < 1e-5);
+  // Generation runs on it: the same weights, so the same greedy tokens.
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 6;
+  const auto keep_going = [](int32_t) { return true; };
+  const GenerateResult gq = generate(*mq, ids, greedy, {}, keep_going);
+  CHECK(gq.token_ids.size() == 6);
+  CHECK(gq.token_ids == generate(*mf, ids, greedy, {}, keep_going).token_ids);
+}
+
+TEST_CASE("loading a quantized GGUF logs one line naming what became F32 and the bytes it costs", "[gguf][quants]") {
+  if (!have_gguf_python()) LLMK_SKIP("the project venv with PyPI gguf is absent");
+  TempDir dir;
+  const fs::path quant_file = dir.path() / "kq.gguf", f32_file = dir.path() / "kf.gguf";
+  REQUIRE(run_gguf_writer("kquant " + quant_file.string() + " " + f32_file.string()));
+  // Expected from the file itself: every quantized tensor's stored bytes, and 4 per value after.
+  uint64_t before = 0, after = 0;
+  const GgufFile file(quant_file);
+  for (const GgufTensorInfo& t : file.tensors()) {
+    if (t.type == GgmlType::f32) continue;
+    before += t.nbytes;
+    after += 4 * t.numel();
+  }
+  std::ostringstream out;
+  const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  const spdlog::level::level_enum level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::info);
+  spdlog::default_logger()->sinks().push_back(sink);
+  load_gguf_checkpoint(quant_file);
+  spdlog::default_logger()->sinks().pop_back();
+  const std::string log = out.str();
+  CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+  CHECK_THAT(log, Contains(quant_file.string() + ": dequantized to F32 at load: "));
+  CHECK_THAT(log, Contains("Q6_K x 2 (attn_v.weight, token_embd.weight)") && Contains("MXFP4 x 1 (output.weight)"));
+  CHECK_THAT(log, Contains("; " + std::to_string(before) + " -> " + std::to_string(after) + " bytes"));
+  out.str("");
+  spdlog::default_logger()->sinks().push_back(sink);
+  load_gguf_checkpoint(f32_file);  // nothing converted: no line
+  spdlog::default_logger()->sinks().pop_back();
+  spdlog::set_level(level);
+  CHECK(out.str().empty());
+}
+
+TEST_CASE("a quantized GGUF cut short inside its tensor data is refused naming the tensor", "[gguf][errors]") {
+  if (!have_gguf_python()) LLMK_SKIP("the project venv with PyPI gguf is absent");
+  TempDir dir;
+  const fs::path quant_file = dir.path() / "kq.gguf", f32_file = dir.path() / "kf.gguf";
+  REQUIRE(run_gguf_writer("kquant " + quant_file.string() + " " + f32_file.string()));
+  const GgufFile whole(quant_file);
+  const GgufTensorInfo* last = &whole.tensors()[0];
+  for (const GgufTensorInfo& t : whole.tensors()) last = t.offset > last->offset ? &t : last;
+  const uint64_t cut = whole.data_offset() + last->offset + last->nbytes / 2;
+  fs::resize_file(quant_file, cut);
+  CHECK_THAT(load_error(quant_file, ErrorCode::bad_checkpoint),
+             Contains(quant_file.string()) && Contains("tensor '" + last->name + "'") && Contains("runs past the end"));
 }

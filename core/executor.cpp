@@ -1,5 +1,6 @@
 #include "core/executor.hpp"
 
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -63,6 +64,26 @@ void validate_fed_back(const StepBatch& batch, const SampledIds& previous, Devic
     if (f.previous_row >= previous.count)
       bad("fed-back token from logits row " + std::to_string(f.previous_row) + ", but the previous step sampled " +
           std::to_string(previous.count));
+}
+
+void validate_logits_copy(const LogitsView& view, int32_t first_row, int32_t num_rows, Device device) {
+  if (view.device != device)
+    throw Error(ErrorCode::invalid_argument, std::string("logits copy: a view in ") + device_name(view.device) +
+                                                 " memory given to the " + device_name(device) + " executor");
+  if (first_row < 0 || num_rows < 0 || first_row + num_rows > view.num_rows)
+    throw Error(ErrorCode::invalid_argument, "logits copy: rows [" + std::to_string(first_row) + ", " +
+                                                 std::to_string(first_row + num_rows) + ") outside a view of " +
+                                                 std::to_string(view.num_rows));
+}
+
+void Executor::copy_logits_to_host(const LogitsView& view, int32_t first_row, int32_t num_rows, float* out) {
+  validate_logits_copy(view, first_row, num_rows, device());
+  if (view.device != Device::cpu)
+    throw Error(ErrorCode::internal,
+                std::string("logits copy: the ") + device_name(view.device) + " executor does not copy to the host");
+  const size_t row_bytes = static_cast<size_t>(view.vocab_size) * sizeof(float);
+  for (int32_t r = 0; r < num_rows; ++r)
+    std::memcpy(out + static_cast<size_t>(r) * view.vocab_size, view.row(first_row + r), row_bytes);
 }
 
 std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,

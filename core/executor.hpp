@@ -83,6 +83,10 @@ struct SampledIds {
 // among them. Throws Error(invalid_argument).
 void validate_fed_back(const StepBatch& batch, const SampledIds& previous, Device device);
 
+// What every executor checks before copy_logits_to_host: the view is in
+// `device` memory and the rows lie inside it. Throws Error(invalid_argument).
+void validate_logits_copy(const LogitsView& view, int32_t first_row, int32_t num_rows, Device device);
+
 // save_kv / restore_kv (KvOffloader) copy sequences' K/V to and from host
 // memory for offload preemption; they run only between steps (the scheduler
 // calls them from schedule(), never while a step is in flight).
@@ -116,6 +120,13 @@ class Executor : public KvOffloader {
   // executor's own threads. False where the executor has no such path (the
   // sampler then picks every id). `view` is its latest execute()'s.
   virtual bool argmax_rows(const LogitsView& /*view*/, std::span<int32_t> /*out*/) { return false; }
+  // Copies rows [first_row, first_row + num_rows) of `view` (its latest
+  // execute()'s) to host memory, out[num_rows, view.vocab_size], waiting
+  // for them first: for programs that read whole distributions (llmk eval),
+  // not for the serving path. The CPU's rows are host memory already; other
+  // devices override it. Throws Error(invalid_argument) for rows outside the
+  // view or a view of another device.
+  virtual void copy_logits_to_host(const LogitsView& view, int32_t first_row, int32_t num_rows, float* out);
 
   virtual size_t weight_bytes() const = 0;    // as the device holds them (quantized, packed)
   virtual size_t kv_cache_bytes() const = 0;  // KV memory reserved on the device

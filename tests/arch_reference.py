@@ -83,9 +83,9 @@ def make_weights(spec, seed):
     return w
 
 
-def inv_freq(spec):
+def inv_freq(spec, shape=BASE):
     """transformers' rope_init_fn for the config's rope_scaling, in float64."""
-    hd = BASE["hidden"] // BASE["heads"]
+    hd = shape["hidden"] // shape["heads"]
     inv = spec["theta"] ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
     s = spec["scaling"]
     if s is None:
@@ -103,8 +103,8 @@ def inv_freq(spec):
     return np.where(medium, blended, scaled)
 
 
-def rms_norm(x, w):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + BASE["eps"]) * w
+def rms_norm(x, w, eps=BASE["eps"]):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
 def rope(x, positions, inv):
@@ -116,21 +116,21 @@ def rope(x, positions, inv):
     return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
 
 
-def forward(w, spec, ids):
-    """float64 logits [T, vocab] of the whole sequence."""
+def forward(w, spec, ids, shape=BASE):
+    """float64 logits [T, vocab] of the whole sequence; `shape` as BASE (another model's sizes)."""
     W = {k: v.astype(np.float64) for k, v in w.items()}
-    T, hd = len(ids), BASE["hidden"] // BASE["heads"]
-    nh, nkv = BASE["heads"], BASE["kv_heads"]
-    inv = inv_freq(spec)
+    T, hd = len(ids), shape["hidden"] // shape["heads"]
+    nh, nkv = shape["heads"], shape["kv_heads"]
+    inv = inv_freq(spec, shape)
     pos = np.arange(T)
     # mask[i, j]: query i sees key j
     mask = pos[None, :] <= pos[:, None]
     if spec["window"]:
         mask &= pos[None, :] > pos[:, None] - spec["window"]
     x = W["model.embed_tokens.weight"][ids]
-    for i in range(BASE["layers"]):
+    for i in range(shape["layers"]):
         p = f"model.layers.{i}."
-        hn = rms_norm(x, W[p + "input_layernorm.weight"])
+        hn = rms_norm(x, W[p + "input_layernorm.weight"], shape["eps"])
         q, k, v = (hn @ W[p + f"self_attn.{n}_proj.weight"].T for n in "qkv")
         if spec["bias"]:
             q, k, v = (t + W[p + f"self_attn.{n}_proj.bias"] for t, n in zip((q, k, v), "qkv"))
@@ -145,11 +145,11 @@ def forward(w, spec, ids):
             scores = np.exp(scores - scores.max(axis=1, keepdims=True))
             out[:, head, :] = (scores / scores.sum(axis=1, keepdims=True)) @ v[:, g, :]
         x = x + out.reshape(T, nh * hd) @ W[p + "self_attn.o_proj.weight"].T
-        hn = rms_norm(x, W[p + "post_attention_layernorm.weight"])
+        hn = rms_norm(x, W[p + "post_attention_layernorm.weight"], shape["eps"])
         gate, up = hn @ W[p + "mlp.gate_proj.weight"].T, hn @ W[p + "mlp.up_proj.weight"].T
         x = x + (gate / (1 + np.exp(-gate)) * up) @ W[p + "mlp.down_proj.weight"].T
     head_w = W["model.embed_tokens.weight"] if spec["tied"] else W["lm_head.weight"]
-    return rms_norm(x, W["model.norm.weight"]) @ head_w.T
+    return rms_norm(x, W["model.norm.weight"], shape["eps"]) @ head_w.T
 
 
 def write_safetensors(path, tensors):

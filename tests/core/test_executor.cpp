@@ -281,3 +281,22 @@ TEST_CASE("fed-back rows take the previous step's ids: the same logits as the id
   CHECK_THROWS_WITH(executor->execute(bad_row, previous), Contains("fed-back token row 2"));
   CHECK_THROWS_WITH(executor->execute(bad_row, failed), Contains("fed-back token row 2"));  // checked either way
 }
+
+TEST_CASE("copy_logits_to_host copies a CPU view's rows and refuses rows outside it", "[executor]") {
+  const std::shared_ptr<const Checkpoint> checkpoint = stories_checkpoint();
+  PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
+  const auto executor = make_executor(small_config(), checkpoint, plugins);
+  const LogitsView view = executor->execute(contiguous_step({1, 40, 52, 77, 301}, 0, 0, true));
+  const int32_t vocab = view.vocab_size;
+  REQUIRE(view.num_rows == 5);
+  std::vector<float> host(static_cast<size_t>(2) * vocab);
+  executor->copy_logits_to_host(view, 1, 2, host.data());
+  for (int32_t r = 0; r < 2; ++r)
+    CHECK(std::memcmp(host.data() + static_cast<size_t>(r) * vocab, view.row(1 + r), sizeof(float) * vocab) == 0);
+  CHECK_THROWS_WITH(executor->copy_logits_to_host(view, view.num_rows - 1, 2, host.data()),
+                    Contains("outside a view of " + std::to_string(view.num_rows)));
+  LogitsView elsewhere = view;
+  elsewhere.device = Device::cuda;
+  CHECK_THROWS_WITH(executor->copy_logits_to_host(elsewhere, 0, 1, host.data()),
+                    Contains("a view in cuda memory given to the cpu executor"));
+}

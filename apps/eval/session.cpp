@@ -1,0 +1,136 @@
+#include "apps/eval/session.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "core/checkpoint.hpp"
+#include "core/error.hpp"
+#include "core/executor.hpp"
+#include "core/plugin_loader.hpp"
+#include "core/tokenizer.hpp"
+
+namespace llmk::eval {
+namespace {
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+// The settings that change the numbers: device, linear and attention plugins, KV dtype.
+std::string describe_config(const EngineConfig& cfg) {
+  std::string out = cfg.executor.device + ", linear " + cfg.plugins.linear;
+  if (cfg.plugins.linear_options != "{}") out += " " + cfg.plugins.linear_options;
+  out += ", attention " + cfg.plugins.attention;
+  if (cfg.plugins.attention_options != "{}") out += " " + cfg.plugins.attention_options;
+  return out + ", kv " + dtype_name(cfg.kv_cache.dtype);
+}
+
+}  // namespace
+
+EvalReport run_eval(EngineConfig cfg, const EvalSetup& setup) {
+  std::optional<LogitsReader> base;
+  EvalSetup s = setup;
+  if (!s.kl_base.empty()) {
+    base.emplace(s.kl_base);
+    if (s.ctx_from_base) {
+      s.ctx = base->identity().plan.ctx;
+      s.max_chunks = base->identity().plan.num_chunks;
+    }
+  }
+  const uint32_t block = cfg.kv_cache.block_size;
+  cfg.kv_cache.capacity_tokens = (static_cast<uint32_t>(s.ctx) + block - 1) / block * block;
+  cfg.scheduler.max_num_batched_tokens = static_cast<uint32_t>(std::max(1, std::min(s.batch, s.ctx)));
+  validate(cfg);
+
+  const std::shared_ptr<const Checkpoint> checkpoint = open_model(cfg.model);
+  if (checkpoint->tokenizer_path().empty())
+    throw Error(ErrorCode::not_found, "eval: no tokenizer for model '" + cfg.model.path + "' (set model.tokenizer)");
+  const Tokenizer tokenizer(checkpoint->tokenizer_path());
+  const ModelConfig& mc = checkpoint->config();
+  const bool add_bos = mc.add_bos_token && mc.bos_token_id >= 0;
+  const std::vector<int32_t> tokens = tokenizer.encode(s.text, add_bos);
+  const ChunkPlan plan =
+      plan_chunks(static_cast<int64_t>(tokens.size()), s.ctx, s.max_chunks, add_bos ? mc.bos_token_id : -1);
+
+  PluginRegistry plugins(
+      std::vector<std::filesystem::path>(cfg.plugins.search_path.begin(), cfg.plugins.search_path.end()));
+  const std::unique_ptr<Executor> executor = make_executor(cfg, checkpoint, plugins);
+
+  EvalReport report;
+  report.model = cfg.model.path;
+  report.config = describe_config(cfg);
+  report.num_text_tokens = static_cast<int64_t>(tokens.size());
+  const RunIdentity identity = make_identity(cfg.model.path, mc, s.text_name, report.config, plan, tokens);
+  if (base) {
+    check_same_run(base->identity(), identity, s.kl_base);
+    report.base_config = base->identity().config;
+  }
+  std::optional<LogitsWriter> writer;
+  if (!s.save_logits.empty()) writer.emplace(s.save_logits, identity);
+
+  EvalRun run;
+  run.tokens = tokens;
+  run.plan = plan;
+  run.batch = static_cast<int32_t>(cfg.scheduler.max_num_batched_tokens);
+  run.block_size = static_cast<int32_t>(block);
+  run.save = writer ? &*writer : nullptr;
+  run.base = base ? &*base : nullptr;
+  run.on_chunk = s.on_chunk;
+  report.result = evaluate(*executor, run);
+  return report;
+}
+
+std::string format_report(const EvalReport& rep) {
+  const EvalResult& r = rep.result;
+  const ChunkPlan& p = r.plan;
+  std::string out;
+  out += "model       " + rep.model + "\n";
+  out += "config      " + rep.config + "\n";
+  out += "tokens      " + std::to_string(rep.num_text_tokens) + " in the text; " + std::to_string(p.num_chunks) +
+         " chunks of " + std::to_string(p.ctx) + ", " + std::to_string(r.nll.count) + " scored\n";
+  out += "perplexity  " + fixed(perplexity(r.nll), 4) + " +/- " + fixed(perplexity_uncertainty(r.nll), 5) + "\n";
+  if (r.has_base) {
+    out += "base        " + rep.base_config + "\n";
+    out += "base ppl    " + fixed(perplexity(r.base_nll), 4) + " +/- " + fixed(perplexity_uncertainty(r.base_nll), 5) +
+           "\n";
+    out += "KL mean     " + fixed(r.kl.mean(), 6) + " +/- " + fixed(r.kl.standard_error(), 6) + "\n";
+    out += "KL median   " + fixed(r.kl_median(), 6) + "\n";
+    out += "KL max      " + fixed(r.kl_max(), 6) + "\n";
+    out += "top-1       " + fixed(100.0 * r.top1_agreement(), 3) + " % agree with the base\n";
+  }
+  out += "time        " + fixed(r.seconds, 2) + " s\n";
+  return out;
+}
+
+nlohmann::json report_json(const EvalReport& rep) {
+  const EvalResult& r = rep.result;
+  nlohmann::json j = {{"model", rep.model},
+                      {"config", rep.config},
+                      {"num_text_tokens", rep.num_text_tokens},
+                      {"ctx", r.plan.ctx},
+                      {"num_chunks", r.plan.num_chunks},
+                      {"num_scored", r.nll.count},
+                      {"perplexity", perplexity(r.nll)},
+                      {"perplexity_uncertainty", perplexity_uncertainty(r.nll)},
+                      {"mean_nll", r.nll.mean()},
+                      {"seconds", r.seconds}};
+  if (r.has_base) {
+    j["base"] = {{"config", rep.base_config},
+                 {"perplexity", perplexity(r.base_nll)},
+                 {"perplexity_uncertainty", perplexity_uncertainty(r.base_nll)}};
+    j["kl"] = {{"mean", r.kl.mean()},
+               {"mean_uncertainty", r.kl.standard_error()},
+               {"median", r.kl_median()},
+               {"max", r.kl_max()}};
+    j["top1_agreement"] = r.top1_agreement();
+  }
+  return j;
+}
+
+}  // namespace llmk::eval

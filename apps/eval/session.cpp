@@ -22,13 +22,14 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-// The settings that change the numbers: device, linear and attention plugins, KV dtype.
-std::string describe_config(const EngineConfig& cfg) {
+// The settings that change the numbers: device, linear and attention plugins,
+// the KV dtype as the executor resolved it (kv_cache.dtype may be auto).
+std::string describe_config(const EngineConfig& cfg, DType kv_dtype) {
   std::string out = cfg.executor.device + ", linear " + cfg.plugins.linear;
   if (cfg.plugins.linear_options != "{}") out += " " + cfg.plugins.linear_options;
   out += ", attention " + cfg.plugins.attention;
   if (cfg.plugins.attention_options != "{}") out += " " + cfg.plugins.attention_options;
-  return out + ", kv " + dtype_name(cfg.kv_cache.dtype);
+  return out + ", kv " + dtype_name(kv_dtype);
 }
 
 }  // namespace
@@ -64,7 +65,7 @@ EvalReport run_eval(EngineConfig cfg, const EvalSetup& setup) {
 
   EvalReport report;
   report.model = cfg.model.path;
-  report.config = describe_config(cfg);
+  report.config = describe_config(cfg, executor->runtime().kv_dtype);
   report.num_text_tokens = static_cast<int64_t>(tokens.size());
   const RunIdentity identity = make_identity(cfg.model.path, mc, s.text_name, report.config, plan, tokens);
   if (base) {

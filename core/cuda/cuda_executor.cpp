@@ -141,10 +141,10 @@ class CudaExecutor final : public Executor {
   void copy_logits_to_host(const LogitsView& view, int32_t first_row, int32_t num_rows, float* out) override {
     validate_logits_copy(view, first_row, num_rows, Device::cuda);
     if (view.ready.event != nullptr)
-      check(cudaEventSynchronize(static_cast<cudaEvent_t>(view.ready.event)), "waiting for the logits");
+      check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(view.ready.event)), "waiting for the logits");
     const size_t row_bytes = static_cast<size_t>(view.vocab_size) * sizeof(float);
     for (int32_t r = 0; r < num_rows; ++r)  // rows are contiguous here (row_stride == vocab_size): one copy each
-      check(cudaMemcpy(out + static_cast<size_t>(r) * view.vocab_size, view.row(first_row + r), row_bytes,
+      check_cuda(cudaMemcpy(out + static_cast<size_t>(r) * view.vocab_size, view.row(first_row + r), row_bytes,
                        cudaMemcpyDeviceToHost),
             "copying logits to the host");
   }

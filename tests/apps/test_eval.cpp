@@ -299,6 +299,7 @@ TEST_CASE("SmolLM2-135M's perplexity over a short text equals the float64 refere
 
   EngineConfig cfg = stories_config();
   cfg.model.path = f32.string();
+  cfg.kv_cache.dtype = DType::f32;  // compared with float64: auto would give a GGUF an f16 cache
   eval::EvalSetup setup = story_setup();
   setup.max_chunks = 2;
   const eval::EvalReport rep = eval::run_eval(cfg, setup);

@@ -27,7 +27,7 @@ using namespace llmk;
 namespace {
 
 // Both engines compute in F32 (the CUDA one's logits within 1e-4 relative L2
-// of the float64 reference, cuda_executor_test.cpp) and the errors average
+// of the float64 reference, test_cuda_executor.cpp) and the errors average
 // out over the scored tokens: measured 7e-8 relative, KL 8e-8.
 constexpr double kPerplexityRelTolerance = 1e-6;
 constexpr double kKlTolerance = 1e-5;

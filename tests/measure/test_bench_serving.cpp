@@ -49,9 +49,10 @@ class Server {
       waitpid(pid_, &status, 0);
     }
   }
-  // Waits until the HTTP port answers /health.
+  // Waits until the HTTP port answers /health: up to 60 s, as the serve tests
+  // wait (tests/ipc/serve_process.hpp), since a loaded machine starts slowly.
   bool wait_ready(int http_port) const {
-    for (int i = 0; i < 200; ++i) {
+    for (int i = 0; i < 600; ++i) {
       const std::string out =
           run_capture("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:" + std::to_string(http_port) + "/health");
       if (out == "200") return true;

@@ -6,8 +6,9 @@
 // overlapping, nothing missing, nothing unexpected. Failures throw
 // Error(bad_checkpoint) naming the file, the tensor and what is wrong.
 //
-// Tensors keep their stored dtype (F32, F16 or BF16); a checkpoint may mix
-// them (e.g. F32 norms next to BF16 projections), so consumers read
+// Tensors keep their stored dtype (F32, F16 or BF16; a GGUF file's quantized
+// tensors as ggml blocks, core/dtype.hpp); a checkpoint may mix them (e.g.
+// F32 norms next to BF16 projections, Q4_K beside Q6_K), so consumers read
 // TensorView::dtype rather than config().dtype. Data pointers are aligned to
 // at least their element size (a misaligned tensor in a file is copied).
 // Ignored tensors: model.layers.N.self_attn.rotary_emb.inv_freq (recomputed
@@ -34,7 +35,7 @@ struct TensorView {
   std::vector<int64_t> shape;
   const void* data = nullptr;  // valid while the owning Checkpoint lives
   int64_t numel() const;
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  size_t nbytes() const { return dtype_bytes(dtype, numel()); }
 };
 
 class Checkpoint {

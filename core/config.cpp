@@ -52,6 +52,7 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(executor, cuda_graphs),
       LLMK_FIELD(plugins, attention),
       LLMK_FIELD(plugins, linear),
+      LLMK_FIELD(plugins, linear_blocks),
       LLMK_FIELD(plugins, kv_allocator),
       LLMK_JSON_FIELD(plugins, linear_options),
       LLMK_JSON_FIELD(plugins, attention_options),
@@ -395,6 +396,7 @@ void validate(const EngineConfig& c) {
 
   for (const auto& [key, name] : {std::pair{"plugins.attention", &c.plugins.attention},
                                   std::pair{"plugins.linear", &c.plugins.linear},
+                                  std::pair{"plugins.linear_blocks", &c.plugins.linear_blocks},
                                   std::pair{"plugins.kv_allocator", &c.plugins.kv_allocator}})
     if (name->empty()) fail(key, "must name a plugin (e.g. attention.cpu, linear.dense, kv.contiguous)");
   check_json_object(c.plugins.linear_options, "plugins.linear_options");

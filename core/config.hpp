@@ -45,6 +45,10 @@ struct ExecutorSection {
 struct PluginSection {
   std::string attention = "attention.cpu";
   std::string linear = "linear.dense";
+  // Weights stored as ggml blocks (a GGUF file's quantized tensors) that
+  // plugins.linear does not compute on: this plugin's, where it computes on
+  // their type; "none" dequantizes them to F32 for plugins.linear.
+  std::string linear_blocks = "linear.gguf";
   std::string kv_allocator = "kv.contiguous";
   std::string linear_options = "{}";        // JSON object passed to the linear plugin
   std::string attention_options = "{}";     // JSON object passed to the attention plugin

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/gguf_types.hpp"
+
 namespace llmk {
 
 size_t dtype_size(DType t) noexcept {
@@ -28,7 +30,24 @@ const char* dtype_name(DType t) noexcept {
     case DType::u8: return "u8";
     case DType::i32: return "i32";
   }
+  if (is_ggml_dtype(t)) {
+    const GgmlTypeInfo* info = ggml_type_info(ggml_type_of(t));
+    if (info != nullptr) return info->name;
+  }
   return "?";
+}
+
+size_t dtype_bytes(DType t, int64_t numel) noexcept {
+  if (!is_ggml_dtype(t)) return static_cast<size_t>(numel) * dtype_size(t);
+  const GgmlTypeInfo* info = ggml_type_info(ggml_type_of(t));
+  if (info == nullptr) return 0;
+  return static_cast<size_t>(numel) / info->block_size * info->type_size;
+}
+
+double dtype_bytes_per_value(DType t) noexcept {
+  if (!is_ggml_dtype(t)) return static_cast<double>(dtype_size(t));
+  const GgmlTypeInfo* info = ggml_type_info(ggml_type_of(t));
+  return info == nullptr ? 0.0 : static_cast<double>(info->type_size) / info->block_size;
 }
 
 bool parse_dtype(std::string_view s, DType& out) noexcept {
@@ -60,6 +79,10 @@ void convert_to_f32(DType from, const void* src, float* dst, size_t n) {
       return;
     }
     default:
+      if (is_ggml_dtype(from)) {
+        dequantize_ggml(static_cast<GgmlType>(ggml_type_of(from)), src, dst, static_cast<int64_t>(n));
+        return;
+      }
       throw std::invalid_argument(std::string("convert_to_f32: unsupported source dtype ") + dtype_name(from));
   }
 }

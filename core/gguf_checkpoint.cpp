@@ -5,10 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <optional>
-#include <set>
-
-#include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
 #include "core/gguf_metadata.hpp"
@@ -31,19 +27,24 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-std::optional<DType> float_dtype(GgmlType t) {
+// The engine's dtype for a stored type: the float types as themselves,
+// quantized blocks as ggml blocks (core/dtype.hpp), kept as stored.
+DType stored_dtype(GgmlType t) {
   if (t == GgmlType::f32) return DType::f32;
   if (t == GgmlType::f16) return DType::f16;
   if (t == GgmlType::bf16) return DType::bf16;
-  return std::nullopt;
+  return ggml_dtype(static_cast<uint32_t>(t));
 }
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
-// The tensors of a GgufFile under the engine's names; converted or
-// permuted tensors live in owned_, the rest point into the mapping.
+// The tensors of a GgufFile under the engine's names, each in its stored
+// type (quantized ones as ggml blocks: the linear plugins decide whether to
+// compute on them or have them dequantized, core/model_weights.cpp).
+// Permuted or misaligned tensors live in owned_, the rest point into the
+// mapping.
 class GgufCheckpoint final : public Checkpoint {
  public:
   explicit GgufCheckpoint(std::unique_ptr<GgufFile> file);
@@ -53,17 +54,7 @@ class GgufCheckpoint final : public Checkpoint {
     const GgufTensorInfo* info;
     std::vector<int64_t> shape;  // row-major
   };
-  void adopt(const std::string& hf_name, const Mapped& m, DType target, int64_t permute_heads);
-  void log_conversions() const;
-
-  // Tensors converted to F32 at load, by stored type: GGUF names without
-  // their "blk.N." prefix, and the bytes before and after.
-  struct Converted {
-    size_t num_tensors = 0;
-    std::set<std::string> kinds;
-    uint64_t bytes_before = 0, bytes_after = 0;
-  };
-  std::map<std::string, Converted> converted_;
+  void adopt(const std::string& hf_name, const Mapped& m, int64_t permute_heads);
 
   std::unique_ptr<GgufFile> file_;
   std::vector<std::unique_ptr<void, FreeDeleter>> owned_;  // 64-byte aligned converted tensors
@@ -114,87 +105,43 @@ GgufCheckpoint::GgufCheckpoint(std::unique_ptr<GgufFile> file) : file_(std::move
                                              : std::string()));
   }
 
-  // Per layer, one weight dtype for the seven projections.
-  static const char* const kProjections[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                             "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
-                                             "mlp.down_proj"};
   for (const auto& [name, m] : found) {
-    const std::optional<DType> stored = float_dtype(m.info->type);
-    DType target = stored.value_or(DType::f32);
     int64_t permute_heads = 0;
-    if (name.rfind("model.layers.", 0) == 0 && m.shape.size() == 2) {
-      const std::string prefix = name.substr(0, name.find('.', 13) + 1);  // "model.layers.N."
-      bool all_stored_alike = stored.has_value();
-      for (const char* p : kProjections) {
-        const auto other = found.find(prefix + p + ".weight");
-        all_stored_alike = all_stored_alike && other != found.end() && other->second.info->type == m.info->type;
-      }
-      target = all_stored_alike ? target : DType::f32;
-      if (is_llama && name == prefix + "self_attn.q_proj.weight") permute_heads = config_.num_heads;
-      if (is_llama && name == prefix + "self_attn.k_proj.weight") permute_heads = config_.num_kv_heads;
-    }
-    adopt(name, m, target, permute_heads);
+    const std::string prefix = name.rfind("model.layers.", 0) == 0 ? name.substr(0, name.find('.', 13) + 1) : "";
+    if (is_llama && !prefix.empty() && name == prefix + "self_attn.q_proj.weight") permute_heads = config_.num_heads;
+    if (is_llama && !prefix.empty() && name == prefix + "self_attn.k_proj.weight") permute_heads = config_.num_kv_heads;
+    adopt(name, m, permute_heads);
   }
-  log_conversions();
   config_.dtype = tensors_.at("model.layers.0.self_attn.q_proj.weight").dtype;
   if (!gguf_tokenizer_model(f).empty()) tokenizer_path_ = f.name();
 }
 
-void GgufCheckpoint::adopt(const std::string& hf_name, const Mapped& m, DType target, int64_t permute_heads) {
+void GgufCheckpoint::adopt(const std::string& hf_name, const Mapped& m, int64_t permute_heads) {
   TensorView view;
   view.name = hf_name;
-  view.dtype = target;
+  view.dtype = stored_dtype(m.info->type);
   view.shape = m.shape;
   const uint8_t* src = file_->tensor_data(*m.info);
-  const bool in_place = float_dtype(m.info->type) == target && permute_heads == 0 &&
-                        reinterpret_cast<uintptr_t>(src) % dtype_size(target) == 0;
-  if (in_place) {
+  // Blocks are read at any alignment; plain elements need their own.
+  const size_t align = is_ggml_dtype(view.dtype) ? 1 : dtype_size(view.dtype);
+  if (permute_heads == 0 && reinterpret_cast<uintptr_t>(src) % align == 0) {
     view.data = src;
   } else {
     const size_t bytes = view.nbytes();
     void* buffer = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
     if (buffer == nullptr) throw Error(ErrorCode::internal, file_->name() + ": cannot allocate " + std::to_string(bytes) + " bytes for '" + m.info->name + "'");
     owned_.emplace_back(buffer);
-    if (float_dtype(m.info->type) == target) {
-      std::memcpy(buffer, src, bytes);
-    } else {
-      dequantize_ggml(m.info->type, src, static_cast<float*>(buffer), view.numel());  // target is f32
-      Converted& c = converted_[ggml_type_info(static_cast<uint32_t>(m.info->type))->name];
-      c.num_tensors += 1;
-      const std::string& g = m.info->name;
-      c.kinds.insert(g.rfind("blk.", 0) == 0 ? g.substr(g.find('.', 4) + 1) : g);
-      c.bytes_before += m.info->nbytes;
-      c.bytes_after += bytes;
-    }
     if (permute_heads > 0) {
+      // Rows move whole (a quantized row is a whole number of blocks).
       const int64_t rows = m.shape[0];
-      const size_t row_bytes = bytes / static_cast<size_t>(rows);
-      std::vector<uint8_t> permuted(bytes);
-      unpermute_rotary_rows(static_cast<const uint8_t*>(buffer), permuted.data(), permute_heads, rows / permute_heads,
-                            row_bytes);
-      std::memcpy(buffer, permuted.data(), bytes);
+      unpermute_rotary_rows(src, static_cast<uint8_t*>(buffer), permute_heads, rows / permute_heads,
+                            bytes / static_cast<size_t>(rows));
+    } else {
+      std::memcpy(buffer, src, bytes);
     }
     view.data = buffer;
   }
   tensors_.emplace(hf_name, std::move(view));
-}
-
-// One line: which tensors became F32 and what that costs, e.g.
-// "x.gguf: dequantized to F32 at load: Q4_1 x 210 (attn_k.weight, ...);
-// 73466880 -> 538460160 bytes (70.1 -> 513.5 MiB)".
-void GgufCheckpoint::log_conversions() const {
-  if (converted_.empty()) return;
-  std::string what;
-  uint64_t before = 0, after = 0;
-  for (const auto& [type, c] : converted_) {
-    std::string kinds;
-    for (const std::string& k : c.kinds) kinds += (kinds.empty() ? "" : ", ") + k;
-    what += (what.empty() ? "" : ", ") + type + " x " + std::to_string(c.num_tensors) + " (" + kinds + ")";
-    before += c.bytes_before;
-    after += c.bytes_after;
-  }
-  spdlog::info("{}: dequantized to F32 at load: {}; {} -> {} bytes ({:.1f} -> {:.1f} MiB)", file_->name(), what, before,
-               after, before / 1048576.0, after / 1048576.0);
 }
 
 }  // namespace

@@ -20,12 +20,11 @@
 // post_attention_layernorm, output_norm -> model.norm, output -> lm_head
 // (absent: tied embeddings).
 //
-// Storage: F32, F16 and BF16 tensors are used in place from the mapping.
-// Quantized blocks are dequantized to F32 at load (the linear plugin then
-// converts to the weight dtype it asks for); a layer whose projections do
-// not share one float type is converted to F32 as a whole, since the model
-// takes one weight dtype per layer. The load logs one line naming the
-// converted tensors by type and their bytes before and after.
+// Storage: every tensor keeps its stored type, in place from the mapping
+// (quantized ones as ggml blocks, core/dtype.hpp); a layer may mix types, as
+// llama.cpp's Q4_K_M files do. Whether a quantized weight is computed on as
+// it is or dequantized at load is the linear plugins' choice
+// (core/model_weights.hpp).
 //
 // llama.cpp's converter reorders the rows of every llama-architecture Q and
 // K projection so that each head's rotary pairs are adjacent (rows 2i, 2i+1)

@@ -28,7 +28,6 @@
 #include "core/kv_memory.hpp"
 #include "core/model_weights.hpp"
 #include "core/rope_scaling.hpp"
-#include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/hadamard.hpp"
 #include "kernels/cpu/rmsnorm.hpp"
 #include "kernels/cpu/rope.hpp"
@@ -101,15 +100,14 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   m.proj.resize(t * c.hidden_size);
   m.gate_up.resize(t * 2 * c.intermediate_size);
   m.act.resize(t * c.intermediate_size);
-  const PluginInfo& li = m.weights.lm_head->info();
   const PluginInfo& ai = m.attention->info();
   const std::string kv_kind =
       std::string(dtype_name(m.rt.kv_dtype)) +
       (m.rt.kv_dtype == DType::i8 ? " group " + std::to_string(m.rt.kv_group_size) : std::string()) +
       (m.rt.key_rotation != 0 ? ", keys Hadamard-rotated (" + std::to_string(m.rt.key_rotation) + ")" : std::string());
-  spdlog::info("model: {} layers, {} threads; linear {} {} ({}), attention {} {} ({}); KV {} {} slots ({} MiB)",
-               c.num_layers, m.rt.num_threads, li.name, li.version, li.file.string(), ai.name, ai.version,
-               ai.file.string(), kv_kind, m.rt.num_kv_slots, kv_cache_bytes() >> 20);
+  spdlog::info("model: {} layers, {} threads; linear {} ({}), attention {} {} ({}); KV {} {} slots ({} MiB)",
+               c.num_layers, m.rt.num_threads, m.weights.linear_plugins, m.weights.lm_head->info().file.string(),
+               ai.name, ai.version, ai.file.string(), kv_kind, m.rt.num_kv_slots, kv_cache_bytes() >> 20);
 }
 
 Model::~Model() = default;
@@ -139,7 +137,7 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
   const float eps = cfg.rms_norm_eps;
   const TensorView& embed = *weights.embed;
   ForwardLaps laps(timings);
-  kc::embedding(embed.data, static_cast<llmk_dtype>(embed.dtype), h, b.token_ids.data(), n, hidden.data());
+  embed_rows(embed, b.token_ids.data(), n, hidden.data());
 
   // The attention plugin plans the step once: every layer runs that plan.
   const llmk_attention_step step = attention_step(b, rt.num_kv_slots);

@@ -1,9 +1,16 @@
 #include "core/model_weights.hpp"
 
 #include <cstring>
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "core/error.hpp"
+#include "core/gguf_types.hpp"
+#include "kernels/cpu/embedding.hpp"
 
 namespace llmk {
 
@@ -15,18 +22,164 @@ std::vector<float> to_f32(const TensorView& t) {
   return out;
 }
 
-// The rows of several [out_i, in] tensors stacked into one [sum out_i, in] weight.
-std::vector<uint8_t> stack_weights(const std::vector<const TensorView*>& parts) {
-  size_t total = 0;
-  for (const TensorView* t : parts) total += t->nbytes();
-  std::vector<uint8_t> out(total);
-  size_t off = 0;
-  for (const TensorView* t : parts) {
-    std::memcpy(out.data() + off, t->data, t->nbytes());
-    off += t->nbytes();
+// Builds the linear layers: picks the plugin for each weight's stored type
+// (the rule is model_weights.hpp's), stacks the parts of fused layers that
+// share a plugin and a type, and remembers what it dequantized for the log.
+class LinearBuilder {
+ public:
+  LinearBuilder(PluginRegistry& plugins, const EngineConfig& cfg, const ModelRuntime& rt,
+                const LinearPlacement& placement)
+      : plugins_(plugins), cfg_(cfg), rt_(rt), placement_(placement),
+        main_(plugins.load(cfg.plugins.linear, LLMK_PLUGIN_LINEAR)) {}
+
+  // One layer over the rows of `parts` stacked ([sum of their rows, in]).
+  std::unique_ptr<LinearLayer> make(const std::string& name, const std::vector<const TensorView*>& parts) {
+    struct Run {
+      const Plugin* plugin;
+      DType dtype;
+      std::vector<const TensorView*> tensors;
+    };
+    std::vector<Run> runs;
+    for (const TensorView* t : parts) {
+      auto [plugin, dtype] = choose(name, *t);
+      if (!runs.empty() && runs.back().plugin == plugin && runs.back().dtype == dtype)
+        runs.back().tensors.push_back(t);
+      else
+        runs.push_back(Run{plugin, dtype, {t}});
+    }
+    // Parts are stitched on the host: off the CPU, mixed parts become one
+    // F32 weight for plugins.linear.
+    if (runs.size() > 1 && placement_.device != LLMK_DEVICE_CPU) {
+      for (size_t i = 1; i < runs.size(); ++i)
+        runs.front().tensors.insert(runs.front().tensors.end(), runs[i].tensors.begin(), runs[i].tensors.end());
+      runs.resize(1);
+      runs.front().plugin = &main_;
+      runs.front().dtype = DType::f32;
+    }
+    std::vector<LinearLayer::Part> built;
+    for (const Run& run : runs) {
+      int64_t out = 0;
+      for (const TensorView* t : run.tensors) out += t->shape[0];
+      const int64_t in = run.tensors.front()->shape[1];
+      const bool borrowed = run.tensors.size() == 1 && run.dtype == run.tensors.front()->dtype;
+      const std::vector<uint8_t> stacked = borrowed ? std::vector<uint8_t>() : stack(run.tensors, run.dtype);
+      const void* data = borrowed ? run.tensors.front()->data : stacked.data();
+      const std::string part_name = runs.size() == 1 ? name : name + "[" + run.tensors.front()->name + "]";
+      // Weights stacked here live only until the plugin has taken what it needs.
+      llmk_linear_desc d = desc(part_name, data, run.dtype, out, in, borrowed, *run.plugin);
+      built.push_back(LinearLayer::Part{std::make_unique<LinearImpl>(*run.plugin, d, placement_.workspace),
+                                        static_cast<uint32_t>(out)});
+      used_[run.plugin->info().name].insert(is_ggml_dtype(run.dtype) ? dtype_name(run.dtype) : "");
+    }
+    if (built.size() == 1) return std::make_unique<LinearLayer>(std::move(built.front().impl));
+    return std::make_unique<LinearLayer>(std::move(built), rt_.max_step_tokens, staging_);
   }
-  return out;
-}
+
+  // "linear.dense, linear.gguf (Q4_K, Q6_K)".
+  std::string plugins_used() const {
+    std::string out;
+    for (const auto& [plugin, types] : used_) {
+      std::string kinds;
+      for (const std::string& t : types)
+        if (!t.empty()) kinds += (kinds.empty() ? "" : ", ") + t;
+      out += (out.empty() ? "" : ", ") + plugin + (kinds.empty() ? "" : " (" + kinds + ")");
+    }
+    return out;
+  }
+
+  // One line: the weights dequantized to F32 at load, by stored type, and
+  // the bytes before and after.
+  void log_dequantized() const {
+    if (dequantized_.empty()) return;
+    std::string what;
+    uint64_t before = 0, after = 0;
+    for (const auto& [type, d] : dequantized_) {
+      what += (what.empty() ? "" : ", ") + type + " x " + std::to_string(d.num_tensors);
+      before += d.bytes_before;
+      after += d.bytes_after;
+    }
+    const std::string& blocks = cfg_.plugins.linear_blocks;
+    const std::string why = blocks == "none" || blocks == cfg_.plugins.linear
+                                 ? "plugins.linear_blocks: " + blocks
+                                 : "neither " + cfg_.plugins.linear + " nor " + blocks + " computes on their type";
+    spdlog::info("weights dequantized to F32 at load for {} ({}): {}; {} -> {} bytes ({:.1f} -> {:.1f} MiB)",
+                 cfg_.plugins.linear, why, what, before, after, before / 1048576.0, after / 1048576.0);
+  }
+
+ private:
+  struct Dequantized {
+    size_t num_tensors = 0;
+    uint64_t bytes_before = 0, bytes_after = 0;
+  };
+
+  llmk_linear_desc desc(const std::string& name, const void* weight, DType dtype, int64_t out, int64_t in,
+                        bool outlives, const Plugin& plugin) const {
+    llmk_linear_desc d{};
+    d.struct_size = sizeof(d);
+    d.name = name.c_str();
+    d.in_features = static_cast<uint32_t>(in);
+    d.out_features = static_cast<uint32_t>(out);
+    d.weight_dtype = static_cast<uint32_t>(dtype);
+    d.weight = weight;
+    d.weight_outlives = outlives ? 1 : 0;
+    d.max_rows = rt_.max_step_tokens;
+    d.num_threads = rt_.num_threads;
+    d.options = &plugin == &main_ ? cfg_.plugins.linear_options.c_str() : "{}";
+    d.device = placement_.device;
+    d.activation_dtype = LLMK_DTYPE_F32;
+    return d;
+  }
+
+  // Whether `plugin` computes on t as stored: ggml blocks are offered only
+  // to plugins built against linear API 3.1 or later.
+  bool takes(const Plugin& plugin, const std::string& name, const TensorView& t) const {
+    if (LLMK_API_VERSION_MINOR(plugin.info().api_version) < 1) return false;
+    const llmk_linear_desc d = desc(name, t.data, t.dtype, t.shape[0], t.shape[1], true, plugin);
+    char why[256] = {0};
+    return plugin.linear().supports(&d, why, sizeof(why)) != 0;
+  }
+
+  std::pair<const Plugin*, DType> choose(const std::string& name, const TensorView& t) {
+    if (!is_ggml_dtype(t.dtype) || takes(main_, name, t)) return {&main_, t.dtype};
+    const std::string& blocks = cfg_.plugins.linear_blocks;
+    if (blocks != "none" && blocks != cfg_.plugins.linear) {
+      if (!blocks_) blocks_ = plugins_.load(blocks, LLMK_PLUGIN_LINEAR);
+      if (takes(*blocks_, name, t)) return {&*blocks_, t.dtype};
+    }
+    Dequantized& d = dequantized_[dtype_name(t.dtype)];
+    d.num_tensors += 1;
+    d.bytes_before += t.nbytes();
+    d.bytes_after += static_cast<uint64_t>(t.numel()) * 4;
+    return {&main_, DType::f32};
+  }
+
+  // The tensors' rows one after another, as `dtype` (their own, or F32).
+  static std::vector<uint8_t> stack(const std::vector<const TensorView*>& tensors, DType dtype) {
+    size_t total = 0;
+    for (const TensorView* t : tensors) total += dtype_bytes(dtype, t->numel());
+    std::vector<uint8_t> out(total);
+    size_t off = 0;
+    for (const TensorView* t : tensors) {
+      const size_t bytes = dtype_bytes(dtype, t->numel());
+      if (dtype == t->dtype)
+        std::memcpy(out.data() + off, t->data, bytes);
+      else
+        convert_to_f32(t->dtype, t->data, reinterpret_cast<float*>(out.data() + off), static_cast<size_t>(t->numel()));
+      off += bytes;
+    }
+    return out;
+  }
+
+  PluginRegistry& plugins_;
+  const EngineConfig& cfg_;
+  const ModelRuntime& rt_;
+  const LinearPlacement& placement_;
+  Plugin main_;
+  std::optional<Plugin> blocks_;
+  std::shared_ptr<LinearWorkspace> staging_ = std::make_shared<LinearWorkspace>();
+  std::map<std::string, Dequantized> dequantized_;
+  std::map<std::string, std::set<std::string>> used_;  // plugin -> ggml types it serves ("" for float)
+};
 
 }  // namespace
 
@@ -43,62 +196,24 @@ size_t ModelWeights::bytes() const {
 ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins, const EngineConfig& ecfg,
                           const ModelRuntime& rt, const LinearPlacement& placement) {
   const ModelConfig& cfg = checkpoint.config();
-  Plugin linear_plugin = plugins.load(ecfg.plugins.linear, LLMK_PLUGIN_LINEAR);
-  const std::string& options = ecfg.plugins.linear_options;
-  const std::shared_ptr<LinearWorkspace>& workspace = placement.workspace;  // shared by every layer
-  auto make = [&](const std::string& name, const void* weight, DType dtype, int64_t out, int64_t in, bool outlives,
-                  uint32_t max_rows) {
-    llmk_linear_desc d{};
-    d.struct_size = sizeof(d);
-    d.name = name.c_str();
-    d.in_features = static_cast<uint32_t>(in);
-    d.out_features = static_cast<uint32_t>(out);
-    d.weight_dtype = static_cast<uint32_t>(dtype);
-    d.weight = weight;
-    d.weight_outlives = outlives ? 1 : 0;
-    d.max_rows = max_rows;
-    d.num_threads = rt.num_threads;
-    d.options = options.c_str();
-    d.device = placement.device;
-    d.activation_dtype = LLMK_DTYPE_F32;
-    return std::make_unique<LinearImpl>(linear_plugin, d, workspace);
-  };
-  const int64_t h = cfg.hidden_size, inter = cfg.intermediate_size;
-  const int64_t q_dim = static_cast<int64_t>(cfg.num_heads) * cfg.head_dim;
-  const int64_t kv_dim = static_cast<int64_t>(cfg.num_kv_heads) * cfg.head_dim;
-  const int64_t qkv_dim = q_dim + 2 * kv_dim;
+  LinearBuilder linear(plugins, ecfg, rt, placement);
   ModelWeights w;
   w.layers.resize(cfg.num_layers);
   for (int32_t i = 0; i < cfg.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[i];
-    const TensorView& wq = checkpoint.tensor(p + "self_attn.q_proj.weight");
-    const TensorView& wk = checkpoint.tensor(p + "self_attn.k_proj.weight");
-    const TensorView& wv = checkpoint.tensor(p + "self_attn.v_proj.weight");
-    const TensorView& wo = checkpoint.tensor(p + "self_attn.o_proj.weight");
-    const TensorView& wg = checkpoint.tensor(p + "mlp.gate_proj.weight");
-    const TensorView& wu = checkpoint.tensor(p + "mlp.up_proj.weight");
-    const TensorView& wd = checkpoint.tensor(p + "mlp.down_proj.weight");
-    for (const TensorView* t : {&wk, &wv, &wo, &wg, &wu, &wd})
-      if (t->dtype != wq.dtype)
-        throw Error(ErrorCode::unsupported, "tensor " + t->name + " is " + dtype_name(t->dtype) + " but " + wq.name +
-                                                " is " + dtype_name(wq.dtype) + ": mixed dtypes in a layer");
-    // Fused weights live only until the plugin has taken what it needs.
-    {
-      const std::vector<uint8_t> fused = stack_weights({&wq, &wk, &wv});
-      l.qkv = make(p + "self_attn.qkv_proj", fused.data(), wq.dtype, qkv_dim, h, false, rt.max_step_tokens);
-    }
-    l.o = make(p + "self_attn.o_proj", wo.data, wo.dtype, h, q_dim, true, rt.max_step_tokens);
-    {
-      const std::vector<uint8_t> fused = stack_weights({&wg, &wu});
-      l.gate_up = make(p + "mlp.gate_up_proj", fused.data(), wg.dtype, 2 * inter, h, false, rt.max_step_tokens);
-    }
-    l.down = make(p + "mlp.down_proj", wd.data, wd.dtype, h, inter, true, rt.max_step_tokens);
+    auto t = [&](const char* name) { return &checkpoint.tensor(p + name + ".weight"); };
+    l.qkv = linear.make(p + "self_attn.qkv_proj", {t("self_attn.q_proj"), t("self_attn.k_proj"), t("self_attn.v_proj")});
+    l.o = linear.make(p + "self_attn.o_proj", {t("self_attn.o_proj")});
+    l.gate_up = linear.make(p + "mlp.gate_up_proj", {t("mlp.gate_proj"), t("mlp.up_proj")});
+    l.down = linear.make(p + "mlp.down_proj", {t("mlp.down_proj")});
   }
   const TensorView& head = cfg.tie_word_embeddings && !checkpoint.has("lm_head.weight")
                                ? checkpoint.tensor("model.embed_tokens.weight")
                                : checkpoint.tensor("lm_head.weight");
-  w.lm_head = make("lm_head", head.data, head.dtype, cfg.vocab_size, h, true, rt.max_step_tokens);
+  w.lm_head = linear.make("lm_head", {&head});
+  linear.log_dequantized();
+  w.linear_plugins = linear.plugins_used();
 
   for (int32_t i = 0; i < cfg.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -114,9 +229,25 @@ ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins,
   }
   w.final_norm = to_f32(checkpoint.tensor("model.norm.weight"));
   w.embed = &checkpoint.tensor("model.embed_tokens.weight");
-  if (w.embed->dtype != DType::f32 && w.embed->dtype != DType::f16 && w.embed->dtype != DType::bf16)
-    throw Error(ErrorCode::unsupported, "model.embed_tokens.weight has dtype " + std::string(dtype_name(w.embed->dtype)));
+  const DType e = w.embed->dtype;
+  const bool decodable = is_ggml_dtype(e) && ggml_type_info(ggml_type_of(e)) != nullptr &&
+                         ggml_type_info(ggml_type_of(e))->can_dequantize;
+  if (e != DType::f32 && e != DType::f16 && e != DType::bf16 && !decodable)
+    throw Error(ErrorCode::unsupported, "model.embed_tokens.weight has dtype " + std::string(dtype_name(e)));
   return w;
+}
+
+void embed_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) {
+  const int64_t dim = table.shape[1];
+  if (!is_ggml_dtype(table.dtype)) {
+    kernels::cpu::embedding(table.data, static_cast<llmk_dtype>(table.dtype), dim, ids, n, out);
+    return;
+  }
+  const size_t row_bytes = dtype_bytes(table.dtype, dim);
+  const auto type = static_cast<GgmlType>(ggml_type_of(table.dtype));
+  const auto* rows = static_cast<const uint8_t*>(table.data);
+#pragma omp parallel for schedule(static) if (n > 1)
+  for (int64_t t = 0; t < n; ++t) dequantize_ggml(type, rows + row_bytes * static_cast<size_t>(ids[t]), out + t * dim, dim);
 }
 
 }  // namespace llmk

@@ -1,16 +1,25 @@
 // The weights of the Llama forward as the CPU executor holds them: linear
-// layers built by the linear plugin (q/k/v and gate/up fused), norms and
+// layers built by the linear plugins (q/k/v and gate/up fused), norms and
 // q/k/v biases in f32 (the forward adds biases after the plugin's matmul, so
 // every linear plugin serves biased models unchanged), and the embedding
 // table borrowed from the checkpoint.
+//
+// Which plugin builds a weight: plugins.linear for float weights;
+// for a weight stored as ggml blocks (a GGUF file's quantized tensors),
+// plugins.linear when it computes on that type, else plugins.linear_blocks
+// (linear.gguf: the file's blocks, never dequantized) when it does, else
+// the weight is dequantized to F32 at load for plugins.linear, and the load
+// logs one line naming those tensors and what that costs in memory.
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
+#include "core/linear_layer.hpp"
 #include "core/model_runtime.hpp"
 #include "core/plugin_loader.hpp"
 
@@ -18,18 +27,22 @@ namespace llmk {
 
 struct LayerWeights {
   std::vector<float> input_norm, post_norm;  // [hidden]
-  std::unique_ptr<LinearImpl> qkv;           // [q_dim + 2 kv_dim, hidden]
+  std::unique_ptr<LinearLayer> qkv;          // [q_dim + 2 kv_dim, hidden]
   std::vector<float> qkv_bias;               // [q_dim + 2 kv_dim] (q, k, v biases), empty when the model has none
-  std::unique_ptr<LinearImpl> o;             // [hidden, q_dim]
-  std::unique_ptr<LinearImpl> gate_up;       // [2 intermediate, hidden]
-  std::unique_ptr<LinearImpl> down;          // [hidden, intermediate]
+  std::unique_ptr<LinearLayer> o;            // [hidden, q_dim]
+  std::unique_ptr<LinearLayer> gate_up;      // [2 intermediate, hidden]
+  std::unique_ptr<LinearLayer> down;         // [hidden, intermediate]
 };
 
 struct ModelWeights {
   std::vector<LayerWeights> layers;          // [num_layers]
   std::vector<float> final_norm;             // [hidden]
-  std::unique_ptr<LinearImpl> lm_head;       // [vocab, hidden]
-  const TensorView* embed = nullptr;         // [vocab, hidden], f32/f16/bf16, owned by the checkpoint
+  std::unique_ptr<LinearLayer> lm_head;      // [vocab, hidden]
+  const TensorView* embed = nullptr;         // [vocab, hidden], f32/f16/bf16 or ggml blocks, owned by the checkpoint
+
+  // "linear.dense" or "linear.dense, linear.gguf (Q4_K, Q6_K)": the plugins
+  // the layers run on, for logs and reports.
+  std::string linear_plugins;
 
   // In the linear plugins' formats plus embeddings and norms.
   size_t bytes() const;
@@ -42,12 +55,14 @@ struct LinearPlacement {
   std::shared_ptr<LinearWorkspace> workspace = std::make_shared<LinearWorkspace>();
 };
 
-// Builds every linear layer with the configured plugin (max_step_tokens rows
-// each) and converts the norms (host f32; a device executor uploads them).
-// The checkpoint must outlive the weights: plugins may borrow its tensors.
-// Throws Error for mixed dtypes in a layer or an embedding dtype the forward
-// cannot read.
+// Builds every linear layer (max_step_tokens rows each) and converts the
+// norms (host f32; a device executor uploads them). The checkpoint must
+// outlive the weights: plugins may borrow its tensors. Throws Error for an
+// embedding dtype the forward cannot read.
 ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins, const EngineConfig& cfg,
                           const ModelRuntime& runtime, const LinearPlacement& placement = {});
+
+// out[t, :] = the embedding rows of ids[0..n) as f32 (ggml blocks decoded).
+void embed_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out);
 
 }  // namespace llmk

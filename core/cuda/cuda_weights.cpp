@@ -1,6 +1,7 @@
 #include "core/cuda/cuda_weights.hpp"
 
 #include <memory>
+#include <vector>
 
 namespace llmk {
 
@@ -44,8 +45,16 @@ CudaWeights load_cuda_weights(const Checkpoint& checkpoint, PluginRegistry& plug
                                 "linear.cublas, linear.cuda_int8, linear.cuda_int4 or linear.cuda_fp8");
   }
   const TensorView& embed = *w.host.embed;
-  w.embed = upload(embed.data, embed.nbytes(), "the embedding table");
-  w.embed_dtype = static_cast<cuda::DType>(embed.dtype);
+  if (is_ggml_dtype(embed.dtype)) {
+    // ggml blocks (a GGUF file's quantized table): decoded once, uploaded as F32.
+    std::vector<float> table(static_cast<size_t>(embed.numel()));
+    convert_to_f32(embed.dtype, embed.data, table.data(), table.size());
+    w.embed = upload(table.data(), table.size() * sizeof(float), "the embedding table");
+    w.embed_dtype = static_cast<cuda::DType>(DType::f32);
+  } else {
+    w.embed = upload(embed.data, embed.nbytes(), "the embedding table");
+    w.embed_dtype = static_cast<cuda::DType>(embed.dtype);
+  }
   const int32_t num_layers = checkpoint.config().num_layers;
   w.layers.resize(static_cast<size_t>(num_layers));
   for (int32_t i = 0; i < num_layers; ++i) {

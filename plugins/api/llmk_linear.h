@@ -29,9 +29,14 @@ extern "C" {
  * 2: the desc names the device and the activation dtype; a caller-owned
  * workspace; every entry point returns a status.
  * 3: forward() takes activations in the desc's dtype (void pointers) and the
- * device queue. No minors yet (see llmk_plugin.h for how minors grow). */
+ * device queue.
+ * Minors (see llmk_plugin.h for how minors grow):
+ * 3.1: weight_dtype may name ggml blocks (LLMK_DTYPE_GGML_*, a GGUF file's
+ * quantized tensors as stored). The host offers them only to plugins built
+ * against 3.1 or later; supports() refuses a block type it has no kernel
+ * for, and the host then dequantizes that weight to F32 for it. */
 #define LLMK_LINEAR_API_MAJOR 3u
-#define LLMK_LINEAR_API_MINOR 0u
+#define LLMK_LINEAR_API_MINOR 1u
 #ifndef LLMK_LINEAR_API_BUILD_MINOR
 #define LLMK_LINEAR_API_BUILD_MINOR LLMK_LINEAR_API_MINOR
 #endif
@@ -42,8 +47,8 @@ typedef struct llmk_linear_desc {
   const char* name;          /* layer name, for errors and per-layer options */
   uint32_t in_features;
   uint32_t out_features;
-  uint32_t weight_dtype;     /* llmk_dtype of weight: F32, F16 or BF16 */
-  const void* weight;        /* [out_features, in_features], row-major */
+  uint32_t weight_dtype;     /* llmk_dtype of weight: F32, F16, BF16, or (3.1) ggml blocks */
+  const void* weight;        /* [out_features, in_features], row-major (rows of blocks for ggml types) */
   int weight_outlives;       /* nonzero: weight stays valid until destroy (the plugin may borrow it) */
   uint32_t max_rows;         /* most rows (tokens) one forward will pass */
   uint32_t num_threads;

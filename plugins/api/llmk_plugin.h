@@ -51,14 +51,33 @@ typedef enum llmk_status {
   LLMK_ERR_INTERNAL = 5
 } llmk_status;
 
-/* Element types of tensors crossing the boundary. */
+/* Element types of tensors crossing the boundary. From LLMK_DTYPE_GGML_BASE
+ * on, a dtype names a tensor stored as ggml's quantized blocks (GGUF's
+ * tensor types): LLMK_DTYPE_GGML_BASE + the ggml type id, rows a whole
+ * number of blocks, blocks as the file stores them. */
 typedef enum llmk_dtype {
   LLMK_DTYPE_F32 = 0,
   LLMK_DTYPE_F16 = 1,
   LLMK_DTYPE_BF16 = 2,
   LLMK_DTYPE_I8 = 3,
   LLMK_DTYPE_U8 = 4,
-  LLMK_DTYPE_I32 = 5
+  LLMK_DTYPE_I32 = 5,
+  LLMK_DTYPE_GGML_BASE = 0x100,
+  LLMK_DTYPE_GGML_Q4_0 = 0x100 + 2,
+  LLMK_DTYPE_GGML_Q4_1 = 0x100 + 3,
+  LLMK_DTYPE_GGML_Q5_0 = 0x100 + 6,
+  LLMK_DTYPE_GGML_Q5_1 = 0x100 + 7,
+  LLMK_DTYPE_GGML_Q8_0 = 0x100 + 8,
+  LLMK_DTYPE_GGML_Q2_K = 0x100 + 10,
+  LLMK_DTYPE_GGML_Q3_K = 0x100 + 11,
+  LLMK_DTYPE_GGML_Q4_K = 0x100 + 12,
+  LLMK_DTYPE_GGML_Q5_K = 0x100 + 13,
+  LLMK_DTYPE_GGML_Q6_K = 0x100 + 14,
+  LLMK_DTYPE_GGML_IQ4_NL = 0x100 + 20,
+  LLMK_DTYPE_GGML_IQ4_XS = 0x100 + 23,
+  LLMK_DTYPE_GGML_TQ1_0 = 0x100 + 34,
+  LLMK_DTYPE_GGML_TQ2_0 = 0x100 + 35,
+  LLMK_DTYPE_GGML_MXFP4 = 0x100 + 39
 } llmk_dtype;
 
 /* Where a plugin's tensors (activations, workspace, KV) live. */

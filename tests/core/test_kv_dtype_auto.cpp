@@ -92,14 +92,14 @@ TEST_CASE("auto gives a GGUF file an f16 cache, whatever its tensors' types", "[
   if (!have_gguf_python()) LLMK_SKIP("the project venv with PyPI gguf is absent");
   TempDir dir;
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
-  // An F32 GGUF (weights as the F32 safetensors) and a Q8_0 one (decoded to f32).
+  // An F32 GGUF (weights as the F32 safetensors) and a Q8_0 one (blocks as stored).
   for (const std::string kind : {"f32", "q8_0"}) {
     INFO(kind);
     const std::filesystem::path file = dir.path() / ("stories260K-" + kind + ".gguf");
     REQUIRE(run_gguf_writer("stories " + kStories + " " + file.string() + " " + kind));
     const std::shared_ptr<const Checkpoint> ckpt = load_gguf_checkpoint(file);
     CHECK(ckpt->format() == "gguf");
-    CHECK(ckpt->config().dtype == DType::f32);  // not what auto reads for a GGUF
+    CHECK(ckpt->config().dtype == (kind == "f32" ? DType::f32 : ggml_dtype(8)));  // not what auto reads for a GGUF
     const ModelRuntime rt = resolve_runtime(small_config(), *ckpt);
     CHECK(rt.kv_dtype == DType::f16);
     CHECK(rt.kv_dtype_reason == "auto: GGUF");

@@ -43,7 +43,7 @@ struct EstimateOptions {
 };
 
 double bytes_per(const std::string& dtype, const ModelConfig& m) {
-  if (dtype == "auto") return static_cast<double>(dtype_size(m.dtype));
+  if (dtype == "auto") return dtype_bytes_per_value(m.dtype);  // 0.5625 for a Q4_K GGUF
   if (dtype == "f32") return 4;
   if (dtype == "f16" || dtype == "bf16") return 2;
   if (dtype == "fp8" || dtype == "int8" || dtype == "i8") return 1;

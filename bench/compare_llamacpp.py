@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""llmk against llama.cpp on identical llama-110m weights, four precision
-pairs interleaved in one run (issue 17).
+"""llmk against llama.cpp on identical llama-110m weights, precision pairs
+interleaved in one run (issues 17 and 37).
 
   compare_llamacpp.py --llamacpp LLAMA_CPP_BUILD [--threads 2] [--rounds 3]
                       [--config CONFIG.json] [--seqs 0]
@@ -8,9 +8,14 @@ pairs interleaved in one run (issue 17).
 Given a llama.cpp build folder (llama-bench, llama-batched-bench and
 llama-quantize in it or in its bin/), it
   1. writes llmk's llama-110m dummy weights (bench/write_dummy_weights.py) as
-     a safetensors folder and an F32 GGUF, and makes BF16, Q8_0 and Q4_0 GGUFs
-     from it with llama-quantize --pure (every matrix in the named type, as
-     llmk's int8 and int4 plugins quantize every linear layer);
+     a safetensors folder and an F32 GGUF, and makes BF16, Q8_0, Q4_0, Q4_K,
+     Q5_K and Q6_K GGUFs from it with llama-quantize --pure (every matrix in
+     the named type, as llmk's int8 and int4 plugins quantize every linear
+     layer), and a Q4_K_M (llama-quantize's own mix). Pairs f32, bf16, int8
+     and int4 give llmk the safetensors folder with a plugin of that
+     precision; the same-file pairs (q8_0, q4_k, q5_k, q6_k, q4_k_m) give
+     both engines the same GGUF file, which llmk computes on as stored
+     (linear.gguf);
   2. checks that llmk gives the same 64 greedy tokens from its built-in dummy
      weights, the safetensors folder and the F32 GGUF;
   3. measures, for each pair and round, both engines back to back (which one
@@ -65,14 +70,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# (pair, llmk label, llmk linear plugin, its options, GGUF type, llama.cpp label)
+# (pair, llmk label, llmk linear plugin, its options, GGUF type, llama.cpp label,
+#  what llmk reads: the safetensors folder, or the very GGUF file llama.cpp reads)
 VARIANTS = [
-    ("f32", "F32", "linear.dense", {}, "F32", "F32"),
-    ("bf16", "BF16 compute", "linear.dense", {"weight_dtype": "bf16", "bf16_activations": True}, "BF16", "BF16"),
-    ("int8", "W8A8 int8 (o_proj f32, default)", "linear.int8", {}, "Q8_0", "Q8_0"),
-    ("int8", "W8A8 int8, float_layers []", "linear.int8", {"float_layers": []}, "Q8_0", "Q8_0"),
-    ("int4", "int4 (group 128)", "linear.int4", {}, "Q4_0", "Q4_0"),
+    ("f32", "F32", "linear.dense", {}, "F32", "F32", "hf"),
+    ("bf16", "BF16 compute", "linear.dense", {"weight_dtype": "bf16", "bf16_activations": True}, "BF16", "BF16", "hf"),
+    ("int8", "W8A8 int8 (o_proj f32, default)", "linear.int8", {}, "Q8_0", "Q8_0", "hf"),
+    ("int8", "W8A8 int8, float_layers []", "linear.int8", {"float_layers": []}, "Q8_0", "Q8_0", "hf"),
+    ("int4", "int4 (group 128)", "linear.int4", {}, "Q4_0", "Q4_0", "hf"),
+    # The same GGUF file in both engines; llmk computes on its blocks (linear.gguf, its default for them).
+    ("q8_0", "the Q8_0 file", "linear.dense", {}, "Q8_0", "Q8_0", "gguf"),
+    ("q4_k", "the Q4_K file", "linear.dense", {}, "Q4_K", "Q4_K", "gguf"),
+    ("q5_k", "the Q5_K file", "linear.dense", {}, "Q5_K", "Q5_K", "gguf"),
+    ("q6_k", "the Q6_K file", "linear.dense", {}, "Q6_K", "Q6_K", "gguf"),
+    ("q4_k_m", "the Q4_K_M file", "linear.dense", {}, "Q4_K_M", "Q4_K_M", "gguf"),
 ]
+GGUF_TYPES = ("BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M")
 
 INTERESTING_FLAGS = re.compile(r"^(avx2|fma|f16c|avx512.*|amx.*|avx_vnni.*|avx_ne_convert|sha_ni)$")
 
@@ -139,10 +152,12 @@ def prepare_weights(work, quantize, threads, tokenizer, name, config):
             cmd += ["--config", config]
         run(cmd)
     ggufs = {"F32": f32}
-    for qtype in ("BF16", "Q8_0", "Q4_0"):
+    for qtype in GGUF_TYPES:
         out = work / f"{name}-{qtype.lower()}.gguf"
         if not out.is_file():
-            run([quantize, "--pure", f32, out, qtype, threads])
+            # --pure: every matrix in the named type; a mix (Q4_K_M) is llama-quantize's own recipe.
+            pure = [] if qtype.endswith("_M") else ["--pure"]
+            run([quantize, *pure, f32, out, qtype, threads])
         ggufs[qtype] = out
     return hf, ggufs
 
@@ -324,7 +339,8 @@ def main():
     ap.add_argument("--llmk", type=Path, default=ROOT / "build/bin/llmk", help="the llmk binary")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all pairs")
-    ap.add_argument("--pairs", default="f32,bf16,int8,int4", help="subset of f32,bf16,int8,int4")
+    ap.add_argument("--pairs", default="f32,bf16,int8,int4",
+                    help="subset of f32,bf16,int8,int4 and the same-file pairs q8_0,q4_k,q5_k,q6_k,q4_k_m")
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--decode-len", type=int, default=128)
     ap.add_argument("--seqs", type=int, default=32, help="concurrent sequences of the batched measure (0: none)")
@@ -354,7 +370,7 @@ def main():
     pairs = a.pairs.split(",")
     for p in pairs:
         if p not in {v[0] for v in VARIANTS}:
-            sys.exit(f"--pairs: unknown pair '{p}' (f32, bf16, int8, int4)")
+            sys.exit(f"--pairs: unknown pair '{p}' (" + ", ".join(dict.fromkeys(v[0] for v in VARIANTS)) + ")")
     a.work.mkdir(parents=True, exist_ok=True)
     tmp = a.work / "tmp"
     tmp.mkdir(exist_ok=True)
@@ -366,8 +382,8 @@ def main():
                                                       str(a.config.resolve()) if a.config else "llama-110m")
 
     variants = [dict(pair=p, llmk_label=ll, plugin=pl, options=o, gguf=str(ggufs[g]), llamacpp_label=lc,
-                     llmk=[], llamacpp=[])
-                for p, ll, pl, o, g, lc in VARIANTS if p in pairs]
+                     llmk_model=str(hf) if src == "hf" else str(ggufs[g]), llmk=[], llamacpp=[])
+                for p, ll, pl, o, g, lc, src in VARIANTS if p in pairs]
     llamacpp_cache = {}  # (round, gguf) -> figures: int8's two llmk rows share one llama.cpp run per round
     commit = ""
     started = time.time()
@@ -377,7 +393,7 @@ def main():
             for engine in order:
                 if engine == "llmk":
                     log(f"round {rnd + 1}: llmk {v['llmk_label']}")
-                    fig = llmk_measure(a.llmk, hf, a.threads, v["plugin"], v["options"], a, tmp)
+                    fig = llmk_measure(a.llmk, v["llmk_model"], a.threads, v["plugin"], v["options"], a, tmp)
                     fig["round"] = rnd + 1
                     v["llmk"].append(fig)
                     continue

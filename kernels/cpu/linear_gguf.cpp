@@ -21,8 +21,12 @@ namespace {
 
 constexpr bool has_min(GgufQuant t) { return t == GgufQuant::q4_1 || t == GgufQuant::q5_1; }
 constexpr bool has_high(GgufQuant t) { return t == GgufQuant::q5_0 || t == GgufQuant::q5_1; }
-// The weights' stored offset: the kernel sums (stored - offset) * q.
+// The offset the kernel's integer dot products leave in: they sum
+// (code - offset) * q. (The AVX2 path takes Q8_0's codes back to signed.)
 constexpr int32_t weight_offset(GgufQuant t) {
+#if defined(LLMK_GGUF_AVX2)
+  if (t == GgufQuant::q8_0) return 0;
+#endif
   return t == GgufQuant::q8_0 ? 128 : t == GgufQuant::q4_0 ? 8 : t == GgufQuant::q5_0 ? 16 : 0;
 }
 constexpr int64_t pair_head(GgufQuant t) { return has_min(t) ? 8 : 4; }  // the f16 scales (and mins)
@@ -148,6 +152,71 @@ struct Pair {
     const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(a + kPairActInit), u.q, _mm512_loadu_si512(a));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(u.dw, _mm512_loadu_ps(a + kPairActScale)), acc);
     if constexpr (has_min(T)) acc = _mm512_fmadd_ps(u.mw, _mm512_loadu_ps(a + kPairActSum), acc);
+  }
+};
+
+#elif defined(LLMK_GGUF_AVX2)
+
+struct PairUnit {
+  __m256i q[2];  // block 0's and block 1's codes (Q8_0: the signed values)
+  float dw[2], mw[2];
+};
+
+template <GgufQuant T>
+struct Pair {
+  using Unit = PairUnit;
+  static constexpr int64_t kUnitBytes = pair_bytes(T), kActBytes = kPairActBytes;
+  [[gnu::always_inline]] static Unit load(const uint8_t* b) {
+    Unit u;
+    uint16_t h[4] = {};
+    std::memcpy(h, b, has_min(T) ? 8 : 4);
+    LLMK_UNROLL for (int i = 0; i < 2; ++i) {
+      u.dw[i] = _cvtsh_ss(h[i]);
+      u.mw[i] = _cvtsh_ss(h[2 + i]);
+    }
+    if constexpr (T == GgufQuant::q8_0) {
+      LLMK_UNROLL for (int i = 0; i < 2; ++i) u.q[i] = _mm256_xor_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 4 + 32 * i)), _mm256_set1_epi8(static_cast<char>(0x80)));
+    } else {
+      const __m256i m4 = _mm256_set1_epi8(0x0f);
+      const __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + kUnitBytes - 32));
+      u.q[0] = _mm256_and_si256(n, m4);
+      u.q[1] = _mm256_and_si256(_mm256_srli_epi16(n, 4), m4);
+      if constexpr (has_high(T)) {
+        // Byte l of block i gets bit l of its 32 fifth bits: each 128-bit
+        // half takes its two bytes of them, then one bit per byte.
+        const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2,
+                                                2, 3, 3, 3, 3, 3, 3, 3, 3);
+        const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+        LLMK_UNROLL for (int i = 0; i < 2; ++i) {
+          uint32_t bits;
+          std::memcpy(&bits, b + pair_head(T) + 4 * i, 4);
+          const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), spread);
+          const __m256i hit = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+          u.q[i] = _mm256_or_si256(u.q[i], _mm256_and_si256(hit, _mm256_set1_epi8(16)));
+        }
+      }
+    }
+    return u;
+  }
+  [[gnu::always_inline]] static void dot(const Unit& u, const uint8_t* a, __m256& acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    LLMK_UNROLL for (int i = 0; i < 2; ++i) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32 * i));
+      __m256i pairs;
+      if constexpr (T == GgufQuant::q8_0)  // |w| * (q with w's sign): both factors within 128, no saturation
+        pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(u.q[i]), _mm256_sign_epi8(x, u.q[i]));
+      else
+        pairs = _mm256_maddubs_epi16(u.q[i], x);
+      const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(a + kPairActInit + 32 * i)));
+      const __m256 s = _mm256_mul_ps(_mm256_set1_ps(u.dw[i]), _mm256_loadu_ps(reinterpret_cast<const float*>(
+          a + kPairActScale + 32 * i)));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc);
+      if constexpr (has_min(T))
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(u.mw[i]),
+                              _mm256_loadu_ps(reinterpret_cast<const float*>(a + kPairActSum + 32 * i)), acc);
+    }
   }
 };
 

@@ -18,6 +18,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define LLMK_GGUF_AVX2 1
+#include <immintrin.h>
 #endif
 
 #include <algorithm>
@@ -83,6 +86,16 @@ struct AccOps {
   using Acc = __m512;
   static Acc zero() { return _mm512_setzero_ps(); }
   static float sum(Acc a) { return _mm512_reduce_add_ps(a); }
+};
+#elif defined(LLMK_GGUF_AVX2)
+struct AccOps {
+  using Acc = __m256;
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static float sum(Acc a) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+  }
 };
 #else
 struct AccOps {

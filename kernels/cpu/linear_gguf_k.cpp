@@ -198,6 +198,107 @@ struct Q6K : Q4K {
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), _mm512_set1_ps(-u.dmin * dx), acc);
 }
 
+#elif defined(LLMK_GGUF_AVX2)
+
+// A decoded block in 32-value chunks (the activation record's order): the
+// codes, each chunk's int16 scales (one per product pair, for vpmaddwd:
+// vpmaddubsw's pair sums of codes below 64 times int8 never saturate), and
+// the mins (or Q6_K's scales) per sum of the record.
+struct Unit {
+  __m256i q[8], sc[8], mn[2];
+  float d, dmin;
+};
+
+inline float half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+// The sub-block (32 values) of record chunk c of a Q4_K / Q5_K block (the inverse of sub_pos).
+constexpr int chunk_sub(int c) { return 4 * (c / 4) + 2 * (c % 2) + (c % 4) / 2; }
+
+inline void q45_decode(const uint8_t* b, const uint8_t* qs, Unit& u) {
+  uint64_t sc, mn;
+  unpack_scales(b + 4, &sc, &mn);
+  u.mn[0] = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn)));
+  u.mn[1] = _mm256_setzero_si256();
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  LLMK_UNROLL for (int p = 0; p < 2; ++p) {
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * p));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * p + 32));
+    u.q[4 * p] = _mm256_and_si256(v0, m4);
+    u.q[4 * p + 1] = _mm256_and_si256(v1, m4);
+    u.q[4 * p + 2] = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+    u.q[4 * p + 3] = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+  }
+  LLMK_UNROLL for (int c = 0; c < 8; ++c)
+    u.sc[c] = _mm256_set1_epi16(static_cast<short>((sc >> (8 * chunk_sub(c))) & 0xff));
+  u.d = half(b);
+  u.dmin = half(b + 2);
+}
+
+struct Q4K {
+  using Unit = gguf::Unit;
+  static constexpr int64_t kUnitBytes = 144, kActBytes = kKActBytes;
+  [[gnu::always_inline]] static Unit load(const uint8_t* b) {
+    Unit u;
+    q45_decode(b, b + 16, u);
+    return u;
+  }
+  [[gnu::always_inline]] static void dot(const Unit& u, const uint8_t* a, __m256& acc) {
+    __m256i isum = _mm256_setzero_si256();
+    LLMK_UNROLL for (int c = 0; c < 8; ++c) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32 * c));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(u.q[c], x), u.sc[c]));
+    }
+    const auto* sums = reinterpret_cast<const __m256i*>(a + kKActSums);
+    const __m256i corr = _mm256_add_epi32(_mm256_mullo_epi32(u.mn[0], _mm256_loadu_si256(sums)),
+                                          _mm256_mullo_epi32(u.mn[1], _mm256_loadu_si256(sums + 1)));
+    float dx;
+    std::memcpy(&dx, a + kKActScale, 4);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(u.d * dx), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_set1_ps(-u.dmin * dx), acc);
+  }
+};
+
+struct Q5K : Q4K {
+  static constexpr int64_t kUnitBytes = 176;
+  [[gnu::always_inline]] static Unit load(const uint8_t* b) {
+    Unit u;
+    q45_decode(b, b + 48, u);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+    LLMK_UNROLL for (int c = 0; c < 8; ++c) {  // sub-block s's fifth bits: bit s of qh[l]
+      const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << chunk_sub(c)));
+      const __m256i hit = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+      u.q[c] = _mm256_or_si256(u.q[c], _mm256_and_si256(hit, _mm256_set1_epi8(16)));
+    }
+    return u;
+  }
+};
+
+struct Q6K : Q4K {
+  static constexpr int64_t kUnitBytes = 210;
+  [[gnu::always_inline]] static Unit load(const uint8_t* b) {
+    Unit u;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    LLMK_UNROLL for (int c = 0; c < 8; ++c) {  // values 32c + l = 128h + 32t + l
+      const int h = c / 4, t = c % 4;
+      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32 * (t % 2)));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+      const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (t / 2)), m4);
+      const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * t), m2), 4);
+      u.q[c] = _mm256_or_si256(lo, hi);
+      u.sc[c] = _mm256_set_m128i(_mm_set1_epi16(static_cast<int8_t>(b[192 + 2 * c + 1])),
+                                 _mm_set1_epi16(static_cast<int8_t>(b[192 + 2 * c])));
+    }
+    u.mn[0] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 192)));
+    u.mn[1] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 200)));
+    u.d = half(b + 208);
+    u.dmin = 32.0f * u.d;
+    return u;
+  }
+};
+
 #else  // portable: the same decoded block as arrays
 
 struct Unit {

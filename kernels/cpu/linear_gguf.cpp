@@ -82,30 +82,41 @@ inline float f16_round(float v) { return f16_to_f32(f32_to_f16(v)); }
 void round_pair(GgufQuant t, const float* x, int64_t n, uint8_t* rec) {
   std::memset(rec, 0, kPairActBytes);
   auto* q = reinterpret_cast<int8_t*>(rec);
-  int32_t init[16];
-  float dx[16], ds[16];
-  std::memset(init, 0, sizeof(init));
-  std::memset(dx, 0, sizeof(dx));
-  std::memset(ds, 0, sizeof(ds));
+  int32_t init[16] = {}, sums[2] = {};
+  float dx[16] = {}, ds[16] = {}, d[2] = {};
   for (int64_t b = 0; 32 * b < n; ++b) {
     const float* xb = x + 32 * b;
+#if defined(LLMK_GGUF_VNNI)
+    const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    // vcvtps2dq rounds to nearest even under the default MXCSR.
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16),
+                     _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id))));
+#else
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    int32_t sum = 0;
-    for (int j = 0; j < 8; ++j) {
-      int32_t lane = 0;
-      for (int e = 0; e < 4; ++e) {
-        const auto v = static_cast<int32_t>(std::nearbyint(xb[4 * j + e] * id));
-        q[32 * b + 4 * j + e] = static_cast<int8_t>(v);
-        lane += v;
-      }
-      init[8 * b + j] = -weight_offset(t) * lane;
-      dx[8 * b + j] = f16_round(d);
-      sum += lane;
-    }
-    if (has_min(t)) ds[8 * b] = f16_round(d * static_cast<float>(sum));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < 32; ++i) q[32 * b + i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+#endif
+    d[b] = amax / 127.0f;
+    for (int j = 0; j < 8; ++j) dx[8 * b + j] = f16_round(d[b]);
   }
+#if defined(LLMK_GGUF_VNNI)
+  const __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_loadu_si512(q));
+  _mm512_storeu_si512(init, _mm512_mullo_epi32(lanes, _mm512_set1_epi32(-weight_offset(t))));
+  sums[0] = _mm512_mask_reduce_add_epi32(0x00ff, lanes);
+  sums[1] = _mm512_mask_reduce_add_epi32(0xff00, lanes);
+#else
+  for (int j = 0; j < 16; ++j) {
+    const int32_t lane = q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3];
+    init[j] = -weight_offset(t) * lane;
+    sums[j / 8] += lane;
+  }
+#endif
+  if (has_min(t))
+    for (int b = 0; b < 2; ++b) ds[8 * b] = f16_round(d[b] * static_cast<float>(sums[b]));
   std::memcpy(rec + kPairActInit, init, sizeof(init));
   std::memcpy(rec + kPairActScale, dx, sizeof(dx));
   std::memcpy(rec + kPairActSum, ds, sizeof(ds));

@@ -36,8 +36,8 @@ namespace llmk::kernels::cpu::gguf {
 // Activation record of a K type, per 256 values (kKActBytes):
 //   i8 q[256]    the rounded values, in the weight's order (Q4_K and Q5_K:
 //                sub-blocks 0 2 1 3 4 6 5 7, 32 values each; Q6_K: natural)
-//   i32 sums[16] Q4_K, Q5_K: sum of q over sub-block s (natural order) at s,
-//                zero at 8..15; Q6_K: sum over each 16 values
+//   i16 sums[32] Q4_K, Q5_K: sum of q over sub-block s (natural order) at s;
+//                Q6_K: the sum over each 16 values; zero past them
 //   f32 d        the scale: value = d * q
 constexpr int64_t kKActBytes = 384;
 constexpr int64_t kKActSums = 256;

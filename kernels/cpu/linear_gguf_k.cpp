@@ -35,7 +35,7 @@ inline void unpack_scales(const uint8_t* s, uint64_t* sc, uint64_t* mn) {
 // iscale = -127 / m, q = min(127, round-to-nearest-even(iscale * x)), d = 1 / iscale.
 void round_block(GgufQuant t, const float* x, uint8_t* rec) {
   auto* q = reinterpret_cast<int8_t*>(rec);
-  int32_t sums[16] = {};
+  int16_t sums[32] = {};
   float amax = 0.0f, max = 0.0f;
 #if defined(LLMK_GGUF_VNNI)
   __m512 vmax = _mm512_setzero_ps();
@@ -77,7 +77,7 @@ void round_block(GgufQuant t, const float* x, uint8_t* rec) {
         sum += v;
       }
 #endif
-      sums[t == GgufQuant::q6_k ? g : s] += sum;
+      sums[t == GgufQuant::q6_k ? g : s] = static_cast<int16_t>(sums[t == GgufQuant::q6_k ? g : s] + sum);
     }
   }
   std::memcpy(rec + kKActSums, sums, sizeof(sums));
@@ -86,16 +86,19 @@ void round_block(GgufQuant t, const float* x, uint8_t* rec) {
 
 #if defined(LLMK_GGUF_VNNI)
 
-// A decoded block: 4 x 64 weights (u8, in the activation record's order),
-// each 4-value lane's integer scale, the mins (or Q6_K's scales) per sum of
-// the record, and the float scales.
+// A decoded block: 4 x 64 codes (u8, in the activation record's order);
+// each code pair's int16 scale (vpmaddubsw's pair sums of codes below 64
+// times int8 never saturate, and vpdpwssd multiplies them by the scales);
+// the mins (or Q6_K's scales) as int16 against the record's sums; the
+// float scales, broadcast.
 struct Unit {
   __m512i q[4], sc[4], mn;
-  float d, dmin;
+  __m512 d, dmin;
 };
 
-inline __m512i idx_halves(int lo, int hi) {  // lanes 0-7 = lo, 8-15 = hi
-  return _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(lo), _mm512_set1_epi32(hi));
+inline __m512i words_halves(int lo, int hi) {  // int16 lanes 0-15 = lo, 16-31 = hi
+  return _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(static_cast<short>(lo)),
+                                 _mm512_set1_epi16(static_cast<short>(hi)));
 }
 inline __m512i bytes_halves(int lo, int hi) {  // bytes 0-31 = lo, 32-63 = hi
   return _mm512_mask_blend_epi8(0xffffffff00000000ull, _mm512_set1_epi8(static_cast<char>(lo)),
@@ -107,20 +110,23 @@ inline float half(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// Q4_K and Q5_K scales: lanes of vector i = 2p + h are sub-blocks 4p+h, 4p+h+2.
+// Q4_K and Q5_K scales: vector i = 2p + h holds sub-blocks 4p+h, 4p+h+2.
 inline void q45_scales(const uint8_t* b, Unit& u) {
   uint64_t sc, mn;
   unpack_scales(b + 4, &sc, &mn);
-  const __m512i s = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc)));
-  u.mn = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn)));
-  for (int i = 0; i < 4; ++i) u.sc[i] = _mm512_permutexvar_epi32(idx_halves(4 * (i / 2) + i % 2, 4 * (i / 2) + i % 2 + 2), s);
-  u.d = half(b);
-  u.dmin = half(b + 2);
+  const __m512i s = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128(static_cast<long long>(sc))));
+  u.mn = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128(static_cast<long long>(mn))));
+  LLMK_UNROLL for (int i = 0; i < 4; ++i) {
+    const int sub = 4 * (i / 2) + i % 2;
+    u.sc[i] = _mm512_permutexvar_epi16(words_halves(sub, sub + 2), s);
+  }
+  u.d = _mm512_set1_ps(half(b));
+  u.dmin = _mm512_set1_ps(half(b + 2));
 }
 
 inline void nibbles(const uint8_t* qs, Unit& u) {
   const __m512i m4 = _mm512_set1_epi8(0x0f);
-  for (int p = 0; p < 2; ++p) {
+  LLMK_UNROLL for (int p = 0; p < 2; ++p) {
     const __m512i v = _mm512_loadu_si512(qs + 64 * p);
     u.q[2 * p] = _mm512_and_si512(v, m4);
     u.q[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
@@ -136,7 +142,15 @@ struct Q4K {
     nibbles(b + 16, u);
     return u;
   }
-  static void dot(const Unit& u, const uint8_t* a, __m512& acc);
+  // acc += dx (d sum_i sc_i (q . x)_i - dmin sum_s mn_s sums_s)
+  [[gnu::always_inline]] static void dot(const Unit& u, const uint8_t* a, __m512& acc) {
+    __m512i isum = _mm512_setzero_si512();
+    LLMK_UNROLL for (int i = 0; i < 4; ++i)
+      isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(u.q[i], _mm512_loadu_si512(a + 64 * i)), u.sc[i]);
+    const __m512i corr = _mm512_dpwssd_epi32(_mm512_setzero_si512(), u.mn, _mm512_loadu_si512(a + kKActSums));
+    const __m512 t = _mm512_fmsub_ps(_mm512_cvtepi32_ps(isum), u.d, _mm512_mul_ps(_mm512_cvtepi32_ps(corr), u.dmin));
+    acc = _mm512_fmadd_ps(t, _mm512_set1_ps(*reinterpret_cast<const float*>(a + kKActScale)), acc);
+  }
 };
 
 struct Q5K : Q4K {
@@ -147,7 +161,7 @@ struct Q5K : Q4K {
     nibbles(b + 48, u);
     // The fifth bit of sub-block s's value l: bit s of qh[l].
     const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16)));
-    for (int i = 0; i < 4; ++i) {
+    LLMK_UNROLL for (int i = 0; i < 4; ++i) {
       const int s = 4 * (i / 2) + i % 2;
       const __mmask64 k = _mm512_test_epi8_mask(qh, bytes_halves(1 << s, 1 << (s + 2)));
       u.q[i] = _mm512_mask_add_epi8(u.q[i], k, u.q[i], _mm512_set1_epi8(16));
@@ -161,11 +175,12 @@ struct Q6K : Q4K {
   [[gnu::always_inline]] static Unit load(const uint8_t* b) {
     Unit u;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    // Vector 2h + 1 (the high nibbles of ql[64h..]) is values 128h + 64..127:
-    // their top bits are bits 4-5 and 6-7 of qh[32h + l].
+    // Vector 2h holds values 128h + 0..63 (the low nibbles of ql[64h..]),
+    // 2h + 1 values 128h + 64..127 (the high nibbles); their top bits are
+    // bits 0-1, 2-3 and 4-5, 6-7 of qh[32h + l].
     const __m512i cnt_lo = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
     const __m512i cnt_hi = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
-    for (int h = 0; h < 2; ++h) {
+    LLMK_UNROLL for (int h = 0; h < 2; ++h) {
       const __m512i ql = _mm512_loadu_si512(b + 64 * h);
       const __m512i qh =
           _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
@@ -174,29 +189,20 @@ struct Q6K : Q4K {
       u.q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
                                        _mm512_srlv_epi16(_mm512_and_si512(qh, bytes_halves(0x30, 0xc0)), cnt_hi));
     }
-    u.mn = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
-    const __m512i quarter = _mm512_srli_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2);  // lane j: j / 4
-    for (int i = 0; i < 4; ++i)
-      u.sc[i] = _mm512_permutexvar_epi32(_mm512_add_epi32(quarter, _mm512_set1_epi32(4 * i)), u.mn);
-    u.d = half(b + 208);
-    u.dmin = 32.0f * u.d;
+    // int16 lane j of vector i: values 64i + 2j, +1, group 4i + j / 8.
+    u.mn = _mm512_cvtepi8_epi16(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))));
+    const __m512i eighth = _mm512_srli_epi16(
+        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8,
+                         7, 6, 5, 4, 3, 2, 1, 0),
+        3);
+    LLMK_UNROLL for (int i = 0; i < 4; ++i)
+      u.sc[i] = _mm512_permutexvar_epi16(_mm512_add_epi16(eighth, _mm512_set1_epi16(static_cast<short>(4 * i))), u.mn);
+    const float d = half(b + 208);
+    u.d = _mm512_set1_ps(d);
+    u.dmin = _mm512_set1_ps(32.0f * d);
     return u;
   }
 };
-
-[[gnu::always_inline]] inline void Q4K::dot(const Unit& u, const uint8_t* a, __m512& acc) {
-  __m512i isum = _mm512_setzero_si512();
-  LLMK_UNROLL for (int i = 0; i < 4; ++i) {
-    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.q[i], _mm512_loadu_si512(a + 64 * i));
-    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, u.sc[i]));
-  }
-  const __m512i corr = _mm512_mullo_epi32(u.mn, _mm512_loadu_si512(a + kKActSums));
-  float dx;
-  std::memcpy(&dx, a + kKActScale, 4);
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(u.d * dx), acc);
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), _mm512_set1_ps(-u.dmin * dx), acc);
-}
 
 #elif defined(LLMK_GGUF_AVX2)
 
@@ -205,7 +211,7 @@ struct Q6K : Q4K {
 // vpmaddubsw's pair sums of codes below 64 times int8 never saturate), and
 // the mins (or Q6_K's scales) per sum of the record.
 struct Unit {
-  __m256i q[8], sc[8], mn[2];
+  __m256i q[8], sc[8], mn;  // mn: int16
   float d, dmin;
 };
 
@@ -220,8 +226,7 @@ constexpr int chunk_sub(int c) { return 4 * (c / 4) + 2 * (c % 2) + (c % 4) / 2;
 inline void q45_decode(const uint8_t* b, const uint8_t* qs, Unit& u) {
   uint64_t sc, mn;
   unpack_scales(b + 4, &sc, &mn);
-  u.mn[0] = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn)));
-  u.mn[1] = _mm256_setzero_si256();
+  u.mn = _mm256_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mn)));
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   LLMK_UNROLL for (int p = 0; p < 2; ++p) {
     const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 64 * p));
@@ -251,9 +256,8 @@ struct Q4K {
       const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32 * c));
       isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(u.q[c], x), u.sc[c]));
     }
-    const auto* sums = reinterpret_cast<const __m256i*>(a + kKActSums);
-    const __m256i corr = _mm256_add_epi32(_mm256_mullo_epi32(u.mn[0], _mm256_loadu_si256(sums)),
-                                          _mm256_mullo_epi32(u.mn[1], _mm256_loadu_si256(sums + 1)));
+    const __m256i corr =
+        _mm256_madd_epi16(u.mn, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + kKActSums)));
     float dx;
     std::memcpy(&dx, a + kKActScale, 4);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(u.d * dx), acc);
@@ -291,8 +295,7 @@ struct Q6K : Q4K {
       u.sc[c] = _mm256_set_m128i(_mm_set1_epi16(static_cast<int8_t>(b[192 + 2 * c + 1])),
                                  _mm_set1_epi16(static_cast<int8_t>(b[192 + 2 * c])));
     }
-    u.mn[0] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 192)));
-    u.mn[1] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 200)));
+    u.mn = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
     u.d = half(b + 208);
     u.dmin = 32.0f * u.d;
     return u;
@@ -340,7 +343,7 @@ struct Q4K {
       for (int e = 0; e < 4; ++e) p += u.q[4 * lane + e] * x[4 * lane + e];
       isum += static_cast<int64_t>(p) * u.sc[lane];
     }
-    int32_t sums[16];
+    int16_t sums[16];
     float dx;
     std::memcpy(sums, a + kKActSums, sizeof(sums));
     std::memcpy(&dx, a + kKActScale, 4);

@@ -119,6 +119,30 @@ template <class T, int R>
   LLMK_UNROLL for (int r = 0; r < R; ++r) y[r * ldy] = AccOps::sum(acc[r]);
 }
 
+// Calls tile(std::integral_constant<int, R>{}, m) for row tiles [m, m + R)
+// covering [0, num_rows): the fewest of at most kTileRowsMax rows, as even as
+// they go (a weight unit is decoded once per tile).
+constexpr int kTileRowsMax = 8;
+template <class Tile>
+[[gnu::always_inline]] inline void for_tiles(int64_t num_rows, const Tile& tile) {
+  const int64_t tiles = (num_rows + kTileRowsMax - 1) / kTileRowsMax;
+  int64_t m = 0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t rows = num_rows / tiles + (t < num_rows % tiles ? 1 : 0);
+    switch (rows) {
+      case 8: tile(std::integral_constant<int, 8>{}, m); break;
+      case 7: tile(std::integral_constant<int, 7>{}, m); break;
+      case 6: tile(std::integral_constant<int, 6>{}, m); break;
+      case 5: tile(std::integral_constant<int, 5>{}, m); break;
+      case 4: tile(std::integral_constant<int, 4>{}, m); break;
+      case 3: tile(std::integral_constant<int, 3>{}, m); break;
+      case 2: tile(std::integral_constant<int, 2>{}, m); break;
+      default: tile(std::integral_constant<int, 1>{}, m); break;
+    }
+    m += rows;
+  }
+}
+
 // The whole pass of one type (see the top of this file).
 template <class T>
 void run_pass(const uint8_t* act, int64_t num_rows, int64_t units, const uint8_t* packed, int64_t out_features,
@@ -127,7 +151,7 @@ void run_pass(const uint8_t* act, int64_t num_rows, int64_t units, const uint8_t
   const int64_t num_chunks = (out_features + kChunkRows - 1) / kChunkRows;
   for_each_item(num_chunks, num_threads, [&](int64_t c, int) {
     const int64_t n0 = c * kChunkRows, n1 = std::min(out_features, n0 + kChunkRows);
-    for_row_tiles(num_rows, [&](auto rows, int64_t m) {
+    for_tiles(num_rows, [&](auto rows, int64_t m) {
       constexpr int R = decltype(rows)::value;
       for (int64_t n = n0; n < n1; ++n)
         tile_row<T, R>(packed + n * row_bytes, units, act + m * act_stride, act_stride, y + m * out_features + n,

@@ -104,8 +104,10 @@ void round_pair(GgufQuant t, const float* x, int64_t n, uint8_t* rec) {
     for (int j = 0; j < 8; ++j) dx[8 * b + j] = f16_round(d[b]);
   }
 #if defined(LLMK_GGUF_VNNI)
-  const __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_loadu_si512(q));
-  _mm512_storeu_si512(init, _mm512_mullo_epi32(lanes, _mm512_set1_epi32(-weight_offset(t))));
+  // Stored as q + 128 (see PairUnit); init stays zero.
+  const __m512i qs = _mm512_loadu_si512(q);
+  const __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), qs);
+  _mm512_storeu_si512(q, _mm512_xor_si512(qs, _mm512_set1_epi8(static_cast<char>(0x80))));
   sums[0] = _mm512_mask_reduce_add_epi32(0x00ff, lanes);
   sums[1] = _mm512_mask_reduce_add_epi32(0xff00, lanes);
 #else
@@ -124,9 +126,12 @@ void round_pair(GgufQuant t, const float* x, int64_t n, uint8_t* rec) {
 
 #if defined(LLMK_GGUF_VNNI)
 
+// The activations are unsigned here (q + 128, vpdpbusd's first operand) and
+// the weights signed (code - offset): init = -128 (sum of each 4 weights)
+// takes the 128 back out, once per unit rather than per activation row.
 struct PairUnit {
-  __m512i q;      // 64 stored codes
-  __m512 dw, mw;  // lanes 0-7: block 0's d (m), 8-15: block 1's
+  __m512i q, init;  // 64 signed weights; the dot products' start
+  __m512 dw, mw;    // lanes 0-7: block 0's d (m), 8-15: block 1's
 };
 
 template <GgufQuant T>
@@ -157,10 +162,13 @@ struct Pair {
         u.q = _mm512_mask_add_epi8(u.q, _cvtu64_mask64(bits), u.q, _mm512_set1_epi8(16));
       }
     }
+    u.q = _mm512_sub_epi8(u.q, _mm512_set1_epi8(static_cast<char>(weight_offset(T))));
+    u.init = _mm512_sub_epi32(_mm512_setzero_si512(),
+                              _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), u.q), 7));
     return u;
   }
   [[gnu::always_inline]] static void dot(const Unit& u, const uint8_t* a, __m512& acc) {
-    const __m512i p = _mm512_dpbusd_epi32(_mm512_loadu_si512(a + kPairActInit), u.q, _mm512_loadu_si512(a));
+    const __m512i p = _mm512_dpbusd_epi32(u.init, _mm512_loadu_si512(a), u.q);
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(u.dw, _mm512_loadu_ps(a + kPairActScale)), acc);
     if constexpr (has_min(T)) acc = _mm512_fmadd_ps(u.mw, _mm512_loadu_ps(a + kPairActSum), acc);
   }

@@ -45,10 +45,11 @@ constexpr int64_t kKActScale = 320;
 
 // Activation record of a 32-value type, per 64 values (two blocks,
 // kPairActBytes); a missing second block (odd block count) is all zero:
-//   i8 q[64]       the rounded values
+//   i8 q[64]       the rounded values (AVX-512 VNNI: q + 128, unsigned)
 //   i32 init[16]   -offset * (sum of q over each 4 values): the integer dot
 //                  product's start, so that it sums (w - offset) * q for
-//                  weights stored with an offset (Q8_0 +128, Q4_0 8, Q5_0 16)
+//                  weights stored with an offset (Q8_0 +128, Q4_0 8, Q5_0 16);
+//                  zero on AVX-512 VNNI, where the weights carry it
 //   f32 d[16]      each block's scale at its 8 lanes (f16-rounded)
 //   f32 ds[16]     Q4_1, Q5_1: f16(d * sum of the block's q) at lanes 0 and 8
 constexpr int64_t kPairActBytes = 256;

@@ -94,6 +94,23 @@ void round_pair(GgufQuant t, const float* x, int64_t n, uint8_t* rec) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id))));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16),
                      _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id))));
+#elif defined(LLMK_GGUF_AVX2)
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 xv[4], vmax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      xv[i] = _mm256_loadu_ps(xb + 8 * i);
+      vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, xv[i]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    __m256i v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_cvtps_epi32(_mm256_mul_ps(xv[i], id));  // nearest even
+    // The packs interleave 128-bit halves: 4-value groups come out as 0 2 4 6 1 3 5 7.
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b),
+                        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 #else
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));

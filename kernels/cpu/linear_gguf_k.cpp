@@ -48,6 +48,21 @@ void round_block(GgufQuant t, const float* x, uint8_t* rec) {
       break;
     }
   }
+#elif defined(LLMK_GGUF_AVX2)
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 vmax = _mm256_setzero_ps();
+  for (int j = 0; j < 256; j += 8) vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  for (int j = 0; j < 256 && amax > 0.0f; j += 8) {
+    const int hit = _mm256_movemask_ps(
+        _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+    if (hit) {
+      max = x[j + __builtin_ctz(static_cast<unsigned>(hit))];
+      break;
+    }
+  }
 #else
   for (int j = 0; j < 256; ++j)
     if (std::fabs(x[j]) > amax) {
@@ -70,6 +85,18 @@ void round_block(GgufQuant t, const float* x, uint8_t* rec) {
       v = _mm512_min_epi32(v, _mm512_set1_epi32(127));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + pos), _mm512_cvtepi32_epi8(v));
       sum = _mm512_reduce_add_epi32(v);
+#elif defined(LLMK_GGUF_AVX2)
+      const __m256 is = _mm256_set1_ps(iscale);
+      const __m256i lim = _mm256_set1_epi32(127);
+      const __m256i v0 = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16 * g), is)), lim);
+      const __m256i v1 = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16 * g + 8), is)), lim);
+      const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xd8);  // 16 int16 in order
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + pos),
+                       _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(_mm256_add_epi32(v0, v1)),
+                                 _mm256_extracti128_si256(_mm256_add_epi32(v0, v1), 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+      sum = _mm_cvtsi128_si32(_mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1)));
 #else
       for (int l = 0; l < 16; ++l) {
         const int v = std::min(127, static_cast<int>(std::nearbyint(iscale * x[16 * g + l])));

@@ -158,11 +158,9 @@ struct Pair {
   [[gnu::always_inline]] static Unit load(const uint8_t* b) {
     Unit u;
     const __m512i halves = _mm512_mask_blend_epi32(0xff00, _mm512_setzero_si512(), _mm512_set1_epi32(1));
-    __m128i h;
-    if constexpr (has_min(T))
-      h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b));
-    else
-      h = _mm_cvtsi32_si128(*reinterpret_cast<const int32_t*>(b));
+    int64_t scales = 0;  // f16 d0 d1 [m0 m1]
+    std::memcpy(&scales, b, has_min(T) ? 8 : 4);
+    const __m128i h = _mm_cvtsi64_si128(scales);
     const __m512 dm = _mm512_castps128_ps512(_mm_cvtph_ps(h));
     u.dw = _mm512_permutexvar_ps(halves, dm);
     if constexpr (has_min(T)) u.mw = _mm512_permutexvar_ps(_mm512_add_epi32(halves, _mm512_set1_epi32(2)), dm);

@@ -176,7 +176,9 @@ struct Q4K {
       isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(u.q[i], _mm512_loadu_si512(a + 64 * i)), u.sc[i]);
     const __m512i corr = _mm512_dpwssd_epi32(_mm512_setzero_si512(), u.mn, _mm512_loadu_si512(a + kKActSums));
     const __m512 t = _mm512_fmsub_ps(_mm512_cvtepi32_ps(isum), u.d, _mm512_mul_ps(_mm512_cvtepi32_ps(corr), u.dmin));
-    acc = _mm512_fmadd_ps(t, _mm512_set1_ps(*reinterpret_cast<const float*>(a + kKActScale)), acc);
+    float dx;
+    std::memcpy(&dx, a + kKActScale, 4);
+    acc = _mm512_fmadd_ps(t, _mm512_set1_ps(dx), acc);
   }
 };
 

@@ -14,6 +14,23 @@
 // 16-value partial sums for the K types), as llama.cpp rounds them, so the
 // two engines' results on the same file differ only by summation order.
 //
+// Packed layout (gguf_pack): row after row, each a sequence of units.
+//   Q4_K, Q5_K, Q6_K: the file's blocks unchanged (a unit is one block).
+//   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: a unit is a pair of blocks (64 values; an
+//   odd last block is paired with an all-zero one): f16 d0 d1, then for Q4_1
+//   and Q5_1 f16 m0 m1; then Q8_0: 64 bytes q + 128 (unsigned); Q5_0, Q5_1:
+//   u64 fifth bits (bit i: value i of the 64) followed by, as Q4_0 and Q4_1:
+//   32 bytes whose low nibble is block 0's value i, high nibble block 1's.
+//   Unit bytes: Q4_0 36, Q4_1 40, Q5_0 44, Q5_1 48, Q8_0 68 (two blocks'
+//   worth), so gguf_packed_size equals the file's size for even block counts.
+//
+// Activation rounding, per row: K types, per 256 values (llama.cpp's Q8_K):
+// m = the value of largest magnitude (the first if tied), iscale = -127 / m,
+// q = min(127, round-half-even(iscale * x)), d = 1 / iscale, plus the sums of
+// q per 16 values. 32-value types, per 32 values (llama.cpp's Q8_0 / Q8_1 on
+// x86): d = amax / 127, q = round-half-even(x * (127 / amax)), d kept as f16;
+// for Q4_1 / Q5_1 also f16(d * sum q), which the block's min multiplies.
+//
 // One of the linear family; its naming: kernels/cpu/linear.hpp.
 #pragma once
 

@@ -1,0 +1,164 @@
+// Internals of the GGUF-native linear kernels (kernels/cpu/linear_gguf.hpp),
+// shared by linear_gguf.cpp (dispatch, the 32-value types) and
+// linear_gguf_k.cpp (the 256-value K types).
+//
+// A weight row is a sequence of units: a K type's unit is one 256-value
+// block as the file stores it; a 32-value type's unit is a pair of blocks
+// (64 values) regrouped by gguf_pack. Each activation row is rounded once per
+// call into records of the same units (layouts below), and one pass then
+// multiplies every weight unit with every activation record: a thread takes
+// chunks of kChunkRows weight rows; within a chunk, each tile of up to
+// kTileRows activation rows meets each weight row, so a weight unit is
+// decoded once per tile and its bytes come from the cache after the first
+// tile.
+#pragma once
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define LLMK_GGUF_VNNI 1
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define LLMK_GGUF_AVX2 1
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/linear_gguf.hpp"
+#include "kernels/cpu/linear_tile.hpp"
+#include "kernels/cpu/work_shares.hpp"
+
+namespace llmk::kernels::cpu::gguf {
+
+// Activation record of a K type, per 256 values (kKActBytes):
+//   i8 q[256]    the rounded values, in the weight's order (Q4_K and Q5_K:
+//                sub-blocks 0 2 1 3 4 6 5 7, 32 values each; Q6_K: natural)
+//   i16 sums[32] Q4_K, Q5_K: sum of q over sub-block s (natural order) at s;
+//                Q6_K: the sum over each 16 values; zero past them
+//   f32 d        the scale: value = d * q
+constexpr int64_t kKActBytes = 384;
+constexpr int64_t kKActSums = 256;
+constexpr int64_t kKActScale = 320;
+
+// Activation record of a 32-value type, per 64 values (two blocks,
+// kPairActBytes); a missing second block (odd block count) is all zero:
+//   i8 q[64]       the rounded values (AVX-512 VNNI: q + 128, unsigned)
+//   i32 init[16]   -offset * (sum of q over each 4 values): the integer dot
+//                  product's start, so that it sums (w - offset) * q for
+//                  weights stored with an offset (Q8_0 +128, Q4_0 8, Q5_0 16);
+//                  zero on AVX-512 VNNI, where the weights carry it
+//   f32 d[16]      each block's scale at its 8 lanes (f16-rounded)
+//   f32 ds[16]     Q4_1, Q5_1: f16(d * sum of the block's q) at lanes 0 and 8
+constexpr int64_t kPairActBytes = 256;
+constexpr int64_t kPairActInit = 64;
+constexpr int64_t kPairActScale = 128;
+constexpr int64_t kPairActSum = 192;
+
+constexpr int64_t kChunkRows = 16;  // weight rows per work item
+
+inline bool is_k_type(GgufQuant t) { return t == GgufQuant::q4_k || t == GgufQuant::q5_k || t == GgufQuant::q6_k; }
+
+// Bytes of one packed unit (a 256-value block, or a pair of 32-value blocks).
+size_t unit_bytes(GgufQuant t);
+// Units per row and bytes of one rounded activation row.
+inline int64_t num_units(GgufQuant t, int64_t in_features) {
+  return is_k_type(t) ? in_features / 256 : (in_features / 32 + 1) / 2;
+}
+inline int64_t act_row_bytes(GgufQuant t, int64_t in_features) {
+  return num_units(t, in_features) * (is_k_type(t) ? kKActBytes : kPairActBytes);
+}
+
+// Rounds x: [num_rows, in_features] into records (act_row_bytes per row).
+void round_rows_k(GgufQuant t, const float* x, int64_t num_rows, int64_t in_features, uint8_t* act, int num_threads);
+void round_rows_pairs(GgufQuant t, const float* x, int64_t num_rows, int64_t in_features, uint8_t* act,
+                      int num_threads);
+
+// y[num_rows, out_features] from the records and the packed weight.
+void pass_k(GgufQuant t, const uint8_t* act, int64_t num_rows, int64_t in_features, const uint8_t* packed,
+            int64_t out_features, float* y, int num_threads);
+void pass_pairs(GgufQuant t, const uint8_t* act, int64_t num_rows, int64_t in_features, const uint8_t* packed,
+                int64_t out_features, float* y, int num_threads);
+
+#if defined(LLMK_GGUF_VNNI)
+struct AccOps {
+  using Acc = __m512;
+  static Acc zero() { return _mm512_setzero_ps(); }
+  static float sum(Acc a) { return _mm512_reduce_add_ps(a); }
+};
+#elif defined(LLMK_GGUF_AVX2)
+struct AccOps {
+  using Acc = __m256;
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static float sum(Acc a) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+  }
+};
+#else
+struct AccOps {
+  using Acc = float;
+  static Acc zero() { return 0.0f; }
+  static float sum(Acc a) { return a; }
+};
+#endif
+
+// One weight row against R activation rows: T::load decodes a unit, T::dot
+// adds its product with one record into an accumulator.
+template <class T, int R>
+[[gnu::always_inline]] inline void tile_row(const uint8_t* w, int64_t units, const uint8_t* act, int64_t act_stride,
+                                            float* y, int64_t ldy) {
+  typename AccOps::Acc acc[R];
+  LLMK_UNROLL for (int r = 0; r < R; ++r) acc[r] = AccOps::zero();
+  for (int64_t u = 0; u < units; ++u) {
+    const typename T::Unit wu = T::load(w + u * T::kUnitBytes);
+    LLMK_UNROLL for (int r = 0; r < R; ++r) T::dot(wu, act + r * act_stride + u * T::kActBytes, acc[r]);
+  }
+  LLMK_UNROLL for (int r = 0; r < R; ++r) y[r * ldy] = AccOps::sum(acc[r]);
+}
+
+// Calls tile(std::integral_constant<int, R>{}, m) for row tiles [m, m + R)
+// covering [0, num_rows): the fewest of at most kTileRowsMax rows, as even as
+// they go (a weight unit is decoded once per tile).
+constexpr int kTileRowsMax = 8;
+template <class Tile>
+[[gnu::always_inline]] inline void for_tiles(int64_t num_rows, const Tile& tile) {
+  const int64_t tiles = (num_rows + kTileRowsMax - 1) / kTileRowsMax;
+  int64_t m = 0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t rows = num_rows / tiles + (t < num_rows % tiles ? 1 : 0);
+    switch (rows) {
+      case 8: tile(std::integral_constant<int, 8>{}, m); break;
+      case 7: tile(std::integral_constant<int, 7>{}, m); break;
+      case 6: tile(std::integral_constant<int, 6>{}, m); break;
+      case 5: tile(std::integral_constant<int, 5>{}, m); break;
+      case 4: tile(std::integral_constant<int, 4>{}, m); break;
+      case 3: tile(std::integral_constant<int, 3>{}, m); break;
+      case 2: tile(std::integral_constant<int, 2>{}, m); break;
+      default: tile(std::integral_constant<int, 1>{}, m); break;
+    }
+    m += rows;
+  }
+}
+
+// The whole pass of one type (see the top of this file).
+template <class T>
+void run_pass(const uint8_t* act, int64_t num_rows, int64_t units, const uint8_t* packed, int64_t out_features,
+              float* y, int num_threads) {
+  const int64_t act_stride = units * T::kActBytes, row_bytes = units * T::kUnitBytes;
+  const int64_t num_chunks = (out_features + kChunkRows - 1) / kChunkRows;
+  for_each_item(num_chunks, num_threads, [&](int64_t c, int) {
+    const int64_t n0 = c * kChunkRows, n1 = std::min(out_features, n0 + kChunkRows);
+    for_tiles(num_rows, [&](auto rows, int64_t m) {
+      constexpr int R = decltype(rows)::value;
+      for (int64_t n = n0; n < n1; ++n)
+        tile_row<T, R>(packed + n * row_bytes, units, act + m * act_stride, act_stride, y + m * out_features + n,
+                       out_features);
+    });
+  });
+}
+
+}  // namespace llmk::kernels::cpu::gguf

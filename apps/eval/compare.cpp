@@ -24,7 +24,8 @@ struct TempFile {
 std::string quality_difference(const EngineConfig& a, const EngineConfig& b) {
   std::string out;
   auto add = [&out](const char* what) { out += (out.empty() ? "" : ", ") + std::string(what); };
-  if (a.plugins.linear != b.plugins.linear || a.plugins.linear_options != b.plugins.linear_options)
+  if (a.plugins.linear != b.plugins.linear || a.plugins.linear_options != b.plugins.linear_options ||
+      a.plugins.linear_blocks != b.plugins.linear_blocks)
     add("linear plugin");
   if (a.kv_cache.dtype != b.kv_cache.dtype || a.kv_cache.group_size != b.kv_cache.group_size ||
       a.kv_cache.rotate_keys != b.kv_cache.rotate_keys)

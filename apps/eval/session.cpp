@@ -22,11 +22,13 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-// The settings that change the numbers: device, linear and attention plugins,
-// the KV dtype as the executor resolved it (kv_cache.dtype may be auto).
+// The settings that change the numbers: device, linear and attention plugins
+// (for a GGUF file, the one its quantized blocks go to), the KV dtype as the
+// executor resolved it (kv_cache.dtype may be auto).
 std::string describe_config(const EngineConfig& cfg, DType kv_dtype) {
   std::string out = cfg.executor.device + ", linear " + cfg.plugins.linear;
   if (cfg.plugins.linear_options != "{}") out += " " + cfg.plugins.linear_options;
+  if (resolve_load_format(cfg.model) == "gguf") out += ", quantized blocks " + cfg.plugins.linear_blocks;
   out += ", attention " + cfg.plugins.attention;
   if (cfg.plugins.attention_options != "{}") out += " " + cfg.plugins.attention_options;
   return out + ", kv " + dtype_name(kv_dtype);

@@ -202,11 +202,14 @@ TEST_CASE("stories260K as a Q8_0 GGUF agrees with the F32 model to a stated marg
   const double agreement = double(num_agree) / double(num_rows);
   INFO("top-1 agreement " << agreement << " over " << num_rows << " positions, max |logit diff| " << max_diff
                           << " (largest |logit| " << max_logit << ")");
-  // Measured: top-1 agreement 47/47 positions, max |logit diff| 0.27 with
-  // logits up to 18.9. Asserted with a margin: at most two positions may
-  // flip, and the largest difference may nearly double.
+  // Q8_0 weights through linear.gguf, which rounds the activations to int8
+  // per 32 values as llama.cpp does. Measured: top-1 agreement 47/47
+  // positions, max |logit diff| 0.40 with logits up to 18.9 (0.27 with the
+  // blocks dequantized to F32, plugins.linear_blocks: none). Asserted with a
+  // margin: at most two positions may flip, and the largest difference may
+  // grow by half.
   CHECK(agreement >= 45.0 / 47.0);
-  CHECK(max_diff <= 0.5);
+  CHECK(max_diff <= 0.6);
 }
 
 TEST_CASE("llmk generate --model file.gguf prints the golden greedy text", "[gguf][golden][cli]") {
@@ -454,8 +457,9 @@ TEST_CASE("linear.gguf computes on the stored blocks: the mixed-type model track
   const double err = rel_l2(a.data(), want);
   INFO("relative L2 error of the logits against the F32 twin: " << err);
   // The only difference is the activations' rounding to int8 (one scale per
-  // 32 or 256 values, about 0.4% per value): MEASURED_PLACEHOLDER
-  CHECK(err < 2e-2);
+  // 32 or 256 values: about 0.7% RMS per product, nine roundings deep).
+  // Measured 0.0188 (AMD EPYC Zen 5, AVX-512 VNNI); asserted with a 2x margin.
+  CHECK(err < 4e-2);
   CHECK(err > 0.0);  // the blocks' kernels ran: rounding shows
   const int32_t vocab = f32->config().vocab_size;
   size_t agree = 0;

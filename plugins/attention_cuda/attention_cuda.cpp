@@ -12,6 +12,10 @@
 //     "auto" (the default): flash where the cache already holds 16-bit
 //     values (F16, BF16), so that only q and the softmax weights are
 //     rounded; paged for F32 and I8 caches, whose accuracy gates are f32's.
+//     The capabilities declare what that rounding may cost the output
+//     ("kv_rounding_ulp": 8 units of the cache type's roundoff; the
+//     conformance grid measured up to 3.4), which the conformance suite
+//     holds the plugin to.
 // Both read the cache after kv_cache_write has stored the step's rows.
 // run() only enqueues work on the caller's stream: no allocation, no
 // synchronization and no host reads of device memory, so a step can be
@@ -102,7 +106,7 @@ class AttentionCuda {
   static constexpr const char* kDescription =
       "CUDA paged causal GQA attention: split-K decode attention grouped by KV head, flash prefill on tensor cores (WMMA) or in f32; F32/F16/BF16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
-      R"({"kv_dtypes":["f32","f16","bf16","i8"],"devices":["cuda"],"activation_dtypes":["f32","f16","bf16"],"paged":true,"gqa":true,"sliding_window":true,"options":["prefill"]})";
+      R"({"kv_dtypes":["f32","f16","bf16","i8"],"devices":["cuda"],"activation_dtypes":["f32","f16","bf16"],"paged":true,"gqa":true,"sliding_window":true,"options":["prefill"],"kv_rounding_ulp":{"f16":8,"bf16":8}})";
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
     if (d.device != LLMK_DEVICE_CUDA) {

@@ -242,10 +242,7 @@ ExprPtr Parser::parse_postfix(ExprPtr value) {
       advance();
       value = seal(parse_subscript(std::move(value), at));
     } else if (at_op("(")) {
-      auto c = node<Expr>(Expr::Kind::call, at);
-      c->operands.push_back(std::move(value));
-      c->args = parse_call_args();
-      value = seal(std::move(c));
+      value = parse_call(std::move(value), at);
     } else {
       return value;
     }
@@ -276,6 +273,13 @@ ExprPtr Parser::parse_subscript(ExprPtr value, const Token& at) {
   s->operands.push_back(std::move(value));
   for (auto& p : parts) s->operands.push_back(std::move(p));
   return s;
+}
+
+ExprPtr Parser::parse_call(ExprPtr callee, const Token& at) {
+  auto c = node<Expr>(Expr::Kind::call, at);
+  c->operands.push_back(std::move(callee));
+  c->args = parse_call_args();
+  return seal(std::move(c));
 }
 
 CallArgs Parser::parse_call_args() {
@@ -332,11 +336,7 @@ ExprPtr Parser::parse_filter_expr(ExprPtr value) {
       t->operands.push_back(std::move(value));
       value = seal(std::move(t));
     } else if (at_op("(")) {
-      const Token& at = cur();
-      auto c = node<Expr>(Expr::Kind::call, at);
-      c->operands.push_back(std::move(value));
-      c->args = parse_call_args();
-      value = seal(std::move(c));
+      value = parse_call(std::move(value), cur());
     } else {
       return value;
     }

@@ -145,6 +145,8 @@ class Parser {
   ExprPtr parse_primary();
   ExprPtr parse_postfix(ExprPtr value);
   ExprPtr parse_subscript(ExprPtr value, const Token& at);
+  // callee(...) at `at`, the arguments' '(' at the cursor.
+  ExprPtr parse_call(ExprPtr callee, const Token& at);
   CallArgs parse_call_args();
   ExprPtr parse_filter_expr(ExprPtr value);
 

@@ -3,14 +3,6 @@
 // AVX2, AVX512-VNNI or portable integer dot products.
 #include "kernels/cpu/linear_w4_a8.hpp"
 
-#if defined(__AVX512F__)
-// GCC 12 reports its own _mm512_undefined_* placeholders inside <immintrin.h>.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
 #include <omp.h>
 
 #include <algorithm>
@@ -18,8 +10,8 @@
 #include <cstring>
 
 #include "kernels/cpu/linear_tile.hpp"
+#include "kernels/cpu/vec_math.hpp"  // <immintrin.h> at the level's ISA
 #include "kernels/cpu/work_shares.hpp"
-#include "kernels/cpu/vec_math.hpp"
 
 namespace llmk::kernels::cpu {
 

@@ -35,6 +35,21 @@ std::unique_ptr<Device> make_cpu_device();
 // std::runtime_error when there is none. `description` names it in reports.
 std::unique_ptr<Device> make_cuda_device(const std::string& description);
 
+// The device a suite runs on: the one its options name, else host memory
+// owned here.
+class SuiteDevice {
+ public:
+  explicit SuiteDevice(Device* given)
+      : host_(given ? nullptr : make_cpu_device()), device_(given ? given : host_.get()) {}
+  Device& operator*() const { return *device_; }
+  Device* operator->() const { return device_; }
+  Device* get() const { return device_; }
+
+ private:
+  std::unique_ptr<Device> host_;
+  Device* device_;
+};
+
 // One allocation on a Device, freed with it.
 class DeviceBuffer {
  public:

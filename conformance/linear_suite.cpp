@@ -13,13 +13,27 @@
 //   4-bit grid, activations per group or per token): as above
 //   with s_k = max|w| / 127, plus the activation rounding,
 //       + sum_k |w_k| * max|x| / 254 (first order) and its product term.
+//   float formats: an operand rounded to a floating-point format (round to
+//   nearest) is off by at most d_k = max(u |v_k|, a * scale) per value, u
+//   the format's unit roundoff, a half its smallest subnormal step, scale
+//   what maps the operand's largest magnitude to the format's largest value
+//   (1 where the operand is not scaled), so
+//       |e| <= sum_k (dx_k |w_k| + |x_k| dw_k + dx_k dw_k) + F32 accumulation.
+//   A plugin declares what it rounds: "activation_rounding" maps a weight
+//   dtype to the format F32 activations are rounded to before the product
+//   (linear.cublas: {"f16": "f16", "bf16": "bf16"}, 16-bit tensor-core
+//   operands); scheme "fp8_e4m3" rounds weights and activations to E4M3,
+//   each scaled by its own maximum (per channel or per token, or per tensor:
+//   the suite takes the whole operand's maximum, which bounds both).
 //
 // Those worst-case bounds catch gross errors (a wrong scale, a lost group);
 // the typical error is far smaller. So, where a case has 64 outputs or more,
 // the error energy is also held to twice its expectation under uniform
 // rounding, sum over outputs of sum_k x_k^2 s_k^2 / 12 (+ the activations'
 // sum_k w_k^2 dx^2 / 12): a sum of that many near-Gaussian terms exceeds
-// twice its mean with a probability far below 1e-6.
+// twice its mean with a probability far below 1e-6. For FP8 weights the
+// expectation taken is sum_k (x_k^2 dw_k^2 + w_k^2 dx_k^2) / 3, which the
+// mean of a rounding error uniform within +-d_k does not exceed.
 //
 // Activations are F32 in the options' device memory (the host by default);
 // the weight is handed over in host memory, as the engine does at load.
@@ -32,40 +46,12 @@
 #include <string>
 #include <vector>
 
+#include "conformance/linear_scheme.hpp"
 #include "conformance/suite.hpp"
 #include "core/dtype.hpp"
 
 namespace llmk::conformance {
 namespace {
-
-struct Scheme {
-  int weight_levels = 0;   // 0: float weights; 255 (8-bit) or 15 (4-bit) steps across a group's range
-  bool symmetric = false;  // symmetric range (+-max|w|) instead of min..max
-  int64_t group = 0;       // values per weight range along in_features; 0: the whole row
-  bool int8_activations = false;
-};
-
-// What the plugin's capabilities say it computes; an undeclared scheme is a
-// conformance failure (the suite cannot bound what it does not know).
-bool parse_scheme(const nlohmann::json& caps, Scheme& s, std::string& why) {
-  if (!caps.contains("scheme")) return true;  // float weights
-  const std::string name = caps["scheme"].is_string() ? caps["scheme"].get<std::string>() : "";
-  const auto& options = caps.contains("options") && caps["options"].is_object() ? caps["options"] : nlohmann::json::object();
-  if (name == "w8a8") {
-    s = {255, true, 0, true};
-  } else if (name == "w8a32-zp") {
-    s = {255, false, 0, false};
-  } else if (name == "w4a32") {
-    s = {15, false, options.value("group_size", int64_t{128}), false};
-  } else if (name == "w4a8") {
-    // Activations rounded per weight group (never coarser than per token, which the bound assumes).
-    s = {15, false, options.value("group_size", int64_t{128}), true};
-  } else {
-    why = "capabilities declare scheme '" + name + "', which the suite has no error bound for (known: w8a8, w8a32-zp, w4a32, w4a8)";
-    return false;
-  }
-  return true;
-}
 
 struct WeightType {
   const char* name;
@@ -95,15 +81,8 @@ constexpr WeightType kWeightTypes[] = {{"f32", LLMK_DTYPE_F32}, {"f16", LLMK_DTY
 }  // namespace
 
 SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) {
-  SuiteResult result;
-  result.plugin = plugin.info().name;
-  std::unique_ptr<Device> host;
-  Device* device = options.device;
-  if (device == nullptr) {
-    host = make_cpu_device();
-    device = host.get();
-  }
-  result.device = device->description();
+  const SuiteDevice device(options.device);
+  SuiteResult result = new_result(plugin, *device);
   const auto caps = nlohmann::json::parse(plugin.info().capabilities, nullptr, false);
   Scheme scheme;
   std::string why;
@@ -120,8 +99,16 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
   if (dtypes.empty()) dtypes.push_back("f32");
   const llmk_linear_api& api = plugin.linear();
 
+  if (scheme.weight_format != nullptr)
+    result.notes.push_back(std::string("weights and activations rounded to ") + scheme.weight_format->name +
+                           ", each scaled by its maximum, as the scheme declares: the bound allows that rounding");
   for (const WeightType& wt : kWeightTypes) {
     if (std::find(dtypes.begin(), dtypes.end(), wt.name) == dtypes.end()) continue;
+    bool x_scaled = false;
+    const FloatFormat* x_format = scheme.activations_with(wt.name, x_scaled);
+    if (x_format != nullptr && !x_scaled)
+      result.notes.push_back(std::string("weights ") + wt.name + ": activations rounded to " + x_format->name +
+                             " as declared (activation_rounding): the bound allows that rounding");
     for (const int64_t in : {64, 130, 515})
       for (const int64_t out : {1, 17, 129})
         for (const int64_t rows : {1, 3, 16, 33}) {
@@ -204,6 +191,21 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
                 step_sq[j] += s_g * s_g * static_cast<double>(std::min(in, g0 + group) - g0);
               }
 
+          // Float formats: the scales that map each operand's largest
+          // magnitude to the format's (the whole operand's, which bounds a
+          // per-channel or per-token scale's subnormal step too).
+          double w_scale = 1, x_scale = 1;
+          if (scheme.weight_format != nullptr) {
+            double w_max = 0;
+            for (const double v : w) w_max = std::max(w_max, std::fabs(v));
+            w_scale = w_max / scheme.weight_format->max_finite;
+          }
+          if (x_format != nullptr && x_scaled) {
+            double x_max = 0;
+            for (const float v : x) x_max = std::max(x_max, std::fabs(double(v)));
+            x_scale = x_max / x_format->max_finite;
+          }
+
           double worst = 0;  // largest error as a fraction of its bound
           double error_energy = 0, expected_energy = 0;
           std::string worst_where;
@@ -230,6 +232,18 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
                 bound += x_hat_norm * std::sqrt(step_sq[j]) + 1e-5 * (mag + std::sqrt(x_norm_sq * step_sq[j]));
               }
               if (scheme.int8_activations) bound += w_abs * x_step / 2;
+              if (scheme.weight_format != nullptr || x_format != nullptr) {
+                double rounding = 0;
+                for (int64_t k = 0; k < in; ++k) {
+                  const double xv = x[m * in + k], wv = w[j * in + k];
+                  const double dx = x_format != nullptr ? rounding_error(*x_format, xv, x_scale) : 0;
+                  const double dw =
+                      scheme.weight_format != nullptr ? rounding_error(*scheme.weight_format, wv, w_scale) : 0;
+                  rounding += dx * std::fabs(wv) + std::fabs(xv) * dw + dx * dw;
+                  expected_energy += (xv * xv * dw * dw + wv * wv * dx * dx) / 3;
+                }
+                bound += rounding * (1 + 1e-5);
+              }
               const double got = y[m * out + j];
               error_energy += (got - ref) * (got - ref);
               expected_energy += rounding_var;
@@ -242,7 +256,8 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
               }
             }
           }
-          const bool energy_checked = scheme.weight_levels > 0 && rows * out >= 64;
+          const bool energy_checked =
+              (scheme.weight_levels > 0 || scheme.weight_format != nullptr) && rows * out >= 64;
           if (!contract.empty()) {
             failed(name, contract);
           } else if (!(worst <= 1.0)) {

@@ -46,6 +46,13 @@ std::vector<std::string> SuiteResult::failures() const {
   return out;
 }
 
+SuiteResult new_result(const Plugin& plugin, const Device& device) {
+  SuiteResult result;
+  result.plugin = plugin.info().name;
+  result.device = device.description();
+  return result;
+}
+
 bool has_suite(llmk_plugin_kind kind, std::string& why) {
   if (kind == LLMK_PLUGIN_ATTENTION || kind == LLMK_PLUGIN_LINEAR || kind == LLMK_PLUGIN_KV_ALLOCATOR) return true;
   why = "no conformance suite for plugin kind " + std::to_string(kind);
@@ -65,6 +72,7 @@ SuiteResult run_suite(const Plugin& plugin, const SuiteOptions& options) {
 }
 
 void print_report(std::ostream& out, const SuiteResult& r) {
+  for (const auto& n : r.notes) out << "  note  " << n << "\n";
   for (const auto& c : r.cases) {
     out << "  " << status_text(c.status) << "  " << c.name;
     if (c.status == CaseStatus::unsupported) {

@@ -34,6 +34,7 @@ struct SuiteResult {
   std::string device;              // where it ran: "cpu", "simulated device (no GPU)", ...
   std::vector<CaseResult> cases;
   std::vector<std::string> errors;  // failures outside any case (capabilities the suite cannot read)
+  std::vector<std::string> notes;   // tolerances the plugin's capabilities widened, and why
 
   int num(CaseStatus status) const;
   int num_passed() const { return num(CaseStatus::passed); }
@@ -52,6 +53,9 @@ struct SuiteOptions {
   bool reduced = false;
 };
 
+// A result before any case: the plugin's name and where it runs.
+SuiteResult new_result(const Plugin& plugin, const Device& device);
+
 SuiteResult run_attention_suite(const Plugin& plugin, const SuiteOptions& options = {});
 SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options = {});
 // KV allocators: random workloads against a shadow model (kv_harness.hpp);
@@ -62,8 +66,8 @@ SuiteResult run_kv_allocator_suite(const Plugin& plugin, const SuiteOptions& opt
 bool has_suite(llmk_plugin_kind kind, std::string& why);
 SuiteResult run_suite(const Plugin& plugin, const SuiteOptions& options = {});
 
-// Per case: pass/FAIL/unsupported, the name, the error measure against its
-// tolerance; then the totals.
+// The notes, then per case: pass/FAIL/unsupported, the name, the error
+// measure against its tolerance; then the totals.
 void print_report(std::ostream& out, const SuiteResult& result);
 
 // Runs the suite of the plugin's kind and prints a header line (the plugin,

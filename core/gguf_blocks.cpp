@@ -102,23 +102,11 @@ void k_scale_min(const uint8_t* s, int j, int& sc, int& m) {
   }
 }
 
-void decode_q4_k(const uint8_t* b, float* y) {
+// Q4_K and Q5_K: eight sub-blocks of 32, each with its own 6-bit scale and
+// min; the low 4 bits of each value from qs (two sub-blocks per 32 bytes),
+// Q5_K's fifth bit from qh (bit `sub` of byte l; null for Q4_K).
+void decode_k_sub_blocks(const uint8_t* b, const uint8_t* qs, const uint8_t* qh, float* y) {
   const float d = load_f16(b), dmin = load_f16(b + 2);
-  const uint8_t* qs = b + 16;
-  for (int sub = 0; sub < 8; ++sub) {
-    int sc, m;
-    k_scale_min(b + 4, sub, sc, m);
-    const float dl = d * f(sc), ml = dmin * f(m);
-    const uint8_t* q = qs + 32 * (sub / 2);
-    const int shift = 4 * (sub % 2);
-    for (int l = 0; l < 32; ++l) y[32 * sub + l] = dl * f((q[l] >> shift) & 15) - ml;
-  }
-}
-
-void decode_q5_k(const uint8_t* b, float* y) {
-  const float d = load_f16(b), dmin = load_f16(b + 2);
-  const uint8_t* qh = b + 16;
-  const uint8_t* qs = b + 48;
   for (int sub = 0; sub < 8; ++sub) {
     int sc, m;
     k_scale_min(b + 4, sub, sc, m);
@@ -126,11 +114,15 @@ void decode_q5_k(const uint8_t* b, float* y) {
     const uint8_t* q = qs + 32 * (sub / 2);
     const int shift = 4 * (sub % 2);
     for (int l = 0; l < 32; ++l) {
-      const int v = ((q[l] >> shift) & 15) | ((qh[l] >> sub) & 1) << 4;
-      y[32 * sub + l] = dl * f(v) - ml;
+      const int high = qh != nullptr ? ((qh[l] >> sub) & 1) << 4 : 0;
+      y[32 * sub + l] = dl * f(((q[l] >> shift) & 15) | high) - ml;
     }
   }
 }
+
+void decode_q4_k(const uint8_t* b, float* y) { decode_k_sub_blocks(b, b + 16, nullptr, y); }
+
+void decode_q5_k(const uint8_t* b, float* y) { decode_k_sub_blocks(b, b + 48, b + 16, y); }
 
 void decode_q6_k(const uint8_t* b, float* y) {
   const uint8_t* ql = b;

@@ -1,6 +1,5 @@
 #include "ipc/request_json.hpp"
 
-#include <cmath>
 #include <limits>
 
 #include "ipc/errors.hpp"

@@ -14,7 +14,7 @@ namespace llmk::jinja {
 
 Body parse(const std::vector<Token>& tokens);
 
-// The filters and tests the renderer implements (core/jinja/builtins.cpp).
+// The filters and tests the renderer implements (core/jinja/builtins_filters.cpp).
 bool is_known_filter(std::string_view name);
 bool is_known_test(std::string_view name);
 

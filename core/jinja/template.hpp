@@ -6,7 +6,7 @@
 // namespace attributes, blocks), macro, the generation tag, literals,
 // arithmetic, comparisons, and/or/not, ternaries, attribute, subscript and
 // slice access, and the filters, tests, methods and globals listed in
-// core/jinja/builtins.cpp. Whitespace follows jinja2 with trim_blocks and
+// core/jinja/builtins*.cpp. Whitespace follows jinja2 with trim_blocks and
 // lstrip_blocks on, as transformers renders chat templates.
 //
 // Errors: a construct outside the subset is Error(unsupported) naming it

@@ -1,6 +1,6 @@
 // The int4 kernel's many-row path on AMX-INT8 tiles (linear_w4.cpp calls
 // it; see linear_w4.hpp's W4Matmul). Rows come already quantized to int8
-// per weight group, in linear_w4.cpp's row layout: per row, the activation
+// per weight group, in linear_w4_a8.hpp's row layout: per row, the activation
 // quads (two int32 per octet of inputs: the even steps' bytes, then the odd
 // steps'), then the per-group scales (f32) and sums (int32).
 //

@@ -12,10 +12,15 @@
 //     "auto" (the default): flash where the cache already holds 16-bit
 //     values (F16, BF16), so that only q and the softmax weights are
 //     rounded; paged for F32 and I8 caches, whose accuracy gates are f32's.
+//     The capabilities declare what that rounding may cost the output
+//     ("kv_rounding_ulp": 8 units of the cache type's roundoff; the
+//     conformance grid measured up to 3.4), which the conformance suite
+//     holds the plugin to.
 // Both read the cache after kv_cache_write has stored the step's rows.
 // run() only enqueues work on the caller's stream: no allocation, no
 // synchronization and no host reads of device memory, so a step can be
-// captured into a CUDA graph.
+// captured into a CUDA graph; workspace_bound() says the most workspace any
+// step within the desc's limits plans, so the host can allocate it once.
 //
 // The same source builds against the CUDA runtime (the shipped plugin) and
 // against the CUDA simulation (the tests' copy, tests/cudasim_plugins).
@@ -102,7 +107,7 @@ class AttentionCuda {
   static constexpr const char* kDescription =
       "CUDA paged causal GQA attention: split-K decode attention grouped by KV head, flash prefill on tensor cores (WMMA) or in f32; F32/F16/BF16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
-      R"({"kv_dtypes":["f32","f16","bf16","i8"],"devices":["cuda"],"activation_dtypes":["f32","f16","bf16"],"paged":true,"gqa":true,"sliding_window":true,"options":["prefill"]})";
+      R"({"kv_dtypes":["f32","f16","bf16","i8"],"devices":["cuda"],"activation_dtypes":["f32","f16","bf16"],"paged":true,"gqa":true,"sliding_window":true,"options":["prefill"],"kv_rounding_ulp":{"f16":8,"bf16":8}})";
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
     if (d.device != LLMK_DEVICE_CUDA) {
@@ -198,6 +203,26 @@ class AttentionCuda {
     workspace_bytes_ =
         num_splits_ == 0 ? 0 : cuda::attention_decode_workspace_bytes(shape_, step_.num_seqs, num_splits_);
     return workspace_bytes_;
+  }
+
+  // The most plan() asks for on a step within the desc: the workspace holds
+  // num_seqs x the decodes' split count, and the split count grows with the
+  // longest visible context (max_context, or the window) and shrinks as
+  // decodes are added. With d decodes a step of max_tokens tokens holds at
+  // most (max_tokens + d) / 2 sequences (every other one takes two rows or
+  // more), and at most max_seqs.
+  size_t workspace_bound() const {
+    const int32_t max_tokens = static_cast<int32_t>(std::max<uint32_t>(desc_.max_tokens, 1));
+    const int32_t max_seqs = desc_.max_seqs > 0 ? static_cast<int32_t>(desc_.max_seqs) : max_tokens;
+    int32_t longest = static_cast<int32_t>(desc_.max_context);
+    if (desc_.sliding_window > 0) longest = std::min(longest, static_cast<int32_t>(desc_.sliding_window));
+    size_t most = 0;
+    for (int32_t d = 1; d <= std::min(max_seqs, max_tokens); ++d) {
+      const int32_t num_seqs = std::min(max_seqs, (max_tokens + d) / 2);
+      const int32_t num_splits = cuda::attention_decode_num_splits(longest, d, shape_.num_kv_heads, num_sms_);
+      most = std::max(most, cuda::attention_decode_workspace_bytes(shape_, num_seqs, num_splits));
+    }
+    return most;
   }
 
   void run(const llmk_attention_layer& layer, void* workspace, size_t workspace_size, void* stream) {

@@ -4,10 +4,12 @@
 // dtype (option "dtype": "auto" keeps the checkpoint's, or "f32", "bf16",
 // "f16") and uploads it once. forward() enqueues on the caller's stream:
 // with 16-bit weights and F32 activations it first rounds x to the weight's
-// dtype in the workspace (kernels/cuda/convert.hpp), then one cuBLASLt
-// matmul with F32 accumulation writes y in the activation dtype. The
-// cuBLASLt workspace is carved from the caller's workspace too, so a
-// forward allocates no device memory and never synchronizes.
+// dtype in the workspace (kernels/cuda/convert.hpp; the capabilities declare
+// that rounding as "activation_rounding", which the conformance suite's
+// bound allows), then one cuBLASLt matmul with F32 accumulation writes y in
+// the activation dtype. The cuBLASLt workspace is carved from the caller's
+// workspace too, so a forward allocates no device memory and never
+// synchronizes.
 //
 // Row-major y[rows, out] = x[rows, in] W^T is, read column-major,
 // y^T (out x rows) = W (out x in) x^T (in x rows): A is the weight stored
@@ -91,7 +93,7 @@ class LinearCublas {
   static constexpr const char* kDescription =
       "CUDA y = x W^T through cuBLASLt (F32, BF16 or F16 weights, F32 accumulation)";
   static constexpr const char* kCapabilities =
-      R"({"devices":["cuda"],"weight_dtypes":["f32","f16","bf16"],"activation_dtypes":["f32","f16","bf16"],"options":{"dtype":["auto","f32","bf16","f16"]}})";
+      R"({"devices":["cuda"],"weight_dtypes":["f32","f16","bf16"],"activation_dtypes":["f32","f16","bf16"],"activation_rounding":{"f16":"f16","bf16":"bf16"},"options":{"dtype":["auto","f32","bf16","f16"]}})";
 
   static bool supports(const llmk_linear_desc& d, std::string& why) {
     if (d.device != LLMK_DEVICE_CUDA) {

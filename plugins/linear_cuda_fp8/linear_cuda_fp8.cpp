@@ -14,7 +14,9 @@
 // scaling epilogue (kernels/cuda/scale_rows_cols.hpp) reading cuBLASLt's
 // output from the workspace. With both scales per tensor and out_features a
 // multiple of 16, cuBLASLt writes y directly. Nothing is allocated or
-// synchronized per call.
+// synchronized per call. The capabilities' "scheme": "fp8_e4m3" is what the
+// conformance suite bounds the error by: both operands rounded to E4M3, each
+// scaled by its own maximum.
 //
 // The same source builds against the CUDA toolkit (the shipped plugin) and
 // against the CUDA simulation (tests/cudasim_plugins).

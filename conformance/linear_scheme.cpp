@@ -78,11 +78,13 @@ bool parse_scheme(const nlohmann::json& caps, Scheme& s, std::string& why) {
     } else if (name == "w4a8") {
       // Activations rounded per weight group (never coarser than per token, which the bound assumes).
       integer(15, false, options.value("group_size", int64_t{128}), true);
+    } else if (name == "ggml_a8") {
+      s.ggml_a8 = true;
     } else if (name == "fp8_e4m3") {
       s.weight_format = s.activation_format = float_format("e4m3");
     } else {
       why = "capabilities declare scheme '" + name +
-            "', which the suite has no error bound for (known: w8a8, w8a32-zp, w4a32, w4a8, fp8_e4m3)";
+            "', which the suite has no error bound for (known: w8a8, w8a32-zp, w4a32, w4a8, fp8_e4m3, ggml_a8)";
       return false;
     }
   }

@@ -30,6 +30,9 @@ struct Scheme {
   bool symmetric = false;  // symmetric range (+-max|w|) instead of min..max
   int64_t group = 0;       // values per weight range along in_features; 0: the whole row
   bool int8_activations = false;
+  // "ggml_a8": weights as stored ggml blocks (exact), activations rounded to
+  // int8 with one scale (max |x| / 127) per weight block of in_features.
+  bool ggml_a8 = false;
   const FloatFormat* weight_format = nullptr;      // weights rounded to it, scaled by their maximum
   const FloatFormat* activation_format = nullptr;  // activations likewise
   // Weight dtype -> the unscaled format F32 activations are rounded to with it.

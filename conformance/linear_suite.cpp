@@ -19,6 +19,11 @@
 //   what maps the operand's largest magnitude to the format's largest value
 //   (1 where the operand is not scaled), so
 //       |e| <= sum_k (dx_k |w_k| + |x_k| dw_k + dx_k dw_k) + F32 accumulation.
+//   ggml_a8 (a GGUF file's quantized blocks, "ggml:Q4_K" weight dtypes):
+//   the weights are exact as stored; activations are rounded to int8 with
+//   one scale s_b = max |x| / 127 per weight block b (32 or 256 values), so
+//       |e| <= sum_k |w_k| s_b(k) / 2 + F32 accumulation
+//   (the energy check below, sum_k w_k^2 s_b(k)^2 / 12, from 16 rows on).
 //   A plugin declares what it rounds: "activation_rounding" maps a weight
 //   dtype to the format F32 activations are rounded to before the product
 //   (linear.cublas: {"f16": "f16", "bf16": "bf16"}, 16-bit tensor-core
@@ -46,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "conformance/ggml_weights.hpp"
 #include "conformance/linear_scheme.hpp"
 #include "conformance/suite.hpp"
 #include "core/dtype.hpp"
@@ -54,8 +60,9 @@ namespace llmk::conformance {
 namespace {
 
 struct WeightType {
-  const char* name;
+  std::string name;
   uint32_t dtype;
+  int64_t block_values = 1;  // ggml blocks: values per block
 };
 // One forward as LinearImpl calls it: x in, y out through the device, the
 // workspace the layer asked for max_rows (it may serve fewer rows).
@@ -76,7 +83,7 @@ std::string forward(const llmk_linear_api& api, void* self, Device& device, cons
   return "";
 }
 
-constexpr WeightType kWeightTypes[] = {{"f32", LLMK_DTYPE_F32}, {"f16", LLMK_DTYPE_F16}, {"bf16", LLMK_DTYPE_BF16}};
+const WeightType kWeightTypes[] = {{"f32", LLMK_DTYPE_F32}, {"f16", LLMK_DTYPE_F16}, {"bf16", LLMK_DTYPE_BF16}};
 
 }  // namespace
 
@@ -102,14 +109,32 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
   if (scheme.weight_format != nullptr)
     result.notes.push_back(std::string("weights and activations rounded to ") + scheme.weight_format->name +
                            ", each scaled by its maximum, as the scheme declares: the bound allows that rounding");
-  for (const WeightType& wt : kWeightTypes) {
-    if (std::find(dtypes.begin(), dtypes.end(), wt.name) == dtypes.end()) continue;
+  std::vector<WeightType> weight_types;
+  for (const WeightType& wt : kWeightTypes)
+    if (std::find(dtypes.begin(), dtypes.end(), wt.name) != dtypes.end()) weight_types.push_back(wt);
+  for (const std::string& d : dtypes) {
+    if (d.rfind("ggml:", 0) != 0) continue;
+    GgmlWeightType g;
+    if (!parse_ggml_weight_type(d, g, why)) {
+      result.errors.push_back(why);
+      continue;
+    }
+    weight_types.push_back(WeightType{d, g.dtype, g.block_values});
+  }
+  for (const WeightType& wt : weight_types) {
+    const bool blocks = wt.block_values > 1;
+    if (blocks && !scheme.ggml_a8) {
+      result.errors.push_back("weight dtype '" + wt.name + "' needs scheme ggml_a8, which the capabilities do not declare");
+      continue;
+    }
     bool x_scaled = false;
     const FloatFormat* x_format = scheme.activations_with(wt.name, x_scaled);
     if (x_format != nullptr && !x_scaled)
       result.notes.push_back(std::string("weights ") + wt.name + ": activations rounded to " + x_format->name +
                              " as declared (activation_rounding): the bound allows that rounding");
-    for (const int64_t in : {64, 130, 515})
+    // Depths in whole blocks for block weights (256 holds one K block, eight of 32).
+    const std::vector<int64_t> depths = blocks ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{64, 130, 515};
+    for (const int64_t in : depths)
       for (const int64_t out : {1, 17, 129})
         for (const int64_t rows : {1, 3, 16, 33}) {
           const std::string name = std::string("weights ") + wt.name + " " + std::to_string(rows) + "x" +
@@ -120,7 +145,9 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
           std::vector<double> w(out * in);
           std::vector<float> w32(out * in);
           std::vector<uint16_t> w16(out * in);
-          for (int64_t i = 0; i < out * in; ++i) {
+          std::vector<uint8_t> w_blocks;
+          if (blocks) w_blocks = random_ggml_weight(GgmlWeightType{wt.dtype, wt.block_values}, out, in, rng, w);
+          for (int64_t i = 0; i < out * in && !blocks; ++i) {
             const float v = normal(rng);
             if (wt.dtype == LLMK_DTYPE_F32) {
               w32[i] = v;
@@ -139,7 +166,10 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
           const std::string layer = "conformance.layers.0.mlp.up_proj";
           llmk_linear_desc desc{sizeof(llmk_linear_desc), layer.c_str(), static_cast<uint32_t>(in),
                                 static_cast<uint32_t>(out), wt.dtype,
-                                wt.dtype == LLMK_DTYPE_F32 ? static_cast<const void*>(w32.data()) : w16.data(), 1,
+                                blocks                     ? static_cast<const void*>(w_blocks.data())
+                                : wt.dtype == LLMK_DTYPE_F32 ? static_cast<const void*>(w32.data())
+                                                             : w16.data(),
+                                1,
                                 static_cast<uint32_t>(rows), 2, "{}", device->device(), LLMK_DTYPE_F32};
           char reason[512] = {};
           if (api.supports(&desc, reason, sizeof(reason)) != 1) {
@@ -216,6 +246,14 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
               x_max = std::max(x_max, std::fabs(double(x[m * in + k])));
             }
             const double x_step = scheme.int8_activations ? x_max / 127 : 0;  // symmetric per-token scale
+            // ggml_a8: each weight block's activations on their own int8 scale.
+            std::vector<double> block_step;
+            if (blocks)
+              for (int64_t b0 = 0; b0 < in; b0 += wt.block_values) {
+                double b_max = 0;
+                for (int64_t k = b0; k < b0 + wt.block_values; ++k) b_max = std::max(b_max, std::fabs(double(x[m * in + k])));
+                block_step.push_back(b_max / 127);
+              }
             for (int64_t j = 0; j < out; ++j) {
               double ref = 0, mag = 0, w_abs = 0, w_sq = 0, rounding_var = 0;
               for (int64_t k = 0; k < in; ++k) {
@@ -232,6 +270,12 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
                 bound += x_hat_norm * std::sqrt(step_sq[j]) + 1e-5 * (mag + std::sqrt(x_norm_sq * step_sq[j]));
               }
               if (scheme.int8_activations) bound += w_abs * x_step / 2;
+              if (blocks)
+                for (int64_t k = 0; k < in; ++k) {
+                  const double s_b = block_step[static_cast<size_t>(k / wt.block_values)];
+                  bound += std::fabs(w[j * in + k]) * s_b / 2;
+                  expected_energy += w[j * in + k] * w[j * in + k] * s_b * s_b / 12;
+                }
               if (scheme.weight_format != nullptr || x_format != nullptr) {
                 double rounding = 0;
                 for (int64_t k = 0; k < in; ++k) {
@@ -256,8 +300,12 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
               }
             }
           }
+          // Block weights are exact: all of their error is the activations'
+          // rounding, which a row shares across its outputs, so the energy
+          // is a sum of many independent terms only over many rows.
           const bool energy_checked =
-              (scheme.weight_levels > 0 || scheme.weight_format != nullptr) && rows * out >= 64;
+              ((scheme.weight_levels > 0 || scheme.weight_format != nullptr) && rows * out >= 64) ||
+              (blocks && rows >= 16 && rows * out >= 64);
           if (!contract.empty()) {
             failed(name, contract);
           } else if (!(worst <= 1.0)) {

@@ -23,7 +23,7 @@ class LinearGguf {
   static constexpr const char* kDescription =
       "GGUF quantized weights as stored (Q8_0, Q4_K, Q5_K, Q6_K, ...), int8 activations, integer dot products";
   static constexpr const char* kCapabilities =
-      R"({"weight_dtypes":["ggml:Q4_0","ggml:Q4_1","ggml:Q5_0","ggml:Q5_1","ggml:Q8_0","ggml:Q4_K","ggml:Q5_K","ggml:Q6_K"],"devices":["cpu"],"scheme":"ggml blocks x int8 activations","options":{}})";
+      R"({"weight_dtypes":["ggml:Q4_0","ggml:Q4_1","ggml:Q5_0","ggml:Q5_1","ggml:Q8_0","ggml:Q4_K","ggml:Q5_K","ggml:Q6_K"],"devices":["cpu"],"scheme":"ggml_a8","options":{}})";
 
   static bool supports(const llmk_linear_desc& d, std::string& why) {
     if (!plugin::cpu_f32_linear(d, why)) return false;

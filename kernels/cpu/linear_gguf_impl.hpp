@@ -8,9 +8,10 @@
 // call into records of the same units (layouts below), and one pass then
 // multiplies every weight unit with every activation record: a thread takes
 // chunks of kChunkRows weight rows; within a chunk, each tile of up to
-// kTileRows activation rows meets each weight row, so a weight unit is
+// kTileRowsMax activation rows meets each weight row, so a weight unit is
 // decoded once per tile and its bytes come from the cache after the first
-// tile.
+// tile. Many rows go in blocks whose records fit kActBlockBytes (a core's
+// L2 share), one pass per block.
 #pragma once
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -57,7 +58,8 @@ constexpr int64_t kPairActInit = 64;
 constexpr int64_t kPairActScale = 128;
 constexpr int64_t kPairActSum = 192;
 
-constexpr int64_t kChunkRows = 16;  // weight rows per work item
+constexpr int64_t kChunkRows = 16;               // weight rows per work item
+constexpr int64_t kActBlockBytes = int64_t{384} << 10;  // activation records per pass
 
 inline bool is_k_type(GgufQuant t) { return t == GgufQuant::q4_k || t == GgufQuant::q5_k || t == GgufQuant::q6_k; }
 
@@ -150,15 +152,20 @@ void run_pass(const uint8_t* act, int64_t num_rows, int64_t units, const uint8_t
               float* y, int num_threads) {
   const int64_t act_stride = units * T::kActBytes, row_bytes = units * T::kUnitBytes;
   const int64_t num_chunks = (out_features + kChunkRows - 1) / kChunkRows;
-  for_each_item(num_chunks, num_threads, [&](int64_t c, int) {
-    const int64_t n0 = c * kChunkRows, n1 = std::min(out_features, n0 + kChunkRows);
-    for_tiles(num_rows, [&](auto rows, int64_t m) {
-      constexpr int R = decltype(rows)::value;
-      for (int64_t n = n0; n < n1; ++n)
-        tile_row<T, R>(packed + n * row_bytes, units, act + m * act_stride, act_stride, y + m * out_features + n,
-                       out_features);
+  const int64_t block_rows = std::max<int64_t>(kTileRowsMax, kActBlockBytes / act_stride);
+  const int64_t num_blocks = (num_rows + block_rows - 1) / block_rows;
+  for (int64_t b = 0; b < num_blocks; ++b) {  // as even as they go
+    const int64_t m0 = num_rows * b / num_blocks, rows_b = num_rows * (b + 1) / num_blocks - m0;
+    for_each_item(num_chunks, num_threads, [&](int64_t c, int) {
+      const int64_t n0 = c * kChunkRows, n1 = std::min(out_features, n0 + kChunkRows);
+      for_tiles(rows_b, [&](auto rows, int64_t m) {
+        constexpr int R = decltype(rows)::value;
+        for (int64_t n = n0; n < n1; ++n)
+          tile_row<T, R>(packed + n * row_bytes, units, act + (m0 + m) * act_stride, act_stride,
+                         y + (m0 + m) * out_features + n, out_features);
+      });
     });
-  });
+  }
 }
 
 }  // namespace llmk::kernels::cpu::gguf

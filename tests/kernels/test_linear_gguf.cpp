@@ -229,6 +229,12 @@ TEST_CASE("linear_gguf equals the float64 product of decoded blocks and rounded 
         if (out > 1 || rows <= 7) check_linear_gguf(ti, rows, in, out, threads);
 }
 
+TEST_CASE("linear_gguf takes many rows in several blocks of activation records", "[linear_gguf]") {
+  // 300 rows of 2048 inputs: records of 3 KiB (Q6_K) and 8 KiB (Q8_0) per
+  // row, more than one block's worth (kActBlockBytes).
+  for (const GgufQuant t : {GgufQuant::q6_k, GgufQuant::q8_0}) check_linear_gguf(info(t), 300, 2048, 37, 2);
+}
+
 TEST_CASE("linear_gguf gives a row the same bits alone and among other rows", "[linear_gguf]") {
   using namespace llmk::kernels::cpu;
   const auto t = GENERATE(GgufQuant::q8_0, GgufQuant::q4_0, GgufQuant::q5_1, GgufQuant::q4_k, GgufQuant::q5_k,

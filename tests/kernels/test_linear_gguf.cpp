@@ -49,9 +49,10 @@ float get_half(const uint8_t* at) {
   return llmk::kernels::cpu::f16_to_f32(h);
 }
 
-// Random blocks with sane f16 scales, and among them the edge cases: zero
-// blocks, all-ones code bytes (every nibble and bit at its maximum), the
-// largest and the smallest (subnormal) f16 scales.
+// Random blocks with sane f16 scales (and any 6-bit or int8 sub-block scales),
+// and among them the edge cases: zero blocks, all-ones code bytes (every
+// nibble and bit at its maximum), the largest and the smallest (subnormal)
+// f16 scales.
 std::vector<uint8_t> random_blocks(const TypeInfo& ti, int64_t num_blocks, std::mt19937& rng) {
   std::vector<uint8_t> w(num_blocks * ti.bytes);
   std::uniform_int_distribution<int> byte(0, 255), pick(0, 9);
@@ -59,8 +60,6 @@ std::vector<uint8_t> random_blocks(const TypeInfo& ti, int64_t num_blocks, std::
   for (int64_t b = 0; b < num_blocks; ++b) {
     uint8_t* blk = w.data() + b * ti.bytes;
     for (int i = 0; i < ti.bytes; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
-    if (ti.type == GgufQuant::q6_k)  // scales in [-64, 63], as llama-quantize writes them
-      for (int g = 0; g < 16; ++g) blk[192 + g] = static_cast<uint8_t>(static_cast<int8_t>(byte(rng) / 2 - 64));
     float d = scale(rng) * (ti.block == 32 && byte(rng) < 128 ? -1.0f : 1.0f), dmin = scale(rng) * 0.5f;
     const int mode = pick(rng);
     if (mode == 0) {

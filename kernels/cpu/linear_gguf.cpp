@@ -91,7 +91,8 @@ void round_pair(GgufQuant t, const float* x, int64_t n, uint8_t* rec) {
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
     const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
     // vcvtps2dq rounds to nearest even under the default MXCSR.
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id))));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b),
+                     _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id))));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16),
                      _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id))));
 #elif defined(LLMK_GGUF_AVX2)
@@ -178,8 +179,8 @@ struct Pair {
       }
     }
     u.q = _mm512_sub_epi8(u.q, _mm512_set1_epi8(static_cast<char>(weight_offset(T))));
-    u.init = _mm512_sub_epi32(_mm512_setzero_si512(),
-                              _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), u.q), 7));
+    const __m512i sum4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), u.q);
+    u.init = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum4, 7));
     return u;
   }
   [[gnu::always_inline]] static void dot(const Unit& u, const uint8_t* a, __m512& acc) {
@@ -209,8 +210,9 @@ struct Pair {
       u.mw[i] = _cvtsh_ss(h[2 + i]);
     }
     if constexpr (T == GgufQuant::q8_0) {
-      LLMK_UNROLL for (int i = 0; i < 2; ++i) u.q[i] = _mm256_xor_si256(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 4 + 32 * i)), _mm256_set1_epi8(static_cast<char>(0x80)));
+      const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+      LLMK_UNROLL for (int i = 0; i < 2; ++i)
+        u.q[i] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 4 + 32 * i)), flip);
     } else {
       const __m256i m4 = _mm256_set1_epi8(0x0f);
       const __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + kUnitBytes - 32));
@@ -323,12 +325,15 @@ void round_rows_pairs(GgufQuant t, const float* x, int64_t num_rows, int64_t in_
 void pass_pairs(GgufQuant t, const uint8_t* act, int64_t num_rows, int64_t in_features, const uint8_t* packed,
                 int64_t out_features, float* y, int num_threads) {
   const int64_t units = num_units(t, in_features);
+  auto run = [&](auto type) {
+    run_pass<Pair<decltype(type)::value>>(act, num_rows, units, packed, out_features, y, num_threads);
+  };
   switch (t) {
-    case GgufQuant::q4_0: run_pass<Pair<GgufQuant::q4_0>>(act, num_rows, units, packed, out_features, y, num_threads); break;
-    case GgufQuant::q4_1: run_pass<Pair<GgufQuant::q4_1>>(act, num_rows, units, packed, out_features, y, num_threads); break;
-    case GgufQuant::q5_0: run_pass<Pair<GgufQuant::q5_0>>(act, num_rows, units, packed, out_features, y, num_threads); break;
-    case GgufQuant::q5_1: run_pass<Pair<GgufQuant::q5_1>>(act, num_rows, units, packed, out_features, y, num_threads); break;
-    default: run_pass<Pair<GgufQuant::q8_0>>(act, num_rows, units, packed, out_features, y, num_threads); break;
+    case GgufQuant::q4_0: run(std::integral_constant<GgufQuant, GgufQuant::q4_0>{}); break;
+    case GgufQuant::q4_1: run(std::integral_constant<GgufQuant, GgufQuant::q4_1>{}); break;
+    case GgufQuant::q5_0: run(std::integral_constant<GgufQuant, GgufQuant::q5_0>{}); break;
+    case GgufQuant::q5_1: run(std::integral_constant<GgufQuant, GgufQuant::q5_1>{}); break;
+    default: run(std::integral_constant<GgufQuant, GgufQuant::q8_0>{}); break;
   }
 }
 

@@ -8,9 +8,10 @@
 // call into records of the same units (layouts below), and one pass then
 // multiplies every weight unit with every activation record: a thread takes
 // chunks of kChunkRows weight rows; within a chunk, each tile of up to
-// kTileRows activation rows meets each weight row, so a weight unit is
+// kTileRowsMax activation rows meets each weight row, so a weight unit is
 // decoded once per tile and its bytes come from the cache after the first
-// tile.
+// tile. Many rows go in blocks whose records fit kActBlockBytes (a core's
+// L2 share), one pass per block.
 #pragma once
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -57,7 +58,8 @@ constexpr int64_t kPairActInit = 64;
 constexpr int64_t kPairActScale = 128;
 constexpr int64_t kPairActSum = 192;
 
-constexpr int64_t kChunkRows = 16;  // weight rows per work item
+constexpr int kChunkRows = 16;  // weight rows per work item (AccOps sums 16 outputs at once)
+constexpr int64_t kActBlockBytes = int64_t{384} << 10;  // activation records per pass
 
 inline bool is_k_type(GgufQuant t) { return t == GgufQuant::q4_k || t == GgufQuant::q5_k || t == GgufQuant::q6_k; }
 
@@ -86,38 +88,60 @@ void pass_pairs(GgufQuant t, const uint8_t* act, int64_t num_rows, int64_t in_fe
 struct AccOps {
   using Acc = __m512;
   static Acc zero() { return _mm512_setzero_ps(); }
-  static float sum(Acc a) { return _mm512_reduce_add_ps(a); }
+  // y[j] = the sum of v[j]'s lanes for j < count, by one transposing tree
+  // of adds for all 16 (each sum added in the same order wherever its row).
+  static void store_sums(const Acc* v, int count, float* y) {
+    __m512 w[8], x[4], z[2];
+    LLMK_UNROLL for (int k = 0; k < 8; ++k)  // per 128 bits: rows 2k, 2k+1 in pairs of lanes
+      w[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+    LLMK_UNROLL for (int k = 0; k < 4; ++k) {  // per 128 bits: rows 4k..4k+3, one lane each
+      const __m512d a = _mm512_castps_pd(w[2 * k]), b = _mm512_castps_pd(w[2 * k + 1]);
+      x[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    LLMK_UNROLL for (int k = 0; k < 2; ++k)  // the four 128-bit parts of each x added in pairs
+      z[k] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0x88),
+                           _mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0xdd));
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], 0x88), _mm512_shuffle_f32x4(z[0], z[1], 0xdd));
+    _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << count) - 1), r);
+  }
 };
 #elif defined(LLMK_GGUF_AVX2)
 struct AccOps {
   using Acc = __m256;
   static Acc zero() { return _mm256_setzero_ps(); }
-  static float sum(Acc a) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+  static void store_sums(const Acc* v, int count, float* y) {
+    for (int j = 0; j < count; ++j) {
+      __m128 h = _mm_add_ps(_mm256_castps256_ps128(v[j]), _mm256_extractf128_ps(v[j], 1));
+      h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+      y[j] = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    }
   }
 };
 #else
 struct AccOps {
   using Acc = float;
   static Acc zero() { return 0.0f; }
-  static float sum(Acc a) { return a; }
+  static void store_sums(const Acc* v, int count, float* y) { std::copy(v, v + count, y); }
 };
 #endif
 
-// One weight row against R activation rows: T::load decodes a unit, T::dot
-// adds its product with one record into an accumulator.
+// Weight rows [0, num_w) (num_w <= kChunkRows, row_bytes apart) against R
+// activation rows: T::load decodes a unit, T::dot adds its product with one
+// record into an accumulator; each output's lanes are summed at the end.
 template <class T, int R>
-[[gnu::always_inline]] inline void tile_row(const uint8_t* w, int64_t units, const uint8_t* act, int64_t act_stride,
-                                            float* y, int64_t ldy) {
-  typename AccOps::Acc acc[R];
-  LLMK_UNROLL for (int r = 0; r < R; ++r) acc[r] = AccOps::zero();
-  for (int64_t u = 0; u < units; ++u) {
-    const typename T::Unit wu = T::load(w + u * T::kUnitBytes);
-    LLMK_UNROLL for (int r = 0; r < R; ++r) T::dot(wu, act + r * act_stride + u * T::kActBytes, acc[r]);
+[[gnu::always_inline]] inline void tile_rows(const uint8_t* w, int64_t row_bytes, int num_w, int64_t units,
+                                             const uint8_t* act, int64_t act_stride, float* y, int64_t ldy) {
+  typename AccOps::Acc out[R][kChunkRows];
+  for (int n = 0; n < kChunkRows; ++n) {
+    typename AccOps::Acc acc[R];
+    LLMK_UNROLL for (int r = 0; r < R; ++r) acc[r] = AccOps::zero();
+    for (int64_t u = 0; n < num_w && u < units; ++u) {
+      const typename T::Unit wu = T::load(w + n * row_bytes + u * T::kUnitBytes);
+      LLMK_UNROLL for (int r = 0; r < R; ++r) T::dot(wu, act + r * act_stride + u * T::kActBytes, acc[r]);
+    }
+    LLMK_UNROLL for (int r = 0; r < R; ++r) out[r][n] = acc[r];
   }
-  LLMK_UNROLL for (int r = 0; r < R; ++r) y[r * ldy] = AccOps::sum(acc[r]);
+  LLMK_UNROLL for (int r = 0; r < R; ++r) AccOps::store_sums(out[r], num_w, y + r * ldy);
 }
 
 // Calls tile(std::integral_constant<int, R>{}, m) for row tiles [m, m + R)
@@ -150,15 +174,19 @@ void run_pass(const uint8_t* act, int64_t num_rows, int64_t units, const uint8_t
               float* y, int num_threads) {
   const int64_t act_stride = units * T::kActBytes, row_bytes = units * T::kUnitBytes;
   const int64_t num_chunks = (out_features + kChunkRows - 1) / kChunkRows;
-  for_each_item(num_chunks, num_threads, [&](int64_t c, int) {
-    const int64_t n0 = c * kChunkRows, n1 = std::min(out_features, n0 + kChunkRows);
-    for_tiles(num_rows, [&](auto rows, int64_t m) {
-      constexpr int R = decltype(rows)::value;
-      for (int64_t n = n0; n < n1; ++n)
-        tile_row<T, R>(packed + n * row_bytes, units, act + m * act_stride, act_stride, y + m * out_features + n,
-                       out_features);
+  const int64_t block_rows = std::max<int64_t>(kTileRowsMax, kActBlockBytes / act_stride);
+  const int64_t num_blocks = (num_rows + block_rows - 1) / block_rows;
+  for (int64_t b = 0; b < num_blocks; ++b) {  // as even as they go
+    const int64_t m0 = num_rows * b / num_blocks, rows_b = num_rows * (b + 1) / num_blocks - m0;
+    for_each_item(num_chunks, num_threads, [&](int64_t c, int) {
+      const int64_t n0 = c * kChunkRows, n1 = std::min<int64_t>(out_features, n0 + kChunkRows);
+      for_tiles(rows_b, [&](auto rows, int64_t m) {
+        constexpr int R = decltype(rows)::value;
+        tile_rows<T, R>(packed + n0 * row_bytes, row_bytes, static_cast<int>(n1 - n0), units,
+                        act + (m0 + m) * act_stride, act_stride, y + (m0 + m) * out_features + n0, out_features);
+      });
     });
-  });
+  }
 }
 
 }  // namespace llmk::kernels::cpu::gguf

@@ -171,9 +171,11 @@ struct Q4K {
   }
   // acc += dx (d sum_i sc_i (q . x)_i - dmin sum_s mn_s sums_s)
   [[gnu::always_inline]] static void dot(const Unit& u, const uint8_t* a, __m512& acc) {
-    __m512i isum = _mm512_setzero_si512();
+    __m512i part[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // two chains of vpdpwssd
     LLMK_UNROLL for (int i = 0; i < 4; ++i)
-      isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(u.q[i], _mm512_loadu_si512(a + 64 * i)), u.sc[i]);
+      part[i % 2] =
+          _mm512_dpwssd_epi32(part[i % 2], _mm512_maddubs_epi16(u.q[i], _mm512_loadu_si512(a + 64 * i)), u.sc[i]);
+    const __m512i isum = _mm512_add_epi32(part[0], part[1]);
     const __m512i corr = _mm512_dpwssd_epi32(_mm512_setzero_si512(), u.mn, _mm512_loadu_si512(a + kKActSums));
     const __m512 t = _mm512_fmsub_ps(_mm512_cvtepi32_ps(isum), u.d, _mm512_mul_ps(_mm512_cvtepi32_ps(corr), u.dmin));
     float dx;

@@ -49,9 +49,10 @@ float get_half(const uint8_t* at) {
   return llmk::kernels::cpu::f16_to_f32(h);
 }
 
-// Random blocks with sane f16 scales, and among them the edge cases: zero
-// blocks, all-ones code bytes (every nibble and bit at its maximum), the
-// largest and the smallest (subnormal) f16 scales.
+// Random blocks with sane f16 scales (and any 6-bit or int8 sub-block scales),
+// and among them the edge cases: zero blocks, all-ones code bytes (every
+// nibble and bit at its maximum), the largest and the smallest (subnormal)
+// f16 scales.
 std::vector<uint8_t> random_blocks(const TypeInfo& ti, int64_t num_blocks, std::mt19937& rng) {
   std::vector<uint8_t> w(num_blocks * ti.bytes);
   std::uniform_int_distribution<int> byte(0, 255), pick(0, 9);
@@ -59,8 +60,6 @@ std::vector<uint8_t> random_blocks(const TypeInfo& ti, int64_t num_blocks, std::
   for (int64_t b = 0; b < num_blocks; ++b) {
     uint8_t* blk = w.data() + b * ti.bytes;
     for (int i = 0; i < ti.bytes; ++i) blk[i] = static_cast<uint8_t>(byte(rng));
-    if (ti.type == GgufQuant::q6_k)  // scales in [-64, 63], as llama-quantize writes them
-      for (int g = 0; g < 16; ++g) blk[192 + g] = static_cast<uint8_t>(static_cast<int8_t>(byte(rng) / 2 - 64));
     float d = scale(rng) * (ti.block == 32 && byte(rng) < 128 ? -1.0f : 1.0f), dmin = scale(rng) * 0.5f;
     const int mode = pick(rng);
     if (mode == 0) {
@@ -217,14 +216,22 @@ TEST_CASE("gguf_quant_supported names the types with a kernel, with their block 
 
 TEST_CASE("linear_gguf equals the float64 product of decoded blocks and rounded activations, for every type",
           "[linear_gguf]") {
-  // 1..128 rows (tiles of up to 6 rows); 37 and 130 outputs (chunks of 16
-  // rows: partial chunks, and a split across two threads); an odd number of
-  // 32-value blocks (96 inputs: a pair and a half) and several K blocks.
+  // 1..128 rows (tiles of up to 8 rows, as even as they go); 1, 37 and 130
+  // outputs (work items of 16 weight rows: partial items, and a split across
+  // two threads); an odd number of 32-value blocks (96 inputs: a pair and a
+  // half) and several K blocks.
   const int64_t rows = GENERATE(1, 2, 3, 7, 17, 128);
   const int threads = GENERATE(1, 2);
   for (const auto& ti : kTypes)
     for (const int64_t in : {ti.block == 256 ? int64_t{512} : int64_t{96}, int64_t{768}})
-      for (const int64_t out : {int64_t{37}, int64_t{130}}) check_linear_gguf(ti, rows, in, out, threads);
+      for (const int64_t out : {int64_t{1}, int64_t{37}, int64_t{130}})
+        if (out > 1 || rows <= 7) check_linear_gguf(ti, rows, in, out, threads);
+}
+
+TEST_CASE("linear_gguf takes many rows in several blocks of activation records", "[linear_gguf]") {
+  // 300 rows of 2048 inputs: records of 3 KiB (Q6_K) and 8 KiB (Q8_0) per
+  // row, more than one block's worth (kActBlockBytes).
+  for (const GgufQuant t : {GgufQuant::q6_k, GgufQuant::q8_0}) check_linear_gguf(info(t), 300, 2048, 37, 2);
 }
 
 TEST_CASE("linear_gguf gives a row the same bits alone and among other rows", "[linear_gguf]") {

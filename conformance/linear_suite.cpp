@@ -23,7 +23,9 @@
 //   the weights are exact as stored; activations are rounded to int8 with
 //   one scale s_b = max |x| / 127 per weight block b (32 or 256 values), so
 //       |e| <= sum_k |w_k| s_b(k) / 2 + F32 accumulation
-//   (the energy check below, sum_k w_k^2 s_b(k)^2 / 12, from 16 rows on).
+//   (the energy check below, sum_k w_k^2 s_b(k)^2 / 12, from 16 rows on);
+//   every other row has one block 64 times louder than the rest, so
+//   activations rounded with one scale per row fail.
 //   A plugin declares what it rounds: "activation_rounding" maps a weight
 //   dtype to the format F32 activations are rounded to before the product
 //   (linear.cublas: {"f16": "f16", "bf16": "bf16"}, 16-bit tensor-core
@@ -162,6 +164,14 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
           }
           std::vector<float> x(rows * in), y(rows * out, NAN);
           for (auto& v : x) v = normal(rng);
+          // Block weights: every other row has one block 64 times louder
+          // than the rest, which one scale per row would round the other
+          // blocks of by (a row of one block, one K block, stays plain).
+          if (blocks)
+            for (int64_t m = 1; m < rows; m += 2) {
+              const int64_t b0 = (m / 2) % (in / wt.block_values) * wt.block_values;
+              for (int64_t k = b0; k < b0 + wt.block_values; ++k) x[m * in + k] *= 64;
+            }
 
           const std::string layer = "conformance.layers.0.mlp.up_proj";
           llmk_linear_desc desc{sizeof(llmk_linear_desc), layer.c_str(), static_cast<uint32_t>(in),

@@ -92,6 +92,31 @@ typedef struct llmk_error {
   char message[512];  /* NUL-terminated, human readable */
 } llmk_error;
 
+/* capabilities is a JSON object. The keys the host and the conformance
+ * suites (conformance/) read; others are the plugin's own documentation:
+ *   "devices"          every kind: ["cpu", "cuda"], where its tensors may
+ *                      live; absent: the CPU only
+ *   "kv_dtypes"        attention: the caches it serves, of "f32", "f16",
+ *                      "bf16", "i8"; absent: ["f32"]
+ *   "kv_rounding_ulp"  attention: {"f16": u, "bf16": u}, a 16-bit cache
+ *                      computed in its own type, off by up to u (0 < u <= 16)
+ *                      units of that type's roundoff; absent: held to 2e-5
+ *   "weight_dtypes"    linear: of "f32", "f16", "bf16" and (3.1) "ggml:NAME",
+ *                      a GGUF block type by its ggml name ("ggml:Q4_K":
+ *                      LLMK_DTYPE_GGML_Q4_K); absent: ["f32"]
+ *   "scheme"           linear, what it rounds: "w8a8", "w8a32-zp", "w4a32",
+ *                      "w4a8" ("options": {"group_size": n}, default 128),
+ *                      "fp8_e4m3", or "ggml_a8" (ggml blocks used exactly,
+ *                      activations rounded to int8 with one scale per weight
+ *                      block; needed for "ggml:" weights); absent: float
+ *                      weights and F32 activations
+ *   "activation_rounding"  linear: {"<weight dtype>": "f16" | "bf16"}, F32
+ *                      activations rounded to that format before the product
+ *   "block_size"       kv_allocator: {"min": a, "max": b} (blocks) or
+ *                      "max_seq_len" (one range per sequence); booleans
+ *                      "prefix_caching", "copy_on_write", "relocation"
+ * The suites derive every error bound from these declarations and fail a
+ * plugin whose declaration they cannot bound. */
 typedef struct llmk_plugin_info {
   uint32_t abi_version;      /* LLMK_PLUGIN_ABI_VERSION the plugin was built against */
   uint32_t struct_size;      /* sizeof(llmk_plugin_info) in the plugin's build */

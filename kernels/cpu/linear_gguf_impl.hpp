@@ -144,28 +144,12 @@ template <class T, int R>
   LLMK_UNROLL for (int r = 0; r < R; ++r) AccOps::store_sums(out[r], num_w, y + r * ldy);
 }
 
-// Calls tile(std::integral_constant<int, R>{}, m) for row tiles [m, m + R)
-// covering [0, num_rows): the fewest of at most kTileRowsMax rows, as even as
-// they go (a weight unit is decoded once per tile).
+// Row tiles of at most kTileRowsMax rows, as even as they go
+// (kernels/cpu/linear_tile.hpp): a weight unit is decoded once per tile.
 constexpr int kTileRowsMax = 8;
 template <class Tile>
 [[gnu::always_inline]] inline void for_tiles(int64_t num_rows, const Tile& tile) {
-  const int64_t tiles = (num_rows + kTileRowsMax - 1) / kTileRowsMax;
-  int64_t m = 0;
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t rows = num_rows / tiles + (t < num_rows % tiles ? 1 : 0);
-    switch (rows) {
-      case 8: tile(std::integral_constant<int, 8>{}, m); break;
-      case 7: tile(std::integral_constant<int, 7>{}, m); break;
-      case 6: tile(std::integral_constant<int, 6>{}, m); break;
-      case 5: tile(std::integral_constant<int, 5>{}, m); break;
-      case 4: tile(std::integral_constant<int, 4>{}, m); break;
-      case 3: tile(std::integral_constant<int, 3>{}, m); break;
-      case 2: tile(std::integral_constant<int, 2>{}, m); break;
-      default: tile(std::integral_constant<int, 1>{}, m); break;
-    }
-    m += rows;
-  }
+  for_tiles_of_at_most<kTileRowsMax>(num_rows, tile);
 }
 
 // The whole pass of one type (see the top of this file).

@@ -21,28 +21,37 @@ namespace llmk::kernels::cpu {
 
 constexpr int kTileRows = 6;  // activation rows per register tile (6 x 64 outputs = 24 accumulators)
 
-// Calls tile(std::integral_constant<int, MR>{}, m) for row tiles [m, m + MR)
-// covering [0, num_rows): the fewest tiles of at most kTileRows rows, as even
-// as they go (32 rows: 6, 6, 5, 5, 5, 5, not five of 6 and one of 2). Every
-// tile reads the same weights, so a short one pays for them with few rows; a
-// tile of one or two rows is bound by the FMA latency besides.
-template <class Tile>
-[[gnu::always_inline]] inline void for_row_tiles(int64_t num_rows, const Tile& tile) {
-  static_assert(kTileRows == 6, "the switch below lists the tile heights");
-  const int64_t tiles = (num_rows + kTileRows - 1) / kTileRows;
+// Calls tile(std::integral_constant<int, R>{}, m) for row tiles [m, m + R)
+// covering [0, num_rows): the fewest tiles of at most MaxRows (1 to 8) rows,
+// as even as they go (32 rows in tiles of at most 6: 6, 6, 5, 5, 5, 5, not
+// five of 6 and one of 2). Every tile reads the same weights, so a short one
+// pays for them with few rows; a tile of one or two rows is bound by the
+// FMA latency besides. Only heights up to MaxRows are instantiated.
+template <int MaxRows, class Tile>
+[[gnu::always_inline]] inline void for_tiles_of_at_most(int64_t num_rows, const Tile& tile) {
+  static_assert(MaxRows >= 1 && MaxRows <= 8, "tiles of 1 to 8 rows");
+  const int64_t tiles = (num_rows + MaxRows - 1) / MaxRows;
   int64_t m = 0;
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t rows = num_rows / tiles + (t < num_rows % tiles ? 1 : 0);
     switch (rows) {
-      case 6: tile(std::integral_constant<int, 6>{}, m); break;
-      case 5: tile(std::integral_constant<int, 5>{}, m); break;
-      case 4: tile(std::integral_constant<int, 4>{}, m); break;
-      case 3: tile(std::integral_constant<int, 3>{}, m); break;
-      case 2: tile(std::integral_constant<int, 2>{}, m); break;
+      case 8: if constexpr (MaxRows >= 8) tile(std::integral_constant<int, 8>{}, m); break;
+      case 7: if constexpr (MaxRows >= 7) tile(std::integral_constant<int, 7>{}, m); break;
+      case 6: if constexpr (MaxRows >= 6) tile(std::integral_constant<int, 6>{}, m); break;
+      case 5: if constexpr (MaxRows >= 5) tile(std::integral_constant<int, 5>{}, m); break;
+      case 4: if constexpr (MaxRows >= 4) tile(std::integral_constant<int, 4>{}, m); break;
+      case 3: if constexpr (MaxRows >= 3) tile(std::integral_constant<int, 3>{}, m); break;
+      case 2: if constexpr (MaxRows >= 2) tile(std::integral_constant<int, 2>{}, m); break;
       default: tile(std::integral_constant<int, 1>{}, m); break;
     }
     m += rows;
   }
+}
+
+// The float kernels' row tiles.
+template <class Tile>
+[[gnu::always_inline]] inline void for_row_tiles(int64_t num_rows, const Tile& tile) {
+  for_tiles_of_at_most<kTileRows>(num_rows, tile);
 }
 
 // Calls range(p_begin, p_end, thread) so that the ranges cover panels

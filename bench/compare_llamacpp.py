@@ -142,7 +142,7 @@ def llamacpp_commit(build, bench_json):
 
 # ---- weights -----------------------------------------------------------------
 
-def prepare_weights(work, quantize, threads, tokenizer, name, config):
+def prepare_weights(work, quantize, threads, tokenizer, name, config, types):
     hf, f32 = work / "hf", work / f"{name}-f32.gguf"
     if not (hf / "model.safetensors").is_file() or not f32.is_file():
         cmd = [sys.executable, ROOT / "bench/write_dummy_weights.py", work, "--gguf-name", f32.name]
@@ -152,7 +152,7 @@ def prepare_weights(work, quantize, threads, tokenizer, name, config):
             cmd += ["--config", config]
         run(cmd)
     ggufs = {"F32": f32}
-    for qtype in GGUF_TYPES:
+    for qtype in types:
         out = work / f"{name}-{qtype.lower()}.gguf"
         if not out.is_file():
             # --pure: every matrix in the named type; a mix (Q4_K_M) is llama-quantize's own recipe.
@@ -376,8 +376,9 @@ def main():
     tmp.mkdir(exist_ok=True)
 
     cpu = cpu_info()
+    types = [t for t in GGUF_TYPES if any(v[0] in pairs and v[4] == t for v in VARIANTS)]  # those the pairs read
     hf, ggufs = prepare_weights(a.work, tools["llama-quantize"], a.threads, a.tokenizer, name,
-                                a.config.resolve() if a.config else None)
+                                a.config.resolve() if a.config else None, types)
     check = None if a.skip_verify else verify_weights(a.llmk, hf, ggufs["F32"], a.work,
                                                       str(a.config.resolve()) if a.config else "llama-110m")
 

@@ -357,18 +357,22 @@ void add_builtin_globals(Dict& globals) {
       fail("range needs an argument");
     }
     if (step == 0) fail("range step cannot be zero");
-    // Length as Python computes it, in 128 bits: start, stop and step may be
-    // anywhere in int64, so neither the span nor i + step fits in 64.
-    const __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
-    const __int128 stride = step > 0 ? __int128{step} : -__int128{step};
-    const __int128 length = span <= 0 ? 0 : (span + stride - 1) / stride;
-    if (length > static_cast<__int128>(kMaxListItems)) {
-      limit_exceeded("range()", length > static_cast<__int128>(SIZE_MAX) ? SIZE_MAX : static_cast<size_t>(length),
-                     kMaxListItems, "items");
+    // Length as Python computes it, in unsigned 64 bits: start, stop and step
+    // may be anywhere in int64, and |stop - start| and |step| still fit.
+    const bool up = step > 0;
+    const bool empty = up ? stop <= start : stop >= start;
+    const uint64_t span = empty ? 0 : up ? uint64_t(stop) - uint64_t(start) : uint64_t(start) - uint64_t(stop);
+    const uint64_t stride = up ? uint64_t(step) : uint64_t{0} - uint64_t(step);
+    const uint64_t length = span / stride + (span % stride != 0 ? 1 : 0);
+    if (length > kMaxListItems) {
+      limit_exceeded("range()", length > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(length), kMaxListItems, "items");
     }
     List out;
     out.reserve(static_cast<size_t>(length));
-    for (__int128 k = 0; k < length; ++k) out.emplace_back(static_cast<int64_t>(start + k * step));
+    // Every item lies between start and stop; the step past the last one
+    // wraps in unsigned arithmetic and is never read.
+    uint64_t v = uint64_t(start);
+    for (uint64_t k = 0; k < length; ++k, v += uint64_t(step)) out.emplace_back(static_cast<int64_t>(v));
     return Value(std::move(out));
   }}));
 }

@@ -9,7 +9,10 @@
 // them: the model's linears are built (quantized) from the weights, so this
 // reads every weight (and generates dummy ones). The configured
 // plugins.linear_options apply to the configured plugins.linear; other
-// plugins run with their defaults.
+// plugins run with their defaults. Each plugin builds every weight (a GGUF
+// file's blocks too, dequantized for a plugin that does not take them); one
+// that cannot serve the model (linear.gguf on float weights) is listed with
+// its reason.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -193,14 +196,22 @@ json linear_modes(const EngineConfig& cfg, const std::vector<std::string>& reque
   for (const auto& name : linear_plugin_names(registry, requested, cfg.executor.device)) {
     EngineConfig c = cfg;
     c.plugins.linear = name;
+    c.plugins.linear_blocks = "none";  // this plugin for every weight, a GGUF file's blocks included
     if (name != cfg.plugins.linear) c.plugins.linear_options = "{}";
     // Only the weights matter here: the smallest KV cache and step.
     c.kv_cache.capacity_tokens = 1;
     c.scheduler.max_num_batched_tokens = 1;
     register_built_executors();
-    const auto executor = make_executor(c, checkpoint, registry);
-    out.push_back({{"plugin", name}, {"options", json::parse(c.plugins.linear_options)},
-                   {"weight_bytes", executor->weight_bytes()}});
+    // A plugin that cannot serve these weights (linear.gguf on float
+    // weights) is listed with its reason.
+    try {
+      const auto executor = make_executor(c, checkpoint, registry);
+      out.push_back({{"plugin", name}, {"options", json::parse(c.plugins.linear_options)},
+                     {"weight_bytes", executor->weight_bytes()}});
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::plugin) throw;
+      out.push_back({{"plugin", name}, {"options", json::parse(c.plugins.linear_options)}, {"refused", e.what()}});
+    }
   }
   return out;
 }
@@ -221,6 +232,10 @@ void print_text(const json& d) {
   if (d.contains("linear"))
     for (const auto& m : d["linear"]) {
       const std::string options = m["options"].empty() ? "" : " " + m["options"].dump();
+      if (m.contains("refused")) {
+        line("weights, " + plain(m["plugin"]), "cannot serve this model: " + plain(m["refused"]));
+        continue;
+      }
       line("weights, " + plain(m["plugin"]),
            human_bytes(m["weight_bytes"].get<double>()) + " (" + plain(m["weight_bytes"]) + " bytes" + options + ")");
     }

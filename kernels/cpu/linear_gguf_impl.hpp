@@ -62,7 +62,14 @@ constexpr int64_t kPairActScale = 128;
 constexpr int64_t kPairActSum = 192;
 
 constexpr int kChunkRows = 16;  // weight rows per work item (AccOps sums 16 outputs at once)
-constexpr int64_t kActBlockBytes = int64_t{1} << 20;  // activation records per pass
+// Activation records per pass. With slices (AVX-512 VNNI) the records are
+// read about once per chunk and need not stay in L2; without, they stay in
+// a core's L2 share.
+#if defined(LLMK_GGUF_VNNI)
+constexpr int64_t kActBlockBytes = int64_t{1} << 20;
+#else
+constexpr int64_t kActBlockBytes = int64_t{384} << 10;
+#endif
 
 inline bool is_k_type(GgufQuant t) { return t == GgufQuant::q4_k || t == GgufQuant::q5_k || t == GgufQuant::q6_k; }
 
@@ -133,20 +140,29 @@ struct AccOps {
 // L1 from one weight row to the next; a long row's whole records would not,
 // and would come from L2 once per weight row. A tile of 8 rows takes 16
 // pair units (1024 values) or 10 K blocks per slice; one row (decode), 128
-// or 85, so a weight row streams in one piece.
+// or 85, so a weight row streams in one piece. The AVX2 and portable paths
+// take whole rows (0: no slices): they are bound by their arithmetic, and
+// with slices GCC kept the AVX2 K types' accumulators on the stack
+// (measured: Q4_K 17% slower).
+#if defined(LLMK_GGUF_VNNI)
 constexpr int64_t kSliceTileBytes = int64_t{32} << 10;
+#else
+constexpr int64_t kSliceTileBytes = 0;
+#endif
 
-// Units [u0, u1) of weight rows [0, num_w) (num_w <= kChunkRows, row_bytes
-// apart) against R activation rows: T::load decodes a unit, T::dot adds its
-// product with one record into the accumulator out[r][n] (zero at First).
+// Weight rows [0, num_w) (num_w <= kChunkRows, row_bytes apart), units
+// [0, units) from w, against R activation rows from act: T::load decodes a
+// unit, T::dot adds its product with one record into the accumulator
+// out[r][n] (zero at First). A function of its own per instantiation, so
+// that GCC allocates each loop's registers apart (inlined twice per tile
+// height, the K types' loops ran up to 5% slower).
 template <class T, int R, bool First>
-[[gnu::always_inline]] inline void slice_rows(const uint8_t* w, int64_t row_bytes, int num_w, int64_t u0, int64_t u1,
-                                              const uint8_t* act, int64_t act_stride,
-                                              typename AccOps::Acc (&out)[R][kChunkRows]) {
+[[gnu::noinline]] void slice_rows(const uint8_t* w, int64_t row_bytes, int num_w, int64_t units, const uint8_t* act,
+                                  int64_t act_stride, typename AccOps::Acc (&out)[R][kChunkRows]) {
   for (int n = 0; n < num_w; ++n) {
     typename AccOps::Acc acc[R];
     LLMK_UNROLL for (int r = 0; r < R; ++r) acc[r] = First ? AccOps::zero() : out[r][n];
-    for (int64_t u = u0; u < u1; ++u) {
+    for (int64_t u = 0; u < units; ++u) {
       const typename T::Unit wu = T::load(w + n * row_bytes + u * T::kUnitBytes);
       LLMK_UNROLL for (int r = 0; r < R; ++r) T::dot(wu, act + r * act_stride + u * T::kActBytes, acc[r]);
     }
@@ -160,11 +176,16 @@ template <class T, int R, bool First>
 template <class T, int R>
 [[gnu::always_inline]] inline void tile_rows(const uint8_t* w, int64_t row_bytes, int num_w, int64_t units,
                                              const uint8_t* act, int64_t act_stride, float* y, int64_t ldy) {
-  constexpr int64_t kSliceUnits = std::max<int64_t>(1, kSliceTileBytes / (R * T::kActBytes));
   typename AccOps::Acc out[R][kChunkRows];
-  slice_rows<T, R, true>(w, row_bytes, num_w, 0, std::min(units, kSliceUnits), act, act_stride, out);
-  for (int64_t u0 = kSliceUnits; u0 < units; u0 += kSliceUnits)
-    slice_rows<T, R, false>(w, row_bytes, num_w, u0, std::min(units, u0 + kSliceUnits), act, act_stride, out);
+  if constexpr (kSliceTileBytes == 0) {
+    slice_rows<T, R, true>(w, row_bytes, num_w, units, act, act_stride, out);
+  } else {
+    constexpr int64_t kSliceUnits = std::max<int64_t>(1, kSliceTileBytes / (R * T::kActBytes));
+    slice_rows<T, R, true>(w, row_bytes, num_w, std::min(units, kSliceUnits), act, act_stride, out);
+    for (int64_t u0 = kSliceUnits; u0 < units; u0 += kSliceUnits)
+      slice_rows<T, R, false>(w + u0 * T::kUnitBytes, row_bytes, num_w, std::min(units - u0, kSliceUnits),
+                              act + u0 * T::kActBytes, act_stride, out);
+  }
   for (int n = num_w; n < kChunkRows; ++n)  // store_sums reads all 16
     LLMK_UNROLL for (int r = 0; r < R; ++r) out[r][n] = AccOps::zero();
   LLMK_UNROLL for (int r = 0; r < R; ++r) AccOps::store_sums(out[r], num_w, y + r * ldy);

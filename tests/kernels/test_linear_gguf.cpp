@@ -236,10 +236,11 @@ TEST_CASE("linear_gguf takes many rows in several blocks of activation records",
 }
 
 TEST_CASE("linear_gguf takes long rows in slices of the k dimension", "[linear_gguf]") {
-  // A tile of 8 rows meets the weight rows slice by slice (kSliceTileBytes:
-  // 16 pairs of 32-value blocks, 10 K blocks): 5632 inputs (TinyLlama's down
-  // projection) end in a part slice for every type, and 1056 inputs (33
-  // blocks) in a slice of one half pair. One row takes 5632 in one slice.
+  // On AVX-512 VNNI a tile of 8 rows meets the weight rows slice by slice
+  // (kSliceTileBytes: 16 pairs of 32-value blocks, 10 K blocks): 5632 inputs
+  // (TinyLlama's down projection) end in a part slice for every type, and
+  // 1056 inputs (33 blocks) in a slice of one half pair. One row takes 5632
+  // in one slice.
   const int64_t rows = GENERATE(1, 128);
   for (const GgufQuant t : {GgufQuant::q8_0, GgufQuant::q4_0, GgufQuant::q5_1, GgufQuant::q4_k, GgufQuant::q6_k})
     check_linear_gguf(info(t), rows, 5632, 37, 2);

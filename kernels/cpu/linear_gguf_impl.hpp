@@ -10,11 +10,11 @@
 // chunks of kChunkRows weight rows; within a chunk, each tile of up to
 // kTileRowsMax activation rows meets each weight row, so a weight unit is
 // decoded once per tile and its bytes come from the cache after the first
-// tile. A tile meets the weight rows one slice of the k dimension at a time
-// (kSliceTileBytes of its records, read from L1 by every weight row), so the
-// records themselves are read about once per chunk and may come from L2 or
-// L3. Many rows go in blocks of up to kActBlockBytes of records, one pass
-// over the weights per block.
+// tile. On AVX-512 VNNI a tile meets the weight rows one slice of the k
+// dimension at a time (kSliceTileBytes of its records, read from L1 by
+// every weight row), so the records themselves are read about once per
+// chunk and may come from L2 or L3. Many rows go in blocks of up to
+// kActBlockBytes of records, one pass over the weights per block.
 #pragma once
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)

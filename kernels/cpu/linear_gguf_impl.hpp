@@ -10,8 +10,11 @@
 // chunks of kChunkRows weight rows; within a chunk, each tile of up to
 // kTileRowsMax activation rows meets each weight row, so a weight unit is
 // decoded once per tile and its bytes come from the cache after the first
-// tile. Many rows go in blocks whose records fit kActBlockBytes (a core's
-// L2 share), one pass per block.
+// tile. On AVX-512 VNNI a tile meets the weight rows one slice of the k
+// dimension at a time (kSliceTileBytes of its records, read from L1 by
+// every weight row), so the records themselves are read about once per
+// chunk and may come from L2 or L3. Many rows go in blocks of up to
+// kActBlockBytes of records, one pass over the weights per block.
 #pragma once
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -59,7 +62,14 @@ constexpr int64_t kPairActScale = 128;
 constexpr int64_t kPairActSum = 192;
 
 constexpr int kChunkRows = 16;  // weight rows per work item (AccOps sums 16 outputs at once)
-constexpr int64_t kActBlockBytes = int64_t{384} << 10;  // activation records per pass
+// Activation records per pass. With slices (AVX-512 VNNI) the records are
+// read about once per chunk and need not stay in L2; without, they stay in
+// a core's L2 share.
+#if defined(LLMK_GGUF_VNNI)
+constexpr int64_t kActBlockBytes = int64_t{1} << 20;
+#else
+constexpr int64_t kActBlockBytes = int64_t{384} << 10;
+#endif
 
 inline bool is_k_type(GgufQuant t) { return t == GgufQuant::q4_k || t == GgufQuant::q5_k || t == GgufQuant::q6_k; }
 
@@ -125,22 +135,59 @@ struct AccOps {
 };
 #endif
 
-// Weight rows [0, num_w) (num_w <= kChunkRows, row_bytes apart) against R
-// activation rows: T::load decodes a unit, T::dot adds its product with one
-// record into an accumulator; each output's lanes are summed at the end.
-template <class T, int R>
-[[gnu::always_inline]] inline void tile_rows(const uint8_t* w, int64_t row_bytes, int num_w, int64_t units,
-                                             const uint8_t* act, int64_t act_stride, float* y, int64_t ldy) {
-  typename AccOps::Acc out[R][kChunkRows];
-  for (int n = 0; n < kChunkRows; ++n) {
+// A tile's records in one slice of the k dimension: every weight row of a
+// chunk meets the tile's records slice by slice, so those it reads stay in
+// L1 from one weight row to the next; a long row's whole records would not,
+// and would come from L2 once per weight row. A tile of 8 rows takes 16
+// pair units (1024 values) or 10 K blocks per slice; one row (decode), 128
+// or 85, so a weight row streams in one piece. The AVX2 and portable paths
+// take whole rows (0: no slices): they are bound by their arithmetic, and
+// with slices GCC kept the AVX2 K types' accumulators on the stack
+// (measured: Q4_K 17% slower).
+#if defined(LLMK_GGUF_VNNI)
+constexpr int64_t kSliceTileBytes = int64_t{32} << 10;
+#else
+constexpr int64_t kSliceTileBytes = 0;
+#endif
+
+// Weight rows [0, num_w) (num_w <= kChunkRows, row_bytes apart), units
+// [0, units) from w, against R activation rows from act: T::load decodes a
+// unit, T::dot adds its product with one record into the accumulator
+// out[r][n] (zero at First). A function of its own per instantiation, so
+// that GCC allocates each loop's registers apart (inlined twice per tile
+// height, the K types' loops ran up to 5% slower).
+template <class T, int R, bool First>
+[[gnu::noinline]] void slice_rows(const uint8_t* w, int64_t row_bytes, int num_w, int64_t units, const uint8_t* act,
+                                  int64_t act_stride, typename AccOps::Acc (&out)[R][kChunkRows]) {
+  for (int n = 0; n < num_w; ++n) {
     typename AccOps::Acc acc[R];
-    LLMK_UNROLL for (int r = 0; r < R; ++r) acc[r] = AccOps::zero();
-    for (int64_t u = 0; n < num_w && u < units; ++u) {
+    LLMK_UNROLL for (int r = 0; r < R; ++r) acc[r] = First ? AccOps::zero() : out[r][n];
+    for (int64_t u = 0; u < units; ++u) {
       const typename T::Unit wu = T::load(w + n * row_bytes + u * T::kUnitBytes);
       LLMK_UNROLL for (int r = 0; r < R; ++r) T::dot(wu, act + r * act_stride + u * T::kActBytes, acc[r]);
     }
     LLMK_UNROLL for (int r = 0; r < R; ++r) out[r][n] = acc[r];
   }
+}
+
+// Weight rows [0, num_w) against R activation rows, slice by slice; each
+// output's lanes are summed at the end. An accumulator goes on from slice to
+// slice, so the sums are those of one unbroken loop over the units.
+template <class T, int R>
+[[gnu::always_inline]] inline void tile_rows(const uint8_t* w, int64_t row_bytes, int num_w, int64_t units,
+                                             const uint8_t* act, int64_t act_stride, float* y, int64_t ldy) {
+  typename AccOps::Acc out[R][kChunkRows];
+  if constexpr (kSliceTileBytes == 0) {
+    slice_rows<T, R, true>(w, row_bytes, num_w, units, act, act_stride, out);
+  } else {
+    constexpr int64_t kSliceUnits = std::max<int64_t>(1, kSliceTileBytes / (R * T::kActBytes));
+    slice_rows<T, R, true>(w, row_bytes, num_w, std::min(units, kSliceUnits), act, act_stride, out);
+    for (int64_t u0 = kSliceUnits; u0 < units; u0 += kSliceUnits)
+      slice_rows<T, R, false>(w + u0 * T::kUnitBytes, row_bytes, num_w, std::min(units - u0, kSliceUnits),
+                              act + u0 * T::kActBytes, act_stride, out);
+  }
+  for (int n = num_w; n < kChunkRows; ++n)  // store_sums reads all 16
+    LLMK_UNROLL for (int r = 0; r < R; ++r) out[r][n] = AccOps::zero();
   LLMK_UNROLL for (int r = 0; r < R; ++r) AccOps::store_sums(out[r], num_w, y + r * ldy);
 }
 

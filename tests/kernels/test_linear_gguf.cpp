@@ -229,17 +229,31 @@ TEST_CASE("linear_gguf equals the float64 product of decoded blocks and rounded 
 }
 
 TEST_CASE("linear_gguf takes many rows in several blocks of activation records", "[linear_gguf]") {
-  // 300 rows of 2048 inputs: records of 3 KiB (Q6_K) and 8 KiB (Q8_0) per
-  // row, more than one block's worth (kActBlockBytes).
-  for (const GgufQuant t : {GgufQuant::q6_k, GgufQuant::q8_0}) check_linear_gguf(info(t), 300, 2048, 37, 2);
+  // 300 rows: records of 8.25 KiB (Q6_K, 5632 inputs) and 8 KiB (Q8_0, 2048
+  // inputs) per row, more than two blocks' worth (kActBlockBytes).
+  check_linear_gguf(info(GgufQuant::q6_k), 300, 5632, 37, 2);
+  check_linear_gguf(info(GgufQuant::q8_0), 300, 2048, 37, 2);
+}
+
+TEST_CASE("linear_gguf takes long rows in slices of the k dimension", "[linear_gguf]") {
+  // On AVX-512 VNNI a tile of 8 rows meets the weight rows slice by slice
+  // (kSliceTileBytes: 16 pairs of 32-value blocks, 10 K blocks): 5632 inputs
+  // (TinyLlama's down projection) end in a part slice for every type, and
+  // 1056 inputs (33 blocks) in a slice of one half pair. One row takes 5632
+  // in one slice.
+  const int64_t rows = GENERATE(1, 128);
+  for (const GgufQuant t : {GgufQuant::q8_0, GgufQuant::q4_0, GgufQuant::q5_1, GgufQuant::q4_k, GgufQuant::q6_k})
+    check_linear_gguf(info(t), rows, 5632, 37, 2);
+  check_linear_gguf(info(GgufQuant::q8_0), rows, 1056, 19, 2);
 }
 
 TEST_CASE("linear_gguf gives a row the same bits alone and among other rows", "[linear_gguf]") {
   using namespace llmk::kernels::cpu;
   const auto t = GENERATE(GgufQuant::q8_0, GgufQuant::q4_0, GgufQuant::q5_1, GgufQuant::q4_k, GgufQuant::q5_k,
                           GgufQuant::q6_k);
+  const int64_t in = GENERATE(768, 5632);  // one slice of the k dimension, several
   const TypeInfo& ti = info(t);
-  const int64_t rows = 13, in = 768, out = 70;
+  const int64_t rows = 13, out = 70;
   std::mt19937 rng(static_cast<uint32_t>(ti.type));
   const std::vector<uint8_t> w = random_blocks(ti, out * in / ti.block, rng);
   std::normal_distribution<float> normal;
@@ -250,7 +264,7 @@ TEST_CASE("linear_gguf gives a row the same bits alone and among other rows", "[
   linear_gguf(t, x.data(), rows, in, packed.data(), out, y_all.data(), scratch.data(), 2);
   for (int64_t m = 0; m < rows; ++m) {
     linear_gguf(t, x.data() + m * in, 1, in, packed.data(), out, y_one.data(), scratch.data(), 1);
-    CAPTURE(ti.name, m);
+    CAPTURE(ti.name, in, m);
     CHECK(std::memcmp(y_one.data(), y_all.data() + m * out, out * sizeof(float)) == 0);
   }
 }

@@ -29,6 +29,7 @@
 #include "core/plugin_loader.hpp"
 #include "core/safetensors_writer.hpp"
 #include "core/tokenizer.hpp"
+#include "support/prompt_step.hpp"
 #include "support/skip.hpp"
 
 using namespace llmk;
@@ -79,15 +80,8 @@ std::unique_ptr<Model> make_model(std::shared_ptr<const Checkpoint> checkpoint, 
 }
 
 std::vector<float> all_logits(Model& model, const std::vector<int32_t>& ids) {
-  StepBatch b;
-  const int32_t n = static_cast<int32_t>(ids.size());
-  b.token_ids = ids;
-  for (int32_t i = 0; i < n; ++i) b.positions.push_back(i), b.slot_mapping.push_back(i), b.logits_rows.push_back(i);
-  b.query_start = {0, n};
-  b.context_lens = {n};
-  b.block_tables = {0};
-  b.max_blocks_per_seq = 1;
-  b.block_size = 1024;
+  const StepBatch b = test::whole_prompt_step(ids, 1024);
+  const auto n = static_cast<int32_t>(ids.size());
   std::vector<float> logits(static_cast<size_t>(n) * model.config().vocab_size);
   model.forward(b, logits.data());
   return logits;

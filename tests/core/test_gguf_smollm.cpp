@@ -21,6 +21,7 @@
 #include "core/plugin_loader.hpp"
 #include "core/safetensors_writer.hpp"
 #include "core/tokenizer.hpp"
+#include "support/prompt_step.hpp"
 #include "support/skip.hpp"
 
 using namespace llmk;
@@ -69,15 +70,8 @@ TEST_CASE("SmolLM2 Q4_1 GGUF gives the float64 reference's logits and greedy tok
   cfg.plugins.linear_blocks = "none";  // the blocks dequantized to F32, computed in F32 (linear.gguf rounds activations)
   PluginRegistry plugins{{LLMK_PLUGIN_BUILD_DIR}};
   Model model(checkpoint, plugins, cfg, resolve_runtime(cfg, *checkpoint));
-  StepBatch b;
+  const StepBatch b = test::whole_prompt_step(ids, 256);
   const auto n = static_cast<int32_t>(ids.size());
-  b.token_ids = ids;
-  for (int32_t i = 0; i < n; ++i) b.positions.push_back(i), b.slot_mapping.push_back(i), b.logits_rows.push_back(i);
-  b.query_start = {0, n};
-  b.context_lens = {n};
-  b.block_tables = {0};
-  b.max_blocks_per_seq = 1;
-  b.block_size = 256;
   std::vector<float> got(want.size());
   model.forward(b, got.data());
   for (int32_t p = 0; p < n; ++p) {

@@ -25,6 +25,7 @@ TEST_CASE("a quantized GGUF on the simulated CUDA executor needs the simulated p
 #include "core/plugin_loader.hpp"
 #include "core/safetensors_writer.hpp"
 #include "support/golden.hpp"
+#include "support/prompt_step.hpp"
 #include "support/skip.hpp"
 
 namespace {
@@ -44,15 +45,7 @@ std::vector<float> cuda_logits(std::shared_ptr<const Checkpoint> checkpoint, con
   cfg.plugins.linear_options = R"({"dtype":"f32"})";
   cfg.plugins.attention = "attention.cuda";
   const std::unique_ptr<Executor> executor = make_cuda_executor(cfg, checkpoint, plugins);
-  StepBatch b;
-  const auto n = static_cast<int32_t>(ids.size());
-  b.token_ids = ids;
-  for (int32_t i = 0; i < n; ++i) b.positions.push_back(i), b.slot_mapping.push_back(i), b.logits_rows.push_back(i);
-  b.query_start = {0, n};
-  b.context_lens = {n};
-  b.block_tables = {0};
-  b.max_blocks_per_seq = 1;
-  b.block_size = 256;
+  const StepBatch b = test::whole_prompt_step(ids, 256);
   const LogitsView view = executor->execute(b);
   if (view.ready.event != nullptr) CUDA_REQUIRE(cudaEventSynchronize(static_cast<cudaEvent_t>(view.ready.event)));
   std::vector<float> host(static_cast<size_t>(view.num_rows) * view.vocab_size);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "plugins/api/llmk_attention.h"
+#include "plugins/api/llmk_comm.h"
 #include "plugins/api/llmk_kv_allocator.h"
 #include "plugins/api/llmk_linear.h"
 #include "plugins/api/llmk_plugin.h"
@@ -28,6 +29,7 @@ size_t table_size_at_minor(uint32_t kind, uint32_t minor) {
       return minor == 0 ? offsetof(llmk_attention_api, workspace_bound) : sizeof(llmk_attention_api);
     case LLMK_PLUGIN_LINEAR: return sizeof(llmk_linear_api);
     case LLMK_PLUGIN_KV_ALLOCATOR: return sizeof(llmk_kv_allocator_api);
+    case LLMK_PLUGIN_COMM: return sizeof(llmk_comm_api);
   }
   return 0;
 }
@@ -47,6 +49,11 @@ bool table_complete(uint32_t kind, const void* api) {
     auto* t = static_cast<const llmk_linear_api*>(api);
     return t->supports && t->create && t->destroy && t->workspace_bytes && t->forward && t->weight_bytes;
   }
+  if (kind == LLMK_PLUGIN_COMM) {
+    auto* t = static_cast<const llmk_comm_api*>(api);
+    return t->supports && t->create && t->destroy && t->rank && t->split && t->all_reduce && t->all_gather &&
+           t->broadcast && t->send && t->recv && t->group_start && t->group_end && t->barrier && t->abort;
+  }
   auto* t = static_cast<const llmk_kv_allocator_api*>(api);
   return t->supports && t->create && t->destroy && t->reserve && t->extend && t->fork && t->free_seq &&
          t->commit_tokens && t->block_table && t->block_size && t->usage;
@@ -59,6 +66,7 @@ const char* plugin_kind_name(uint32_t kind) {
     case LLMK_PLUGIN_ATTENTION: return "attention";
     case LLMK_PLUGIN_LINEAR: return "linear";
     case LLMK_PLUGIN_KV_ALLOCATOR: return "kv_allocator";
+    case LLMK_PLUGIN_COMM: return "comm";
   }
   return "unknown";
 }
@@ -72,6 +80,7 @@ uint32_t engine_api_version(uint32_t kind) {
     case LLMK_PLUGIN_ATTENTION: return LLMK_API_VERSION(LLMK_ATTENTION_API_MAJOR, LLMK_ATTENTION_API_MINOR);
     case LLMK_PLUGIN_LINEAR: return LLMK_API_VERSION(LLMK_LINEAR_API_MAJOR, LLMK_LINEAR_API_MINOR);
     case LLMK_PLUGIN_KV_ALLOCATOR: return LLMK_API_VERSION(LLMK_KV_ALLOCATOR_API_MAJOR, LLMK_KV_ALLOCATOR_API_MINOR);
+    case LLMK_PLUGIN_COMM: return LLMK_API_VERSION(LLMK_COMM_API_MAJOR, LLMK_COMM_API_MINOR);
   }
   return 0;
 }

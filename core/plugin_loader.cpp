@@ -182,6 +182,13 @@ const llmk_kv_allocator_api& Plugin::kv_allocator() const {
   return *static_cast<const llmk_kv_allocator_api*>(api_.get());
 }
 
+const llmk_comm_api& Plugin::comm() const {
+  if (info_.kind != LLMK_PLUGIN_COMM || api_ == nullptr) {
+    throw Error(ErrorCode::plugin, "plugin '" + info_.name + "' is not a comm plugin");
+  }
+  return *static_cast<const llmk_comm_api*>(api_.get());
+}
+
 PluginRegistry::PluginRegistry(std::vector<fs::path> extra_search_path) {
   if (const char* env = std::getenv("LLMK_PLUGIN_PATH")) {
     std::stringstream ss(env);

@@ -22,6 +22,7 @@
 #include "core/cpu_isa.hpp"
 #include "core/kv_allocator.hpp"
 #include "plugins/api/llmk_attention.h"
+#include "plugins/api/llmk_comm.h"
 #include "plugins/api/llmk_kv_allocator.h"
 #include "plugins/api/llmk_linear.h"
 #include "plugins/api/llmk_plugin.h"
@@ -53,6 +54,7 @@ class Plugin {
   const llmk_attention_api& attention() const;  // throws if kind differs
   const llmk_linear_api& linear() const;
   const llmk_kv_allocator_api& kv_allocator() const;
+  const llmk_comm_api& comm() const;
   const std::shared_ptr<LoadedLibrary>& library() const { return library_; }
 
  private:

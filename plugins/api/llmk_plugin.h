@@ -38,7 +38,8 @@ extern "C" {
 typedef enum llmk_plugin_kind {
   LLMK_PLUGIN_ATTENTION = 1,
   LLMK_PLUGIN_LINEAR = 2,
-  LLMK_PLUGIN_KV_ALLOCATOR = 3
+  LLMK_PLUGIN_KV_ALLOCATOR = 3,
+  LLMK_PLUGIN_COMM = 4
 } llmk_plugin_kind;
 
 /* Status codes returned by every plugin call that can fail. */
@@ -48,7 +49,8 @@ typedef enum llmk_status {
   LLMK_ERR_UNSUPPORTED = 2,      /* a configuration this plugin cannot serve */
   LLMK_ERR_OUT_OF_MEMORY = 3,    /* host or device allocation failed */
   LLMK_ERR_NO_SPACE = 4,         /* KV allocator: not enough free slots (not a failure) */
-  LLMK_ERR_INTERNAL = 5
+  LLMK_ERR_INTERNAL = 5,
+  LLMK_ERR_PEER_LOST = 6         /* communicator: a peer died or stopped answering (the job cannot go on) */
 } llmk_status;
 
 /* Element types of tensors crossing the boundary. From LLMK_DTYPE_GGML_BASE
@@ -112,6 +114,7 @@ typedef struct llmk_error {
  *                      weights and F32 activations
  *   "activation_rounding"  linear: {"<weight dtype>": "f16" | "bf16"}, F32
  *                      activations rounded to that format before the product
+ *   "transport"        comm: "mpi", "nccl": what carries the data
  *   "block_size"       kv_allocator: {"min": a, "max": b} (blocks) or
  *                      "max_seq_len" (one range per sequence); booleans
  *                      "prefix_caching", "copy_on_write", "relocation"

@@ -24,6 +24,11 @@
 // with the C signatures minus self and err; reserve/extend/fork return an
 // llmk_status (LLMK_ERR_NO_SPACE is an answer, not an exception).
 //
+// Communicators provide supports/ctor(const llmk_comm_desc&) (the world),
+// rank(int32_t& rank, int32_t& size) const, split(color, key) returning a
+// new Impl*, all_reduce/all_gather/broadcast/send/recv/group_start/group_end/
+// barrier with the C signatures minus self and err, and abort(code).
+//
 // A plugin built against an older minor of a kind's API defines
 // LLMK_<KIND>_API_BUILD_MINOR before including this header; the table then
 // has that minor's fields and version.
@@ -43,6 +48,7 @@
 #include <string>
 
 #include "llmk_attention.h"
+#include "llmk_comm.h"
 #include "llmk_kv_allocator.h"
 #include "llmk_linear.h"
 #include "llmk_plugin.h"
@@ -285,6 +291,88 @@ const llmk_plugin_info* kv_allocator_info() {
   return make_info<Impl>(LLMK_PLUGIN_KV_ALLOCATOR, LLMK_KV_ALLOCATOR_API_VERSION, &api);
 }
 
+template <class Impl>
+const llmk_plugin_info* comm_info() {
+  static const llmk_comm_api api{
+      LLMK_COMM_API_VERSION,
+      sizeof(llmk_comm_api),
+      &supports_thunk<Impl, llmk_comm_desc>,
+      &create_thunk<Impl, llmk_comm_desc>,
+      &destroy_thunk<Impl>,
+      [](const void* self, int32_t* rank, int32_t* size, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<const Impl*>(self)->rank(*rank, *size);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, int32_t color, int32_t key, void** out, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          *out = static_cast<Impl*>(self)->split(color, key);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, const void* send, void* recv, uint64_t count, uint32_t dtype, uint32_t op, void* queue,
+         llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->all_reduce(send, recv, count, dtype, op, queue);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, const void* send, void* recv, uint64_t count, uint32_t dtype, void* queue,
+         llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->all_gather(send, recv, count, dtype, queue);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, void* buf, uint64_t count, uint32_t dtype, int32_t root, void* queue, llmk_error* err) noexcept
+      -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->broadcast(buf, count, dtype, root, queue);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, const void* buf, uint64_t count, uint32_t dtype, int32_t peer, void* queue,
+         llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->send(buf, count, dtype, peer, queue);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, void* buf, uint64_t count, uint32_t dtype, int32_t peer, void* queue, llmk_error* err) noexcept
+      -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->recv(buf, count, dtype, peer, queue);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->group_start();
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, void* queue, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->group_end(queue);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, void* queue, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->barrier(queue);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, int32_t code) noexcept {
+        try {
+          static_cast<Impl*>(self)->abort(code);
+        } catch (...) {
+        }
+      }};
+  return make_info<Impl>(LLMK_PLUGIN_COMM, LLMK_COMM_API_VERSION, &api);
+}
+
 }  // namespace llmk::plugin
 
 #define LLMK_DETAIL_EXPORT_PLUGIN(Impl, info_fn)                                                  \
@@ -296,3 +384,4 @@ const llmk_plugin_info* kv_allocator_info() {
 #define LLMK_EXPORT_ATTENTION_PLUGIN(Impl) LLMK_DETAIL_EXPORT_PLUGIN(Impl, attention_info)
 #define LLMK_EXPORT_LINEAR_PLUGIN(Impl) LLMK_DETAIL_EXPORT_PLUGIN(Impl, linear_info)
 #define LLMK_EXPORT_KV_ALLOCATOR_PLUGIN(Impl) LLMK_DETAIL_EXPORT_PLUGIN(Impl, kv_allocator_info)
+#define LLMK_EXPORT_COMM_PLUGIN(Impl) LLMK_DETAIL_EXPORT_PLUGIN(Impl, comm_info)

@@ -39,6 +39,11 @@ set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)
 find_path(OPENBLAS_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas REQUIRED)
 find_package(dnnl REQUIRED)
+# OpenMPI (Debian's libopenmpi-dev): the comm.mpi plugin, and the CUDA
+# simulation's NCCL, which carries its collectives between processes over MPI.
+# Only those link it; llmk_core and the programs do not. MPIEXEC_EXECUTABLE
+# (mpirun) runs the multi-process tests.
+find_package(MPI REQUIRED COMPONENTS C)
 find_path(CONCURRENTQUEUE_INCLUDE_DIR concurrentqueue/concurrentqueue.h REQUIRED)
 if(NOT TARGET llmk::concurrentqueue)
   add_library(llmk::concurrentqueue INTERFACE IMPORTED)

@@ -15,6 +15,8 @@ packages=(
   libboost-context-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libspdlog-dev libcpp-httplib-dev libopenblas-dev libdnnl-dev
   libconcurrentqueue-dev libpcre2-dev libicu-dev
+  # tensor and pipeline parallelism across processes: comm.mpi, mpirun
+  libopenmpi-dev openmpi-bin
   # oneDNN's CMake package calls find_package(OpenCL); libdnnl-dev only
   # recommends the loader and headers, so they are named here
   ocl-icd-opencl-dev opencl-headers

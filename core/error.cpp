@@ -12,6 +12,7 @@ const char* to_string(ErrorCode code) noexcept {
     case ErrorCode::not_found: return "not_found";
     case ErrorCode::overloaded: return "overloaded";
     case ErrorCode::cancelled: return "cancelled";
+    case ErrorCode::peer_lost: return "peer_lost";
     case ErrorCode::internal: return "internal";
   }
   return "unknown";

@@ -19,6 +19,9 @@ ErrorReply error_reply(ErrorCode code, std::string message, std::string param) {
     case ErrorCode::overloaded:
       r = {503, "server_overloaded", "overloaded", r.message, r.param};
       break;
+    case ErrorCode::peer_lost:
+      r = {503, "server_unavailable", "peer_lost", r.message, r.param};
+      break;
     case ErrorCode::cancelled:
       r = {499, "cancelled", "cancelled", r.message, r.param};
       break;

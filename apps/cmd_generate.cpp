@@ -17,6 +17,7 @@
 #include "apps/batch_file.hpp"
 #include "apps/command.hpp"
 #include "apps/model_options.hpp"
+#include "apps/parallel_launch.hpp"
 #include "core/error.hpp"
 #include "core/tokenizer.hpp"
 
@@ -130,6 +131,7 @@ int run_batch(Engine& engine, const GenerateOptions& o) {
 
 int run_generate(const GenerateOptions& o) {
   const EngineConfig cfg = build_engine_config(o.model);
+  if (const std::optional<int> code = serve_steps_unless_rank0(cfg)) return *code;
   EngineOptions options;
   options.trace_file = o.trace_file;
   Engine engine(cfg, options);

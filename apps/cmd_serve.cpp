@@ -16,6 +16,7 @@
 #include "actors/engine.hpp"
 #include "apps/command.hpp"
 #include "apps/model_options.hpp"
+#include "apps/parallel_launch.hpp"
 #include "core/error.hpp"
 #include "ipc/engine_backend.hpp"
 #include "ipc/server.hpp"
@@ -46,6 +47,7 @@ int serve(const ServeOptions& o) {
     throw Error(ErrorCode::invalid_config, "both front ends are off (server.http and server.zmq are empty)");
   }
   if (!config.server.http.empty()) ipc::split_host_port(config.server.http, "server.http");
+  if (const std::optional<int> code = serve_steps_unless_rank0(config)) return *code;
 
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
@@ -63,7 +65,14 @@ int serve(const ServeOptions& o) {
                backend.model_info().max_context,
                backend.model_info().chat_template.empty() ? "(none)" : backend.model_info().chat_template);
 
-  while (g_stop_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (g_stop_signal == 0 && !parallel_job_failed()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (parallel_job_failed()) {
+    // Every request in flight or arriving now is answered 503 (peer_lost)
+    // by the failing steps; then the job ends, non-zero, for a supervisor.
+    spdlog::error("parallel job failed: answering requests with 503 for 1 s, then ending the job");
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    end_failed_job();
+  }
   spdlog::info("signal {}: draining", static_cast<int>(g_stop_signal));
   const size_t num_cancelled = server.drain_and_stop();
   spdlog::info("stopped ({} request(s) cancelled at the drain timeout)", num_cancelled);

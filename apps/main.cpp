@@ -9,6 +9,7 @@
 
 #include "apps/command.hpp"
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 
 namespace llmk::app {
 namespace {
@@ -55,16 +56,25 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
 
+  // A rank of a parallel job that fails ends the whole job (the others would
+  // wait for it); one that finishes leaves it, which shuts the transport down.
+  auto failed = [](const char* what) {
+    spdlog::error("{}", what);
+    if (auto job = llmk::ParallelJob::current()) job->abort_job(1);
+    return 1;
+  };
   try {
     for (auto& [sub, run] : runners) {
-      if (sub->parsed()) return run();
+      if (sub->parsed()) {
+        const int code = run();
+        llmk::ParallelJob::leave();
+        return code;
+      }
     }
   } catch (const llmk::Error& e) {
-    spdlog::error("{}", e.what());
-    return 1;
+    return failed(e.what());
   } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
-    return 1;
+    return failed(e.what());
   }
   return 0;
 }

@@ -79,6 +79,11 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(server, max_body_bytes),
       LLMK_FIELD(server, drain_timeout_s),
       LLMK_FIELD(server, served_model_name),
+      LLMK_FIELD(parallel, tensor),
+      LLMK_FIELD(parallel, pipeline),
+      LLMK_FIELD(parallel, comm),
+      LLMK_JSON_FIELD(parallel, comm_options),
+      LLMK_FIELD(parallel, timeout_s),
   };
   return all;
 }
@@ -434,6 +439,13 @@ void validate(const EngineConfig& c) {
     fail("server.zmq", "'" + sv.zmq + "' is not a ZeroMQ endpoint such as tcp://127.0.0.1:5555 (or \"\" to disable)");
   require_range("server.max_body_bytes", static_cast<double>(sv.max_body_bytes), 1, 1e18, ">= 1");
   require_range("server.drain_timeout_s", sv.drain_timeout_s, 0, 1e9, ">= 0 seconds");
+
+  const auto& p = c.parallel;
+  require_range("parallel.tensor", p.tensor, 1, 4096, "1 to 4096");
+  require_range("parallel.pipeline", p.pipeline, 1, 4096, "1 to 4096");
+  if (p.comm.empty()) fail("parallel.comm", "must name a comm plugin (comm.mpi, comm.nccl)");
+  check_json_object(p.comm_options, "parallel.comm_options");
+  require_range("parallel.timeout_s", p.timeout_s, 0, 1e9, ">= 0 seconds (0: never)");
 }
 
 EngineConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {

@@ -96,6 +96,19 @@ struct ServerSection {
   bool operator==(const ServerSection&) const = default;
 };
 
+// Tensor and pipeline parallelism across processes (an mpirun launch of
+// tensor x pipeline ranks, core/parallel.hpp).
+struct ParallelSection {
+  uint32_t tensor = 1;              // ranks that split every layer's weights (Megatron split)
+  uint32_t pipeline = 1;            // stages that split the layers, in contiguous ranges
+  std::string comm = "comm.mpi";    // communicator plugin: comm.mpi (host buffers), comm.nccl (CUDA)
+  std::string comm_options = "{}";  // JSON object passed to the communicator
+  // A call waiting on a peer this long probes it; a peer that does not
+  // answer (dead, stopped) ends the job with an error naming it. 0: never.
+  double timeout_s = 30.0;
+  bool operator==(const ParallelSection&) const = default;
+};
+
 struct EngineConfig {
   ModelSection model;
   ExecutorSection executor;
@@ -103,6 +116,7 @@ struct EngineConfig {
   KvCacheSection kv_cache;
   SchedulerSection scheduler;
   ServerSection server;
+  ParallelSection parallel;
 
   bool operator==(const EngineConfig&) const = default;
 };

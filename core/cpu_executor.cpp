@@ -9,9 +9,17 @@
 namespace llmk {
 
 CpuExecutor::CpuExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
-                         PluginRegistry& plugins) {
-  const ModelRuntime runtime = resolve_runtime(cfg, *checkpoint);
-  model_ = std::make_unique<Model>(std::move(checkpoint), plugins, cfg, runtime);
+                         PluginRegistry& plugins, std::shared_ptr<ParallelJob> job) {
+  ModelRuntime runtime = resolve_runtime(cfg, *checkpoint);
+  if (job) {
+    // Rank 0 plans the steps: every rank takes its slot count and limits.
+    uint32_t limits[4] = {runtime.num_kv_slots, runtime.max_step_tokens, runtime.max_seq_len, runtime.num_threads};
+    job->world().broadcast(limits, 4, DType::i32, 0);
+    runtime.num_kv_slots = limits[0];
+    runtime.max_step_tokens = limits[1];
+    runtime.max_seq_len = limits[2];
+  }
+  model_ = std::make_unique<Model>(std::move(checkpoint), plugins, cfg, runtime, std::move(job));
   // Loading ran OpenMP regions on the building thread; forwards run on the
   // thread that calls execute() (the executor actor's), whose team must be
   // the only one spinning: the builder's workers go now.

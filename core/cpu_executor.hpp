@@ -18,8 +18,11 @@ namespace llmk {
 class CpuExecutor final : public Executor {
  public:
   // Resolves the runtime (KV capacity_fraction applies to physical memory)
-  // and builds the model. The checkpoint must outlive the executor.
-  CpuExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugins);
+  // and builds the model. The checkpoint must outlive the executor. In a
+  // parallel job, this rank's share of the model, with rank 0's runtime
+  // (every rank must agree on slots and step sizes): a collective call.
+  CpuExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugins,
+              std::shared_ptr<ParallelJob> job = nullptr);
 
   Device device() const override { return Device::cpu; }
   const ModelConfig& model_config() const override { return model_->config(); }
@@ -31,6 +34,7 @@ class CpuExecutor final : public Executor {
   std::string describe() const override;
   int32_t views_kept() const override { return 2; }
   bool argmax_rows(const LogitsView& view, std::span<int32_t> out) override;
+  const ModelShard& shard() const { return model_->shard(); }
   bool time_forwards(ForwardTimings* timings) override {
     model_->time_forwards(timings);
     return true;

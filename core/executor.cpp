@@ -9,6 +9,7 @@
 #include "core/device_registry.hpp"
 #include "core/device_sampler.hpp"
 #include "core/error.hpp"
+#include "core/parallel_executor.hpp"
 
 namespace llmk {
 
@@ -93,6 +94,19 @@ std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr
   if (!device || !has_executor(name))
     throw Error(ErrorCode::invalid_config, "executor.device: '" + name + "' has no executor in this build (built: " +
                                                built_executor_device_names() + ")");
+  if (static_cast<uint64_t>(cfg.parallel.tensor) * cfg.parallel.pipeline > 1) {
+    // Rank 0 of a parallel job (the other ranks run serve_parallel_steps).
+    if (*device != Device::cpu)
+      throw Error(ErrorCode::unsupported, "parallel.tensor and parallel.pipeline: the " + name +
+                                              " executor has no tensor or pipeline parallelism yet (executor.device "
+                                              "cpu has)");
+    std::shared_ptr<ParallelJob> job = ParallelJob::join(cfg, plugins);
+    if (job->rank() != 0)
+      throw Error(ErrorCode::internal, "make_executor on " + job->describe() +
+                                           ": ranks other than 0 serve rank 0's steps (serve_parallel_steps)");
+    auto local = std::make_unique<CpuExecutor>(cfg, std::move(checkpoint), plugins, job);
+    return std::make_unique<ParallelExecutor>(std::move(local), std::move(job), cfg.parallel.timeout_s);
+  }
   const ExecutorFactory factory = device_backend(*device).make_executor;
   if (factory == nullptr)
     throw Error(ErrorCode::internal, "executor.device: this build has a '" + name +

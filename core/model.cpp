@@ -6,7 +6,14 @@
 // nothing (their K/V were written by the attention call).
 //
 // Weights live in core/model_weights.cpp, the KV memory in core/kv_memory.cpp;
-// this file holds the activations and the order of the calls. Architecture
+// this file holds the activations and the order of the calls.
+//
+// In a parallel job (core/parallel.hpp) a rank runs its stage's layers on
+// its tensor shard: the vocabulary-parallel embedding and the partial sums
+// of o_proj and down_proj are all-reduced over the tensor group, a stage
+// receives the residual stream from the one before and sends it on, and the
+// last stage gathers the vocabulary slices of the logits and sends them to
+// rank 0. Architecture
 // differences are data: Qwen2's q/k/v biases (added here after the linear
 // plugin's matmul), rope scaling (in the rotary tables, core/rope_scaling.hpp)
 // and Mistral's sliding window (passed to the attention plugin).
@@ -40,6 +47,9 @@ namespace kc = kernels::cpu;
 struct Model::Impl {
   std::shared_ptr<const Checkpoint> checkpoint;  // the weights may borrow its tensors
   ModelConfig cfg;
+  std::shared_ptr<ParallelJob> job;  // null outside a parallel job
+  ModelShard shard;                  // this rank's share (the whole model outside a job)
+  ModelConfig local;                 // the model as the shard sees it (local_model_config)
   ModelRuntime rt;
   ModelWeights weights;
   std::unique_ptr<AttentionImpl> attention;
@@ -51,25 +61,35 @@ struct Model::Impl {
   int64_t q_dim = 0, kv_dim = 0, qkv_dim = 0;
   // Activations for max_step_tokens rows.
   std::vector<float> hidden, x_norm, qkv, q, k, v, attn, proj, gate_up, act;
+  std::vector<float> head_out, head_gather;  // tensor parallelism: this rank's logits columns, every rank's
 
   void forward(const StepBatch& b, float* logits);
+  // Tensor parallelism: the sum of every rank's partial rows (in place).
+  void reduce(float* rows, int64_t count) {
+    if (shard.tensor.degree > 1) job->tensor_group().all_reduce(rows, static_cast<size_t>(count));
+  }
+  void lm_head(int64_t rows, float* logits);
 };
 
 Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugins, const EngineConfig& ecfg,
-             const ModelRuntime& runtime)
+             const ModelRuntime& runtime, std::shared_ptr<ParallelJob> job)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.checkpoint = std::move(checkpoint);
   m.cfg = m.checkpoint->config();
   m.rt = runtime;
-  const ModelConfig& c = m.cfg;
+  m.job = std::move(job);
+  m.shard = m.job ? model_shard(m.cfg, m.job->tensor(), m.job->pipeline(), m.job->rank()) : model_shard(m.cfg, 1, 1, 0);
+  m.local = local_model_config(m.cfg, m.shard);
+  // c: the model as this rank holds it (all of it outside a job).
+  const ModelConfig& c = m.local;
   if (c.head_dim % 2 != 0) throw Error(ErrorCode::unsupported, "head_dim must be even for rotary embeddings");
   m.q_dim = static_cast<int64_t>(c.num_heads) * c.head_dim;
   m.kv_dim = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
   m.qkv_dim = m.q_dim + 2 * m.kv_dim;
 
   omp_set_num_threads(static_cast<int>(m.rt.num_threads));
-  m.weights = load_weights(*m.checkpoint, plugins, ecfg, m.rt);
+  m.weights = load_weights(*m.checkpoint, plugins, ecfg, m.rt, LinearPlacement{}, &m.shard);
 
   const llmk_attention_desc ad = attention_desc(c, m.rt, ecfg, LLMK_DEVICE_CPU);
   m.attention = std::make_unique<AttentionImpl>(plugins.load(ecfg.plugins.attention, LLMK_PLUGIN_ATTENTION), ad);
@@ -77,10 +97,13 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   // The cache is laid out as the plugin declares; a layout other than the
   // standard one changes how many tokens the configured capacity holds.
   const llmk_kv_layout layout = m.attention->kv_layout();
-  const uint64_t per_token = static_cast<uint64_t>(c.num_layers) *
+  // In a job the configured capacity is the job's, every rank holding its
+  // share of each slot (the same slot count on every rank).
+  const uint64_t ranks = m.job ? static_cast<uint64_t>(m.job->size()) : 1;
+  const uint64_t per_token = ranks * static_cast<uint64_t>(c.num_layers) *
                              (layout.k_bytes_per_slot + layout.v_bytes_per_slot + layout.k_scale_bytes_per_slot +
                               layout.v_scale_bytes_per_slot);
-  if (per_token != standard_kv_bytes_per_token(c, m.rt.kv_dtype, m.rt.kv_group_size))
+  if (per_token != ranks * standard_kv_bytes_per_token(c, m.rt.kv_dtype, m.rt.kv_group_size))
     m.rt.num_kv_slots = kv_slots_for(ecfg, m.rt.max_seq_len, per_token, static_cast<uint64_t>(physical_memory_bytes()));
   m.kv = std::make_unique<KvMemory>(c.num_layers, m.rt, layout);
 
@@ -100,19 +123,32 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   m.proj.resize(t * c.hidden_size);
   m.gate_up.resize(t * 2 * c.intermediate_size);
   m.act.resize(t * c.intermediate_size);
+  if (m.shard.tensor.degree > 1 && m.shard.last_stage()) {
+    m.head_out.resize(t * m.shard.tensor.vocab_chunk);
+    m.head_gather.resize(t * m.shard.tensor.vocab_chunk * m.shard.tensor.degree);
+  }
   const PluginInfo& ai = m.attention->info();
   const std::string kv_kind =
       std::string(dtype_name(m.rt.kv_dtype)) +
       (m.rt.kv_dtype == DType::i8 ? " group " + std::to_string(m.rt.kv_group_size) : std::string()) +
       (m.rt.key_rotation != 0 ? ", keys Hadamard-rotated (" + std::to_string(m.rt.key_rotation) + ")" : std::string());
+  const LinearLayer* any_linear = m.weights.lm_head ? m.weights.lm_head.get() : m.weights.layers[m.shard.layers.first].o.get();
   spdlog::info("model: {} layers, {} threads; linear {} ({}), attention {} {} ({}); KV {} {} slots ({} MiB)",
-               c.num_layers, m.rt.num_threads, m.weights.linear_plugins, m.weights.lm_head->info().file.string(),
+               c.num_layers, m.rt.num_threads, m.weights.linear_plugins, any_linear->info().file.string(),
                ai.name, ai.version, ai.file.string(), kv_kind, m.rt.num_kv_slots, kv_cache_bytes() >> 20);
+  if (m.job)
+    spdlog::info("model shard: {}; layers [{}, {}), {} of {} query heads, {} KV heads, MLP columns [{}, {}), "
+                 "vocabulary rows [{}, {}); weights {} MiB",
+                 m.job->describe(), m.shard.layers.first, m.shard.layers.last, c.num_heads, m.cfg.num_heads,
+                 c.num_kv_heads, m.shard.tensor.inter_first, m.shard.tensor.inter_first + m.shard.tensor.inter_count,
+                 m.shard.tensor.vocab_first, m.shard.tensor.vocab_first + m.shard.tensor.vocab_count,
+                 m.weights.bytes() >> 20);
 }
 
 Model::~Model() = default;
 
 const ModelConfig& Model::config() const { return impl_->cfg; }
+const ModelShard& Model::shard() const { return impl_->shard; }
 const ModelRuntime& Model::runtime() const { return impl_->rt; }
 size_t Model::weight_bytes() const { return impl_->weights.bytes(); }
 size_t Model::kv_cache_bytes() const { return impl_->kv->bytes(); }
@@ -133,11 +169,17 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
   const int64_t num_logits = b.num_logits();
   if (n == 0) return;
   omp_set_num_threads(static_cast<int>(rt.num_threads));
-  const int64_t h = cfg.hidden_size, inter = cfg.intermediate_size, hd = cfg.head_dim;
+  const int64_t h = cfg.hidden_size, inter = local.intermediate_size, hd = cfg.head_dim;
   const float eps = cfg.rms_norm_eps;
-  const TensorView& embed = *weights.embed;
   ForwardLaps laps(timings);
-  embed_rows(embed, b.token_ids.data(), n, hidden.data());
+  if (shard.first_stage()) {
+    embed_rows(*weights.embed, b.token_ids.data(), n, hidden.data(), weights.embed_first);
+    reduce(hidden.data(), n * h);  // each tensor rank embedded its vocabulary rows
+  } else {
+    // The residual stream of every row, from this tensor rank's peer in the stage before.
+    job->world().recv(hidden.data(), static_cast<size_t>(n * h), DType::f32,
+                      job->world_rank(shard.stage - 1, shard.tensor.rank));
+  }
 
   // The attention plugin plans the step once: every layer runs that plan.
   const llmk_attention_step step = attention_step(b, rt.num_kv_slots);
@@ -146,10 +188,10 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
     attention_workspace = AlignedBuffer(workspace_bytes, "the attention workspace");
 
   const int32_t num_layers = cfg.num_layers;
-  for (int32_t li = 0; li < num_layers; ++li) {
+  for (int32_t li = shard.layers.first; li < shard.layers.last; ++li) {
     LayerWeights& l = weights.layers[li];
     // proj holds the previous layer's MLP output: fold it into the residual.
-    if (li == 0) kc::rmsnorm(hidden.data(), l.input_norm.data(), x_norm.data(), n, h, eps);
+    if (li == shard.layers.first) kc::rmsnorm(hidden.data(), l.input_norm.data(), x_norm.data(), n, h, eps);
     else kc::add_rmsnorm(hidden.data(), proj.data(), l.input_norm.data(), x_norm.data(), n, h, eps);
 
     laps.lap(ForwardOp::other);
@@ -162,9 +204,10 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
       }
     }
     laps.lap(ForwardOp::qkv);
-    kc::rope(qkv.data(), qkv_dim, q.data(), q_dim, n, cfg.num_heads, hd, b.positions.data(), rope_cos.data(), rope_sin.data());
-    kc::rope(qkv.data() + q_dim, qkv_dim, k.data(), kv_dim, n, cfg.num_kv_heads, hd, b.positions.data(), rope_cos.data(),
+    kc::rope(qkv.data(), qkv_dim, q.data(), q_dim, n, local.num_heads, hd, b.positions.data(), rope_cos.data(),
              rope_sin.data());
+    kc::rope(qkv.data() + q_dim, qkv_dim, k.data(), kv_dim, n, local.num_kv_heads, hd, b.positions.data(),
+             rope_cos.data(), rope_sin.data());
     if (rt.key_rotation != 0) {
       // An int8 cache holds rotated keys; rotated queries give the same scores.
       kc::hadamard_blocks(q.data(), n * q_dim, rt.key_rotation);
@@ -179,7 +222,7 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
     a.k = k.data();
     a.v = v.data();
     a.out = attn.data();
-    a.kv = kv->layer(li);
+    a.kv = kv->layer(li - shard.layers.first);
     laps.lap(ForwardOp::rope_cache);
     attention->run(a, attention_workspace.data(), attention_workspace.bytes());
     laps.lap(ForwardOp::attention);
@@ -200,6 +243,7 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
     const auto urows = static_cast<uint32_t>(rows);
     laps.lap(ForwardOp::other);
     l.o->forward(attn.data(), proj.data(), urows);
+    reduce(proj.data(), rows * h);
     laps.lap(ForwardOp::o_proj);
     kc::add_rmsnorm(hidden.data(), proj.data(), l.post_norm.data(), x_norm.data(), rows, h, eps);
     laps.lap(ForwardOp::other);
@@ -208,12 +252,67 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
     kc::silu_mul(gate_up.data(), act.data(), rows, inter);
     laps.lap(ForwardOp::other);
     l.down->forward(act.data(), proj.data(), urows);
+    reduce(proj.data(), rows * h);
     laps.lap(ForwardOp::down);
+  }
+  if (!shard.last_stage()) {
+    // The residual stream goes on to the next stage, the last MLP output folded in.
+    for (int64_t i = 0; i < n * h; ++i) hidden[i] += proj[i];
+    job->world().send(hidden.data(), static_cast<size_t>(n * h), DType::f32,
+                      job->world_rank(shard.stage + 1, shard.tensor.rank));
+    // Rank 0 (the first stage's) receives the logits from the last stage.
+    if (job->rank() == 0 && num_logits > 0)
+      job->world().recv(logits, static_cast<size_t>(num_logits * cfg.vocab_size), DType::f32,
+                        job->world_rank(shard.stages - 1, 0));
+    laps.lap(ForwardOp::other);
+    return;
   }
   kc::add_rmsnorm(hidden.data(), proj.data(), weights.final_norm.data(), x_norm.data(), num_logits, h, eps);
   laps.lap(ForwardOp::other);
-  weights.lm_head->forward(x_norm.data(), logits, static_cast<uint32_t>(num_logits));
+  lm_head(num_logits, logits);
   laps.lap(ForwardOp::lm_head);
+}
+
+void Model::Impl::lm_head(int64_t rows, float* logits) {
+  const auto urows = static_cast<uint32_t>(rows);
+  const TensorShard& ts = shard.tensor;
+  if (ts.degree == 1 && shard.stages == 1) {
+    weights.lm_head->forward(x_norm.data(), logits, urows);
+    return;
+  }
+  // This tensor rank's vocabulary columns, padded to the chunk every rank sends.
+  const int64_t vocab = cfg.vocab_size, chunk = ts.vocab_chunk;
+  const bool gatherer = ts.rank == 0;  // of the last stage
+  const bool to_rank0 = gatherer && job->rank() != 0;
+  std::vector<float> assembled;
+  float* out = logits;
+  if (to_rank0) {
+    assembled.resize(static_cast<size_t>(rows * vocab));
+    out = assembled.data();
+  }
+  if (ts.degree == 1) {
+    weights.lm_head->forward(x_norm.data(), out, urows);
+  } else {
+    float* mine = head_out.data();
+    weights.lm_head->forward(x_norm.data(), mine, urows);
+    if (ts.vocab_count < chunk) {
+      // Spread rows [rows, count] to [rows, chunk] from the back, zero padding.
+      for (int64_t i = rows - 1; i >= 0; --i) {
+        std::memmove(mine + i * chunk, mine + i * ts.vocab_count, static_cast<size_t>(ts.vocab_count) * 4);
+        std::fill(mine + i * chunk + ts.vocab_count, mine + (i + 1) * chunk, 0.0f);
+      }
+    }
+    job->tensor_group().all_gather(mine, head_gather.data(), static_cast<size_t>(rows * chunk), DType::f32);
+    if (gatherer) {
+      for (int32_t r = 0; r < ts.degree; ++r) {
+        const int64_t first = r * chunk, count = std::min(chunk, vocab - first);
+        const float* part = head_gather.data() + static_cast<int64_t>(r) * rows * chunk;
+        for (int64_t i = 0; i < rows; ++i)
+          std::memcpy(out + i * vocab + first, part + i * chunk, static_cast<size_t>(count) * 4);
+      }
+    }
+  }
+  if (to_rank0) job->world().send(out, static_cast<size_t>(rows * vocab), DType::f32, 0);
 }
 
 }  // namespace llmk

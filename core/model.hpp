@@ -14,6 +14,7 @@
 #include "core/config.hpp"
 #include "core/forward_timings.hpp"
 #include "core/model_runtime.hpp"
+#include "core/parallel.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/step.hpp"
 
@@ -22,17 +23,22 @@ namespace llmk {
 class Model {
  public:
   // Builds linear layers (fusing q/k/v and gate/up), the attention plugin
-  // and the KV cache. The checkpoint must outlive the model.
+  // and the KV cache. The checkpoint must outlive the model. In a parallel
+  // job, this rank's share only (core/parallel.hpp): every rank of the job
+  // calls forward() with the same batch, and the logits arrive at rank 0.
   Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugins, const EngineConfig& cfg,
-        const ModelRuntime& runtime);
+        const ModelRuntime& runtime, std::shared_ptr<ParallelJob> job = nullptr);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const;
   const ModelRuntime& runtime() const;
-  // logits: [batch.num_logits(), vocab_size], row i for batch.logits_rows[i].
+  // logits: [batch.num_logits(), vocab_size], row i for batch.logits_rows[i]
+  // (written at world rank 0 only; other ranks of a job may pass nullptr).
   void forward(const StepBatch& batch, float* logits);
+  // This rank's share of the model (the whole model outside a parallel job).
+  const ModelShard& shard() const;
   // Every later forward adds its operations' wall time to *timings (nullptr:
   // stop). The caller keeps timings alive meanwhile.
   void time_forwards(ForwardTimings* timings);

@@ -1,6 +1,8 @@
 #include "core/model_weights.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <map>
 #include <optional>
 #include <set>
@@ -185,50 +187,74 @@ class LinearBuilder {
 
 size_t ModelWeights::bytes() const {
   size_t total = embed->nbytes() + final_norm.size() * 4;
-  for (const auto& l : layers)
+  for (const auto& l : layers) {
+    if (!l.qkv) continue;  // another pipeline stage's
     total += l.qkv->weight_bytes() + l.o->weight_bytes() + l.gate_up->weight_bytes() + l.down->weight_bytes() +
              (l.input_norm.size() + l.post_norm.size() + l.qkv_bias.size()) * 4;
+  }
   // A tied head shares the embedding's bytes when borrowed; count what the plugin reports.
-  total += lm_head->weight_bytes();
+  if (lm_head) total += lm_head->weight_bytes();
   return total;
 }
 
 ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins, const EngineConfig& ecfg,
-                          const ModelRuntime& rt, const LinearPlacement& placement) {
+                          const ModelRuntime& rt, const LinearPlacement& placement, const ModelShard* shard) {
   const ModelConfig& cfg = checkpoint.config();
   LinearBuilder linear(plugins, ecfg, rt, placement);
   ModelWeights w;
+  w.slices = std::make_shared<TensorSlices>();
+  const ModelShard whole = model_shard(cfg, 1, 1, 0);
+  const ModelShard& s = shard != nullptr ? *shard : whole;
+  const TensorShard& ts = s.tensor;
+  const bool split = ts.degree > 1;
+  const int64_t hd = cfg.head_dim;
+  TensorSlices& cut = *w.slices;
+  // A weight's output rows [first, first + count), or its input columns.
+  auto rows = [&](const TensorView& t, int64_t first, int64_t count) {
+    return split ? &cut.rows(t, first, count) : &t;
+  };
+  auto columns = [&](const TensorView& t, int64_t first, int64_t count) {
+    return split ? &cut.columns(t, first, count) : &t;
+  };
+  const int64_t q_first = ts.q_head_first * hd, q_count = ts.q_heads * hd;
+  const int64_t kv_first = ts.kv_head_first * hd, kv_count = ts.kv_heads * hd;
   w.layers.resize(cfg.num_layers);
-  for (int32_t i = 0; i < cfg.num_layers; ++i) {
+  for (int32_t i = s.layers.first; i < s.layers.last; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[i];
-    auto t = [&](const char* name) { return &checkpoint.tensor(p + name + ".weight"); };
-    l.qkv = linear.make(p + "self_attn.qkv_proj", {t("self_attn.q_proj"), t("self_attn.k_proj"), t("self_attn.v_proj")});
-    l.o = linear.make(p + "self_attn.o_proj", {t("self_attn.o_proj")});
-    l.gate_up = linear.make(p + "mlp.gate_up_proj", {t("mlp.gate_proj"), t("mlp.up_proj")});
-    l.down = linear.make(p + "mlp.down_proj", {t("mlp.down_proj")});
+    auto t = [&](const char* name) -> const TensorView& { return checkpoint.tensor(p + name + ".weight"); };
+    l.qkv = linear.make(p + "self_attn.qkv_proj", {rows(t("self_attn.q_proj"), q_first, q_count),
+                                                   rows(t("self_attn.k_proj"), kv_first, kv_count),
+                                                   rows(t("self_attn.v_proj"), kv_first, kv_count)});
+    l.o = linear.make(p + "self_attn.o_proj", {columns(t("self_attn.o_proj"), q_first, q_count)});
+    l.gate_up = linear.make(p + "mlp.gate_up_proj", {rows(t("mlp.gate_proj"), ts.inter_first, ts.inter_count),
+                                                     rows(t("mlp.up_proj"), ts.inter_first, ts.inter_count)});
+    l.down = linear.make(p + "mlp.down_proj", {columns(t("mlp.down_proj"), ts.inter_first, ts.inter_count)});
   }
   const TensorView& head = cfg.tie_word_embeddings && !checkpoint.has("lm_head.weight")
                                ? checkpoint.tensor("model.embed_tokens.weight")
                                : checkpoint.tensor("lm_head.weight");
-  w.lm_head = linear.make("lm_head", {&head});
+  if (s.last_stage()) w.lm_head = linear.make("lm_head", {rows(head, ts.vocab_first, ts.vocab_count)});
   linear.log_dequantized();
   w.linear_plugins = linear.plugins_used();
 
-  for (int32_t i = 0; i < cfg.num_layers; ++i) {
+  for (int32_t i = s.layers.first; i < s.layers.last; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     w.layers[i].input_norm = to_f32(checkpoint.tensor(p + "input_layernorm.weight"));
     w.layers[i].post_norm = to_f32(checkpoint.tensor(p + "post_attention_layernorm.weight"));
     if (cfg.attention_bias) {
       std::vector<float>& bias = w.layers[i].qkv_bias;
-      for (const char* part : {"q_proj", "k_proj", "v_proj"}) {
+      for (const auto& [part, first, count] : {std::tuple{"q_proj", q_first, q_count},
+                                               std::tuple{"k_proj", kv_first, kv_count},
+                                               std::tuple{"v_proj", kv_first, kv_count}}) {
         const std::vector<float> b = to_f32(checkpoint.tensor(p + "self_attn." + part + ".bias"));
-        bias.insert(bias.end(), b.begin(), b.end());
+        bias.insert(bias.end(), b.begin() + first, b.begin() + first + count);
       }
     }
   }
   w.final_norm = to_f32(checkpoint.tensor("model.norm.weight"));
-  w.embed = &checkpoint.tensor("model.embed_tokens.weight");
+  w.embed = rows(checkpoint.tensor("model.embed_tokens.weight"), ts.vocab_first, ts.vocab_count);
+  w.embed_first = ts.vocab_first;
   const DType e = w.embed->dtype;
   const bool decodable = is_ggml_dtype(e) && ggml_type_info(ggml_type_of(e)) != nullptr &&
                          ggml_type_info(ggml_type_of(e))->can_dequantize;
@@ -237,7 +263,10 @@ ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins,
   return w;
 }
 
-void embed_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) {
+namespace {
+
+// out[t, :] = rows ids[0..n) of the table, decoded to f32.
+void table_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out) {
   const int64_t dim = table.shape[1];
   if (!is_ggml_dtype(table.dtype)) {
     kernels::cpu::embedding(table.data, static_cast<llmk_dtype>(table.dtype), dim, ids, n, out);
@@ -248,6 +277,25 @@ void embed_rows(const TensorView& table, const int32_t* ids, int64_t n, float* o
   const auto* rows = static_cast<const uint8_t*>(table.data);
 #pragma omp parallel for schedule(static) if (n > 1)
   for (int64_t t = 0; t < n; ++t) dequantize_ggml(type, rows + row_bytes * static_cast<size_t>(ids[t]), out + t * dim, dim);
+}
+
+}  // namespace
+
+void embed_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out, int64_t first) {
+  const int64_t rows = table.shape[0], dim = table.shape[1];
+  bool inside = true;
+  for (int64_t t = 0; t < n && inside; ++t) inside = ids[t] >= first && ids[t] < first + rows;
+  if (inside && first == 0) return table_rows(table, ids, n, out);
+  // The table's own row numbers; ids of other ranks' rows read row 0, then become zeros.
+  std::vector<int32_t> local(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) {
+    const bool here = ids[t] >= first && ids[t] < first + rows;
+    local[static_cast<size_t>(t)] = here ? static_cast<int32_t>(ids[t] - first) : 0;
+  }
+  table_rows(table, local.data(), n, out);
+  if (inside) return;
+  for (int64_t t = 0; t < n; ++t)
+    if (ids[t] < first || ids[t] >= first + rows) std::fill(out + t * dim, out + (t + 1) * dim, 0.0f);
 }
 
 }  // namespace llmk

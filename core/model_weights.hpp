@@ -21,6 +21,7 @@
 #include "core/config.hpp"
 #include "core/linear_layer.hpp"
 #include "core/model_runtime.hpp"
+#include "core/parallel.hpp"
 #include "core/plugin_loader.hpp"
 
 namespace llmk {
@@ -35,10 +36,15 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  std::vector<LayerWeights> layers;          // [num_layers]
+  // A rank's slices of the checkpoint's tensors (tensor parallelism), which
+  // layers may borrow: declared first, destroyed last.
+  std::shared_ptr<TensorSlices> slices;
+  // [num_layers]; under pipeline parallelism only the stage's layers are built.
+  std::vector<LayerWeights> layers;
   std::vector<float> final_norm;             // [hidden]
-  std::unique_ptr<LinearLayer> lm_head;      // [vocab, hidden]
+  std::unique_ptr<LinearLayer> lm_head;      // [vocab, hidden]; the last stage's, of its vocabulary rows
   const TensorView* embed = nullptr;         // [vocab, hidden], f32/f16/bf16 or ggml blocks, owned by the checkpoint
+  int64_t embed_first = 0;                   // the vocabulary row embed's row 0 is (tensor parallelism)
 
   // "linear.dense" or "linear.dense, linear.gguf (Q4_K, Q6_K)": the plugins
   // the layers run on, for logs and reports.
@@ -58,11 +64,17 @@ struct LinearPlacement {
 // Builds every linear layer (max_step_tokens rows each) and converts the
 // norms (host f32; a device executor uploads them). The checkpoint must
 // outlive the weights: plugins may borrow its tensors. Throws Error for an
-// embedding dtype the forward cannot read.
+// embedding dtype the forward cannot read. With a shard, only its share:
+// the stage's layers, cut to the tensor rank's heads, MLP columns and
+// vocabulary rows (core/parallel.hpp); a cut a stored block layout cannot
+// make is refused naming the tensor.
 ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins, const EngineConfig& cfg,
-                          const ModelRuntime& runtime, const LinearPlacement& placement = {});
+                          const ModelRuntime& runtime, const LinearPlacement& placement = {},
+                          const ModelShard* shard = nullptr);
 
 // out[t, :] = the embedding rows of ids[0..n) as f32 (ggml blocks decoded).
-void embed_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out);
+// A table of vocabulary rows [first, first + rows) writes zeros for the ids
+// outside them (a vocabulary-parallel embedding, summed over the ranks).
+void embed_rows(const TensorView& table, const int32_t* ids, int64_t n, float* out, int64_t first = 0);
 
 }  // namespace llmk

@@ -1,0 +1,77 @@
+// One control plane for a parallel job: rank 0 runs the front ends, the
+// actors and the scheduler; its executor is a ParallelExecutor, which
+// announces every call (a step's batch, a KV save or restore) to the other
+// ranks before running it on its own shard, and every other rank runs
+// serve_parallel_steps(), which receives those announcements and runs the
+// same call on its shard. The forward itself does the data exchange (the
+// tensor group's all-reduces, the stages' sends, the logits gathered at
+// rank 0: core/model.cpp).
+//
+// Faults: when a peer dies or stops answering, the call that waits on it
+// throws Error(peer_lost) naming it (parallel.timeout_s). The executor then
+// marks the job failed: every later call fails at once with the same error
+// (so requests are answered 503), and the program ends the job with a
+// non-zero code (ParallelJob::fail, abort_job). While rank 0 has no work, it
+// announces a keep-alive every timeout/3, so a lost worker is found even
+// with no traffic.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/cpu_executor.hpp"
+#include "core/executor.hpp"
+#include "core/parallel.hpp"
+
+namespace llmk {
+
+class ParallelExecutor final : public Executor {
+ public:
+  // `local` is rank 0's share, built over the same job.
+  ParallelExecutor(std::unique_ptr<CpuExecutor> local, std::shared_ptr<ParallelJob> job, double timeout_s);
+  // Tells the other ranks to stop (they leave serve_parallel_steps).
+  ~ParallelExecutor() override;
+
+  Device device() const override { return local_->device(); }
+  const ModelConfig& model_config() const override { return local_->model_config(); }
+  const ModelRuntime& runtime() const override { return local_->runtime(); }
+  using Executor::execute;
+  LogitsView execute(const StepBatch& batch, const SampledIds& previous) override;
+  int32_t views_kept() const override { return local_->views_kept(); }
+  bool argmax_rows(const LogitsView& view, std::span<int32_t> out) override { return local_->argmax_rows(view, out); }
+  size_t weight_bytes() const override { return local_->weight_bytes(); }
+  size_t kv_cache_bytes() const override { return local_->kv_cache_bytes(); }
+  std::string describe() const override;
+  bool time_forwards(ForwardTimings* timings) override { return local_->time_forwards(timings); }
+  // Every rank's share of the slots, concatenated in rank order.
+  std::vector<uint8_t> save_kv(const std::vector<int32_t>& slots) override;
+  void restore_kv(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data) override;
+
+ private:
+  template <class Fn>
+  auto guarded(Fn&& fn);
+  void keep_alive();
+
+  std::unique_ptr<CpuExecutor> local_;
+  std::shared_ptr<ParallelJob> job_;
+  double timeout_s_;
+  StepBatch resolved_;  // a step with fed-back rows, their ids put in
+  std::vector<uint8_t> message_;
+  std::mutex mutex_;  // one announcement at a time (calls and keep-alives)
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point last_call_;
+  std::thread keeper_;
+};
+
+// On every rank but 0: builds this rank's share of the model over the job
+// and runs what rank 0 announces until it stops the job. Returns 0 then;
+// on a lost peer, logs the error and ends the job (non-zero).
+int serve_parallel_steps(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
+                         PluginRegistry& plugins, std::shared_ptr<ParallelJob> job);
+
+}  // namespace llmk

@@ -223,7 +223,10 @@ void describe(const llmk::Plugin& plugin, Report& report) {
 
 }  // namespace
 
-int main() {
+// With --mpi-first the program initializes MPI itself before the world
+// forms (as comm.mpi would): the plugin must use it and leave it running.
+int main(int argc, char** argv) {
+  const bool mpi_first = argc > 1 && std::string(argv[1]) == "--mpi-first";
 #if LLMK_CUDA_NATIVE
   int num_devices = 0;
   if (cudaGetDeviceCount(&num_devices) != cudaSuccess || num_devices == 0) {
@@ -238,9 +241,10 @@ int main() {
   const llmk::Plugin plugin = registry.load("comm.nccl", LLMK_PLUGIN_COMM);
   describe(plugin, report);
 
-  int initialized = 0, finalized = 0;
+  int initialized = 0, finalized = 0, provided = 0;
+  if (mpi_first) MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Initialized(&initialized);
-  report.check(initialized == 0, "MPI was initialized before the plugin joined the world");
+  report.check(initialized == (mpi_first ? 1 : 0), "MPI was initialized before the plugin joined the world");
   Ctx c;
   c.api = &plugin.comm();
   c.report = &report;
@@ -275,7 +279,9 @@ int main() {
   cudaStreamDestroy(c.stream);
   c.api->destroy(c.comm);
   MPI_Finalized(&finalized);
-  report.check(finalized == 1, "destroying the world left MPI running (the plugin initialized it)");
+  report.check(finalized == (mpi_first ? 0 : 1), mpi_first ? "destroying the world finalized the program's MPI"
+                                                           : "destroying the world left MPI running (the plugin initialized it)");
+  if (mpi_first && finalized == 0) MPI_Finalize();
 
   report.print();
   int total = report.num_failures();

@@ -334,6 +334,21 @@ void misuse(Ctx& c) {
   cudaFree(dev);
 }
 
+// Every rank asks for rank 0 of a new id: all must fail, none may wait.
+void init_misuse(Ctx& c) {
+  if (c.size < 2) return;
+  ncclUniqueId id{};
+  if (c.rank == 0) ncclGetUniqueId(&id);
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t bad = nullptr;
+  const ncclResult_t r = ncclCommInitRank(&bad, c.size, id, 0);
+  const std::string detail = ncclGetLastError(nullptr);
+  const std::string words = c.rank == 0 ? "asked for rank 0, taken" : "disagree";
+  c.report->check(r == ncclInvalidUsage && bad == nullptr && detail.find(words) != std::string::npos,
+                  "two ranks asking for rank 0: " + std::string(ncclGetErrorString(r)) + " '" + detail + "'");
+  ncclCommDestroy(bad);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -369,6 +384,7 @@ int main(int argc, char** argv) {
     send_recv_ring(c, false);
     split(c);
     misuse(c);
+    init_misuse(c);
     cudaStreamDestroy(c.stream);
     report.check(ncclCommDestroy(c.comm) == ncclSuccess, "ncclCommDestroy");
   }

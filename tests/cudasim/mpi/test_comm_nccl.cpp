@@ -225,8 +225,11 @@ void describe(const llmk::Plugin& plugin, Report& report) {
 
 // With --mpi-first the program initializes MPI itself before the world
 // forms (as comm.mpi would): the plugin must use it and leave it running.
+// With --abort the last rank calls abort(3) while the others wait in a
+// barrier: the job must end (CTest reads mpirun's report of the code).
 int main(int argc, char** argv) {
-  const bool mpi_first = argc > 1 && std::string(argv[1]) == "--mpi-first";
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const bool mpi_first = mode == "--mpi-first";
 #if LLMK_CUDA_NATIVE
   int num_devices = 0;
   if (cudaGetDeviceCount(&num_devices) != cudaSuccess || num_devices == 0) {
@@ -260,6 +263,13 @@ int main(int argc, char** argv) {
   c.size = size;
   report.check(rank == world_rank && size == world_size, "rank() disagrees with mpirun's OMPI_COMM_WORLD_RANK/SIZE");
   cudaStreamCreate(&c.stream);
+  if (mode == "--abort") {
+    if (c.rank == c.size - 1) c.api->abort(c.comm, 3);
+    c.api->barrier(c.comm, c.stream, &c.err);
+    cudaStreamSynchronize(c.stream);
+    std::fprintf(stderr, "rank %d: still running after another rank's abort\n", c.rank);
+    return 1;
+  }
   all_reduce_f32(c);
   all_reduce_16(c, LLMK_DTYPE_F16);
   all_reduce_16(c, LLMK_DTYPE_BF16);

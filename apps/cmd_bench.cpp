@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "apps/bench/report.hpp"
 #include "apps/bench/targets.hpp"
 #include "apps/bench_options.hpp"
 #include "apps/command.hpp"
 #include "apps/model_options.hpp"
+#include "apps/parallel_launch.hpp"
 #include "core/error.hpp"
 #include "core/model_config.hpp"
 #ifdef LLMK_BENCH_HAVE_ENGINE
@@ -71,7 +73,10 @@ const CommandRegistration registration{
       return [o]() -> int {
         if (o->backend == "engine") {
 #ifdef LLMK_BENCH_HAVE_ENGINE
-          Engine engine(build_engine_config(o->model));
+          // Under mpirun rank 0 runs the benchmark; the other ranks serve its steps.
+          const EngineConfig cfg = build_engine_config(o->model);
+          if (const std::optional<int> code = serve_steps_unless_rank0(cfg)) return *code;
+          Engine engine(cfg);
           auto target = bench::make_engine_target(engine);
           const ModelConfig& m = engine.model_config();
           return run_bench(*target, *o, m.vocab_size, m.add_bos_token ? m.bos_token_id : -1);

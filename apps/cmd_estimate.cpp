@@ -37,6 +37,7 @@ struct EstimateOptions {
   int prompt_len = 512;
   int output_len = 128;
   int tp = 1;
+  int pp = 1;
   int threads = 0;
   bool json = false;
   bool list_devices = false;
@@ -104,6 +105,20 @@ DecodeTiming measure_decode_step(const ModelConfig& model, int context, int step
   return {times.front(), times[times.size() / 2]};
 }
 
+nlohmann::json devices_json(const EstimateResult& r) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& d : r.devices)
+    out.push_back({{"rank", d.rank},
+                   {"stage", d.stage},
+                   {"tensor_rank", d.tensor_rank},
+                   {"layers", {d.first_layer, d.last_layer}},
+                   {"num_params", d.num_params},
+                   {"weight_bytes", d.weight_bytes},
+                   {"kv_bytes_per_token", d.kv_bytes_per_token},
+                   {"kv_capacity_tokens", d.kv_capacity_tokens}});
+  return out;
+}
+
 nlohmann::json to_json(const EstimateInput& in, const EstimateResult& r) {
   return {{"device", {{"name", in.device.name},
                       {"source", in.device.source},
@@ -115,12 +130,16 @@ nlohmann::json to_json(const EstimateInput& in, const EstimateResult& r) {
                       {"prompt_len", in.prompt_len},
                       {"output_len", in.output_len},
                       {"tensor_parallel", in.tensor_parallel},
+                      {"pipeline_parallel", in.pipeline_parallel},
+                      {"activation_bytes", in.activation_bytes},
                       {"weight_bytes_per_param", in.weight_bytes_per_param},
                       {"kv_bytes_per_element", in.kv_bytes_per_element}}},
           {"num_params", r.num_params},
           {"weight_bytes", r.weight_bytes},
           {"weight_bytes_per_device", r.weight_bytes_per_device},
           {"kv_bytes_per_token", r.kv_bytes_per_token},
+          {"kv_bytes_per_token_per_device", r.kv_bytes_per_token_per_device},
+          {"devices", devices_json(r)},
           {"logits_bytes", r.logits_bytes},
           {"kv_capacity_tokens", r.kv_capacity_tokens},
           {"max_concurrent_seqs", r.max_concurrent_seqs},
@@ -129,7 +148,10 @@ nlohmann::json to_json(const EstimateInput& in, const EstimateResult& r) {
           {"decode_step_time_s", r.decode_step_time_s},
           {"decode_memory_bound", r.decode_memory_bound},
           {"decode_tokens_per_s", r.decode_tokens_per_s},
+          {"tp_comm_bytes_per_step", r.tp_comm_bytes_per_step},
           {"tp_comm_time_per_step_s", r.tp_comm_time_per_step_s},
+          {"pp_comm_bytes_per_step", r.pp_comm_bytes_per_step},
+          {"pp_comm_time_per_step_s", r.pp_comm_time_per_step_s},
           {"request_latency_s", r.request_latency_s}};
 }
 
@@ -138,9 +160,16 @@ void print_table(const EstimateInput& in, const EstimateResult& r) {
               in.device.name.c_str(), in.device.source.c_str(), in.device.memory_bytes / 1e9,
               in.device.bandwidth_bytes_s / 1e9, in.device.peak_flops_16 / 1e12, in.device.peak_flops_32 / 1e12);
   std::printf("parameters        %.3f B\n", r.num_params / 1e9);
-  std::printf("weights           %.3f GB (%.3f GB per device, tp=%d)\n", r.weight_bytes / 1e9,
-              r.weight_bytes_per_device / 1e9, in.tensor_parallel);
-  std::printf("KV per token      %.1f KB\n", r.kv_bytes_per_token / 1e3);
+  std::printf("weights           %.3f GB (%.3f GB on the largest device, tp=%d pp=%d)\n", r.weight_bytes / 1e9,
+              r.weight_bytes_per_device / 1e9, in.tensor_parallel, in.pipeline_parallel);
+  std::printf("KV per token      %.1f KB (%.1f KB on the largest device)\n", r.kv_bytes_per_token / 1e3,
+              r.kv_bytes_per_token_per_device / 1e3);
+  if (r.devices.size() > 1)
+    for (const auto& d : r.devices)
+      std::printf("  rank %-3d        stage %d layers [%d, %d), tensor rank %d: %.3f GB weights, %.1f KB KV per token, "
+                  "%.0f tokens\n",
+                  d.rank, d.stage, d.first_layer, d.last_layer, d.tensor_rank, d.weight_bytes / 1e9,
+                  d.kv_bytes_per_token / 1e3, d.kv_capacity_tokens);
   std::printf("logits buffers    %.1f MB (2 x batch %d x vocab %d, f32)\n", r.logits_bytes / 1e6, in.batch_size,
               in.model.vocab_size);
   std::printf("KV capacity       %.0f tokens, %.0f sequences of %d tokens\n", r.kv_capacity_tokens,
@@ -150,7 +179,12 @@ void print_table(const EstimateInput& in, const EstimateResult& r) {
               in.prompt_len);
   std::printf("decode step bound %.3f ms (%s-bound), %.1f tokens/s at batch %d\n", r.decode_step_time_s * 1e3,
               r.decode_memory_bound ? "memory" : "compute", r.decode_tokens_per_s, in.batch_size);
-  if (in.tensor_parallel > 1) std::printf("tp all-reduce     %.3f ms per step\n", r.tp_comm_time_per_step_s * 1e3);
+  if (in.tensor_parallel > 1)
+    std::printf("tp all-reduce     %.2f us per step (%.1f KB sent per device)\n", r.tp_comm_time_per_step_s * 1e6,
+                r.tp_comm_bytes_per_step / 1e3);
+  if (in.pipeline_parallel > 1)
+    std::printf("pp sends          %.2f us per step (%.1f KB: hidden states between stages, logits to rank 0)\n",
+                r.pp_comm_time_per_step_s * 1e6, r.pp_comm_bytes_per_step / 1e3);
   std::printf("request latency   %.3f s (prefill + %d decode steps)\n", r.request_latency_s, in.output_len);
 }
 
@@ -169,6 +203,7 @@ const CommandRegistration registration{
       cmd.add_option("--prompt-len", o->prompt_len, "prompt tokens")->capture_default_str()->check(CLI::PositiveNumber);
       cmd.add_option("--output-len", o->output_len, "output tokens")->capture_default_str()->check(CLI::Range(2, 1 << 20));
       cmd.add_option("--tp", o->tp, "tensor-parallel degree")->capture_default_str()->check(CLI::PositiveNumber);
+      cmd.add_option("--pp", o->pp, "pipeline-parallel degree (stages)")->capture_default_str()->check(CLI::PositiveNumber);
       cmd.add_option("--threads", o->threads, "threads for --measure (0 = all cores)")->capture_default_str();
       cmd.add_flag("--json", o->json, "print JSON");
       cmd.add_flag("--list-devices", o->list_devices, "list the built-in devices");
@@ -208,6 +243,7 @@ const CommandRegistration registration{
         in.prompt_len = o->prompt_len;
         in.output_len = o->output_len;
         in.tensor_parallel = o->tp;
+        in.pipeline_parallel = o->pp;
         if (o->measure) {
           spdlog::info("measuring memory bandwidth and GEMM peak of this machine");
           in.device.name = "this-machine";
@@ -216,6 +252,7 @@ const CommandRegistration registration{
           in.device.bandwidth_bytes_s = measure_memory_bandwidth(size_t{512} << 20, 5, o->threads);
           in.device.peak_flops_32 = measure_gemm_flops(1024, 5, o->threads);
           in.device.peak_flops_16 = in.device.peak_flops_32;
+          in.activation_bytes = 4;  // the CPU executor all-reduces and sends f32
           in.memory_utilization = 0.5;
         } else {
           auto device = find_device(o->device);

@@ -13,6 +13,14 @@
 // file's blocks too, dequantized for a plugin that does not take them); one
 // that cannot serve the model (linear.gguf on float weights) is listed with
 // its reason.
+//
+// With parallel.tensor or parallel.pipeline above 1 (--set, no mpirun
+// needed) it adds each rank's share: its stage's layers, heads, MLP columns
+// and vocabulary rows (core/parallel.hpp), the bytes of the checkpoint's
+// tensors as the rank keeps them, in their stored dtypes
+// (core/shard_footprint.hpp), and its KV bytes per token and for the
+// configured capacity. A degree the engine refuses is refused with its error.
+// --linear still reports the whole model, under each plugin.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -21,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -32,8 +41,11 @@
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/executor.hpp"
+#include "core/hw_probe.hpp"
 #include "core/model_runtime.hpp"
+#include "core/parallel.hpp"
 #include "core/plugin_loader.hpp"
+#include "core/shard_footprint.hpp"
 #include "kernels/cpu/hadamard.hpp"
 
 namespace llmk::app {
@@ -72,6 +84,43 @@ std::string human_count(double n) {
   return buf;
 }
 
+// Each rank's share of a tensor x pipeline job (cfg.parallel).
+json parallel_ranks(const EngineConfig& cfg, const ModelConfig& mc, const std::map<std::string, TensorView>& tensors,
+                    const std::string& format) {
+  const auto tp = static_cast<int32_t>(cfg.parallel.tensor), pp = static_cast<int32_t>(cfg.parallel.pipeline);
+  const KvDtypeChoice kv = resolve_kv_dtype(cfg, mc, format);
+  const uint32_t group = cfg.kv_cache.group_size;
+  // The job's slot count is the whole model's (every rank holds its share of
+  // each slot): the CPU executor's, from this machine's memory.
+  const uint32_t slots = resolve_runtime(cfg, mc, format, static_cast<uint64_t>(physical_memory_bytes())).num_kv_slots;
+  json ranks = json::array();
+  for (int32_t rank = 0; rank < tp * pp; ++rank) {
+    const ModelShard shard = model_shard(mc, tp, pp, rank);
+    const ModelConfig local = local_model_config(mc, shard);
+    const ShardWeights w = shard_weights(mc, shard, tensors);
+    const TensorShard& t = shard.tensor;
+    const uint64_t kv_per_token = standard_kv_bytes_per_token(local, kv.dtype, group);
+    ranks.push_back({{"rank", rank},
+                     {"stage", shard.stage},
+                     {"tensor_rank", t.rank},
+                     {"layers", {shard.layers.first, shard.layers.last}},
+                     {"q_heads", {t.q_head_first, t.q_head_first + t.q_heads}},
+                     {"kv_heads", {t.kv_head_first, t.kv_head_first + t.kv_heads}},
+                     {"mlp_columns", {t.inter_first, t.inter_first + t.inter_count}},
+                     {"vocab_rows", {t.vocab_first, t.vocab_first + t.vocab_count}},
+                     {"num_parameters", w.num_params},
+                     {"weight_bytes", w.bytes},
+                     {"kv_bytes_per_token", kv_per_token},
+                     {"kv_bytes", kv_per_token * slots}});
+  }
+  return {{"tensor", tp},
+          {"pipeline", pp},
+          {"weight_bytes_from", "the checkpoint's tensors as each rank keeps them, in their stored dtypes"},
+          {"kv_dtype", dtype_name(kv.dtype)},
+          {"kv_slots", slots},
+          {"ranks", ranks}};
+}
+
 json describe(const EngineConfig& cfg) {
   const std::string format = resolve_load_format(cfg.model);
   ModelConfig mc;
@@ -79,8 +128,10 @@ json describe(const EngineConfig& cfg) {
   int64_t weight_bytes = 0, counted_parameters = 0;
   std::set<std::string> dtypes;
   std::string tokenizer;
+  std::map<std::string, TensorView> tensors;  // shapes and dtypes only
   if (format == "dummy") {
     mc = resolve_model_config(cfg.model);
+    tensors = dummy_tensors(mc);
     for (const auto& [name, shape] : expected_tensors(mc)) {
       int64_t n = 1;
       for (int64_t d : shape) n *= d;
@@ -102,6 +153,7 @@ json describe(const EngineConfig& cfg) {
       dtypes.insert(dtype_name(t.dtype));
     }
     weight_bytes = static_cast<int64_t>(checkpoint->total_bytes());
+    tensors = checkpoint->tensors();
     out["source"] = checkpoint->source();
     tokenizer = checkpoint->tokenizer_path().string();
   }
@@ -167,6 +219,7 @@ json describe(const EngineConfig& cfg) {
                                   {"f16", mc.kv_bytes_per_token(DType::f16) * max_len},
                                   {"i8", mc.kv_bytes_per_token(DType::i8, group) * max_len}};
   out["tokenizer"] = tokenizer;
+  if (cfg.parallel.tensor * cfg.parallel.pipeline > 1) out["parallel"] = parallel_ranks(cfg, mc, tensors, format);
   return out;
 }
 
@@ -201,6 +254,8 @@ json linear_modes(const EngineConfig& cfg, const std::vector<std::string>& reque
     // Only the weights matter here: the smallest KV cache and step.
     c.kv_cache.capacity_tokens = 1;
     c.scheduler.max_num_batched_tokens = 1;
+    // The whole model's bytes: the ranks' shares are in "parallel" (stored dtypes).
+    c.parallel = ParallelSection{};
     register_built_executors();
     // A plugin that cannot serve these weights (linear.gguf on float
     // weights) is listed with its reason.
@@ -249,6 +304,21 @@ void print_text(const json& d) {
   line("kv per " + plain(d["max_seq_len"]) + "-token seq, f16", human_bytes(per_seq["f16"].get<double>()));
   line("kv per " + plain(d["max_seq_len"]) + "-token seq, i8", human_bytes(per_seq["i8"].get<double>()));
   line("tokenizer", d["tokenizer"].get<std::string>().empty() ? "(none found)" : plain(d["tokenizer"]));
+  if (!d.contains("parallel")) return;
+  const auto& p = d["parallel"];
+  line("parallel", "tensor " + plain(p["tensor"]) + " x pipeline " + plain(p["pipeline"]) + "; kv " +
+                       plain(p["kv_dtype"]) + ", " + plain(p["kv_slots"]) + " slots");
+  auto range = [&](const json& r) { return "[" + plain(r[0]) + ", " + plain(r[1]) + ")"; };
+  for (const auto& r : p["ranks"]) {
+    line("  rank " + plain(r["rank"]), "stage " + plain(r["stage"]) + " layers " + range(r["layers"]) +
+                                           ", tensor rank " + plain(r["tensor_rank"]) + ": query heads " +
+                                           range(r["q_heads"]) + ", KV heads " + range(r["kv_heads"]) +
+                                           ", MLP columns " + range(r["mlp_columns"]) + ", vocabulary rows " +
+                                           range(r["vocab_rows"]));
+    line("", "weights " + human_bytes(r["weight_bytes"].get<double>()) + " (" + plain(r["weight_bytes"]) +
+                 " bytes), kv " + plain(r["kv_bytes_per_token"]) + " bytes per token, " +
+                 human_bytes(r["kv_bytes"].get<double>()) + " for the slots");
+  }
 }
 
 const CommandRegistration kInfo{

@@ -4,6 +4,9 @@
 #include <cctype>
 #include <cmath>
 
+#include "core/parallel.hpp"
+#include "core/shard_footprint.hpp"
+
 namespace llmk {
 namespace {
 
@@ -65,21 +68,60 @@ double decode_flops_per_token(const ModelConfig& m, double context_len) {
   return matmul + attention;
 }
 
+namespace {
+
+// Each rank's share (core/parallel.hpp's split, which throws for a degree the
+// engine refuses), in the estimate's bytes per parameter and per KV value.
+std::vector<DeviceShare> device_shares(const EstimateInput& in, int tp, int pp) {
+  ModelConfig shapes = in.model;
+  shapes.dtype = DType::f32;  // only the shapes count here; the bytes come from the input
+  const auto tensors = dummy_tensors(shapes);
+  std::vector<DeviceShare> out;
+  for (int rank = 0; rank < tp * pp; ++rank) {
+    const ModelShard shard = model_shard(shapes, tp, pp, rank);
+    const ModelConfig local = local_model_config(shapes, shard);
+    DeviceShare d;
+    d.rank = rank;
+    d.stage = shard.stage;
+    d.tensor_rank = shard.tensor.rank;
+    d.first_layer = shard.layers.first;
+    d.last_layer = shard.layers.last;
+    d.num_params = static_cast<double>(shard_weights(shapes, shard, tensors).num_params);
+    d.weight_bytes = d.num_params * in.weight_bytes_per_param;
+    d.kv_bytes_per_token = 2.0 * local.num_layers * local.num_kv_heads * local.head_dim * in.kv_bytes_per_element;
+    out.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace
+
 EstimateResult estimate(const EstimateInput& in) {
   const ModelConfig& m = in.model;
   const DeviceSpec& d = in.device;
   const int tp = std::max(1, in.tensor_parallel);
+  const int pp = std::max(1, in.pipeline_parallel);
   EstimateResult r;
 
   r.num_params = llama_num_params(m);
   r.weight_bytes = r.num_params * in.weight_bytes_per_param;
-  r.weight_bytes_per_device = r.weight_bytes / tp;
   r.kv_bytes_per_token = 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * in.kv_bytes_per_element;
-
   r.logits_bytes = 2.0 * std::max(1, in.batch_size) * m.vocab_size * sizeof(float);
 
-  const double usable = d.memory_bytes * in.memory_utilization * tp;
-  r.kv_capacity_tokens = std::max(0.0, (usable - r.weight_bytes - r.logits_bytes) / r.kv_bytes_per_token);
+  // Each device holds its share of the weights and of every token's KV; the
+  // job holds a token only when every device does, so the first to fill
+  // decides. The logits buffers are counted on every device (rank 0 holds
+  // them, the last stage's tensor ranks the gathered slices).
+  r.devices = device_shares(in, tp, pp);
+  const double usable = d.memory_bytes * in.memory_utilization;
+  r.kv_capacity_tokens = -1;
+  for (auto& dev : r.devices) {
+    dev.kv_capacity_tokens = std::max(0.0, (usable - dev.weight_bytes - r.logits_bytes) / dev.kv_bytes_per_token);
+    r.weight_bytes_per_device = std::max(r.weight_bytes_per_device, dev.weight_bytes);
+    r.kv_bytes_per_token_per_device = std::max(r.kv_bytes_per_token_per_device, dev.kv_bytes_per_token);
+    r.kv_capacity_tokens =
+        r.kv_capacity_tokens < 0 ? dev.kv_capacity_tokens : std::min(r.kv_capacity_tokens, dev.kv_capacity_tokens);
+  }
   const double seq_tokens = static_cast<double>(in.prompt_len) + in.output_len;
   r.max_concurrent_seqs = seq_tokens > 0 ? std::floor(r.kv_capacity_tokens / seq_tokens) : 0;
 
@@ -88,6 +130,8 @@ EstimateResult estimate(const EstimateInput& in) {
   double peak = d.peak_flops_16;
   if (in.weight_bytes_per_param >= 4 && d.peak_flops_32 > 0) peak = d.peak_flops_32;
   if (in.weight_bytes_per_param <= 1 && d.peak_flops_8 > 0) peak = d.peak_flops_8;
+  // A step passes the stages one after the other: only a stage's tensor
+  // ranks work at once.
   const double group_peak = peak * tp;
   const double group_bw = d.bandwidth_bytes_s * tp;
   r.ridge_flops_per_byte = peak / d.bandwidth_bytes_s;
@@ -101,21 +145,42 @@ EstimateResult estimate(const EstimateInput& in) {
   r.prefill_time_s = std::max(r.prefill_flops / group_peak, r.prefill_bytes / group_bw);
 
   // Decode at the mean context of the generation: weights once per step for
-  // the whole batch, each sequence's KV once.
+  // the whole batch, each sequence's KV once; each stage takes as long as its
+  // busiest device, and the stages run in turn.
   const double mean_context = p + in.output_len / 2.0;
   r.decode_flops = b * decode_flops_per_token(m, mean_context);
   r.decode_bytes = r.weight_bytes + b * mean_context * r.kv_bytes_per_token;
-  const double t_mem = r.decode_bytes / group_bw;
+  std::vector<double> stage_bytes(static_cast<size_t>(pp), 0.0);
+  for (const auto& dev : r.devices) {
+    double& s = stage_bytes[static_cast<size_t>(dev.stage)];
+    s = std::max(s, dev.weight_bytes + b * mean_context * dev.kv_bytes_per_token);
+  }
+  double t_mem = 0;
+  for (double s : stage_bytes) t_mem += s / d.bandwidth_bytes_s;
   const double t_compute = r.decode_flops / group_peak;
   r.decode_memory_bound = t_mem >= t_compute;
 
-  // Tensor parallelism: two all-reduces per layer of batch x hidden
-  // activations (16-bit); a ring moves 2 (tp - 1) / tp of the data per device.
-  if (tp > 1 && d.link_bytes_s > 0) {
-    const double msg = b * m.hidden_size * 2.0;
-    r.tp_comm_time_per_step_s = 2.0 * m.num_layers * (2.0 * (tp - 1) / tp) * msg / d.link_bytes_s;
+  // Tensor parallelism: two all-reduces per layer (after o_proj and
+  // down_proj) and one after the vocabulary-parallel embedding, each of
+  // batch x hidden activations; a ring all-reduce sends 2 (tp - 1) / tp of
+  // the data from each device. Then the last stage all-gathers the logits
+  // slices (f32, vocab / tp columns per rank): (tp - 1) slices per device.
+  if (tp > 1) {
+    const double msg = b * m.hidden_size * in.activation_bytes;
+    const double chunk = std::ceil(static_cast<double>(m.vocab_size) / tp);
+    r.tp_comm_bytes_per_step =
+        (2.0 * m.num_layers + 1) * (2.0 * (tp - 1) / tp) * msg + (tp - 1) * b * chunk * sizeof(float);
   }
-  r.decode_step_time_s = std::max(t_mem, t_compute) + r.tp_comm_time_per_step_s;
+  // Pipeline parallelism adds no collective: each stage boundary sends the
+  // batch's hidden states to the next stage, and the last stage sends the
+  // logits (f32) back to rank 0.
+  if (pp > 1)
+    r.pp_comm_bytes_per_step = (pp - 1) * b * m.hidden_size * in.activation_bytes + b * m.vocab_size * sizeof(float);
+  if (d.link_bytes_s > 0) {
+    r.tp_comm_time_per_step_s = r.tp_comm_bytes_per_step / d.link_bytes_s;
+    r.pp_comm_time_per_step_s = r.pp_comm_bytes_per_step / d.link_bytes_s;
+  }
+  r.decode_step_time_s = std::max(t_mem, t_compute) + r.tp_comm_time_per_step_s + r.pp_comm_time_per_step_s;
   r.decode_tokens_per_s = b / r.decode_step_time_s;
   r.request_latency_s = r.prefill_time_s + in.output_len * r.decode_step_time_s;
   return r;

@@ -134,6 +134,94 @@ TEST_CASE("llmk info describes dummy presets without a model directory", "[cli][
   CHECK(auto_format["config"]["rope_theta"] == 500000.0);
 }
 
+TEST_CASE("llmk info at tensor 2 x pipeline 2 gives each rank of stories260K its share", "[cli][info][parallel]") {
+  const auto whole = info_json({"--model", kStories.string()});
+  const auto d = info_json({"--model", kStories.string(), "--set", "parallel.tensor=2", "--set", "parallel.pipeline=2",
+                            "--set", "kv_cache.capacity_tokens=1000"});
+  REQUIRE(d.contains("parallel"));
+  const auto& p = d["parallel"];
+  CHECK(p["kv_slots"] == 1000);
+  REQUIRE(p["ranks"].size() == 4);
+  using nlohmann::json;
+  int64_t weight_bytes = 0, kv_per_token = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto& r = p["ranks"][rank];
+    INFO("rank " << rank);
+    const int stage = rank / 2, t = rank % 2;
+    CHECK(r["stage"] == stage);
+    CHECK(r["tensor_rank"] == t);
+    CHECK(r["layers"] == (stage == 0 ? json{0, 3} : json{3, 5}));  // 5 layers: the first stage takes the odd one
+    CHECK(r["q_heads"] == json{4 * t, 4 * t + 4});                   // 8 query heads
+    CHECK(r["kv_heads"] == json{2 * t, 2 * t + 2});                  // 4 KV heads
+    CHECK(r["mlp_columns"] == json{86 * t, 86 * t + 86});            // MLP width 172
+    CHECK(r["vocab_rows"] == json{256 * t, 256 * t + 256});          // 512 tokens
+    // f32 K and V of this stage's layers, 2 KV heads of 8 values each.
+    const int layers = stage == 0 ? 3 : 2;
+    CHECK(r["kv_bytes_per_token"] == 2 * layers * 2 * 8 * 4);
+    CHECK(r["kv_bytes"] == r["kv_bytes_per_token"].get<int64_t>() * 1000);
+    weight_bytes += r["weight_bytes"].get<int64_t>();
+    kv_per_token += r["kv_bytes_per_token"].get<int64_t>();
+  }
+  // Together the ranks hold the model once, plus what is whole on both
+  // tensor ranks of a stage (each layer's two norms, the final norm: 2 x 64
+  // x 5 + 64 values) and the tied embedding the last stage keeps again as
+  // its lm_head (512 x 64); f32.
+  CHECK(weight_bytes == whole["weight_bytes"].get<int64_t>() + (2 * 64 * 5 + 64 + 512 * 64) * 4);
+  CHECK(kv_per_token == whole["kv_bytes_per_token"]["f32"].get<int64_t>());
+  CHECK_FALSE(whole.contains("parallel"));
+
+  const RunResult text = run_llmk({"info", "--model", kStories.string(), "--set", "parallel.tensor=2"});
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Contains("tensor 2 x pipeline 1") && Contains("rank 1") && Contains("vocabulary rows [256, 512)"));
+}
+
+TEST_CASE("llmk info past the KV heads' count gives each rank one KV head, repeated", "[cli][info][parallel]") {
+  // TinyLlama: 32 query heads, 4 KV heads, f16; at tensor 8 each KV head sits on 2 ranks.
+  const auto d = info_json({"--load-format", "dummy", "--preset", "tinyllama-1.1b", "--set", "parallel.tensor=8"});
+  REQUIRE(d["parallel"]["ranks"].size() == 8);
+  CHECK(d["parallel"]["kv_dtype"] == "f16");
+  int64_t kv = 0, weights = 0;
+  for (const auto& r : d["parallel"]["ranks"]) {
+    const int t = r["tensor_rank"];
+    CHECK(r["kv_heads"] == nlohmann::json{t / 2, t / 2 + 1});
+    CHECK(r["kv_bytes_per_token"] == 2 * 22 * 64 * 2);
+    kv += r["kv_bytes_per_token"].get<int64_t>();
+    weights += r["weight_bytes"].get<int64_t>();
+  }
+  CHECK(kv == 2 * d["kv_bytes_per_token"]["f16"].get<int64_t>());
+  // The KV projections' rows are repeated like their heads: k and v of 4 x 64
+  // rows become 8 x 64; the norms (2 x 22 + 1 of 2048) are whole on all 8.
+  const int64_t extra_kv_rows = 22 * 2 * (8 * 64 - 4 * 64) * 2048;
+  const int64_t extra_norms = 7 * (2 * 22 + 1) * 2048;
+  CHECK(weights == d["weight_bytes"].get<int64_t>() + 2 * (extra_kv_rows + extra_norms));
+}
+
+TEST_CASE("llmk info refuses a parallel degree the engine refuses, with the engine's message", "[cli][info][parallel]") {
+  RunResult r = run_llmk({"info", "--model", kStories.string(), "--set", "parallel.tensor=3"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("parallel.tensor 3 does not divide the 8 attention heads"));
+  r = run_llmk({"info", "--model", kStories.string(), "--set", "parallel.pipeline=6"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("parallel.pipeline 6 exceeds the model's 5 layers"));
+}
+
+TEST_CASE("llmk estimate --tp --pp reports each device's weights and KV", "[cli][estimate][parallel]") {
+  const RunResult r = run_llmk({"estimate", "--preset", "llama3-8b", "--device", "h100-sxm", "--tp", "2", "--pp", "2",
+                                "--kv-dtype", "f16", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto d = nlohmann::json::parse(r.out);
+  CHECK(d["inputs"]["pipeline_parallel"] == 2);
+  REQUIRE(d["devices"].size() == 4);
+  // 16 layers of 4 of the 8 KV heads of 128 values, f16.
+  for (const auto& dev : d["devices"]) CHECK(dev["kv_bytes_per_token"] == 2.0 * 16 * 4 * 128 * 2);
+  CHECK(d["kv_bytes_per_token_per_device"] == 2.0 * 16 * 4 * 128 * 2);
+  CHECK(d["pp_comm_bytes_per_step"] == 4096 * 2 + 128256 * 4);  // one boundary, then the logits to rank 0
+  const RunResult refused = run_llmk({"estimate", "--preset", "llama3-8b", "--pp", "40"});
+  CHECK(refused.exit_code == 1);
+  CHECK_THAT(refused.err, Contains("parallel.pipeline 40 exceeds the model's 32 layers"));
+}
+
 TEST_CASE("llmk info names the KV dtype kv_cache.dtype resolves to, and why", "[cli][info][kv_dtype]") {
   const auto stories = info_json({"--model", kStories.string()});
   CHECK(stories["kv_dtype"] == "f32");

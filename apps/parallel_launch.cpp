@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <filesystem>
 #include <vector>
 
@@ -27,6 +28,10 @@ std::optional<int> serve_steps_unless_rank0(const EngineConfig& config) {
   PluginRegistry registry(search_path);
   std::shared_ptr<ParallelJob> job = ParallelJob::join(config, registry);
   if (job->rank() == 0) return std::nullopt;
+  // Signals are rank 0's: it drains and stops the job (mpirun forwards
+  // SIGINT and SIGTERM to every rank).
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
   const int code = serve_parallel_steps(config, open_model(config.model), registry, job);
   ParallelJob::leave();
   return code;

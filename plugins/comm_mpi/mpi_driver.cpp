@@ -23,8 +23,10 @@ constexpr int kPongTags = 30000;
 // How long a probed peer has to answer, at most (a live driver answers within
 // milliseconds: its idle loop and every wait poll for probes).
 constexpr double kProbeWindowS = 3.0;
-// A caller spins this long for a short job before it sleeps.
+// A caller spins this long for a short job before it sleeps; the MPI thread
+// stays awake this long after a job for the next one.
 constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kHotSpin = std::chrono::microseconds(500);
 
 std::mutex instance_mutex;
 std::weak_ptr<MpiDriver> instance;
@@ -102,34 +104,33 @@ MpiDriver::~MpiDriver() {
 }
 
 void MpiDriver::loop() {
-  std::unique_lock lock(mutex_);
+  auto last_job = Clock::now();
   for (;;) {
-    if (job_ != nullptr) {
-      const std::function<void()>* job = job_;
-      lock.unlock();
-      std::exception_ptr error;
+    if (const std::function<void()>* job = job_.exchange(nullptr, std::memory_order_acquire)) {
       in_call_ = true;
       calls_entered_.fetch_add(1);
       try {
         (*job)();
       } catch (...) {
-        error = std::current_exception();
+        job_error_ = std::current_exception();
       }
       in_call_ = false;
-      lock.lock();
-      job_ = nullptr;
-      job_error_ = error;
       jobs_done_.fetch_add(1, std::memory_order_release);
       jobs_done_.notify_all();
+      last_job = Clock::now();
       continue;
     }
     if (stop_) break;
-    lock.unlock();
     answer_probes();
-    lock.lock();
-    if (job_ == nullptr && !stop_) wake_.wait_for(lock, std::chrono::milliseconds(2));
+    // A forward posts its collectives every few hundred microseconds: stay
+    // awake a little (yielding the core to runnable threads), then sleep.
+    if (Clock::now() - last_job < kHotSpin) {
+      sched_yield();
+      continue;
+    }
+    std::unique_lock lock(mutex_);
+    if (job_.load(std::memory_order_acquire) == nullptr && !stop_) wake_.wait_for(lock, std::chrono::milliseconds(2));
   }
-  lock.unlock();
   // Shut down: the pending probe receive, then MPI itself (when this driver
   // initialized it).
   if (ping_request_ != MPI_REQUEST_NULL) {
@@ -146,27 +147,20 @@ void MpiDriver::loop() {
 
 void MpiDriver::run(const std::function<void()>& job) {
   std::lock_guard one_at_a_time(callers_);
-  uint64_t done = 0;
+  const uint64_t done = jobs_done_.load(std::memory_order_acquire);
+  job_.store(&job, std::memory_order_release);
   {
-    std::lock_guard lock(mutex_);
-    done = jobs_done_.load(std::memory_order_relaxed);
-    job_ = &job;
+    std::lock_guard lock(mutex_);  // a sleeping driver wakes; an awake one sees job_ first
   }
   wake_.notify_one();
-  // Collectives of a forward come every few hundred microseconds: spin a
-  // little (yielding, so an oversubscribed core runs its other threads),
-  // then sleep until the driver says it is done.
+  // Spin a little (yielding, so an oversubscribed core runs its other
+  // threads), then sleep until the driver says it is done.
   const auto spin_until = Clock::now() + kSpin;
   while (jobs_done_.load(std::memory_order_acquire) == done && Clock::now() < spin_until) sched_yield();
   for (uint64_t now = jobs_done_.load(std::memory_order_acquire); now == done;
        now = jobs_done_.load(std::memory_order_acquire))
     jobs_done_.wait(now, std::memory_order_acquire);
-  std::exception_ptr error;
-  {
-    std::lock_guard lock(mutex_);
-    error = std::exchange(job_error_, nullptr);
-  }
-  if (error) std::rethrow_exception(error);
+  if (job_error_) std::rethrow_exception(std::exchange(job_error_, nullptr));
 }
 
 void MpiDriver::answer_probes() {

@@ -65,11 +65,11 @@ class MpiDriver {
 
   std::thread thread_;
   std::mutex mutex_;
-  std::condition_variable wake_;
-  const std::function<void()>* job_ = nullptr;  // guarded by mutex_
-  std::exception_ptr job_error_;
+  std::condition_variable wake_;  // the MPI thread sleeps on it when no job came for a while
+  std::atomic<const std::function<void()>*> job_{nullptr};  // the job posted, until the MPI thread takes it
+  std::exception_ptr job_error_;  // written by the MPI thread before jobs_done_ moves
   std::atomic<uint64_t> jobs_done_{0};
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
   std::timed_mutex callers_;  // one job at a time
 
   // MPI thread only.

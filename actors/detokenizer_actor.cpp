@@ -109,6 +109,7 @@ bool take(DetokenizerPointer self, SampleOutput& out) {
     event.finished = true;
     event.finish_reason = sample.stopped ? FinishReason::stop : ev.finish_reason;
     event.error = sample.stopped ? std::string() : ev.error;
+    if (ev.finish_reason == FinishReason::error) event.error_code = ev.error_code;
     event.usage = ev.usage;
     event.timings = ev.timings;
     if (sample.stopped) {

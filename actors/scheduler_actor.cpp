@@ -176,7 +176,7 @@ void on_step_failed(SchedulerPointer self, StepPlan& plan, std::vector<uint64_t>
   st.pending_releases.insert(st.pending_releases.end(), releases.begin(), releases.end());
   std::string why = "step " + std::to_string(plan.step_id) + " failed: " + describe(err);
   spdlog::error("scheduler: {}", why);
-  auto events = st.scheduler().fail_step(plan, why);
+  auto events = st.scheduler().fail_step(plan, why, error_code_of(err));
   maybe_schedule(self);
   send_tokens(self, plan.step_id, wrap(std::move(events)));
 }

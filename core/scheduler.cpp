@@ -147,11 +147,12 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
   return events;
 }
 
-std::vector<TokenEvent> Scheduler::fail_step(const StepPlan& plan, const std::string& error) {
+std::vector<TokenEvent> Scheduler::fail_step(const StepPlan& plan, const std::string& error, ErrorCode code) {
   in_flight_.erase(std::remove(in_flight_.begin(), in_flight_.end(), plan.step_id), in_flight_.end());
   std::vector<TokenEvent> events;
   for (const ScheduledSeq& s : plan.seqs)
     if (Sequence* seq = find(s.seq_id)) finish(*seq, FinishReason::error, std::nullopt, error, events);
+  for (TokenEvent& e : events) e.error_code = code;
   return events;
 }
 

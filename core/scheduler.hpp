@@ -116,6 +116,7 @@ struct TokenEvent {
   FinishReason finish_reason = FinishReason::none;
   bool is_stop_token = false;            // the token is an EOS / stop id: not part of the text
   std::string error;                     // finish_reason == error
+  ErrorCode error_code = ErrorCode::internal;  // finish_reason == error: its category (peer_lost: 503)
   Usage usage;                           // on finished events
   Timings timings;                       // on finished events
   bool request_done = false;             // every sample of the request has finished
@@ -206,8 +207,9 @@ class Scheduler {
   // applies stop conditions, frees finished sequences, returns their events.
   std::vector<TokenEvent> update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled);
   // The forward or the sampler failed: every sequence of the plan finishes
-  // with an error.
-  std::vector<TokenEvent> fail_step(const StepPlan& plan, const std::string& error);
+  // with an error of category `code`.
+  std::vector<TokenEvent> fail_step(const StepPlan& plan, const std::string& error,
+                                    ErrorCode code = ErrorCode::internal);
 
   bool has_work() const;                 // something waits or runs
   bool has_request(const std::string& request_id) const;

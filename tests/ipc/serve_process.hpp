@@ -1,5 +1,10 @@
 // `llmk serve` as a child process for the serving tests: the stories260K
 // model, HTTP and ZeroMQ on free local ports, its output in a log file.
+//
+// With LLMK_TEST_SERVE_RANKS=N (and LLMK_TEST_MPIRUN naming mpirun) the
+// server is a tensor-parallel job of N ranks under mpirun, so the same
+// checks run against it; signals go to rank 0, as a supervisor's would
+// reach the server (mpirun itself exits 1 after forwarding one).
 #pragma once
 
 #include <fcntl.h>
@@ -9,8 +14,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -43,6 +51,13 @@ class ServeProcess {
                                      "--zmq", zmq_endpoint(), "--set", "kv_cache.capacity_tokens=4096",
                                      "--set", "executor.num_threads=1"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
+    if (const int ranks = parallel_ranks(); ranks > 1) {
+      args.insert(args.end(), {"--set", "parallel.tensor=" + std::to_string(ranks)});
+      const char* mpirun = std::getenv("LLMK_TEST_MPIRUN");
+      args.insert(args.begin(), {mpirun != nullptr ? mpirun : "mpirun", "--oversubscribe", "--allow-run-as-root",
+                                 "--bind-to", "none", "--mca", "btl_vader_single_copy_mechanism", "none", "-np",
+                                 std::to_string(ranks)});
+    }
     pid_ = ::fork();
     if (pid_ == 0) {
       const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -51,7 +66,7 @@ class ServeProcess {
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
+      ::execvp(argv[0], argv.data());
       ::_exit(127);
     }
   }
@@ -77,7 +92,29 @@ class ServeProcess {
   }
   // The exit status, or -1 if it did not exit in time.
   int wait_exit(std::chrono::seconds timeout) { return eventually([&] { return exited(); }, timeout) ? exit_status_ : -1; }
-  void signal(int sig) { ::kill(pid_, sig); }
+  void signal(int sig) { ::kill(parallel_ranks() > 1 ? rank_pid(0) : pid_, sig); }
+  // Under mpirun: the process of rank `rank` (the child whose environment
+  // says OMPI_COMM_WORLD_RANK=rank); mpirun's own pid otherwise.
+  pid_t rank_pid(int rank) const {
+    const std::string wanted = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0';
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(entry.path() / "stat");
+      std::string pid, comm, state;
+      pid_t parent = 0;
+      if (!(stat >> pid >> comm >> state >> parent) || parent != pid_) continue;
+      std::ifstream environ(entry.path() / "environ");
+      const std::string env((std::istreambuf_iterator<char>(environ)), {});
+      if (env.find(wanted) != std::string::npos) return std::stoi(pid);
+    }
+    return pid_;
+  }
+  // The ranks the server runs as (LLMK_TEST_SERVE_RANKS, default 1).
+  static int parallel_ranks() {
+    const char* env = std::getenv("LLMK_TEST_SERVE_RANKS");
+    return env != nullptr ? std::max(1, std::atoi(env)) : 1;
+  }
   std::string log() const {
     std::ifstream in(log_);
     return std::string(std::istreambuf_iterator<char>(in), {});

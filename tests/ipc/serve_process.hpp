@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,12 @@ class ServeProcess {
       args.insert(args.begin(), {mpirun != nullptr ? mpirun : "mpirun", "--oversubscribe", "--allow-run-as-root",
                                  "--bind-to", "none", "--mca", "btl_vader_single_copy_mechanism", "none", "-np",
                                  std::to_string(ranks)});
+      // More mpirun options, space-separated (LLMK_TEST_MPIRUN_OPTIONS).
+      if (const char* more = std::getenv("LLMK_TEST_MPIRUN_OPTIONS")) {
+        std::istringstream words(more);
+        std::vector<std::string> options{std::istream_iterator<std::string>(words), {}};
+        args.insert(args.begin() + 1, options.begin(), options.end());
+      }
     }
     pid_ = ::fork();
     if (pid_ == 0) {

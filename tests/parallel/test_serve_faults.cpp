@@ -28,6 +28,7 @@ HttpResult complete(int port) {
 
 TEST_CASE("a stopped rank: requests in flight get 503 naming it, and the job ends non-zero", "[parallel][faults]") {
   setenv("LLMK_TEST_SERVE_RANKS", "2", 1);
+  unsetenv("LLMK_TEST_MPIRUN_OPTIONS");
   ServeProcess serve({"--set", "parallel.timeout_s=2"});
   REQUIRE(serve.wait_ready());
   REQUIRE(complete(serve.http_port()).status == 200);  // serving at tensor 2
@@ -50,4 +51,41 @@ TEST_CASE("a stopped rank: requests in flight get 503 naming it, and the job end
   CHECK_THAT(serve.log(), Catch::Contains("parallel job failed"));
   // timeout 2 s + the probe window (3 s) + the step that noticed it.
   CHECK(answered_s < 15);
+}
+
+TEST_CASE("a killed rank, mpirun told to leave the job to rank 0: 503 naming it, then a non-zero exit",
+          "[parallel][faults]") {
+  // Open MPI ends a job at once when a rank dies, unless
+  // orte_abort_on_non_zero_status is 0: then rank 0 finds the lost rank
+  // (parallel.timeout_s), answers what it holds with 503 and ends the job.
+  setenv("LLMK_TEST_SERVE_RANKS", "2", 1);
+  setenv("LLMK_TEST_MPIRUN_OPTIONS", "--mca orte_abort_on_non_zero_status 0", 1);
+  ServeProcess serve({"--set", "parallel.timeout_s=2"});
+  REQUIRE(serve.wait_ready());
+  REQUIRE(complete(serve.http_port()).status == 200);
+  const pid_t worker = serve.rank_pid(1);
+  REQUIRE(worker != 0);
+  ::kill(worker, SIGKILL);
+  const HttpResult r = complete(serve.http_port());
+  INFO(r.body << "\n" << serve.log());
+  CHECK(r.status == 503);
+  CHECK_THAT(r.body, Catch::Contains("rank 1 did not answer"));
+  const int status = serve.wait_exit(std::chrono::seconds(30));
+  CHECK(status != 0);
+  CHECK(status != -1);
+}
+
+TEST_CASE("a killed rank under mpirun's defaults: the job ends at once, mpirun naming the rank", "[parallel][faults]") {
+  setenv("LLMK_TEST_SERVE_RANKS", "2", 1);
+  unsetenv("LLMK_TEST_MPIRUN_OPTIONS");
+  ServeProcess serve({"--set", "parallel.timeout_s=2"});
+  REQUIRE(serve.wait_ready());
+  const pid_t worker = serve.rank_pid(1);
+  REQUIRE(worker != 0);
+  ::kill(worker, SIGKILL);
+  const int status = serve.wait_exit(std::chrono::seconds(30));
+  INFO(serve.log());
+  CHECK(status != 0);
+  CHECK(status != -1);
+  CHECK_THAT(serve.log(), Catch::Contains("rank 1"));
 }

@@ -31,6 +31,11 @@ std::unique_ptr<Executor> make_cpu_executor(const EngineConfig& cfg, std::shared
   return std::make_unique<CpuExecutor>(cfg, std::move(checkpoint), plugins);
 }
 
+std::unique_ptr<Executor> make_cpu_shard_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
+                                                  PluginRegistry& plugins, std::shared_ptr<ParallelJob> job) {
+  return std::make_unique<CpuExecutor>(cfg, std::move(checkpoint), plugins, std::move(job));
+}
+
 LogitsView CpuExecutor::execute(const StepBatch& batch, const SampledIds& previous) {
   const int32_t vocab = model_->config().vocab_size;
   const size_t needed = static_cast<size_t>(batch.num_logits()) * static_cast<size_t>(vocab);

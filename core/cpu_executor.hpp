@@ -57,8 +57,10 @@ class CpuExecutor final : public Executor {
   StepBatch resolved_;  // a step with fed-back rows, their ids put in
 };
 
-// The CPU's entry in the device registry (core/device_registry.hpp).
+// The CPU's entries in the device registry (core/device_registry.hpp).
 std::unique_ptr<Executor> make_cpu_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                                             PluginRegistry& plugins);
+std::unique_ptr<Executor> make_cpu_shard_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
+                                                  PluginRegistry& plugins, std::shared_ptr<ParallelJob> job);
 
 }  // namespace llmk

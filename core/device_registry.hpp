@@ -19,18 +19,25 @@ namespace llmk {
 class Checkpoint;
 class DeviceSampler;
 class Executor;
+class ParallelJob;
 class PluginRegistry;
 struct EngineConfig;
 
 using ExecutorFactory = std::unique_ptr<Executor> (*)(const EngineConfig& cfg,
                                                       std::shared_ptr<const Checkpoint> checkpoint,
                                                       PluginRegistry& plugins);
+// An executor of this rank's share of the model in a parallel job
+// (core/parallel.hpp): the same contract, over the job's communicators.
+using ShardExecutorFactory = std::unique_ptr<Executor> (*)(const EngineConfig& cfg,
+                                                           std::shared_ptr<const Checkpoint> checkpoint,
+                                                           PluginRegistry& plugins, std::shared_ptr<ParallelJob> job);
 // vocab_size: the columns of each logits row the sampler may pick from.
 using DeviceSamplerFactory = std::unique_ptr<DeviceSampler> (*)(int32_t vocab_size);
 
 struct DeviceBackend {
   ExecutorFactory make_executor = nullptr;
   DeviceSamplerFactory make_sampler = nullptr;
+  ShardExecutorFactory make_shard_executor = nullptr;  // null: the device has no tensor or pipeline parallelism
 };
 
 void register_device_backend(Device device, DeviceBackend backend);

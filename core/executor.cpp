@@ -22,7 +22,7 @@ std::mutex& registry_mutex() {
 
 std::map<Device, DeviceBackend>& backends() {
   static std::map<Device, DeviceBackend> table{
-      {Device::cpu, DeviceBackend{&make_cpu_executor, &make_cpu_sampler}},
+      {Device::cpu, DeviceBackend{&make_cpu_executor, &make_cpu_sampler, &make_cpu_shard_executor}},
   };
   return table;
 }
@@ -96,15 +96,11 @@ std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr
                                                built_executor_device_names() + ")");
   if (static_cast<uint64_t>(cfg.parallel.tensor) * cfg.parallel.pipeline > 1) {
     // Rank 0 of a parallel job (the other ranks run serve_parallel_steps).
-    if (*device != Device::cpu)
-      throw Error(ErrorCode::unsupported, "parallel.tensor and parallel.pipeline: the " + name +
-                                              " executor has no tensor or pipeline parallelism yet (executor.device "
-                                              "cpu has)");
     std::shared_ptr<ParallelJob> job = ParallelJob::join(cfg, plugins);
     if (job->rank() != 0)
       throw Error(ErrorCode::internal, "make_executor on " + job->describe() +
                                            ": ranks other than 0 serve rank 0's steps (serve_parallel_steps)");
-    auto local = std::make_unique<CpuExecutor>(cfg, std::move(checkpoint), plugins, job);
+    std::unique_ptr<Executor> local = make_shard_executor(cfg, std::move(checkpoint), plugins, job);
     return std::make_unique<ParallelExecutor>(std::move(local), std::move(job), cfg.parallel.timeout_s);
   }
   const ExecutorFactory factory = device_backend(*device).make_executor;
@@ -113,6 +109,17 @@ std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr
                                          "' executor, but this program did not register it "
                                          "(register_built_executors() in actors/built_executors.hpp)");
   return factory(cfg, std::move(checkpoint), plugins);
+}
+
+std::unique_ptr<Executor> make_shard_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
+                                              PluginRegistry& plugins, std::shared_ptr<ParallelJob> job) {
+  const std::string& name = cfg.executor.device;
+  const std::optional<Device> device = device_from_name(name);
+  const ShardExecutorFactory factory = device ? device_backend(*device).make_shard_executor : nullptr;
+  if (factory == nullptr)
+    throw Error(ErrorCode::unsupported, "parallel.tensor and parallel.pipeline: the " + name +
+                                            " executor has no tensor or pipeline parallelism in this build");
+  return factory(cfg, std::move(checkpoint), plugins, std::move(job));
 }
 
 }  // namespace llmk

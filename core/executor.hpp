@@ -148,4 +148,12 @@ class Executor : public KvOffloader {
 std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                                         PluginRegistry& plugins);
 
+// This rank's share of the model in a parallel job, on cfg.executor.device
+// (its registry entry's make_shard_executor). A collective call: every rank
+// of the job builds its own at the same time. Throws Error(unsupported) for
+// a device without tensor or pipeline parallelism.
+class ParallelJob;
+std::unique_ptr<Executor> make_shard_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
+                                              PluginRegistry& plugins, std::shared_ptr<ParallelJob> job);
+
 }  // namespace llmk

@@ -130,7 +130,7 @@ std::vector<uint8_t> part_of(const std::vector<uint8_t>& all, int32_t rank) {
 
 }  // namespace
 
-ParallelExecutor::ParallelExecutor(std::unique_ptr<CpuExecutor> local, std::shared_ptr<ParallelJob> job,
+ParallelExecutor::ParallelExecutor(std::unique_ptr<Executor> local, std::shared_ptr<ParallelJob> job,
                                    double timeout_s)
     : local_(std::move(local)), job_(std::move(job)), timeout_s_(timeout_s),
       last_call_(std::chrono::steady_clock::now()) {
@@ -232,7 +232,8 @@ int serve_parallel_steps(const EngineConfig& cfg, std::shared_ptr<const Checkpoi
                          PluginRegistry& plugins, std::shared_ptr<ParallelJob> job) {
   Communicator& world = job->world();
   try {
-    CpuExecutor local(cfg, std::move(checkpoint), plugins, job);
+    const std::unique_ptr<Executor> shard = make_shard_executor(cfg, std::move(checkpoint), plugins, job);
+    Executor& local = *shard;
     spdlog::info("parallel: {} serves rank 0's steps: {}", job->describe(), local.describe());
     for (;;) {
       Header h;

@@ -23,7 +23,6 @@
 #include <string>
 #include <thread>
 
-#include "core/cpu_executor.hpp"
 #include "core/executor.hpp"
 #include "core/parallel.hpp"
 
@@ -31,8 +30,8 @@ namespace llmk {
 
 class ParallelExecutor final : public Executor {
  public:
-  // `local` is rank 0's share, built over the same job.
-  ParallelExecutor(std::unique_ptr<CpuExecutor> local, std::shared_ptr<ParallelJob> job, double timeout_s);
+  // `local` is rank 0's share, built over the same job (make_shard_executor).
+  ParallelExecutor(std::unique_ptr<Executor> local, std::shared_ptr<ParallelJob> job, double timeout_s);
   // Tells the other ranks to stop (they leave serve_parallel_steps).
   ~ParallelExecutor() override;
 
@@ -56,7 +55,7 @@ class ParallelExecutor final : public Executor {
   auto guarded(Fn&& fn);
   void keep_alive();
 
-  std::unique_ptr<CpuExecutor> local_;
+  std::unique_ptr<Executor> local_;
   std::shared_ptr<ParallelJob> job_;
   double timeout_s_;
   StepBatch resolved_;  // a step with fed-back rows, their ids put in

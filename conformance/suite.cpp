@@ -55,7 +55,8 @@ SuiteResult new_result(const Plugin& plugin, const Device& device) {
 
 bool has_suite(llmk_plugin_kind kind, std::string& why) {
   if (kind == LLMK_PLUGIN_ATTENTION || kind == LLMK_PLUGIN_LINEAR || kind == LLMK_PLUGIN_KV_ALLOCATOR) return true;
-  why = "no conformance suite for plugin kind " + std::to_string(kind);
+  why = std::string("no conformance suite for ") + plugin_kind_name(kind) + " plugins (comm: tests/parallel/comm_check "
+        "runs one under mpirun)";
   return false;
 }
 

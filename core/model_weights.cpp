@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "core/error.hpp"
@@ -76,6 +77,24 @@ class LinearBuilder {
     if (built.size() == 1) return std::make_unique<LinearLayer>(std::move(built.front().impl));
     return std::make_unique<LinearLayer>(std::move(built), rt_.max_step_tokens, staging_);
   }
+
+  // The input-column group plugins.linear quantizes by ("group_size" in
+  // plugins.linear_options, else the default its capabilities declare);
+  // 1 when it has none.
+  int64_t input_group() const {
+    int64_t group = 1;
+    try {
+      const auto caps = nlohmann::json::parse(main_.info().capabilities);
+      if (caps.contains("options") && caps["options"].contains("group_size"))
+        group = caps["options"]["group_size"].get<int64_t>();
+      const auto options = nlohmann::json::parse(cfg_.plugins.linear_options);
+      if (options.contains("group_size")) group = options["group_size"].get<int64_t>();
+    } catch (const nlohmann::json::exception&) {
+      // The plugin itself reports malformed options when it is created.
+    }
+    return std::max<int64_t>(1, group);
+  }
+  const std::string& main_name() const { return main_.info().name; }
 
   // "linear.dense, linear.gguf (Q4_K, Q6_K)".
   std::string plugins_used() const {
@@ -213,7 +232,17 @@ ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins,
   auto rows = [&](const TensorView& t, int64_t first, int64_t count) {
     return split ? &cut.rows(t, first, count) : &t;
   };
+  // A plugin that quantizes input columns in groups keeps its groups whole:
+  // each rank's columns start and end on a group boundary, as at degree 1.
+  const int64_t group = split ? linear.input_group() : 1;
   auto columns = [&](const TensorView& t, int64_t first, int64_t count) {
+    if (split && !is_ggml_dtype(t.dtype) && (first % group != 0 || count % group != 0))
+      throw Error(ErrorCode::invalid_config,
+                  "parallel.tensor " + std::to_string(ts.degree) + " gives each rank " + std::to_string(count) +
+                      " input columns of " + t.name + " [" + std::to_string(t.shape[0]) + " x " +
+                      std::to_string(t.shape[1]) + "], which " + linear.main_name() + "'s groups of " +
+                      std::to_string(group) + " do not divide (set a group_size in plugins.linear_options that "
+                      "divides it, or another degree)");
     return split ? &cut.columns(t, first, count) : &t;
   };
   const int64_t q_first = ts.q_head_first * hd, q_count = ts.q_heads * hd;

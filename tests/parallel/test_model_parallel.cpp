@@ -23,6 +23,7 @@
 
 #include "core/cpu_executor.hpp"
 #include "core/error.hpp"
+#include "core/model_weights.hpp"
 #include "tests/parallel/parallel_harness.hpp"
 #include "tests/support/prompt_step.hpp"
 
@@ -297,6 +298,24 @@ TEST_CASE("a degree that cannot divide a shape is refused at load, naming it", "
     FAIL("tensor 8 was accepted");
   } catch (const Error& e) {
     CHECK_THAT(e.what(), Catch::Contains("MLP width 172"));
+  }
+  // A plugin's quantization groups: llama-110m's o_proj gives each of 4
+  // ranks 192 input columns, which linear.int4's default groups of 128 cut.
+  EngineConfig dummy = base_config(4, 1);
+  dummy.model.path.clear();
+  dummy.model.load_format = "dummy";
+  dummy.model.preset = "llama-110m";
+  dummy.plugins.linear = "linear.int4";
+  dummy.kv_cache.capacity_tokens = 64;
+  auto checkpoint = open_model(dummy.model);
+  const ModelShard shard = model_shard(checkpoint->config(), 4, 1, 1);
+  try {
+    load_weights(*checkpoint, harness_plugins(), dummy, resolve_runtime(dummy, *checkpoint), {}, &shard);
+    FAIL("int4 groups of 128 over 192-column slices were accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::invalid_config);
+    CHECK_THAT(e.what(), Catch::Contains("192 input columns of model.layers.0.self_attn.o_proj.weight [768 x 768], "
+                                         "which linear.int4's groups of 128 do not divide"));
   }
 }
 

@@ -23,15 +23,18 @@ std::string lower(std::string s) {
 
 const std::vector<DeviceSpec>& builtin_devices() {
   // Dense tensor-core rates (no 2:4 sparsity) and memory bandwidth from the
-  // vendors' datasheets; link = NVLink per GPU, or PCIe where there is none.
+  // vendors' datasheets; link = what one GPU sends each way: half the
+  // datasheet's bidirectional NVLink figure (900 GB/s on an H100 SXM: 450
+  // each way), or PCIe's one direction (Gen4 x16: 32 GB/s) where there is
+  // no NVLink. The communication times divide bytes sent per device by it.
   static const std::vector<DeviceSpec> devices{
-      {"a100-40gb", 40 * GiB, 1.555 * TB, 312 * TB, 624 * TB, 19.5 * TB, 600 * GB, "datasheet"},
-      {"a100-80gb", 80 * GiB, 2.039 * TB, 312 * TB, 624 * TB, 19.5 * TB, 600 * GB, "datasheet"},
-      {"h100-sxm", 80 * GiB, 3.35 * TB, 989 * TB, 1979 * TB, 67 * TB, 900 * GB, "datasheet"},
-      {"h100-pcie", 80 * GiB, 2.0 * TB, 756 * TB, 1513 * TB, 51 * TB, 600 * GB, "datasheet"},
-      {"h200", 141 * GB, 4.8 * TB, 989 * TB, 1979 * TB, 67 * TB, 900 * GB, "datasheet"},
-      {"l40s", 48 * GiB, 0.864 * TB, 362 * TB, 733 * TB, 91.6 * TB, 64 * GB, "datasheet"},
-      {"rtx-4090", 24 * GiB, 1.008 * TB, 165 * TB, 330 * TB, 82.6 * TB, 64 * GB, "datasheet"},
+      {"a100-40gb", 40 * GiB, 1.555 * TB, 312 * TB, 624 * TB, 19.5 * TB, 300 * GB, "datasheet"},
+      {"a100-80gb", 80 * GiB, 2.039 * TB, 312 * TB, 624 * TB, 19.5 * TB, 300 * GB, "datasheet"},
+      {"h100-sxm", 80 * GiB, 3.35 * TB, 989 * TB, 1979 * TB, 67 * TB, 450 * GB, "datasheet"},
+      {"h100-pcie", 80 * GiB, 2.0 * TB, 756 * TB, 1513 * TB, 51 * TB, 300 * GB, "datasheet"},
+      {"h200", 141 * GB, 4.8 * TB, 989 * TB, 1979 * TB, 67 * TB, 450 * GB, "datasheet"},
+      {"l40s", 48 * GiB, 0.864 * TB, 362 * TB, 733 * TB, 91.6 * TB, 32 * GB, "datasheet"},
+      {"rtx-4090", 24 * GiB, 1.008 * TB, 165 * TB, 330 * TB, 82.6 * TB, 32 * GB, "datasheet"},
       {"a10g", 24 * GiB, 0.6 * TB, 125 * TB, 250 * TB, 31.2 * TB, 32 * GB, "datasheet"},
   };
   return devices;

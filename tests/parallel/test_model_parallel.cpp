@@ -25,6 +25,7 @@
 #include "core/error.hpp"
 #include "core/model_weights.hpp"
 #include "tests/parallel/parallel_harness.hpp"
+#include "tests/support/golden.hpp"
 #include "tests/support/prompt_step.hpp"
 
 using namespace llmk;
@@ -32,24 +33,7 @@ using namespace llmk::test;
 
 namespace {
 
-struct Golden {
-  std::vector<int32_t> input_ids;
-  std::vector<double> last_logits;
-};
-
-std::string shared() {
-  const char* env = std::getenv("LLMK_SHARED_DIR");
-  return env != nullptr && *env != '\0' ? env : LLMK_SHARED_DIR;
-}
-
-std::vector<Golden> golden() {
-  std::ifstream in(shared() + "/golden/stories260K.json");
-  REQUIRE(in);
-  const nlohmann::json j = nlohmann::json::parse(in);
-  std::vector<Golden> out;
-  for (const auto& c : j.at("cases")) out.push_back({c.at("input_ids"), c.at("last_logits")});
-  return out;
-}
+std::string shared() { return shared_dir(); }
 
 EngineConfig base_config(uint32_t tensor, uint32_t pipeline) {
   EngineConfig cfg;
@@ -85,8 +69,6 @@ double row_error(const float* a, const float* b, int32_t n) {
   return diff / scale;
 }
 
-int32_t argmax(const float* x, int32_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
-
 // The gap between the best and second-best logit, relative to the best.
 double top2_gap(const float* x, int32_t n) {
   std::vector<float> v(x, x + n);
@@ -97,6 +79,18 @@ double top2_gap(const float* x, int32_t n) {
 std::string layout_name(uint32_t t, uint32_t p) {
   return "tensor " + std::to_string(t) + " x pipeline " + std::to_string(p);
 }
+
+// The same configuration at degree 1 on rank 0 alone and as a job of its layout.
+struct Pair {
+  explicit Pair(const EngineConfig& cfg)
+      : checkpoint(open_model(cfg.model)), reference(degree_one(cfg), checkpoint, harness_plugins()), job(cfg),
+        parallel(job.executor(checkpoint)), vocab(checkpoint->config().vocab_size) {}
+  std::shared_ptr<const Checkpoint> checkpoint;
+  CpuExecutor reference;
+  ParallelRun job;
+  Executor& parallel;
+  int32_t vocab;
+};
 
 // One decode step of sequence 0 at `pos` (slots = positions, one block).
 StepBatch decode_step(int32_t token, int32_t pos, int32_t block_size) {
@@ -116,33 +110,20 @@ StepBatch decode_step(int32_t token, int32_t pos, int32_t block_size) {
 }  // namespace
 
 TEST_CASE("golden prompts: every step's logits match degree 1, greedy ids equal", "[parallel]") {
-  const auto cases = golden();
   for (const auto& [t, p] : layouts_for(harness_world().size())) {
     if (t * p == 1) continue;
     INFO(layout_name(t, p));
-    const EngineConfig cfg = base_config(t, p);
-    auto checkpoint = open_model(cfg.model);
-    CpuExecutor reference(degree_one(cfg), checkpoint, harness_plugins());
-    ParallelRun job(cfg);
-    Executor& parallel = job.executor(checkpoint);
-    const int32_t vocab = checkpoint->config().vocab_size;
-    const int32_t block = static_cast<int32_t>(reference.runtime().max_seq_len);
+    Pair run_pair(base_config(t, p));
+    const int32_t vocab = run_pair.vocab;
+    const int32_t block = static_cast<int32_t>(run_pair.reference.runtime().max_seq_len);
     double worst = 0, worst_golden = 0;
     int flips = 0;
-    for (const Golden& g : cases) {
+    for (const GoldenCase& g : golden_cases()) {
       StepBatch b = whole_prompt_step(g.input_ids, block);
-      std::vector<float> want = run(reference, b), got = run(parallel, b);
+      std::vector<float> want = run(run_pair.reference, b), got = run(run_pair.parallel, b);
       for (size_t r = 0; r < g.input_ids.size(); ++r)
         worst = std::max(worst, row_error(&got[r * vocab], &want[r * vocab], vocab));
-      {
-        const float* last = &got[(g.input_ids.size() - 1) * vocab];
-        double num = 0, den = 0;
-        for (int32_t i = 0; i < vocab; ++i) {
-          num += (last[i] - g.last_logits[i]) * (last[i] - g.last_logits[i]);
-          den += g.last_logits[i] * g.last_logits[i];
-        }
-        worst_golden = std::max(worst_golden, std::sqrt(num / den));
-      }
+      worst_golden = std::max(worst_golden, rel_l2(&got[(g.input_ids.size() - 1) * vocab], g.last_logits));
       // Greedy: both follow degree 1's choice, so a flip cannot compound.
       int32_t pos = static_cast<int32_t>(g.input_ids.size());
       const float* w = &want[(pos - 1) * vocab];
@@ -156,8 +137,8 @@ TEST_CASE("golden prompts: every step's logits match degree 1, greedy ids equal"
           CHECK(gap < 1e-4);
           ++flips;
         }
-        want = run(reference, decode_step(a, pos, block));
-        got = run(parallel, decode_step(a, pos, block));
+        want = run(run_pair.reference, decode_step(a, pos, block));
+        got = run(run_pair.parallel, decode_step(a, pos, block));
         worst = std::max(worst, row_error(got.data(), want.data(), vocab));
         w = want.data();
         o = got.data();
@@ -172,64 +153,24 @@ TEST_CASE("golden prompts: every step's logits match degree 1, greedy ids equal"
 }
 
 TEST_CASE("golden prompts as one mixed, chunked, paged batch", "[parallel]") {
-  const auto cases = golden();
   for (const auto& [t, p] : layouts_for(harness_world().size())) {
     if (t * p == 1) continue;
     INFO(layout_name(t, p));
-    const EngineConfig cfg = base_config(t, p);
-    auto checkpoint = open_model(cfg.model);
-    CpuExecutor reference(degree_one(cfg), checkpoint, harness_plugins());
-    ParallelRun job(cfg);
-    Executor& parallel = job.executor(checkpoint);
-    const int32_t vocab = checkpoint->config().vocab_size;
-    // Sequence s prefills in chunks of 1 + 2s tokens over shuffled blocks of 16.
-    const int32_t block = 16, max_blocks = 8;
-    std::vector<int32_t> pool(cases.size() * max_blocks);
-    for (size_t i = 0; i < pool.size(); ++i) pool[i] = static_cast<int32_t>((i * 7 + 3) % pool.size()) * block;
-    struct Seq {
-      std::vector<int32_t> tokens;
-      int32_t prompt = 0, done = 0, chunk = 1, generated = 0;
+    Pair run_pair(base_config(t, p));
+    // Each executor leads its own greedy continuations (run_mixed_golden_batch):
+    // equal ids, and the logits after each whole prompt within 1e-4.
+    auto through = [&](Executor& e) {
+      return run_mixed_golden_batch([&](const StepBatch& b) { return run(e, b); }, run_pair.vocab, 12, 16, 8, 5);
     };
-    std::vector<Seq> seqs;
-    for (size_t s = 0; s < cases.size(); ++s)
-      seqs.push_back({cases[s].input_ids, static_cast<int32_t>(cases[s].input_ids.size()), 0,
-                      1 + 2 * static_cast<int32_t>(s), 0});
+    const MixedBatchResult want = through(run_pair.reference), got = through(run_pair.parallel);
     double worst = 0;
-    for (int steps = 0; steps < 200; ++steps) {
-      StepBatch b;
-      b.block_size = block;
-      b.max_blocks_per_seq = max_blocks;
-      b.query_start = {0};
-      std::vector<size_t> row_seq;
-      for (size_t s = 0; s < seqs.size(); ++s) {
-        Seq& q = seqs[s];
-        if (q.generated >= 12) continue;
-        const int32_t count = q.done < q.prompt ? std::min(q.chunk, q.prompt - q.done) : 1;
-        for (int32_t i = 0; i < count; ++i) {
-          const int32_t pos = q.done + i;
-          b.token_ids.push_back(q.tokens[pos]);
-          b.positions.push_back(pos);
-          b.slot_mapping.push_back(pool[s * max_blocks + pos / block] + pos % block);
-        }
-        q.done += count;
-        b.query_start.push_back(b.num_tokens());
-        b.context_lens.push_back(q.done);
-        b.block_tables.insert(b.block_tables.end(), pool.begin() + s * max_blocks, pool.begin() + (s + 1) * max_blocks);
-        if (q.done >= q.prompt) {
-          b.logits_rows.push_back(b.num_tokens() - 1);
-          row_seq.push_back(s);
-        }
-      }
-      if (b.num_tokens() == 0) break;
-      const std::vector<float> want = run(reference, b), got = run(parallel, b);
-      for (size_t i = 0; i < row_seq.size(); ++i) {
-        worst = std::max(worst, row_error(&got[i * vocab], &want[i * vocab], vocab));
-        Seq& q = seqs[row_seq[i]];
-        q.tokens.push_back(argmax(&want[i * vocab], vocab));  // degree 1 leads
-        ++q.generated;
-      }
+    for (size_t s = 0; s < want.generated.size(); ++s) {
+      CHECK(got.generated[s] == want.generated[s]);
+      worst = std::max(worst, row_error(got.last_prompt_logits[s].data(), want.last_prompt_logits[s].data(),
+                                        run_pair.vocab));
     }
-    std::printf("%s: mixed chunked paged batch, logits vs degree 1 %.2e\n", layout_name(t, p).c_str(), worst);
+    std::printf("%s: mixed chunked paged batch, last prompt logits vs degree 1 %.2e\n", layout_name(t, p).c_str(),
+                worst);
     CHECK(worst <= 1e-4);
   }
 }
@@ -343,13 +284,12 @@ TEST_CASE("KV heads are replicated when the degree exceeds them", "[parallel]") 
   cfg.model.preset = dir + "/config.json";
   cfg.model.seed = 3;
   cfg.kv_cache.capacity_tokens = 256;
-  auto checkpoint = open_model(cfg.model);
-  const TensorShard shard = tensor_shard(checkpoint->config(), ranks, ranks - 1);
+  Pair run_pair(cfg);
+  const TensorShard shard = tensor_shard(run_pair.checkpoint->config(), ranks, ranks - 1);
   CHECK(shard.kv_heads == 1);
   CHECK(shard.kv_head_first == kv_heads - 1);
-  CpuExecutor reference(degree_one(cfg), checkpoint, harness_plugins());
-  ParallelRun job(cfg);
-  Executor& parallel = job.executor(checkpoint);
+  CpuExecutor& reference = run_pair.reference;
+  Executor& parallel = run_pair.parallel;
   std::vector<int32_t> prompt;
   for (int32_t i = 0; i < 20; ++i) prompt.push_back(1 + (i * 131) % 500);
   const StepBatch b = whole_prompt_step(prompt, 256);

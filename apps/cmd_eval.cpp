@@ -16,6 +16,7 @@
 #include "apps/eval/progress.hpp"
 #include "apps/eval/session.hpp"
 #include "apps/model_options.hpp"
+#include "apps/parallel_launch.hpp"
 #include "core/error.hpp"
 
 namespace llmk::app {
@@ -40,6 +41,7 @@ std::string read_file(const std::string& path) {
 
 int run_eval_command(EvalOptions& o) {
   EngineConfig cfg = build_engine_config(o.model);
+  if (const std::optional<int> code = serve_steps_unless_rank0(cfg)) return *code;
   eval::EvalSetup setup = o.setup;
   setup.text = read_file(o.text_file);
   setup.text_name = o.text_file;

@@ -67,6 +67,8 @@ int main(int argc, char** argv) {
     for (auto& [sub, run] : runners) {
       if (sub->parsed()) {
         const int code = run();
+        // A failed job cannot shut MPI down in order (its peers are gone): it ends.
+        if (auto job = llmk::ParallelJob::current(); job && job->failed()) job->abort_job(code != 0 ? code : 1);
         llmk::ParallelJob::leave();
         return code;
       }

@@ -6,26 +6,26 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 
 #include "core/error.hpp"
 #include "ipc/client.hpp"
 
-int main(int argc, char** argv) {
-  const std::string endpoint = argc > 1 ? argv[1] : "tcp://127.0.0.1:5555";
-  llmk::Request request;
-  request.id = "example-1";
-  request.prompt = argc > 2 ? argv[2] : "Once upon a time";
-  request.sampling.max_tokens = argc > 3 ? std::atoi(argv[3]) : 64;
-  request.sampling.temperature = 0;  // greedy
+namespace {
 
-  llmk::Client client(endpoint);
-  try {
-    std::fprintf(stderr, "server: %s\n", client.health().dump().c_str());
-  } catch (const llmk::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
+void usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: example_zmq_client [ENDPOINT [PROMPT [MAX_TOKENS]]]\n"
+               "  Streams one greedy completion from `llmk serve` over ZeroMQ (protocol v1) to stdout,\n"
+               "  then prints usage and timings to stderr.\n"
+               "  ENDPOINT    the server's ZeroMQ endpoint (default tcp://127.0.0.1:5555, server.zmq)\n"
+               "  PROMPT      the prompt text (default \"Once upon a time\")\n"
+               "  MAX_TOKENS  most tokens to generate (default 64)\n");
+}
+
+// Streams the request's text to stdout; 0 when it finished, 1 on an error.
+int stream(llmk::Client& client, const llmk::Request& request) {
   auto events = client.submit(request, /*stream=*/true);
   std::printf("%s", request.prompt.c_str());
   while (auto ev = events->next(std::chrono::seconds(60))) {
@@ -43,4 +43,39 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      usage(stdout);
+      return 0;
+    }
+  }
+  if (argc > 4) {
+    usage(stderr);
+    return 2;
+  }
+  llmk::Request request;
+  request.id = "example-1";
+  request.prompt = argc > 2 ? argv[2] : "Once upon a time";
+  request.sampling.max_tokens = argc > 3 ? std::atoi(argv[3]) : 64;
+  request.sampling.temperature = 0;  // greedy
+  if (request.sampling.max_tokens <= 0) {
+    std::fprintf(stderr, "MAX_TOKENS '%s' is not a positive number\n", argv[3]);
+    usage(stderr);
+    return 2;
+  }
+  const std::string endpoint = argc > 1 ? argv[1] : "tcp://127.0.0.1:5555";
+  try {
+    llmk::Client client(endpoint);
+    std::fprintf(stderr, "server: %s\n", client.health().dump().c_str());
+    return stream(client, request);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
 }

@@ -154,4 +154,28 @@ TEST_CASE("llmk serve streams 48 concurrent greedy requests per front end, each 
   }
 }
 
+TEST_CASE("example_zmq_client prints its usage, refuses bad arguments and streams a greedy completion", "[serve]") {
+  const std::string client = LLMK_BINARY_DIR "/bin/example_zmq_client";
+  const test::CommandResult help = test::run_command(client + " --help 2>&1");
+  CHECK(help.status == 0);
+  CHECK_THAT(help.out, Catch::Contains("usage: example_zmq_client [ENDPOINT [PROMPT [MAX_TOKENS]]]"));
+  const test::CommandResult bad = test::run_command(client + " tcp://127.0.0.1:5555 hello zero 2>&1");
+  CHECK(bad.status == 2);
+  CHECK_THAT(bad.out, Catch::Contains("MAX_TOKENS 'zero' is not a positive number"));
+  const test::CommandResult endpoint = test::run_command(client + " not-an-endpoint 2>&1");
+  CHECK(endpoint.status == 1);
+  CHECK_THAT(endpoint.out, Catch::Contains("not-an-endpoint"));
+
+  ServeProcess serve;
+  REQUIRE(serve.wait_ready());
+  const json c = golden()["cases"][1];
+  const std::string prompt = c["prompt"];
+  const auto greedy_ids = c["greedy_ids"].get<std::vector<int32_t>>();
+  const test::CommandResult run = test::run_command(client + " " + serve.zmq_endpoint() + " " + test::shell_quote(prompt) + " " +
+                                        std::to_string(greedy_ids.size()) + " 2>/dev/null");
+  INFO(run.out << "\n" << serve.log());
+  CHECK(run.status == 0);
+  CHECK(ltrim(run.out) == ltrim(prompt + c["greedy_text"].get<std::string>() + "\n"));
+}
+
 #endif  // LLMK_HAVE_ENGINE

@@ -30,7 +30,8 @@ TEST_CASE("llmk bench under mpirun at tensor 2: rank 0 measures, both ranks exit
   const fs::path llmk = fs::path(LLMK_BINARY_DIR) / "bin" / "llmk";
   const fs::path stories = fs::path(LLMK_SHARED_DIR) / "models" / "stories260K";
   const fs::path json_file = tmp.path() / "bench.json";
-  const std::string cmd = "mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 '" + llmk.string() +
+  const std::string cmd = "mpirun --oversubscribe --allow-run-as-root --bind-to none --mca btl_vader_single_copy_mechanism "
+                          "none -np 2 '" + llmk.string() +
                           "' bench --model '" + stories.string() +
                           "' --set parallel.tensor=2 --set parallel.timeout_s=60 --threads 1 -n 4 --input-len 16"
                           " --output-len 32 --no-progress --json '" + json_file.string() + "' >'" +

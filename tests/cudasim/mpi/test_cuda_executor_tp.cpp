@@ -221,7 +221,7 @@ void check_against_degree_1(const std::shared_ptr<ParallelJob>& job) {
 
 TEST_CASE("the simulated CUDA executor at tensor 2 gives the degree-1 executor's logits and greedy ids on the "
           "golden prompts, and the float64 golden logits; it refuses overlapped steps naming the key",
-          "[cuda_executor][parallel]") {
+          "[cuda_executor][tensor]") {
   spdlog::set_level(spdlog::level::warn);
   register_device_backend(Device::cuda,
                           DeviceBackend{&make_cuda_executor, &make_cuda_sampler, &make_cuda_shard_executor});
@@ -239,8 +239,22 @@ TEST_CASE("the simulated CUDA executor at tensor 2 gives the degree-1 executor's
   ParallelJob::leave();
 }
 
+TEST_CASE("the CUDA executor refuses pipeline stages on every rank, naming parallel.pipeline",
+          "[cuda_executor][pipeline]") {
+  // A job of one tensor rank by two stages; the refusal comes before any
+  // collective, on each rank alike.
+  EngineConfig cfg = config(true);
+  cfg.parallel.tensor = 1;
+  cfg.parallel.pipeline = 2;
+  const std::shared_ptr<ParallelJob> job = ParallelJob::join(cfg, plugins());
+  CHECK_THROWS_WITH(make_cuda_shard_executor(cfg, stories(), plugins(), job),
+                    Catch::Contains("parallel.pipeline 2") && Catch::Contains("tensor parallelism only"));
+  ParallelJob::leave();
+}
+
 int main(int argc, char** argv) {
   // mpirun ... test_cuda_executor_tp comm.nccl|comm.mpi [Catch2 arguments]
+  // (one test case per launch: a process joins one job)
   if (argc > 1 && argv[1][0] != '-' && argv[1][0] != '[' && argv[1][0] != '~') {
     transport = argv[1];
     argv[1] = argv[0];

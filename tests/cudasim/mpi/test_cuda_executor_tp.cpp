@@ -163,6 +163,33 @@ Run generate(Executor& executor, const Run* forced) {
   return out;
 }
 
+// Offload preemption in the job: sequence 0's K/V saved (every rank's share)
+// and restored into another slot range, then the same next token decoded in
+// both places gives the same logits.
+void check_kv_round_trip(Executor& executor, const std::vector<int32_t>& tokens) {
+  const auto len = static_cast<int32_t>(tokens.size());  // positions holding K/V
+  constexpr int32_t kOtherRange = 5 * kSlotsPerSequence;
+  std::vector<int32_t> from(static_cast<size_t>(len)), to(static_cast<size_t>(len));
+  for (int32_t p = 0; p < len; ++p) from[static_cast<size_t>(p)] = p, to[static_cast<size_t>(p)] = kOtherRange + p;
+  executor.restore_kv(to, executor.save_kv(from));
+  StepBatch b;
+  b.block_size = kSlotsPerSequence;
+  b.max_blocks_per_seq = 1;
+  b.query_start = {0, 1, 2};
+  b.token_ids = {tokens.back(), tokens.back()};
+  b.positions = {len, len};
+  b.slot_mapping = {len, kOtherRange + len};
+  b.context_lens = {len + 1, len + 1};
+  b.block_tables = {0, kOtherRange};
+  b.logits_rows = {0, 1};
+  const std::vector<float> logits = run(executor, b);
+  const int32_t vocab = executor.model_config().vocab_size;
+  const std::vector<double> original(logits.begin(), logits.begin() + vocab);
+  const double err = test::rel_l2(logits.data() + vocab, original);
+  INFO("restored K/V against the original, relative L2 " << err);
+  CHECK(err < 1e-6);
+}
+
 // Rank 0: the tensor-parallel run, then degree 1 on the same tokens.
 void check_against_degree_1(const std::shared_ptr<ParallelJob>& job) {
   const EngineConfig cfg = config(true);
@@ -174,6 +201,7 @@ void check_against_degree_1(const std::shared_ptr<ParallelJob>& job) {
     INFO(executor.describe());
     CHECK(executor.describe().find(transport) != std::string::npos);
     parallel = generate(executor, nullptr);
+    check_kv_round_trip(executor, parallel.tokens[0]);
     const CudaGraphStats graphs = cuda_graph_stats(shard);
     INFO("graphs " << graphs.graphs << ", replays " << graphs.replays);
     // Decode steps of one bucket: the first captured, the others replayed

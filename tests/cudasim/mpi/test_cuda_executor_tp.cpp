@@ -17,7 +17,9 @@
 //     tensor-parallel run's greedy ids, so that a flip cannot make the
 //     sequences diverge);
 //   - the greedy ids equal to the degree-1 executor's, a differing id
-//     allowed only at a near-tie of degree 1's two best logits (printed).
+//     allowed only at a near-tie of degree 1's two best logits (printed);
+//   - a sequence's K/V saved from both ranks and restored elsewhere
+//     decodes as the original.
 // Tensor degree 2 splits stories260K's 8 query heads, 4 KV heads, MLP width
 // 768 and 512-token vocabulary evenly.
 #define CATCH_CONFIG_RUNNER

@@ -62,6 +62,7 @@ class ParallelExecutor final : public Executor {
   std::shared_ptr<ParallelJob> job_;
   double timeout_s_;
   StepBatch resolved_;  // a step with fed-back rows, their ids put in
+  std::vector<int32_t> previous_ids_;  // the previous step's ids, on the host
   std::vector<uint8_t> message_;
   std::mutex mutex_;  // one announcement at a time (calls and keep-alives)
   std::condition_variable wake_;

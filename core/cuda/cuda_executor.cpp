@@ -87,15 +87,11 @@ int local_rank() {
 }
 
 // What a parallel job asks of the CUDA executor that it does not do.
-void refuse_unsupported(const EngineConfig& cfg, const ParallelJob& job) {
+void refuse_unsupported(const ParallelJob& job) {
   if (job.pipeline() > 1)
     throw Error(ErrorCode::unsupported, "parallel.pipeline " + std::to_string(job.pipeline()) +
                                             ": the CUDA executor runs tensor parallelism only (parallel.tensor); "
                                             "pipeline stages run on executor.device=cpu");
-  if (cfg.scheduler.overlap)
-    throw Error(ErrorCode::unsupported,
-                "scheduler.overlap: a tensor-parallel CUDA job announces each step's token ids from rank 0's host, "
-                "and an overlapped step's ids stay on the device; set scheduler.overlap=false");
 }
 
 class CudaExecutor final : public Executor {
@@ -105,7 +101,7 @@ class CudaExecutor final : public Executor {
                std::shared_ptr<ParallelJob> job = nullptr)
       : checkpoint_(std::move(checkpoint)), cfg_(checkpoint_->config()), local_(cfg_), job_(std::move(job)) {
     if (job_) {
-      refuse_unsupported(cfg, *job_);
+      refuse_unsupported(*job_);
       shard_ = model_shard(cfg_, job_->tensor(), job_->pipeline(), job_->rank());
       local_ = local_model_config(cfg_, shard_);
     }
@@ -189,6 +185,18 @@ class CudaExecutor final : public Executor {
       check_cuda(cudaMemcpy(out + static_cast<size_t>(r) * view.vocab_size, view.row(first_row + r), row_bytes,
                        cudaMemcpyDeviceToHost),
             "copying logits to the host");
+  }
+
+  // A parallel job's rank 0 announces overlapped steps' ids from the host
+  // (ParallelExecutor): the sampler's ids, once its event says they are there.
+  void copy_ids_to_host(const SampledIds& ids, int32_t* out) override {
+    if (ids.device != Device::cuda) return Executor::copy_ids_to_host(ids, out);
+    check_cuda(cudaSetDevice(device_index_), "selecting the device");
+    if (ids.ready_event != nullptr)
+      check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(ids.ready_event)), "waiting for the sampled ids");
+    if (ids.count > 0)
+      check_cuda(cudaMemcpy(out, ids.data, static_cast<size_t>(ids.count) * sizeof(int32_t), cudaMemcpyDeviceToHost),
+                 "copying the sampled ids to the host");
   }
 
   // Steps run so far from a replayed graph, and graphs captured (for tests and logs).

@@ -18,6 +18,8 @@
 //     sequences diverge);
 //   - the greedy ids equal to the degree-1 executor's, a differing id
 //     allowed only at a near-tie of degree 1's two best logits (printed);
+//   - the decode steps again with fed-back ids in device memory (as
+//     scheduler.overlap plans them) give the same logits;
 //   - a sequence's K/V saved from both ranks and restored elsewhere
 //     decodes as the original.
 // Tensor degree 2 splits stories260K's 8 query heads, 4 KV heads, MLP width
@@ -63,7 +65,6 @@ EngineConfig config(bool parallel) {
   cfg.executor.device = "cuda";
   cfg.kv_cache.capacity_tokens = 1024;
   cfg.scheduler.max_num_batched_tokens = 256;
-  cfg.scheduler.overlap = false;
   cfg.plugins.linear = "linear.cublas";
   cfg.plugins.linear_options = R"({"dtype":"f32"})";
   cfg.plugins.attention = "attention.cuda";
@@ -86,8 +87,8 @@ std::shared_ptr<const Checkpoint> stories() {
 }
 
 // The step's logits rows, on the host.
-std::vector<float> run(Executor& executor, const StepBatch& b) {
-  const LogitsView view = executor.execute(b);
+std::vector<float> run(Executor& executor, const StepBatch& b, const SampledIds& previous = {}) {
+  const LogitsView view = executor.execute(b, previous);
   REQUIRE(view.device == Device::cuda);
   REQUIRE(view.num_rows == b.num_logits());
   if (view.ready.event != nullptr)
@@ -165,6 +166,39 @@ Run generate(Executor& executor, const Run* forced) {
   return out;
 }
 
+// The decode steps again as scheduler.overlap plans them: every token a
+// fed-back row, the previous step's ids in device memory (where the CUDA
+// sampler leaves them), which rank 0 copies to the host to announce the step.
+std::vector<std::vector<float>> generate_overlapped(Executor& executor) {
+  const int32_t vocab = executor.model_config().vocab_size;
+  std::vector<std::vector<int32_t>> tokens;
+  for (const test::GoldenCase& c : test::golden_cases()) tokens.push_back(c.input_ids);
+  const auto n = static_cast<int32_t>(tokens.size());
+  std::vector<std::vector<float>> logits = {run(executor, prefill(tokens))};
+  void* ids = nullptr;
+  REQUIRE(cudaMalloc(&ids, static_cast<size_t>(n) * sizeof(int32_t)) == cudaSuccess);
+  for (int32_t step = 1; step <= kDecodeSteps; ++step) {
+    std::vector<int32_t> sampled(static_cast<size_t>(n));
+    for (int32_t s = 0; s < n; ++s) {
+      sampled[static_cast<size_t>(s)] = test::argmax(logits.back().data() + static_cast<size_t>(s) * vocab, vocab);
+      tokens[static_cast<size_t>(s)].push_back(sampled[static_cast<size_t>(s)]);
+    }
+    REQUIRE(cudaMemcpy(ids, sampled.data(), sampled.size() * sizeof(int32_t), cudaMemcpyHostToDevice) == cudaSuccess);
+    StepBatch b = decode(tokens);
+    for (int32_t s = 0; s < n; ++s) {
+      b.token_ids[static_cast<size_t>(s)] = 0;  // not known when the step was planned
+      b.fed_back.push_back(FedBackToken{s, s});
+    }
+    SampledIds previous;
+    previous.device = Device::cuda;
+    previous.data = static_cast<const int32_t*>(ids);
+    previous.count = n;
+    logits.push_back(run(executor, b, previous));
+  }
+  cudaFree(ids);
+  return logits;
+}
+
 // Offload preemption in the job: sequence 0's K/V saved (every rank's share)
 // and restored into another slot range, then the same next token decoded in
 // both places gives the same logits.
@@ -203,13 +237,21 @@ void check_against_degree_1(const std::shared_ptr<ParallelJob>& job) {
     INFO(executor.describe());
     CHECK(executor.describe().find(transport) != std::string::npos);
     parallel = generate(executor, nullptr);
-    check_kv_round_trip(executor, parallel.tokens[0]);
     const CudaGraphStats graphs = cuda_graph_stats(shard);
     INFO("graphs " << graphs.graphs << ", replays " << graphs.replays);
     // Decode steps of one bucket: the first captured, the others replayed
     // (collectives included) on the device transport; no graphs over host copies.
     if (transport == "comm.nccl") CHECK(graphs.replays == static_cast<size_t>(kDecodeSteps - 1));
     else CHECK(graphs.graphs == 0);
+    const std::vector<std::vector<float>> overlapped = generate_overlapped(executor);
+    for (size_t step = 0; step < overlapped.size(); ++step) {
+      const std::vector<double> want(parallel.logits[step].begin(), parallel.logits[step].end());
+      const double err = test::rel_l2(overlapped[step].data(), want);
+      INFO("step " << step << ": overlapped (fed-back ids from the device) against announced ids, relative L2 "
+                   << err);
+      CHECK(err < 1e-6);
+    }
+    check_kv_round_trip(executor, parallel.tokens[0]);
   }  // the ParallelExecutor stops rank 1
 
   std::unique_ptr<Executor> whole = make_cuda_executor(config(false), stories(), plugins());
@@ -250,18 +292,13 @@ void check_against_degree_1(const std::shared_ptr<ParallelJob>& job) {
 }  // namespace
 
 TEST_CASE("the simulated CUDA executor at tensor 2 gives the degree-1 executor's logits and greedy ids on the "
-          "golden prompts, and the float64 golden logits; it refuses overlapped steps naming the key",
+          "golden prompts, and the float64 golden logits; overlapped steps and K/V saves give the same logits",
           "[cuda_executor][tensor]") {
   spdlog::set_level(spdlog::level::warn);
   register_device_backend(Device::cuda,
                           DeviceBackend{&make_cuda_executor, &make_cuda_sampler, &make_cuda_shard_executor});
   const std::shared_ptr<ParallelJob> job = ParallelJob::join(config(true), plugins());
   if (job->rank() == 0) {
-    // Refused on the rank that builds it, before any collective.
-    EngineConfig overlapped = config(true);
-    overlapped.scheduler.overlap = true;
-    CHECK_THROWS_WITH(make_cuda_shard_executor(overlapped, stories(), plugins(), job),
-                      Catch::Contains("scheduler.overlap=false"));
     check_against_degree_1(job);
   } else {
     CHECK(serve_parallel_steps(config(true), stories(), plugins(), job) == 0);

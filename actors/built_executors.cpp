@@ -11,7 +11,8 @@ namespace llmk {
 
 void register_built_executors() {
 #if defined(LLMK_HAVE_CUDA) && LLMK_HAVE_CUDA
-  register_device_backend(Device::cuda, DeviceBackend{&make_cuda_executor, &make_cuda_sampler});
+  register_device_backend(Device::cuda,
+                          DeviceBackend{&make_cuda_executor, &make_cuda_sampler, &make_cuda_shard_executor});
 #endif
 }
 

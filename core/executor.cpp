@@ -87,6 +87,13 @@ void Executor::copy_logits_to_host(const LogitsView& view, int32_t first_row, in
     std::memcpy(out + static_cast<size_t>(r) * view.vocab_size, view.row(first_row + r), row_bytes);
 }
 
+void Executor::copy_ids_to_host(const SampledIds& ids, int32_t* out) {
+  if (ids.device != Device::cpu)
+    throw Error(ErrorCode::invalid_argument, std::string("ids copy: ids in ") + device_name(ids.device) +
+                                                 " memory for the " + device_name(device()) + " executor");
+  if (ids.count > 0) std::memcpy(out, ids.data, static_cast<size_t>(ids.count) * sizeof(int32_t));
+}
+
 std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                                         PluginRegistry& plugins) {
   const std::string& name = cfg.executor.device;

@@ -127,6 +127,12 @@ class Executor : public KvOffloader {
   // devices override it. Throws Error(invalid_argument) for rows outside the
   // view or a view of another device.
   virtual void copy_logits_to_host(const LogitsView& view, int32_t first_row, int32_t num_rows, float* out);
+  // Copies a step's sampled ids (as execute() receives them) to host
+  // memory, out[ids.count], waiting for them first: for a caller that needs
+  // them there (a parallel job announces each step's token ids). The CPU's
+  // are host memory already; other devices override it. Throws
+  // Error(invalid_argument) for ids of another device.
+  virtual void copy_ids_to_host(const SampledIds& ids, int32_t* out);
 
   virtual size_t weight_bytes() const = 0;    // as the device holds them (quantized, packed)
   virtual size_t kv_cache_bytes() const = 0;  // KV memory reserved on the device

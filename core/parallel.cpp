@@ -106,19 +106,29 @@ std::shared_ptr<ParallelJob> ParallelJob::join(const EngineConfig& cfg, PluginRe
   const int64_t wanted = static_cast<int64_t>(p.tensor) * p.pipeline;
   llmk_comm_desc desc{};
   desc.struct_size = sizeof(desc);
-  desc.device = cfg.executor.device == "cuda" ? LLMK_DEVICE_CUDA : LLMK_DEVICE_CPU;
+  desc.device = LLMK_DEVICE_CPU;
   desc.device_index = -1;
   desc.timeout_s = p.timeout_s;
   desc.options = p.comm_options.c_str();
   std::shared_ptr<ParallelJob> job(new ParallelJob());
   job->tensor_ = static_cast<int32_t>(p.tensor);
   job->pipeline_ = static_cast<int32_t>(p.pipeline);
-  job->world_ = Communicator::world(plugins.load(p.comm, LLMK_PLUGIN_COMM), desc);
+  Plugin comm = plugins.load(p.comm, LLMK_PLUGIN_COMM);
+  if (!plugin_serves_device(comm.info(), "cpu")) {
+    // Joined before comm.mpi: it initializes MPI at the thread level both need.
+    llmk_comm_desc device_desc = desc;
+    device_desc.device = cfg.executor.device == "cuda" ? LLMK_DEVICE_CUDA : LLMK_DEVICE_CPU;
+    job->device_world_ = Communicator::world(comm, device_desc);
+    desc.options = "{}";
+    comm = plugins.load("comm.mpi", LLMK_PLUGIN_COMM);
+  }
+  job->world_ = Communicator::world(comm, desc);
   if (job->world_->size() != wanted)
     refuse("parallel.tensor x parallel.pipeline = " + std::to_string(p.tensor) + " x " + std::to_string(p.pipeline) +
            " = " + std::to_string(wanted) + " ranks, but the job has " + std::to_string(job->world_->size()) +
            ": start it with mpirun -np " + std::to_string(wanted));
   job->tensor_group_ = job->world_->split(job->stage(), job->tensor_rank());
+  if (job->device_world_) job->device_tensor_group_ = job->device_world_->split(job->stage(), job->tensor_rank());
   spdlog::info("parallel: {}", job->describe());
   job_of_process = job;
   return job;
@@ -137,7 +147,8 @@ void ParallelJob::leave() {
 std::string ParallelJob::describe() const {
   return "rank " + std::to_string(rank()) + " of " + std::to_string(size()) + " (stage " + std::to_string(stage()) +
          " of " + std::to_string(pipeline_) + ", tensor rank " + std::to_string(tensor_rank()) + " of " +
-         std::to_string(tensor_) + "), " + world_->info().name;
+         std::to_string(tensor_) + "), " + world_->info().name +
+         (device_world_ ? " + " + device_world_->info().name : std::string());
 }
 
 void ParallelJob::fail(const std::string& why) {

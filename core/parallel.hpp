@@ -76,7 +76,10 @@ class ParallelJob {
  public:
   // Joins the world of parallel.comm (loads the plugin, which starts the
   // transport), checks it has tensor x pipeline ranks, and splits the
-  // tensor groups. Throws Error(invalid_config) when the launch does not
+  // tensor groups. The world carries host buffers (rank 0's announcements):
+  // when parallel.comm serves devices only (comm.nccl), the job joins its
+  // world first, on executor.device, for the executor's collectives, and
+  // comm.mpi's for the host. Throws Error(invalid_config) when the launch does not
   // match the config ("parallel.tensor x parallel.pipeline = 4 ranks, the
   // job has 2: start it with mpirun -np 4").
   static std::shared_ptr<ParallelJob> join(const EngineConfig& cfg, PluginRegistry& plugins);
@@ -95,6 +98,10 @@ class ParallelJob {
   int32_t world_rank(int32_t stage, int32_t tensor_rank) const { return stage * tensor_ + tensor_rank; }
   Communicator& world() { return *world_; }
   Communicator& tensor_group() { return *tensor_group_; }
+  // The tensor group on the device's buffers and queue when parallel.comm
+  // is a device communicator (comm.nccl); null when it moves host buffers
+  // (then world() and tensor_group() are parallel.comm's).
+  Communicator* device_tensor_group() { return device_tensor_group_.get(); }
   // "rank 1 of 4 (stage 0 of 2, tensor rank 1 of 2), comm.mpi"
   std::string describe() const;
 
@@ -112,6 +119,10 @@ class ParallelJob {
   mutable std::mutex failure_mutex_;
   std::string failure_;
   int32_t tensor_ = 1, pipeline_ = 1;
+  // Declared first, destroyed last: the device communicator may own the
+  // MPI session the host one runs on.
+  std::shared_ptr<Communicator> device_world_;
+  std::shared_ptr<Communicator> device_tensor_group_;
   std::shared_ptr<Communicator> world_;
   std::shared_ptr<Communicator> tensor_group_;
 };

@@ -174,11 +174,18 @@ LogitsView ParallelExecutor::execute(const StepBatch& batch, const SampledIds& p
   // the ranks out of step and ends the job.
   const StepBatch* step = &batch;
   if (!batch.fed_back.empty()) {
-    validate_fed_back(batch, previous, Device::cpu);
+    // The other ranks hear the ids themselves: a device's come to the host
+    // first (waiting for the previous step's sampling to finish).
+    validate_fed_back(batch, previous, previous.device);
+    if (!previous.failed) {
+      previous_ids_.resize(static_cast<size_t>(previous.count));
+      local_->copy_ids_to_host(previous, previous_ids_.data());
+    }
     resolved_ = batch;
     resolved_.fed_back.clear();
     for (const FedBackToken& f : batch.fed_back)
-      resolved_.token_ids.at(static_cast<size_t>(f.row)) = previous.failed ? 0 : previous.data[f.previous_row];
+      resolved_.token_ids.at(static_cast<size_t>(f.row)) =
+          previous.failed ? 0 : previous_ids_[static_cast<size_t>(f.previous_row)];
     step = &resolved_;
   }
   const ModelRuntime& rt = local_->runtime();

@@ -42,6 +42,9 @@ class ParallelExecutor final : public Executor {
   LogitsView execute(const StepBatch& batch, const SampledIds& previous) override;
   int32_t views_kept() const override { return local_->views_kept(); }
   bool argmax_rows(const LogitsView& view, std::span<int32_t> out) override { return local_->argmax_rows(view, out); }
+  void copy_logits_to_host(const LogitsView& view, int32_t first_row, int32_t num_rows, float* out) override {
+    local_->copy_logits_to_host(view, first_row, num_rows, out);  // rank 0's logits, on its device
+  }
   size_t weight_bytes() const override { return local_->weight_bytes(); }
   size_t kv_cache_bytes() const override { return local_->kv_cache_bytes(); }
   std::string describe() const override;
@@ -59,6 +62,7 @@ class ParallelExecutor final : public Executor {
   std::shared_ptr<ParallelJob> job_;
   double timeout_s_;
   StepBatch resolved_;  // a step with fed-back rows, their ids put in
+  std::vector<int32_t> previous_ids_;  // the previous step's ids, on the host
   std::vector<uint8_t> message_;
   std::mutex mutex_;  // one announcement at a time (calls and keep-alives)
   std::condition_variable wake_;

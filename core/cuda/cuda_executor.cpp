@@ -10,6 +10,13 @@
 // waits for the device except the staging of the step's metadata (its
 // pinned buffer is reused only after the previous upload finished).
 //
+// In a parallel job (make_cuda_shard_executor) the executor holds one
+// tensor rank's share: weights cut by load_weights, attention, KV memory and
+// activations sized by local_model_config, the step's token ids mapped to
+// its embedding rows on the host, and the forward's exchanges in
+// core/cuda/cuda_tensor_parallel.hpp. Rank 0's limits and slot count are
+// broadcast at construction, as the CPU executor does.
+//
 // Overlapped steps (scheduler.overlap): a step planned before the previous
 // one's ids were back lists its fed-back rows; after the metadata upload the
 // stream waits for the sampler's ids event and a one-block kernel copies the
@@ -33,6 +40,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <utility>
@@ -43,11 +53,13 @@
 #include "core/attention_metadata.hpp"
 #include "core/cuda/cuda_forward.hpp"
 #include "core/cuda/cuda_kv_memory.hpp"
+#include "core/cuda/cuda_tensor_parallel.hpp"
 #include "core/cuda/cuda_weights.hpp"
 #include "core/cuda/device_memory.hpp"
 #include "core/cuda/step_metadata.hpp"
 #include "core/error.hpp"
 #include "core/model_runtime.hpp"
+#include "core/parallel.hpp"
 #include "kernels/cuda/embedding.hpp"
 
 namespace llmk {
@@ -67,10 +79,32 @@ struct Graph {
   }
 };
 
+// The launcher's index of this process among those on its node (0 alone).
+int local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMI_LOCAL_RANK"})
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::max(0, std::atoi(v));
+  return 0;
+}
+
+// What a parallel job asks of the CUDA executor that it does not do.
+void refuse_unsupported(const ParallelJob& job) {
+  if (job.pipeline() > 1)
+    throw Error(ErrorCode::unsupported, "parallel.pipeline " + std::to_string(job.pipeline()) +
+                                            ": the CUDA executor runs tensor parallelism only (parallel.tensor); "
+                                            "pipeline stages run on executor.device=cpu");
+}
+
 class CudaExecutor final : public Executor {
  public:
-  CudaExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugins)
-      : checkpoint_(std::move(checkpoint)), cfg_(checkpoint_->config()) {
+  // With a job: this rank's tensor shard (core/parallel.hpp).
+  CudaExecutor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugins,
+               std::shared_ptr<ParallelJob> job = nullptr)
+      : checkpoint_(std::move(checkpoint)), cfg_(checkpoint_->config()), local_(cfg_), job_(std::move(job)) {
+    if (job_) {
+      refuse_unsupported(*job_);
+      shard_ = model_shard(cfg_, job_->tensor(), job_->pipeline(), job_->rank());
+      local_ = local_model_config(cfg_, shard_);
+    }
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess || count == 0)
@@ -78,9 +112,11 @@ class CudaExecutor final : public Executor {
                   std::string("executor.device is cuda, but no CUDA device is visible (cudaGetDeviceCount: ") +
                       (status != cudaSuccess ? cudaGetErrorName(status) : "0 devices") +
                       "); executor.device=cpu serves on this machine");
-    check_cuda(cudaSetDevice(0), "selecting device 0");
+    // A rank takes its node's GPU as comm.nccl does (its index on the node).
+    device_index_ = job_ ? local_rank() % count : 0;
+    check_cuda(cudaSetDevice(device_index_), "selecting the device");
     cudaDeviceProp prop{};
-    check_cuda(cudaGetDeviceProperties(&prop, 0), "reading the device's properties");
+    check_cuda(cudaGetDeviceProperties(&prop, device_index_), "reading the device's properties");
     device_name_ = prop.name;
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating the stream");
     check_cuda(cudaEventCreateWithFlags(&logits_ready_, cudaEventDisableTiming), "creating an event");
@@ -107,13 +143,15 @@ class CudaExecutor final : public Executor {
   size_t kv_cache_bytes() const override { return kv_.bytes(); }
   std::string describe() const override {
     return "cuda, " + device_name_ + "; linear " + weights_.host.lm_head->info().name + ", attention " +
-           attention_->info().name;
+           attention_->info().name + (tp_ ? "; " + tp_->describe() : std::string());
   }
 
   using Executor::execute;
-  LogitsView execute(const StepBatch& b, const SampledIds& previous) override {
-    validate_step(b, cfg_.vocab_size, rt_.max_seq_len, rt_.max_step_tokens);
-    validate_fed_back(b, previous, Device::cuda);
+  LogitsView execute(const StepBatch& batch, const SampledIds& previous) override {
+    validate_step(batch, cfg_.vocab_size, rt_.max_seq_len, rt_.max_step_tokens);
+    validate_fed_back(batch, previous, Device::cuda);
+    check_cuda(cudaSetDevice(device_index_), "selecting the device");  // this thread's, for the calls below
+    const StepBatch& b = tp_ ? local_step(batch) : batch;
     kv_.apply_copies(b.kv_copies, stream_);
     LogitsView view;
     view.device = Device::cuda;
@@ -149,6 +187,18 @@ class CudaExecutor final : public Executor {
             "copying logits to the host");
   }
 
+  // A parallel job's rank 0 announces overlapped steps' ids from the host
+  // (ParallelExecutor): the sampler's ids, once its event says they are there.
+  void copy_ids_to_host(const SampledIds& ids, int32_t* out) override {
+    if (ids.device != Device::cuda) return Executor::copy_ids_to_host(ids, out);
+    check_cuda(cudaSetDevice(device_index_), "selecting the device");
+    if (ids.ready_event != nullptr)
+      check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(ids.ready_event)), "waiting for the sampled ids");
+    if (ids.count > 0)
+      check_cuda(cudaMemcpy(out, ids.data, static_cast<size_t>(ids.count) * sizeof(int32_t), cudaMemcpyDeviceToHost),
+                 "copying the sampled ids to the host");
+  }
+
   // Steps run so far from a replayed graph, and graphs captured (for tests and logs).
   size_t graph_replays() const { return graph_replays_; }
   size_t graphs_captured() const { return graphs_.size(); }
@@ -161,14 +211,18 @@ class CudaExecutor final : public Executor {
 
  private:
   void build(const EngineConfig& ecfg, PluginRegistry& plugins) {
-    const ModelConfig& c = cfg_;
+    const ModelConfig& c = local_;  // this rank's share (all of the model outside a job)
     if (c.head_dim % 2 != 0) throw Error(ErrorCode::unsupported, "head_dim must be even for rotary embeddings");
     size_t free_bytes = 0, total_bytes = 0;
     check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the device's memory");
     // Provisional: the KV share of memory is settled after the weights.
     rt_ = resolve_runtime(ecfg, c, checkpoint_->format(), total_bytes);
-    graphs_enabled_ = ecfg.executor.cuda_graphs;
-    weights_ = load_cuda_weights(*checkpoint_, plugins, ecfg, rt_);
+    // Rank 0 plans the steps: every rank takes its limits, then its slot count.
+    agree_with_rank0({&rt_.max_step_tokens, &rt_.max_seq_len});
+    if (job_ && job_->tensor() > 1) tp_ = std::make_unique<CudaTensorParallel>(job_, shard_, rt_, cfg_.vocab_size);
+    // Host copies inside the forward cannot be captured.
+    graphs_enabled_ = ecfg.executor.cuda_graphs && (!tp_ || tp_->on_device());
+    weights_ = load_cuda_weights(*checkpoint_, plugins, ecfg, rt_, job_ ? &shard_ : nullptr);
 
     const llmk_attention_desc ad = attention_desc(c, rt_, ecfg, LLMK_DEVICE_CUDA);
     try {
@@ -181,7 +235,12 @@ class CudaExecutor final : public Executor {
     // layout, a fraction applying to the memory the weights left free.
     const llmk_kv_layout layout = attention_->kv_layout();
     check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the device's memory");
-    rt_.num_kv_slots = kv_slots_for(ecfg, rt_.max_seq_len, kv_bytes_per_token(layout, c.num_layers), free_bytes);
+    // In a job the configured capacity is the job's, every rank holding its
+    // share of each slot; a fraction applies to each device's free memory.
+    const uint64_t ranks = job_ ? static_cast<uint64_t>(job_->size()) : 1;
+    rt_.num_kv_slots =
+        kv_slots_for(ecfg, rt_.max_seq_len, ranks * kv_bytes_per_token(layout, c.num_layers), ranks * free_bytes);
+    agree_with_rank0({&rt_.num_kv_slots});
     kv_ = CudaKvMemory(c.num_layers, rt_.num_kv_slots, layout);
     act_ = CudaActivations(c, rt_);
 
@@ -191,6 +250,23 @@ class CudaExecutor final : public Executor {
                  dtype_name(rt_.kv_dtype), rt_.num_kv_slots, kv_.bytes() >> 20);
   }
 
+  // Rank 0's values on every rank of the job (nothing outside one).
+  void agree_with_rank0(std::initializer_list<uint32_t*> values) {
+    if (!job_) return;
+    std::vector<uint32_t> v;
+    for (const uint32_t* x : values) v.push_back(*x);
+    job_->world().broadcast(v.data(), v.size(), DType::i32, 0);
+    size_t i = 0;
+    for (uint32_t* x : values) *x = v[i++];
+  }
+
+  // The step with its token ids as rows of this rank's embedding table.
+  const StepBatch& local_step(const StepBatch& b) {
+    local_batch_ = b;
+    tp_->local_ids(local_batch_.token_ids);
+    return local_batch_;
+  }
+
   void release_queue() noexcept {
     if (meta_uploaded_ != nullptr) cudaEventDestroy(std::exchange(meta_uploaded_, nullptr));
     if (logits_ready_ != nullptr) cudaEventDestroy(std::exchange(logits_ready_, nullptr));
@@ -198,7 +274,7 @@ class CudaExecutor final : public Executor {
   }
 
   CudaForward forward_state() {
-    return CudaForward{cfg_, rt_, weights_, kv_, *attention_, attention_workspace_, act_, stream_};
+    return CudaForward{local_, rt_, weights_, kv_, *attention_, attention_workspace_, act_, stream_, tp_.get()};
   }
 
   // The fed-back rows take the previous step's ids, on the device, once the
@@ -294,7 +370,13 @@ class CudaExecutor final : public Executor {
   }
 
   std::shared_ptr<const Checkpoint> checkpoint_;
-  ModelConfig cfg_;
+  ModelConfig cfg_;    // the whole model (what callers see)
+  ModelConfig local_;  // this rank's share of it (cfg_ outside a job)
+  std::shared_ptr<ParallelJob> job_;  // null outside a parallel job
+  ModelShard shard_;
+  std::unique_ptr<CudaTensorParallel> tp_;  // tensor degree > 1
+  StepBatch local_batch_;                   // tensor parallelism: the step with this rank's table rows
+  int device_index_ = 0;
   ModelRuntime rt_;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
@@ -324,6 +406,12 @@ CudaGraphStats cuda_graph_stats(const Executor& executor) {
 std::unique_ptr<Executor> make_cuda_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                                              PluginRegistry& plugins) {
   return std::make_unique<CudaExecutor>(cfg, std::move(checkpoint), plugins);
+}
+
+std::unique_ptr<Executor> make_cuda_shard_executor(const EngineConfig& cfg,
+                                                   std::shared_ptr<const Checkpoint> checkpoint,
+                                                   PluginRegistry& plugins, std::shared_ptr<ParallelJob> job) {
+  return std::make_unique<CudaExecutor>(cfg, std::move(checkpoint), plugins, std::move(job));
 }
 
 }  // namespace llmk

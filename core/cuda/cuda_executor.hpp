@@ -28,6 +28,17 @@ namespace llmk {
 std::unique_ptr<Executor> make_cuda_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                                              PluginRegistry& plugins);
 
+// This rank's share of the model in a parallel job (core/parallel.hpp), for
+// the device registry's make_shard_executor: tensor parallelism only (a
+// parallel.pipeline above 1 is refused, Error(unsupported)). Overlapped
+// steps' ids reach rank 0's host before it announces the step
+// (copy_ids_to_host). The tensor group's exchanges run on the job's device
+// communicator (parallel.comm=comm.nccl) on the executor's stream, or over
+// the host one (comm.mpi) with host copies and no CUDA graphs.
+std::unique_ptr<Executor> make_cuda_shard_executor(const EngineConfig& cfg,
+                                                   std::shared_ptr<const Checkpoint> checkpoint,
+                                                   PluginRegistry& plugins, std::shared_ptr<ParallelJob> job);
+
 // Decode steps a CUDA executor replayed from graphs, and graphs it holds
 // (zeros for another executor). For tests and logs.
 struct CudaGraphStats {

@@ -51,9 +51,19 @@ void enqueue_forward(const CudaForward& f, const StepBatch& b, const MetaBuffers
   float* attn = a.attn.f32();
   float* q = a.q.f32();
 
-  check_cuda(cuda::embedding(f.weights.embed.data(), f.weights.embed_dtype, c.vocab_size, h,
-                             m.at(m.layout.token_ids), n, hidden, nullptr, stream),
-             "embedding");
+  CudaTensorParallel* tp = f.tensor_parallel;
+  if (tp != nullptr) {
+    // Each rank embeds the ids of its vocabulary rows and zeros for the others'.
+    check_cuda(cudaMemsetAsync(hidden, 0, static_cast<size_t>(n * h) * sizeof(float), stream), "embedding");
+    check_cuda(cuda::embedding(f.weights.embed.data(), f.weights.embed_dtype, tp->shard().vocab_count, h,
+                               m.at(m.layout.token_ids), n, hidden, nullptr, stream),
+               "embedding");
+    tp->all_reduce(hidden, n * h, stream);
+  } else {
+    check_cuda(cuda::embedding(f.weights.embed.data(), f.weights.embed_dtype, c.vocab_size, h,
+                               m.at(m.layout.token_ids), n, hidden, nullptr, stream),
+               "embedding");
+  }
 
   for (int32_t li = 0; li < c.num_layers; ++li) {
     LayerWeights& l = f.weights.host.layers[li];
@@ -114,16 +124,23 @@ void enqueue_forward(const CudaForward& f, const StepBatch& b, const MetaBuffers
     }
     const auto urows = static_cast<uint32_t>(rows);
     l.o->forward(attn, proj, urows, stream);
+    if (tp != nullptr) tp->all_reduce(proj, rows * h, stream);
     check_cuda(cuda::rmsnorm(hidden, proj, dl.post_norm.data(), cuda::DType::f32, x_norm, rows, h, eps, stream),
                "rmsnorm");
     l.gate_up->forward(x_norm, a.gate_up.data(), urows, stream);
     check_cuda(cuda::silu_mul(a.gate_up.f32(), a.act.f32(), rows, inter, stream), "silu*up");
     l.down->forward(a.act.data(), proj, urows, stream);
+    if (tp != nullptr) tp->all_reduce(proj, rows * h, stream);
   }
   check_cuda(cuda::rmsnorm(hidden, proj, f.weights.final_norm.data(), cuda::DType::f32, x_norm, num_logits, h, eps,
                            stream),
              "rmsnorm");
-  f.weights.host.lm_head->forward(x_norm, a.logits->data(), static_cast<uint32_t>(num_logits), stream);
+  if (tp == nullptr) {
+    f.weights.host.lm_head->forward(x_norm, a.logits->data(), static_cast<uint32_t>(num_logits), stream);
+    return;
+  }
+  f.weights.host.lm_head->forward(x_norm, tp->head_out(), static_cast<uint32_t>(num_logits), stream);
+  tp->gather_logits(num_logits, a.logits->f32(), stream);
 }
 
 }  // namespace llmk

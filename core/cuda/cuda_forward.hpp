@@ -5,6 +5,8 @@
 //   -> o_proj -> residual add + rmsnorm -> gate_up -> silu*up -> down
 //   -> final residual add + rmsnorm -> lm_head on the logits rows only.
 // The last layer's o_proj and MLP run on the logits rows only, as on the CPU.
+// A tensor-parallel rank all-reduces the embedding and the outputs of o_proj
+// and down_proj, and gathers the logits at rank 0, as core/model.cpp does.
 // Nothing here waits for the device, allocates, or plans: the step's
 // attention plan and metadata upload come first (core/cuda/cuda_executor.cpp),
 // so that the same calls can be captured into a CUDA graph.
@@ -16,6 +18,7 @@
 #include <memory>
 
 #include "core/cuda/cuda_kv_memory.hpp"
+#include "core/cuda/cuda_tensor_parallel.hpp"
 #include "core/cuda/cuda_weights.hpp"
 #include "core/cuda/device_memory.hpp"
 #include "core/cuda/step_metadata.hpp"
@@ -53,6 +56,11 @@ struct CudaForward {
   const cuda::DeviceBuffer& attention_workspace;
   CudaActivations& act;
   cudaStream_t stream;
+  // Tensor parallelism: the model above is this rank's share
+  // (local_model_config), the step's token ids are rows of its embedding
+  // table (CudaTensorParallel::local_ids), and the partial sums are
+  // all-reduced here. Null at degree 1.
+  CudaTensorParallel* tensor_parallel = nullptr;
 };
 
 // Enqueues the forward of step `b`, whose arrays `m` holds on the device,

@@ -33,13 +33,13 @@ Error with_cuda_plugin_hint(const Error& e, const char* key, const char* plugins
 }
 
 CudaWeights load_cuda_weights(const Checkpoint& checkpoint, PluginRegistry& plugins, const EngineConfig& cfg,
-                              const ModelRuntime& runtime) {
+                              const ModelRuntime& runtime, const ModelShard* shard) {
   LinearPlacement placement;
   placement.device = LLMK_DEVICE_CUDA;
   placement.workspace = std::make_shared<LinearWorkspace>(&allocate_device_workspace, &release_device_workspace);
   CudaWeights w;
   try {
-    w.host = load_weights(checkpoint, plugins, cfg, runtime, placement);
+    w.host = load_weights(checkpoint, plugins, cfg, runtime, placement, shard);
   } catch (const Error& e) {
     throw with_cuda_plugin_hint(e, "plugins.linear",
                                 "linear.cublas, linear.cuda_int8, linear.cuda_int4 or linear.cuda_fp8");

@@ -36,9 +36,10 @@ struct CudaWeights {
 
 // Builds the linear layers on the device and uploads the rest. Throws what
 // load_weights throws; a plugin that refused the device names the CUDA
-// plugins to configure instead.
+// plugins to configure instead. With a shard, only its share (load_weights):
+// the embedding table is then its vocabulary rows.
 CudaWeights load_cuda_weights(const Checkpoint& checkpoint, PluginRegistry& plugins, const EngineConfig& cfg,
-                              const ModelRuntime& runtime);
+                              const ModelRuntime& runtime, const ModelShard* shard = nullptr);
 
 // A plugin error with what to configure instead (the defaults name the CPU
 // plugins): `key` is the config key, `plugins` the CUDA plugins for it.

@@ -10,12 +10,14 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "ipc/client.hpp"
 #include "ipc/load_generator.hpp"
 #include "serve_process.hpp"
 #include "support.hpp"
+#include "support/skip.hpp"
 
 using namespace llmk;
 using llmk::test::curl;
@@ -154,8 +156,11 @@ TEST_CASE("llmk serve streams 48 concurrent greedy requests per front end, each 
   }
 }
 
-TEST_CASE("example_zmq_client prints its usage, refuses bad arguments and streams a greedy completion", "[serve]") {
+TEST_CASE("example_zmq_client prints its usage, refuses bad arguments and streams a greedy completion",
+          "[serve][example]") {
   const std::string client = LLMK_BINARY_DIR "/bin/example_zmq_client";
+  if (!std::filesystem::exists(client))
+    LLMK_SKIP("example_zmq_client is not built here (LLMK_BUILD_EXAMPLES=OFF, as in the sanitized build)");
   const test::CommandResult help = test::run_command(client + " --help 2>&1");
   CHECK(help.status == 0);
   CHECK_THAT(help.out, Catch::Contains("usage: example_zmq_client [ENDPOINT [PROMPT [MAX_TOKENS]]]"));

@@ -77,15 +77,9 @@ int main(int argc, char** argv) {
   int status = 0;
   {
     PluginRegistry registry;
-    llmk_comm_desc desc{};
-    desc.struct_size = sizeof(desc);
-    desc.device = LLMK_DEVICE_CPU;
-    desc.device_index = -1;
-    desc.timeout_s = 60.0;
-    desc.options = "{}";
     std::shared_ptr<Communicator> world;
     try {
-      world = Communicator::world(registry.load(plugin, LLMK_PLUGIN_COMM), desc);
+      world = Communicator::world(registry.load(plugin, LLMK_PLUGIN_COMM), host_comm_desc(60.0));
     } catch (const Error& e) {
       std::fprintf(stderr, "bench_comm_allreduce: %s\n", e.what());
       MPI_Abort(MPI_COMM_WORLD, 2);

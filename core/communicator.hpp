@@ -26,6 +26,18 @@ struct CommStats {
   double seconds = 0;    // wall time inside calls (waiting for peers included)
 };
 
+// A desc for host buffers (device CPU, the plugin picking any device index).
+// `options` must outlive the desc's use.
+inline llmk_comm_desc host_comm_desc(double timeout_s, const char* options = "{}") {
+  llmk_comm_desc desc{};
+  desc.struct_size = sizeof(desc);
+  desc.device = LLMK_DEVICE_CPU;
+  desc.device_index = -1;
+  desc.timeout_s = timeout_s;
+  desc.options = options;
+  return desc;
+}
+
 class Communicator {
  public:
   // The world, from `plugin` (a comm plugin, e.g. comm.mpi). Throws

@@ -104,12 +104,7 @@ std::shared_ptr<ParallelJob> ParallelJob::join(const EngineConfig& cfg, PluginRe
   if (job_of_process) return job_of_process;
   const auto& p = cfg.parallel;
   const int64_t wanted = static_cast<int64_t>(p.tensor) * p.pipeline;
-  llmk_comm_desc desc{};
-  desc.struct_size = sizeof(desc);
-  desc.device = LLMK_DEVICE_CPU;
-  desc.device_index = -1;
-  desc.timeout_s = p.timeout_s;
-  desc.options = p.comm_options.c_str();
+  llmk_comm_desc desc = host_comm_desc(p.timeout_s, p.comm_options.c_str());
   std::shared_ptr<ParallelJob> job(new ParallelJob());
   job->tensor_ = static_cast<int32_t>(p.tensor);
   job->pipeline_ = static_cast<int32_t>(p.pipeline);

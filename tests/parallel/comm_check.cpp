@@ -143,12 +143,7 @@ int main(int argc, char** argv) {
   const std::string plugin = argc > 1 ? argv[1] : "comm.mpi";
   const std::string mode = argc > 2 ? argv[2] : "collectives";
   PluginRegistry registry;
-  llmk_comm_desc desc{};
-  desc.struct_size = sizeof(desc);
-  desc.device = LLMK_DEVICE_CPU;
-  desc.device_index = -1;
-  desc.timeout_s = mode == "stop" ? 2.0 : 60.0;
-  desc.options = "{}";
+  const llmk_comm_desc desc = host_comm_desc(mode == "stop" ? 2.0 : 60.0);
   auto world = Communicator::world(registry.load(plugin, LLMK_PLUGIN_COMM), desc);
   test::RankCheck check(world);
   if (mode == "collectives") {

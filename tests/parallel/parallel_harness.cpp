@@ -78,13 +78,8 @@ int main(int argc, char** argv) {
   using namespace llmk;
   spdlog::set_level(spdlog::level::warn);
   test::registry_holder = std::make_unique<PluginRegistry>();
-  llmk_comm_desc desc{};
-  desc.struct_size = sizeof(desc);
-  desc.device = LLMK_DEVICE_CPU;
-  desc.device_index = -1;
-  desc.timeout_s = 120;
-  desc.options = "{}";
-  test::world_holder = Communicator::world(test::registry_holder->load("comm.mpi", LLMK_PLUGIN_COMM), desc);
+  test::world_holder =
+      Communicator::world(test::registry_holder->load("comm.mpi", LLMK_PLUGIN_COMM), host_comm_desc(120));
   int result = 0;
   if (test::harness_world().rank() == 0) {
     result = Catch::Session().run(argc, argv);

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/model_cache.hpp"
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
 #include "core/generate.hpp"
@@ -30,12 +31,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path smollm_file() {
-  const char* cache = std::getenv("LLMK_MODEL_CACHE");
-  const char* home = std::getenv("HOME");
-  const fs::path root = cache && *cache ? fs::path(cache) : fs::path(home ? home : "") / ".cache" / "llmk";
-  return root / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+fs::path smollm_file() { return test::smollm2_file(); }
 
 }  // namespace
 

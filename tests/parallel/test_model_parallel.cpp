@@ -26,6 +26,7 @@
 #include "core/model_weights.hpp"
 #include "tests/parallel/parallel_harness.hpp"
 #include "tests/support/golden.hpp"
+#include "tests/support/model_cache.hpp"
 #include "tests/support/prompt_step.hpp"
 
 using namespace llmk;
@@ -265,7 +266,8 @@ TEST_CASE("KV heads are replicated when the degree exceeds them", "[parallel]") 
   // two tensor ranks, each serving its own query heads.
   const int32_t ranks = harness_world().size();
   const int32_t kv_heads = std::max(1, ranks / 2);
-  const std::string dir = std::string(LLMK_BINARY_DIR) + "/tests/parallel_mqa";
+  // In the build tree, one folder per world size: the 2- and 4-rank runs may run at once.
+  const std::string dir = std::string(LLMK_BINARY_DIR) + "/tests/parallel_mqa_" + std::to_string(ranks);
   std::filesystem::create_directories(dir);
   nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}},
                       {"hidden_size", 128},
@@ -308,10 +310,7 @@ TEST_CASE("a trained GGUF model on its blocks (SmolLM2 Q4_1, linear.gguf) at ten
   // group's sums in another order move values by ~1e-7, which flips some
   // roundings, so sharding is held to the scheme's own error (against the
   // same blocks dequantized to F32 at degree 1), as every plugin is.
-  const char* cache = std::getenv("LLMK_MODEL_CACHE");
-  const char* home = std::getenv("HOME");
-  const std::string file = (cache != nullptr ? std::string(cache) : std::string(home != nullptr ? home : "") + "/.cache/llmk") +
-                           "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string file = smollm2_file().string();
   if (harness_world().size() != 3 || !std::filesystem::exists(file)) {
     std::printf("LLMK_TEST_SKIPPED: needs 3 ranks and %s (scripts/setup.sh fetches it)\n", file.c_str());
     return;

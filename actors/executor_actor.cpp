@@ -13,6 +13,16 @@
 // planned. A step whose rows all take the raw argmax is published here,
 // from the executor's own argmax, when the executor keeps two views: the
 // next forward then starts without waiting for the sampler.
+//
+// A pipelined executor (Executor::max_steps_in_flight() > 1, pipeline
+// parallelism) keeps several steps in flight: the actor starts each step
+// (Executor::start_step) and answers it later, when its logits come back,
+// delegating to the sampler through the step's response promise. Logits
+// come back while a later step starts (the pipeline full), or when the
+// scheduler has nothing to start and asks for them (flush_atom). Such steps
+// carry no fed-back rows (the scheduler plans them disjoint instead).
+#include <deque>
+
 #include <spdlog/spdlog.h>
 
 #include "actors/pipeline.hpp"
@@ -35,6 +45,19 @@ struct ExecutorState {
   uint64_t handed[2] = {0, 0};
   std::vector<int32_t> ids;    // a step's ids from the executor's argmax
   int32_t num_sampleable = 0;  // logits columns the sampler may pick from (0: all)
+  // Pipelined: the steps started whose logits have not come back, oldest
+  // first; the steps whose views went to the sampler (the oldest view is
+  // overwritten once views_kept() later ones exist); the last step started
+  // and the last one handed to the sampler (a flush names what the
+  // scheduler had seen when it asked).
+  struct Started {
+    uint64_t step = 0;
+    SampleWork sample;
+    caf::typed_response_promise<StepResult> promise;
+  };
+  std::deque<Started> started;
+  std::deque<uint64_t> handed_views;
+  uint64_t last_started = 0, last_handed = 0;
   static inline const char* name = "executor";
 };
 
@@ -92,6 +115,84 @@ caf::result<StepResult> execute(ExecutorPointer self, StepWork& work) {
   return self->delegate(st.sampler, sample_atom::value, std::move(work.sample), logits);
 }
 
+// Pipelined: hands the oldest started step's logits to the sampler, which
+// answers the scheduler through the step's promise.
+void hand_oldest(ExecutorPointer self, LogitsView logits) {
+  auto& st = self->state;
+  ExecutorState::Started s = std::move(st.started.front());
+  st.started.pop_front();
+  if (st.num_sampleable > 0 && logits.vocab_size > st.num_sampleable) logits.vocab_size = st.num_sampleable;
+  st.handed_views.push_back(s.step);
+  st.last_handed = s.step;
+  s.promise.delegate(st.sampler, sample_atom::value, std::move(s.sample), logits);
+}
+
+// Pipelined: before a call that may return a view, the sampler must be done
+// with the view it overwrites.
+void make_room(ExecutorPointer self) {
+  auto& st = self->state;
+  const auto kept = static_cast<size_t>(st.executor->views_kept());
+  while (st.handed_views.size() >= kept) {
+    st.context.feedback->wait_sampled(st.handed_views.front(), st.context.timeouts.step);
+    st.handed_views.pop_front();
+  }
+}
+
+// Pipelined: the job failed (a lost peer); no started step's logits will come.
+void fail_started(ExecutorPointer self, ErrorCode code, const std::string& what) {
+  auto& st = self->state;
+  while (!st.started.empty()) {
+    st.started.front().promise.deliver(
+        make_actor_error(static_cast<int>(code), "forward failed: " + what));
+    st.started.pop_front();
+  }
+}
+
+caf::result<StepResult> start(ExecutorPointer self, StepWork& work) {
+  auto& st = self->state;
+  const uint64_t step = work.sample.step;
+  if (st.context.tracer) st.context.tracer->observe("executor", "start", {}, step);
+  auto promise = self->make_response_promise<StepResult>();
+  st.last_started = step;  // even if it fails: the scheduler counts it sent
+  try {
+    make_room(self);
+    std::optional<LogitsView> oldest;
+    {
+      ScopedSpan span(st.context.tracer.get(), "execute", "executor", step, work.batch.num_tokens());
+      const double begin = now_s();
+      oldest = st.executor->start_step(work.batch);
+      work.sample.forward_s = now_s() - begin;
+    }
+    st.started.push_back(ExecutorState::Started{step, std::move(work.sample), promise});
+    if (oldest) hand_oldest(self, *oldest);
+  } catch (const Error& e) {
+    promise.deliver(make_actor_error(static_cast<int>(e.code()), std::string("forward failed: ") + e.what()));
+    if (e.code() == ErrorCode::peer_lost) fail_started(self, e.code(), e.what());
+  } catch (const std::exception& e) {
+    promise.deliver(make_actor_error(static_cast<int>(ErrorCode::internal), std::string("forward failed: ") + e.what()));
+  }
+  return promise;
+}
+
+// Pipelined: the scheduler, having sent up to `last_sent` and seen results
+// up to `last_result`, has nothing more to start. Unless a later step came or
+// a result is on its way to it (then it will start or ask again), the
+// oldest step's logits are taken now.
+void flush(ExecutorPointer self, uint64_t last_sent, uint64_t last_result) {
+  auto& st = self->state;
+  if (st.started.empty() || st.last_started != last_sent || st.last_handed > last_result) return;
+  const uint64_t step = st.started.front().step;
+  try {
+    make_room(self);
+    ScopedSpan span(st.context.tracer.get(), "finish", "executor", step, 0);
+    hand_oldest(self, st.executor->finish_oldest());
+  } catch (const Error& e) {
+    fail_started(self, e.code(), e.what());
+  } catch (const std::exception& e) {
+    fail_started(self, ErrorCode::internal, e.what());
+  }
+}
+
 }  // namespace
 
 executor_actor spawn_executor(caf::actor_system& system, std::shared_ptr<Executor> executor, sampler_actor sampler,
@@ -106,7 +207,11 @@ executor_actor spawn_executor(caf::actor_system& system, std::shared_ptr<Executo
     self->state.sampler = sampler;
     self->state.context = context;
     return {
-        [self](execute_atom, StepWork& work) -> caf::result<StepResult> { return execute(self, work); },
+        [self](execute_atom, StepWork& work) -> caf::result<StepResult> {
+          if (self->state.executor->max_steps_in_flight() > 1) return start(self, work);
+          return execute(self, work);
+        },
+        [self](flush_atom, uint64_t last_sent, uint64_t last_result) { flush(self, last_sent, last_result); },
     };
   }, std::move(executor), std::move(sampler), std::move(context), num_sampleable_tokens);
 }

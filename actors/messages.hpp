@@ -57,6 +57,7 @@ using cancel_atom = caf::atom_constant<caf::atom("cancel")>;      // client → 
 using enqueue_atom = caf::atom_constant<caf::atom("enqueue")>;    // tokenizer → scheduler
 using open_atom = caf::atom_constant<caf::atom("open")>;          // scheduler → detokenizer
 using execute_atom = caf::atom_constant<caf::atom("execute")>;    // scheduler → executor
+using flush_atom = caf::atom_constant<caf::atom("flush")>;        // scheduler → executor (pipelined)
 using sample_atom = caf::atom_constant<caf::atom("sample")>;      // executor → sampler
 using tokens_atom = caf::atom_constant<caf::atom("tokens")>;      // scheduler → detokenizer
 using stats_atom = caf::atom_constant<caf::atom("stats")>;        // client → scheduler
@@ -139,6 +140,10 @@ struct StepWork {
   SampleWork sample;
 };
 
+//    A pipelined executor answers later, in step order; the scheduler sends
+//    (flush_atom, last step sent, last result received) when it has nothing
+//    more to start, so the executor takes the oldest step's logits then.
+//
 // 5. executor → sampler: (sample_atom, SampleWork, LogitsView)
 //    The view's rows are work.rows in order, on the executor's device; valid
 //    until the sampler marks the step sampled (actors/step_feedback.hpp).
@@ -341,7 +346,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EngineStats& x) {
   return f(caf::meta::type_name("EngineStats"), x.num_running, x.num_waiting, x.num_requests_total,
            x.num_requests_finished, x.num_prompt_tokens, x.num_prefill_tokens, x.num_generated_tokens,
-           x.num_preemptions, x.num_steps, x.mean_batch_seqs, x.mean_batch_tokens, x.kv, x.peak_running);
+           x.num_preemptions, x.num_steps, x.mean_batch_seqs, x.mean_batch_tokens, x.kv, x.peak_running,
+           x.peak_steps_in_flight);
 }
 
 // ---------------------------------------------------------------------------
@@ -362,7 +368,9 @@ using sampler_actor = caf::typed_actor<  //
     caf::replies_to<sample_atom, SampleWork, LogitsView>::with<StepResult>>;
 
 using executor_actor = caf::typed_actor<  //
-    caf::replies_to<execute_atom, StepWork>::with<StepResult>>;
+    caf::replies_to<execute_atom, StepWork>::with<StepResult>,
+    // pipelined executors: the last step sent, the last result seen
+    caf::reacts_to<flush_atom, uint64_t, uint64_t>>;
 
 using detokenizer_actor = caf::typed_actor<  //
     caf::reacts_to<open_atom, DetokenizerOpen>,

@@ -12,6 +12,12 @@
 // step t's sampling is done, and the scheduler's update and planning run
 // while the device computes. Results are applied strictly in step order.
 //
+// With a pipelined executor (Executor::max_steps_in_flight() = P > 1), up to
+// P steps of disjoint sequences are in flight instead (the Scheduler plans
+// each beside the others), so every stage of the pipeline has a step; when
+// nothing more can be planned, the executor is asked for the oldest step's
+// logits (flush_atom).
+//
 // Cancels, stop-string hits and refusals are applied between steps by the
 // Scheduler's own rules (KV freed by them is reused only by a later plan,
 // which runs after every step already sent).
@@ -43,7 +49,8 @@ struct SchedulerActorState {
     std::optional<caf::error> error;
     bool arrived() const { return result.has_value() || error.has_value(); }
   };
-  std::deque<InFlight> in_flight;  // oldest first; at most two
+  std::deque<InFlight> in_flight;  // oldest first; at most two, or the pipeline's stages
+  uint64_t last_sent = 0, last_result = 0;  // step ids: the last sent, the last whose outcome arrived
   std::unordered_map<std::string, uint64_t> live;  // live request id -> its request key (Sequence::request_key)
   // The sampler's view of the requests (see SampleWork): keys it holds state
   // for, and keys to release with the next step.
@@ -206,16 +213,44 @@ void send_step(SchedulerPointer self, StepPlan plan) {
       if (f.plan.step_id == id) return &f;
     return nullptr;
   };
+  st.last_sent = step;
   self->request(st.executor, st.context.timeouts.step, execute_atom::value, std::move(work))
       .then(
           [self, step, find](StepResult& result) {
+            self->state.last_result = std::max(self->state.last_result, step);
             if (auto* f = find(step)) f->result = std::move(result);
             drain(self);
           },
           [self, step, find](caf::error& err) {
+            self->state.last_result = std::max(self->state.last_result, step);
             if (auto* f = find(step)) f->error = std::move(err);
             drain(self);
           });
+}
+
+// Pipelined: plans steps beside those in flight while the Scheduler can,
+// then, with steps in flight and nothing more to start, asks the executor
+// for the oldest one's logits.
+void fill_pipeline(SchedulerPointer self) {
+  auto& st = self->state;
+  const int32_t depth = st.scheduler().max_steps_in_flight();
+  while (static_cast<int32_t>(st.in_flight.size()) < depth) {
+    StepPlan plan;
+    {
+      ScopedSpan span(st.tracer(), "schedule", "scheduler", 0);
+      try {
+        plan = st.scheduler().schedule();
+      } catch (const std::exception& e) {
+        spdlog::error("scheduler: schedule() failed: {}", e.what());
+      }
+      span.set_count(plan.batch.num_seqs());
+    }
+    send_tokens(self, 0, wrap(std::move(plan.events)));  // sequences that can never fit
+    plan.events.clear();
+    if (plan.empty()) break;
+    send_step(self, std::move(plan));
+  }
+  if (!st.in_flight.empty()) self->send(st.executor, flush_atom::value, st.last_sent, st.last_result);
 }
 
 // Plans and sends steps: a full schedule() when nothing is in flight, then
@@ -223,6 +258,10 @@ void send_step(SchedulerPointer self, StepPlan plan) {
 void maybe_schedule(SchedulerPointer self) {
   auto& st = self->state;
   if (st.shutting_down) return;
+  if (st.scheduler().max_steps_in_flight() > 1) {
+    fill_pipeline(self);
+    return;
+  }
   if (st.in_flight.empty()) {
     StepPlan plan;
     std::vector<TokenEvent> refused;
@@ -295,6 +334,7 @@ EngineStats engine_stats(const SchedulerStats& s) {
   e.mean_batch_tokens = s.mean_batch_tokens();
   e.kv = s.kv;
   e.peak_running = s.peak_running;
+  e.peak_steps_in_flight = s.peak_steps_in_flight;
   return e;
 }
 

@@ -40,6 +40,12 @@ class CpuExecutor final : public Executor {
     return true;
   }
 
+  bool set_stage_handover(std::function<void(const float* rows, size_t count)> handover) override {
+    if (model_->shard().last_stage()) return false;
+    model_->set_stage_handover(std::move(handover));
+    return true;
+  }
+
   std::vector<uint8_t> save_kv(const std::vector<int32_t>& slots) override { return model_->save_kv(slots); }
   void restore_kv(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data) override {
     model_->restore_kv(slots, data);

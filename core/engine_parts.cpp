@@ -35,9 +35,12 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
     scheduling->offloader = parts.executor;
     options.offloader = scheduling->offloader.get();
   }
+  // A pipeline keeps a step per stage in flight; the scheduler plans them
+  // disjoint, so nothing is planned ahead with fed-back ids.
+  options.max_steps_in_flight = parts.executor->max_steps_in_flight();
   const SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   scheduling->scheduler = std::make_unique<Scheduler>(config.scheduler, limits, *scheduling->kv, options);
-  scheduling->overlap = config.scheduler.overlap;
+  scheduling->overlap = config.scheduler.overlap && options.max_steps_in_flight == 1;
   parts.scheduling = std::move(scheduling);
 
   spdlog::info("engine: {} layers, vocab {}, context {}, executor {}", mc.num_layers, mc.vocab_size,

@@ -22,6 +22,7 @@ struct EngineStats {
   double mean_batch_tokens = 0;       // mean tokens per step
   llmk_kv_usage kv{};
   uint64_t peak_running = 0;
+  uint64_t peak_steps_in_flight = 0;  // steps planned and not yet updated at once (pipelined: up to the stages)
 };
 
 }  // namespace llmk

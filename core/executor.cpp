@@ -94,6 +94,14 @@ void Executor::copy_ids_to_host(const SampledIds& ids, int32_t* out) {
   if (ids.count > 0) std::memcpy(out, ids.data, static_cast<size_t>(ids.count) * sizeof(int32_t));
 }
 
+std::optional<LogitsView> Executor::start_step(const StepBatch& /*batch*/) {
+  throw Error(ErrorCode::internal, "start_step: the " + describe() + " executor runs one step at a time (execute)");
+}
+
+LogitsView Executor::finish_oldest() {
+  throw Error(ErrorCode::internal, "finish_oldest: the " + describe() + " executor runs one step at a time (execute)");
+}
+
 std::unique_ptr<Executor> make_executor(const EngineConfig& cfg, std::shared_ptr<const Checkpoint> checkpoint,
                                         PluginRegistry& plugins) {
   const std::string& name = cfg.executor.device;

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -133,6 +135,29 @@ class Executor : public KvOffloader {
   // are host memory already; other devices override it. Throws
   // Error(invalid_argument) for ids of another device.
   virtual void copy_ids_to_host(const SampledIds& ids, int32_t* out);
+
+  // Steps in flight. An executor whose forward is a pipeline of stages
+  // (parallel.pipeline > 1: core/parallel_executor.hpp) keeps up to
+  // max_steps_in_flight() steps in it at once, one per stage, so no stage
+  // idles while the host samples and plans; each step runs in two calls:
+  //   start_step(batch) runs this rank's stage of the step and passes it
+  //     on; when the pipeline is full it first takes the logits of the
+  //     oldest step in flight, and returns them;
+  //   finish_oldest() waits for the oldest step in flight and returns its
+  //     logits (for when no next step is ready).
+  // Logits come back in the order the steps started, each view valid until
+  // views_kept() later views have been returned. Such steps carry no
+  // fed-back rows. Every other executor has one step in flight: execute().
+  virtual int32_t max_steps_in_flight() const { return 1; }
+  virtual std::optional<LogitsView> start_step(const StepBatch& batch);
+  virtual LogitsView finish_oldest();
+  virtual int32_t steps_in_flight() const { return 0; }  // started, logits not yet returned
+  // Pipeline parallelism, on a stage before the last: the residual stream
+  // goes to `handover` instead of the next stage (Model::set_stage_handover).
+  // False where the executor holds no such stage.
+  virtual bool set_stage_handover(std::function<void(const float* rows, size_t count)> /*handover*/) {
+    return false;
+  }
 
   virtual size_t weight_bytes() const = 0;    // as the device holds them (quantized, packed)
   virtual size_t kv_cache_bytes() const = 0;  // KV memory reserved on the device

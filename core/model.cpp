@@ -58,6 +58,7 @@ struct Model::Impl {
   std::vector<float> rope_cos, rope_sin;  // [max_seq_len, head_dim / 2]
 
   ForwardTimings* timings = nullptr;  // Model::time_forwards
+  Model::StageHandover handover;      // Model::set_stage_handover
   int64_t q_dim = 0, kv_dim = 0, qkv_dim = 0;
   // Activations for max_step_tokens rows.
   std::vector<float> hidden, x_norm, qkv, q, k, v, attn, proj, gate_up, act;
@@ -155,6 +156,7 @@ size_t Model::kv_cache_bytes() const { return impl_->kv->bytes(); }
 
 void Model::forward(const StepBatch& batch, float* logits) { impl_->forward(batch, logits); }
 void Model::time_forwards(ForwardTimings* timings) { impl_->timings = timings; }
+void Model::set_stage_handover(StageHandover handover) { impl_->handover = std::move(handover); }
 
 std::vector<uint8_t> Model::save_kv(const std::vector<int32_t>& slots) const { return impl_->kv->save(slots); }
 
@@ -258,6 +260,11 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
   if (!shard.last_stage()) {
     // The residual stream goes on to the next stage, the last MLP output folded in.
     for (int64_t i = 0; i < n * h; ++i) hidden[i] += proj[i];
+    if (handover) {
+      handover(hidden.data(), static_cast<size_t>(n * h));
+      laps.lap(ForwardOp::other);
+      return;
+    }
     job->world().send(hidden.data(), static_cast<size_t>(n * h), DType::f32,
                       job->world_rank(shard.stage + 1, shard.tensor.rank));
     // Rank 0 (the first stage's) receives the logits from the last stage.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -42,6 +43,16 @@ class Model {
   // Every later forward adds its operations' wall time to *timings (nullptr:
   // stop). The caller keeps timings alive meanwhile.
   void time_forwards(ForwardTimings* timings);
+  // Pipeline parallelism, on a stage before the last: `handover` (rows x
+  // hidden floats of the residual stream) replaces the forward's own ending,
+  // which sends them to the next stage and, at world rank 0, waits for the
+  // logits from the last stage. The caller then sends them itself, after
+  // whatever must reach the next stage first, and takes the logits when it
+  // chooses: the pipelined executor (core/parallel_executor.hpp) keeps
+  // several steps in flight that way. An empty function restores the
+  // forward's own ending.
+  using StageHandover = std::function<void(const float* rows, size_t count)>;
+  void set_stage_handover(StageHandover handover);
   size_t weight_bytes() const;    // in the linear plugins' formats plus embeddings and norms
   size_t kv_cache_bytes() const;
 

@@ -75,11 +75,49 @@ StepBatch decode(const std::vector<uint8_t>& bytes) {
   return b;
 }
 
-void announce(Communicator& world, Command command, const std::vector<uint8_t>& payload) {
-  Header h{static_cast<uint64_t>(command), payload.size()};
-  world.broadcast(&h, sizeof(h), DType::u8, 0);
-  if (!payload.empty()) world.broadcast(const_cast<uint8_t*>(payload.data()), payload.size(), DType::u8, 0);
-}
+// The way announcements travel (see the header): rank 0 broadcasts to its
+// stage's tensor group, and each stage passes them on to its peer (the same
+// tensor rank) in the next stage.
+class CommandPath {
+ public:
+  explicit CommandPath(ParallelJob& job) : job_(job) {}
+
+  // Rank 0: the announcement to the tensor group of stage 0.
+  void announce(const Header& h, const std::vector<uint8_t>& payload) {
+    if (job_.tensor() == 1) return;
+    Header copy = h;
+    job_.tensor_group().broadcast(&copy, sizeof(copy), DType::u8, 0);
+    if (!payload.empty())
+      job_.tensor_group().broadcast(const_cast<uint8_t*>(payload.data()), payload.size(), DType::u8, 0);
+  }
+  // Any other rank: the next announcement, from rank 0 or the stage before.
+  void receive(Header& h, std::vector<uint8_t>& payload) {
+    if (job_.stage() == 0) {
+      job_.tensor_group().broadcast(&h, sizeof(h), DType::u8, 0);
+      payload.resize(h.payload_bytes);
+      if (!payload.empty()) job_.tensor_group().broadcast(payload.data(), payload.size(), DType::u8, 0);
+      return;
+    }
+    const int32_t from = job_.world_rank(job_.stage() - 1, job_.tensor_rank());
+    job_.world().recv(&h, sizeof(h), DType::u8, from);
+    payload.resize(h.payload_bytes);
+    if (!payload.empty()) job_.world().recv(payload.data(), payload.size(), DType::u8, from);
+  }
+  // To the next stage's peer (nothing on the last stage).
+  void pass_on(const Header& h, const std::vector<uint8_t>& payload) {
+    if (job_.stage() == job_.pipeline() - 1) return;
+    const int32_t to = job_.world_rank(job_.stage() + 1, job_.tensor_rank());
+    job_.world().send(&h, sizeof(h), DType::u8, to);
+    if (!payload.empty()) job_.world().send(payload.data(), payload.size(), DType::u8, to);
+  }
+  // A stage's residual stream, to the next stage's peer.
+  void send_rows(const float* rows, size_t count) {
+    job_.world().send(rows, count, DType::f32, job_.world_rank(job_.stage() + 1, job_.tensor_rank()));
+  }
+
+ private:
+  ParallelJob& job_;
+};
 
 std::vector<uint8_t> slots_bytes(const std::vector<int32_t>& slots) {
   std::vector<uint8_t> bytes(slots.size() * 4);
@@ -132,8 +170,11 @@ std::vector<uint8_t> part_of(const std::vector<uint8_t>& all, int32_t rank) {
 
 ParallelExecutor::ParallelExecutor(std::unique_ptr<Executor> local, std::shared_ptr<ParallelJob> job,
                                    double timeout_s)
-    : local_(std::move(local)), job_(std::move(job)), timeout_s_(timeout_s),
+    : local_(std::move(local)), job_(std::move(job)), timeout_s_(timeout_s), stages_(job_->pipeline()),
       last_call_(std::chrono::steady_clock::now()) {
+  if (stages_ > 1) {
+    for (int32_t i = 0; i < views_kept(); ++i) received_.push_back(std::make_shared<std::vector<float>>());
+  }
   if (timeout_s_ > 0) keeper_ = std::thread([this] { keep_alive(); });
 }
 
@@ -147,7 +188,8 @@ ParallelExecutor::~ParallelExecutor() {
   if (job_->failed()) return;  // the job ends by abort, not by a stop
   try {
     std::lock_guard lock(mutex_);
-    announce(job_->world(), Command::stop, {});
+    while (!pending_.empty()) receive_oldest();  // steps nobody waits for any more
+    announce_call(static_cast<uint64_t>(Command::stop), {});
   } catch (const std::exception& e) {
     spdlog::error("parallel: could not stop the other ranks: {}", e.what());
   }
@@ -169,6 +211,16 @@ auto ParallelExecutor::guarded(Fn&& fn) {
   }
 }
 
+void ParallelExecutor::announce_call(uint64_t command, const std::vector<uint8_t>& payload) {
+  if (!pending_.empty())
+    throw Error(ErrorCode::internal, "parallel: a KV save, restore or stop while " +
+                                         std::to_string(pending_.size()) + " steps are in flight");
+  CommandPath path(*job_);
+  const Header h{command, payload.size()};
+  path.announce(h, payload);
+  path.pass_on(h, payload);
+}
+
 LogitsView ParallelExecutor::execute(const StepBatch& batch, const SampledIds& previous) {
   // Checked before the other ranks hear of it: from here on, an error leaves
   // the ranks out of step and ends the job.
@@ -188,17 +240,89 @@ LogitsView ParallelExecutor::execute(const StepBatch& batch, const SampledIds& p
           previous.failed ? 0 : previous_ids_[static_cast<size_t>(f.previous_row)];
     step = &resolved_;
   }
+  if (stages_ > 1) {
+    // One step through the whole pipeline.
+    if (!pending_.empty())
+      throw Error(ErrorCode::internal, "execute: " + std::to_string(pending_.size()) +
+                                           " pipelined steps are in flight (finish_oldest first)");
+    start_step(*step);
+    return finish_oldest();
+  }
   const ModelRuntime& rt = local_->runtime();
   validate_step(*step, local_->model_config().vocab_size, rt.max_seq_len, rt.max_step_tokens);
   return guarded([&] {
-    announce(job_->world(), Command::step, encode(*step));
+    const std::vector<uint8_t> payload = encode(*step);
+    CommandPath(*job_).announce(Header{static_cast<uint64_t>(Command::step), payload.size()}, payload);
     return local_->execute(*step);
   });
 }
 
+std::optional<LogitsView> ParallelExecutor::start_step(const StepBatch& batch) {
+  if (stages_ == 1) return Executor::start_step(batch);
+  if (!batch.fed_back.empty())
+    throw Error(ErrorCode::invalid_argument, "start_step: a pipelined step has no fed-back rows");
+  const ModelRuntime& rt = local_->runtime();
+  validate_step(batch, local_->model_config().vocab_size, rt.max_seq_len, rt.max_step_tokens);
+  {
+    std::lock_guard lock(mutex_);
+    if (static_cast<int32_t>(pending_.size()) >= stages_)
+      throw Error(ErrorCode::internal, "start_step: " + std::to_string(stages_) +
+                                           " steps are in flight already (finish_oldest first)");
+  }
+  return guarded([&] {
+    CommandPath path(*job_);
+    const std::vector<uint8_t> payload = encode(batch);
+    const Header h{static_cast<uint64_t>(Command::step), payload.size()};
+    path.announce(h, payload);
+    std::optional<LogitsView> oldest;
+    bool handed_over = false;
+    local_->set_stage_handover([&](const float* rows, size_t count) {
+      // The later stages hold one step each: the last one's logits must be
+      // taken before this step can go on.
+      if (static_cast<int32_t>(pending_.size()) == stages_ - 1) oldest = receive_oldest();
+      path.pass_on(h, payload);
+      path.send_rows(rows, count);
+      handed_over = true;
+    });
+    local_->execute(batch);
+    local_->set_stage_handover({});
+    if (!handed_over) throw Error(ErrorCode::internal, "start_step: stage 0 did not hand the step on");
+    pending_.push_back(batch.num_logits());
+    return oldest;
+  });
+}
+
+LogitsView ParallelExecutor::finish_oldest() {
+  if (stages_ == 1) return Executor::finish_oldest();
+  {
+    std::lock_guard lock(mutex_);
+    if (pending_.empty()) throw Error(ErrorCode::internal, "finish_oldest: no step in flight");
+  }
+  return guarded([&] { return receive_oldest(); });
+}
+
+LogitsView ParallelExecutor::receive_oldest() {
+  const int32_t rows = pending_.front();
+  pending_.pop_front();
+  const int32_t vocab = local_->model_config().vocab_size;
+  const std::shared_ptr<std::vector<float>>& buffer = received_[next_received_];
+  next_received_ = (next_received_ + 1) % received_.size();
+  const size_t count = static_cast<size_t>(rows) * static_cast<size_t>(vocab);
+  if (buffer->size() < count) buffer->resize(count);
+  if (count > 0) job_->world().recv(buffer->data(), count, DType::f32, job_->world_rank(stages_ - 1, 0));
+  LogitsView view;
+  view.device = Device::cpu;
+  view.data = buffer->data();
+  view.num_rows = rows;
+  view.vocab_size = vocab;
+  view.row_stride = vocab;
+  view.keep_alive = buffer;
+  return view;
+}
+
 std::vector<uint8_t> ParallelExecutor::save_kv(const std::vector<int32_t>& slots) {
   return guarded([&] {
-    announce(job_->world(), Command::save_kv, slots_bytes(slots));
+    announce_call(static_cast<uint64_t>(Command::save_kv), slots_bytes(slots));
     return gather_saves(job_->world(), local_->save_kv(slots));
   });
 }
@@ -210,7 +334,7 @@ void ParallelExecutor::restore_kv(const std::vector<int32_t>& slots, const std::
     const uint64_t count = slots.size();
     payload.insert(payload.begin(), reinterpret_cast<const uint8_t*>(&count), reinterpret_cast<const uint8_t*>(&count) + 8);
     payload.insert(payload.end(), data.begin(), data.end());
-    announce(job_->world(), Command::restore_kv, payload);
+    announce_call(static_cast<uint64_t>(Command::restore_kv), payload);
     local_->restore_kv(slots, mine);
     return 0;
   });
@@ -224,9 +348,10 @@ void ParallelExecutor::keep_alive() {
   while (!stopping_) {
     wake_.wait_for(lock, period);
     if (stopping_ || job_->failed()) continue;
-    if (std::chrono::steady_clock::now() - last_call_ < period) continue;
+    // Steps in flight: the next call waits on the last stage anyway.
+    if (!pending_.empty() || std::chrono::steady_clock::now() - last_call_ < period) continue;
     try {
-      announce(job_->world(), Command::keep_alive, {});
+      announce_call(static_cast<uint64_t>(Command::keep_alive), {});
       job_->world().barrier();  // every rank answers: a lost one is found
       last_call_ = std::chrono::steady_clock::now();
     } catch (const std::exception& e) {
@@ -242,14 +367,24 @@ int serve_parallel_steps(const EngineConfig& cfg, std::shared_ptr<const Checkpoi
     const std::unique_ptr<Executor> shard = make_shard_executor(cfg, std::move(checkpoint), plugins, job);
     Executor& local = *shard;
     spdlog::info("parallel: {} serves rank 0's steps: {}", job->describe(), local.describe());
+    CommandPath path(*job);
+    Header h;
+    std::vector<uint8_t> payload;
+    // A step's announcement goes on with its residual stream, once computed.
+    local.set_stage_handover([&](const float* rows, size_t count) {
+      path.pass_on(h, payload);
+      path.send_rows(rows, count);
+    });
     for (;;) {
-      Header h;
-      world.broadcast(&h, sizeof(h), DType::u8, 0);
-      std::vector<uint8_t> payload(h.payload_bytes);
-      if (!payload.empty()) world.broadcast(payload.data(), payload.size(), DType::u8, 0);
-      switch (static_cast<Command>(h.command)) {
+      path.receive(h, payload);
+      const auto command = static_cast<Command>(h.command);
+      if (command == Command::step) {
+        local.execute(decode(payload));
+        continue;
+      }
+      path.pass_on(h, payload);
+      switch (command) {
         case Command::stop: spdlog::info("parallel: rank 0 stopped the job"); return 0;
-        case Command::step: local.execute(decode(payload)); break;
         case Command::save_kv: {
           std::vector<int32_t> slots(payload.size() / 4);
           std::memcpy(slots.data(), payload.data(), slots.size() * 4);

@@ -4,8 +4,23 @@
 // ranks before running it on its own shard, and every other rank runs
 // serve_parallel_steps(), which receives those announcements and runs the
 // same call on its shard. The forward itself does the data exchange (the
-// tensor group's all-reduces, the stages' sends, the logits gathered at
-// rank 0: core/model.cpp).
+// tensor group's all-reduces, the stages' residual streams, the logits
+// gathered and sent to rank 0: core/model.cpp).
+//
+// How announcements travel: rank 0 broadcasts each to its stage's tensor
+// group, and every stage passes it on to the same tensor rank of the next
+// stage. A step's announcement goes on just before the step's residual
+// stream, once the stage has computed it; any other at once. So every stage
+// sees the calls in rank 0's order and runs each after the ones before it,
+// and no stage ever waits for a later stage's work before starting its own.
+//
+// Pipeline parallelism keeps up to parallel.pipeline steps in flight, one per
+// stage (Executor::start_step): rank 0 computes stage 0 of step t while the
+// later stages compute steps t-1, t-2, ...; it takes the last stage's logits
+// of the oldest step just before handing step t on when the pipeline is full
+// (so the stages' hand-overs never wait on each other in a circle), or when
+// the scheduler has nothing else to start (finish_oldest). The scheduler
+// keeps the steps in flight disjoint (Scheduler, max_steps_in_flight).
 //
 // Faults: when a peer dies or stops answering, the call that waits on it
 // throws Error(peer_lost) naming it (parallel.timeout_s). The executor then
@@ -18,6 +33,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,7 +56,14 @@ class ParallelExecutor final : public Executor {
   const ModelRuntime& runtime() const override { return local_->runtime(); }
   using Executor::execute;
   LogitsView execute(const StepBatch& batch, const SampledIds& previous) override;
-  int32_t views_kept() const override { return local_->views_kept(); }
+  // parallel.pipeline when above 1: see above.
+  int32_t max_steps_in_flight() const override { return stages_; }
+  std::optional<LogitsView> start_step(const StepBatch& batch) override;
+  LogitsView finish_oldest() override;
+  int32_t steps_in_flight() const override { return static_cast<int32_t>(pending_.size()); }
+  // Pipelined, rank 0 receives each step's logits into one of
+  // max_steps_in_flight() + 1 buffers, used in turn.
+  int32_t views_kept() const override { return stages_ > 1 ? stages_ + 1 : local_->views_kept(); }
   bool argmax_rows(const LogitsView& view, std::span<int32_t> out) override { return local_->argmax_rows(view, out); }
   void copy_logits_to_host(const LogitsView& view, int32_t first_row, int32_t num_rows, float* out) override {
     local_->copy_logits_to_host(view, first_row, num_rows, out);  // rank 0's logits, on its device
@@ -57,10 +80,19 @@ class ParallelExecutor final : public Executor {
   template <class Fn>
   auto guarded(Fn&& fn);
   void keep_alive();
+  // Announces a call other than a step, with nothing in flight.
+  void announce_call(uint64_t command, const std::vector<uint8_t>& payload);
+  LogitsView receive_oldest();  // under the lock
 
   std::unique_ptr<Executor> local_;
   std::shared_ptr<ParallelJob> job_;
   double timeout_s_;
+  int32_t stages_ = 1;
+  // Pipelined: the steps started whose logits rank 0 has not taken, oldest
+  // first (their logits rows), and the buffers the logits land in.
+  std::deque<int32_t> pending_;
+  std::vector<std::shared_ptr<std::vector<float>>> received_;
+  size_t next_received_ = 0;
   StepBatch resolved_;  // a step with fed-back rows, their ids put in
   std::vector<int32_t> previous_ids_;  // the previous step's ids, on the host
   std::vector<uint8_t> message_;

@@ -33,6 +33,10 @@ Scheduler::Scheduler(const SchedulerSection& config, const SchedulerLimits& limi
   if (config_.preemption == "recompute") offloader_ = nullptr;
   max_num_batched_tokens_ = static_cast<int32_t>(config_.max_num_batched_tokens);
   max_num_seqs_ = static_cast<int32_t>(std::min(config_.max_num_seqs, config_.max_num_batched_tokens));
+  if (options.max_steps_in_flight < 1)
+    throw Error(ErrorCode::invalid_config, "scheduler: max_steps_in_flight must be at least 1, got " +
+                                               std::to_string(options.max_steps_in_flight));
+  max_steps_in_flight_ = is_static_ ? 1 : options.max_steps_in_flight;
 }
 
 Scheduler::~Scheduler() = default;
@@ -128,6 +132,7 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
     const int32_t* tokens = sampled.data() + next_logit;
     next_logit += static_cast<size_t>(s.num_samples);
     Sequence* seq = find(s.seq_id);
+    if (seq != nullptr) seq->in_flight = false;
     if (seq == nullptr || seq->status != SequenceStatus::running) continue;  // cancelled or stopped meanwhile
     kv_.commit_tokens(seq->seq_id, static_cast<uint32_t>(s.first_new_position),
                       seq->tokens.data() + s.first_new_position, static_cast<uint32_t>(s.num_new_tokens));
@@ -150,6 +155,8 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
 std::vector<TokenEvent> Scheduler::fail_step(const StepPlan& plan, const std::string& error, ErrorCode code) {
   in_flight_.erase(std::remove(in_flight_.begin(), in_flight_.end(), plan.step_id), in_flight_.end());
   std::vector<TokenEvent> events;
+  for (const ScheduledSeq& s : plan.seqs)
+    if (Sequence* seq = find(s.seq_id)) seq->in_flight = false;
   for (const ScheduledSeq& s : plan.seqs)
     if (Sequence* seq = find(s.seq_id)) finish(*seq, FinishReason::error, std::nullopt, error, events);
   for (TokenEvent& e : events) e.error_code = code;

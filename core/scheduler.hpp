@@ -21,6 +21,17 @@
 // nothing and the next schedule() (with nothing in flight) decides exactly
 // as without overlap.
 //
+// Pipelined steps (SchedulerOptions::max_steps_in_flight = P > 1, for an
+// executor whose stages each hold a step): schedule() may be called again
+// while up to P - 1 plans await their update, and plans only sequences that
+// are in none of them, so the steps in flight are disjoint (each of them a
+// micro-batch, as vLLM's virtual engines keep theirs). A step takes at most
+// ceil(running / P) decodes, so the running sequences spread over the P
+// steps. With steps in flight it never preempts and never restores
+// offloaded K/V: where a decode would need it, it plans what fits and
+// admits nothing, and a schedule() with nothing in flight decides as
+// usual. Updates still come in step order.
+//
 // Policies (SchedulerSection::policy):
 //  - continuous: iteration-level batching with chunked prefill. Every step
 //    first gives each running, fully prefilled sequence its decode token, then
@@ -91,6 +102,10 @@ struct SchedulerLimits {
 struct SchedulerOptions {
   ClockFn clock;                        // default: steady_clock::now
   KvOffloader* offloader = nullptr;     // required when preemption == "offload"
+  // Steps schedule() may have in flight at once: the executor's
+  // (Executor::max_steps_in_flight, a pipeline's stages). Ignored (1) by
+  // the static policy.
+  int32_t max_steps_in_flight = 1;
 };
 
 // One sequence of the batch, in batch order.
@@ -162,6 +177,7 @@ struct SchedulerStats {
   uint64_t num_batch_tokens = 0;
   uint64_t num_padded_slots = 0;         // static policy: idle slots and padded prefill tokens
   uint64_t peak_running = 0;
+  uint64_t peak_steps_in_flight = 0;     // plans awaiting their update at once
   llmk_kv_usage kv{};
   double mean_batch_seqs() const { return num_steps ? double(num_batch_seqs) / double(num_steps) : 0.0; }
   double mean_batch_tokens() const { return num_steps ? double(num_batch_tokens) / double(num_steps) : 0.0; }
@@ -196,8 +212,11 @@ class Scheduler {
                                          FinishReason reason = FinishReason::stop);
 
   // Plans the next step; a plan with no sequences when there is nothing to
-  // run (its events may still hold finished sequences).
+  // run (its events may still hold finished sequences). Pipelined, also
+  // while fewer than max_steps_in_flight() plans are in flight.
   StepPlan schedule();
+  int32_t max_steps_in_flight() const { return max_steps_in_flight_; }
+  int32_t steps_in_flight() const { return static_cast<int32_t>(in_flight_.size()); }
   // Plans the step after `in_flight`, the one step in flight (see above).
   // Returns an empty plan, changing nothing, when it cannot: the static
   // policy, a step in flight that forks samples or pads, a decode that would
@@ -259,6 +278,7 @@ class Scheduler {
   bool is_static_ = false;
   int32_t max_num_seqs_ = 0;             // min(max_num_seqs, max_num_batched_tokens): decodes always fit
   int32_t max_num_batched_tokens_ = 0;
+  int32_t max_steps_in_flight_ = 1;
 
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // live sequences
   std::unordered_map<std::string, RequestState> requests_;         // live requests

@@ -24,7 +24,7 @@ std::string describe(const Sequence& seq) {
 }  // namespace
 
 StepPlan Scheduler::schedule() {
-  if (!in_flight_.empty())
+  if (static_cast<int32_t>(in_flight_.size()) >= max_steps_in_flight_)
     throw Error(ErrorCode::internal, "Scheduler::schedule: step " + std::to_string(in_flight_.front()) +
                                          " has not been passed to update_from_output");
   StepPlan plan = begin_plan();
@@ -36,7 +36,9 @@ StepPlan Scheduler::schedule() {
   }
   // Static batches decode only once every member is prefilled.
   if (!is_static_ || !any_running_prefill()) {
-    schedule_decodes(plan, budget, preempted);
+    // Beside steps in flight (pipelined) a decode that does not fit waits
+    // for them; admitting anything meanwhile would take the KV it needs.
+    if (!schedule_decodes(plan, budget, preempted, /*may_preempt=*/in_flight_.empty())) preempted = true;
     if (is_static_) add_static_padding(plan, budget);
   }
   schedule_prefills(plan, budget);
@@ -128,6 +130,7 @@ void Scheduler::end_plan(StepPlan& plan) {
     carried_copies_ = std::move(plan.batch.kv_copies);  // nothing runs: the next plan applies them
   }
   stats_.peak_running = std::max<uint64_t>(stats_.peak_running, running_.size());
+  stats_.peak_steps_in_flight = std::max<uint64_t>(stats_.peak_steps_in_flight, in_flight_.size());
 }
 
 bool Scheduler::any_running_prefill() const {
@@ -139,9 +142,13 @@ bool Scheduler::any_running_prefill() const {
 // full, the youngest running sequence not yet scheduled is preempted.
 bool Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempted, bool may_preempt) {
   int32_t num_decodes = 0;
+  // Pipelined: the running sequences spread over the steps in flight.
+  const auto per_step = static_cast<int32_t>((running_.size() + static_cast<size_t>(max_steps_in_flight_) - 1) /
+                                             static_cast<size_t>(max_steps_in_flight_));
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* seq = running_[i];
-    if (!needs_decode(*seq)) continue;
+    if (!needs_decode(*seq) || seq->in_flight) continue;
+    if (num_decodes == per_step) break;
     std::vector<llmk_kv_copy> copies;
     bool fits = false;
     while (!(fits = kv_.extend(seq->seq_id, static_cast<uint32_t>(seq->num_tokens()), copies))) {
@@ -180,7 +187,9 @@ void Scheduler::schedule_prefills(StepPlan& plan, int32_t& budget) {
   for (Sequence* seq : running_) {
     if (budget == 0 || static_cast<int32_t>(plan.seqs.size()) >= max_num_seqs_) return;
     // Nothing uncomputed: planning ahead, a sequence whose token in flight ends it.
-    if (needs_decode(*seq) || seq->last_step_id == plan.step_id || seq->num_uncomputed_tokens() == 0) continue;
+    if (needs_decode(*seq) || seq->in_flight || seq->last_step_id == plan.step_id ||
+        seq->num_uncomputed_tokens() == 0)
+      continue;
     const int32_t chunk = std::min(seq->num_uncomputed_tokens(), budget);
     add_to_batch(plan, *seq, chunk);
     budget -= chunk;
@@ -205,7 +214,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
     Sequence* seq = waiting_.front();
     if (num_seq_slots + seq->num_unforked_samples > max_num_seqs_) break;
     // A KV restore writes device memory from the host: not while a step computes.
-    if (planning_ahead_ && seq->num_offloaded_tokens > 0) break;
+    if ((planning_ahead_ || !in_flight_.empty()) && seq->num_offloaded_tokens > 0) break;
     llmk_kv_reserve_args args{};
     args.seq_id = seq->seq_id;
     args.tokens = seq->tokens.data();
@@ -350,6 +359,7 @@ void Scheduler::add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_toke
   }
   plan.seqs.push_back(s);
   seq.last_step_id = plan.step_id;
+  seq.in_flight = max_steps_in_flight_ > 1;
   if (is_prefill) stats_.num_prefill_tokens += static_cast<uint64_t>(num_new_tokens);
 }
 

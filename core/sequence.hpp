@@ -54,6 +54,9 @@ struct Sequence {
   // token not sampled yet: tokens.back() is pending, to be replaced by the id the
   // step in flight samples on this logits row.
   int32_t pending_row = -1;
+  // In a step in flight that its update has not yet come back from
+  // (pipelined scheduling, Scheduler: max_steps_in_flight > 1).
+  bool in_flight = false;
   // Samples this sequence stands for: n until its prompt is prefilled and it
   // forks into n samples, then 1.
   int32_t num_unforked_samples = 1;

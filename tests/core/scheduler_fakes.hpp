@@ -409,12 +409,13 @@ struct Outcome {
 
 // A scheduler over a fake allocator and model, stepped like the actors would.
 struct Harness {
+  // max_steps_in_flight > 1: stepped as with a pipelined executor (pipelined_step).
   Harness(SchedulerSection cfg, uint32_t num_blocks, uint32_t block_size, int32_t max_seq_len = 4096,
-          bool prefix_caching = false, std::vector<int32_t> eos = {})
+          bool prefix_caching = false, std::vector<int32_t> eos = {}, int32_t max_steps_in_flight = 1)
       : kv(num_blocks, block_size, prefix_caching),
         model(size_t(num_blocks) * block_size),
         limits{max_seq_len, std::move(eos), 0},
-        sched(cfg, limits, kv, SchedulerOptions{[this] { return clock_now; }, &model}) {}
+        sched(cfg, limits, kv, SchedulerOptions{[this] { return clock_now; }, &model, max_steps_in_flight}) {}
 
   void absorb(const std::vector<TokenEvent>& events) {
     for (const TokenEvent& e : events) {
@@ -483,8 +484,42 @@ struct Harness {
     return true;
   }
 
+  // Steps the way the scheduler actor does with a pipelined executor: plans
+  // beside the steps in flight while fewer than max_steps_in_flight() are
+  // and the Scheduler finds anything; the device computes each step as it
+  // is sent (each stage takes the steps in order); then the host applies
+  // the oldest. Every plan must be disjoint from the ones in flight.
+  size_t peak_in_flight = 0;
+  bool pipelined_step() {
+    while (static_cast<int32_t>(in_flight.size()) < sched.max_steps_in_flight()) {
+      model.steps_in_flight = in_flight.size();
+      StepPlan plan = sched.schedule();
+      model.steps_in_flight = 0;
+      absorb(plan.events);
+      if (plan.empty()) break;
+      for (const Sent& other : in_flight)
+        for (const ScheduledSeq& a : other.plan.seqs)
+          for (const ScheduledSeq& b : plan.seqs)
+            if (a.seq_id == b.seq_id) FAIL("sequence " << a.seq_id << " planned in two steps in flight");
+      send(std::move(plan));
+      model.steps_in_flight = in_flight.size() - 1;
+      in_flight.back().sampled = model.forward(in_flight.back().plan);
+      model.steps_in_flight = 0;
+    }
+    if (in_flight.empty()) return false;
+    peak_in_flight = std::max(peak_in_flight, in_flight.size());
+    Sent done = std::move(in_flight.front());
+    in_flight.pop_front();
+    clock_now += std::chrono::milliseconds(10);
+    const std::vector<TokenEvent> events = sched.update_from_output(done.plan, *done.sampled);
+    check_rows(done.plan, *done.sampled, events);
+    absorb(events);
+    return true;
+  }
+
   // One step; false when nothing was planned.
   bool step() {
+    if (sched.max_steps_in_flight() > 1) return pipelined_step();
     if (overlap) return overlapped_step();
     StepPlan plan = sched.schedule();
     absorb(plan.events);

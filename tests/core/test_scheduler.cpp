@@ -783,3 +783,77 @@ TEST_CASE("schedule_ahead plans nothing, changing nothing, where only a full sch
     CHECK(h.kv.num_live_blocks() == 0);
   }
 }
+
+TEST_CASE("pipelined steps are disjoint, spread the running sequences evenly, and give the reference outputs",
+          "[scheduler][pipeline]") {
+  const int32_t stages = GENERATE(2, 3, 4);
+  INFO(stages << " steps in flight");
+  std::mt19937 rng(21);
+  Harness h(scheduler_section(16, 64), 400, 4, 4096, false, {}, stages);
+  auto reqs = submit_random(h, rng, 30, 1, 40, 30);
+  h.run();  // the harness fails any plan that shares a sequence with a step in flight
+  check_against_reference(h, reqs);
+  CHECK(h.peak_in_flight == static_cast<size_t>(stages));
+  CHECK(h.sched.stats().peak_steps_in_flight == static_cast<uint64_t>(stages));
+  CHECK(h.kv.num_live_blocks() == 0);
+
+  // Sixteen sequences decoding: each step takes ceil(16 / stages) of them.
+  Harness even(scheduler_section(16, 64), 400, 4, 4096, false, {}, stages);
+  std::vector<Submitted> many;
+  for (int i = 0; i < 16; ++i) {
+    Submitted r{"d" + std::to_string(i), random_prompt(rng, 3), params(40)};
+    even.sched.add_request(r.id, r.prompt, r.sp);
+    many.push_back(r);
+  }
+  for (int i = 0; i < 12; ++i) REQUIRE(even.step());
+  const int32_t per_step = (16 + stages - 1) / stages;
+  for (size_t i = 4; i < 12; ++i) {
+    INFO("step " << i);
+    CHECK(even.plans[i].num_decodes <= per_step);
+    CHECK(even.plans[i].num_decodes >= 16 - (stages - 1) * per_step);
+  }
+  even.run();
+  check_against_reference(even, many);
+}
+
+TEST_CASE("pipelined steps under KV pressure: no preemption, offload or restore beside steps in flight",
+          "[scheduler][pipeline]") {
+  for (const char* mode : {"recompute", "offload"}) {
+    INFO("preemption " << mode);
+    std::mt19937 rng(22);
+    // The fake model fails any KV save or restore while a step is in flight.
+    Harness tight(scheduler_section(16, 64, "continuous", mode), 40, 4, 4096, false, {}, 2);
+    auto reqs = submit_random(tight, rng, 40, 1, 30, 40);
+    tight.run();
+    check_against_reference(tight, reqs);
+    const SchedulerStats s = tight.sched.stats();
+    CHECK(s.num_preemptions > 0);
+    CHECK(s.peak_steps_in_flight == 2);
+    CHECK(s.kv.num_seqs == 0);
+    if (std::string(mode) == "offload") CHECK(s.num_restores > 0);
+  }
+}
+
+TEST_CASE("pipelined steps with prefix caching, forks and cancels give the reference outputs",
+          "[scheduler][pipeline]") {
+  std::mt19937 rng(23);
+  Harness h(scheduler_section(8, 32), 120, 4, 4096, /*prefix_caching=*/true, {}, 3);
+  const std::vector<int32_t> system = random_prompt(rng, 12);
+  std::vector<Submitted> reqs;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> prompt = system;
+    const std::vector<int32_t> tail = random_prompt(rng, 1 + i % 5);
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    Submitted r{"p" + std::to_string(i), prompt, params(12 + i, i % 3 == 0 ? 3 : 1)};
+    h.sched.add_request(r.id, r.prompt, r.sp);
+    reqs.push_back(r);
+  }
+  h.sched.add_request("gone", random_prompt(rng, 9), params(50));
+  for (int i = 0; i < 5; ++i) REQUIRE(h.step());
+  h.absorb(h.sched.abort_request("gone"));  // its step may still be in flight
+  h.run();
+  check_against_reference(h, reqs);
+  CHECK(h.out.at({"gone", 0}).reason == FinishReason::cancelled);
+  CHECK(h.sched.stats().num_cached_prompt_tokens > 0);
+  CHECK(h.kv.num_live_blocks() == 0);
+}

@@ -46,6 +46,7 @@ EngineConfig engine_config(uint32_t tensor, uint32_t pipeline, const std::string
 struct Outcome {
   std::map<std::string, std::string> texts;
   uint64_t preemptions = 0;
+  uint64_t peak_steps_in_flight = 0;
 };
 
 Outcome run_engine(const EngineConfig& cfg) {
@@ -76,7 +77,9 @@ Outcome run_engine(const EngineConfig& cfg) {
     }
     out.texts[id] = text;
   }
-  out.preemptions = engine.stats().num_preemptions;
+  const EngineStats stats = engine.stats();
+  out.preemptions = stats.num_preemptions;
+  out.peak_steps_in_flight = stats.peak_steps_in_flight;
   if (std::getenv("LLMK_TEST_VERBOSE"))
     for (const auto& [id, text] : out.texts) std::printf("%s: %s\n", id.c_str(), text.c_str());
   return out;
@@ -95,9 +98,19 @@ TEST_CASE("a continuous batch with chunked prefill and preemption gives degree 1
         const EngineConfig cfg = engine_config(t, p, allocator, preemption);
         ParallelRun job(cfg);
         const Outcome got = run_engine(cfg);
-        std::printf("%s, %s, tensor %u x pipeline %u: %d requests, %llu preemptions (degree 1: %llu)\n",
+        std::printf("%s, %s, tensor %u x pipeline %u: %d requests, %llu preemptions (degree 1: %llu), "
+                    "up to %llu steps in flight\n",
                     allocator.c_str(), preemption.c_str(), t, p, static_cast<int>(got.texts.size()),
-                    static_cast<unsigned long long>(got.preemptions), static_cast<unsigned long long>(want.preemptions));
+                    static_cast<unsigned long long>(got.preemptions), static_cast<unsigned long long>(want.preemptions),
+                    static_cast<unsigned long long>(got.peak_steps_in_flight));
+        // A pipeline keeps a step per stage in flight, the scheduler planning
+        // them disjoint; kv.contiguous, reserving whole ranges, runs too few
+        // sequences at once to fill four stages.
+        if (p > 1) {
+          CHECK(got.peak_steps_in_flight >= 2);
+          CHECK(got.peak_steps_in_flight <= p);
+          if (allocator != "kv.contiguous") CHECK(got.peak_steps_in_flight == p);
+        }
         if (allocator != "kv.contiguous") CHECK(want.preemptions > 0);  // the workload does preempt (kv.contiguous
                                                                         // reserves whole ranges: requests wait instead)
         for (const auto& [id, text] : want.texts) {

@@ -1,5 +1,7 @@
 #include "core/parallel.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -60,14 +62,28 @@ TensorShard tensor_shard(const ModelConfig& m, int32_t degree, int32_t rank) {
   return s;
 }
 
-StageLayers stage_layers(int32_t num_layers, int32_t stages, int32_t stage) {
-  if (stages > num_layers)
-    refuse("parallel.pipeline " + std::to_string(stages) + " exceeds the model's " + std::to_string(num_layers) +
+StageLayers stage_layers(const ModelConfig& m, int32_t stages, int32_t stage) {
+  const int32_t layers = m.num_layers;
+  if (stages > layers)
+    refuse("parallel.pipeline " + std::to_string(stages) + " exceeds the model's " + std::to_string(layers) +
            " layers");
-  const int32_t base = num_layers / stages, extra = num_layers % stages;
+  // Work as weights read per token: a layer's projections, and the lm_head.
+  const double h = m.hidden_size, q = static_cast<double>(m.num_heads) * m.head_dim,
+               kv = static_cast<double>(m.num_kv_heads) * m.head_dim;
+  const double layer = h * (q + 2 * kv) + q * h + 3 * h * m.intermediate_size;
+  const double head = static_cast<double>(m.vocab_size) * h;
+  const double share = (layers * layer + head) / stages;
+  // Stage s ends at the layer boundary nearest s + 1 shares of the work,
+  // leaving every stage before and after it at least one layer.
+  auto end_of = [&](int32_t s) {
+    if (s == stages - 1) return layers;
+    const auto nearest = static_cast<int32_t>(std::lround(share * (s + 1) / layer));
+    return std::clamp(nearest, s + 1, layers - (stages - 1 - s));
+  };
   StageLayers l;
-  l.first = stage * base + std::min(stage, extra);
-  l.last = l.first + base + (stage < extra ? 1 : 0);
+  l.first = 0;
+  for (int32_t s = 0; s < stage; ++s) l.first = std::max(l.first + 1, end_of(s));
+  l.last = std::max(l.first + 1, end_of(stage));
   return l;
 }
 
@@ -76,7 +92,7 @@ ModelShard model_shard(const ModelConfig& model, int32_t tensor, int32_t pipelin
   s.tensor = tensor_shard(model, tensor, world_rank % tensor);
   s.stages = pipeline;
   s.stage = world_rank / tensor;
-  s.layers = stage_layers(model.num_layers, pipeline, s.stage);
+  s.layers = stage_layers(model, pipeline, s.stage);
   return s;
 }
 

@@ -47,13 +47,16 @@ struct TensorShard {
 // divide the 8 attention heads of ...").
 TensorShard tensor_shard(const ModelConfig& model, int32_t degree, int32_t rank);
 
-// The layers of pipeline stage `stage` of `stages`: [first, last), as even
-// as the count allows (earlier stages take the extra layers).
+// The layers of pipeline stage `stage` of `stages`: [first, last). The
+// stages share the work evenly, counting the lm_head (which the last stage
+// runs) as the layers its weights weigh: with steps in flight, the slowest
+// stage sets the pace. Each stage has at least one layer; throws
+// Error(invalid_config) when the stages outnumber the layers.
 struct StageLayers {
   int32_t first = 0, last = 0;
   int32_t count() const { return last - first; }
 };
-StageLayers stage_layers(int32_t num_layers, int32_t stages, int32_t stage);
+StageLayers stage_layers(const ModelConfig& model, int32_t stages, int32_t stage);
 
 // What one rank holds of the model: its tensor shard and its stage's layers.
 struct ModelShard {

@@ -130,8 +130,10 @@ TEST_CASE("the devices of tensor 2 x pipeline 2 hold the whole model once, plus 
     kv += d.kv_bytes_per_token;
     CHECK(d.stage == d.rank / 2);
     CHECK(d.tensor_rank == d.rank % 2);
-    CHECK(d.first_layer == 16 * d.stage);
-    CHECK(d.last_layer == 16 * d.stage + 16);
+    // The lm_head (128256 x 4096) weighs 2.4 layers (218M weights each):
+    // the stages' even share is 17.2 layers, so stage 0 takes 17.
+    CHECK(d.first_layer == 17 * d.stage);
+    CHECK(d.last_layer == (d.stage == 0 ? 17 : 32));
   }
   // The embedding sits on the first stage, lm_head on the last, each cut in
   // vocabulary rows; a stage's two tensor ranks each keep its layers' norms
@@ -139,11 +141,13 @@ TEST_CASE("the devices of tensor 2 x pipeline 2 hold the whole model once, plus 
   const double repeated_norms = 2.0 * m.num_layers * m.hidden_size + m.hidden_size;
   CHECK(params == llama_num_params(m) + repeated_norms);
   CHECK(kv == r.kv_bytes_per_token);  // the 8 KV heads split, nothing repeated
-  // Rank 0: 16 layers at half width, half the embedding, the 33 norms whole; bf16.
+  // Rank 0: 17 layers at half width with their norms whole, half the
+  // embedding; rank 2: 15 layers, half the lm_head and the final norm. bf16.
   const double h = 4096, layer_half = (h * 4096 + 2 * h * 1024 + 4096 * h) / 2 + 3 * h * 14336 / 2;
-  CHECK(r.devices[0].num_params == 16 * (layer_half + 2 * h) + 64128 * h);
-  CHECK(r.weight_bytes_per_device == Approx(2 * (16 * (layer_half + 2 * h) + 64128 * h + h)));  // rank 2: + final norm
-  CHECK(r.kv_bytes_per_token_per_device == 2.0 * 16 * 4 * 128 * 2);
+  CHECK(r.devices[0].num_params == 17 * (layer_half + 2 * h) + 64128 * h);
+  CHECK(r.devices[2].num_params == 15 * (layer_half + 2 * h) + 64128 * h + h);
+  CHECK(r.weight_bytes_per_device == Approx(2 * (17 * (layer_half + 2 * h) + 64128 * h)));  // the largest: rank 0
+  CHECK(r.kv_bytes_per_token_per_device == 2.0 * 17 * 4 * 128 * 2);
 }
 
 TEST_CASE("past the KV heads' count, each device holds one KV head and the job's KV bytes grow",

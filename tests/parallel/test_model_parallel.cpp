@@ -224,6 +224,34 @@ TEST_CASE("every CPU linear plugin shards its weights: no worse than degree 1 ag
   }
 }
 
+TEST_CASE("a dummy preset split into pipeline stages only gives degree 1's F32 logits", "[parallel]") {
+  for (const auto& [t, p] : layouts_for(harness_world().size())) {
+    if (t != 1) continue;  // the layouts with tensor ranks run above
+    INFO(layout_name(t, p));
+    EngineConfig cfg = base_config(t, p);
+    cfg.model.path.clear();
+    cfg.model.load_format = "dummy";
+    cfg.model.preset = "llama-110m";
+    cfg.model.seed = 7;
+    cfg.kv_cache.capacity_tokens = 256;
+    cfg.kv_cache.max_seq_len = 256;
+    cfg.scheduler.max_num_batched_tokens = 64;
+    auto checkpoint = open_model(cfg.model);
+    CpuExecutor one(degree_one(cfg), checkpoint, harness_plugins());
+    ParallelRun job(cfg);
+    Executor& parallel = job.executor(checkpoint);
+    const int32_t vocab = checkpoint->config().vocab_size;
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 24; ++i) prompt.push_back(1 + (i * 577) % (vocab - 1));
+    const StepBatch b = whole_prompt_step(prompt, 256);
+    const std::vector<float> want = run(one, b), got = run(parallel, b);
+    double err = 0;
+    for (size_t r = 0; r < prompt.size(); ++r) err = std::max(err, row_error(&got[r * vocab], &want[r * vocab], vocab));
+    std::printf("%s, llama-110m (dummy): logits vs degree 1 %.2e\n", layout_name(t, p).c_str(), err);
+    CHECK(err <= 1e-4);  // the stages run the same sums in the same order
+  }
+}
+
 TEST_CASE("a degree that cannot divide a shape is refused at load, naming it", "[parallel]") {
   // stories260K: 8 heads, 4 KV heads, MLP 172. Tensor 3 divides none of them.
   EngineConfig cfg = base_config(3, 1);

@@ -108,8 +108,8 @@ def main():
             runs = ", ".join(f"{1 / s:.1f}" for s in steps[name])
             unit = "ms/token" if batched else "ms/step"
             print(f"  {name:22s} {1 / med[name]:8.1f} tok/s  ({med[name] * 1e3:.2f} {unit}; runs {runs})")
-        print(f"  {two} x 1 / degree 1 x 2 threads: {d2 / par:.2f} (speed ratio)")
-        print(f"  {two} x 1 / degree 1 x 1 thread:  {d1 / par:.2f}")
+        print(f"  {two} / degree 1 x 2 threads: {d2 / par:.2f} (speed ratio)")
+        print(f"  {two} / degree 1 x 1 thread:  {d1 / par:.2f}")
         print(f"  degree 1: 2 threads / 1 thread:  {d1 / d2:.2f}")
         if not batched:
             print(f"  communication share: {(par - d2) / d2 * 100:+.1f}% of the degree 1 x 2 threads step")

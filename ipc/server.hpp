@@ -19,6 +19,7 @@ struct ServerOptions {
   size_t max_body_bytes = 1 << 20;
   double drain_timeout_s = 30.0;
   int http_threads = 64;
+  std::string replica_name = "";  // the metrics' replica label; "" = the HTTP HOST:PORT (else the ZeroMQ endpoint)
 };
 
 class Server {

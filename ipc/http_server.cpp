@@ -321,7 +321,13 @@ struct HttpServer::Impl {
         write_error(res, error_reply(ProtocolFailure::unknown_type, "no route for " + req.method + " " + req.path));
       } else {
         const int status = res.status;
-        ErrorReply e = error_reply(ProtocolFailure::malformed, "the request could not be read");
+        // cpp-httplib refuses a POST with neither Content-Length nor a
+        // chunked body before routing (what a bodiless POST /flush_cache is).
+        const bool no_length = req.method == "POST" && !req.has_header("Content-Length") &&
+                               req.get_header_value("Transfer-Encoding") != "chunked";
+        ErrorReply e = error_reply(ProtocolFailure::malformed,
+                                   req.method + " " + req.path + ": the request could not be read" +
+                                       (no_length ? " (a POST needs a Content-Length header)" : ""));
         e.http_status = status;
         write_error(res, e);
       }

@@ -170,3 +170,15 @@ TEST_CASE("Every metric sample carries the replica's name, or HOST:PORT by defau
   CHECK_THAT(curl(port, "GET", "/metrics").body,
              Catch::Contains("llmk_engine_steps_total{replica=\"127.0.0.1:" + std::to_string(port) + "\"}"));
 }
+
+TEST_CASE("A bodiless POST is refused with a 400 that names the route and the missing length", "[sglang]") {
+  SglangFixture f;
+  // How the routers send POST /flush_cache; llmk does not serve that route yet.
+  const auto bodiless = curl(f.port(), "GET", "/flush_cache", "", "-X POST");
+  CHECK(bodiless.status == 400);
+  CHECK_THAT(bodiless.json()["error"]["message"].get<std::string>(),
+             Catch::Contains("POST /flush_cache") && Catch::Contains("Content-Length"));
+  const auto with_body = f.post("/flush_cache", json::object());
+  CHECK(with_body.status == 404);
+  CHECK_THAT(with_body.json()["error"]["message"].get<std::string>(), Catch::Contains("no route for POST /flush_cache"));
+}

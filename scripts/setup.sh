@@ -26,9 +26,11 @@ packages=(
   chromium clang-14 libclang-rt-14-dev
 )
 
-# Reference implementations tests compare against (no torch: CI stays light).
+# Reference implementations tests compare against (no torch: CI stays light),
+# and the routers the fleet tests put in front of replicas (tests/fleet).
 venv=.venv
-python_packages=(tokenizers==0.23.3 jinja2==3.1.6 gguf==0.19.0 openai==3.54.0 numpy)
+python_packages=(tokenizers==0.23.3 jinja2==3.1.6 gguf==0.19.0 openai==3.54.0 numpy
+                 sglang-router==0.3.2 vllm-router==0.1.17)
 
 missing=()
 for p in "${packages[@]}"; do

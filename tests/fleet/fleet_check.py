@@ -15,6 +15,8 @@ CASE is one of:
                       is answered or refused (none lost), the router stops
                       sending to it, and once restarted on its port it
                       rejoins and serves.
+  drain               SIGTERM to one replica mid-run behind sglang-router:
+                      no client sees a failure, the replica exits 0.
 Prints one JSON object of figures; exits 1 with the reason on a failed check.
 The reference for every answer is the text a replica gives when asked
 directly (all three must agree), so no router can make a wrong answer pass.
@@ -23,6 +25,7 @@ import argparse
 import concurrent.futures as futures
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -42,6 +45,7 @@ SYSTEM_PROMPTS = [
 ]
 QUESTIONS = [" One day,", " Then she said,", " The next day", " Suddenly,", " After that,"]
 MAX_TOKENS = 12
+LONG_TOKENS = 96  # failover and drain: the kill and the drain land on requests mid-generation
 SERVE_ARGS = ["--set", "plugins.kv_allocator=kv.paged", "--set", "kv_cache.capacity_tokens=8192",
               "--set", "executor.num_threads=1",
               "--set", "server.drain_timeout_s=10"]
@@ -56,14 +60,14 @@ def check(condition, message):
         raise CheckFailed(message)
 
 
-def generate(base, prompt, endpoint, timeout=60):
+def generate(base, prompt, endpoint, timeout=60, max_tokens=MAX_TOKENS):
     """(status, text or error) of one greedy request."""
     if endpoint == "generate":
         status, body = http("POST", base + "/generate", {
-            "text": prompt, "sampling_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0}}, timeout)
+            "text": prompt, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0}}, timeout)
         return (status, body["text"]) if status == 200 else (status, body)
     status, body = http("POST", base + "/v1/completions", {
-        "model": "stories260K", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}, timeout)
+        "model": "stories260K", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}, timeout)
     return (status, body["choices"][0]["text"]) if status == 200 else (status, body)
 
 
@@ -71,11 +75,11 @@ def prompts():
     return [s + q for s in SYSTEM_PROMPTS for q in QUESTIONS]
 
 
-def references(fleet, texts):
+def references(fleet, texts, max_tokens=MAX_TOKENS):
     """Each prompt's greedy text from every replica directly; they must agree."""
     ref = {}
     for p in texts:
-        answers = {r.name: generate(r.url, p, "generate") for r in fleet.replicas}
+        answers = {r.name: generate(r.url, p, "generate", max_tokens=max_tokens) for r in fleet.replicas}
         for name, (status, text) in answers.items():
             check(status == 200, f"{name} refused a reference prompt: {status} {text}")
         check(len({t for _, t in answers.values()}) == 1, f"replicas disagree on {p!r}: {answers}")
@@ -155,7 +159,7 @@ def case_failover(a):
                    "--cb-timeout-duration-secs", "1", "--worker-startup-timeout-secs", "30"]
     serve_args = SERVE_ARGS
     with Fleet(a.llmk, a.model, 3, "sglang", "round_robin", serve_args=serve_args, router_args=router_args) as fleet:
-        ref = references(fleet, prompts()[:10])
+        ref = references(fleet, prompts()[:10], LONG_TOKENS)
         victim = fleet.replicas[2]
         plist = list(ref)
         concurrency = 6
@@ -170,7 +174,7 @@ def case_failover(a):
                 p = plist[i % len(plist)]
                 i += concurrency
                 current = phase[0]
-                status, text = generate(fleet.router_url, p, "generate", timeout=30)
+                status, text = generate(fleet.router_url, p, "generate", timeout=30, max_tokens=LONG_TOKENS)
                 with lock:
                     outcomes.append((current, p, status, text))
 
@@ -179,6 +183,7 @@ def case_failover(a):
             t.start()
         try:
             wait_until(lambda: len(outcomes) >= 30, 60, "30 answers before the kill")
+            running_at_kill = sum(v for k, v in victim.metrics().items() if k.startswith("llmk_num_requests_running"))
             victim.kill()
             victim.proc.wait()
             phase[0] = "down"
@@ -206,11 +211,64 @@ def case_failover(a):
         # At most one request per client can be in flight on the replica when it dies.
         check(len(failed) <= concurrency,
               f"{len(failed)} requests failed, more than the {concurrency} that can be in flight: {failed[:3]}")
-        return {"requests": len(outcomes), "failed": len(failed), "failed_statuses": sorted({f[1] for f in failed}),
+        # The router retries what the dead replica dropped, so "failed" is
+        # usually 0 even with requests running there when it died.
+        return {"requests": len(outcomes), "running_on_replica_at_kill": running_at_kill, "failed": len(failed),
+                "failed_statuses": sorted({f[1] for f in failed}),
                 "seconds_to_drop": round(t_drop - t_kill, 2), "served_after_rejoin": requests_served(victim)}
 
 
-CASES = {"sglang-cache-aware": case_cache_aware, "vllm-smoke": case_vllm_smoke, "failover": case_failover}
+def case_drain(a):
+    # A replica told to stop (SIGTERM) mid-run: its health turns 503 and it
+    # refuses new requests with 503 while its live ones finish; the router's
+    # retries send the refused ones elsewhere, so no client sees a failure,
+    # and the replica exits 0.
+    router_args = ["--health-check-interval-secs", "1", "--health-failure-threshold", "1",
+                   "--worker-startup-timeout-secs", "30"]
+    with Fleet(a.llmk, a.model, 3, "sglang", "round_robin", serve_args=SERVE_ARGS, router_args=router_args) as fleet:
+        ref = references(fleet, prompts()[:10], LONG_TOKENS)
+        victim = fleet.replicas[2]
+        plist = list(ref)
+        concurrency = 6
+        outcomes = []
+        lock = threading.Lock()
+        stop = threading.Event()
+
+        def client(k):
+            i = k
+            while not stop.is_set():
+                p = plist[i % len(plist)]
+                i += concurrency
+                status, text = generate(fleet.router_url, p, "generate", timeout=30, max_tokens=LONG_TOKENS)
+                with lock:
+                    outcomes.append((p, status, text))
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(concurrency)]
+        for t in threads:
+            t.start()
+        try:
+            wait_until(lambda: len(outcomes) >= 30, 60, "30 answers before the drain")
+            served_before = requests_served(victim)
+            check(served_before > 0, "the replica to drain served nothing before")
+            victim.kill(signal.SIGTERM)
+            code = victim.proc.wait(30)
+            n_at_exit = len(outcomes)
+            wait_until(lambda: len(outcomes) >= n_at_exit + 60, 60, "60 more answers from the other two")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        check(not any(t.is_alive() for t in threads), "a client is still waiting: a request was lost")
+        check(code == 0, f"the drained replica exited with {code}, not 0: {victim.tail()}")
+        failed = [(s, t) for p, s, t in outcomes if s != 200]
+        wrong = [(p, t) for p, s, t in outcomes if s == 200 and t != ref[p]]
+        check(not failed, f"{len(failed)} requests failed during the drain, e.g. {failed[:3]}")
+        check(not wrong, f"{len(wrong)} answers differ from the greedy text, e.g. {wrong[:2]}")
+        return {"requests": len(outcomes), "failed": 0, "drained_replica_exit": code}
+
+
+CASES = {"sglang-cache-aware": case_cache_aware, "vllm-smoke": case_vllm_smoke, "failover": case_failover,
+         "drain": case_drain}
 
 
 def main():

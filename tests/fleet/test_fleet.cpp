@@ -70,3 +70,13 @@ TEST_CASE("A replica killed mid-run fails only its in-flight requests, and rejoi
   INFO(r.out);
   CHECK(r.status == 0);
 }
+
+TEST_CASE("A replica drained by SIGTERM mid-run behind sglang-router costs no client a request and exits 0",
+          "[fleet]") {
+  if (!llmk::test::have_venv_python() || !have_module("sglang_router")) {
+    LLMK_SKIP("sglang-router is not installed in the project venv (scripts/setup.sh installs it)");
+  }
+  const Run r = fleet_check("drain");
+  INFO(r.out);
+  CHECK(r.status == 0);
+}

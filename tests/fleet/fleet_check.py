@@ -15,6 +15,8 @@ CASE is one of:
                       is answered or refused (none lost), the router stops
                       sending to it, and once restarted on its port it
                       rejoins and serves.
+  chat                with a chat model (SmolLM2): /v1/chat/completions through
+                      each router answers what a replica answers directly.
   drain               SIGTERM to one replica mid-run behind sglang-router:
                       no client sees a failure, the replica exits 0.
 Prints one JSON object of figures; exits 1 with the reason on a failed check.
@@ -267,7 +269,27 @@ def case_drain(a):
         return {"requests": len(outcomes), "failed": 0, "drained_replica_exit": code}
 
 
-CASES = {"sglang-cache-aware": case_cache_aware, "vllm-smoke": case_vllm_smoke, "failover": case_failover,
+def case_chat(a):
+    # --model: a model with a chat template (SmolLM2). The routers rewrite a
+    # chat body (sglang-router: max_tokens -> max_completion_tokens, and both
+    # add their own defaults); the answer must equal the replica's own.
+    body = {"model": os.path.basename(a.model), "messages": [{"role": "user", "content": "Tell me about cats."}],
+            "max_tokens": 10, "temperature": 0}
+    results = {}
+    for kind in ("sglang", "vllm"):
+        with Fleet(a.llmk, a.model, 2, kind, "cache_aware", serve_args=["--set", "executor.num_threads=1"]) as fleet:
+            direct = http("POST", fleet.replicas[0].url + "/v1/chat/completions", body)
+            routed = http("POST", fleet.router_url + "/v1/chat/completions", body)
+            check(direct[0] == 200, f"a replica refused the chat: {direct}")
+            check(routed[0] == 200, f"the chat through {kind}-router failed: {routed}")
+            text = routed[1]["choices"][0]["message"]["content"]
+            check(text == direct[1]["choices"][0]["message"]["content"],
+                  f"{kind}-router's chat answer {text!r} differs from the replica's {direct[1]}")
+            results[kind] = text
+    return {"chat": results}
+
+
+CASES = {"chat": case_chat, "sglang-cache-aware": case_cache_aware, "vllm-smoke": case_vllm_smoke, "failover": case_failover,
          "drain": case_drain}
 
 

@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
+#include "support/model_cache.hpp"
 #include "support/skip.hpp"
 #include "support/venv.hpp"
 
@@ -36,9 +38,9 @@ bool have_module(const std::string& module) {
   return run(llmk::test::venv_python() + " -c 'import " + module + "'").status == 0;
 }
 
-Run fleet_check(const std::string& which) {
+Run fleet_check(const std::string& which, const std::string& model = LLMK_SHARED_DIR "/models/stories260K") {
   return run(llmk::test::venv_python() + " " LLMK_SOURCE_DIR "/tests/fleet/fleet_check.py " + which +
-             " --llmk " LLMK_BINARY_DIR "/bin/llmk --model " LLMK_SHARED_DIR "/models/stories260K");
+             " --llmk " LLMK_BINARY_DIR "/bin/llmk --model " + model);
 }
 
 }  // namespace
@@ -77,6 +79,18 @@ TEST_CASE("A replica drained by SIGTERM mid-run behind sglang-router costs no cl
     LLMK_SKIP("sglang-router is not installed in the project venv (scripts/setup.sh installs it)");
   }
   const Run r = fleet_check("drain");
+  INFO(r.out);
+  CHECK(r.status == 0);
+}
+
+TEST_CASE("A chat through either router answers what the replica answers directly", "[fleet]") {
+  if (!llmk::test::have_venv_python() || !have_module("sglang_router") || !have_module("vllm_router")) {
+    LLMK_SKIP("sglang-router or vllm-router is not installed in the project venv (scripts/setup.sh installs them)");
+  }
+  if (!std::filesystem::is_regular_file(llmk::test::smollm2_file())) {
+    LLMK_SKIP("no SmolLM2 chat model in the model cache (scripts/setup.sh downloads it)");
+  }
+  const Run r = fleet_check("chat", llmk::test::smollm2_file().string());
   INFO(r.out);
   CHECK(r.status == 0);
 }

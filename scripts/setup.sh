@@ -26,11 +26,12 @@ packages=(
   chromium clang-14 libclang-rt-14-dev
 )
 
-# Reference implementations tests compare against (no torch: CI stays light),
-# and the routers the fleet tests put in front of replicas (tests/fleet).
+# Reference implementations tests compare against (no torch: CI stays light).
 venv=.venv
-python_packages=(tokenizers==0.23.3 jinja2==3.1.6 gguf==0.19.0 openai==3.54.0 numpy
-                 sglang-router==0.3.2 vllm-router==0.1.17)
+python_packages=(tokenizers==0.23.3 jinja2==3.1.6 gguf==0.19.0 openai==3.54.0 numpy)
+
+# The routers the fleet tests put in front of replicas (tests/fleet).
+python_packages+=(sglang-router==0.3.2 vllm-router==0.1.17)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -141,7 +141,9 @@ struct HttpServer::Impl {
       return reject(res, error_reply(e));
     }
     const std::string id = "gen-" + std::to_string(++next_id);
-    auto response = std::make_shared<SglangResponse>(id, parsed.request.sampling.n);
+    // The engine's id stays the server's (unique among live requests); a
+    // client's rid is only echoed.
+    auto response = std::make_shared<SglangResponse>(parsed.rid.empty() ? id : parsed.rid, parsed.request.sampling.n);
     serve_request(id, std::move(parsed.request), response, parsed.stream, false, res);
   }
 

@@ -14,7 +14,7 @@ using nlohmann::json;
 // Top-level keys the routers add to every /generate body, each accepted at
 // the value that asks for nothing llmk lacks (null: any value).
 const std::vector<std::pair<std::string, json>> kAcceptedAtDefault = {
-    {"model", nullptr},                 {"rid", nullptr},
+    {"model", nullptr},
     {"log_metrics", nullptr},           {"no_logs", nullptr},
     {"background", false},              {"return_logprob", false},
     {"return_text_in_logprobs", false}, {"return_hidden_states", false},
@@ -130,7 +130,8 @@ SglangGenerateRequest parse_sglang_generate(const std::string& body, const Backe
   }
   out.request.sampling = parse_sglang_sampling(j, model.max_context);
   out.stream = get_bool(j, "stream", false);
-  static const std::set<std::string> kOwn = {"text", "input_ids", "sampling_params", "stream"};
+  out.rid = get_string(j, "rid", "");
+  static const std::set<std::string> kOwn = {"text", "input_ids", "sampling_params", "stream", "rid"};
   for (const auto& [key, value] : j.items()) {
     if (kOwn.count(key) > 0) continue;
     const json* allowed = find_default(kAcceptedAtDefault, key);

@@ -17,6 +17,7 @@ namespace llmk::ipc {
 struct SglangGenerateRequest {
   Request request;  // id left empty: the server assigns one
   bool stream = false;
+  std::string rid;  // the client's "rid", echoed as meta_info.id ("" = none: the server's id)
 };
 
 // A /generate body: {"text": str} or {"input_ids": [int]}, an optional

@@ -3,6 +3,7 @@
 // descriptions, over the fake backend; the replica label on the metrics.
 #include <catch2/catch.hpp>
 
+#include <future>
 #include <sstream>
 
 #include "ipc/testing/fake_backend.hpp"
@@ -58,6 +59,15 @@ TEST_CASE("POST /generate answers SGLang's shape with the backend's greedy text 
   const auto by_ids = f.post("/generate", {{"input_ids", ids}, {"sampling_params", {{"temperature", 0}}}});
   REQUIRE(by_ids.status == 200);
   CHECK(by_ids.json()["output_ids"] == json(FakeBackend::expected_tokens(ids, 0, 128)));
+
+  // A client's rid comes back as meta_info.id; two live requests may share one.
+  auto first = std::async(std::launch::async, [&] {
+    return f.post("/generate", {{"text", "a"}, {"rid", "mine"}, {"sampling_params", {{"max_new_tokens", 50}}}});
+  });
+  const auto second = f.post("/generate", {{"text", "b"}, {"rid", "mine"}, {"sampling_params", {{"max_new_tokens", 3}}}});
+  CHECK(second.status == 200);
+  CHECK(second.json()["meta_info"]["id"] == "mine");
+  CHECK(first.get().json()["meta_info"]["id"] == "mine");
 }
 
 TEST_CASE("POST /generate streams SGLang's cumulative chunks, then [DONE]", "[sglang]") {
@@ -115,6 +125,7 @@ TEST_CASE("POST /generate refuses what it cannot serve with a 400 naming the fie
         "not supported");
   check(R"({"text": "a", "return_logprob": true})", "return_logprob", "not supported");
   check(R"({"text": "a", "lora_path": "x"})", "lora_path", "unknown /generate field 'lora_path'");
+  check(R"({"text": "a", "rid": 5})", "rid", "must be a string");
   check(R"({"text": "a", "sampling_params": [1]})", "sampling_params", "must be an object");
   const auto not_json = curl(f.port(), "POST", "/generate", "{text");
   CHECK(not_json.status == 400);

@@ -289,6 +289,9 @@ struct HttpServer::Impl {
         res.set_content(dump_json(sglang_server_info(backend, metrics.replica_name())), "application/json");
       });
     }
+    server.Get("/get_load", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(dump_json(sglang_load(backend)), "application/json");
+    });
     for (const char* path : {"/get_model_info", "/model_info"}) {
       server.Get(path, [this](const httplib::Request&, httplib::Response& res) {
         res.set_content(dump_json(sglang_model_info(backend)), "application/json");

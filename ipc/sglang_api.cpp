@@ -212,4 +212,12 @@ json sglang_model_info(const Backend& backend) {
           {"vocab_size", model.vocab_size}};
 }
 
+json sglang_load(const Backend& backend) {
+  const EngineStats stats = backend.stats();
+  return json::array({{{"dp_rank", 0},
+                       {"num_reqs", stats.num_running + stats.num_waiting},
+                       {"num_waiting_reqs", stats.num_waiting},
+                       {"num_tokens", stats.kv.used_slots}}});
+}
+
 }  // namespace llmk::ipc

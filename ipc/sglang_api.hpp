@@ -61,5 +61,10 @@ class SglangResponse {
 nlohmann::json sglang_server_info(const Backend& backend, const std::string& replica_name);
 // GET /get_model_info (and /model_info).
 nlohmann::json sglang_model_info(const Backend& backend);
+// GET /get_load, which sglang-router's load monitor reads (power_of_two):
+// one entry per data-parallel rank (llmk: one), {"dp_rank", "num_reqs",
+// "num_waiting_reqs", "num_tokens"}; the router sums num_tokens, here the
+// KV slots live requests hold.
+nlohmann::json sglang_load(const Backend& backend);
 
 }  // namespace llmk::ipc

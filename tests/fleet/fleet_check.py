@@ -133,6 +133,10 @@ def case_cache_aware(a):
                          f"e.g. {wrong[:2]}")
         q1, h1 = prefix_counts(fleet)
         served = [requests_served(r) - s for r, s in zip(fleet.replicas, served0)]
+        # The router's load monitor reads each replica's /get_load (-1: it could not).
+        status, loads = http("GET", fleet.router_url + "/get_loads")
+        check(status == 200 and len(loads.get("workers", [])) == 3 and all(w["load"] >= 0 for w in loads["workers"]),
+              f"sglang-router could not read the replicas' loads: {status} {loads}")
         check(sum(served) == 300, f"the replicas served {served} requests, not 300 in all")
         statuses = fleet.stop()
         check(statuses == [0, 0, 0], f"replicas exited with {statuses} after SIGTERM, not 0")

@@ -150,6 +150,26 @@ TEST_CASE("The server and model descriptions name the model, its context and the
   }
 }
 
+TEST_CASE("GET /get_load reports the live requests and the KV tokens they hold", "[sglang]") {
+  SglangFixture f({.step_interval = std::chrono::milliseconds(5), .max_context = 100000});
+  const auto idle = curl(f.port(), "GET", "/get_load");
+  REQUIRE(idle.status == 200);
+  CHECK(idle.json() == json::parse(R"([{"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}])"));
+  auto long_request = std::async(std::launch::async, [&] {
+    return f.post("/generate", {{"text", "busy"}, {"sampling_params", {{"max_new_tokens", 400}, {"ignore_eos", true}}}});
+  });
+  REQUIRE(test::eventually([&] { return f.backend.stats().kv.used_slots > 10; }));
+  const json load = curl(f.port(), "GET", "/get_load").json();
+  REQUIRE(load.is_array());
+  REQUIRE(load.size() == 1);
+  CHECK(load[0]["num_reqs"] == 1);
+  // The slots grow with every step: bounded by the stats read before and after.
+  const auto after = f.backend.stats().kv.used_slots;
+  CHECK(load[0]["num_tokens"].get<uint64_t>() > 10);
+  CHECK(load[0]["num_tokens"].get<uint64_t>() <= after);
+  CHECK(long_request.get().status == 200);
+}
+
 TEST_CASE("GET /health_generate is healthy when a token comes, 503 once draining", "[sglang]") {
   SglangFixture f;
   const auto ok = curl(f.port(), "GET", "/health_generate");

@@ -8,8 +8,9 @@ CASE is one of:
                       300 greedy requests over 8 shared system prompts, half
                       through SGLang's /generate, half through /v1/completions:
                       every answer equals the replicas' own greedy text.
-  vllm-smoke          the same fleet behind vllm-router: its start-up probes,
-                      then 24 requests over /generate and /v1/completions.
+  vllm-smoke          the same fleet behind vllm-router (power_of_two): its
+                      start-up probes, then 24 requests over /generate and
+                      /v1/completions.
   failover            kill -9 of one replica mid-run behind sglang-router:
                       only requests in flight on it may fail, every request
                       is answered or refused (none lost), the router stops
@@ -144,7 +145,8 @@ def case_cache_aware(a):
 
 
 def case_vllm_smoke(a):
-    with Fleet(a.llmk, a.model, 3, "vllm", "cache_aware", serve_args=SERVE_ARGS) as fleet:
+    # power_of_two: vllm-router's load monitor reads every replica's /get_load.
+    with Fleet(a.llmk, a.model, 3, "vllm", "power_of_two", serve_args=SERVE_ARGS) as fleet:
         ref = references(fleet, prompts()[:6])
         results = run_workload(fleet.router_url, ref, 24, 4)
         wrong = [(p, s, t) for _, p, s, t, _ in results if s != 200 or t != ref[p]]

@@ -60,6 +60,7 @@ int serve(const ServeOptions& o) {
   server_options.max_body_bytes = config.server.max_body_bytes;
   server_options.drain_timeout_s = config.server.drain_timeout_s;
   server_options.http_threads = o.http_threads;
+  server_options.replica_name = config.server.replica_name;
   ipc::Server server(backend, server_options);
   spdlog::info("ready: model '{}', context {} tokens, chat template {}", backend.model_info().name,
                backend.model_info().max_context,

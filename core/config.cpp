@@ -79,6 +79,7 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(server, max_body_bytes),
       LLMK_FIELD(server, drain_timeout_s),
       LLMK_FIELD(server, served_model_name),
+      LLMK_FIELD(server, replica_name),
       LLMK_FIELD(parallel, tensor),
       LLMK_FIELD(parallel, pipeline),
       LLMK_FIELD(parallel, comm),

@@ -92,6 +92,7 @@ struct ServerSection {
   uint64_t max_body_bytes = 1 << 20;
   double drain_timeout_s = 30.0;
   std::string served_model_name;          // "" = the model directory's name
+  std::string replica_name;               // the metrics' replica label; "" = the HTTP HOST:PORT
 
   bool operator==(const ServerSection&) const = default;
 };

@@ -23,6 +23,7 @@ struct ModelInfo {
   int32_t vocab_size = 0;
   std::string chat_template;    // "" when the model has none
   uint32_t max_queue = 0;       // waiting requests beyond this are refused
+  std::string model_path;       // where it was loaded from ("" when not from a path)
 };
 
 class Backend {

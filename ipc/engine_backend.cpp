@@ -11,6 +11,7 @@ EngineBackend::EngineBackend(Engine& engine) : engine_(engine) {
   const EngineConfig& config = engine.config();
   const ModelConfig& model = engine.model_config();
   info_.name = config.server.served_model_name;
+  info_.model_path = config.model.path;
   if (info_.name.empty()) {
     const std::filesystem::path dir = std::filesystem::path(config.model.path).lexically_normal();
     info_.name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();

@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "ipc/errors.hpp"
 #include "ipc/openai.hpp"
+#include "ipc/sglang_api.hpp"
 #include "ipc/zmq_protocol.hpp"  // dump_json
 
 namespace llmk::ipc {
@@ -114,7 +115,7 @@ struct HttpServer::Impl {
     return pending;
   }
 
-  void handle_generate(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  void handle_openai(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     if (draining) return reject(res, error_reply(ProtocolFailure::shutting_down, "the server is shutting down"));
     OpenAiRequest parsed;
     try {
@@ -124,13 +125,68 @@ struct HttpServer::Impl {
     }
     const bool chat = endpoint == OpenAiEndpoint::chat;
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id);
-    parsed.request.id = id;
     auto response = std::make_shared<OpenAiResponse>(endpoint, id, backend.model_info().name, backend,
                                                      parsed.request.sampling.n,
                                                      parsed.request.sampling.logprobs >= 0);
-    auto pending = submit(std::move(parsed.request));
+    serve_request(id, std::move(parsed.request), response, parsed.stream, parsed.include_usage, res);
+  }
 
-    if (!parsed.stream) {
+  // SGLang's native POST /generate (ipc/sglang_api.hpp).
+  void handle_sglang_generate(const httplib::Request& req, httplib::Response& res) {
+    if (draining) return reject(res, error_reply(ProtocolFailure::shutting_down, "the server is shutting down"));
+    SglangGenerateRequest parsed;
+    try {
+      parsed = parse_sglang_generate(req.body, backend);
+    } catch (const std::exception& e) {
+      return reject(res, error_reply(e));
+    }
+    const std::string id = "gen-" + std::to_string(++next_id);
+    // The engine's id stays the server's (unique among live requests); a
+    // client's rid is only echoed.
+    auto response = std::make_shared<SglangResponse>(parsed.rid.empty() ? id : parsed.rid, parsed.request.sampling.n);
+    serve_request(id, std::move(parsed.request), response, parsed.stream, false, res);
+  }
+
+  // SGLang's GET /health_generate: healthy when the engine generates one
+  // token now, not only when the process answers.
+  void handle_health_generate(httplib::Response& res) {
+    const auto unhealthy = [&](const std::string& why) {
+      res.status = 503;
+      res.set_content(dump_json({{"status", "unhealthy"}, {"reason", why}}), "application/json");
+    };
+    if (draining) return unhealthy("draining");
+    Request probe;
+    const std::string id = "health-" + std::to_string(++next_id);
+    probe.id = id;
+    probe.prompt = "health";
+    probe.sampling.temperature = 0;
+    probe.sampling.max_tokens = 1;
+    probe.sampling.ignore_eos = true;
+    auto pending = submit(std::move(probe));
+    const auto deadline = Clock::now() + options.health_generate_timeout;
+    while (Clock::now() < deadline) {
+      for (const auto& ev : pending->take(std::chrono::milliseconds(50))) {
+        if (ev.finish_reason == FinishReason::error) return unhealthy(ev.error);
+        if (ev.request_done) {
+          res.set_content(dump_json({{"status", "ok"}}), "application/json");
+          return;
+        }
+      }
+    }
+    backend.cancel(id);
+    unhealthy("no token within " + std::to_string(options.health_generate_timeout.count()) + " ms");
+  }
+
+  // Submits a parsed request and answers it: one JSON body, or (stream)
+  // server-sent events ending in [DONE]. `Response` is OpenAiResponse or
+  // SglangResponse.
+  template <typename Response>
+  void serve_request(const std::string& id, Request request, std::shared_ptr<Response> response, bool stream,
+                     bool include_usage, httplib::Response& res) {
+    request.id = id;
+    auto pending = submit(std::move(request));
+
+    if (!stream) {
       for (;;) {
         for (const auto& ev : pending->take(options.keepalive_interval)) {
           if (ev.finished) metrics.on_finished(Frontend::http, ev);
@@ -154,7 +210,6 @@ struct HttpServer::Impl {
     }
     auto backlog = std::make_shared<std::vector<RequestEvent>>(std::move(first));
     auto finished = std::make_shared<bool>(false);
-    const bool include_usage = parsed.include_usage;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -175,7 +230,8 @@ struct HttpServer::Impl {
 
   // One call of the SSE content provider: writes what events are ready (or
   // a keepalive comment); false when the client is gone.
-  bool write_events(const std::string& id, Pending& pending, OpenAiResponse& response,
+  template <typename Response>
+  bool write_events(const std::string& id, Pending& pending, Response& response,
                     std::vector<RequestEvent>& backlog, bool& finished, bool include_usage,
                     httplib::DataSink& sink) {
     auto events = std::move(backlog);
@@ -215,11 +271,32 @@ struct HttpServer::Impl {
 
   void install_routes() {
     server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      handle_generate(OpenAiEndpoint::completions, req, res);
+      handle_openai(OpenAiEndpoint::completions, req, res);
     });
     server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      handle_generate(OpenAiEndpoint::chat, req, res);
+      handle_openai(OpenAiEndpoint::chat, req, res);
     });
+    server.Post("/generate", [this](const httplib::Request& req, httplib::Response& res) {
+      handle_sglang_generate(req, res);
+    });
+    server.Get("/health_generate", [this](const httplib::Request&, httplib::Response& res) {
+      handle_health_generate(res);
+    });
+    // The routers ask for /server_info and /model_info first, then the
+    // get_ spellings of older SGLang.
+    for (const char* path : {"/get_server_info", "/server_info"}) {
+      server.Get(path, [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(dump_json(sglang_server_info(backend, metrics.replica_name())), "application/json");
+      });
+    }
+    server.Get("/get_load", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(dump_json(sglang_load(backend)), "application/json");
+    });
+    for (const char* path : {"/get_model_info", "/model_info"}) {
+      server.Get(path, [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(dump_json(sglang_model_info(backend)), "application/json");
+      });
+    }
     server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       const ModelInfo model = backend.model_info();
       const json body = {{"object", "list"},
@@ -249,7 +326,13 @@ struct HttpServer::Impl {
         write_error(res, error_reply(ProtocolFailure::unknown_type, "no route for " + req.method + " " + req.path));
       } else {
         const int status = res.status;
-        ErrorReply e = error_reply(ProtocolFailure::malformed, "the request could not be read");
+        // cpp-httplib refuses a POST with neither Content-Length nor a
+        // chunked body before routing (what a bodiless POST /flush_cache is).
+        const bool no_length = req.method == "POST" && !req.has_header("Content-Length") &&
+                               req.get_header_value("Transfer-Encoding") != "chunked";
+        ErrorReply e = error_reply(ProtocolFailure::malformed,
+                                   req.method + " " + req.path + ": the request could not be read" +
+                                       (no_length ? " (a POST needs a Content-Length header)" : ""));
         e.http_status = status;
         write_error(res, e);
       }

@@ -1,6 +1,8 @@
 // The OpenAI-compatible HTTP front end (cpp-httplib): POST /v1/completions,
 // POST /v1/chat/completions (stream: true as server-sent events), GET
-// /v1/models, /health and /metrics. Handler threads only parse, submit and
+// /v1/models, /health and /metrics; and what the SGLang and vLLM routers
+// call on a worker (docs/replicas.md): POST /generate, GET /health_generate,
+// /get_server_info, /get_model_info and /get_load. Handler threads only parse, submit and
 // wait for their request's events; a client that disconnects mid-stream
 // (a failed SSE write) gets its request cancelled.
 #pragma once
@@ -26,6 +28,8 @@ struct HttpServerOptions {
   // A streaming request waits this long for its first event before sending
   // the 200 headers, so early refusals get their proper status code.
   std::chrono::milliseconds first_event_wait{2000};
+  // GET /health_generate answers 503 when its one-token probe takes longer.
+  std::chrono::milliseconds health_generate_timeout{20000};
 };
 
 class HttpServer {

@@ -19,6 +19,41 @@ void scalar(std::string& out, const char* type, const std::string& name, const s
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + number(v) + "\n";
 }
 
+// Adds replica="<name>" to every sample line of a rendered exposition.
+std::string with_replica_label(const std::string& text, const std::string& name) {
+  std::string escaped;
+  for (const char c : name) {
+    if (c == '\\' || c == '"') escaped += '\\';
+    if (c == '\n') {
+      escaped += "\\n";
+      continue;
+    }
+    escaped += c;
+  }
+  const std::string label = "replica=\"" + escaped + "\"";
+  std::string out;
+  out.reserve(text.size() + text.size() / 4);
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    if (line.empty() || line[0] == '#') {
+      out += line + "\n";
+      continue;
+    }
+    // NAME[{LABELS}] VALUE: the label goes last among the labels.
+    const size_t space = line.rfind(' ');
+    if (space != std::string::npos && space > 0 && line[space - 1] == '}') {
+      out += line.substr(0, space - 1) + "," + label + line.substr(space - 1) + "\n";
+    } else {
+      out += line.substr(0, space) + "{" + label + "}" + line.substr(space) + "\n";
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> upper_bounds)
@@ -61,6 +96,16 @@ void Metrics::on_finished(Frontend frontend, const RequestEvent& ev) {
   if (ev.finish_reason != FinishReason::error) e2e_.observe(ev.timings.e2e_s);
 }
 
+void Metrics::set_replica_name(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  replica_name_ = name;
+}
+
+std::string Metrics::replica_name() const {
+  std::lock_guard lock(mutex_);
+  return replica_name_;
+}
+
 void Metrics::on_rejected(Frontend frontend, const std::string& code) {
   std::lock_guard lock(mutex_);
   ++num_rejected_[{frontend_name(frontend), code}];
@@ -100,7 +145,11 @@ std::string Metrics::render(const EngineStats& st) const {
   scalar(out, "counter", "llmk_num_preemptions_total", "Sequences preempted for lack of KV space.",
          static_cast<double>(st.num_preemptions));
   scalar(out, "counter", "llmk_engine_steps_total", "Engine steps run.", static_cast<double>(st.num_steps));
-  return out;
+  scalar(out, "counter", "llmk_prefix_cache_query_tokens_total", "Prompt tokens looked up in the prefix cache.",
+         static_cast<double>(st.kv.prefix_query_tokens));
+  scalar(out, "counter", "llmk_prefix_cache_hit_tokens_total", "Of those, tokens found (KV reused, not computed).",
+         static_cast<double>(st.kv.prefix_hit_tokens));
+  return replica_name_.empty() ? out : with_replica_label(out, replica_name_);
 }
 
 }  // namespace llmk::ipc

@@ -33,6 +33,11 @@ class Histogram {
 class Metrics {
  public:
   Metrics();
+  // Every sample carries the label replica="<name>" once it is set (the
+  // server names its replica after binding: server.replica_name, else
+  // HOST:PORT), so that a fleet's metrics can be told apart.
+  void set_replica_name(const std::string& name);
+  std::string replica_name() const;
   // Every finished sample's event (finished == true): counts the request
   // on request_done, tokens, and the latency histograms.
   void on_finished(Frontend frontend, const RequestEvent& event);
@@ -42,6 +47,7 @@ class Metrics {
 
  private:
   mutable std::mutex mutex_;
+  std::string replica_name_;
   std::map<std::pair<std::string, std::string>, uint64_t> num_requests_;  // (frontend, finish_reason)
   std::map<std::pair<std::string, std::string>, uint64_t> num_rejected_;  // (frontend, code)
   uint64_t num_prompt_tokens_ = 0;

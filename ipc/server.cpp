@@ -22,6 +22,9 @@ Server::Server(Backend& backend, ServerOptions options) : backend_(backend), opt
     http_ = std::make_unique<HttpServer>(backend_, metrics_, h);
     spdlog::info("serving the OpenAI-compatible HTTP API on http://{}:{}", http_->host(), http_->port());
   }
+  std::string name = options_.replica_name;
+  if (name.empty()) name = http_ ? http_->host() + ":" + std::to_string(http_->port()) : zmq_ ? zmq_->endpoint() : "";
+  metrics_.set_replica_name(name);
 }
 
 Server::~Server() {

@@ -18,6 +18,7 @@ struct ServerOptions {
   std::string zmq = "tcp://127.0.0.1:5555";  // "" = no ZeroMQ
   size_t max_body_bytes = 1 << 20;
   double drain_timeout_s = 30.0;
+  std::string replica_name = "";  // the metrics' replica label; "" = the HTTP HOST:PORT (else the ZeroMQ endpoint)
   int http_threads = 64;
 };
 

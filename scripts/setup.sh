@@ -30,6 +30,9 @@ packages=(
 venv=.venv
 python_packages=(tokenizers==0.23.3 jinja2==3.1.6 gguf==0.19.0 openai==3.54.0 numpy)
 
+# The routers the fleet tests put in front of replicas (tests/fleet).
+python_packages+=(sglang-router==0.3.2 vllm-router==0.1.17)
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -217,7 +217,7 @@ EngineStats FakeBackend::stats() const {
 }
 
 ModelInfo FakeBackend::model_info() const {
-  return {options_.model_name, options_.max_context, vocab_size, options_.chat_template, options_.max_queue};
+  return {options_.model_name, options_.max_context, vocab_size, options_.chat_template, options_.max_queue, ""};
 }
 
 void FakeBackend::run() {

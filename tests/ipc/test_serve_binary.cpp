@@ -80,7 +80,9 @@ TEST_CASE("llmk serve returns stories260K's golden greedy continuations over HTT
   std::filesystem::remove(file);
   INFO(check.out);
   CHECK(check.status == 0);
-  CHECK(metrics.body.find("llmk_time_to_first_token_seconds_count 10") != std::string::npos);
+  // Every sample names the replica (server.replica_name, by default HOST:PORT).
+  const std::string replica = "replica=\"127.0.0.1:" + std::to_string(serve.http_port()) + "\"";
+  CHECK(metrics.body.find("llmk_time_to_first_token_seconds_count{" + replica + "} 10") != std::string::npos);
 }
 
 TEST_CASE("llmk serve frees the KV of clients that vanish mid-stream", "[serve]") {

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""A local fleet: N `llmk serve` replicas behind sglang-router or vllm-router.
+
+    scripts/fleet.py --model DIR [--replicas 3] [--router sglang|vllm|none]
+                     [--policy cache_aware] [--port 30000] [-- extra llmk serve args]
+
+Starts the replicas on free loopback ports (replica i is named replica-i in
+its metrics), waits until each answers /health, then starts the router on
+--port and waits until it sees every replica healthy. Prints the URLs and
+runs until SIGINT or SIGTERM, then stops the router and drains the replicas
+(SIGTERM; each exits 0 once its live requests finish). The tests
+(tests/fleet) and the benchmark (bench/router_prefix_cache.py) use the
+Fleet class below.
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method, url, body=None, timeout=60):
+    """(status, parsed JSON or text); status 0 when the connection failed."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, raw = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        status, raw = e.code, e.read()
+    except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout) as e:
+        return 0, str(e)
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+def wait_until(predicate, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def router_python():
+    """$LLMK_ROUTER_PYTHON, else the project venv's Python, else this one."""
+    if os.environ.get("LLMK_ROUTER_PYTHON"):
+        return os.environ["LLMK_ROUTER_PYTHON"]
+    venv = os.path.join(ROOT, ".venv", "bin", "python")
+    return venv if os.path.exists(venv) else sys.executable
+
+
+def have_router(kind, python=None):
+    module = {"sglang": "sglang_router", "vllm": "vllm_router"}[kind]
+    r = subprocess.run([python or router_python(), "-c", f"import {module}"], capture_output=True)
+    return r.returncode == 0
+
+
+class Replica:
+    def __init__(self, llmk, model, port, name, extra_args, log_dir):
+        self.port, self.name = port, name
+        self.url = f"http://127.0.0.1:{port}"
+        self.args = [llmk, "serve", "--model", model, "--http", f"127.0.0.1:{port}", "--no-zmq",
+                     "--set", f"server.replica_name={name}"] + list(extra_args)
+        self.log_path = os.path.join(log_dir, f"{name}.log")
+        self.proc = None
+
+    def start(self):
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_healthy(self, timeout_s=60):
+        def ready():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.tail()}")
+            return http("GET", self.url + "/health", timeout=2)[0] == 200
+        wait_until(ready, timeout_s, f"{self.name} on {self.url}")
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def stop(self, timeout_s=30):
+        """SIGTERM (drain) and wait; the exit status, or None when it had to be killed."""
+        if not self.proc:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return None
+        self.log.close()
+        return self.proc.returncode
+
+    def metrics(self):
+        """{(name, labels without replica): value} from /metrics."""
+        status, text = http("GET", self.url + "/metrics", timeout=5)
+        out = {}
+        if status != 200:
+            return out
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+        return out
+
+    def tail(self, n=2000):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-n:].decode(errors="replace")
+        except OSError:
+            return ""
+
+
+class Fleet:
+    """Replicas plus (optionally) a router; a context manager that stops all."""
+
+    def __init__(self, llmk, model, num_replicas=3, router="sglang", policy="cache_aware", router_port=None,
+                 serve_args=(), router_args=(), python=None):
+        self.log_dir = tempfile.mkdtemp(prefix="llmk_fleet_")
+        self.replicas = [Replica(llmk, model, free_port(), f"replica-{i}", serve_args, self.log_dir)
+                         for i in range(num_replicas)]
+        self.router_kind, self.policy = router, policy
+        self.router_port = router_port or free_port()
+        self.router_url = f"http://127.0.0.1:{self.router_port}"
+        self.router_args = list(router_args)
+        self.python = python or router_python()
+        self.router = None
+
+    def start(self):
+        for r in self.replicas:
+            r.start()
+        for r in self.replicas:
+            r.wait_healthy()
+        if self.router_kind != "none":
+            self.start_router()
+        return self
+
+    def start_router(self, timeout_s=60):
+        module = {"sglang": "sglang_router.launch_router", "vllm": "vllm_router.launch_router"}[self.router_kind]
+        args = [self.python, "-m", module, "--host", "127.0.0.1", "--port", str(self.router_port),
+                "--worker-urls"] + [r.url for r in self.replicas] + ["--policy", self.policy] + self.router_args
+        self.router_log_path = os.path.join(self.log_dir, "router.log")
+        self.router_log = open(self.router_log_path, "ab")
+        self.router = subprocess.Popen(args, stdout=self.router_log, stderr=subprocess.STDOUT)
+
+        def ready():
+            if self.router.poll() is not None:
+                raise RuntimeError(f"the router exited with {self.router.returncode}: {self.router_tail()}")
+            return self.num_healthy_workers() == len(self.replicas)
+        wait_until(ready, timeout_s, f"{self.router_kind}-router on {self.router_url} to see every replica")
+
+    def num_healthy_workers(self):
+        if self.router_kind == "sglang":
+            status, body = http("GET", self.router_url + "/readiness", timeout=2)
+            return body.get("healthy_workers", 0) if status == 200 and isinstance(body, dict) else 0
+        # vllm-router listens only once every worker is healthy.
+        return len(self.replicas) if http("GET", self.router_url + "/health", timeout=2)[0] == 200 else 0
+
+    def router_tail(self, n=3000):
+        try:
+            with open(self.router_log_path, "rb") as f:
+                return f.read()[-n:].decode(errors="replace")
+        except (OSError, AttributeError):
+            return ""
+
+    def stop(self):
+        """Stops the router, then drains every replica; their exit statuses."""
+        if self.router and self.router.poll() is None:
+            self.router.send_signal(signal.SIGTERM)
+            try:
+                self.router.wait(15)
+            except subprocess.TimeoutExpired:
+                self.router.kill()
+                self.router.wait()
+        return [r.stop() for r in self.replicas]
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--llmk", default=os.path.join(ROOT, "build", "bin", "llmk"))
+    p.add_argument("--model", required=True, help="model directory or .gguf file")
+    p.add_argument("--replicas", type=int, default=3)
+    p.add_argument("--router", choices=["sglang", "vllm", "none"], default="sglang")
+    p.add_argument("--policy", default="cache_aware")
+    p.add_argument("--port", type=int, default=30000, help="the router's port")
+    p.add_argument("serve_args", nargs=argparse.REMAINDER, help="after --: extra `llmk serve` arguments")
+    a = p.parse_args()
+    serve_args = a.serve_args[1:] if a.serve_args[:1] == ["--"] else a.serve_args
+    if a.router != "none" and not have_router(a.router):
+        sys.exit(f"fleet: the {a.router} router is not installed for {router_python()} (scripts/setup.sh installs it)")
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    fleet = Fleet(a.llmk, a.model, a.replicas, a.router, a.policy, a.port, serve_args)
+    with fleet:
+        for r in fleet.replicas:
+            print(f"{r.name}: {r.url} (log {r.log_path})", flush=True)
+        if fleet.router:
+            print(f"{a.router}-router ({a.policy}): {fleet.router_url} (log {fleet.router_log_path})", flush=True)
+        print("fleet: ready; Ctrl-C stops it", flush=True)
+        try:
+            while not stop:
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+        print("fleet: stopping", flush=True)
+    print("fleet: replicas exited with " + ", ".join(str(r.proc.returncode) for r in fleet.replicas), flush=True)
+
+
+if __name__ == "__main__":
+    main()

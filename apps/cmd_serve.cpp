@@ -19,6 +19,7 @@
 #include "apps/parallel_launch.hpp"
 #include "core/error.hpp"
 #include "ipc/engine_backend.hpp"
+#include "ipc/kv_event_publisher.hpp"
 #include "ipc/server.hpp"
 
 namespace llmk::app {
@@ -52,7 +53,16 @@ int serve(const ServeOptions& o) {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 
-  Engine engine(config);
+  // Declared before the engine: it publishes what the allocator reported until the engine is gone.
+  std::unique_ptr<ipc::KvEventPublisher> kv_events;
+  EngineOptions engine_options;
+  if (!config.kv_events.endpoint.empty()) {
+    kv_events = std::make_unique<ipc::KvEventPublisher>(config.kv_events);
+    engine_options.kv_events = kv_events->log();
+    spdlog::info("kv_events: publishing on {}{}", kv_events->endpoint(),
+                 kv_events->replay_endpoint().empty() ? "" : ", replay on " + kv_events->replay_endpoint());
+  }
+  Engine engine(config, engine_options);
   ipc::EngineBackend backend(engine);
   ipc::ServerOptions server_options;
   server_options.http = config.server.http;

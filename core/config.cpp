@@ -84,6 +84,11 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(parallel, comm),
       LLMK_JSON_FIELD(parallel, comm_options),
       LLMK_FIELD(parallel, timeout_s),
+      LLMK_FIELD(kv_events, endpoint),
+      LLMK_FIELD(kv_events, replay_endpoint),
+      LLMK_FIELD(kv_events, topic),
+      LLMK_FIELD(kv_events, buffer_steps),
+      LLMK_FIELD(kv_events, max_queue_events),
   };
   return all;
 }
@@ -446,6 +451,17 @@ void validate(const EngineConfig& c) {
   if (p.comm.empty()) fail("parallel.comm", "must name a comm plugin (comm.mpi, comm.nccl)");
   check_json_object(p.comm_options, "parallel.comm_options");
   require_range("parallel.timeout_s", p.timeout_s, 0, 1e9, ">= 0 seconds (0: never)");
+
+  const auto& ke = c.kv_events;
+  if (!ke.endpoint.empty() && ke.endpoint.find("://") == std::string::npos)
+    fail("kv_events.endpoint", "'" + ke.endpoint + "' is not a ZeroMQ endpoint such as tcp://*:5557 (or \"\" for off)");
+  if (!ke.replay_endpoint.empty() && ke.replay_endpoint.find("://") == std::string::npos)
+    fail("kv_events.replay_endpoint",
+         "'" + ke.replay_endpoint + "' is not a ZeroMQ endpoint such as tcp://*:5558 (or \"\" for none)");
+  if (ke.endpoint.empty() && !ke.replay_endpoint.empty())
+    fail("kv_events.replay_endpoint", "is set but kv_events.endpoint is empty (events are off)");
+  require_range("kv_events.buffer_steps", ke.buffer_steps, 1, 1e9, ">= 1");
+  require_range("kv_events.max_queue_events", ke.max_queue_events, 1, 1e9, ">= 1");
 }
 
 EngineConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {

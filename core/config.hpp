@@ -109,6 +109,20 @@ struct ParallelSection {
   bool operator==(const ParallelSection&) const = default;
 };
 
+// KV-cache events for KV-aware routers, in the format vLLM publishes
+// (docs/kv-events.md): msgpack event batches on a ZeroMQ PUB socket.
+struct KvEventsSection {
+  // PUB endpoint ("" = off). Bound when it holds '*' or '::' or is ipc://
+  // or inproc://, else connected (as vLLM does).
+  std::string endpoint;
+  std::string replay_endpoint;       // ROUTER bound here resends batches from a sequence number ("" = none)
+  std::string topic;                 // first frame of every message
+  uint32_t buffer_steps = 10000;     // batches kept for replay
+  uint32_t max_queue_events = 100000;  // events waiting for the publisher; more are dropped (counted)
+
+  bool operator==(const KvEventsSection&) const = default;
+};
+
 struct EngineConfig {
   ModelSection model;
   ExecutorSection executor;
@@ -117,6 +131,7 @@ struct EngineConfig {
   SchedulerSection scheduler;
   ServerSection server;
   ParallelSection parallel;
+  KvEventsSection kv_events;
 
   bool operator==(const EngineConfig&) const = default;
 };

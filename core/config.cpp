@@ -76,6 +76,7 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(scheduler, overlap),
       LLMK_FIELD(server, http),
       LLMK_FIELD(server, zmq),
+      LLMK_FIELD(server, zmq_broker),
       LLMK_FIELD(server, max_body_bytes),
       LLMK_FIELD(server, drain_timeout_s),
       LLMK_FIELD(server, served_model_name),
@@ -442,6 +443,9 @@ void validate(const EngineConfig& c) {
   }
   if (!sv.zmq.empty() && sv.zmq.find("://") == std::string::npos)
     fail("server.zmq", "'" + sv.zmq + "' is not a ZeroMQ endpoint such as tcp://127.0.0.1:5555 (or \"\" to disable)");
+  if (!sv.zmq_broker.empty() && sv.zmq_broker.find("://") == std::string::npos)
+    fail("server.zmq_broker",
+         "'" + sv.zmq_broker + "' is not a ZeroMQ endpoint such as tcp://127.0.0.1:5556 (or \"\" for none)");
   require_range("server.max_body_bytes", static_cast<double>(sv.max_body_bytes), 1, 1e18, ">= 1");
   require_range("server.drain_timeout_s", sv.drain_timeout_s, 0, 1e9, ">= 0 seconds");
 

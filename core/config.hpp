@@ -89,6 +89,9 @@ struct SchedulerSection {
 struct ServerSection {
   std::string http = "127.0.0.1:8000";   // "" disables
   std::string zmq = "tcp://127.0.0.1:5555";  // "" disables
+  // A broker's worker endpoint (`llmk broker`): the ZeroMQ side connects
+  // there as one of its workers instead of binding server.zmq ("" = none).
+  std::string zmq_broker;
   uint64_t max_body_bytes = 1 << 20;
   double drain_timeout_s = 30.0;
   std::string served_model_name;          // "" = the model directory's name

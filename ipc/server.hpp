@@ -19,6 +19,7 @@ struct ServerOptions {
   size_t max_body_bytes = 1 << 20;
   double drain_timeout_s = 30.0;
   int http_threads = 64;
+  std::string zmq_broker = "";  // non-empty: ZeroMQ as this broker's worker instead of binding zmq
 };
 
 class Server {

@@ -142,7 +142,7 @@ TEST_CASE("two llmk serve replicas behind llmk broker serve the ZeroMQ clients u
   }
 }
 
-TEST_CASE("a replica that dies behind the broker stops getting requests; the other serves them all",
+TEST_CASE("a replica killed behind the broker gets no more requests and the other serves them all",
           "[serve][broker]") {
   BrokerProcess broker;
   ServeProcess a({"--zmq-broker", broker.workers()});

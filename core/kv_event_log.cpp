@@ -6,6 +6,7 @@ namespace llmk {
 
 void KvEventLog::sink(void* ctx, const llmk_kv_event* event) noexcept {
   if (ctx == nullptr || event == nullptr) return;
+  if (event->type < LLMK_KV_EVENT_BLOCK_STORED || event->type > LLMK_KV_EVENT_ALL_BLOCKS_CLEARED) return;
   try {
     KvEvent e;
     e.type = static_cast<llmk_kv_event_type>(event->type);
@@ -22,11 +23,13 @@ void KvEventLog::sink(void* ctx, const llmk_kv_event* event) noexcept {
 
 void KvEventLog::append(KvEvent event) {
   bool first_drop = false;
+  bool was_empty = false;
   {
     std::lock_guard lock(mutex_);
     if (pending_.size() >= max_events_) {
       first_drop = num_dropped_++ == 0;
     } else {
+      was_empty = pending_.empty();
       pending_.push_back(std::move(event));
       ++num_appended_;
     }
@@ -36,7 +39,7 @@ void KvEventLog::append(KvEvent event) {
                  "subscribers' block sets are stale from now on",
                  max_events_);
   }
-  ready_.notify_one();
+  if (was_empty) ready_.notify_one();  // the taker waits only on an empty log
 }
 
 std::vector<KvEvent> KvEventLog::take(std::chrono::milliseconds wait) {

@@ -95,6 +95,8 @@ bool binds(const std::string& endpoint) {
          endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0;
 }
 
+constexpr std::chrono::milliseconds kCoalesce{2};
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -275,6 +277,9 @@ void KvEventPublisher::run() {
     }
     serve_replays();
     if (last_round && events.empty()) break;
+    // What the next steps report gathers meanwhile: at most one batch per
+    // kCoalesce, however many allocator calls a step makes.
+    if (!events.empty() && !stopping_) std::this_thread::sleep_for(kCoalesce);
   }
   const uint64_t dropped = log_->num_dropped();
   if (dropped > 0) spdlog::warn("kv_events: {} event(s) were dropped (kv_events.max_queue_events)", dropped);

@@ -8,8 +8,10 @@
 //    lora_id (nil), medium (nil)]
 //   ["BlockRemoved", [block_hash, ...], medium (nil)]
 //   ["AllBlocksCleared"]
-// Consecutive stored blocks of one prefix share one BlockStored. The first
-// batch (sequence 0) is AllBlocksCleared: a restarted replica holds nothing.
+// A batch holds what the allocator reported in about 2 ms (vLLM sends one
+// per step); consecutive stored blocks of one prefix share one BlockStored,
+// consecutive removals one BlockRemoved. The first batch (sequence 0) is
+// AllBlocksCleared: a restarted replica holds nothing.
 // A replay ROUTER, when configured, answers [empty] [start sequence: 8 bytes
 // big-endian] with every kept batch from there as [empty] [sequence]
 // [batch], then [empty] [-1 as 8 bytes] [empty]. See docs/kv-events.md.

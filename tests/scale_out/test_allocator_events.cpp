@@ -163,3 +163,18 @@ TEST_CASE("a full event log drops and counts what does not fit, keeping the orde
   CHECK(log.num_dropped() == 2);
   CHECK(log.num_appended() == 3);
 }
+
+TEST_CASE("a kv allocator plugin built against API 2.0 loads, serves, and lists no cached blocks", "[kv_events]") {
+  PluginRegistry registry({LLMK_SCALE_OUT_FIXTURE_DIR});
+  KvEventLog log(1 << 20);
+  const uint32_t num_slots = 4 * 96;
+  const Plugin plugin = registry.load("kv.pagedold", LLMK_PLUGIN_KV_ALLOCATOR);
+  CHECK(plugin.info().api_version == LLMK_API_VERSION(LLMK_KV_ALLOCATOR_API_MAJOR, 0));
+  CHECK(plugin.kv_allocator().cached_blocks == nullptr);  // the field 2.1 appended, defaulted
+  KvAllocatorImpl kv(plugin, desc_with_sink(num_slots, "{}", &log));
+  CHECK_FALSE(kv.cached_blocks().has_value());
+  sched_test::FakeModel model(num_slots);
+  const SchedulerStats stats =
+      kv_events_test::run_jobs(kv, model, 96, kv_events_test::shared_prefix_jobs(5, 30), [] {});
+  CHECK(stats.num_cached_prompt_tokens > 0);  // its prefix cache works as before
+}

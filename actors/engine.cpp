@@ -205,7 +205,7 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
                                                  im.config.plugins.search_path.end());
   PluginRegistry registry(search_path);
   register_built_executors();
-  EngineParts parts = build_engine_parts(im.config, im.checkpoint, registry);
+  EngineParts parts = build_engine_parts(im.config, im.checkpoint, registry, im.options.kv_events);
   spdlog::info("engine: {} actor threads (CAF sharing policy)", im.options.num_actor_threads);
   try {
     im.start_actors(std::move(parts.executor), std::move(parts.scheduling));

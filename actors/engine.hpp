@@ -25,6 +25,7 @@ class actor;
 namespace llmk {
 
 class ChatTemplate;
+class KvEventLog;
 class Tokenizer;
 
 // Run-time options of an Engine that are not part of the served
@@ -41,6 +42,9 @@ struct EngineOptions {
   int32_t num_actor_threads = 2;
   std::chrono::milliseconds step_timeout{120000};    // one forward + sampling
   std::chrono::milliseconds message_timeout{10000};  // every other request between actors
+  // Where the KV allocator reports prefix-cache events (kv_events; a
+  // publisher drains it); nullptr: not reported.
+  std::shared_ptr<KvEventLog> kv_events;
 };
 
 class Engine {

@@ -19,6 +19,7 @@
 #include "apps/parallel_launch.hpp"
 #include "core/error.hpp"
 #include "ipc/engine_backend.hpp"
+#include "ipc/kv_event_publisher.hpp"
 #include "ipc/server.hpp"
 
 namespace llmk::app {
@@ -32,6 +33,7 @@ struct ServeOptions {
   ModelOptions model;
   std::optional<std::string> http;
   std::optional<std::string> zmq;
+  std::optional<std::string> zmq_broker;
   bool no_http = false;
   bool no_zmq = false;
   int http_threads = 64;
@@ -42,8 +44,12 @@ int serve(const ServeOptions& o) {
   if (o.http) config.server.http = *o.http;
   if (o.zmq) config.server.zmq = *o.zmq;
   if (o.no_http) config.server.http.clear();
-  if (o.no_zmq) config.server.zmq.clear();
-  if (config.server.http.empty() && config.server.zmq.empty()) {
+  if (o.zmq_broker) config.server.zmq_broker = *o.zmq_broker;
+  if (o.no_zmq) {
+    config.server.zmq.clear();
+    config.server.zmq_broker.clear();
+  }
+  if (config.server.http.empty() && config.server.zmq.empty() && config.server.zmq_broker.empty()) {
     throw Error(ErrorCode::invalid_config, "both front ends are off (server.http and server.zmq are empty)");
   }
   if (!config.server.http.empty()) ipc::split_host_port(config.server.http, "server.http");
@@ -52,11 +58,21 @@ int serve(const ServeOptions& o) {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 
-  Engine engine(config);
+  // Declared before the engine: it publishes what the allocator reported until the engine is gone.
+  std::unique_ptr<ipc::KvEventPublisher> kv_events;
+  EngineOptions engine_options;
+  if (!config.kv_events.endpoint.empty()) {
+    kv_events = std::make_unique<ipc::KvEventPublisher>(config.kv_events);
+    engine_options.kv_events = kv_events->log();
+    spdlog::info("kv_events: publishing on {}{}", kv_events->endpoint(),
+                 kv_events->replay_endpoint().empty() ? "" : ", replay on " + kv_events->replay_endpoint());
+  }
+  Engine engine(config, engine_options);
   ipc::EngineBackend backend(engine);
   ipc::ServerOptions server_options;
   server_options.http = config.server.http;
   server_options.zmq = config.server.zmq;
+  server_options.zmq_broker = config.server.zmq_broker;
   server_options.max_body_bytes = config.server.max_body_bytes;
   server_options.drain_timeout_s = config.server.drain_timeout_s;
   server_options.http_threads = o.http_threads;
@@ -86,6 +102,9 @@ const CommandRegistration kServe{
       add_model_options(cmd, o->model);
       cmd.add_option("--http", o->http, "HTTP address HOST:PORT (default server.http = 127.0.0.1:8000; \"\" = off)");
       cmd.add_option("--zmq", o->zmq, "ZeroMQ endpoint (default server.zmq = tcp://127.0.0.1:5555; \"\" = off)");
+      cmd.add_option("--zmq-broker", o->zmq_broker,
+                     "serve ZeroMQ as a worker of the broker whose worker endpoint this is (llmk broker "
+                     "--workers), instead of binding --zmq (server.zmq_broker)");
       cmd.add_flag("--no-http", o->no_http, "do not serve HTTP");
       cmd.add_flag("--no-zmq", o->no_zmq, "do not serve ZeroMQ");
       cmd.add_option("--http-threads", o->http_threads, "HTTP connections served at once (each stream holds one)")

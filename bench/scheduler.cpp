@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   const uint32_t max_seq_len = 2048;
 
   llmk::PluginRegistry registry;
-  const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), num_slots, 16, max_seq_len, 1, "{}"};
+  const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), num_slots, 16, max_seq_len, 1, "{}", nullptr, nullptr};
   llmk::KvAllocatorImpl kv(registry.load("kv.paged", LLMK_PLUGIN_KV_ALLOCATOR), desc);
   llmk::SchedulerSection section;
   section.max_num_seqs = max_num_seqs;

@@ -46,7 +46,7 @@ SuiteResult run_kv_allocator_suite(const Plugin& plugin, const SuiteOptions& opt
                                std::to_string(seed) + ": " + std::to_string(num_ops) + " random operations";
       try {
         const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), num_slots, block_size, max_seq_len,
-                                          prefix ? 1 : 0, "{}"};
+                                          prefix ? 1 : 0, "{}", nullptr, nullptr};
         KvAllocatorImpl alloc(plugin, desc);
         kvtest::Harness h(alloc, traits, num_slots, prefix);
         kvtest::run_workload(h, seed, kvtest::Workload{num_ops, max_seq_len, 3, 16, true});

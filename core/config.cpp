@@ -76,6 +76,7 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(scheduler, overlap),
       LLMK_FIELD(server, http),
       LLMK_FIELD(server, zmq),
+      LLMK_FIELD(server, zmq_broker),
       LLMK_FIELD(server, max_body_bytes),
       LLMK_FIELD(server, drain_timeout_s),
       LLMK_FIELD(server, served_model_name),
@@ -85,6 +86,11 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(parallel, comm),
       LLMK_JSON_FIELD(parallel, comm_options),
       LLMK_FIELD(parallel, timeout_s),
+      LLMK_FIELD(kv_events, endpoint),
+      LLMK_FIELD(kv_events, replay_endpoint),
+      LLMK_FIELD(kv_events, topic),
+      LLMK_FIELD(kv_events, buffer_steps),
+      LLMK_FIELD(kv_events, max_queue_events),
   };
   return all;
 }
@@ -438,6 +444,9 @@ void validate(const EngineConfig& c) {
   }
   if (!sv.zmq.empty() && sv.zmq.find("://") == std::string::npos)
     fail("server.zmq", "'" + sv.zmq + "' is not a ZeroMQ endpoint such as tcp://127.0.0.1:5555 (or \"\" to disable)");
+  if (!sv.zmq_broker.empty() && sv.zmq_broker.find("://") == std::string::npos)
+    fail("server.zmq_broker",
+         "'" + sv.zmq_broker + "' is not a ZeroMQ endpoint such as tcp://127.0.0.1:5556 (or \"\" for none)");
   require_range("server.max_body_bytes", static_cast<double>(sv.max_body_bytes), 1, 1e18, ">= 1");
   require_range("server.drain_timeout_s", sv.drain_timeout_s, 0, 1e9, ">= 0 seconds");
 
@@ -447,6 +456,17 @@ void validate(const EngineConfig& c) {
   if (p.comm.empty()) fail("parallel.comm", "must name a comm plugin (comm.mpi, comm.nccl)");
   check_json_object(p.comm_options, "parallel.comm_options");
   require_range("parallel.timeout_s", p.timeout_s, 0, 1e9, ">= 0 seconds (0: never)");
+
+  const auto& ke = c.kv_events;
+  if (!ke.endpoint.empty() && ke.endpoint.find("://") == std::string::npos)
+    fail("kv_events.endpoint", "'" + ke.endpoint + "' is not a ZeroMQ endpoint such as tcp://*:5557 (or \"\" for off)");
+  if (!ke.replay_endpoint.empty() && ke.replay_endpoint.find("://") == std::string::npos)
+    fail("kv_events.replay_endpoint",
+         "'" + ke.replay_endpoint + "' is not a ZeroMQ endpoint such as tcp://*:5558 (or \"\" for none)");
+  if (ke.endpoint.empty() && !ke.replay_endpoint.empty())
+    fail("kv_events.replay_endpoint", "is set but kv_events.endpoint is empty (events are off)");
+  require_range("kv_events.buffer_steps", ke.buffer_steps, 1, 1e9, ">= 1");
+  require_range("kv_events.max_queue_events", ke.max_queue_events, 1, 1e9, ">= 1");
 }
 
 EngineConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {

@@ -89,6 +89,9 @@ struct SchedulerSection {
 struct ServerSection {
   std::string http = "127.0.0.1:8000";   // "" disables
   std::string zmq = "tcp://127.0.0.1:5555";  // "" disables
+  // A broker's worker endpoint (`llmk broker`): the ZeroMQ side connects
+  // there as one of its workers instead of binding server.zmq ("" = none).
+  std::string zmq_broker;
   uint64_t max_body_bytes = 1 << 20;
   double drain_timeout_s = 30.0;
   std::string served_model_name;          // "" = the model directory's name
@@ -110,6 +113,20 @@ struct ParallelSection {
   bool operator==(const ParallelSection&) const = default;
 };
 
+// KV-cache events for KV-aware routers, in the format vLLM publishes
+// (docs/kv-events.md): msgpack event batches on a ZeroMQ PUB socket.
+struct KvEventsSection {
+  // PUB endpoint ("" = off). Bound when it holds '*' or '::' or is ipc://
+  // or inproc://, else connected (as vLLM does).
+  std::string endpoint;
+  std::string replay_endpoint;       // ROUTER bound here resends batches from a sequence number ("" = none)
+  std::string topic;                 // first frame of every message
+  uint32_t buffer_steps = 10000;     // batches kept for replay
+  uint32_t max_queue_events = 100000;  // events waiting for the publisher; more are dropped (counted)
+
+  bool operator==(const KvEventsSection&) const = default;
+};
+
 struct EngineConfig {
   ModelSection model;
   ExecutorSection executor;
@@ -118,6 +135,7 @@ struct EngineConfig {
   SchedulerSection scheduler;
   ServerSection server;
   ParallelSection parallel;
+  KvEventsSection kv_events;
 
   bool operator==(const EngineConfig&) const = default;
 };

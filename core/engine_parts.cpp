@@ -13,7 +13,7 @@ double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0)
 }  // namespace
 
 EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const Checkpoint> checkpoint,
-                               PluginRegistry& plugins) {
+                               PluginRegistry& plugins, std::shared_ptr<KvEventLog> kv_events) {
   EngineParts parts;
   const ModelConfig& mc = checkpoint->config();
   parts.executor = make_executor(config, checkpoint, plugins);
@@ -27,8 +27,18 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
   desc.max_seq_len = runtime.max_seq_len;
   desc.enable_prefix_caching = config.kv_cache.enable_prefix_caching ? 1 : 0;
   desc.options = config.plugins.kv_allocator_options.c_str();
-  scheduling->kv = std::make_unique<KvAllocatorImpl>(
-      plugins.load(config.plugins.kv_allocator, LLMK_PLUGIN_KV_ALLOCATOR), desc);
+  if (kv_events) {
+    desc.event_sink = &KvEventLog::sink;
+    desc.event_sink_ctx = kv_events.get();
+    scheduling->kv_events = kv_events;
+  }
+  auto kv = std::make_unique<KvAllocatorImpl>(plugins.load(config.plugins.kv_allocator, LLMK_PLUGIN_KV_ALLOCATOR),
+                                              desc);
+  if (kv_events && (!config.kv_cache.enable_prefix_caching || !kv->cached_blocks())) {
+    spdlog::warn("kv_events: {} {}: no block events will be published", config.plugins.kv_allocator,
+                 config.kv_cache.enable_prefix_caching ? "has no prefix cache" : "runs without prefix caching");
+  }
+  scheduling->kv = std::move(kv);
   SchedulerOptions options;
   if (config.scheduler.preemption == "offload") {
     // Called inside schedule(), which runs only when no step is in flight.

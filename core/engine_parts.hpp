@@ -11,6 +11,7 @@
 #include "core/config.hpp"
 #include "core/executor.hpp"
 #include "core/kv_allocator.hpp"
+#include "core/kv_event_log.hpp"
 #include "core/kv_offloader.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/scheduler.hpp"
@@ -20,6 +21,7 @@ namespace llmk {
 // What the scheduler owns: the KV allocator, the Scheduler built over it,
 // and (when scheduler.preemption is "offload") the executor as offloader.
 struct SchedulerParts {
+  std::shared_ptr<KvEventLog> kv_events;  // the allocator's event sink; outlives *kv
   std::unique_ptr<KvAllocator> kv;
   std::shared_ptr<KvOffloader> offloader;
   std::unique_ptr<Scheduler> scheduler;  // built over *kv
@@ -35,8 +37,9 @@ struct EngineParts {
 // slots (the allocator's block size is the one the scheduler's steps carry
 // to the attention plugin), then the scheduler; logs what was built. Throws
 // what each of them throws (config, plugins, weights, capacity). `config`
-// must have passed validate(); the checkpoint must outlive the parts.
+// must have passed validate(); the checkpoint must outlive the parts. With
+// kv_events, the allocator reports its prefix-cache events there.
 EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const Checkpoint> checkpoint,
-                               PluginRegistry& plugins);
+                               PluginRegistry& plugins, std::shared_ptr<KvEventLog> kv_events = nullptr);
 
 }  // namespace llmk

@@ -205,6 +205,23 @@ uint32_t KvAllocatorImpl::block_table(uint64_t seq_id, std::vector<int32_t>& out
   return std::min(n, written);
 }
 
+std::optional<std::vector<uint64_t>> KvAllocatorImpl::cached_blocks() const {
+  const auto fn = plugin_.kv_allocator().cached_blocks;
+  if (fn == nullptr) return std::nullopt;
+  std::vector<uint64_t> hashes;
+  for (;;) {  // the count first, then the hashes (nothing changes in between: one thread)
+    llmk_error err = blank_error();
+    uint32_t num_blocks = 0;
+    const int status = fn(self_, hashes.data(), static_cast<uint32_t>(hashes.size()), &num_blocks, &err);
+    if (status != LLMK_OK) throw_call_error(plugin_.info(), "cached_blocks", status, err);
+    if (num_blocks <= hashes.size()) {
+      hashes.resize(num_blocks);
+      return hashes;
+    }
+    hashes.resize(num_blocks);
+  }
+}
+
 llmk_kv_usage KvAllocatorImpl::usage() const {
   llmk_kv_usage u{};
   llmk_error err = blank_error();

@@ -1,12 +1,15 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A Python client for `llmk serve`'s ZeroMQ protocol v1 (docs/protocol.md).
 
 Sends every prompt as its own request on one DEALER socket, all in flight at
 once, and prints the streamed text as it arrives (or, with --json, one JSON
 object: per request id its streamed text, the final text, finish reason and
-usage). Needs pyzmq (Debian: python3-zmq).
+usage). Needs pyzmq: the project venv has it (scripts/setup.sh), as has
+Debian's python3-zmq.
 
-    /usr/bin/python3 examples/zmq_client.py --endpoint tcp://127.0.0.1:5555 "Once upon a time"
+    .venv/bin/python examples/zmq_client.py --endpoint tcp://127.0.0.1:5555 "Once upon a time"
+
+The same works against `llmk broker --clients ...` in front of many replicas.
 """
 import argparse
 import json

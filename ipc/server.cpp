@@ -7,12 +7,14 @@
 namespace llmk::ipc {
 
 Server::Server(Backend& backend, ServerOptions options) : backend_(backend), options_(std::move(options)) {
-  if (!options_.zmq.empty()) {
+  if (!options_.zmq.empty() || !options_.zmq_broker.empty()) {
     ZmqServerOptions z;
     z.endpoint = options_.zmq;
+    z.broker = options_.zmq_broker;
     z.max_message_bytes = options_.max_body_bytes;
     zmq_ = std::make_unique<ZmqServer>(backend_, metrics_, z);
-    spdlog::info("serving ZeroMQ protocol v1 on {}", zmq_->endpoint());
+    spdlog::info("serving ZeroMQ protocol v1 {} {}", z.broker.empty() ? "on" : "as a worker of the broker at",
+                 zmq_->endpoint());
   }
   if (!options_.http.empty()) {
     HttpServerOptions h;

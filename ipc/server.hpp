@@ -20,6 +20,7 @@ struct ServerOptions {
   double drain_timeout_s = 30.0;
   std::string replica_name = "";  // the metrics' replica label; "" = the HTTP HOST:PORT (else the ZeroMQ endpoint)
   int http_threads = 64;
+  std::string zmq_broker = "";  // non-empty: ZeroMQ as this broker's worker instead of binding zmq
 };
 
 class Server {

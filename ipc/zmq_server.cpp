@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstring>
 #include <map>
 #include <unordered_map>
 #include <zmq.hpp>
@@ -22,6 +23,35 @@ struct Posted {
   std::string internal_id;
   RequestEvent event;
 };
+
+// A peer's routing envelope (its identity frame, or through a broker the
+// broker's and the client's) as one map key: each frame length-prefixed.
+std::string pack_envelope(const std::vector<zmq::message_t>& frames, size_t num_frames) {
+  std::string key;
+  for (size_t i = 0; i < num_frames; ++i) {
+    const uint32_t n = static_cast<uint32_t>(frames[i].size());
+    key.append(reinterpret_cast<const char*>(&n), sizeof n);
+    key.append(frames[i].data<char>(), frames[i].size());
+  }
+  return key;
+}
+
+// Sends the envelope's frames, each with more to follow; false when the
+// first is unroutable (EHOSTUNREACH under ZMQ_ROUTER_MANDATORY) or would block.
+bool send_envelope(zmq::socket_t& socket, const std::string& key) {
+  size_t pos = 0;
+  bool first = true;
+  while (pos + sizeof(uint32_t) <= key.size()) {
+    uint32_t n = 0;
+    std::memcpy(&n, key.data() + pos, sizeof n);
+    pos += sizeof n;
+    const auto flags = zmq::send_flags::sndmore | (first ? zmq::send_flags::dontwait : zmq::send_flags::none);
+    if (!socket.send(zmq::buffer(key.data() + pos, n), flags)) return false;
+    pos += n;
+    first = false;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -59,6 +89,17 @@ ZmqServer::ZmqServer(Backend& backend, Metrics& metrics, ZmqServerOptions option
   router.set(zmq::sockopt::rcvhwm, 1 << 20);
   router.set(zmq::sockopt::heartbeat_ivl, options_.heartbeat_interval_ms);
   router.set(zmq::sockopt::heartbeat_timeout, options_.heartbeat_timeout_ms);
+  if (!options_.broker.empty()) {
+    try {
+      router.connect(options_.broker);
+    } catch (const zmq::error_t& e) {
+      throw Error(ErrorCode::invalid_config,
+                  "cannot connect to the ZeroMQ broker " + options_.broker + " (server.zmq_broker): " + e.what());
+    }
+    endpoint_ = options_.broker;
+    thread_ = std::thread([this] { run(); });
+    return;
+  }
   try {
     router.bind(options_.endpoint);
   } catch (const zmq::error_t& e) {
@@ -88,6 +129,7 @@ void ZmqServer::stop() {
 void ZmqServer::run() {
   State& st = *state_;
   const auto mailbox = st.mailbox;
+  const size_t num_envelope_frames = options_.broker.empty() ? 1 : 2;  // [client] or [broker] [client]
 
   // Sends one message to a peer; false when the peer is gone (unroutable
   // under ZMQ_ROUTER_MANDATORY, or so far behind that its queue is full).
@@ -96,7 +138,7 @@ void ZmqServer::run() {
     const bool delimiter = peer != st.peers.end() && peer->second.delimiter;
     const std::string payload = dump_json(msg);
     try {
-      if (!st.router.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return false;
+      if (!send_envelope(st.router, identity)) return false;
       if (delimiter) st.router.send(zmq::message_t(), zmq::send_flags::sndmore);
       st.router.send(zmq::buffer(payload), zmq::send_flags::none);
     } catch (const zmq::error_t& e) {
@@ -236,7 +278,10 @@ void ZmqServer::run() {
     for (int budget = 0; budget < 256; ++budget) {
       std::vector<zmq::message_t> frames;
       if (!zmq::recv_multipart(st.router, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
-      const std::string identity = frames[0].to_string();
+      if (frames.size() <= num_envelope_frames) continue;  // a broker's stray message: nobody to answer
+      // From here on, frames[0] stands for the whole envelope.
+      const std::string identity = pack_envelope(frames, num_envelope_frames);
+      frames.erase(frames.begin() + 1, frames.begin() + static_cast<std::ptrdiff_t>(num_envelope_frames));
       const bool delimiter = frames.size() >= 2 && frames[1].size() == 0;
       if (frames.size() == 2 || (frames.size() == 3 && delimiter)) {
         try {

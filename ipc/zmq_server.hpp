@@ -3,6 +3,13 @@
 // mailbox; the socket thread turns them into messages. A peer that
 // disappears (send fails under ZMQ_ROUTER_MANDATORY, ZMTP heartbeat
 // timeout, or an explicit "bye") gets its requests cancelled.
+//
+// As a broker's worker (options.broker, `llmk broker`), the socket connects
+// to the broker's DEALER instead of binding, and a peer is the client
+// behind the broker: messages arrive as [broker] [client] [payload] and
+// replies go back the same way. Through a broker a vanished client is not
+// noticed (the broker drops what it cannot route), and a client's later
+// messages (cancel, bye) reach whichever replica the broker picks.
 #pragma once
 
 #include <atomic>
@@ -25,18 +32,19 @@ struct ZmqServerOptions {
   std::chrono::milliseconds keepalive_interval{500};
   int heartbeat_interval_ms = 1000;  // ZMTP heartbeats: silent dead peers
   int heartbeat_timeout_ms = 5000;
+  std::string broker = "";  // non-empty: connect here as a broker's worker; endpoint is not bound
 };
 
 class ZmqServer {
  public:
-  // Binds at once: throws Error(invalid_config) naming the endpoint when it
-  // cannot (address in use, bad endpoint).
+  // Binds (or connects to the broker) at once: throws Error(invalid_config)
+  // naming the endpoint when it cannot (address in use, bad endpoint).
   ZmqServer(Backend& backend, Metrics& metrics, ZmqServerOptions options);
   ~ZmqServer();  // stop()
   ZmqServer(const ZmqServer&) = delete;
   ZmqServer& operator=(const ZmqServer&) = delete;
 
-  std::string endpoint() const { return endpoint_; }  // as bound (resolved port)
+  std::string endpoint() const { return endpoint_; }  // as bound (resolved port), or the broker's
   // New submits are refused (code shutting_down); live requests go on.
   void start_draining();
   size_t num_live() const { return num_live_.load(); }

@@ -28,7 +28,7 @@ packages=(
 
 # Reference implementations tests compare against (no torch: CI stays light).
 venv=.venv
-python_packages=(tokenizers==0.23.3 jinja2==3.1.6 gguf==0.19.0 openai==3.54.0 numpy)
+python_packages=(tokenizers==0.23.3 jinja2==3.1.6 gguf==0.19.0 openai==3.54.0 numpy pyzmq==26.4.0 msgpack==1.1.0)
 
 # The routers the fleet tests put in front of replicas (tests/fleet).
 python_packages+=(sglang-router==0.3.2 vllm-router==0.1.17)

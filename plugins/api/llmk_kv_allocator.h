@@ -18,15 +18,40 @@ extern "C" {
 
 /* Majors (each broke compatibility):
  * 2: every entry point after create returns a status and fills llmk_error,
- * so that no failure inside a plugin can end the host process. No minors
- * yet (see llmk_plugin.h for how minors grow). */
+ * so that no failure inside a plugin can end the host process.
+ * Minors of 2 (each appended to llmk_kv_allocator_desc and
+ * llmk_kv_allocator_api, see llmk_plugin.h):
+ * 2.1: prefix-cache events (desc event_sink; default when absent: no
+ *      events) and cached_blocks (default when absent: not reported). */
 #define LLMK_KV_ALLOCATOR_API_MAJOR 2u
-#define LLMK_KV_ALLOCATOR_API_MINOR 0u
+#define LLMK_KV_ALLOCATOR_API_MINOR 1u
 #ifndef LLMK_KV_ALLOCATOR_API_BUILD_MINOR
 #define LLMK_KV_ALLOCATOR_API_BUILD_MINOR LLMK_KV_ALLOCATOR_API_MINOR
 #endif
 #define LLMK_KV_ALLOCATOR_API_VERSION \
   LLMK_API_VERSION(LLMK_KV_ALLOCATOR_API_MAJOR, LLMK_KV_ALLOCATOR_API_BUILD_MINOR)
+
+/* A change to the set of blocks a prefix cache can hit. A block is named by
+ * its hash, which chains its parent's hash and its tokens; the hashes of the
+ * blocks cached at any moment are distinct. Replaying the events in order
+ * from an empty set gives the allocator's set of cached blocks. */
+typedef enum llmk_kv_event_type {
+  LLMK_KV_EVENT_BLOCK_STORED = 1,       /* block_hash now cached, holding token_ids */
+  LLMK_KV_EVENT_BLOCK_REMOVED = 2,      /* block_hash no longer cached (evicted, replaced) */
+  LLMK_KV_EVENT_ALL_BLOCKS_CLEARED = 3  /* nothing is cached any more */
+} llmk_kv_event_type;
+
+typedef struct llmk_kv_event {
+  uint32_t struct_size;
+  uint32_t type;               /* llmk_kv_event_type */
+  uint64_t block_hash;         /* stored, removed */
+  uint64_t parent_block_hash;  /* stored: the previous block of its prefix, when has_parent */
+  int has_parent;              /* 0: the block starts a prompt */
+  const int32_t* token_ids;    /* stored: [num_tokens] (one block), valid during the call only */
+  uint32_t num_tokens;
+} llmk_kv_event;
+
+typedef void (*llmk_kv_event_sink)(void* ctx, const llmk_kv_event* event);
 
 typedef struct llmk_kv_allocator_desc {
   uint32_t struct_size;
@@ -35,6 +60,11 @@ typedef struct llmk_kv_allocator_desc {
   uint32_t max_seq_len;    /* longest sequence the host will ask for */
   int enable_prefix_caching;
   const char* options;     /* JSON object of plugin options from config, "{}" when none */
+  /* 2.1 (read only when struct_size covers them): where a prefix-caching
+   * allocator reports each change to its set of cached blocks, synchronously,
+   * from inside the call that made it; NULL: nobody listens. */
+  llmk_kv_event_sink event_sink;
+  void* event_sink_ctx;
 } llmk_kv_allocator_desc;
 
 /* Move num_slots consecutive slots' K/V from src_slot to dst_slot, in every layer. */
@@ -96,6 +126,13 @@ typedef struct llmk_kv_allocator_api {
   /* Tokens per block (1 for allocators that are not paged); asked once. */
   int (*block_size)(const void* self, uint32_t* block_size, llmk_error* err);
   int (*usage)(const void* self, llmk_kv_usage* out, llmk_error* err);
+#if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 1
+  /* 2.1, optional (NULL: an allocator without a prefix cache). Writes up to
+   * max_blocks hashes of the blocks cached now, in no particular order;
+   * *num_blocks receives how many there are (which may exceed max_blocks). */
+  int (*cached_blocks)(const void* self, uint64_t* hashes, uint32_t max_blocks, uint32_t* num_blocks,
+                       llmk_error* err);
+#endif
 } llmk_kv_allocator_api;
 
 #ifdef __cplusplus

@@ -22,7 +22,10 @@
 // KV allocators provide supports/ctor(const llmk_kv_allocator_desc&) and
 // reserve/extend/fork/free_seq/commit_tokens/block_table/block_size/usage
 // with the C signatures minus self and err; reserve/extend/fork return an
-// llmk_status (LLMK_ERR_NO_SPACE is an answer, not an exception).
+// llmk_status (LLMK_ERR_NO_SPACE is an answer, not an exception). A prefix
+// cache also provides uint32_t cached_blocks(uint64_t* hashes, uint32_t max)
+// const (API 2.1; returns how many there are) and reports its changes to
+// the desc's event_sink.
 //
 // Communicators provide supports/ctor(const llmk_comm_desc&) (the world),
 // rank(int32_t& rank, int32_t& size) const, split(color, key) returning a
@@ -235,6 +238,26 @@ const llmk_plugin_info* linear_info() {
   return make_info<Impl>(LLMK_PLUGIN_LINEAR, LLMK_LINEAR_API_VERSION, &api);
 }
 
+#if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 1
+// The table's cached_blocks: the class's when it declares one, else NULL.
+template <class Impl>
+constexpr auto kv_allocator_cached_blocks() {
+  using Fn = int (*)(const void*, uint64_t*, uint32_t, uint32_t*, llmk_error*);
+  if constexpr (requires(const Impl& impl, uint64_t* hashes) { impl.cached_blocks(hashes, 0u); }) {
+    return static_cast<Fn>(
+        [](const void* self, uint64_t* hashes, uint32_t max_blocks, uint32_t* num_blocks, llmk_error* err) noexcept
+        -> int {
+          return guarded(err, [&] {
+            *num_blocks = static_cast<const Impl*>(self)->cached_blocks(hashes, max_blocks);
+            return static_cast<int>(LLMK_OK);
+          });
+        });
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+#endif
+
 template <class Impl>
 const llmk_plugin_info* kv_allocator_info() {
   static const llmk_kv_allocator_api api{
@@ -287,7 +310,12 @@ const llmk_plugin_info* kv_allocator_info() {
           static_cast<const Impl*>(self)->usage(*out);
           return static_cast<int>(LLMK_OK);
         });
-      }};
+      }
+#if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 1
+      ,
+      kv_allocator_cached_blocks<Impl>()
+#endif
+  };
   return make_info<Impl>(LLMK_PLUGIN_KV_ALLOCATOR, LLMK_KV_ALLOCATOR_API_VERSION, &api);
 }
 

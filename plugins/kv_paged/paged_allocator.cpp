@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "plugins/api/plugin_helpers.hpp"
@@ -69,6 +70,10 @@ PagedAllocator::PagedAllocator(const llmk_kv_allocator_desc& desc)
   if (!supports(desc, why)) throw plugin::Error(LLMK_ERR_UNSUPPORTED, "kv.paged: " + why);
   const uint32_t bits = parse_hash_bits(desc.options);
   hash_mask_ = bits == 64 ? ~0ull : ((1ull << bits) - 1);
+  if (desc.struct_size >= offsetof(llmk_kv_allocator_desc, event_sink_ctx) + sizeof(void*)) {
+    event_sink_ = desc.event_sink;
+    event_sink_ctx_ = desc.event_sink_ctx;
+  }
   const uint32_t n = desc.num_slots / block_size_;
   blocks_.resize(n);
   free_.reserve(n);
@@ -118,9 +123,14 @@ void PagedAllocator::release(uint32_t b) {
   }
 }
 
+void PagedAllocator::emit(const llmk_kv_event& event) const {
+  if (event_sink_ != nullptr) event_sink_(event_sink_ctx_, &event);
+}
+
 void PagedAllocator::uncache(uint32_t b) {
   Block& blk = blocks_[b];
   if (!blk.cached) return;
+  emit(llmk_kv_event{sizeof(llmk_kv_event), LLMK_KV_EVENT_BLOCK_REMOVED, blk.hash, 0, 0, nullptr, 0});
   auto it = cache_.find(blk.hash);
   if (it != cache_.end() && it->second == b) cache_.erase(it);
   blk.cached = false;
@@ -304,6 +314,8 @@ void PagedAllocator::register_block(Sequence& seq, uint32_t level) {
   blk.parent_uid = seq.chain_uid;
   blk.tokens = seq.pending;
   cache_[h] = b;
+  emit(llmk_kv_event{sizeof(llmk_kv_event), LLMK_KV_EVENT_BLOCK_STORED, h, seq.chain_hash, seq.chain_uid != 0 ? 1 : 0,
+                     blk.tokens.data(), block_size_});
   seq.chain_hash = h;
   seq.chain_uid = blk.uid;
   seq.pending.clear();
@@ -316,6 +328,15 @@ uint32_t PagedAllocator::block_table(uint64_t seq_id, int32_t* entries, uint32_t
   const uint32_t n = static_cast<uint32_t>(blocks.size());
   for (uint32_t i = 0; i < std::min(n, max_entries); ++i) entries[i] = static_cast<int32_t>(blocks[i] * block_size_);
   return n;
+}
+
+uint32_t PagedAllocator::cached_blocks(uint64_t* hashes, uint32_t max_blocks) const {
+  uint32_t i = 0;
+  for (const auto& [hash, block] : cache_) {
+    if (i < max_blocks) hashes[i] = hash;
+    ++i;
+  }
+  return i;
 }
 
 void PagedAllocator::usage(llmk_kv_usage& out) const {

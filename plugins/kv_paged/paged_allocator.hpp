@@ -12,7 +12,8 @@
 // level up (registration ids are never reused), so a hash collision only
 // costs a miss. Blocks no sequence references stay registered ("cached
 // free") and are evicted least recently freed first when the free list runs
-// out. See docs/kv_allocators.md.
+// out. Every registration and every drop of one is reported to the desc's
+// event sink (API 2.1) as it happens. See docs/kv_allocators.md.
 #pragma once
 
 #include <cstdint>
@@ -47,12 +48,15 @@ class PagedAllocator {
   uint32_t block_table(uint64_t seq_id, int32_t* entries, uint32_t max_entries) const;
   uint32_t block_size() const { return block_size_; }
   void usage(llmk_kv_usage& out) const;
+  // The hashes of the registered blocks (API 2.1 cached_blocks).
+  uint32_t cached_blocks(uint64_t* hashes, uint32_t max_blocks) const;
 
   // Introspection (tests, diagnostics).
   uint32_t num_blocks() const { return static_cast<uint32_t>(blocks_.size()); }
   uint32_t ref_count(uint32_t block) const { return blocks_[block].ref_count; }
   bool is_cached(uint32_t block) const { return blocks_[block].cached; }
   const std::vector<int32_t>& cached_tokens(uint32_t block) const { return blocks_[block].tokens; }
+  uint64_t cached_hash(uint32_t block) const { return blocks_[block].hash; }
   uint32_t num_free_blocks() const { return static_cast<uint32_t>(free_.size()); }
 
  private:
@@ -86,11 +90,14 @@ class PagedAllocator {
   void uncache(uint32_t block);       // drops its registration
   void register_block(Sequence& seq, uint32_t level);
   Sequence& get(uint64_t seq_id, const char* what);
+  void emit(const llmk_kv_event& event) const;
 
   uint32_t block_size_;
   uint32_t max_seq_len_;
   bool prefix_caching_;
   uint64_t hash_mask_ = ~0ull;
+  llmk_kv_event_sink event_sink_ = nullptr;  // desc's (API 2.1), nullptr: nobody listens
+  void* event_sink_ctx_ = nullptr;
   std::vector<Block> blocks_;
   std::vector<uint32_t> free_;  // unreferenced, unregistered blocks (a stack)
   std::list<uint32_t> lru_;     // unreferenced registered blocks, least recently freed first

@@ -77,7 +77,7 @@ TEST_CASE("batched serving on the real model gives the tokens of unbatched gener
     expected[{j.id, 0}] = generate(model, j.prompt, j.sp, {}, [](int32_t) { return true; }).token_ids;
   }
 
-  const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), rt.num_kv_slots, 16, rt.max_seq_len, 1, "{}"};
+  const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), rt.num_kv_slots, 16, rt.max_seq_len, 1, "{}", nullptr, nullptr};
   KvAllocatorImpl kv(plugins.load("kv.paged", LLMK_PLUGIN_KV_ALLOCATOR), desc);
   ModelOffloader offloader(model);
   SchedulerSection section;

@@ -50,7 +50,7 @@ TEST_CASE("with every allocator plugin, outputs match the reference under preemp
   const uint32_t max_seq_len = 96;
   const uint32_t num_slots = 6 * max_seq_len;  // six contiguous regions; tight for the others too
   PluginRegistry registry;
-  const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), num_slots, 8, max_seq_len, 1, "{}"};
+  const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), num_slots, 8, max_seq_len, 1, "{}", nullptr, nullptr};
   KvAllocatorImpl kv(registry.load(plugin, LLMK_PLUGIN_KV_ALLOCATOR), desc);
   FakeModel model(num_slots);
   SchedulerLimits limits{int32_t(max_seq_len), {}, 0};

@@ -12,7 +12,7 @@ using Paged = kvtest::Direct<llmk::kv::PagedAllocator>;
 namespace {
 
 llmk_kv_allocator_desc paged_desc(uint32_t num_blocks, const char* options = "{}", bool prefix = true) {
-  return llmk_kv_allocator_desc{sizeof(llmk_kv_allocator_desc), num_blocks * 8, 8, 256, prefix ? 1 : 0, options};
+  return llmk_kv_allocator_desc{sizeof(llmk_kv_allocator_desc), num_blocks * 8, 8, 256, prefix ? 1 : 0, options, nullptr, nullptr};
 }
 
 std::vector<int32_t> iota_tokens(uint32_t n, int32_t first) {

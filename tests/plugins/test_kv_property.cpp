@@ -20,7 +20,7 @@ namespace {
 llmk_kv_allocator_desc make_desc(uint32_t num_slots, uint32_t block_size, uint32_t max_seq_len, bool prefix,
                                  const char* options = "{}") {
   return llmk_kv_allocator_desc{sizeof(llmk_kv_allocator_desc), num_slots, block_size, max_seq_len, prefix ? 1 : 0,
-                                options};
+                                options, nullptr, nullptr};
 }
 
 // Reference counts, the free list, the LRU of cached blocks and the cached

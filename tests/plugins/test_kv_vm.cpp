@@ -13,7 +13,7 @@ using Contiguous = kvtest::Direct<llmk::kv::ContiguousAllocator>;
 namespace {
 
 llmk_kv_allocator_desc vm_desc(uint32_t num_slots, const char* options = "{}", uint32_t max_seq_len = 256) {
-  return llmk_kv_allocator_desc{sizeof(llmk_kv_allocator_desc), num_slots, 16, max_seq_len, 1, options};
+  return llmk_kv_allocator_desc{sizeof(llmk_kv_allocator_desc), num_slots, 16, max_seq_len, 1, options, nullptr, nullptr};
 }
 
 std::vector<int32_t> tokens(uint32_t n) { return std::vector<int32_t>(n, 3); }
@@ -141,7 +141,7 @@ TEST_CASE("a forked VM child gets its parent's K/V through its first extend, eve
 }
 
 TEST_CASE("the contiguous allocator gives every sequence a max_seq_len region", "[kv][contiguous]") {
-  const auto desc = llmk_kv_allocator_desc{sizeof(llmk_kv_allocator_desc), 350, 16, 100, 1, "{}"};
+  const auto desc = llmk_kv_allocator_desc{sizeof(llmk_kv_allocator_desc), 350, 16, 100, 1, "{}", nullptr, nullptr};
   Contiguous alloc(desc);
   Harness h(alloc, kvtest::traits_of<llmk::kv::ContiguousAllocator>(), 350, false);
   CHECK(alloc.block_size() == 100);

@@ -66,7 +66,7 @@ bool is_mapped(const fs::path& file) {
 }
 
 llmk_kv_allocator_desc desc(uint32_t block_size = 16) {
-  return llmk_kv_allocator_desc{sizeof(llmk_kv_allocator_desc), 1024, block_size, 128, 1, "{}"};
+  return llmk_kv_allocator_desc{sizeof(llmk_kv_allocator_desc), 1024, block_size, 128, 1, "{}", nullptr, nullptr};
 }
 
 }  // namespace

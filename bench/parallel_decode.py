@@ -38,12 +38,16 @@ import tempfile
 import time
 
 def configs(layout):
-    """(name, ranks, threads per rank) of each configuration."""
-    two = "tp2" if layout == "tensor" else "pp2"
-    return [(f"{two} x 1 thread", 2, 1), ("degree 1 x 2 threads", 1, 2), ("degree 1 x 1 thread", 1, 1)]
+    """(name, ranks, threads per rank, extra llmk arguments) of each configuration."""
+    if layout == "tensor":
+        two = [("tp2 x 1 thread", 2, 1, [])]
+    else:
+        two = [("pp2 x 1 thread", 2, 1, []),
+               ("pp2, stages in turn", 2, 1, ["--set", "parallel.steps_in_flight=1"])]
+    return two + [("degree 1 x 2 threads", 1, 2, []), ("degree 1 x 1 thread", 1, 1, [])]
 
 
-def run_once(args, preset, ranks, threads):
+def run_once(args, preset, ranks, threads, extra):
     """Returns the run's time per token in seconds: the median decode step
     (tensor layout) or the inverse of the output token rate (pipeline)."""
     batched = args.layout == "pipeline"
@@ -57,7 +61,7 @@ def run_once(args, preset, ranks, threads):
         if ranks > 1:
             cmd = [args.mpirun, "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
                    "--mca", "btl_vader_single_copy_mechanism", "none", "-np", str(ranks)] + cmd + [
-                       "--set", f"parallel.{args.layout}={ranks}"]
+                       "--set", f"parallel.{args.layout}={ranks}"] + extra
         done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             sys.exit(f"parallel_decode: {' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-3000:]}")
@@ -95,23 +99,25 @@ def main():
           f"{args.input_len}-token prompts; medians of {args.runs} interleaved runs; "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}; load average {os.getloadavg()[0]:.1f}")
     for preset in args.presets:
-        steps = {name: [] for name, _, _ in runs_of}
+        steps = {name: [] for name, _, _, _ in runs_of}
         for r in range(args.runs):
-            for name, ranks, threads in runs_of:
-                s = run_once(args, preset, ranks, threads)
+            for name, ranks, threads, extra in runs_of:
+                s = run_once(args, preset, ranks, threads, extra)
                 steps[name].append(s)
                 print(f"  {preset} run {r + 1}: {name}: {1 / s:.1f} tok/s", file=sys.stderr, flush=True)
         med = {name: statistics.median(v) for name, v in steps.items()}
         par, d2, d1 = med[two], med["degree 1 x 2 threads"], med["degree 1 x 1 thread"]
         print(f"\n{preset}")
-        for name, _, _ in runs_of:
+        for name, _, _, _ in runs_of:
             runs = ", ".join(f"{1 / s:.1f}" for s in steps[name])
             unit = "ms/token" if batched else "ms/step"
             print(f"  {name:22s} {1 / med[name]:8.1f} tok/s  ({med[name] * 1e3:.2f} {unit}; runs {runs})")
         print(f"  {two} / degree 1 x 2 threads: {d2 / par:.2f} (speed ratio)")
         print(f"  {two} / degree 1 x 1 thread:  {d1 / par:.2f}")
         print(f"  degree 1: 2 threads / 1 thread:  {d1 / d2:.2f}")
-        if not batched:
+        if batched:
+            print(f"  steps in flight / stages in turn: {med['pp2, stages in turn'] / par:.2f}")
+        else:
             print(f"  communication share: {(par - d2) / d2 * 100:+.1f}% of the degree 1 x 2 threads step")
     print(f"\n({time.monotonic() - started:.0f} s)")
 

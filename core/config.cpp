@@ -86,6 +86,7 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(parallel, comm),
       LLMK_JSON_FIELD(parallel, comm_options),
       LLMK_FIELD(parallel, timeout_s),
+      LLMK_FIELD(parallel, steps_in_flight),
       LLMK_FIELD(kv_events, endpoint),
       LLMK_FIELD(kv_events, replay_endpoint),
       LLMK_FIELD(kv_events, topic),
@@ -456,6 +457,9 @@ void validate(const EngineConfig& c) {
   if (p.comm.empty()) fail("parallel.comm", "must name a comm plugin (comm.mpi, comm.nccl)");
   check_json_object(p.comm_options, "parallel.comm_options");
   require_range("parallel.timeout_s", p.timeout_s, 0, 1e9, ">= 0 seconds (0: never)");
+  if (p.steps_in_flight > p.pipeline)
+    fail("parallel.steps_in_flight", std::to_string(p.steps_in_flight) + " exceeds the " +
+                                         std::to_string(p.pipeline) + " pipeline stages (0: one per stage)");
 
   const auto& ke = c.kv_events;
   if (!ke.endpoint.empty() && ke.endpoint.find("://") == std::string::npos)

@@ -110,6 +110,9 @@ struct ParallelSection {
   // A call waiting on a peer this long probes it; a peer that does not
   // answer (dead, stopped) ends the job with an error naming it. 0: never.
   double timeout_s = 30.0;
+  // Steps a pipeline keeps in flight: 0, one per stage; 1, the stages take
+  // turns (for comparison); at most parallel.pipeline.
+  uint32_t steps_in_flight = 0;
   bool operator==(const ParallelSection&) const = default;
 };
 

@@ -47,10 +47,12 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
   }
   // A pipeline keeps a step per stage in flight; the scheduler plans them
   // disjoint, so nothing is planned ahead with fed-back ids.
-  options.max_steps_in_flight = parts.executor->max_steps_in_flight();
+  const int32_t stages = parts.executor->max_steps_in_flight();
+  const auto chosen = static_cast<int32_t>(config.parallel.steps_in_flight);
+  options.max_steps_in_flight = chosen > 0 ? std::min(chosen, stages) : stages;
   const SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   scheduling->scheduler = std::make_unique<Scheduler>(config.scheduler, limits, *scheduling->kv, options);
-  scheduling->overlap = config.scheduler.overlap && options.max_steps_in_flight == 1;
+  scheduling->overlap = config.scheduler.overlap && stages == 1;
   parts.scheduling = std::move(scheduling);
 
   spdlog::info("engine: {} layers, vocab {}, context {}, executor {}", mc.num_layers, mc.vocab_size,

@@ -210,6 +210,7 @@ TEST_CASE("every validation error names its key and what is allowed", "[config]"
       {{"server.zmq=localhost:5555"}, {"server.zmq", "tcp://"}},
       {{"server.max_body_bytes=0"}, {"server.max_body_bytes", ">= 1"}},
       {{"server.drain_timeout_s=-1"}, {"server.drain_timeout_s", ">= 0"}},
+      {{"parallel.steps_in_flight=3"}, {"parallel.steps_in_flight", "exceeds the 1 pipeline stages"}},
   };
   // A device is refused only by a build without its executor.
   if (!has_executor("cuda"))

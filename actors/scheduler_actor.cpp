@@ -258,7 +258,7 @@ void fill_pipeline(SchedulerPointer self) {
 void maybe_schedule(SchedulerPointer self) {
   auto& st = self->state;
   if (st.shutting_down) return;
-  if (st.scheduler().max_steps_in_flight() > 1) {
+  if (st.parts->pipelined) {
     fill_pipeline(self);
     return;
   }

@@ -53,6 +53,7 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
   const SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   scheduling->scheduler = std::make_unique<Scheduler>(config.scheduler, limits, *scheduling->kv, options);
   scheduling->overlap = config.scheduler.overlap && stages == 1;
+  scheduling->pipelined = stages > 1;
   parts.scheduling = std::move(scheduling);
 
   spdlog::info("engine: {} layers, vocab {}, context {}, executor {}", mc.num_layers, mc.vocab_size,

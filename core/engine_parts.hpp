@@ -26,6 +26,10 @@ struct SchedulerParts {
   std::shared_ptr<KvOffloader> offloader;
   std::unique_ptr<Scheduler> scheduler;  // built over *kv
   bool overlap = false;                  // scheduler.overlap: plan one step ahead
+  // The executor keeps steps in flight (Executor::max_steps_in_flight() > 1):
+  // it answers a step when its logits come back, and is asked for them when
+  // the scheduler has nothing more to start (flush_atom).
+  bool pipelined = false;
 };
 
 struct EngineParts {

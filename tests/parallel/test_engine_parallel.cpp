@@ -121,3 +121,20 @@ TEST_CASE("a continuous batch with chunked prefill and preemption gives degree 1
     }
   }
 }
+
+TEST_CASE("pipeline stages taking turns (parallel.steps_in_flight 1) give degree 1's texts", "[parallel][engine]") {
+  const Outcome want = run_engine(engine_config(1, 1, "kv.paged", "recompute"));
+  for (const auto& [t, p] : layouts_for(harness_world().size())) {
+    if (p == 1) continue;
+    INFO("tensor " << t << " x pipeline " << p);
+    EngineConfig cfg = engine_config(t, p, "kv.paged", "recompute");
+    cfg.parallel.steps_in_flight = 1;
+    ParallelRun job(cfg);
+    const Outcome got = run_engine(cfg);
+    CHECK(got.peak_steps_in_flight == 1);
+    for (const auto& [id, text] : want.texts) {
+      INFO(id);
+      CHECK(got.texts.at(id) == text);
+    }
+  }
+}

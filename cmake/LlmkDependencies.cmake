@@ -25,6 +25,9 @@ if(NOT TARGET llmk::boost_dll)
 endif()
 
 find_package(cppzmq REQUIRED)
+# KV-cache events are msgpack batches (ipc/kv_event_publisher.cpp); the
+# Debian package's config is named msgpack, its target msgpackc-cxx.
+find_package(msgpack 4 REQUIRED CONFIG)
 pkg_check_modules(SPM REQUIRED IMPORTED_TARGET sentencepiece)
 # tokenizer.json: Unicode regexes of pre-tokenizers (PCRE2) and Unicode
 # normalizers such as Qwen2's NFC (ICU; without it such files are refused).

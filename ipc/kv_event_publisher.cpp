@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <msgpack.hpp>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -12,68 +13,6 @@
 
 namespace llmk::ipc {
 namespace {
-
-// The few msgpack forms a batch needs (https://msgpack.org/ spec).
-class MsgpackWriter {
- public:
-  void array(size_t n) {
-    if (n < 16) {
-      byte(0x90 | static_cast<uint8_t>(n));
-    } else if (n <= 0xffff) {
-      byte(0xdc);
-      big_endian(n, 2);
-    } else {
-      byte(0xdd);
-      big_endian(n, 4);
-    }
-  }
-  void nil() { byte(0xc0); }
-  void uint(uint64_t v) {
-    if (v < 128) {
-      byte(static_cast<uint8_t>(v));
-    } else if (v <= 0xff) {
-      byte(0xcc);
-      big_endian(v, 1);
-    } else if (v <= 0xffff) {
-      byte(0xcd);
-      big_endian(v, 2);
-    } else if (v <= 0xffffffffull) {
-      byte(0xce);
-      big_endian(v, 4);
-    } else {
-      byte(0xcf);
-      big_endian(v, 8);
-    }
-  }
-  void integer(int64_t v) {
-    if (v >= 0) return uint(static_cast<uint64_t>(v));
-    byte(0xd3);
-    big_endian(static_cast<uint64_t>(v), 8);
-  }
-  void str(std::string_view s) {
-    if (s.size() < 32) {
-      byte(0xa0 | static_cast<uint8_t>(s.size()));
-    } else {
-      byte(0xd9);
-      big_endian(s.size(), 1);  // tags are short
-    }
-    out_.append(s);
-  }
-  void float64(double v) {
-    uint64_t bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    byte(0xcb);
-    big_endian(bits, 8);
-  }
-  std::string take() { return std::move(out_); }
-
- private:
-  void byte(uint8_t b) { out_.push_back(static_cast<char>(b)); }
-  void big_endian(uint64_t v, int num_bytes) {
-    for (int i = num_bytes - 1; i >= 0; --i) byte(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  std::string out_;
-};
 
 std::string sequence_bytes(int64_t seq) {
   std::string s(8, '\0');
@@ -131,42 +70,49 @@ std::string encode_kv_event_batch(double timestamp, const std::vector<KvEvent>& 
     groups.push_back(std::move(g));
   }
 
-  MsgpackWriter w;
-  w.array(2);
-  w.float64(timestamp);
-  w.array(groups.size());
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> w(buffer);
+  w.pack_array(2);
+  w.pack_double(timestamp);
+  w.pack_array(static_cast<uint32_t>(groups.size()));
+  auto tag = [&w](std::string_view name) {
+    w.pack_str(static_cast<uint32_t>(name.size()));
+    w.pack_str_body(name.data(), static_cast<uint32_t>(name.size()));
+  };
+  auto hashes = [&w](const std::vector<uint64_t>& list) {
+    w.pack_array(static_cast<uint32_t>(list.size()));
+    for (uint64_t h : list) w.pack_uint64(h);
+  };
   for (const Group& g : groups) {
     switch (g.type) {
       case LLMK_KV_EVENT_BLOCK_STORED:
-        w.array(7);
-        w.str("BlockStored");
-        w.array(g.hashes.size());
-        for (uint64_t h : g.hashes) w.uint(h);
+        w.pack_array(7);
+        tag("BlockStored");
+        hashes(g.hashes);
         if (g.parent) {
-          w.uint(*g.parent);
+          w.pack_uint64(*g.parent);
         } else {
-          w.nil();
+          w.pack_nil();
         }
-        w.array(g.tokens.size());
-        for (int32_t t : g.tokens) w.integer(t);
-        w.uint(g.block_size);
-        w.nil();  // lora_id: no adapters
-        w.nil();  // medium: the one cache tier
+        w.pack_array(static_cast<uint32_t>(g.tokens.size()));
+        for (int32_t t : g.tokens) w.pack_int32(t);
+        w.pack_uint64(g.block_size);
+        w.pack_nil();  // lora_id: no adapters
+        w.pack_nil();  // medium: the one cache tier
         break;
       case LLMK_KV_EVENT_BLOCK_REMOVED:
-        w.array(3);
-        w.str("BlockRemoved");
-        w.array(g.hashes.size());
-        for (uint64_t h : g.hashes) w.uint(h);
-        w.nil();  // medium
+        w.pack_array(3);
+        tag("BlockRemoved");
+        hashes(g.hashes);
+        w.pack_nil();  // medium
         break;
       case LLMK_KV_EVENT_ALL_BLOCKS_CLEARED:
-        w.array(1);
-        w.str("AllBlocksCleared");
+        w.pack_array(1);
+        tag("AllBlocksCleared");
         break;
     }
   }
-  return w.take();
+  return std::string(buffer.data(), buffer.size());
 }
 
 struct KvEventPublisher::Sockets {

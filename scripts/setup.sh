@@ -11,7 +11,7 @@ packages=(
   # toolchain and build
   ca-certificates build-essential g++ cmake ninja-build pkg-config ccache git
   # libraries the engine links
-  libcaf-dev libzmq3-dev cppzmq-dev libsentencepiece-dev libboost-dev
+  libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libsentencepiece-dev libboost-dev
   libboost-context-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libspdlog-dev libcpp-httplib-dev libopenblas-dev libdnnl-dev
   libconcurrentqueue-dev libpcre2-dev libicu-dev

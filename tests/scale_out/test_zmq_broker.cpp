@@ -78,7 +78,8 @@ std::string ltrim(std::string s) { return s.erase(0, s.find_first_not_of(' ')); 
 int64_t zmq_requests(int http_port) {
   const auto r = test::curl(http_port, "GET", "/metrics");
   int64_t total = 0;
-  const std::regex line(R"(llmk_requests_total\{frontend="zmq",finish_reason="[a-z_]+"\} (\d+))");
+  // Other labels (the replica's name) may follow.
+  const std::regex line(R"(llmk_requests_total\{frontend="zmq",finish_reason="[a-z_]+"[^}]*\} (\d+))");
   for (std::sregex_iterator it(r.body.begin(), r.body.end(), line), end; it != end; ++it) total += std::stoll((*it)[1]);
   return total;
 }

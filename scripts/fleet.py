@@ -160,7 +160,12 @@ class Fleet:
     def start_router(self, timeout_s=60):
         module = {"sglang": "sglang_router.launch_router", "vllm": "vllm_router.launch_router"}[self.router_kind]
         args = [self.python, "-m", module, "--host", "127.0.0.1", "--port", str(self.router_port),
-                "--worker-urls"] + [r.url for r in self.replicas] + ["--policy", self.policy] + self.router_args
+                "--worker-urls"] + [r.url for r in self.replicas] + ["--policy", self.policy]
+        # Both routers export Prometheus metrics on a fixed port (29000) by
+        # default: a port of its own lets several fleets run side by side.
+        if "--prometheus-port" not in self.router_args:
+            args += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
+        args += self.router_args
         self.router_log_path = os.path.join(self.log_dir, "router.log")
         self.router_log = open(self.router_log_path, "ab")
         self.router = subprocess.Popen(args, stdout=self.router_log, stderr=subprocess.STDOUT)

@@ -213,9 +213,11 @@ TEST_CASE("llmk estimate --tp --pp reports each device's weights and KV", "[cli]
   const auto d = nlohmann::json::parse(r.out);
   CHECK(d["inputs"]["pipeline_parallel"] == 2);
   REQUIRE(d["devices"].size() == 4);
-  // 16 layers of 4 of the 8 KV heads of 128 values, f16.
-  for (const auto& dev : d["devices"]) CHECK(dev["kv_bytes_per_token"] == 2.0 * 16 * 4 * 128 * 2);
-  CHECK(d["kv_bytes_per_token_per_device"] == 2.0 * 16 * 4 * 128 * 2);
+  // Stage 0 takes 17 layers, stage 1 15 and the lm_head (2.4 layers' weights):
+  // layers of 4 of the 8 KV heads of 128 values, f16.
+  for (const auto& dev : d["devices"])
+    CHECK(dev["kv_bytes_per_token"] == 2.0 * (dev["stage"] == 0 ? 17 : 15) * 4 * 128 * 2);
+  CHECK(d["kv_bytes_per_token_per_device"] == 2.0 * 17 * 4 * 128 * 2);
   CHECK(d["pp_comm_bytes_per_step"] == 4096 * 2 + 128256 * 4);  // one boundary, then the logits to rank 0
   const RunResult refused = run_llmk({"estimate", "--preset", "llama3-8b", "--pp", "40"});
   CHECK(refused.exit_code == 1);

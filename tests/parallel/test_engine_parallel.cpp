@@ -88,7 +88,12 @@ Outcome run_engine(const EngineConfig& cfg) {
 }  // namespace
 
 TEST_CASE("a continuous batch with chunked prefill and preemption gives degree 1's texts", "[parallel][engine]") {
-  for (const std::string allocator : {"kv.contiguous", "kv.paged", "kv.vm"}) {
+  // Two ranks run every allocator; four ranks (the deeper pipelines) the one
+  // that fills them, kv.paged, to stay within a shared 2-core machine's time.
+  const std::vector<std::string> allocators = harness_world().size() > 2
+                                                  ? std::vector<std::string>{"kv.paged"}
+                                                  : std::vector<std::string>{"kv.contiguous", "kv.paged", "kv.vm"};
+  for (const std::string& allocator : allocators) {
     for (const std::string preemption : {"recompute", "offload"}) {
       EngineConfig one = engine_config(1, 1, allocator, preemption);
       const Outcome want = run_engine(one);

@@ -31,13 +31,15 @@ constexpr double kProbeWindowS = 3.0;
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kHotSpin = std::chrono::microseconds(50);
 // A wait on peers polls its requests back to back (yielding the core) for
-// this long, then sleeps between polls, longer the longer it waits (up to
-// kMaxPollSleep): a collective's peers are usually there within
-// microseconds, while a pipeline stage waiting for the previous one's
-// compute waits milliseconds, and on an oversubscribed machine a spinning
-// waiter takes the core that compute needs.
-constexpr double kBusyPollS = 200e-6;
-constexpr auto kMaxPollSleep = std::chrono::microseconds(500);
+// this long, then naps between polls. A collective's peers are usually
+// there within microseconds and a large transfer needs every poll to make
+// progress (nonblocking operations advance only inside MPI calls), while a
+// pipeline stage waiting for the previous one's compute waits milliseconds,
+// and on an oversubscribed machine a spinning waiter takes the core that
+// compute needs. The nap is short enough to leave a transfer's progress
+// nearly whole.
+constexpr double kBusyPollS = 2e-3;
+constexpr auto kPollNap = std::chrono::microseconds(50);
 
 std::mutex instance_mutex;
 std::weak_ptr<MpiDriver> instance;
@@ -276,14 +278,8 @@ void MpiDriver::wait(std::vector<MPI_Request>& requests, const std::vector<int>&
                    seconds_since(started), what.c_str(), states.c_str());
       since = Clock::now();
     }
-    const double waited = seconds_since(started);
-    if (waited < kBusyPollS) {
-      sched_yield();
-    } else {
-      // A tenth of the time waited so far: 20 us at first, at most kMaxPollSleep.
-      const auto nap = std::chrono::microseconds(static_cast<int64_t>(waited * 1e5));
-      std::this_thread::sleep_for(std::min<std::chrono::microseconds>(nap, kMaxPollSleep));
-    }
+    if (seconds_since(started) < kBusyPollS) sched_yield();
+    else std::this_thread::sleep_for(kPollNap);
   }
 }
 

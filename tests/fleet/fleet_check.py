@@ -11,7 +11,7 @@ CASE is one of:
                       router's POST /flush_cache reaches every replica.
   vllm-smoke          the same fleet behind vllm-router (power_of_two): its
                       start-up probes, then 24 requests over /generate and
-                      /v1/completions.
+                      /v1/completions, and its /flush_cache.
   failover            kill -9 of one replica mid-run behind sglang-router:
                       only requests in flight on it may fail, every request
                       is answered or refused (none lost), the router stops
@@ -165,6 +165,11 @@ def case_vllm_smoke(a):
         check(status == 200 and info.get("is_generation") is True, f"/get_model_info via the router: {status} {info}")
         status, body = http("GET", fleet.router_url + "/health_generate")
         check(status == 200, f"/health_generate via the router: {status} {body}")
+        status, body = http("POST", fleet.router_url + "/flush_cache")
+        check(status == 200, f"/flush_cache via vllm-router: {status} {body}")
+        left = [http("POST", r.url + "/flush_cache")[1] for r in fleet.replicas]
+        check(all(isinstance(b, dict) and b.get("num_dropped_blocks") == 0 for b in left),
+              f"replicas still held cached blocks after vllm-router's flush: {left}")
         return {"requests": 24}
 
 

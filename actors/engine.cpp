@@ -276,6 +276,16 @@ EngineStats Engine::stats() const {
   return stats;
 }
 
+uint32_t Engine::flush_cache() {
+  uint32_t num_dropped = 0;
+  std::optional<caf::error> failure;
+  caf::scoped_actor self{*impl_->system};
+  self->request(impl_->scheduler_typed, impl_->options.message_timeout, flush_cache_atom::value)
+      .receive([&](uint32_t n) { num_dropped = n; }, [&](caf::error& err) { failure = std::move(err); });
+  if (failure) throw Error(error_code_of(*failure), "flush_cache: " + describe(*failure));
+  return num_dropped;
+}
+
 const EngineConfig& Engine::config() const { return impl_->config; }
 const ModelConfig& Engine::model_config() const { return impl_->checkpoint->config(); }
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }

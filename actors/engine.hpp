@@ -68,6 +68,11 @@ class Engine {
   // Cancels a live request (its KV is freed at once); false if unknown.
   bool cancel(const std::string& request_id);
   EngineStats stats() const;
+  // Drops every prefix-cache block no live sequence holds (running requests
+  // keep theirs) and returns how many; 0 when the allocator has no prefix
+  // cache. The removals reach kv_events. Throws Error when the scheduler
+  // does not answer or the allocator fails.
+  uint32_t flush_cache();
 
   const EngineConfig& config() const;
   const ModelConfig& model_config() const;

@@ -9,7 +9,8 @@
 //             ◀─StopHits─  (samples whose text hit a stop string)
 //
 // plus the side channels: cancel (client → tokenizer → scheduler), stats
-// (client → scheduler) and shutdown (client → tokenizer → scheduler →
+// and flush_cache (client → scheduler: drops the prefix-cache blocks no live
+// sequence holds, answers how many) and shutdown (client → tokenizer → scheduler →
 // detokenizer). The actors' typed interfaces are at the end of this file.
 //
 // All of these travel inside one process; inspect() exists so that CAF can
@@ -61,6 +62,7 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;        // scheduler �
 using sample_atom = caf::atom_constant<caf::atom("sample")>;      // executor → sampler
 using tokens_atom = caf::atom_constant<caf::atom("tokens")>;      // scheduler → detokenizer
 using stats_atom = caf::atom_constant<caf::atom("stats")>;        // client → scheduler
+using flush_cache_atom = caf::atom_constant<caf::atom("flushcache")>;  // client → scheduler
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;  // client → tokenizer → scheduler → detokenizer
 
 // ---------------------------------------------------------------------------
@@ -362,6 +364,7 @@ using scheduler_actor = caf::typed_actor<               //
     caf::replies_to<enqueue_atom, TokenizedRequest>::with<bool>,
     caf::reacts_to<cancel_atom, std::string>,
     caf::replies_to<stats_atom>::with<EngineStats>,
+    caf::replies_to<flush_cache_atom>::with<uint32_t>,  // blocks dropped
     caf::replies_to<shutdown_atom>::with<bool>>;
 
 using sampler_actor = caf::typed_actor<  //

@@ -361,6 +361,18 @@ scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<Sched
           maybe_schedule(self);
         },
         [self](stats_atom) { return engine_stats(self->state.scheduler().stats()); },
+        // Safe between any two messages: live sequences, those of steps in
+        // flight included, hold their blocks, and only unheld ones are dropped.
+        [self](flush_cache_atom) -> caf::result<uint32_t> {
+          self->state.observe("flush_cache");
+          try {
+            const uint32_t num_dropped = self->state.parts->kv->flush_cache();
+            spdlog::info("scheduler: prefix cache flushed, {} blocks dropped", num_dropped);
+            return num_dropped;
+          } catch (const Error& e) {
+            return make_actor_error(static_cast<int>(e.code()), std::string("flush_cache: ") + e.what());
+          }
+        },
         // Cancels everything live, then lets the detokenizer answer once it
         // has sent the cancelled events (it receives them first: same sender).
         [self](shutdown_atom) -> caf::delegated<bool> {

@@ -2,7 +2,8 @@
 // through long random scheduler-like workloads against the shadow model of
 // kv_harness.hpp. What is checked beyond the common guarantees (every
 // sequence reads its own history, usage() agrees with the model's counts)
-// follows from the plugin's capabilities JSON.
+// follows from the plugin's capabilities JSON. After each workload, a
+// flush_cache (API 2.2) must drop exactly the cached free blocks.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -22,6 +23,28 @@ uint32_t pick_block_size(const std::string& capabilities) {
   if (!block.is_object()) return 16;
   const uint32_t lo = block.value("min", 1u), hi = block.value("max", 1u << 20);
   return std::clamp<uint32_t>(16, lo, hi);
+}
+
+// flush_cache (API 2.2) after a workload: every cached block no live
+// sequence holds is dropped, live sequences keep what they read; without
+// the entry nothing changes.
+void check_flush(const Plugin& plugin, KvAllocator& alloc, const kvtest::Harness& h, const llmk_kv_usage& before) {
+  const uint32_t num_dropped = alloc.flush_cache();
+  const llmk_kv_usage after = alloc.usage();
+  if (plugin.kv_allocator().flush_cache == nullptr) {
+    if (num_dropped != 0 || !kvtest::same_usage(before, after))
+      throw kvtest::Violation("without flush_cache, a flush changed the allocator");
+    return;
+  }
+  if (after.cached_free_slots != 0)
+    throw kvtest::Violation("flush_cache left " + std::to_string(after.cached_free_slots) + " cached free slots");
+  if (after.used_slots != before.used_slots || after.num_seqs != before.num_seqs ||
+      after.reserved_slots != before.reserved_slots - before.cached_free_slots)
+    throw kvtest::Violation("flush_cache changed more than the cached free slots (usage before and after differ)");
+  if (static_cast<uint64_t>(num_dropped) * alloc.block_size() != before.cached_free_slots)
+    throw kvtest::Violation("flush_cache reported " + std::to_string(num_dropped) + " blocks dropped, " +
+                            std::to_string(before.cached_free_slots) + " cached free slots were held");
+  h.check();  // every live sequence still reads its own history
 }
 
 }  // namespace
@@ -56,6 +79,7 @@ SuiteResult run_kv_allocator_suite(const Plugin& plugin, const SuiteOptions& opt
           throw kvtest::Violation("it declares prefix_caching, but no prefix token was found in the cache");
         if (traits.copy_on_write && u.num_cow_copies == 0)
           throw kvtest::Violation("it declares copy_on_write, but no block was copied on write");
+        check_flush(plugin, alloc, h, u);
         result.cases.push_back(CaseResult{name, CaseStatus::passed, "", 0, 0, ""});
       } catch (const std::exception& e) {
         result.cases.push_back(CaseResult{name, CaseStatus::failed, "", 0, 0, e.what()});

@@ -24,6 +24,9 @@ class KvAllocator {
   virtual uint32_t block_table(uint64_t seq_id, std::vector<int32_t>& out) const = 0;
   virtual uint32_t block_size() const = 0;
   virtual llmk_kv_usage usage() const = 0;
+  // Drops every prefix-cache block no live sequence references; returns how
+  // many. An allocator without a prefix cache has nothing to drop.
+  virtual uint32_t flush_cache() { return 0; }
 };
 
 }  // namespace llmk

@@ -29,7 +29,9 @@ size_t table_size_at_minor(uint32_t kind, uint32_t minor) {
       return minor == 0 ? offsetof(llmk_attention_api, workspace_bound) : sizeof(llmk_attention_api);
     case LLMK_PLUGIN_LINEAR: return sizeof(llmk_linear_api);
     case LLMK_PLUGIN_KV_ALLOCATOR:
-      return minor == 0 ? offsetof(llmk_kv_allocator_api, cached_blocks) : sizeof(llmk_kv_allocator_api);
+      return minor == 0   ? offsetof(llmk_kv_allocator_api, cached_blocks)
+             : minor == 1 ? offsetof(llmk_kv_allocator_api, flush_cache)
+                          : sizeof(llmk_kv_allocator_api);
     case LLMK_PLUGIN_COMM: return sizeof(llmk_comm_api);
   }
   return 0;

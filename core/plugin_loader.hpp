@@ -153,6 +153,9 @@ class KvAllocatorImpl final : public KvAllocator {
   uint32_t block_table(uint64_t seq_id, std::vector<int32_t>& out) const override;
   uint32_t block_size() const override { return block_size_; }
   llmk_kv_usage usage() const override;
+  // The plugin's flush_cache (API 2.2); 0 when it has none (no prefix
+  // cache, or built against an older minor).
+  uint32_t flush_cache() override;
   // The hashes of the blocks the prefix cache holds now (API 2.1), in no
   // particular order; nullopt when the plugin reports none (no prefix cache,
   // or built against API 2.0).

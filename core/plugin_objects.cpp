@@ -222,6 +222,16 @@ std::optional<std::vector<uint64_t>> KvAllocatorImpl::cached_blocks() const {
   }
 }
 
+uint32_t KvAllocatorImpl::flush_cache() {
+  const auto fn = plugin_.kv_allocator().flush_cache;
+  if (fn == nullptr) return 0;
+  llmk_error err = blank_error();
+  uint32_t num_dropped = 0;
+  const int status = fn(self_, &num_dropped, &err);
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "flush_cache", status, err);
+  return num_dropped;
+}
+
 llmk_kv_usage KvAllocatorImpl::usage() const {
   llmk_kv_usage u{};
   llmk_error err = blank_error();

@@ -44,6 +44,9 @@ class Backend {
   // finish_reason == cancelled follows. false when the id is not live.
   virtual bool cancel(const std::string& request_id) = 0;
   virtual EngineStats stats() const = 0;
+  // Drops the prefix-cache blocks no live request holds; returns how many
+  // (0 without a prefix cache). Throws llmk::Error when the engine fails.
+  virtual uint32_t flush_cache() = 0;
   virtual ModelInfo model_info() const = 0;
   // The text of one token (for logprobs); "" for special tokens.
   virtual std::string token_text(int32_t token_id) const = 0;

@@ -16,6 +16,7 @@ class EngineBackend : public Backend {
   void submit(Request request, EventCallback on_event) override { engine_.submit(std::move(request), std::move(on_event)); }
   bool cancel(const std::string& request_id) override { return engine_.cancel(request_id); }
   EngineStats stats() const override { return engine_.stats(); }
+  uint32_t flush_cache() override { return engine_.flush_cache(); }
   ModelInfo model_info() const override { return info_; }
   std::string token_text(int32_t token_id) const override;
 

@@ -314,6 +314,19 @@ struct HttpServer::Impl {
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics.render(backend.stats()), "text/plain; version=0.0.4; charset=utf-8");
     });
+    // The routers POST /flush_cache without a body or Content-Length, which
+    // cpp-httplib refuses before routing; a pre-routing handler answers
+    // first (GET too, as SGLang's worker does).
+    server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (req.path != "/flush_cache" || (req.method != "POST" && req.method != "GET"))
+        return httplib::Server::HandlerResponse::Unhandled;
+      try {
+        res.set_content(dump_json(sglang_flush_cache(backend)), "application/json");
+      } catch (const Error& e) {
+        write_error(res, error_reply(e.code(), e.what()));
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    });
     // Statuses cpp-httplib produces itself (unknown route 404, body above
     // the limit 413, ...) get the OpenAI error body too.
     server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -327,7 +340,8 @@ struct HttpServer::Impl {
       } else {
         const int status = res.status;
         // cpp-httplib refuses a POST with neither Content-Length nor a
-        // chunked body before routing (what a bodiless POST /flush_cache is).
+        // chunked body before routing (a bodiless POST to any route but
+        // /flush_cache, which the pre-routing handler answers).
         const bool no_length = req.method == "POST" && !req.has_header("Content-Length") &&
                                req.get_header_value("Transfer-Encoding") != "chunked";
         ErrorReply e = error_reply(ProtocolFailure::malformed,

@@ -2,7 +2,7 @@
 // POST /v1/chat/completions (stream: true as server-sent events), GET
 // /v1/models, /health and /metrics; and what the SGLang and vLLM routers
 // call on a worker (docs/replicas.md): POST /generate, GET /health_generate,
-// /get_server_info, /get_model_info and /get_load. Handler threads only parse, submit and
+// /get_server_info, /get_model_info, /get_load and /flush_cache. Handler threads only parse, submit and
 // wait for their request's events; a client that disconnects mid-stream
 // (a failed SSE write) gets its request cancelled.
 #pragma once

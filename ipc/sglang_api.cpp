@@ -220,4 +220,8 @@ json sglang_load(const Backend& backend) {
                        {"num_tokens", stats.kv.used_slots}}});
 }
 
+json sglang_flush_cache(Backend& backend) {
+  return {{"status", "ok"}, {"num_dropped_blocks", backend.flush_cache()}};
+}
+
 }  // namespace llmk::ipc

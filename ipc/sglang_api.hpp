@@ -66,5 +66,10 @@ nlohmann::json sglang_model_info(const Backend& backend);
 // "num_waiting_reqs", "num_tokens"}; the router sums num_tokens, here the
 // KV slots live requests hold.
 nlohmann::json sglang_load(const Backend& backend);
+// POST (or GET) /flush_cache, which both routers send every worker: drops
+// the prefix-cache blocks no live request holds (running requests keep
+// theirs, so it is never refused) and answers {"status": "ok",
+// "num_dropped_blocks": N}. Throws what Backend::flush_cache throws.
+nlohmann::json sglang_flush_cache(Backend& backend);
 
 }  // namespace llmk::ipc

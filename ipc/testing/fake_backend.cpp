@@ -216,6 +216,13 @@ EngineStats FakeBackend::stats() const {
   return st;
 }
 
+uint32_t FakeBackend::flush_cache() {
+  std::lock_guard lock(mutex_);
+  const auto num_dropped = static_cast<uint32_t>(cached_prefixes_.size());
+  cached_prefixes_.clear();
+  return num_dropped;
+}
+
 ModelInfo FakeBackend::model_info() const {
   return {options_.model_name, options_.max_context, vocab_size, options_.chat_template, options_.max_queue, ""};
 }
@@ -337,6 +344,9 @@ bool FakeBackend::step(std::vector<std::pair<std::shared_ptr<Live>, RequestEvent
   }
   std::erase_if(running_, [&](const std::shared_ptr<Live>& live) {
     if (live->num_unfinished > 0) return false;
+    const auto& prompt = live->prompt_ids;
+    for (size_t end = fake_block_size; end <= prompt.size(); end += fake_block_size)
+      cached_prefixes_.emplace(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(end));
     live_.erase(live->request.id);
     return true;
   });

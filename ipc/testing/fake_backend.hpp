@@ -10,7 +10,9 @@
 // text by the named built-in template (chat_text) and tokenized with BOS.
 // Requests are refused as the engine refuses them: the same sampling
 // checks, and with strict_context a prompt plus max_tokens beyond
-// max_context.
+// max_context. A finished request leaves its prompt's full blocks of
+// fake_block_size tokens in a fake prefix cache (each distinct prefix once);
+// flush_cache drops them all and returns how many.
 #pragma once
 
 #include <chrono>
@@ -22,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -49,8 +52,10 @@ class FakeBackend : public Backend {
   bool cancel(const std::string& request_id) override;
   EngineStats stats() const override;
   ModelInfo model_info() const override;
+  uint32_t flush_cache() override;
 
   static constexpr int32_t vocab_size = 259;
+  static constexpr size_t fake_block_size = 16;
   static std::vector<int32_t> tokenize(std::string_view text, bool add_bos);
   // The text a chat is rendered to (the built-in template of
   // options.chat_template). Throws Error like ChatTemplate::render, and
@@ -82,6 +87,7 @@ class FakeBackend : public Backend {
   std::vector<std::shared_ptr<Live>> running_;
   std::vector<std::pair<std::shared_ptr<Live>, RequestEvent>> refusals_;  // emitted by the step thread
   EngineStats counters_;
+  std::set<std::vector<int32_t>> cached_prefixes_;  // finished prompts' full-block prefixes
   std::thread thread_;
 };
 

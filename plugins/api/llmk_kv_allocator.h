@@ -22,9 +22,10 @@ extern "C" {
  * Minors of 2 (each appended to llmk_kv_allocator_desc and
  * llmk_kv_allocator_api, see llmk_plugin.h):
  * 2.1: prefix-cache events (desc event_sink; default when absent: no
- *      events) and cached_blocks (default when absent: not reported). */
+ *      events) and cached_blocks (default when absent: not reported).
+ * 2.2: flush_cache (default when absent: nothing to drop). */
 #define LLMK_KV_ALLOCATOR_API_MAJOR 2u
-#define LLMK_KV_ALLOCATOR_API_MINOR 1u
+#define LLMK_KV_ALLOCATOR_API_MINOR 2u
 #ifndef LLMK_KV_ALLOCATOR_API_BUILD_MINOR
 #define LLMK_KV_ALLOCATOR_API_BUILD_MINOR LLMK_KV_ALLOCATOR_API_MINOR
 #endif
@@ -132,6 +133,13 @@ typedef struct llmk_kv_allocator_api {
    * *num_blocks receives how many there are (which may exceed max_blocks). */
   int (*cached_blocks)(const void* self, uint64_t* hashes, uint32_t max_blocks, uint32_t* num_blocks,
                        llmk_error* err);
+#endif
+#if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 2
+  /* 2.2, optional (NULL: an allocator without a prefix cache, nothing to
+   * drop). Drops every cached block that no live sequence references, each
+   * reported to the event sink as BLOCK_REMOVED; blocks live sequences hold
+   * stay cached. *num_dropped receives how many blocks were dropped. */
+  int (*flush_cache)(void* self, uint32_t* num_dropped, llmk_error* err);
 #endif
 } llmk_kv_allocator_api;
 

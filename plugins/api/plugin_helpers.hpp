@@ -25,7 +25,8 @@
 // llmk_status (LLMK_ERR_NO_SPACE is an answer, not an exception). A prefix
 // cache also provides uint32_t cached_blocks(uint64_t* hashes, uint32_t max)
 // const (API 2.1; returns how many there are) and reports its changes to
-// the desc's event_sink.
+// the desc's event_sink, and uint32_t flush_cache() (API 2.2; drops the
+// cached blocks no sequence references, returns how many).
 //
 // Communicators provide supports/ctor(const llmk_comm_desc&) (the world),
 // rank(int32_t& rank, int32_t& size) const, split(color, key) returning a
@@ -258,6 +259,24 @@ constexpr auto kv_allocator_cached_blocks() {
 }
 #endif
 
+#if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 2
+// The table's flush_cache: the class's when it declares one, else NULL.
+template <class Impl>
+constexpr auto kv_allocator_flush_cache() {
+  using Fn = int (*)(void*, uint32_t*, llmk_error*);
+  if constexpr (requires(Impl& impl) { impl.flush_cache(); }) {
+    return static_cast<Fn>([](void* self, uint32_t* num_dropped, llmk_error* err) noexcept -> int {
+      return guarded(err, [&] {
+        *num_dropped = static_cast<Impl*>(self)->flush_cache();
+        return static_cast<int>(LLMK_OK);
+      });
+    });
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+#endif
+
 template <class Impl>
 const llmk_plugin_info* kv_allocator_info() {
   static const llmk_kv_allocator_api api{
@@ -314,6 +333,10 @@ const llmk_plugin_info* kv_allocator_info() {
 #if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 1
       ,
       kv_allocator_cached_blocks<Impl>()
+#endif
+#if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 2
+      ,
+      kv_allocator_flush_cache<Impl>()
 #endif
   };
   return make_info<Impl>(LLMK_PLUGIN_KV_ALLOCATOR, LLMK_KV_ALLOCATOR_API_VERSION, &api);

@@ -339,6 +339,15 @@ uint32_t PagedAllocator::cached_blocks(uint64_t* hashes, uint32_t max_blocks) co
   return i;
 }
 
+uint32_t PagedAllocator::flush_cache() {
+  uint32_t num_dropped = 0;
+  while (!lru_.empty()) {  // uncache takes it off the LRU, onto the free list
+    uncache(lru_.front());
+    ++num_dropped;
+  }
+  return num_dropped;
+}
+
 void PagedAllocator::usage(llmk_kv_usage& out) const {
   out = llmk_kv_usage{};
   const uint64_t bs = block_size_;

@@ -12,8 +12,9 @@
 // level up (registration ids are never reused), so a hash collision only
 // costs a miss. Blocks no sequence references stay registered ("cached
 // free") and are evicted least recently freed first when the free list runs
-// out. Every registration and every drop of one is reported to the desc's
-// event sink (API 2.1) as it happens. See docs/kv_allocators.md.
+// out, or all at once by flush_cache. Every registration and every drop of
+// one is reported to the desc's event sink (API 2.1) as it happens. See
+// docs/kv_allocators.md.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,10 @@ class PagedAllocator {
   void usage(llmk_kv_usage& out) const;
   // The hashes of the registered blocks (API 2.1 cached_blocks).
   uint32_t cached_blocks(uint64_t* hashes, uint32_t max_blocks) const;
+  // Drops the registrations of the cached free blocks (API 2.2 flush_cache),
+  // each reported as removed; blocks live sequences hold stay registered.
+  // Returns how many were dropped.
+  uint32_t flush_cache();
 
   // Introspection (tests, diagnostics).
   uint32_t num_blocks() const { return static_cast<uint32_t>(blocks_.size()); }

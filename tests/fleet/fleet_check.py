@@ -7,10 +7,11 @@ CASE is one of:
   sglang-cache-aware  three replicas behind sglang-router --policy cache_aware;
                       300 greedy requests over 8 shared system prompts, half
                       through SGLang's /generate, half through /v1/completions:
-                      every answer equals the replicas' own greedy text.
+                      every answer equals the replicas' own greedy text; the
+                      router's POST /flush_cache reaches every replica.
   vllm-smoke          the same fleet behind vllm-router (power_of_two): its
                       start-up probes, then 24 requests over /generate and
-                      /v1/completions.
+                      /v1/completions, and its /flush_cache.
   failover            kill -9 of one replica mid-run behind sglang-router:
                       only requests in flight on it may fail, every request
                       is answered or refused (none lost), the router stops
@@ -139,6 +140,15 @@ def case_cache_aware(a):
         check(status == 200 and len(loads.get("workers", [])) == 3 and all(w["load"] >= 0 for w in loads["workers"]),
               f"sglang-router could not read the replicas' loads: {status} {loads}")
         check(sum(served) == 300, f"the replicas served {served} requests, not 300 in all")
+        # The router sends its /flush_cache to every replica, bodiless: each
+        # flushes the blocks the workload cached (its hits show there were
+        # some), so none has an unheld block left to drop afterwards.
+        check(h1 > h0, "the workload got no prefix-cache hit")
+        status, body = http("POST", fleet.router_url + "/flush_cache")
+        check(status == 200, f"/flush_cache via sglang-router: {status} {body}")
+        left = [http("POST", r.url + "/flush_cache")[1] for r in fleet.replicas]
+        check(all(isinstance(b, dict) and b.get("num_dropped_blocks") == 0 for b in left),
+              f"replicas still held cached blocks after the router's flush: {left}")
         statuses = fleet.stop()
         check(statuses == [0, 0, 0], f"replicas exited with {statuses} after SIGTERM, not 0")
         return {"requests": 300, "per_replica": served, "prefix_hit_rate": (h1 - h0) / max(1.0, q1 - q0)}
@@ -155,6 +165,11 @@ def case_vllm_smoke(a):
         check(status == 200 and info.get("is_generation") is True, f"/get_model_info via the router: {status} {info}")
         status, body = http("GET", fleet.router_url + "/health_generate")
         check(status == 200, f"/health_generate via the router: {status} {body}")
+        status, body = http("POST", fleet.router_url + "/flush_cache")
+        check(status == 200, f"/flush_cache via vllm-router: {status} {body}")
+        left = [http("POST", r.url + "/flush_cache")[1] for r in fleet.replicas]
+        check(all(isinstance(b, dict) and b.get("num_dropped_blocks") == 0 for b in left),
+              f"replicas still held cached blocks after vllm-router's flush: {left}")
         return {"requests": 24}
 
 

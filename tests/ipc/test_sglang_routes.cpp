@@ -1,6 +1,6 @@
 // What the SGLang and vLLM routers call on a worker (docs/replicas.md):
-// SGLang's native /generate, /health_generate and the server and model
-// descriptions, over the fake backend; the replica label on the metrics.
+// SGLang's native /generate, /health_generate, the server and model
+// descriptions and /flush_cache, over the fake backend; the replica label on the metrics.
 #include <catch2/catch.hpp>
 
 #include <future>
@@ -204,12 +204,30 @@ TEST_CASE("Every metric sample carries the replica's name, or HOST:PORT by defau
 
 TEST_CASE("A bodiless POST is refused with a 400 that names the route and the missing length", "[sglang]") {
   SglangFixture f;
-  // How the routers send POST /flush_cache; llmk does not serve that route yet.
-  const auto bodiless = curl(f.port(), "GET", "/flush_cache", "", "-X POST");
+  const auto bodiless = curl(f.port(), "GET", "/generate", "", "-X POST");
   CHECK(bodiless.status == 400);
   CHECK_THAT(bodiless.json()["error"]["message"].get<std::string>(),
-             Catch::Contains("POST /flush_cache") && Catch::Contains("Content-Length"));
+             Catch::Contains("POST /generate") && Catch::Contains("Content-Length"));
+}
+
+TEST_CASE("POST /flush_cache as the routers send it (no body, no length) answers 200 with the blocks dropped",
+          "[sglang]") {
+  SglangFixture f;
+  // 40 and 60 bytes plus BOS: 41 tokens (2 full blocks of 16) and 61 tokens
+  // (3), the second prompt starting with the first: 3 distinct prefixes.
+  const std::string first(40, 'a');
+  const std::string second = first + std::string(20, 'b');
+  for (const auto& text : {first, second}) {
+    REQUIRE(f.post("/generate", {{"text", text}, {"sampling_params", {{"max_new_tokens", 2}}}}).status == 200);
+  }
+  const auto flushed = curl(f.port(), "GET", "/flush_cache", "", "-X POST");
+  REQUIRE(flushed.status == 200);
+  CHECK(flushed.json() == json({{"status", "ok"}, {"num_dropped_blocks", 3}}));
+  // Nothing is left to drop; GET is served too, and a POST with a body.
+  const auto again = curl(f.port(), "GET", "/flush_cache");
+  REQUIRE(again.status == 200);
+  CHECK(again.json()["num_dropped_blocks"] == 0);
   const auto with_body = f.post("/flush_cache", json::object());
-  CHECK(with_body.status == 404);
-  CHECK_THAT(with_body.json()["error"]["message"].get<std::string>(), Catch::Contains("no route for POST /flush_cache"));
+  REQUIRE(with_body.status == 200);
+  CHECK(with_body.json()["num_dropped_blocks"] == 0);
 }

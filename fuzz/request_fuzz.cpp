@@ -21,6 +21,7 @@ class ParseOnlyBackend final : public llmk::ipc::Backend {
   void submit(llmk::Request, EventCallback) override {}
   bool cancel(const std::string&) override { return false; }
   llmk::EngineStats stats() const override { return {}; }
+  uint32_t flush_cache() override { return 0; }
   llmk::ipc::ModelInfo model_info() const override { return {"fuzz-model", 256, 512, "", 16}; }
   std::string token_text(int32_t) const override { return ""; }
 };

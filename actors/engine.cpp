@@ -70,6 +70,7 @@ struct Engine::Impl {
   std::shared_ptr<const Checkpoint> checkpoint;
   std::shared_ptr<const Tokenizer> tokenizer;
   std::shared_ptr<const ChatTemplate> chat_template;  // null when the model has none
+  std::shared_ptr<KvHandoffBox> kv_handoffs;         // disaggregation.mode prefill
   std::string chat_template_error;                    // then: why
   std::shared_ptr<Tracer> tracer;
   std::unique_ptr<caf::actor_system_config> caf_config;
@@ -206,6 +207,7 @@ Engine::Engine(const EngineConfig& config, EngineOptions options) : impl_(std::m
   PluginRegistry registry(search_path);
   register_built_executors();
   EngineParts parts = build_engine_parts(im.config, im.checkpoint, registry, im.options.kv_events);
+  im.kv_handoffs = parts.scheduling->handoffs;
   spdlog::info("engine: {} actor threads (CAF sharing policy)", im.options.num_actor_threads);
   try {
     im.start_actors(std::move(parts.executor), std::move(parts.scheduling));
@@ -275,6 +277,8 @@ EngineStats Engine::stats() const {
                [](caf::error& err) { spdlog::warn("engine: stats: {}", describe(err)); });
   return stats;
 }
+
+std::shared_ptr<KvHandoffBox> Engine::kv_handoffs() const { return impl_->kv_handoffs; }
 
 uint32_t Engine::flush_cache() {
   uint32_t num_dropped = 0;

@@ -26,6 +26,7 @@ namespace llmk {
 
 class ChatTemplate;
 class KvEventLog;
+class KvHandoffBox;
 class Tokenizer;
 
 // Run-time options of an Engine that are not part of the served
@@ -73,6 +74,11 @@ class Engine {
   // cache. The removals reach kv_events. Throws Error when the scheduler
   // does not answer or the allocator fails.
   uint32_t flush_cache();
+  // Prefill/decode disaggregation, prefill side (disaggregation.mode
+  // prefill): where requests with a kv_export_key leave their prompt's K/V
+  // and first token for a decode replica (ipc/kv_transfer.hpp serves it);
+  // nullptr in the other modes.
+  std::shared_ptr<KvHandoffBox> kv_handoffs() const;
 
   const EngineConfig& config() const;
   const ModelConfig& model_config() const;

@@ -107,6 +107,9 @@ struct SamplerOpen {
   std::shared_ptr<const SamplingParams> sampling;  // shared with the request; seed resolved
   int32_t num_samples = 1;   // n
   std::vector<int32_t> prompt_ids;  // only when the repetition penalty is on
+  // Tokens sample 0 generated before its first row here (a request handed
+  // off by a prefill replica, with its first token).
+  std::vector<int32_t> generated_ids;
 };
 
 struct SampleRow {  // one logits row of the step
@@ -268,7 +271,8 @@ typename Inspector::result_type inspect(Inspector& f, SamplerOpen& x) {
     x.sampling = std::make_shared<const SamplingParams>(params);
     return caf::none;
   });
-  return f(caf::meta::type_name("SamplerOpen"), x.request_key, params, load, x.num_samples, x.prompt_ids);
+  return f(caf::meta::type_name("SamplerOpen"), x.request_key, params, load, x.num_samples, x.prompt_ids,
+           x.generated_ids);
 }
 
 template <class Inspector>

@@ -69,8 +69,11 @@ caf::error apply_deltas(SamplerState& st, SampleWork& work) {
     state.params = std::move(open.sampling);
     state.prompt_ids = std::move(open.prompt_ids);
     state.generated.resize(static_cast<size_t>(open.num_samples));
-    if (st.sampler)
+    state.generated[0] = std::move(open.generated_ids);
+    if (st.sampler) {
       st.sampler->open(open.request_key, *state.params, state.seed, state.prompt_ids, open.num_samples);
+      if (!state.generated[0].empty()) st.sampler->seed_history(open.request_key, 0, state.generated[0]);
+    }
     if (!st.requests.emplace(open.request_key, std::move(state)).second)
       return internal_error("request " + std::to_string(open.request_key) + " opened twice");
   }
@@ -125,9 +128,9 @@ caf::error sample_rows(SamplerState& st, const SampleWork& work, const LogitsVie
     st.sampler = make_device_sampler(view.device, view.vocab_size);
     st.sampler_device = view.device;
     for (const auto& [key, req] : st.requests) {
-      for (const auto& history : req.generated)
-        if (!history.empty()) return internal_error("a sampler made after requests began generating");
       st.sampler->open(key, *req.params, req.seed, req.prompt_ids, static_cast<int32_t>(req.generated.size()));
+      for (size_t k = 0; k < req.generated.size(); ++k)
+        if (!req.generated[k].empty()) st.sampler->seed_history(key, static_cast<int32_t>(k), req.generated[k]);
     }
   } else if (st.sampler_device != view.device) {
     return internal_error(std::string("views of two devices ('") + device_name(st.sampler_device) + "', '" +

@@ -136,6 +136,11 @@ StepWork make_work(SchedulerActorState& st, const StepPlan& plan, std::vector<ui
     if (target.sampling && target.sampling->repetition_penalty != 1.0f)
       if (const Sequence* seq = st.scheduler().sequence(target.seq_id))
         open.prompt_ids.assign(seq->tokens.begin(), seq->tokens.begin() + seq->num_prompt_tokens);
+    // A handed-off request's first row follows a token generated elsewhere.
+    if (target.num_generated > 0)
+      if (const Sequence* seq = st.scheduler().sequence(target.seq_id))
+        open.generated_ids.assign(seq->tokens.begin() + seq->num_prompt_tokens,
+                                  seq->tokens.begin() + seq->num_prompt_tokens + target.num_generated);
     sample.opened.push_back(std::move(open));
   }
   return work;
@@ -303,7 +308,8 @@ caf::result<bool> enqueue(SchedulerPointer self, TokenizedRequest& req) {
   if (st.shutting_down)
     return make_actor_error(static_cast<int>(ErrorCode::cancelled), "the engine is shutting down");
   try {
-    st.scheduler().add_request(req.request.id, req.prompt_ids, req.request.sampling, req.request.strict_context);
+    st.scheduler().add_request(req.request.id, req.prompt_ids, req.request.sampling, req.request.strict_context,
+                               SequenceHandoff{req.request.kv_export_key, req.request.kv_import});
   } catch (const Error& e) {
     return make_actor_error(static_cast<int>(e.code()), e.what());
   } catch (const std::exception& e) {

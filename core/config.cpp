@@ -92,6 +92,10 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(kv_events, topic),
       LLMK_FIELD(kv_events, buffer_steps),
       LLMK_FIELD(kv_events, max_queue_events),
+      LLMK_FIELD(disaggregation, mode),
+      LLMK_FIELD(disaggregation, bootstrap_port),
+      LLMK_FIELD(disaggregation, timeout_s),
+      LLMK_FIELD(disaggregation, max_pending),
   };
   return all;
 }
@@ -471,6 +475,14 @@ void validate(const EngineConfig& c) {
     fail("kv_events.replay_endpoint", "is set but kv_events.endpoint is empty (events are off)");
   require_range("kv_events.buffer_steps", ke.buffer_steps, 1, 1e9, ">= 1");
   require_range("kv_events.max_queue_events", ke.max_queue_events, 1, 1e9, ">= 1");
+
+  const auto& d = c.disaggregation;
+  require_one_of("disaggregation.mode", d.mode, {"none", "prefill", "decode"});
+  require_range("disaggregation.bootstrap_port", d.bootstrap_port, 1, 65535, "1 to 65535");
+  require_range("disaggregation.timeout_s", d.timeout_s, 0.001, 1e9, "> 0 seconds");
+  require_range("disaggregation.max_pending", d.max_pending, 1, 1e9, ">= 1");
+  if (d.mode != "none" && p.pipeline > 1)  // handoffs save and restore K/V between steps
+    fail("disaggregation.mode", d.mode + " needs parallel.pipeline = 1 (it is " + std::to_string(p.pipeline) + ")");
 }
 
 EngineConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {

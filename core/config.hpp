@@ -130,6 +130,21 @@ struct KvEventsSection {
   bool operator==(const KvEventsSection&) const = default;
 };
 
+// Prefill/decode disaggregation behind a router that pairs a prefill and a
+// decode replica per request (sglang-router --pd-disaggregation;
+// docs/replicas.md).
+struct DisaggregationSection {
+  // none: a request's bootstrap fields are ignored. prefill: compute the
+  // prompt and first token, keep its K/V for the decode replica (served on
+  // bootstrap_port). decode: fetch that K/V and decode from it.
+  std::string mode = "none";
+  uint32_t bootstrap_port = 8998;   // prefill: the K/V transfer endpoint (on server.http's host)
+  double timeout_s = 60.0;          // a decode waits this long for its prefill; a prefill's K/V is kept as long
+  uint32_t max_pending = 256;       // prefill: handoffs kept for decodes that have not fetched them
+
+  bool operator==(const DisaggregationSection&) const = default;
+};
+
 struct EngineConfig {
   ModelSection model;
   ExecutorSection executor;
@@ -139,6 +154,7 @@ struct EngineConfig {
   ServerSection server;
   ParallelSection parallel;
   KvEventsSection kv_events;
+  DisaggregationSection disaggregation;
 
   bool operator==(const EngineConfig&) const = default;
 };

@@ -24,6 +24,15 @@ void CpuSampler::open(uint64_t request_key, const SamplingParams& params, uint64
 
 void CpuSampler::release(uint64_t request_key) { requests_.erase(request_key); }
 
+void CpuSampler::seed_history(uint64_t request_key, int32_t sample_index, std::span<const int32_t> ids) {
+  auto it = requests_.find(request_key);
+  if (it == requests_.end() || sample_index < 0 || static_cast<size_t>(sample_index) >= it->second.generated.size())
+    throw Error(ErrorCode::internal, "CPU sampler: no sample " + std::to_string(sample_index) + " of request " +
+                                         std::to_string(request_key));
+  auto& history = it->second.generated[static_cast<size_t>(sample_index)];
+  history.insert(history.end(), ids.begin(), ids.end());
+}
+
 void CpuSampler::sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out,
                         const IdsEnqueued& enqueued) {
   if (view.device != Device::cpu)

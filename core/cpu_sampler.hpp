@@ -19,6 +19,7 @@ class CpuSampler final : public DeviceSampler {
   void open(uint64_t request_key, const SamplingParams& params, uint64_t seed, std::span<const int32_t> prompt_ids,
             int32_t num_samples) override;
   void release(uint64_t request_key) override;
+  void seed_history(uint64_t request_key, int32_t sample_index, std::span<const int32_t> ids) override;
   // The ids are host memory, enqueued (and ready) once every row is sampled:
   // `enqueued` runs after the last read of the view.
   void sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out,

@@ -34,6 +34,11 @@ class DeviceSampler {
   virtual void open(uint64_t request_key, const SamplingParams& params, uint64_t seed,
                     std::span<const int32_t> prompt_ids, int32_t num_samples) = 0;
   virtual void release(uint64_t request_key) = 0;
+  // Ids a sample generated before this sampler saw it (a request handed off
+  // with its first token, or a sampler made after requests began): appended
+  // to its history, as if sampled here. Throws Error for an unknown request
+  // or sample, or (unsupported) where the sampler cannot take them.
+  virtual void seed_history(uint64_t request_key, int32_t sample_index, std::span<const int32_t> ids) = 0;
 
   struct Row {
     uint64_t request_key = 0;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "core/error.hpp"
+
 namespace llmk {
 
 namespace {
@@ -45,6 +47,17 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
     scheduling->offloader = parts.executor;
     options.offloader = scheduling->offloader.get();
   }
+  // Handoffs save and restore between steps (a pipeline is refused by the
+  // config); a prefill replica saves as its sequences end, so it plans no
+  // step ahead.
+  options.kv_io = parts.executor.get();
+  options.kv_layout = kv_handoff_layout(config, mc, runtime.kv_dtype);
+  const DisaggregationSection& pd = config.disaggregation;
+  if (pd.mode == "prefill") {
+    const auto ttl = std::chrono::milliseconds(static_cast<int64_t>(pd.timeout_s * 1000.0));
+    scheduling->handoffs = std::make_shared<KvHandoffBox>(options.kv_layout, pd.max_pending, ttl);
+    options.handoffs = scheduling->handoffs.get();
+  }
   // A pipeline keeps a step per stage in flight; the scheduler plans them
   // disjoint, so nothing is planned ahead with fed-back ids.
   const int32_t stages = parts.executor->max_steps_in_flight();
@@ -52,7 +65,7 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
   options.max_steps_in_flight = chosen > 0 ? std::min(chosen, stages) : stages;
   const SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   scheduling->scheduler = std::make_unique<Scheduler>(config.scheduler, limits, *scheduling->kv, options);
-  scheduling->overlap = config.scheduler.overlap && stages == 1;
+  scheduling->overlap = config.scheduler.overlap && stages == 1 && !scheduling->handoffs;
   scheduling->pipelined = stages > 1;
   parts.scheduling = std::move(scheduling);
 
@@ -65,6 +78,13 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
                runtime.num_kv_slots, runtime.num_kv_slots / std::max<uint32_t>(1, runtime.max_seq_len),
                mib(parts.executor->weight_bytes()));
   return parts;
+}
+
+std::string kv_handoff_layout(const EngineConfig& config, const ModelConfig& model, DType kv_dtype) {
+  return "layers=" + std::to_string(model.num_layers) + " kv_heads=" + std::to_string(model.num_kv_heads) +
+         " head_dim=" + std::to_string(model.head_dim) + " kv=" + dtype_name(kv_dtype) +
+         (kv_dtype == DType::i8 ? "/g" + std::to_string(config.kv_cache.group_size) : std::string()) +
+         " block=" + std::to_string(config.kv_cache.block_size) + " tensor=" + std::to_string(config.parallel.tensor);
 }
 
 }  // namespace llmk

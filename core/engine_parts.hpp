@@ -12,6 +12,7 @@
 #include "core/executor.hpp"
 #include "core/kv_allocator.hpp"
 #include "core/kv_event_log.hpp"
+#include "core/kv_handoff.hpp"
 #include "core/kv_offloader.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/scheduler.hpp"
@@ -22,6 +23,7 @@ namespace llmk {
 // and (when scheduler.preemption is "offload") the executor as offloader.
 struct SchedulerParts {
   std::shared_ptr<KvEventLog> kv_events;  // the allocator's event sink; outlives *kv
+  std::shared_ptr<KvHandoffBox> handoffs;  // where a prefill replica's exports go
   std::unique_ptr<KvAllocator> kv;
   std::shared_ptr<KvOffloader> offloader;
   std::unique_ptr<Scheduler> scheduler;  // built over *kv
@@ -42,8 +44,16 @@ struct EngineParts {
 // to the attention plugin), then the scheduler; logs what was built. Throws
 // what each of them throws (config, plugins, weights, capacity). `config`
 // must have passed validate(); the checkpoint must outlive the parts. With
-// kv_events, the allocator reports its prefix-cache events there.
+// kv_events, the allocator reports its prefix-cache events there. With
+// disaggregation.mode prefill, finished prefills with an export key leave
+// their K/V in SchedulerParts::handoffs; every scheduler can restore
+// handed-off K/V of its own layout (kv_handoff_layout).
 EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const Checkpoint> checkpoint,
                                PluginRegistry& plugins, std::shared_ptr<KvEventLog> kv_events = nullptr);
+
+// What a KvHandoff saved by this configuration holds, as a string two
+// replicas compare: the model's KV shape, the KV dtype, the block size and
+// the tensor degree (which splits the saved heads by rank).
+std::string kv_handoff_layout(const EngineConfig& config, const ModelConfig& model, DType kv_dtype);
 
 }  // namespace llmk

@@ -52,6 +52,17 @@ inline constexpr size_t max_stop_strings = 16;
 // the engine (the scheduler's admission) and by the front ends as they parse.
 void validate_sampling_params(const SamplingParams& params);
 
+struct KvHandoff;  // core/kv_handoff.hpp
+
+// Where a router doing prefill/decode disaggregation pairs a request with
+// its twin on the other replica (SGLang's bootstrap fields): the prefill
+// replica's transfer endpoint and the pair's room.
+struct BootstrapTicket {
+  std::string host;
+  int32_t port = 0;
+  std::string room;
+};
+
 struct Request {
   std::string id;                   // chosen by the client, unique among its live requests
   std::string prompt;               // text, tokenized by the engine ...
@@ -65,6 +76,16 @@ struct Request {
   // context, as the OpenAI API does; otherwise the completion stops there
   // (finish_reason length).
   bool strict_context = false;
+  // Prefill/decode disaggregation (docs/replicas.md). A front end fills
+  // bootstrap from the request; a replica in disaggregation mode turns it
+  // into one of the two below.
+  std::optional<BootstrapTicket> bootstrap;
+  // Prefill: the engine stops at the first token and leaves the prompt's
+  // K/V and that token under this key (EngineOptions::kv_handoffs).
+  std::string kv_export_key;
+  // Decode: starts from this handoff (its prompt tokens are the prompt, its
+  // first token the first generated one) instead of computing the prompt.
+  std::shared_ptr<KvHandoff> kv_import;
 };
 
 enum class FinishReason { none, stop, length, cancelled, error };

@@ -12,7 +12,9 @@ namespace llmk {
 
 Scheduler::Scheduler(const SchedulerSection& config, const SchedulerLimits& limits, KvAllocator& kv,
                      SchedulerOptions options)
-    : config_(config), limits_(limits), kv_(kv), clock_(std::move(options.clock)), offloader_(options.offloader) {
+    : config_(config), limits_(limits), kv_(kv), clock_(std::move(options.clock)), offloader_(options.offloader),
+      kv_io_(options.kv_io != nullptr ? options.kv_io : options.offloader), handoffs_(options.handoffs),
+      kv_layout_(std::move(options.kv_layout)) {
   if (!clock_) clock_ = [] { return SteadyClock::now(); };
   if (config_.policy != "continuous" && config_.policy != "static")
     throw Error(ErrorCode::invalid_config,
@@ -42,7 +44,7 @@ Scheduler::Scheduler(const SchedulerSection& config, const SchedulerLimits& limi
 Scheduler::~Scheduler() = default;
 
 void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
-                            const SamplingParams& sampling, bool strict_context) {
+                            const SamplingParams& sampling, bool strict_context, SequenceHandoff handoff) {
   auto refuse = [&request_id](const std::string& why) {
     throw Error(ErrorCode::invalid_argument, "request '" + request_id + "': " + why);
   };
@@ -87,6 +89,11 @@ void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> 
   seq->sampling = std::move(resolved);
   seq->stop = make_stop_conditions(sampling, limits_.eos_token_ids, limits_.max_seq_len);
   seq->arrival_time = now();
+  if (!handoff.export_key.empty() || handoff.import) {
+    check_handoff(*seq, handoff);
+    seq->kv_export_key = std::move(handoff.export_key);
+    if (handoff.import) import_handoff(*seq, *handoff.import);
+  }
 
   RequestState& state = requests_[request_id];
   state.num_samples = sampling.n;
@@ -213,6 +220,7 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, std::optional<int32_t
     seq.tokens.pop_back();
     seq.pending_row = -1;
   }
+  if (!seq.kv_export_key.empty()) export_handoff(seq, reason, error);
   if (seq.status == SequenceStatus::running) {
     remove_running(&seq);
     // A static batch keeps a member that ends early as padding until the

@@ -85,6 +85,7 @@
 
 #include "core/config.hpp"
 #include "core/kv_allocator.hpp"
+#include "core/kv_handoff.hpp"
 #include "core/kv_offloader.hpp"
 #include "core/request.hpp"
 #include "core/sequence.hpp"
@@ -106,6 +107,21 @@ struct SchedulerOptions {
   // (Executor::max_steps_in_flight, a pipeline's stages). Ignored (1) by
   // the static policy.
   int32_t max_steps_in_flight = 1;
+  // Prefill/decode disaggregation (core/kv_handoff.hpp): saves the K/V a
+  // finished prefill hands off and restores what a handed-off sequence
+  // brings (the executor; nullptr: no handoffs), and where exports go.
+  // Exports are saved as their sequence ends, so they need a scheduler
+  // whose updates run with no step in flight (no overlap, no pipeline).
+  KvOffloader* kv_io = nullptr;
+  KvHandoffBox* handoffs = nullptr;
+  std::string kv_layout;                // this engine's KvHandoff::layout
+};
+
+// A request's part in prefill/decode disaggregation (Request::kv_export_key,
+// Request::kv_import).
+struct SequenceHandoff {
+  std::string export_key;
+  std::shared_ptr<KvHandoff> import;
 };
 
 // One sequence of the batch, in batch order.
@@ -178,6 +194,8 @@ struct SchedulerStats {
   uint64_t num_padded_slots = 0;         // static policy: idle slots and padded prefill tokens
   uint64_t peak_running = 0;
   uint64_t peak_steps_in_flight = 0;     // plans awaiting their update at once
+  uint64_t num_handoffs_exported = 0;    // prefills whose K/V went to KvHandoffBox
+  uint64_t num_handoffs_imported = 0;    // sequences started from a handed-off K/V
   llmk_kv_usage kv{};
   double mean_batch_seqs() const { return num_steps ? double(num_batch_seqs) / double(num_steps) : 0.0; }
   double mean_batch_tokens() const { return num_steps ? double(num_batch_tokens) / double(num_steps) : 0.0; }
@@ -201,8 +219,12 @@ class Scheduler {
   // Error(overloaded) when max_queue requests already wait. The sequences'
   // sampling params carry a resolved seed (resolve_seed), so samples and
   // resumed sequences draw consistently.
+  // With a handoff: an export (one sample; its K/V is saved and left in
+  // SchedulerOptions::handoffs when it ends), or an import whose prompt is
+  // prompt_token_ids and whose layout, block size and first token must
+  // match this engine (else Error(invalid_argument) naming what differs).
   void add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
-                   const SamplingParams& sampling, bool strict_context = false);
+                   const SamplingParams& sampling, bool strict_context = false, SequenceHandoff handoff = {});
   // Cancels a live request: frees its KV at once and returns one final event
   // (cancelled) per unfinished sample. Empty when the id is unknown.
   std::vector<TokenEvent> abort_request(const std::string& request_id);
@@ -257,6 +279,13 @@ class Scheduler {
   void admit_waiting(StepPlan& plan, int32_t& budget);
   void restore_offloaded(Sequence& seq, uint32_t num_cached_tokens);
   void preempt(Sequence& seq);
+  // scheduler_handoff.cpp: prefill/decode disaggregation.
+  void check_handoff(const Sequence& seq, const SequenceHandoff& handoff) const;
+  void import_handoff(Sequence& seq, KvHandoff& handoff);
+  // At admission: a handed-off sequence's first token, as an event (false)
+  // or as its end when the token ends it (true: the sequence is gone).
+  bool announce_handoff_token(Sequence& seq, std::vector<TokenEvent>& events);
+  void export_handoff(const Sequence& seq, FinishReason reason, const std::string& error);
   void add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_tokens);
   void add_static_padding(StepPlan& plan, int32_t& budget);
   void release_static_padding();
@@ -274,7 +303,10 @@ class Scheduler {
   SchedulerLimits limits_;
   KvAllocator& kv_;
   ClockFn clock_;
-  KvOffloader* offloader_ = nullptr;
+  KvOffloader* offloader_ = nullptr;    // offload preemption
+  KvOffloader* kv_io_ = nullptr;        // handoffs, and restoring what offload saved
+  KvHandoffBox* handoffs_ = nullptr;
+  std::string kv_layout_;
   bool is_static_ = false;
   int32_t max_num_seqs_ = 0;             // min(max_num_seqs, max_num_batched_tokens): decodes always fit
   int32_t max_num_batched_tokens_ = 0;

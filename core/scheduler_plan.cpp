@@ -212,6 +212,11 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
   // prefilled by later steps before the batch starts decoding.
   while (!waiting_.empty() && (budget > 0 || forming_static_batch)) {
     Sequence* seq = waiting_.front();
+    if (seq->announce_first_token && seq->handoff_finish != FinishReason::none) {
+      waiting_.pop_front();  // handed off with a first token that ends it: nothing to compute
+      announce_handoff_token(*seq, plan.events);
+      continue;
+    }
     if (num_seq_slots + seq->num_unforked_samples > max_num_seqs_) break;
     // A KV restore writes device memory from the host: not while a step computes.
     if ((planning_ahead_ || !in_flight_.empty()) && seq->num_offloaded_tokens > 0) break;
@@ -255,6 +260,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
     }
     seq->status = SequenceStatus::running;
     insert_running(seq);
+    if (seq->announce_first_token) announce_handoff_token(*seq, plan.events);
     num_seq_slots += seq->num_unforked_samples;
     if (forming_static_batch) {
       static_batch_size_ += seq->num_unforked_samples;
@@ -283,7 +289,7 @@ void Scheduler::restore_offloaded(Sequence& seq, uint32_t num_cached_tokens) {
     const int32_t last = std::min(first + block, seq.num_offloaded_tokens);
     std::vector<int32_t> slots;
     for (int32_t p = first; p < last; ++p) slots.push_back(table.at(static_cast<size_t>(p / block)) + p % block);
-    offloader_->restore_kv(slots, seq.offloaded_blocks[b]);
+    kv_io_->restore_kv(slots, seq.offloaded_blocks[b]);
   }
   seq.num_computed_tokens = std::max(seq.num_computed_tokens, seq.num_offloaded_tokens);
   seq.offloaded_blocks.clear();

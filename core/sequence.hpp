@@ -71,6 +71,13 @@ struct Sequence {
   // whole blocks. num_offloaded_tokens == 0 means nothing is saved.
   std::vector<std::vector<uint8_t>> offloaded_blocks;
   int32_t num_offloaded_tokens = 0;
+  // Prefill/decode disaggregation: a prefill's K/V goes under this key when
+  // it ends; a handed-off sequence arrives with its first token appended and
+  // its prompt's K/V as offloaded blocks, and announces that token (or ends
+  // with it, handoff_finish) when admitted.
+  std::string kv_export_key;
+  bool announce_first_token = false;
+  FinishReason handoff_finish = FinishReason::none;
 
   TimePoint arrival_time{};
   TimePoint first_scheduled_time{};     // epoch until scheduled

@@ -93,6 +93,18 @@ class CudaSampler final : public DeviceSampler {
     requests_.emplace(key, std::move(r));
   }
 
+  // Without a penalty nothing reads a history; with one, the device counts
+  // would need the ids (not supported: the request is refused, not wrong).
+  void seed_history(uint64_t key, int32_t sample_index, std::span<const int32_t> ids) override {
+    const auto it = requests_.find(key);
+    if (it == requests_.end() || sample_index < 0 || static_cast<size_t>(sample_index) >= it->second.slots.size())
+      throw Error(ErrorCode::internal, "CUDA sampler: no sample " + std::to_string(sample_index) + " of request " +
+                                           std::to_string(key));
+    if (!ids.empty() && has_penalty(it->second.params))
+      throw Error(ErrorCode::unsupported, "CUDA sampler: a request that arrives with generated tokens (a prefill "
+                                          "handoff) cannot use repetition, presence or frequency penalties");
+  }
+
   void release(uint64_t key) override {
     const auto it = requests_.find(key);
     if (it == requests_.end()) return;

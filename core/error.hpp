@@ -16,7 +16,7 @@ enum class ErrorCode {
   not_found,         // unknown model, request id, file
   overloaded,        // queue full (HTTP 429/503)
   cancelled,
-  peer_lost,         // a rank of a parallel job died or stopped answering: the job ends (HTTP 503)
+  peer_lost,         // a peer died or stopped answering: a rank of a parallel job (the job ends), a prefill replica (HTTP 503)
   internal,
 };
 

@@ -1,5 +1,7 @@
 #include "ipc/engine_backend.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <filesystem>
 
 #include "core/chat_template.hpp"
@@ -24,6 +26,63 @@ EngineBackend::EngineBackend(Engine& engine) : engine_(engine) {
   info_.vocab_size = engine.tokenizer().vocab_size();
   info_.max_queue = config.scheduler.max_queue;
   if (const ChatTemplate* chat = engine.chat_template()) info_.chat_template = std::string(chat->name());
+
+  const DisaggregationSection& pd = config.disaggregation;
+  disaggregation_ = pd.mode;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(pd.timeout_s * 1000.0));
+  if (pd.mode == "prefill" && engine.kv_handoffs()) {
+    const std::string& http = config.server.http;
+    const std::string host = http.empty() ? std::string() : http.substr(0, http.rfind(':'));
+    transfer_server_ = std::make_unique<KvTransferServer>(engine.kv_handoffs(), host, pd.bootstrap_port, timeout);
+    spdlog::info("disaggregation: prefill replica; K/V handoffs served on {}", transfer_server_->endpoint());
+  } else if (pd.mode == "decode") {
+    transfer_client_ = std::make_unique<KvTransferClient>(timeout);
+    spdlog::info("disaggregation: decode replica; K/V fetched from the prefill replica a request names");
+  }
+}
+
+EngineBackend::~EngineBackend() {
+  transfer_client_.reset();  // ends fetches still waiting, before the engine goes
+  transfer_server_.reset();
+}
+
+void EngineBackend::submit(Request request, EventCallback on_event) {
+  if (!request.bootstrap || disaggregation_ == "none") {
+    engine_.submit(std::move(request), std::move(on_event));
+    return;
+  }
+  const BootstrapTicket ticket = *request.bootstrap;
+  if (transfer_server_) {
+    // Prefill: the prompt and its first token; the rest is the decode replica's.
+    request.kv_export_key = ticket.room;
+    request.sampling.max_tokens = 1;
+    engine_.submit(std::move(request), std::move(on_event));
+    return;
+  }
+  if (!transfer_client_) {
+    engine_.submit(std::move(request), std::move(on_event));
+    return;
+  }
+  transfer_client_->fetch(
+      ticket.host, static_cast<uint32_t>(ticket.port), ticket.room,
+      [this, request = std::move(request), on_event = std::move(on_event)](KvHandoffResult r) mutable {
+        if (!r.handoff) {
+          RequestEvent ev;
+          ev.request_id = request.id;
+          ev.finished = true;
+          ev.request_done = true;
+          ev.finish_reason = FinishReason::error;
+          ev.error = "prefill/decode handoff: " + r.error;
+          ev.error_code = ErrorCode::peer_lost;
+          on_event(ev);
+          return;
+        }
+        request.prompt_token_ids = r.handoff->prompt_tokens;
+        request.prompt.clear();
+        request.chat.reset();
+        request.kv_import = std::move(r.handoff);
+        engine_.submit(std::move(request), std::move(on_event));
+      });
 }
 
 std::string EngineBackend::token_text(int32_t token_id) const { return engine_.tokenizer().id_to_piece(token_id); }

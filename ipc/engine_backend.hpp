@@ -1,19 +1,29 @@
-// EngineBackend: llmk::Engine as an ipc::Backend. It only forwards: the
+// EngineBackend: llmk::Engine as an ipc::Backend. It forwards: the
 // engine's scheduler decides admission and answers a refusal as the
 // request's one error event, with its code (invalid_argument, overloaded).
+// In a disaggregation mode it also pairs requests that carry a router's
+// bootstrap fields with their twin on the other replica (docs/replicas.md):
+// a prefill replica serves its handoffs on disaggregation.bootstrap_port,
+// a decode replica fetches the handoff before submitting.
 #pragma once
+
+#include <memory>
 
 #include "actors/engine.hpp"
 #include "ipc/backend.hpp"
+#include "ipc/kv_transfer.hpp"
 
 namespace llmk::ipc {
 
 class EngineBackend : public Backend {
  public:
   // The engine must outlive this adapter.
+  // Throws Error(invalid_config) when a prefill replica cannot bind its
+  // transfer endpoint.
   explicit EngineBackend(Engine& engine);
+  ~EngineBackend() override;
 
-  void submit(Request request, EventCallback on_event) override { engine_.submit(std::move(request), std::move(on_event)); }
+  void submit(Request request, EventCallback on_event) override;
   bool cancel(const std::string& request_id) override { return engine_.cancel(request_id); }
   EngineStats stats() const override { return engine_.stats(); }
   uint32_t flush_cache() override { return engine_.flush_cache(); }
@@ -23,6 +33,9 @@ class EngineBackend : public Backend {
  private:
   Engine& engine_;
   ModelInfo info_;
+  std::string disaggregation_;                  // disaggregation.mode
+  std::unique_ptr<KvTransferServer> transfer_server_;  // prefill
+  std::unique_ptr<KvTransferClient> transfer_client_;  // decode
 };
 
 }  // namespace llmk::ipc

@@ -171,6 +171,7 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
     throw ParamError("best_of", "'best_of' other than 1 is not supported", ErrorCode::unsupported);
   }
   refuse_unimplemented(body);
+  parse_bootstrap(body, out.request);
   return out;
 }
 

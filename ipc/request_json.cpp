@@ -53,6 +53,23 @@ std::string get_string(const json& obj, const std::string& key, const std::strin
   return it->get<std::string>();
 }
 
+void parse_bootstrap(const json& body, Request& request) {
+  auto room = body.find("bootstrap_room");
+  if (room == body.end() || room->is_null()) return;
+  BootstrapTicket t;
+  if (room->is_number_unsigned()) t.room = std::to_string(room->get<uint64_t>());
+  else if (room->is_number_integer()) t.room = std::to_string(room->get<int64_t>());
+  else if (room->is_string() && !room->get<std::string>().empty()) t.room = room->get<std::string>();
+  else throw ParamError("bootstrap_room", "'bootstrap_room' must be an integer or a non-empty string");
+  t.host = get_string(body, "bootstrap_host", "");
+  if (t.host.empty()) throw ParamError("bootstrap_host", "'bootstrap_host' is required with 'bootstrap_room'");
+  auto port = body.find("bootstrap_port");
+  if (port == body.end() || !port->is_number_integer() || port->get<int64_t>() < 1 || port->get<int64_t>() > 65535)
+    throw ParamError("bootstrap_port", "'bootstrap_port' must be a port number (1..65535) with 'bootstrap_room'");
+  t.port = static_cast<int32_t>(port->get<int64_t>());
+  request.bootstrap = std::move(t);
+}
+
 bool get_bool(const json& obj, const std::string& key, bool fallback) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return fallback;

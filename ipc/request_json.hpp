@@ -33,6 +33,14 @@ SamplingParams parse_sampling(const nlohmann::json& body, LogprobsStyle style, i
 // request.prompt_token_ids; `param` names the field in errors.
 void parse_prompt(const nlohmann::json& value, const std::string& param, int32_t vocab_size, Request& request);
 
+// A router's prefill/decode pairing (SGLang's bootstrap_host,
+// bootstrap_port and bootstrap_room; the room an integer or a string): fills
+// request.bootstrap when bootstrap_room is present and not null; host and
+// port are then required. The fields' names, for parsers that refuse
+// unknown ones.
+void parse_bootstrap(const nlohmann::json& body, Request& request);
+inline constexpr const char* kBootstrapFields[] = {"bootstrap_host", "bootstrap_port", "bootstrap_room"};
+
 // "stop", "length", "cancelled", "error" ("" for none): the wire names.
 std::string finish_reason_string(FinishReason reason);
 

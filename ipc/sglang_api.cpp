@@ -131,9 +131,12 @@ SglangGenerateRequest parse_sglang_generate(const std::string& body, const Backe
   out.request.sampling = parse_sglang_sampling(j, model.max_context);
   out.stream = get_bool(j, "stream", false);
   out.rid = get_string(j, "rid", "");
+  parse_bootstrap(j, out.request);
   static const std::set<std::string> kOwn = {"text", "input_ids", "sampling_params", "stream", "rid"};
   for (const auto& [key, value] : j.items()) {
-    if (kOwn.count(key) > 0) continue;
+    if (kOwn.count(key) > 0 || std::find(std::begin(kBootstrapFields), std::end(kBootstrapFields), key) !=
+                                   std::end(kBootstrapFields))
+      continue;
     const json* allowed = find_default(kAcceptedAtDefault, key);
     if (allowed == nullptr) throw ParamError(key, "unknown /generate field '" + key + "'");
     check_at_default(key, value, *allowed);

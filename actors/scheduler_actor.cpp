@@ -341,6 +341,8 @@ EngineStats engine_stats(const SchedulerStats& s) {
   e.kv = s.kv;
   e.peak_running = s.peak_running;
   e.peak_steps_in_flight = s.peak_steps_in_flight;
+  e.num_handoffs_exported = s.num_handoffs_exported;
+  e.num_handoffs_imported = s.num_handoffs_imported;
   return e;
 }
 

@@ -23,6 +23,8 @@ struct EngineStats {
   llmk_kv_usage kv{};
   uint64_t peak_running = 0;
   uint64_t peak_steps_in_flight = 0;  // steps planned and not yet updated at once (pipelined: up to the stages)
+  uint64_t num_handoffs_exported = 0;  // prefills whose K/V went to a decode replica's box
+  uint64_t num_handoffs_imported = 0;  // requests started from a prefill replica's K/V
 };
 
 }  // namespace llmk

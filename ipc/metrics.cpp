@@ -145,10 +145,17 @@ std::string Metrics::render(const EngineStats& st) const {
   scalar(out, "counter", "llmk_num_preemptions_total", "Sequences preempted for lack of KV space.",
          static_cast<double>(st.num_preemptions));
   scalar(out, "counter", "llmk_engine_steps_total", "Engine steps run.", static_cast<double>(st.num_steps));
+  scalar(out, "counter", "llmk_prefill_tokens_total",
+         "Prompt tokens computed (prefix-cache hits and handed-off prompts are not; recomputations are).",
+         static_cast<double>(st.num_prefill_tokens));
   scalar(out, "counter", "llmk_prefix_cache_query_tokens_total", "Prompt tokens looked up in the prefix cache.",
          static_cast<double>(st.kv.prefix_query_tokens));
   scalar(out, "counter", "llmk_prefix_cache_hit_tokens_total", "Of those, tokens found (KV reused, not computed).",
          static_cast<double>(st.kv.prefix_hit_tokens));
+  out += "# HELP llmk_kv_handoffs_total Prefill/decode disaggregation: prompts' K/V handed to a decode replica "
+         "(exported) or started from (imported).\n# TYPE llmk_kv_handoffs_total counter\n";
+  out += "llmk_kv_handoffs_total{direction=\"exported\"} " + std::to_string(st.num_handoffs_exported) + "\n";
+  out += "llmk_kv_handoffs_total{direction=\"imported\"} " + std::to_string(st.num_handoffs_imported) + "\n";
   return replica_name_.empty() ? out : with_replica_label(out, replica_name_);
 }
 

@@ -3,6 +3,10 @@
 
     scripts/fleet.py --model DIR [--replicas 3] [--router sglang|vllm|none]
                      [--policy cache_aware] [--port 30000] [-- extra llmk serve args]
+    scripts/fleet.py --model DIR --prefill 1 --decode 1 [...]
+
+With --prefill P --decode D the fleet is disaggregated: P prefill and D
+decode replicas behind sglang-router --pd-disaggregation (docs/replicas.md).
 
 Starts the replicas on free loopback ports (replica i is named replica-i in
 its metrics), waits until each answers /health, then starts the router on
@@ -74,11 +78,18 @@ def have_router(kind, python=None):
 
 
 class Replica:
-    def __init__(self, llmk, model, port, name, extra_args, log_dir):
-        self.port, self.name = port, name
+    def __init__(self, llmk, model, port, name, extra_args, log_dir, role=None):
+        self.port, self.name, self.role = port, name, role
         self.url = f"http://127.0.0.1:{port}"
         self.args = [llmk, "serve", "--model", model, "--http", f"127.0.0.1:{port}", "--no-zmq",
                      "--set", f"server.replica_name={name}"] + list(extra_args)
+        # Prefill/decode disaggregation: a prefill replica serves its K/V on a
+        # bootstrap port of its own, which the router is told.
+        self.bootstrap_port = free_port() if role == "prefill" else None
+        if role:
+            self.args += ["--set", f"disaggregation.mode={role}"]
+        if self.bootstrap_port:
+            self.args += ["--set", f"disaggregation.bootstrap_port={self.bootstrap_port}"]
         self.log_path = os.path.join(log_dir, f"{name}.log")
         self.proc = None
 
@@ -137,10 +148,16 @@ class Fleet:
     """Replicas plus (optionally) a router; a context manager that stops all."""
 
     def __init__(self, llmk, model, num_replicas=3, router="sglang", policy="cache_aware", router_port=None,
-                 serve_args=(), router_args=(), python=None):
+                 serve_args=(), router_args=(), python=None, roles=None):
+        """roles: None, or one of "prefill"/"decode" per replica for a
+        disaggregated fleet (sglang-router --pd-disaggregation)."""
         self.log_dir = tempfile.mkdtemp(prefix="llmk_fleet_")
-        self.replicas = [Replica(llmk, model, free_port(), f"replica-{i}", serve_args, self.log_dir)
-                         for i in range(num_replicas)]
+        roles = list(roles) if roles else [None] * num_replicas
+        if len(roles) != num_replicas:
+            raise ValueError(f"{len(roles)} roles for {num_replicas} replicas")
+        self.pd = any(roles)
+        self.replicas = [Replica(llmk, model, free_port(), f"{role or 'replica'}-{i}", serve_args, self.log_dir, role)
+                         for i, role in enumerate(roles)]
         self.router_kind, self.policy = router, policy
         self.router_port = router_port or free_port()
         self.router_url = f"http://127.0.0.1:{self.router_port}"
@@ -159,8 +176,14 @@ class Fleet:
 
     def start_router(self, timeout_s=60):
         module = {"sglang": "sglang_router.launch_router", "vllm": "vllm_router.launch_router"}[self.router_kind]
-        args = [self.python, "-m", module, "--host", "127.0.0.1", "--port", str(self.router_port),
-                "--worker-urls"] + [r.url for r in self.replicas] + ["--policy", self.policy]
+        args = [self.python, "-m", module, "--host", "127.0.0.1", "--port", str(self.router_port)]
+        if self.pd:
+            args += ["--pd-disaggregation"]
+            for r in self.replicas:
+                args += ["--prefill", r.url, str(r.bootstrap_port)] if r.role == "prefill" else ["--decode", r.url]
+        else:
+            args += ["--worker-urls"] + [r.url for r in self.replicas]
+        args += ["--policy", self.policy]
         # Both routers export Prometheus metrics on a fixed port (29000) by
         # default: a port of its own lets several fleets run side by side.
         if "--prometheus-port" not in self.router_args:
@@ -220,14 +243,22 @@ def main():
     p.add_argument("--router", choices=["sglang", "vllm", "none"], default="sglang")
     p.add_argument("--policy", default="cache_aware")
     p.add_argument("--port", type=int, default=30000, help="the router's port")
+    p.add_argument("--prefill", type=int, default=0, help="prefill replicas (with --decode: a disaggregated fleet)")
+    p.add_argument("--decode", type=int, default=0, help="decode replicas")
     p.add_argument("serve_args", nargs=argparse.REMAINDER, help="after --: extra `llmk serve` arguments")
     a = p.parse_args()
     serve_args = a.serve_args[1:] if a.serve_args[:1] == ["--"] else a.serve_args
     if a.router != "none" and not have_router(a.router):
         sys.exit(f"fleet: the {a.router} router is not installed for {router_python()} (scripts/setup.sh installs it)")
+    roles = None
+    if a.prefill or a.decode:
+        if not (a.prefill and a.decode) or a.router != "sglang":
+            sys.exit("fleet: a disaggregated fleet needs --prefill N and --decode M (N, M >= 1) behind --router sglang")
+        roles = ["prefill"] * a.prefill + ["decode"] * a.decode
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    fleet = Fleet(a.llmk, a.model, a.replicas, a.router, a.policy, a.port, serve_args)
+    fleet = Fleet(a.llmk, a.model, len(roles) if roles else a.replicas, a.router, a.policy, a.port, serve_args,
+                  roles=roles)
     with fleet:
         for r in fleet.replicas:
             print(f"{r.name}: {r.url} (log {r.log_path})", flush=True)

@@ -21,6 +21,13 @@ CASE is one of:
                       each router answers what a replica answers directly.
   drain               SIGTERM to one replica mid-run behind sglang-router:
                       no client sees a failure, the replica exits 0.
+  pd                  a prefill and a decode replica behind sglang-router
+                      --pd-disaggregation: the golden prompts and the shared-
+                      prefix prompts over /generate, /v1/completions and a
+                      stream answer the greedy text one replica gives; every
+                      request's prompt K/V was handed off (the decode replica
+                      computed no prompt); with the prefill replica gone, a
+                      request is answered 503 (not left waiting).
 Prints one JSON object of figures; exits 1 with the reason on a failed check.
 The reference for every answer is the text a replica gives when asked
 directly (all three must agree), so no router can make a wrong answer pass.
@@ -310,7 +317,73 @@ def case_chat(a):
     return {"chat": results}
 
 
-CASES = {"chat": case_chat, "sglang-cache-aware": case_cache_aware, "vllm-smoke": case_vllm_smoke, "failover": case_failover,
+def golden_prompts():
+    """The text prompts of the stories260K golden vectors (../shared)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    shared = os.environ.get("LLMK_SHARED_DIR") or os.path.join(here, "..", "..", "..", "shared")
+    with open(os.path.join(shared, "golden", "stories260K.json")) as f:
+        return [c["prompt"] for c in json.load(f)["cases"] if c["prompt"]]
+
+
+def stream_text(base, prompt, max_tokens=MAX_TOKENS):
+    """(status, text) of one greedy streamed completion, the deltas joined."""
+    import urllib.request
+    body = json.dumps({"model": "stories260K", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                       "stream": True}).encode()
+    req = urllib.request.Request(base + "/v1/completions", body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            text = ""
+            for line in resp.read().decode().splitlines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    text += "".join(c.get("text", "") for c in json.loads(line[6:]).get("choices", []))
+            return resp.status, text
+    except Exception as e:  # noqa: BLE001 - reported as the check's failure
+        return getattr(e, "code", 0), str(e)
+
+
+def handoffs(replica, direction):
+    return sum(v for k, v in replica.metrics().items()
+               if k.startswith("llmk_kv_handoffs_total{") and f'direction="{direction}"' in k)
+
+
+def case_pd(a):
+    serve_args = SERVE_ARGS + ["--set", "disaggregation.timeout_s=5"]
+    with Fleet(a.llmk, a.model, 2, "sglang", "round_robin", serve_args=serve_args,
+               roles=["prefill", "decode"]) as fleet:
+        prefill, decode = fleet.replicas
+        texts = golden_prompts() + prompts()[::5]
+        ref = references(fleet, texts)  # each replica asked directly serves as a plain one
+        prefill_tokens0 = sum(v for k, v in decode.metrics().items() if k.startswith("llmk_prefill_tokens_total"))
+        results = run_workload(fleet.router_url, ref, 3 * len(texts), 4)
+        wrong = [(p, s, t) for _, p, s, t, _ in results if s != 200 or t != ref[p]]
+        check(not wrong, f"{len(wrong)} of {len(results)} disaggregated answers differ from one replica's, "
+                         f"e.g. {wrong[:2]}")
+        streamed = {p: stream_text(fleet.router_url, p) for p in golden_prompts()}
+        bad = {p: r for p, r in streamed.items() if r != (200, ref[p])}
+        check(not bad, f"streamed disaggregated answers differ: {bad}")
+        n = len(results) + len(streamed)
+        exported, imported = handoffs(prefill, "exported"), handoffs(decode, "imported")
+        check(exported == n and imported == n, f"{n} requests, but {exported} handoffs exported and {imported} imported")
+        prefill_tokens = sum(v for k, v in decode.metrics().items() if k.startswith("llmk_prefill_tokens_total"))
+        check(prefill_tokens == prefill_tokens0,
+              f"the decode replica computed {prefill_tokens - prefill_tokens0} prompt tokens itself")
+        # The prefill replica gone: the decode replica answers 503 once its wait ends.
+        prefill.kill()
+        prefill.proc.wait()
+        t0 = time.monotonic()
+        status, body = http("POST", decode.url + "/generate", {
+            "text": texts[0], "sampling_params": {"max_new_tokens": 4, "temperature": 0},
+            "bootstrap_host": "127.0.0.1", "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": 7}, 30)
+        waited = time.monotonic() - t0
+        check(status == 503, f"with the prefill replica gone the decode replica answered {status} {body}, not 503")
+        check(waited < 15, f"the decode replica took {waited:.1f} s to give up (timeout_s is 5)")
+        status, _ = generate(decode.url, texts[0], "generate")
+        check(status == 200, "the decode replica stopped serving plain requests after a failed handoff")
+        return {"requests": n, "handoffs": exported, "gave_up_after_s": round(waited, 1)}
+
+
+CASES = {"chat": case_chat, "pd": case_pd, "sglang-cache-aware": case_cache_aware, "vllm-smoke": case_vllm_smoke, "failover": case_failover,
          "drain": case_drain}
 
 

@@ -94,3 +94,13 @@ TEST_CASE("A chat through either router answers what the replica answers directl
   INFO(r.out);
   CHECK(r.status == 0);
 }
+
+TEST_CASE("A prefill and a decode replica behind sglang-router's disaggregation answer what one replica answers",
+          "[fleet][disaggregation]") {
+  if (!llmk::test::have_venv_python() || !have_module("sglang_router")) {
+    LLMK_SKIP("sglang-router is not installed in the project venv (scripts/setup.sh installs it)");
+  }
+  const Run r = fleet_check("pd");
+  INFO(r.out);
+  CHECK(r.status == 0);
+}

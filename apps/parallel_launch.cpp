@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "actors/built_executors.hpp"
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -32,6 +33,7 @@ std::optional<int> serve_steps_unless_rank0(const EngineConfig& config) {
   // SIGINT and SIGTERM to every rank).
   std::signal(SIGINT, SIG_IGN);
   std::signal(SIGTERM, SIG_IGN);
+  register_built_executors();  // rank 0's engine registers them; this rank builds its shard here
   const int code = serve_parallel_steps(config, open_model(config.model), registry, job);
   ParallelJob::leave();
   return code;

@@ -61,6 +61,10 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options =
 // KV allocators: random workloads against a shadow model (kv_harness.hpp);
 // `reduced` runs 500 operations per case instead of 2000.
 SuiteResult run_kv_allocator_suite(const Plugin& plugin, const SuiteOptions& options = {});
+// Communicators: collective over the launch (every rank runs it together,
+// under mpirun; alone, a world of one); each rank reports its own results.
+// `reduced`: the large all-reduce at 65537 elements instead of 300007.
+SuiteResult run_comm_suite(const Plugin& plugin, const SuiteOptions& options = {});
 
 // The suite for the plugin's kind; false (with why) for a kind that has none.
 bool has_suite(llmk_plugin_kind kind, std::string& why);

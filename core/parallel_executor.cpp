@@ -284,8 +284,13 @@ std::optional<LogitsView> ParallelExecutor::start_step(const StepBatch& batch) {
       path.send_rows(rows, count);
       handed_over = true;
     });
+    // The hand-over refers to this frame: it goes however the step ends, so
+    // a step that throws leaves none behind for a later call to run.
+    struct HandoverReset {
+      Executor& local;
+      ~HandoverReset() { local.set_stage_handover({}); }
+    } reset{*local_};
     local_->execute(batch);
-    local_->set_stage_handover({});
     if (!handed_over) throw Error(ErrorCode::internal, "start_step: stage 0 did not hand the step on");
     pending_.push_back(batch.num_logits());
     return oldest;

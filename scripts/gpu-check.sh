@@ -21,12 +21,15 @@
 #      beside the copy bandwidth and GEMM peak measured in the same run) and,
 #      where python3 has PyTorch, the plain PyTorch baseline
 #      bench/cuda/torch_baseline.py;
-#   6. where the host CPU has AMX-INT8 (the GPU machines' Xeons do), runs
+#   6. the parallel phase (scripts/gpu-check-parallel.sh): the comm suite
+#      on comm.nccl (one rank) and comm.mpi (two), and 4's golden prompts at
+#      tensor 2 over comm.mpi, two ranks on the one GPU (mpirun -np 2);
+#   7. where the host CPU has AMX-INT8 (the GPU machines' Xeons do), runs
 #      linear.int4's tile kernel on the tile unit itself: its bits against
 #      the vector kernels (test_kernels_avx512bf16 "[amx]"; CI checks the
 #      same kernel on a software model only) and 128-token prefill with
 #      "matmul":"own" and "auto" alternating (bench_forward_cpu);
-#   7. prints a markdown summary (GPU, driver, what passed, the benchmark
+#   8. prints a markdown summary (GPU, driver, what passed, the benchmark
 #      tables) ready for docs/PERFORMANCE.md.
 #
 # Usage
@@ -41,7 +44,8 @@
 #   --out DIR         logs and summary.md (default <build-dir>/gpu-check, or
 #                     <bundle folder>/gpu-check with --prebuilt)
 #   --phases LIST     comma-separated subset of tests,memcheck,racecheck,golden,
-#                     bench,amx (default: all), to split a run across short sessions
+#                     bench,parallel,amx (default: all), to split a run across
+#                     short sessions
 #   --jobs N          build parallelism (default: nproc)
 #   --bench-presets LIST  dummy presets bench_gpu and the PyTorch baseline run
 #                     (default llama2-7b,llama3-8b), to fit a short session
@@ -73,19 +77,24 @@
 # racecheck 31 s, memcheck 10 s; bench_gpu's rows about 45 s each on
 # llama2-7b (mostly set-up, before the set-up was trimmed) and the PyTorch
 # baseline 15 s, so `--bench-presets llama2-7b` with the four CUDA linear
-# plugins wants some 4 minutes. Keep logs under --out in a folder that comes
-# back (phases write many small files: pack them into one).
+# plugins wants some 4 minutes. The parallel phase: about 30 s, an estimate
+# (not yet run on a GPU): two suites of a few seconds, 6 mpirun launches; a
+# bundle carries Open MPI for it (libnccl.so.2 is the machine's). Keep logs
+# under --out in a folder that comes back (phases write many small files:
+# pack them into one).
 #
 # Exit status: 0 when every check that ran passed, 1 when one failed, 2 when
 # there is no NVIDIA GPU (nothing is built then), 3 for a usage or build error.
 set -uo pipefail
 
 repo_root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/gpu-check-parallel.sh
+. "$(dirname "$0")/gpu-check-parallel.sh"
 build_dir=build-gpu
 out_dir=""
 bundle_file=""
 prebuilt=""
-phases="tests,memcheck,racecheck,golden,bench,amx"
+phases="tests,memcheck,racecheck,golden,bench,parallel,amx"
 bench_presets="llama2-7b,llama3-8b"
 jobs=$(nproc 2>/dev/null || echo 4)
 
@@ -107,7 +116,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$bundle_file" ] && [ -n "$prebuilt" ] && die "--bundle and --prebuilt exclude each other"
 for p in ${phases//,/ }; do
-  case "$p" in tests|memcheck|racecheck|golden|bench|amx) ;; *) die "unknown phase '$p' in --phases" ;; esac
+  case "$p" in tests|memcheck|racecheck|golden|bench|parallel|amx) ;; *) die "unknown phase '$p' in --phases" ;; esac
 done
 want_phase() { [[ ",$phases," == *",$1,"* ]]; }
 case "$build_dir" in /*) ;; *) build_dir="$repo_root/$build_dir" ;; esac
@@ -117,11 +126,12 @@ case "$build_dir" in /*) ;; *) build_dir="$repo_root/$build_dir" ;; esac
 build_targets=(llmk test_cuda_native bench_gpu llmk_attention_cuda llmk_linear_cublas llmk_linear_cuda_int8
                llmk_linear_cuda_int4 llmk_linear_cuda_fp8 llmk_attention_cpu llmk_linear_dense
                llmk_kv_contiguous llmk_kv_paged llmk_kv_vm
-               test_kernels_avx512bf16 bench_forward_cpu llmk_plugin_linear_int4 llmk_plugin_linear_int4_avx512bf16)
+               test_kernels_avx512bf16 bench_forward_cpu llmk_plugin_linear_int4 llmk_plugin_linear_int4_avx512bf16
+               llmk_comm_mpi llmk_comm_nccl)
 # Plugins packed into a bundle: the CUDA ones, and the CPU defaults for the
 # control run (linear.dense brings oneDNN, 7 MB of the compressed bundle).
 bundle_plugins=(attention_cuda linear_cublas linear_cuda_int8 linear_cuda_int4 linear_cuda_fp8 attention_cpu
-                linear_dense kv_contiguous kv_paged kv_vm linear_int4 linear_int4.avx512bf16)
+                linear_dense kv_contiguous kv_paged kv_vm linear_int4 linear_int4.avx512bf16 comm_mpi comm_nccl)
 # The AMX phase's programs (CPU only).
 amx_bins=(test_kernels_avx512bf16 bench_forward_cpu)
 # The CUDA linear plugins bench_gpu compares.
@@ -144,7 +154,7 @@ configure_and_build() {
 skip_lib() {
   case "$(basename "$1")" in
     ld-linux*|libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libresolv.so*|libutil.so*|linux-vdso*) return 0 ;;
-    libcuda.so*|libcublas.so*|libcublasLt.so*|libnvidia*) return 0 ;;
+    libcuda.so*|libcublas.so*|libcublasLt.so*|libnvidia*|libnccl.so*) return 0 ;;
   esac
   return 1
 }
@@ -178,7 +188,8 @@ make_bundle() {
   mkdir -p "$root/shared/models/llama2-tokenizer"
   cp "$shared/models/llama2-tokenizer/tokenizer.model" "$root/shared/models/llama2-tokenizer/" ||
     die "$shared/models/llama2-tokenizer/tokenizer.model missing"
-  cp "$repo_root/scripts/gpu-check.sh" "$root/scripts/"
+  pack_openmpi "$root"
+  cp "$repo_root/scripts/gpu-check.sh" "$repo_root/scripts/gpu-check-parallel.sh" "$root/scripts/"
   {
     echo "llmk gpu-check bundle"
     echo "source: $(git -C "$repo_root" describe --always --dirty 2>/dev/null || echo unknown)"
@@ -253,13 +264,16 @@ if [ -n "$prebuilt" ]; then
     grep -qF "$(basename "$lib") " <<< "$system_libs" || ln -s "$lib" "$root/lib-missing/"
   done
   cuda_dirs=""
-  for name in libcublasLt.so.13 libcublas.so.13 libcudart.so.13; do
+  for name in libcublasLt.so.13 libcublas.so.13 libcudart.so.13 libnccl.so.2; do
     grep -qF "$name " <<< "$system_libs" && continue
     found=$(find /usr/local/cuda/lib64/ /usr/local/cuda/targets/ /usr/local/ /opt/ /usr/lib/ -name "$name" 2>/dev/null | head -1)
     [ -n "$found" ] && cuda_dirs="$cuda_dirs:$(dirname "$found")"
   done
   export LD_LIBRARY_PATH="$root/lib-missing${cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  missing=$(ldd "$llmk_bin" "$test_bin" "$bench_bin" "$plugin_dir"/*.so 2>/dev/null | grep "not found" | sort -u)
+  [ -d "$root/mpi" ] && openmpi_env "$root"  # the bundle's Open MPI, not one of the machine's
+  # comm.nccl's NCCL may be absent: the parallel phase says so.
+  missing=$(ldd "$llmk_bin" "$test_bin" "$bench_bin" $(ls "$plugin_dir"/*.so | grep -v comm_nccl) 2>/dev/null |
+            grep "not found" | sort -u)
   if [ -n "$missing" ]; then
     echo "gpu-check: libraries still missing after LD_LIBRARY_PATH=$LD_LIBRARY_PATH:" >&2
     echo "$missing" >&2
@@ -348,7 +362,10 @@ fi
 # golden text), then the non-empty prompts as one batch (ids against the
 # golden ids). The golden text of a continuation was decoded alone, which
 # drops the leading space the engine streams after a prompt: one leading
-# space is allowed there and nowhere else.
+# space is allowed there and nowhere else. llmk_launcher: what starts llmk
+# (empty, or mpirun and its arguments; stdin is kept from it, as mpirun
+# would read the prompts the loop reads).
+llmk_launcher=()
 golden_run() {  # label, extra llmk arguments...
   local label=$1
   shift
@@ -364,8 +381,11 @@ EOF
     local prompt max_tokens
     prompt=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["prompt"], end="")' "$line")
     max_tokens=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["max_tokens"])' "$line")
-    "$llmk_bin" generate --model "$model" --prompt "$prompt" --temperature 0 --max-tokens "$max_tokens" --ignore-eos \
-      "$@" > "$out_dir/golden-$label-$n.txt" 2>> "$log" || bad=$((bad + 1))
+    "${llmk_launcher[@]}" "$llmk_bin" generate --model "$model" --prompt "$prompt" --temperature 0 --max-tokens "$max_tokens" --ignore-eos \
+      "$@" < /dev/null > "$out_dir/golden-$label-$n.txt" 2>> "$log" || bad=$((bad + 1))
+    # mpirun gives a rank's stdout a terminal, where llmk ends with a newline.
+    [ ${#llmk_launcher[@]} -gt 0 ] && python3 -c 'import sys; p = sys.argv[1]; t = open(p).read()
+if t.endswith("\n"): open(p, "w").write(t[:-1])' "$out_dir/golden-$label-$n.txt"
     python3 - "$golden" "$n" "$out_dir/golden-$label-$n.txt" >> "$log" 2>&1 <<'EOF' || bad=$((bad + 1))
 import json, sys
 case = json.load(open(sys.argv[1]))["cases"][int(sys.argv[2])]
@@ -377,8 +397,8 @@ EOF
     n=$((n + 1))
   done < "$out_dir/golden-prompts.jsonl"
   grep -v '"prompt": ""' "$out_dir/golden-prompts.jsonl" > "$out_dir/golden-batch-in.jsonl"
-  "$llmk_bin" generate --model "$model" --ignore-eos --batch-file "$out_dir/golden-batch-in.jsonl" "$@" \
-    > "$batch" 2>> "$log" || bad=$((bad + 1))
+  "${llmk_launcher[@]}" "$llmk_bin" generate --model "$model" --ignore-eos --batch-file "$out_dir/golden-batch-in.jsonl" "$@" \
+    < /dev/null > "$batch" 2>> "$log" || bad=$((bad + 1))
   python3 - "$golden" "$batch" >> "$log" 2>&1 <<'EOF' || bad=$((bad + 1))
 import json, sys
 cases = json.load(open(sys.argv[1]))["cases"]
@@ -429,6 +449,8 @@ if want_phase bench; then
     else record "PyTorch baseline" "FAILED" "see torch-baseline-*.log"; fi
   else record "PyTorch baseline" "not run" "python3 has no PyTorch with CUDA"; fi
 fi
+
+if want_phase parallel; then parallel_phase; fi
 
 if want_phase amx; then
   : > "$out_dir/amx-bench.md"

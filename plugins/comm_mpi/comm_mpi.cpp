@@ -62,6 +62,13 @@ struct Ops {
   MPI_Op f16 = MPI_OP_NULL, bf16 = MPI_OP_NULL;
 };
 
+// A buffer a call of `count` elements reads or writes.
+void check_buffer(const void* buf, uint64_t count, const char* what) {
+  if (buf == nullptr && count > 0)
+    throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT, std::string(what) + " is null (" + std::to_string(count) +
+                                                       " elements)");
+}
+
 int checked_count(uint64_t count, const char* what) {
   if (count > static_cast<uint64_t>(INT_MAX))
     throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT, std::string(what) + " of " + std::to_string(count) +
@@ -80,6 +87,11 @@ class MpiComm {
   static constexpr const char* kCapabilities = R"({"devices":["cpu"],"transport":"mpi"})";
 
   static bool supports(const llmk_comm_desc& d, std::string& why) {
+    if (d.struct_size < sizeof(llmk_comm_desc)) {
+      why = "desc struct_size " + std::to_string(d.struct_size) + " is smaller than llmk_comm_desc (" +
+            std::to_string(sizeof(llmk_comm_desc)) + ")";
+      return false;
+    }
     if (d.device != LLMK_DEVICE_CPU) {
       why = "comm.mpi moves host buffers; the desc names " + plugin::device_text(d.device);
       return false;
@@ -130,7 +142,8 @@ class MpiComm {
   }
 
   void all_reduce(const void* send, void* recv, uint64_t count, uint32_t dtype, uint32_t op, void* /*queue*/) {
-    if (op != LLMK_REDUCE_SUM) throw plugin::Error(LLMK_ERR_UNSUPPORTED, "comm.mpi reduces with sum only");
+    if (op != LLMK_REDUCE_SUM)
+      throw plugin::Error(LLMK_ERR_UNSUPPORTED, "comm.mpi reduces with sum only, not op " + std::to_string(op));
     MPI_Datatype type = MPI_FLOAT;
     MPI_Op mpi_op = MPI_SUM;
     if (dtype == LLMK_DTYPE_F16 || dtype == LLMK_DTYPE_BF16) {
@@ -140,6 +153,8 @@ class MpiComm {
       throw plugin::Error(LLMK_ERR_UNSUPPORTED, "comm.mpi all-reduces f32, f16 and bf16, not dtype " +
                                                     std::to_string(dtype));
     }
+    check_buffer(send, count, "all_reduce's send buffer");
+    check_buffer(recv, count, "all_reduce's receive buffer");
     const int n = checked_count(count, "all_reduce");
     collective("all_reduce of " + std::to_string(count), [&](MPI_Request* r) {
       return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, type, mpi_op, comm_, r);
@@ -147,6 +162,8 @@ class MpiComm {
   }
 
   void all_gather(const void* send, void* recv, uint64_t count, uint32_t dtype, void* /*queue*/) {
+    check_buffer(send, count, "all_gather's send buffer");
+    check_buffer(recv, count, "all_gather's receive buffer");
     const int n = checked_count(count * element_bytes(dtype), "all_gather");
     // In place: this rank's part already sits at its offset of recv.
     const bool in_place = send == static_cast<const uint8_t*>(recv) + static_cast<size_t>(n) * rank_;
@@ -157,6 +174,7 @@ class MpiComm {
 
   void broadcast(void* buf, uint64_t count, uint32_t dtype, int32_t root, void* /*queue*/) {
     check_peer(root, "broadcast root");
+    check_buffer(buf, count, "broadcast's buffer");
     const int n = checked_count(count * element_bytes(dtype), "broadcast");
     collective("broadcast of " + std::to_string(count) + " from rank " + std::to_string(root),
                [&](MPI_Request* r) { return MPI_Ibcast(buf, n, MPI_BYTE, root, comm_, r); });
@@ -164,6 +182,7 @@ class MpiComm {
 
   void send(const void* buf, uint64_t count, uint32_t dtype, int32_t peer, void* /*queue*/) {
     check_peer(peer, "send to");
+    check_buffer(buf, count, "send's buffer");
     const int n = checked_count(count * element_bytes(dtype), "send");
     point_to_point("send of " + std::to_string(count) + " to rank " + std::to_string(peer), peer,
                    [&](MPI_Request* r) { return MPI_Isend(buf, n, MPI_BYTE, peer, 0, comm_, r); });
@@ -171,6 +190,7 @@ class MpiComm {
 
   void recv(void* buf, uint64_t count, uint32_t dtype, int32_t peer, void* /*queue*/) {
     check_peer(peer, "recv from");
+    check_buffer(buf, count, "recv's buffer");
     const int n = checked_count(count * element_bytes(dtype), "recv");
     point_to_point("recv of " + std::to_string(count) + " from rank " + std::to_string(peer), peer,
                    [&](MPI_Request* r) { return MPI_Irecv(buf, n, MPI_BYTE, peer, 0, comm_, r); });

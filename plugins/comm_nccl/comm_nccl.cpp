@@ -175,6 +175,11 @@ class CommNccl {
   static constexpr const char* kCapabilities = R"({"devices":["cuda"],"transport":"nccl"})";
 
   static bool supports(const llmk_comm_desc& d, std::string& why) {
+    if (d.struct_size < sizeof(llmk_comm_desc)) {
+      why = "desc struct_size " + std::to_string(d.struct_size) + " is smaller than llmk_comm_desc (" +
+            std::to_string(sizeof(llmk_comm_desc)) + ")";
+      return false;
+    }
     if (d.device != LLMK_DEVICE_CUDA) {
       why = "comm.nccl moves CUDA device buffers, the desc names " + plugin::device_text(d.device);
       return false;
@@ -258,36 +263,50 @@ class CommNccl {
     if (op != LLMK_REDUCE_SUM) throw Error(LLMK_ERR_INVALID_ARGUMENT, "all_reduce: op " + std::to_string(op) + " is not a sum");
     if (dtype != LLMK_DTYPE_F32 && dtype != LLMK_DTYPE_F16 && dtype != LLMK_DTYPE_BF16)
       throw Error(LLMK_ERR_INVALID_ARGUMENT, "all_reduce: dtype " + std::to_string(dtype) + " is not f32, f16 or bf16");
+    check_buffer(send, count, "all_reduce's send buffer");
+    check_buffer(recv, count, "all_reduce's receive buffer");
     check(ncclAllReduce(send, recv, count, nccl_type(dtype, "all_reduce"), ncclSum, comm_, stream(queue)),
           what("all_reduce", count, dtype));
   }
 
   void all_gather(const void* send, void* recv, uint64_t count, uint32_t dtype, void* queue) {
+    check_buffer(send, count, "all_gather's send buffer");
+    check_buffer(recv, count, "all_gather's receive buffer");
     check(ncclAllGather(send, recv, count, nccl_type(dtype, "all_gather"), comm_, stream(queue)),
           what("all_gather", count, dtype));
   }
 
   void broadcast(void* buf, uint64_t count, uint32_t dtype, int32_t root, void* queue) {
     check_rank(root, "broadcast root");
+    check_buffer(buf, count, "broadcast's buffer");
     check(ncclBroadcast(buf, buf, count, nccl_type(dtype, "broadcast"), root, comm_, stream(queue)),
           what("broadcast", count, dtype) + " from " + std::to_string(root));
   }
 
   void send(const void* buf, uint64_t count, uint32_t dtype, int32_t peer, void* queue) {
     check_rank(peer, "send peer");
+    check_buffer(buf, count, "send's buffer");
     check(ncclSend(buf, count, nccl_type(dtype, "send"), peer, comm_, stream(queue)),
           what("send", count, dtype) + " to " + std::to_string(peer));
   }
 
   void recv(void* buf, uint64_t count, uint32_t dtype, int32_t peer, void* queue) {
     check_rank(peer, "recv peer");
+    check_buffer(buf, count, "recv's buffer");
     check(ncclRecv(buf, count, nccl_type(dtype, "recv"), peer, comm_, stream(queue)),
           what("recv", count, dtype) + " from " + std::to_string(peer));
   }
 
-  void group_start() { check(ncclGroupStart(), "ncclGroupStart"); }
+  void group_start() {
+    check(ncclGroupStart(), "ncclGroupStart");
+    ++group_depth_;
+  }
   // Each call of the group named its own queue; NCCL orders the group on those.
-  void group_end(void* /*queue*/) { check(ncclGroupEnd(), "ncclGroupEnd"); }
+  void group_end(void* /*queue*/) {
+    if (group_depth_ == 0) throw Error(LLMK_ERR_INVALID_ARGUMENT, "group_end without group_start");
+    --group_depth_;
+    check(ncclGroupEnd(), "ncclGroupEnd");
+  }
 
   void barrier(void* queue) {
     check(ncclAllReduce(barrier_, barrier_, 1, ncclFloat32, ncclSum, comm_, stream(queue)), "barrier");
@@ -323,6 +342,12 @@ class CommNccl {
     return std::string(call) + " of " + std::to_string(count) + " " + dtype_text(dtype);
   }
 
+  // A buffer a call of `count` elements reads or writes.
+  static void check_buffer(const void* buf, uint64_t count, const char* what) {
+    if (buf == nullptr && count > 0)
+      throw Error(LLMK_ERR_INVALID_ARGUMENT, std::string(what) + " is null (" + std::to_string(count) + " elements)");
+  }
+
   void check_rank(int32_t r, const char* role) const {
     if (r < 0 || r >= size_)
       throw Error(LLMK_ERR_INVALID_ARGUMENT, std::string(role) + " " + std::to_string(r) + " is not a rank of " +
@@ -344,6 +369,7 @@ class CommNccl {
   int device_ = -1;
   int rank_ = 0, size_ = 1;
   float* barrier_ = nullptr;  // [1] on device_, the barrier's all-reduce
+  int group_depth_ = 0;       // group_start calls not yet ended
 };
 
 }  // namespace llmk::comm_nccl

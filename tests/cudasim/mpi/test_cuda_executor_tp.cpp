@@ -45,18 +45,22 @@
 #include "core/parallel.hpp"
 #include "core/parallel_executor.hpp"
 #include "core/plugin_loader.hpp"
+#include "cuda_tp_steps.hpp"
 #include "support/golden.hpp"
 
 namespace {
 
 using namespace llmk;
+using test::cuda_tp::decode;
+using test::cuda_tp::kSlotsPerSequence;
+using test::cuda_tp::prefill;
+using test::cuda_tp::run;
 
 constexpr double kF32Tolerance = 1e-4;
 // Two logits closer than this (relative to the larger) are a near-tie: f32
 // sums in another order may pick either.
 constexpr double kNearTie = 1e-4;
 constexpr int32_t kDecodeSteps = 6;
-constexpr int32_t kSlotsPerSequence = 128;
 
 std::string transport = "comm.nccl";
 
@@ -84,86 +88,6 @@ PluginRegistry& plugins() {
 std::shared_ptr<const Checkpoint> stories() {
   static std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(test::stories_dir());
   return checkpoint;
-}
-
-// The step's logits rows, on the host.
-std::vector<float> run(Executor& executor, const StepBatch& b, const SampledIds& previous = {}) {
-  const LogitsView view = executor.execute(b, previous);
-  REQUIRE(view.device == Device::cuda);
-  REQUIRE(view.num_rows == b.num_logits());
-  if (view.ready.event != nullptr)
-    REQUIRE(cudaEventSynchronize(static_cast<cudaEvent_t>(view.ready.event)) == cudaSuccess);
-  std::vector<float> host(static_cast<size_t>(view.num_rows) * view.vocab_size);
-  for (int32_t r = 0; r < view.num_rows; ++r)
-    REQUIRE(cudaMemcpy(host.data() + static_cast<size_t>(r) * view.vocab_size, view.row(r),
-                       static_cast<size_t>(view.vocab_size) * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
-  return host;
-}
-
-// Sequence s in slots [128 s, 128 s + 128): the prompts as one prefill,
-// logits at each one's last row.
-StepBatch prefill(const std::vector<std::vector<int32_t>>& tokens) {
-  StepBatch b;
-  b.block_size = kSlotsPerSequence;
-  b.max_blocks_per_seq = 1;
-  b.query_start = {0};
-  for (int32_t s = 0; s < static_cast<int32_t>(tokens.size()); ++s) {
-    for (size_t p = 0; p < tokens[s].size(); ++p) {
-      b.token_ids.push_back(tokens[s][p]);
-      b.positions.push_back(static_cast<int32_t>(p));
-      b.slot_mapping.push_back(kSlotsPerSequence * s + static_cast<int32_t>(p));
-    }
-    b.query_start.push_back(b.num_tokens());
-    b.context_lens.push_back(static_cast<int32_t>(tokens[s].size()));
-    b.block_tables.push_back(kSlotsPerSequence * s);
-    b.logits_rows.push_back(b.num_tokens() - 1);
-  }
-  return b;
-}
-
-// The next decode of every sequence: its last token.
-StepBatch decode(const std::vector<std::vector<int32_t>>& tokens) {
-  StepBatch b;
-  b.block_size = kSlotsPerSequence;
-  b.max_blocks_per_seq = 1;
-  b.query_start = {0};
-  for (int32_t s = 0; s < static_cast<int32_t>(tokens.size()); ++s) {
-    const auto pos = static_cast<int32_t>(tokens[s].size() - 1);
-    b.token_ids.push_back(tokens[s].back());
-    b.positions.push_back(pos);
-    b.slot_mapping.push_back(kSlotsPerSequence * s + pos);
-    b.query_start.push_back(s + 1);
-    b.context_lens.push_back(pos + 1);
-    b.block_tables.push_back(kSlotsPerSequence * s);
-    b.logits_rows.push_back(s);
-  }
-  return b;
-}
-
-// Every step's logits [sequences, vocab], step 0 the prefill.
-struct Run {
-  std::vector<std::vector<float>> logits;
-  std::vector<std::vector<int32_t>> tokens;  // [sequence] prompt + generated ids
-};
-
-// Prefill, then kDecodeSteps decodes. With `forced` (another run's tokens),
-// every step feeds those; else each step feeds its own argmax.
-Run generate(Executor& executor, const Run* forced) {
-  Run out;
-  const int32_t vocab = executor.model_config().vocab_size;
-  std::vector<std::vector<int32_t>> tokens;
-  for (const test::GoldenCase& c : test::golden_cases()) tokens.push_back(c.input_ids);
-  out.logits.push_back(run(executor, prefill(tokens)));
-  for (int32_t step = 1; step <= kDecodeSteps; ++step) {
-    for (size_t s = 0; s < tokens.size(); ++s) {
-      const size_t at = tokens[s].size();
-      tokens[s].push_back(forced != nullptr ? forced->tokens[s][at]
-                                            : test::argmax(out.logits.back().data() + s * vocab, vocab));
-    }
-    out.logits.push_back(run(executor, decode(tokens)));
-  }
-  out.tokens = tokens;
-  return out;
 }
 
 // The decode steps again as scheduler.overlap plans them: every token a
@@ -199,6 +123,12 @@ std::vector<std::vector<float>> generate_overlapped(Executor& executor) {
   return logits;
 }
 
+std::vector<std::vector<int32_t>> golden_prompts() {
+  std::vector<std::vector<int32_t>> tokens;
+  for (const test::GoldenCase& c : test::golden_cases()) tokens.push_back(c.input_ids);
+  return tokens;
+}
+
 // Offload preemption in the job: sequence 0's K/V saved (every rank's share)
 // and restored into another slot range, then the same next token decoded in
 // both places gives the same logits.
@@ -229,14 +159,14 @@ void check_kv_round_trip(Executor& executor, const std::vector<int32_t>& tokens)
 // Rank 0: the tensor-parallel run, then degree 1 on the same tokens.
 void check_against_degree_1(const std::shared_ptr<ParallelJob>& job) {
   const EngineConfig cfg = config(true);
-  Run parallel;
+  test::cuda_tp::Run parallel;
   {
     std::unique_ptr<Executor> local = make_cuda_shard_executor(cfg, stories(), plugins(), job);
     const Executor& shard = *local;
     ParallelExecutor executor(std::move(local), job, cfg.parallel.timeout_s);
     INFO(executor.describe());
     CHECK(executor.describe().find(transport) != std::string::npos);
-    parallel = generate(executor, nullptr);
+    parallel = test::cuda_tp::generate(executor, golden_prompts(), kDecodeSteps, nullptr);
     const CudaGraphStats graphs = cuda_graph_stats(shard);
     INFO("graphs " << graphs.graphs << ", replays " << graphs.replays);
     // Decode steps of one bucket: the first captured, the others replayed
@@ -255,7 +185,7 @@ void check_against_degree_1(const std::shared_ptr<ParallelJob>& job) {
   }  // the ParallelExecutor stops rank 1
 
   std::unique_ptr<Executor> whole = make_cuda_executor(config(false), stories(), plugins());
-  const Run reference = generate(*whole, &parallel);
+  const test::cuda_tp::Run reference = test::cuda_tp::generate(*whole, golden_prompts(), kDecodeSteps, &parallel);
   const int32_t vocab = whole->model_config().vocab_size;
   const auto& cases = test::golden_cases();
   for (size_t s = 0; s < cases.size(); ++s) {

@@ -78,10 +78,10 @@ def have_router(kind, python=None):
 
 
 class Replica:
-    def __init__(self, llmk, model, port, name, extra_args, log_dir, role=None):
+    def __init__(self, llmk, model, port, name, extra_args, log_dir, role=None, launcher=()):
         self.port, self.name, self.role = port, name, role
         self.url = f"http://127.0.0.1:{port}"
-        self.args = [llmk, "serve", "--model", model, "--http", f"127.0.0.1:{port}", "--no-zmq",
+        self.args = list(launcher) + [llmk, "serve", "--model", model, "--http", f"127.0.0.1:{port}", "--no-zmq",
                      "--set", f"server.replica_name={name}"] + list(extra_args)
         # Prefill/decode disaggregation: a prefill replica serves its K/V on a
         # bootstrap port of its own, which the router is told.
@@ -148,15 +148,17 @@ class Fleet:
     """Replicas plus (optionally) a router; a context manager that stops all."""
 
     def __init__(self, llmk, model, num_replicas=3, router="sglang", policy="cache_aware", router_port=None,
-                 serve_args=(), router_args=(), python=None, roles=None):
+                 serve_args=(), router_args=(), python=None, roles=None, launcher=()):
         """roles: None, or one of "prefill"/"decode" per replica for a
-        disaggregated fleet (sglang-router --pd-disaggregation)."""
+        disaggregated fleet (sglang-router --pd-disaggregation). launcher:
+        a command each replica runs under (e.g. mpirun -np 2 for tensor 2)."""
         self.log_dir = tempfile.mkdtemp(prefix="llmk_fleet_")
         roles = list(roles) if roles else [None] * num_replicas
         if len(roles) != num_replicas:
             raise ValueError(f"{len(roles)} roles for {num_replicas} replicas")
         self.pd = any(roles)
-        self.replicas = [Replica(llmk, model, free_port(), f"{role or 'replica'}-{i}", serve_args, self.log_dir, role)
+        self.replicas = [Replica(llmk, model, free_port(), f"{role or 'replica'}-{i}", serve_args, self.log_dir, role,
+                                 launcher)
                          for i, role in enumerate(roles)]
         self.router_kind, self.policy = router, policy
         self.router_port = router_port or free_port()

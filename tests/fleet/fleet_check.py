@@ -28,6 +28,9 @@ CASE is one of:
                       request's prompt K/V was handed off (the decode replica
                       computed no prompt); with the prefill replica gone, a
                       request is answered 503 (not left waiting).
+  pd-tensor           the same pair, each replica a tensor-parallel job of
+                      two ranks under mpirun: the golden prompts' answers
+                      equal one replica's, every request handed off.
 Prints one JSON object of figures; exits 1 with the reason on a failed check.
 The reference for every answer is the text a replica gives when asked
 directly (all three must agree), so no router can make a wrong answer pass.
@@ -383,7 +386,26 @@ def case_pd(a):
         return {"requests": n, "handoffs": exported, "gave_up_after_s": round(waited, 1)}
 
 
-CASES = {"chat": case_chat, "pd": case_pd, "sglang-cache-aware": case_cache_aware, "vllm-smoke": case_vllm_smoke, "failover": case_failover,
+def case_pd_tensor(a):
+    mpirun = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
+              "--mca", "btl_vader_single_copy_mechanism", "none", "-np", "2"]
+    serve_args = SERVE_ARGS + ["--set", "parallel.tensor=2"]
+    with Fleet(a.llmk, a.model, 1, "none", serve_args=SERVE_ARGS) as single:
+        ref = references(single, golden_prompts())
+    with Fleet(a.llmk, a.model, 2, "sglang", "round_robin", serve_args=serve_args, roles=["prefill", "decode"],
+               launcher=mpirun) as fleet:
+        prefill, decode = fleet.replicas
+        results = run_workload(fleet.router_url, ref, 2 * len(ref), 2)
+        wrong = [(p, s, t) for _, p, s, t, _ in results if s != 200 or t != ref[p]]
+        check(not wrong, f"{len(wrong)} of {len(results)} answers of the tensor-2 pair differ from one replica's, "
+                         f"e.g. {wrong[:2]}")
+        exported, imported = handoffs(prefill, "exported"), handoffs(decode, "imported")
+        check(exported == len(results) and imported == len(results),
+              f"{len(results)} requests, but {exported} handoffs exported and {imported} imported")
+        return {"requests": len(results), "handoffs": exported}
+
+
+CASES = {"chat": case_chat, "pd": case_pd, "pd-tensor": case_pd_tensor, "sglang-cache-aware": case_cache_aware, "vllm-smoke": case_vllm_smoke, "failover": case_failover,
          "drain": case_drain}
 
 

@@ -104,3 +104,14 @@ TEST_CASE("A prefill and a decode replica behind sglang-router's disaggregation 
   INFO(r.out);
   CHECK(r.status == 0);
 }
+
+TEST_CASE("A disaggregated pair of tensor-parallel replicas (2 ranks each, mpirun) answers what one replica answers",
+          "[fleet][disaggregation][parallel]") {
+  if (!llmk::test::have_venv_python() || !have_module("sglang_router")) {
+    LLMK_SKIP("sglang-router is not installed in the project venv (scripts/setup.sh installs it)");
+  }
+  if (run("command -v mpirun").status != 0) LLMK_SKIP("no mpirun on PATH (scripts/setup.sh installs Open MPI)");
+  const Run r = fleet_check("pd-tensor");
+  INFO(r.out);
+  CHECK(r.status == 0);
+}

@@ -77,6 +77,8 @@ int serve(const ServeOptions& o) {
   server_options.drain_timeout_s = config.server.drain_timeout_s;
   server_options.http_threads = o.http_threads;
   server_options.replica_name = config.server.replica_name;
+  server_options.auth = ipc::parse_auth_options(config.server.auth);
+  server_options.request_timeout_s = config.server.request_timeout_s;
   ipc::Server server(backend, server_options);
   spdlog::info("ready: model '{}', context {} tokens, chat template {}", backend.model_info().name,
                backend.model_info().max_context,

@@ -18,6 +18,7 @@ enum class ErrorCode {
   cancelled,
   peer_lost,         // a rank of a parallel job died or stopped answering: the job ends (HTTP 503)
   internal,
+  deadline_exceeded, // the request's deadline passed and it was cancelled (HTTP 504)
 };
 
 const char* to_string(ErrorCode code) noexcept;

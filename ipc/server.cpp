@@ -21,6 +21,8 @@ Server::Server(Backend& backend, ServerOptions options) : backend_(backend), opt
     h.address = options_.http;
     h.max_body_bytes = options_.max_body_bytes;
     h.num_threads = options_.http_threads;
+    h.auth = options_.auth;
+    h.request_timeout_s = options_.request_timeout_s;
     http_ = std::make_unique<HttpServer>(backend_, metrics_, h);
     spdlog::info("serving the OpenAI-compatible HTTP API on http://{}:{}", http_->host(), http_->port());
   }

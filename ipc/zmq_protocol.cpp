@@ -189,7 +189,7 @@ FinishReason finish_reason_from(const std::string& s) {
 ErrorCode error_code_from(const std::string& code) {
   for (auto c : {ErrorCode::invalid_argument, ErrorCode::invalid_config, ErrorCode::bad_checkpoint,
                  ErrorCode::unsupported, ErrorCode::plugin, ErrorCode::not_found, ErrorCode::overloaded,
-                 ErrorCode::cancelled, ErrorCode::peer_lost, ErrorCode::internal}) {
+                 ErrorCode::cancelled, ErrorCode::peer_lost, ErrorCode::internal, ErrorCode::deadline_exceeded}) {
     if (code == to_string(c)) return c;
   }
   if (code == "shutting_down") return ErrorCode::overloaded;

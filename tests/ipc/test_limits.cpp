@@ -116,6 +116,18 @@ TEST_CASE("A key at its concurrency limit gets 429 with Retry-After, counted by 
   const std::string text = metrics.render(backend.stats());
   CHECK(text.find("llmk_requests_rejected_total{frontend=\"http\",code=\"rate_limit_exceeded\",key=\"alice\","
                   "reason=\"max_concurrent\"} 1") != std::string::npos);
+  // Samples with and without the key labels in one family are valid exposition.
+  CHECK(curl(port, "POST", "/v1/completions", "{").status == 401);
+  const std::string with_both = metrics.render(backend.stats());
+  CHECK(with_both.find("code=\"invalid_api_key\"} 1") != std::string::npos);
+  if (test::run_command("command -v promtool").status == 0) {
+    const auto file = std::filesystem::temp_directory_path() / ("llmk_limits_m_" + std::to_string(::getpid()));
+    std::ofstream(file) << with_both;
+    const auto check = test::run_command("promtool check metrics < " + file.string() + " 2>&1");
+    std::filesystem::remove(file);
+    INFO(check.out);
+    CHECK(check.status == 0);
+  }
 }
 
 TEST_CASE("A key past its tokens per minute gets 429 with the seconds until its window allows more", "[limits]") {

@@ -78,4 +78,19 @@ TEST_CASE("llmk serve refuses requests without a key and cancels one past its de
   std::filesystem::remove(keys);
 }
 
+TEST_CASE("llmk serve refuses a bad server.auth before loading the model, naming the key", "[serve][security]") {
+  for (const auto& [value, named] : {std::pair<std::string, std::string>{R"({"keyfile": "k.txt"})", "server.auth.keyfile"},
+                                     {R"({"limits": {"bob": {"max_concurrent": "4"}}})",
+                                      "server.auth.limits.bob.max_concurrent"},
+                                     {R"({"keys_file": "/nonexistent/keys.txt"})", "server.auth.keys_file"}}) {
+    const auto r = test::run_command(LLMK_BINARY_DIR "/bin/llmk serve --model " LLMK_SHARED_DIR
+                                     "/models/stories260K --zmq '' --http 127.0.0.1:" +
+                                     std::to_string(test::free_port()) + " --set " +
+                                     test::shell_quote("server.auth=" + value) + " 2>&1");
+    INFO(r.out);
+    CHECK(r.status != 0);
+    CHECK(r.out.find(named) != std::string::npos);
+  }
+}
+
 #endif  // LLMK_HAVE_ENGINE

@@ -222,11 +222,11 @@ void ZmqServer::run() {
         peer.requests[msg.id] = internal_id;
         num_live_ = st.live.size();
         msg.request.id = internal_id;
-        backend_.submit(std::move(msg.request),
-                        st.deadlines->watch(internal_id, options_.request_timeout_s,
-                                            [mailbox, internal_id](const RequestEvent& ev) {
-                                              mailbox->post({internal_id, ev});
-                                            }));
+        const double timeout_s = msg.timeout_s > 0 ? msg.timeout_s : options_.request_timeout_s;
+        backend_.submit(std::move(msg.request), st.deadlines->watch(internal_id, timeout_s,
+                                                                    [mailbox, internal_id](const RequestEvent& ev) {
+                                                                      mailbox->post({internal_id, ev});
+                                                                    }));
         return;
       }
       case ClientMessageType::cancel: {

@@ -158,3 +158,22 @@ TEST_CASE("A ZeroMQ request past server.request_timeout_s ends in a deadline_exc
   CHECK(reply["code"] == "deadline_exceeded");
   CHECK(eventually([&] { return backend.stats().kv.used_slots == 0 && backend.stats().num_running == 0; }));
 }
+
+TEST_CASE("A ZeroMQ submit's own timeout overrides the server's and a bad one is refused naming the field",
+          "[zmq_security]") {
+  FakeBackend backend({.step_interval = milliseconds(10)});
+  Metrics metrics;
+  ZmqServer zmq(backend, metrics, {.endpoint = "tcp://127.0.0.1:*"});
+  test::RawPeer peer(zmq.endpoint());
+  peer.send_json({{"v", 1}, {"type", "submit"}, {"id", "bad"}, {"prompt", "x"}, {"timeout", "soon"}});
+  const json bad = peer.recv_json();
+  CHECK(bad["code"] == "invalid_argument");
+  CHECK(bad["param"] == "timeout");
+  peer.send_json({{"v", 1}, {"type", "submit"}, {"id", "slow"}, {"prompt", "x"}, {"stream", false},
+                  {"timeout", 0.1}, {"params", {{"max_tokens", 400}}}});
+  const json reply = peer.recv_json();
+  CHECK(reply["id"] == "slow");
+  CHECK(reply["code"] == "deadline_exceeded");
+  CHECK(eventually([&] { return backend.stats().kv.used_slots == 0 && backend.stats().num_running == 0; }));
+  CHECK(backend.stats().num_generated_tokens < 100);
+}

@@ -1,5 +1,6 @@
 #include "ipc/limits.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <sstream>
@@ -102,8 +103,9 @@ Backend::EventCallback Deadlines::watch(const std::string& request_id, double ti
   auto armed = std::make_shared<Armed>();
   armed->request_id = request_id;
   armed->timeout_s = timeout_s;
+  // Capped at about 30 years: a larger one would overflow the clock.
   const auto at = LimitClock::now() + std::chrono::duration_cast<LimitClock::duration>(
-                                          std::chrono::duration<double>(timeout_s));
+                                          std::chrono::duration<double>(std::min(timeout_s, 1e9)));
   {
     std::lock_guard lock(mutex_);
     armed_.emplace(at, armed);

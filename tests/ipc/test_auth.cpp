@@ -114,7 +114,7 @@ TEST_CASE("Key entries and server.auth are read strictly, errors naming the plac
   CHECK(presented_secret("Basic abc", "") == "");
 }
 
-TEST_CASE("Without a valid key a request gets 401 and nothing is generated; a revoked key is refused", "[auth]") {
+TEST_CASE("Without a valid key a request gets 401 and nothing is generated, and a revoked key is refused", "[auth]") {
   TempFile keys("alice:sk-alice-1\nbob:sk-bob-2\n");
   FakeBackend backend;
   Metrics metrics;

@@ -111,6 +111,7 @@ ZapHandler::ZapHandler(zmq::context_t& context, std::filesystem::path allowed_ke
   keys_ = parse_allowed_keys(read_text(file_, "server.auth.curve_allowed_keys_file"), file_.string());
   std::error_code ec;
   file_time_ = std::filesystem::last_write_time(file_, ec);
+  file_size_ = std::filesystem::file_size(file_, ec);
   socket_.set(zmq::sockopt::linger, 0);
   socket_.bind("inproc://zeromq.zap.01");
   spdlog::info("zmq: CURVE on, {} client key(s) admitted from {}", keys_.size(), file_.string());
@@ -126,9 +127,10 @@ ZapHandler::~ZapHandler() {
 bool ZapHandler::allowed(const std::string& z85_key) {
   std::error_code ec;
   const auto time = std::filesystem::last_write_time(file_, ec);
+  const auto size = ec ? 0 : std::filesystem::file_size(file_, ec);
   if (ec) {
     keys_.clear();  // the file is gone: no client is admitted
-  } else if (time != file_time_) {
+  } else if (time != file_time_ || size != file_size_) {
     try {
       std::ifstream in(file_);
       std::ostringstream text;
@@ -139,6 +141,7 @@ bool ZapHandler::allowed(const std::string& z85_key) {
       spdlog::error("zmq: {}; keeping the previous client keys", e.what());
     }
     file_time_ = time;
+    file_size_ = size;
   }
   for (const auto& k : keys_)
     if (k == z85_key) return true;

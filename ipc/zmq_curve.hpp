@@ -67,6 +67,7 @@ class ZapHandler {
   const std::filesystem::path file_;
   std::vector<std::string> keys_;
   std::filesystem::file_time_type file_time_{};
+  uintmax_t file_size_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> num_admitted_{0};
   std::atomic<uint64_t> num_refused_{0};

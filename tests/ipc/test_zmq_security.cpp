@@ -109,6 +109,12 @@ TEST_CASE("A CURVE server serves allowed client keys and gives others nothing", 
   CHECK(alice.generate(greedy("Again", 5)).texts.at(0) == expected("Again", 5));
   Client alice2(server.endpoint(), curve_client(server_pair.public_key, allowed));
   CHECK(alice2.generate(greedy("Third", 4)).texts.at(0) == expected("Third", 4));
+
+  // Revoked: the key leaves the file; a new connection with it gets nothing
+  // (ZAP runs at the handshake: connections made before stay).
+  std::ofstream(allowed_file) << stranger.public_key << "\n";
+  CHECK(fails(curve_client(server_pair.public_key, allowed)));
+  CHECK(alice2.generate(greedy("Fourth", 3)).texts.at(0) == expected("Fourth", 3));
   std::filesystem::remove_all(temp_dir());
 }
 

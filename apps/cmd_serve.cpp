@@ -53,6 +53,7 @@ int serve(const ServeOptions& o) {
     throw Error(ErrorCode::invalid_config, "both front ends are off (server.http and server.zmq are empty)");
   }
   if (!config.server.http.empty()) ipc::split_host_port(config.server.http, "server.http");
+  const ipc::AuthOptions auth = ipc::parse_auth_options(config.server.auth);  // before the model loads
   if (const std::optional<int> code = serve_steps_unless_rank0(config)) return *code;
 
   std::signal(SIGINT, on_stop_signal);
@@ -77,6 +78,8 @@ int serve(const ServeOptions& o) {
   server_options.drain_timeout_s = config.server.drain_timeout_s;
   server_options.http_threads = o.http_threads;
   server_options.replica_name = config.server.replica_name;
+  server_options.auth = auth;
+  server_options.request_timeout_s = config.server.request_timeout_s;
   ipc::Server server(backend, server_options);
   spdlog::info("ready: model '{}', context {} tokens, chat template {}", backend.model_info().name,
                backend.model_info().max_context,

@@ -81,6 +81,8 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(server, drain_timeout_s),
       LLMK_FIELD(server, served_model_name),
       LLMK_FIELD(server, replica_name),
+      LLMK_JSON_FIELD(server, auth),
+      LLMK_FIELD(server, request_timeout_s),
       LLMK_FIELD(parallel, tensor),
       LLMK_FIELD(parallel, pipeline),
       LLMK_FIELD(parallel, comm),
@@ -454,6 +456,7 @@ void validate(const EngineConfig& c) {
          "'" + sv.zmq_broker + "' is not a ZeroMQ endpoint such as tcp://127.0.0.1:5556 (or \"\" for none)");
   require_range("server.max_body_bytes", static_cast<double>(sv.max_body_bytes), 1, 1e18, ">= 1");
   require_range("server.drain_timeout_s", sv.drain_timeout_s, 0, 1e9, ">= 0 seconds");
+  require_range("server.request_timeout_s", sv.request_timeout_s, 0, 1e9, ">= 0 seconds (0: no deadline)");
 
   const auto& p = c.parallel;
   require_range("parallel.tensor", p.tensor, 1, 4096, "1 to 4096");

@@ -96,6 +96,10 @@ struct ServerSection {
   double drain_timeout_s = 30.0;
   std::string served_model_name;          // "" = the model directory's name
   std::string replica_name;               // the metrics' replica label; "" = the HTTP HOST:PORT
+  // API keys, per-key limits, ZeroMQ CURVE: a mapping kept as a JSON object,
+  // read by ipc::parse_auth_options (ipc/auth.hpp); "{}" = open to all.
+  std::string auth = "{}";
+  double request_timeout_s = 0;           // a request's deadline unless it sends "timeout"; 0 = none
 
   bool operator==(const ServerSection&) const = default;
 };

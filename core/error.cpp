@@ -14,6 +14,7 @@ const char* to_string(ErrorCode code) noexcept {
     case ErrorCode::cancelled: return "cancelled";
     case ErrorCode::peer_lost: return "peer_lost";
     case ErrorCode::internal: return "internal";
+    case ErrorCode::deadline_exceeded: return "deadline_exceeded";
   }
   return "unknown";
 }

@@ -18,6 +18,7 @@ enum class ErrorCode {
   cancelled,
   peer_lost,         // a peer died or stopped answering: a rank of a parallel job (the job ends), a prefill replica (HTTP 503)
   internal,
+  deadline_exceeded, // the request's deadline passed and it was cancelled (HTTP 504)
 };
 
 const char* to_string(ErrorCode code) noexcept;

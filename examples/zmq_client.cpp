@@ -3,6 +3,10 @@
 //
 //   llmk serve --model ../shared/models/stories260K &
 //   ./build/bin/example_zmq_client tcp://127.0.0.1:5555 "Once upon a time" 64
+//
+// Against a CURVE server, the key files (as `llmk keys curve --out PREFIX`
+// writes them) come from the environment:
+//   LLMK_CURVE_SERVER_KEY=server.public LLMK_CURVE_CLIENT_KEY=client ./build/bin/example_zmq_client
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "ipc/client.hpp"
+#include "ipc/zmq_curve.hpp"
 
 namespace {
 
@@ -21,7 +26,9 @@ void usage(std::FILE* out) {
                "  then prints usage and timings to stderr.\n"
                "  ENDPOINT    the server's ZeroMQ endpoint (default tcp://127.0.0.1:5555, server.zmq)\n"
                "  PROMPT      the prompt text (default \"Once upon a time\")\n"
-               "  MAX_TOKENS  most tokens to generate (default 64)\n");
+               "  MAX_TOKENS  most tokens to generate (default 64)\n"
+               "  With CURVE: LLMK_CURVE_SERVER_KEY=FILE (the server's public key) and\n"
+               "  LLMK_CURVE_CLIENT_KEY=PREFIX (PREFIX.public, PREFIX.secret: this client's pair)\n");
 }
 
 // Streams the request's text to stdout; 0 when it finished, 1 on an error.
@@ -71,7 +78,17 @@ int main(int argc, char** argv) {
   }
   const std::string endpoint = argc > 1 ? argv[1] : "tcp://127.0.0.1:5555";
   try {
-    llmk::Client client(endpoint);
+    llmk::ClientOptions options;
+    const char* server_key = std::getenv("LLMK_CURVE_SERVER_KEY");
+    const char* client_key = std::getenv("LLMK_CURVE_CLIENT_KEY");
+    if (server_key && client_key) {
+      options.curve_server_key = llmk::ipc::read_curve_key_file(server_key, "LLMK_CURVE_SERVER_KEY");
+      options.curve_public_key =
+          llmk::ipc::read_curve_key_file(std::string(client_key) + ".public", "LLMK_CURVE_CLIENT_KEY");
+      options.curve_secret_key =
+          llmk::ipc::read_curve_key_file(std::string(client_key) + ".secret", "LLMK_CURVE_CLIENT_KEY");
+    }
+    llmk::Client client(endpoint, options);
     std::fprintf(stderr, "server: %s\n", client.health().dump().c_str());
     return stream(client, request);
   } catch (const std::exception& e) {

@@ -10,6 +10,14 @@ Debian's python3-zmq.
     .venv/bin/python examples/zmq_client.py --endpoint tcp://127.0.0.1:5555 "Once upon a time"
 
 The same works against `llmk broker --clients ...` in front of many replicas.
+
+Against a CURVE server (server.auth.curve_secret_key_file), pass the server's
+public key file and this client's key pair (files as `llmk keys curve --out
+PREFIX` writes them: PREFIX.public, PREFIX.secret; the public key must be in
+the server's curve_allowed_keys_file):
+
+    .venv/bin/python examples/zmq_client.py --curve-server-key server.public \
+        --curve-client-key client "Once upon a time"
 """
 import argparse
 import json
@@ -17,6 +25,16 @@ import sys
 import time
 
 import zmq
+
+
+def read_key(path):
+    """The first line of a key file that is not blank or a # comment (Z85)."""
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                return line.encode()
+    raise SystemExit("%s holds no key" % path)
 
 
 def main():
@@ -28,11 +46,19 @@ def main():
     ap.add_argument("--no-stream", action="store_true")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds without a message before giving up")
     ap.add_argument("--json", action="store_true", help="print one JSON summary instead of the text")
+    ap.add_argument("--curve-server-key", help="file with the server's CURVE public key (Z85)")
+    ap.add_argument("--curve-client-key", help="PREFIX of this client's key pair: PREFIX.public, PREFIX.secret")
     args = ap.parse_args()
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 200)
+    if args.curve_server_key or args.curve_client_key:
+        if not (args.curve_server_key and args.curve_client_key):
+            ap.error("--curve-server-key and --curve-client-key go together")
+        sock.curve_serverkey = read_key(args.curve_server_key)
+        sock.curve_publickey = read_key(args.curve_client_key + ".public")
+        sock.curve_secretkey = read_key(args.curve_client_key + ".secret")
     sock.connect(args.endpoint)
 
     live = {}

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "ipc/mailbox.hpp"
+#include "ipc/zmq_curve.hpp"
 #include "ipc/zmq_protocol.hpp"
 
 namespace llmk {
@@ -99,8 +100,11 @@ struct Client::Impl {
     return ev;
   }
 
+  // Never blocks: a DEALER with no peer to queue to (a CURVE handshake the
+  // server refused drops the connection's queue) would block forever. A
+  // message dropped so leaves its request live until server_timeout fails it.
   void send(const std::string& payload) {
-    dealer.send(zmq::buffer(payload), zmq::send_flags::none);
+    (void)dealer.send(zmq::buffer(payload), zmq::send_flags::dontwait);
   }
 
   void handle_command(Command& c) {
@@ -187,6 +191,9 @@ Client::Client(const std::string& endpoint, ClientOptions options) : impl_(std::
   impl_->dealer.set(zmq::sockopt::linger, 200);
   impl_->dealer.set(zmq::sockopt::sndhwm, 1 << 20);
   impl_->dealer.set(zmq::sockopt::rcvhwm, 1 << 20);
+  if (!options.curve_server_key.empty())
+    ipc::make_curve_client(impl_->dealer, options.curve_server_key,
+                           {options.curve_public_key, options.curve_secret_key});
   try {
     impl_->dealer.connect(endpoint);
   } catch (const zmq::error_t& e) {

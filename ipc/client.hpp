@@ -20,6 +20,13 @@ namespace llmk {
 
 struct ClientOptions {
   std::chrono::milliseconds server_timeout{10000};
+  // CURVE (a server with server.auth.curve_secret_key_file): the server's
+  // public key and this client's pair, Z85 ("" = plain ZeroMQ). A server
+  // that does not admit the key never answers: requests fail after
+  // server_timeout.
+  std::string curve_server_key{};
+  std::string curve_public_key{};
+  std::string curve_secret_key{};
 };
 
 class Client {

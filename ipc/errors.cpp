@@ -25,6 +25,9 @@ ErrorReply error_reply(ErrorCode code, std::string message, std::string param) {
     case ErrorCode::cancelled:
       r = {499, "cancelled", "cancelled", r.message, r.param};
       break;
+    case ErrorCode::deadline_exceeded:
+      r = {504, "timeout_error", "deadline_exceeded", r.message, r.param};
+      break;
     case ErrorCode::invalid_config:
     case ErrorCode::bad_checkpoint:
     case ErrorCode::plugin:
@@ -47,6 +50,10 @@ ErrorReply error_reply(ProtocolFailure failure, std::string message) {
       return {405, "invalid_request_error", "method_not_allowed", std::move(message), {}};
     case ProtocolFailure::shutting_down:
       return {503, "server_overloaded", "shutting_down", std::move(message), {}};
+    case ProtocolFailure::unauthorized:
+      return {401, "invalid_request_error", "invalid_api_key", std::move(message), {}};
+    case ProtocolFailure::rate_limited:
+      return {429, "rate_limit_exceeded", "rate_limit_exceeded", std::move(message), {}};
   }
   return {500, "internal_error", "internal", std::move(message), {}};
 }

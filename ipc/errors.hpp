@@ -21,6 +21,8 @@ enum class ProtocolFailure {
   payload_too_large,   // body above server.max_body_bytes
   method_not_allowed,
   shutting_down,       // the server is draining
+  unauthorized,        // no API key, or one the server does not hold (HTTP 401)
+  rate_limited,        // a per-key limit (server.auth.limits) refuses the request (HTTP 429)
 };
 
 class ProtocolError : public std::runtime_error {
@@ -44,6 +46,7 @@ struct ErrorReply {
   std::string code;     // stable machine-readable code, also the ZeroMQ "code"
   std::string message;
   std::string param;    // the offending field, "" when none
+  int retry_after_s = 0; // > 0: HTTP Retry-After (a 503 without it says 1)
 };
 
 ErrorReply error_reply(ErrorCode code, std::string message, std::string param = {});

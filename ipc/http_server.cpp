@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "ipc/access.hpp"
 #include "ipc/errors.hpp"
 #include "ipc/openai.hpp"
 #include "ipc/sglang_api.hpp"
@@ -57,7 +58,8 @@ struct LiveSet {
 
 void write_error(httplib::Response& res, const ErrorReply& error) {
   res.status = error.http_status;
-  if (error.http_status == 503) res.set_header("Retry-After", "1");
+  if (error.retry_after_s > 0 || error.http_status == 503)
+    res.set_header("Retry-After", std::to_string(std::max(1, error.retry_after_s)));
   res.set_content(dump_json(to_openai_json(error)), "application/json");
 }
 
@@ -91,27 +93,56 @@ struct HttpServer::Impl {
   std::atomic<bool> draining{false};
   std::shared_ptr<LiveSet> live = std::make_shared<LiveSet>();
   std::atomic<uint64_t> next_id{0};
+  HttpAccess access;
 
-  Impl(Backend& b, Metrics& m, HttpServerOptions o) : backend(b), metrics(m), options(std::move(o)) {}
+  Impl(Backend& b, Metrics& m, HttpServerOptions o)
+      : backend(b), metrics(m), options(std::move(o)), access(b, m, options.auth, options.request_timeout_s) {}
 
   void reject(httplib::Response& res, const ErrorReply& error) {
     metrics.on_rejected(Frontend::http, error.code);
     write_error(res, error);
   }
 
-  std::shared_ptr<Pending> submit(Request request) {
+  // The API key check of every route but the open ones (401).
+  bool authorized(const httplib::Request& req, httplib::Response& res, std::string& key_name) {
+    const auto denied = access.authenticate(req.path, req.get_header_value("Authorization"),
+                                            req.get_header_value("x-api-key"), key_name);
+    if (denied) write_error(res, *denied);
+    return !denied;
+  }
+  // A route's handler behind the key check. The check runs once the body
+  // is read, so a refused client's kept-alive connection stays in step.
+  httplib::Server::Handler guarded(httplib::Server::Handler handler) {
+    return [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+      std::string key_name;
+      if (authorized(req, res, key_name)) handler(req, res);
+    };
+  }
+  // The key's limits and the request's deadline (ipc/access.hpp); nullopt
+  // once the refusal is written.
+  std::optional<HttpAccess::Ticket> admit(const httplib::Request& req, httplib::Response& res) {
+    std::string key_name;
+    if (!authorized(req, res, key_name)) return std::nullopt;
+    auto admitted = access.admit(key_name, req.body);
+    if (auto* ticket = std::get_if<HttpAccess::Ticket>(&admitted)) return *ticket;
+    write_error(res, std::get<ErrorReply>(admitted));
+    return std::nullopt;
+  }
+
+  std::shared_ptr<Pending> submit(Request request, const HttpAccess::Ticket& ticket = {}) {
     auto pending = std::make_shared<Pending>();
     {
       std::lock_guard lock(live->mutex);
       live->ids.insert(request.id);
     }
-    backend.submit(std::move(request), [pending, live = live](const RequestEvent& ev) {
+    const std::string id = request.id;
+    backend.submit(std::move(request), access.watch(ticket, id, [pending, live = live](const RequestEvent& ev) {
       if (ev.request_done) {
         std::lock_guard lock(live->mutex);
         live->ids.erase(ev.request_id);
       }
       pending->push(ev);
-    });
+    }));
     return pending;
   }
 
@@ -128,7 +159,9 @@ struct HttpServer::Impl {
     auto response = std::make_shared<OpenAiResponse>(endpoint, id, backend.model_info().name, backend,
                                                      parsed.request.sampling.n,
                                                      parsed.request.sampling.logprobs >= 0);
-    serve_request(id, std::move(parsed.request), response, parsed.stream, parsed.include_usage, res);
+    const auto ticket = admit(req, res);
+    if (!ticket) return;
+    serve_request(id, std::move(parsed.request), response, parsed.stream, parsed.include_usage, res, *ticket);
   }
 
   // SGLang's native POST /generate (ipc/sglang_api.hpp).
@@ -144,7 +177,9 @@ struct HttpServer::Impl {
     // The engine's id stays the server's (unique among live requests); a
     // client's rid is only echoed.
     auto response = std::make_shared<SglangResponse>(parsed.rid.empty() ? id : parsed.rid, parsed.request.sampling.n);
-    serve_request(id, std::move(parsed.request), response, parsed.stream, false, res);
+    const auto ticket = admit(req, res);
+    if (!ticket) return;
+    serve_request(id, std::move(parsed.request), response, parsed.stream, false, res, *ticket);
   }
 
   // SGLang's GET /health_generate: healthy when the engine generates one
@@ -182,9 +217,9 @@ struct HttpServer::Impl {
   // SglangResponse.
   template <typename Response>
   void serve_request(const std::string& id, Request request, std::shared_ptr<Response> response, bool stream,
-                     bool include_usage, httplib::Response& res) {
+                     bool include_usage, httplib::Response& res, const HttpAccess::Ticket& ticket) {
     request.id = id;
-    auto pending = submit(std::move(request));
+    auto pending = submit(std::move(request), ticket);
 
     if (!stream) {
       for (;;) {
@@ -270,34 +305,34 @@ struct HttpServer::Impl {
   }
 
   void install_routes() {
-    server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    server.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
       handle_openai(OpenAiEndpoint::completions, req, res);
-    });
-    server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    }));
+    server.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
       handle_openai(OpenAiEndpoint::chat, req, res);
-    });
-    server.Post("/generate", [this](const httplib::Request& req, httplib::Response& res) {
+    }));
+    server.Post("/generate", guarded([this](const httplib::Request& req, httplib::Response& res) {
       handle_sglang_generate(req, res);
-    });
-    server.Get("/health_generate", [this](const httplib::Request&, httplib::Response& res) {
+    }));
+    server.Get("/health_generate", guarded([this](const httplib::Request&, httplib::Response& res) {
       handle_health_generate(res);
-    });
+    }));
     // The routers ask for /server_info and /model_info first, then the
     // get_ spellings of older SGLang.
     for (const char* path : {"/get_server_info", "/server_info"}) {
-      server.Get(path, [this](const httplib::Request&, httplib::Response& res) {
+      server.Get(path, guarded([this](const httplib::Request&, httplib::Response& res) {
         res.set_content(dump_json(sglang_server_info(backend, metrics.replica_name())), "application/json");
-      });
+      }));
     }
-    server.Get("/get_load", [this](const httplib::Request&, httplib::Response& res) {
+    server.Get("/get_load", guarded([this](const httplib::Request&, httplib::Response& res) {
       res.set_content(dump_json(sglang_load(backend)), "application/json");
-    });
+    }));
     for (const char* path : {"/get_model_info", "/model_info"}) {
-      server.Get(path, [this](const httplib::Request&, httplib::Response& res) {
+      server.Get(path, guarded([this](const httplib::Request&, httplib::Response& res) {
         res.set_content(dump_json(sglang_model_info(backend)), "application/json");
-      });
+      }));
     }
-    server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    server.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
       const ModelInfo model = backend.model_info();
       const json body = {{"object", "list"},
                          {"data", json::array({{{"id", model.name},
@@ -306,20 +341,22 @@ struct HttpServer::Impl {
                                                 {"owned_by", "llmk"},
                                                 {"max_model_len", model.max_context}}})}};
       res.set_content(dump_json(body), "application/json");
-    });
-    server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    }));
+    server.Get("/health", guarded([this](const httplib::Request&, httplib::Response& res) {
       res.status = draining ? 503 : 200;
       res.set_content(dump_json({{"status", draining ? "draining" : "ok"}}), "application/json");
-    });
-    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    }));
+    server.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics.render(backend.stats()), "text/plain; version=0.0.4; charset=utf-8");
-    });
+    }));
     // The routers POST /flush_cache without a body or Content-Length, which
     // cpp-httplib refuses before routing; a pre-routing handler answers
     // first (GET too, as SGLang's worker does).
     server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (req.path != "/flush_cache" || (req.method != "POST" && req.method != "GET"))
         return httplib::Server::HandlerResponse::Unhandled;
+      std::string key_name;
+      if (!authorized(req, res, key_name)) return httplib::Server::HandlerResponse::Handled;
       try {
         res.set_content(dump_json(sglang_flush_cache(backend)), "application/json");
       } catch (const Error& e) {

@@ -4,7 +4,8 @@
 // call on a worker (docs/replicas.md): POST /generate, GET /health_generate,
 // /get_server_info, /get_model_info, /get_load and /flush_cache. Handler threads only parse, submit and
 // wait for their request's events; a client that disconnects mid-stream
-// (a failed SSE write) gets its request cancelled.
+// (a failed SSE write) gets its request cancelled. With API keys configured,
+// every route but server.auth.open_routes needs one (ipc/access.hpp).
 #pragma once
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "ipc/auth.hpp"
 #include "ipc/backend.hpp"
 #include "ipc/metrics.hpp"
 
@@ -30,6 +32,8 @@ struct HttpServerOptions {
   std::chrono::milliseconds first_event_wait{2000};
   // GET /health_generate answers 503 when its one-token probe takes longer.
   std::chrono::milliseconds health_generate_timeout{20000};
+  AuthOptions auth{};            // API keys and per-key limits (server.auth; ipc/access.hpp)
+  double request_timeout_s = 0;  // a request's deadline when its body has no "timeout"; 0 = none
 };
 
 class HttpServer {

@@ -19,10 +19,10 @@ void scalar(std::string& out, const char* type, const std::string& name, const s
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + number(v) + "\n";
 }
 
-// Adds replica="<name>" to every sample line of a rendered exposition.
-std::string with_replica_label(const std::string& text, const std::string& name) {
+// A label value escaped for the text format.
+std::string label_value(const std::string& value) {
   std::string escaped;
-  for (const char c : name) {
+  for (const char c : value) {
     if (c == '\\' || c == '"') escaped += '\\';
     if (c == '\n') {
       escaped += "\\n";
@@ -30,7 +30,12 @@ std::string with_replica_label(const std::string& text, const std::string& name)
     }
     escaped += c;
   }
-  const std::string label = "replica=\"" + escaped + "\"";
+  return escaped;
+}
+
+// Adds replica="<name>" to every sample line of a rendered exposition.
+std::string with_replica_label(const std::string& text, const std::string& name) {
+  const std::string label = "replica=\"" + label_value(name) + "\"";
   std::string out;
   out.reserve(text.size() + text.size() / 4);
   size_t begin = 0;
@@ -106,9 +111,10 @@ std::string Metrics::replica_name() const {
   return replica_name_;
 }
 
-void Metrics::on_rejected(Frontend frontend, const std::string& code) {
+void Metrics::on_rejected(Frontend frontend, const std::string& code, const std::string& key_name,
+                          const std::string& reason) {
   std::lock_guard lock(mutex_);
-  ++num_rejected_[{frontend_name(frontend), code}];
+  ++num_rejected_[{frontend_name(frontend), code, key_name, reason}];
 }
 
 std::string Metrics::render(const EngineStats& st) const {
@@ -120,11 +126,13 @@ std::string Metrics::render(const EngineStats& st) const {
     out += "llmk_requests_total{frontend=\"" + key.first + "\",finish_reason=\"" + key.second + "\"} " +
            std::to_string(n) + "\n";
   }
-  out += "# HELP llmk_requests_rejected_total Requests refused before reaching the engine, by error code.\n"
+  out += "# HELP llmk_requests_rejected_total Requests refused before reaching the engine, by error code "
+         "(and for a per-key limit, by key name and limit).\n"
          "# TYPE llmk_requests_rejected_total counter\n";
   for (const auto& [key, n] : num_rejected_) {
-    out += "llmk_requests_rejected_total{frontend=\"" + key.first + "\",code=\"" + key.second + "\"} " +
-           std::to_string(n) + "\n";
+    out += "llmk_requests_rejected_total{frontend=\"" + key[0] + "\",code=\"" + key[1] + "\"";
+    if (!key[2].empty()) out += ",key=\"" + label_value(key[2]) + "\",reason=\"" + key[3] + "\"";
+    out += "} " + std::to_string(n) + "\n";
   }
   scalar(out, "counter", "llmk_prompt_tokens_total", "Prompt tokens of completed requests.",
          static_cast<double>(num_prompt_tokens_));

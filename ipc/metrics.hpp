@@ -42,14 +42,16 @@ class Metrics {
   // on request_done, tokens, and the latency histograms.
   void on_finished(Frontend frontend, const RequestEvent& event);
   // A request refused before reaching the backend (bad JSON, bad params...).
-  void on_rejected(Frontend frontend, const std::string& code);
+  // A per-key refusal also names the key (never its secret) and the limit.
+  void on_rejected(Frontend frontend, const std::string& code, const std::string& key_name = "",
+                   const std::string& reason = "");
   std::string render(const EngineStats& stats) const;
 
  private:
   mutable std::mutex mutex_;
   std::string replica_name_;
   std::map<std::pair<std::string, std::string>, uint64_t> num_requests_;  // (frontend, finish_reason)
-  std::map<std::pair<std::string, std::string>, uint64_t> num_rejected_;  // (frontend, code)
+  std::map<std::array<std::string, 4>, uint64_t> num_rejected_;  // (frontend, code, key, reason)
   uint64_t num_prompt_tokens_ = 0;
   uint64_t num_generation_tokens_ = 0;
   Histogram ttft_;

@@ -4,6 +4,8 @@
 
 #include <thread>
 
+#include "ipc/zmq_curve.hpp"
+
 namespace llmk::ipc {
 
 Server::Server(Backend& backend, ServerOptions options) : backend_(backend), options_(std::move(options)) {
@@ -12,6 +14,11 @@ Server::Server(Backend& backend, ServerOptions options) : backend_(backend), opt
     z.endpoint = options_.zmq;
     z.broker = options_.zmq_broker;
     z.max_message_bytes = options_.max_body_bytes;
+    z.request_timeout_s = options_.request_timeout_s;
+    if (!options_.auth.curve_secret_key_file.empty()) {
+      z.curve_secret_key = read_curve_key_file(options_.auth.curve_secret_key_file, "server.auth.curve_secret_key_file");
+      z.curve_allowed_keys_file = options_.auth.curve_allowed_keys_file;
+    }
     zmq_ = std::make_unique<ZmqServer>(backend_, metrics_, z);
     spdlog::info("serving ZeroMQ protocol v1 {} {}", z.broker.empty() ? "on" : "as a worker of the broker at",
                  zmq_->endpoint());
@@ -21,6 +28,8 @@ Server::Server(Backend& backend, ServerOptions options) : backend_(backend), opt
     h.address = options_.http;
     h.max_body_bytes = options_.max_body_bytes;
     h.num_threads = options_.http_threads;
+    h.auth = options_.auth;
+    h.request_timeout_s = options_.request_timeout_s;
     http_ = std::make_unique<HttpServer>(backend_, metrics_, h);
     spdlog::info("serving the OpenAI-compatible HTTP API on http://{}:{}", http_->host(), http_->port());
   }

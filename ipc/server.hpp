@@ -21,6 +21,8 @@ struct ServerOptions {
   std::string replica_name = "";  // the metrics' replica label; "" = the HTTP HOST:PORT (else the ZeroMQ endpoint)
   int http_threads = 64;
   std::string zmq_broker = "";  // non-empty: ZeroMQ as this broker's worker instead of binding zmq
+  AuthOptions auth{};             // server.auth: HTTP keys and limits, ZeroMQ CURVE
+  double request_timeout_s = 0;   // server.request_timeout_s
 };
 
 class Server {

@@ -1,5 +1,7 @@
 #include "ipc/zmq_protocol.hpp"
 
+#include <cmath>
+
 #include "ipc/errors.hpp"
 #include "ipc/request_json.hpp"
 
@@ -9,7 +11,7 @@ namespace {
 using nlohmann::json;
 
 const std::vector<std::string> submit_keys = {"v", "type", "id", "prompt", "prompt_token_ids", "params", "stream",
-                                              "add_bos"};
+                                              "add_bos", "timeout"};
 const std::vector<std::string> param_keys = {
     "max_tokens",      "temperature",       "top_p",          "top_k",    "min_p", "stop", "stop_token_ids", "n",
     "seed",            "logprobs",          "presence_penalty", "frequency_penalty", "repetition_penalty",
@@ -90,6 +92,12 @@ ClientMessage parse_client_message(std::string_view payload, int32_t max_context
     out.request.strict_context = true;  // prompt + max_tokens must fit the context
     out.stream = get_bool(msg, "stream", true);
     out.request.add_bos = get_bool(msg, "add_bos", true);
+    if (msg.contains("timeout") && !msg["timeout"].is_null()) {
+      const json& t = msg["timeout"];
+      if (!t.is_number() || !(t.get<double>() > 0) || !std::isfinite(t.get<double>()))
+        throw ParamError("timeout", "timeout must be a positive number of seconds, got " + t.dump());
+      out.timeout_s = t.get<double>();
+    }
   } else if (type == "cancel") {
     out.type = ClientMessageType::cancel;
     out.id = require_id(msg);
@@ -189,7 +197,7 @@ FinishReason finish_reason_from(const std::string& s) {
 ErrorCode error_code_from(const std::string& code) {
   for (auto c : {ErrorCode::invalid_argument, ErrorCode::invalid_config, ErrorCode::bad_checkpoint,
                  ErrorCode::unsupported, ErrorCode::plugin, ErrorCode::not_found, ErrorCode::overloaded,
-                 ErrorCode::cancelled, ErrorCode::peer_lost, ErrorCode::internal}) {
+                 ErrorCode::cancelled, ErrorCode::peer_lost, ErrorCode::internal, ErrorCode::deadline_exceeded}) {
     if (code == to_string(c)) return c;
   }
   if (code == "shutting_down") return ErrorCode::overloaded;

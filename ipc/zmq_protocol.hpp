@@ -27,6 +27,7 @@ struct ClientMessage {
   nlohmann::json ref;      // health, stats, ping: echoed in the reply (null when absent)
   Request request;         // submit (request.id is the client's id)
   bool stream = true;      // submit
+  double timeout_s = 0;    // submit: its deadline in seconds; 0 = the server's (server.request_timeout_s)
 };
 
 // Parses one payload. Throws ProtocolError (malformed, unsupported_version,

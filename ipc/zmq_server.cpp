@@ -10,7 +10,9 @@
 
 #include "core/error.hpp"
 #include "ipc/errors.hpp"
+#include "ipc/limits.hpp"
 #include "ipc/mailbox.hpp"
+#include "ipc/zmq_curve.hpp"
 #include "ipc/zmq_protocol.hpp"
 
 namespace llmk::ipc {
@@ -74,6 +76,8 @@ struct ZmqServer::State {
 
   zmq::context_t context{1};
   zmq::socket_t router{context, zmq::socket_type::router};
+  std::unique_ptr<ZapHandler> zap;          // CURVE only; closed before the context
+  std::unique_ptr<Deadlines> deadlines;
   std::shared_ptr<Mailbox<Posted>> mailbox = std::make_shared<Mailbox<Posted>>();
   std::unordered_map<std::string, LiveRequest> live;  // by internal id
   std::unordered_map<std::string, Peer> peers;        // by identity
@@ -89,6 +93,14 @@ ZmqServer::ZmqServer(Backend& backend, Metrics& metrics, ZmqServerOptions option
   router.set(zmq::sockopt::rcvhwm, 1 << 20);
   router.set(zmq::sockopt::heartbeat_ivl, options_.heartbeat_interval_ms);
   router.set(zmq::sockopt::heartbeat_timeout, options_.heartbeat_timeout_ms);
+  state_->deadlines = std::make_unique<Deadlines>(backend_);
+  if (!options_.curve_secret_key.empty()) {
+    if (!options_.broker.empty())
+      throw Error(ErrorCode::invalid_config, "server.auth.curve_secret_key_file: CURVE secures server.zmq, not a "
+                                             "broker's worker (server.zmq_broker): the broker faces the clients");
+    state_->zap = std::make_unique<ZapHandler>(state_->context, options_.curve_allowed_keys_file);
+    make_curve_server(router, options_.curve_secret_key);
+  }
   if (!options_.broker.empty()) {
     try {
       router.connect(options_.broker);
@@ -210,9 +222,11 @@ void ZmqServer::run() {
         peer.requests[msg.id] = internal_id;
         num_live_ = st.live.size();
         msg.request.id = internal_id;
-        backend_.submit(std::move(msg.request), [mailbox, internal_id](const RequestEvent& ev) {
-          mailbox->post({internal_id, ev});
-        });
+        const double timeout_s = msg.timeout_s > 0 ? msg.timeout_s : options_.request_timeout_s;
+        backend_.submit(std::move(msg.request), st.deadlines->watch(internal_id, timeout_s,
+                                                                    [mailbox, internal_id](const RequestEvent& ev) {
+                                                                      mailbox->post({internal_id, ev});
+                                                                    }));
         return;
       }
       case ClientMessageType::cancel: {

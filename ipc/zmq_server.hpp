@@ -33,6 +33,12 @@ struct ZmqServerOptions {
   int heartbeat_interval_ms = 1000;  // ZMTP heartbeats: silent dead peers
   int heartbeat_timeout_ms = 5000;
   std::string broker = "";  // non-empty: connect here as a broker's worker; endpoint is not bound
+  // CURVE (ipc/zmq_curve.hpp): the server's Z85 secret key ("" = plain
+  // ZeroMQ) and the file of client public keys its ZAP handler admits.
+  // Not with a broker (the broker's own socket faces the clients).
+  std::string curve_secret_key = "";
+  std::string curve_allowed_keys_file = "";
+  double request_timeout_s = 0;  // server.request_timeout_s: each request's deadline; 0 = none
 };
 
 class ZmqServer {

@@ -92,6 +92,8 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(kv_events, topic),
       LLMK_FIELD(kv_events, buffer_steps),
       LLMK_FIELD(kv_events, max_queue_events),
+      LLMK_FIELD(speculative, method), LLMK_FIELD(speculative, num_tokens),
+      LLMK_FIELD(speculative, prompt_lookup_min), LLMK_FIELD(speculative, prompt_lookup_max),
   };
   return all;
 }
@@ -471,6 +473,7 @@ void validate(const EngineConfig& c) {
     fail("kv_events.replay_endpoint", "is set but kv_events.endpoint is empty (events are off)");
   require_range("kv_events.buffer_steps", ke.buffer_steps, 1, 1e9, ">= 1");
   require_range("kv_events.max_queue_events", ke.max_queue_events, 1, 1e9, ">= 1");
+  validate_speculative(c);
 }
 
 EngineConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {

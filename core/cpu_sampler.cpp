@@ -81,6 +81,18 @@ void CpuSampler::sample(const LogitsView& view, std::span<const Row> rows, std::
   }
 }
 
+void CpuSampler::truncate_history(uint64_t request_key, int32_t sample_index, int32_t num_generated) {
+  auto it = requests_.find(request_key);
+  if (it == requests_.end() || sample_index < 0 || static_cast<size_t>(sample_index) >= it->second.generated.size())
+    throw Error(ErrorCode::internal, "CPU sampler: truncate_history of an unknown sample " +
+                                         std::to_string(sample_index) + " of request " + std::to_string(request_key));
+  auto& history = it->second.generated[static_cast<size_t>(sample_index)];
+  if (num_generated < 0 || static_cast<size_t>(num_generated) > history.size())
+    throw Error(ErrorCode::internal, "CPU sampler: truncate_history to " + std::to_string(num_generated) +
+                                         " ids of a history of " + std::to_string(history.size()));
+  history.resize(static_cast<size_t>(num_generated));
+}
+
 std::unique_ptr<DeviceSampler> make_cpu_sampler(int32_t vocab_size) {
   // One thread: a second OpenMP team next to the executor's would spin
   // against it between steps (on 2 cores: 8000 tok/s with one team, under

@@ -53,6 +53,11 @@ class DeviceSampler {
   void sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out) {
     sample(view, rows, out, IdsEnqueued{});
   }
+  // Drops a sample's ids past its first num_generated: rows of a
+  // speculative step after a rejected draft (core/speculation.hpp), which
+  // sample() appended like any other. Throws Error where the device's
+  // sampler cannot (the default: such a device does not speculate).
+  virtual void truncate_history(uint64_t request_key, int32_t sample_index, int32_t num_generated);
 };
 
 // The registered sampler of `device` (core/device_registry.hpp). Throws

@@ -23,6 +23,10 @@ struct EngineStats {
   llmk_kv_usage kv{};
   uint64_t peak_running = 0;
   uint64_t peak_steps_in_flight = 0;  // steps planned and not yet updated at once (pipelined: up to the stages)
+  // Speculative decoding: decodes that verified drafts, drafted tokens, accepted ones.
+  uint64_t num_spec_drafts = 0;
+  uint64_t num_spec_draft_tokens = 0;
+  uint64_t num_spec_accepted_tokens = 0;
 };
 
 }  // namespace llmk

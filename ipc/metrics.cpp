@@ -149,6 +149,13 @@ std::string Metrics::render(const EngineStats& st) const {
          static_cast<double>(st.kv.prefix_query_tokens));
   scalar(out, "counter", "llmk_prefix_cache_hit_tokens_total", "Of those, tokens found (KV reused, not computed).",
          static_cast<double>(st.kv.prefix_hit_tokens));
+  scalar(out, "counter", "llmk_spec_decode_num_drafts_total", "Speculative decodes: drafts verified (vLLM's name).",
+         static_cast<double>(st.num_spec_drafts));
+  scalar(out, "counter", "llmk_spec_decode_num_draft_tokens_total", "Drafted tokens verified.",
+         static_cast<double>(st.num_spec_draft_tokens));
+  scalar(out, "counter", "llmk_spec_decode_num_accepted_tokens_total",
+         "Drafted tokens accepted; mean acceptance length = 1 + accepted / drafts.",
+         static_cast<double>(st.num_spec_accepted_tokens));
   return replica_name_.empty() ? out : with_replica_label(out, replica_name_);
 }
 

@@ -177,6 +177,12 @@ TEST_CASE("stop strings, max_tokens, EOS and logprobs end and report speculative
     CHECK(plain_stats.num_spec_drafts == 0);
     check_accepted(spec_stats);
     CHECK(spec_stats.num_steps < plain_stats.num_steps);  // verified runs save steps
+    // One step in flight at a time (no plan made ahead) gives the same.
+    EngineConfig serial = speculative(cfg, 3);
+    serial.scheduler.overlap = false;
+    const auto [spec_serial, serial_stats] = outputs(serial);
+    check_same(plain, spec_serial);
+    check_accepted(serial_stats);
   }
 }
 

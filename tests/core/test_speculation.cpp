@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "core/device.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/speculation.hpp"
 #include "scheduler_fakes.hpp"
@@ -103,6 +104,9 @@ TEST_CASE("speculative settings are validated once, naming the keys", "[speculat
   CHECK_THAT(refused({"speculative.method=ngram", "parallel.pipeline=2"}),
              Catch::Contains("speculative.method") && Catch::Contains("parallel.steps_in_flight"));
   CHECK(refused({"speculative.method=ngram", "parallel.pipeline=2", "parallel.steps_in_flight=1"}) == "accepted");
+  if (has_executor("cuda"))  // built here: refused for speculation, not for the build
+    CHECK_THAT(refused({"speculative.method=ngram", "executor.device=cuda"}),
+               Catch::Contains("speculative.method") && Catch::Contains("executor.device is 'cuda'"));
   CHECK(load_config({}, {}).speculative.method == "none");
 }
 

@@ -143,7 +143,8 @@ caf::error sample_rows(SamplerState& st, const SampleWork& work, const LogitsVie
   st.sampler_rows.resize(work.rows.size());
   for (size_t i = 0; i < work.rows.size(); ++i)
     st.sampler_rows[i] = {work.rows[i].request_key, work.rows[i].sample_index,
-                          static_cast<int32_t>(st.row_histories[i]->size()) + st.row_offsets[i]};
+                          static_cast<int32_t>(st.row_histories[i]->size()) + st.row_offsets[i],
+                          work.rows[i].draft_token};
   result.tokens.resize(work.rows.size());
   st.sampler->sample(view, st.sampler_rows, result.tokens, [&](const SampledIds& ids) {
     if (published) return;

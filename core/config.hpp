@@ -131,8 +131,8 @@ struct KvEventsSection {
 };
 
 // Speculative decoding (core/speculation.hpp): a decode step verifies
-// num_tokens drafted tokens besides its own. Greedy requests without
-// penalties speculate; others decode one token a step.
+// num_tokens drafted tokens besides its own, greedy or sampled (n = 1, or
+// each sample after a fork), the output exactly the model's.
 struct SpeculativeSection {
   std::string method = "none";     // none | ngram (prompt lookup)
   uint32_t num_tokens = 4;         // drafts per step (k)

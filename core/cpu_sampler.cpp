@@ -55,6 +55,13 @@ void CpuSampler::sample(const LogitsView& view, std::span<const Row> rows, std::
       // padded with id 0, as the fed-back row itself read.
       auto& padded = scratch_histories_.emplace_back(history.begin(), history.end());
       padded.resize(static_cast<size_t>(std::max(r.num_generated, 0)), 0);
+      // A speculative row's history holds the drafts fed before it.
+      for (size_t j = 1; j <= i && padded.size() >= history.size() + j; ++j) {
+        const Row& before = rows[i - j];
+        if (before.request_key != r.request_key || before.sample_index != r.sample_index || before.draft_token < 0)
+          break;
+        padded[padded.size() - j] = before.draft_token;
+      }
       history = padded;
     }
     SamplerRow& row = rows_[i];
@@ -64,6 +71,7 @@ void CpuSampler::sample(const LogitsView& view, std::span<const Row> rows, std::
     row.generated_ids = history;
     row.seed = req.seed;
     row.sample_index = static_cast<uint32_t>(r.sample_index);
+    row.draft_token = r.draft_token;
   }
   sampler_.sample(rows_, out);
   ids_.resize(rows.size());

@@ -39,6 +39,10 @@ class DeviceSampler {
     uint64_t request_key = 0;
     int32_t sample_index = 0;
     int32_t num_generated = 0;  // the sample's tokens so far: its draw counter
+    // Speculative: the draft this row verifies (SamplerRow::draft_token);
+    // the sample's rows just before it in `rows` carry the drafts fed
+    // before it, which its history (penalties) includes. -1: none.
+    int32_t draft_token = -1;
   };
   // Samples view row i for rows[i] (out.size() >= rows.size()) and appends
   // each sampled id to its sample's history. Waits for view.ready first (on

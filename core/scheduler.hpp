@@ -68,8 +68,8 @@
 // error. No admission happens in a step that preempted.
 //
 // Speculative decoding (SchedulerOptions::speculative, core/speculation.hpp):
-// a decoding sequence whose sampling is greedy without penalties
-// (chooses_raw_argmax), with one sample, may add k drafted tokens after its
+// a decoding sequence of one sample (greedy or sampled: its rows' ids follow
+// SamplerRow::draft_token's rule) may add k drafted tokens after its
 // decode row, each row with logits; its KV grows by k more slots, from the
 // token budget the step's other decodes leave. Drafts never cost a
 // preemption: where the KV cannot hold them, the decode goes without. The

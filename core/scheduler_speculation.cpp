@@ -32,10 +32,12 @@ int32_t Scheduler::num_pending_decodes() const {
   }));
 }
 
-// Greedy sampling without penalties only (its row's id is the raw argmax, so
-// an accepted draft is what a plain step would have chosen), one sample.
+// One sample (after a fork each sample may). A greedy row's id is its
+// argmax and a sampled row's follows the rejection rule (SamplerRow::
+// draft_token): either way a draft is accepted exactly when its row's id
+// equals it, and the ids are distributed as plain decoding's.
 bool Scheduler::may_speculate(const Sequence& seq) const {
-  return proposer_ && seq.num_unforked_samples == 1 && seq.sampling && chooses_raw_argmax(*seq.sampling);
+  return proposer_ && seq.num_unforked_samples == 1 && seq.sampling != nullptr;
 }
 
 // Planning ahead, a decode's newest token is not known, so it cannot draft:

@@ -8,8 +8,12 @@
 // while they match; the first row that disagrees gives the token the model
 // would have chosen there, and when all k match, the last row gives one more
 // (the bonus token). The tokens emitted are row choices 0..a for a accepted
-// drafts: exactly what k + 1 plain greedy steps would have produced, as long
-// as a row's choice depends only on its logits (greedy, no penalties).
+// drafts: exactly what k + 1 plain greedy steps would have produced. A
+// sampled row verifies by the modified rejection rule for a draft proposed
+// with certainty (SamplerRow::draft_token): it returns the draft with
+// probability p(draft) and otherwise draws from p without it, so the same
+// equality decides acceptance and every emitted token is distributed as
+// plain sampling's (Leviathan et al. 2023; Chen et al. 2023).
 //
 // Proposers are an internal interface for now: prompt lookup needs nothing
 // but the sequence's tokens; a draft model will need the executor, and with

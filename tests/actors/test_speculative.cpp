@@ -208,3 +208,37 @@ TEST_CASE("with the int8 linear plugin, a mixed batch decodes the same greedy id
     CHECK(spec.at(id).sample().token_ids == plain.at(id).sample().token_ids);
   }
 }
+
+TEST_CASE("sampled requests speculate too, and a seed gives the same output alone and among other requests",
+          "[engine][speculative][sampling]") {
+  // Their distribution is the target's (the rejection rule, test_core
+  // [speculation][sampler]); here: the draws are the sample's own.
+  const auto golden = load_golden();
+  std::vector<Request> sampled;
+  for (size_t i = 0; i < golden.size(); ++i) {
+    Request r = golden_request(golden[i], "s" + std::to_string(i));
+    r.sampling.temperature = 0.7f;
+    r.sampling.top_p = 0.9f;
+    r.sampling.repetition_penalty = 1.1f;
+    r.sampling.seed = 100 + i;
+    r.sampling.logprobs = 1;
+    sampled.push_back(std::move(r));
+  }
+  Engine engine(speculative(stories_config()));
+  std::map<std::string, RequestResult> alone;
+  for (const Request& r : sampled) alone.insert(*run(engine, {r}).begin());
+  const EngineStats after_alone = engine.stats();
+  CHECK(after_alone.num_spec_drafts > 0);
+  CHECK(after_alone.num_spec_accepted_tokens > 0);
+  std::mt19937 rng(9);
+  std::vector<Request> crowd = sampled;
+  for (int i = 0; i < 12; ++i) crowd.push_back(filler(rng, "other-" + std::to_string(i)));
+  std::shuffle(crowd.begin(), crowd.end(), rng);
+  const auto together = run(engine, crowd);
+  for (const Request& r : sampled) {
+    INFO(r.id);
+    CHECK(together.at(r.id).sample().token_ids == alone.at(r.id).sample().token_ids);
+    CHECK(together.at(r.id).sample().finish_reason == FinishReason::length);
+  }
+  CHECK(engine.stats().kv.used_slots == 0);
+}

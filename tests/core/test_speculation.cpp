@@ -4,10 +4,16 @@
 // real allocator plugins with the fake model of scheduler_fakes.hpp.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <random>
 
+#include "core/cpu_sampler.hpp"
 #include "core/device.hpp"
+#include "core/sampler.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/speculation.hpp"
 #include "scheduler_fakes.hpp"
@@ -187,7 +193,7 @@ TEST_CASE("a verification step has a row and logits per draft; its update emits 
 }
 
 TEST_CASE("with speculation, every allocator gives the reference tokens under preemption, chunked prefill and "
-          "requests that do not speculate",
+          "forked samples",
           "[speculation][scheduler][plugins]") {
   const std::string plugin = GENERATE(as<std::string>{}, "kv.paged", "kv.contiguous", "kv.vm");
   const std::string mode = GENERATE(as<std::string>{}, "recompute", "offload");
@@ -215,8 +221,8 @@ TEST_CASE("with speculation, every allocator gives the reference tokens under pr
     Job j{"j" + std::to_string(i), {}, {}};
     for (int32_t k = len(rng); k > 0; --k) j.prompt.push_back(tok(rng));
     j.sp.max_tokens = gen(rng);
-    j.sp.temperature = pick(rng) < 2 ? 0.7f : 0.0f;  // sampled: no drafts (the fake model ignores it)
-    j.sp.n = pick(rng) == 0 ? 2 : 1;                  // n > 1: no drafts
+    j.sp.temperature = pick(rng) < 2 ? 0.7f : 0.0f;  // the fake model's ids ignore it
+    j.sp.n = pick(rng) == 0 ? 2 : 1;                  // n > 1: its samples draft once forked
     if (pick(rng) == 0) j.sp.stop_token_ids = {12};
     jobs.push_back(std::move(j));
   }
@@ -252,4 +258,199 @@ TEST_CASE("with speculation, every allocator gives the reference tokens under pr
   if (plugin != "kv.contiguous") CHECK(s.num_preemptions > 0);
   CHECK(s.kv.num_seqs == 0);
   CHECK(s.kv.used_slots == 0);
+}
+
+namespace {
+
+// The target distribution of a sampled row, in double, from the raw
+// logits: repetition penalty over `history`, temperature, top-k, top-p
+// (shortest best-first run reaching top_p), min-p; as core/sampler.hpp
+// specifies the steps.
+std::vector<double> target_distribution(const std::vector<float>& raw, const SamplingParams& p,
+                                        const std::vector<int32_t>& history) {
+  const size_t n = raw.size();
+  std::vector<double> z(raw.begin(), raw.end());
+  for (size_t id = 0; id < n; ++id) {
+    if (std::find(history.begin(), history.end(), int32_t(id)) == history.end()) continue;
+    z[id] = z[id] > 0 ? z[id] / p.repetition_penalty : z[id] * p.repetition_penalty;
+  }
+  for (double& v : z) v /= p.temperature;
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return z[a] > z[b]; });
+  const size_t k = p.top_k > 0 ? std::min<size_t>(size_t(p.top_k), n) : n;
+  const double m = z[order[0]];
+  double mass = 0;
+  for (size_t i = 0; i < k; ++i) mass += std::exp(z[order[i]] - m);
+  std::vector<double> prob(n, 0.0);
+  double cumulative = 0, kept = 0;
+  for (size_t i = 0; i < k; ++i) {
+    const double w = std::exp(z[order[i]] - m);
+    if (w < p.min_p) break;  // min-p: relative to the best token (weight 1)
+    prob[order[i]] = w;
+    kept += w;
+    cumulative += w / mass;
+    if (cumulative >= p.top_p) break;
+  }
+  for (double& v : prob) v /= kept;
+  return prob;
+}
+
+// Pearson's statistic of `counts` against `expected` probabilities over
+// `draws`, and the 0.999 quantile of chi-square with the categories' degrees
+// of freedom (Wilson-Hilferty). Categories expecting under 5 draws merge.
+std::pair<double, double> chi_square(const std::vector<int64_t>& counts, const std::vector<double>& expected,
+                                     int64_t draws) {
+  double stat = 0, small_expected = 0, small_observed = 0;
+  int df = -1;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const double e = expected[i] * double(draws);
+    if (e < 5) {
+      small_expected += e;
+      small_observed += double(counts[i]);
+      continue;
+    }
+    stat += (double(counts[i]) - e) * (double(counts[i]) - e) / e;
+    ++df;
+  }
+  if (small_expected >= 5) {
+    stat += (small_observed - small_expected) * (small_observed - small_expected) / small_expected;
+    ++df;
+  }
+  REQUIRE(df >= 1);  // a distribution over at least two categories
+  const double z = 3.090232306;  // standard normal 0.999 quantile
+  const double a = 2.0 / (9.0 * df);
+  return {stat, df * std::pow(1 - a + z * std::sqrt(a), 3)};
+}
+
+}  // namespace
+
+TEST_CASE("a sampled row verifying a draft keeps the target distribution: 10^5 draws pass chi-square at p > 0.001",
+          "[speculation][sampler]") {
+  const int32_t vocab = 12;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> logit(0.0f, 0.7f);
+  std::vector<float> raw(vocab);
+  for (float& v : raw) v = logit(rng);
+  const std::vector<int32_t> history{2, 5, 5};
+  const std::vector<int32_t> prompt;
+  struct Case {
+    const char* name;
+    float temperature, top_p, min_p, repetition;
+    int32_t top_k;
+  };
+  const Case cases[] = {{"temperature 0.8", 0.8f, 1.0f, 0.0f, 1.0f, 0},
+                        {"top-p 0.9", 1.0f, 0.9f, 0.0f, 1.0f, 0},
+                        {"top-k 6, top-p 0.95", 1.3f, 0.95f, 0.0f, 1.0f, 6},
+                        {"min-p 0.05, repetition penalty 1.3", 1.6f, 1.0f, 0.05f, 1.3f, 0}};
+  Sampler sampler(vocab, 1);
+  const int64_t draws = 100000;
+  for (const Case& c : cases) {
+    SamplingParams p;
+    p.temperature = c.temperature;
+    p.top_p = c.top_p;
+    p.top_k = c.top_k;
+    p.min_p = c.min_p;
+    p.repetition_penalty = c.repetition;
+    const std::vector<double> target = target_distribution(raw, p, history);
+    // Drafts: the likeliest token, an unlikely one inside the set, and
+    // (with truncation) one outside it, which is never accepted.
+    std::vector<size_t> by_prob(vocab);
+    for (int32_t i = 0; i < vocab; ++i) by_prob[size_t(i)] = size_t(i);
+    std::sort(by_prob.begin(), by_prob.end(), [&](size_t a, size_t b) { return target[a] > target[b]; });
+    for (const size_t draft : {by_prob[0], by_prob[3], by_prob[size_t(vocab - 1)]}) {
+      INFO(c.name << ", draft " << draft << " of probability " << target[draft]);
+      std::vector<int64_t> counts(vocab, 0);
+      int64_t accepted = 0;
+      SamplerRow row;
+      row.logits = raw.data();
+      row.params = &p;
+      row.prompt_ids = prompt;
+      row.generated_ids = history;
+      row.draft_token = static_cast<int32_t>(draft);
+      for (int64_t d = 0; d < draws; ++d) {
+        row.seed = uint64_t(d) * 7919u + 1;
+        const int32_t t = sampler.sample_one(row).token_id;
+        REQUIRE((t >= 0 && t < vocab));
+        ++counts[size_t(t)];
+        accepted += t == int32_t(draft);
+      }
+      const auto [stat, critical] = chi_square(counts, target, draws);
+      CHECK(stat < critical);
+      if (getenv("LLMK_PRINT_CHI2")) std::printf("%s, draft p %.3f: chi-square %.1f < %.1f\n", c.name, target[draft], stat, critical);
+      // The draft is accepted with its own probability: 4.5 standard deviations.
+      const double sd = std::sqrt(target[draft] * (1 - target[draft]) / double(draws));
+      CHECK(std::abs(double(accepted) / double(draws) - target[draft]) <= 4.5 * sd + 1e-9);
+    }
+  }
+}
+
+TEST_CASE("the draw rule the verification shares with plain sampling is checked by the same test",
+          "[speculation][sampler]") {
+  // Without a draft the same statistic holds (and a wrong target fails it).
+  const int32_t vocab = 12;
+  std::vector<float> raw(vocab);
+  for (int32_t i = 0; i < vocab; ++i) raw[size_t(i)] = 0.3f * float(i % 5) - 0.1f * float(i);
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_p = 0.9f;
+  const std::vector<int32_t> none;
+  const std::vector<double> target = target_distribution(raw, p, none);
+  Sampler sampler(vocab, 1);
+  std::vector<int64_t> counts(vocab, 0);
+  const int64_t draws = 100000;
+  SamplerRow row;
+  row.logits = raw.data();
+  row.params = &p;
+  for (int64_t d = 0; d < draws; ++d) {
+    row.seed = uint64_t(d) * 7919u + 1;
+    ++counts[size_t(sampler.sample_one(row).token_id)];
+  }
+  const auto [stat, critical] = chi_square(counts, target, draws);
+  CHECK(stat < critical);
+  SamplingParams hotter = p;
+  hotter.temperature = 0.8f;
+  const auto [wrong, critical_wrong] = chi_square(counts, target_distribution(raw, hotter, none), draws);
+  CHECK(wrong > critical_wrong);
+}
+
+TEST_CASE("the CPU sampler's verification rows read the drafts fed before them as history, and drop rejected ids",
+          "[speculation][sampler]") {
+  // Penalties make row 1 depend on its history: base + the draft of row 0.
+  const int32_t vocab = 8;
+  std::vector<float> logits(2 * vocab);
+  for (int32_t i = 0; i < 2 * vocab; ++i) logits[size_t(i)] = 0.25f * float((i * 5) % 7) - 0.5f;
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.repetition_penalty = 1.5f;
+  p.frequency_penalty = 0.4f;
+  p.logprobs = vocab - 1;
+  CpuSampler sampler(vocab, 1);
+  sampler.open(7, p, 11, {}, 1);
+  LogitsView one{Device::cpu, logits.data(), 1, vocab, vocab, {}, {}};
+  std::vector<SampledToken> out(2);
+  sampler.sample(one, std::vector<DeviceSampler::Row>{{7, 0, 0, -1}}, out);  // history: [t0]
+  const int32_t t0 = out[0].token_id;
+  const int32_t draft = (t0 + 3) % vocab;
+  LogitsView two{Device::cpu, logits.data(), 2, vocab, vocab, {}, {}};
+  sampler.sample(two, std::vector<DeviceSampler::Row>{{7, 0, 1, draft}, {7, 0, 2, -1}}, out);
+
+  // Row 1 as the plain Sampler sees it with history [t0, draft].
+  Sampler plain(vocab, 1);
+  const std::vector<int32_t> history{t0, draft};
+  SamplerRow row;
+  row.logits = logits.data() + vocab;
+  row.params = &p;
+  row.generated_ids = history;
+  row.seed = 11;
+  const SampledToken expected = plain.sample_one(row);
+  CHECK(out[1].token_id == expected.token_id);
+  REQUIRE(out[1].logprobs.top.size() == expected.logprobs.top.size());
+  for (size_t k = 0; k < expected.logprobs.top.size(); ++k)
+    CHECK(out[1].logprobs.top[k] == expected.logprobs.top[k]);
+
+  // The history kept both rows' ids; truncate_history drops the second.
+  sampler.truncate_history(7, 0, 2);
+  CHECK_THROWS_WITH(sampler.truncate_history(7, 0, 3), Catch::Contains("truncate_history to 3"));
+  sampler.sample(one, std::vector<DeviceSampler::Row>{{7, 0, 2, -1}}, out);  // accepted: its count matches
 }

@@ -211,7 +211,7 @@ typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
   });
   return f(caf::meta::type_name("SamplingParams"), x.temperature, x.top_k, x.top_p, x.min_p,
            x.repetition_penalty, x.presence_penalty, x.frequency_penalty, has_seed, seed, load, x.logprobs,
-           x.n, x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos);
+           x.n, x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.num_speculative_tokens);
 }
 
 template <class Inspector>

@@ -54,7 +54,9 @@ bool Scheduler::any_may_speculate(const StepPlan& plan) {
 void Scheduler::propose_drafts(const Sequence& seq, int32_t max_drafts, std::vector<int32_t>& drafts) const {
   if (planning_ahead_ || seq.pending_row >= 0 || !may_speculate(seq)) return;
   const int32_t room = seq.max_total_tokens() - seq.num_tokens() - 1;
-  const int32_t k = std::min({num_speculative_tokens_, max_drafts, room});
+  const int32_t wanted = seq.sampling->num_speculative_tokens;  // -1: the engine's
+  const int32_t k = std::min({wanted >= 0 ? std::min(wanted, num_speculative_tokens_) : num_speculative_tokens_,
+                              max_drafts, room});
   if (k <= 0) return;
   proposer_->propose(seq.tokens, k, drafts);
 }

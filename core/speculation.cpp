@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/request.hpp"
 
 namespace llmk {
 
@@ -53,8 +54,9 @@ void validate_speculative(const EngineConfig& c) {
     throw Error(ErrorCode::invalid_config, key + ": " + why);
   };
   if (s.method != "none" && s.method != "ngram") fail("speculative.method", "'" + s.method + "' is not one of none, ngram");
-  if (s.num_tokens < 1 || s.num_tokens > 64)
-    fail("speculative.num_tokens", std::to_string(s.num_tokens) + " is out of range (allowed: 1 to 64)");
+  if (s.num_tokens < 1 || s.num_tokens > static_cast<uint32_t>(sampling_limits::max_speculative_tokens))
+    fail("speculative.num_tokens", std::to_string(s.num_tokens) + " is out of range (allowed: 1 to " +
+                                       std::to_string(sampling_limits::max_speculative_tokens) + ")");
   if (s.prompt_lookup_min < 1 || s.prompt_lookup_min > s.prompt_lookup_max)
     fail("speculative.prompt_lookup_min", std::to_string(s.prompt_lookup_min) +
                                               " must be at least 1 and at most speculative.prompt_lookup_max (" +

@@ -454,3 +454,38 @@ TEST_CASE("the CPU sampler's verification rows read the drafts fed before them a
   CHECK_THROWS_WITH(sampler.truncate_history(7, 0, 3), Catch::Contains("truncate_history to 3"));
   sampler.sample(one, std::vector<DeviceSampler::Row>{{7, 0, 2, -1}}, out);  // accepted: its count matches
 }
+
+TEST_CASE("a request's num_speculative_tokens caps its drafts, 0 turning them off; out of range is refused",
+          "[speculation][scheduler]") {
+  SamplingParams bad;
+  bad.num_speculative_tokens = 65;
+  CHECK_THROWS_WITH(validate_sampling_params(bad), Catch::Contains("'num_speculative_tokens' must be in [-1, 64]"));
+  bad.num_speculative_tokens = -2;
+  CHECK_THROWS_WITH(validate_sampling_params(bad), Catch::Contains("num_speculative_tokens"));
+
+  PluginRegistry registry;
+  const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), 512, 8, 128, 0, "{}", nullptr, nullptr};
+  KvAllocatorImpl kv(registry.load("kv.vm", LLMK_PLUGIN_KV_ALLOCATOR), desc);
+  SchedulerOptions options;
+  options.speculative = ngram(3, 1, 2);
+  Scheduler sched(scheduler_section(4, 64), SchedulerLimits{128, {}, 0}, kv, options);
+  // Three requests with the same repeating prompt: the engine's 3 drafts,
+  // a cap of 1, and none.
+  for (const int32_t cap : {-1, 1, 0}) {
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = 10;
+    sp.num_speculative_tokens = cap;
+    sched.add_request("cap" + std::to_string(cap), {1, 2, 3, 1, 2}, sp);
+  }
+  StepPlan prefill = sched.schedule();
+  REQUIRE(prefill.seqs.size() == 3);
+  sched.update_from_output(prefill, {3, 3, 3});
+  StepPlan step = sched.schedule();
+  REQUIRE(step.seqs.size() == 3);
+  std::map<std::string, int32_t> drafts;
+  for (const ScheduledSeq& s : step.seqs) drafts[sched.sequence(s.seq_id)->request_id] = s.num_draft_tokens;
+  CHECK(drafts["cap-1"] == 3);
+  CHECK(drafts["cap1"] == 1);
+  CHECK(drafts["cap0"] == 0);
+}

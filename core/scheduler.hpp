@@ -71,8 +71,10 @@
 // a decoding sequence of one sample (greedy or sampled: its rows' ids follow
 // SamplerRow::draft_token's rule) may add k drafted tokens after its
 // decode row, each row with logits; its KV grows by k more slots, from the
-// token budget the step's other decodes leave. Drafts never cost a
-// preemption: where the KV cannot hold them, the decode goes without. The
+// token budget the step's other decodes leave. A decode never preempts for
+// its own drafts: where the KV cannot hold them, it goes without (drafts
+// planned earlier in the step may still take slots a later decode then
+// lacks; it preempts as usual). The
 // update accepts drafts while they equal the rows' sampled ids, emits those
 // ids (accepted drafts, then the first disagreeing or the bonus one) with
 // every stop condition applied token by token, commits the verified K/V

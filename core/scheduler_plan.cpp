@@ -160,7 +160,7 @@ bool Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
     bool fits = false;
     while (!(fits = kv_.extend(seq->seq_id, static_cast<uint32_t>(seq->num_tokens() + std::ssize(drafts)), copies))) {
       copies.clear();
-      if (!drafts.empty()) {  // drafts never cost a preemption
+      if (!drafts.empty()) {  // a decode never preempts for its own drafts
         drafts.clear();
         continue;
       }

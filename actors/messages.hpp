@@ -116,6 +116,9 @@ struct SampleRow {  // one logits row of the step
   uint64_t request_key = 0;
   int32_t sample_index = 0;
   int32_t num_generated = 0;  // the sample's tokens so far (the scheduler's count; the sampler checks its own)
+  // Speculative: the draft fed on the next row; that row and the sample's
+  // later rows of the step count only if this row's id equals it. -1: none.
+  int32_t draft_token = -1;
 };
 
 struct SampleWork {
@@ -211,7 +214,7 @@ typename Inspector::result_type inspect(Inspector& f, SamplingParams& x) {
   });
   return f(caf::meta::type_name("SamplingParams"), x.temperature, x.top_k, x.top_p, x.min_p,
            x.repetition_penalty, x.presence_penalty, x.frequency_penalty, has_seed, seed, load, x.logprobs,
-           x.n, x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos);
+           x.n, x.max_tokens, x.stop_token_ids, x.stop, x.ignore_eos, x.num_speculative_tokens);
 }
 
 template <class Inspector>
@@ -277,7 +280,7 @@ typename Inspector::result_type inspect(Inspector& f, SamplerOpen& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SampleRow& x) {
-  return f(caf::meta::type_name("SampleRow"), x.request_key, x.sample_index, x.num_generated);
+  return f(caf::meta::type_name("SampleRow"), x.request_key, x.sample_index, x.num_generated, x.draft_token);
 }
 
 template <class Inspector>
@@ -353,7 +356,7 @@ typename Inspector::result_type inspect(Inspector& f, EngineStats& x) {
   return f(caf::meta::type_name("EngineStats"), x.num_running, x.num_waiting, x.num_requests_total,
            x.num_requests_finished, x.num_prompt_tokens, x.num_prefill_tokens, x.num_generated_tokens,
            x.num_preemptions, x.num_steps, x.mean_batch_seqs, x.mean_batch_tokens, x.kv, x.peak_running,
-           x.peak_steps_in_flight);
+           x.peak_steps_in_flight, x.num_spec_drafts, x.num_spec_draft_tokens, x.num_spec_accepted_tokens);
 }
 
 // ---------------------------------------------------------------------------

@@ -9,7 +9,10 @@
 // It keeps every live request's sampling state, updated by the deltas of
 // each SampleWork (actors/messages.hpp): released requests are dropped,
 // opened ones added, and each sampled id is appended to its sample's
-// history, which the penalties and the draw's counter read.
+// history, which the penalties and the draw's counter read. A speculative
+// step's rows of one sample (SampleRow::draft_token) extend its history
+// only up to the first row whose id rejects the next row's draft, as the
+// scheduler's update keeps only those ids (core/speculation.hpp).
 #include <spdlog/spdlog.h>
 
 #include <unordered_map>
@@ -43,6 +46,7 @@ struct SamplerState {
   // Per row of the current step: its request and its sample's history. Reused across steps.
   std::vector<const RequestSampling*> row_requests;
   std::vector<std::vector<int32_t>*> row_histories;
+  std::vector<int32_t> row_offsets;  // a speculative row's place after its sample's first row of the step; else 0
   uint64_t last_sampled_step = 0;
   // Histories of rows whose sequence a failed step ended (see SampleWork::fed_from).
   std::vector<std::vector<int32_t>> orphan_histories;
@@ -85,9 +89,12 @@ caf::error apply_deltas(SamplerState& st, SampleWork& work) {
 caf::error resolve_rows(SamplerState& st, const SampleWork& work) {
   st.row_requests.resize(work.rows.size());
   st.row_histories.assign(work.rows.size(), nullptr);
+  st.row_offsets.assign(work.rows.size(), 0);
   st.orphan_histories.clear();
   for (size_t i = 0; i < work.rows.size(); ++i) {
     const SampleRow& r = work.rows[i];
+    const int32_t offset = i > 0 && work.rows[i - 1].draft_token >= 0 ? st.row_offsets[i - 1] + 1 : 0;
+    st.row_offsets[i] = offset;
     auto it = st.requests.find(r.request_key);
     if (it == st.requests.end()) return internal_error("no state for request " + std::to_string(r.request_key));
     RequestSampling& req = it->second;
@@ -96,7 +103,7 @@ caf::error resolve_rows(SamplerState& st, const SampleWork& work) {
                             std::to_string(req.generated.size()));
     std::vector<int32_t>& generated = req.generated[static_cast<size_t>(r.sample_index)];  // its history
     const bool feeder_failed = work.fed_from != 0 && work.fed_from != st.last_sampled_step;
-    if (feeder_failed && generated.size() + 1 == static_cast<size_t>(r.num_generated)) {
+    if (feeder_failed && offset == 0 && generated.size() + 1 == static_cast<size_t>(r.num_generated)) {
       // The step that was to give this row its token failed, and with it the
       // sequence: sample into a scratch history, never into the request's.
       st.orphan_histories.emplace_back(generated);
@@ -105,7 +112,7 @@ caf::error resolve_rows(SamplerState& st, const SampleWork& work) {
       st.row_histories[i] = nullptr;  // set below, once the scratch vector stops moving
       continue;
     }
-    if (generated.size() != static_cast<size_t>(r.num_generated))
+    if (generated.size() + static_cast<size_t>(offset) != static_cast<size_t>(r.num_generated))
       return internal_error("sample " + std::to_string(r.sample_index) + " of request " +
                             std::to_string(r.request_key) + " has " + std::to_string(generated.size()) +
                             " ids here but " + std::to_string(r.num_generated) + " in the scheduler");
@@ -139,7 +146,8 @@ caf::error sample_rows(SamplerState& st, const SampleWork& work, const LogitsVie
   st.sampler_rows.resize(work.rows.size());
   for (size_t i = 0; i < work.rows.size(); ++i)
     st.sampler_rows[i] = {work.rows[i].request_key, work.rows[i].sample_index,
-                          static_cast<int32_t>(st.row_histories[i]->size())};
+                          static_cast<int32_t>(st.row_histories[i]->size()) + st.row_offsets[i],
+                          work.rows[i].draft_token};
   result.tokens.resize(work.rows.size());
   st.sampler->sample(view, st.sampler_rows, result.tokens, [&](const SampledIds& ids) {
     if (published) return;
@@ -179,8 +187,21 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
                                   ": the executor's argmax picked token " + std::to_string(work.published_ids[i]) +
                                   ", the sampler " + std::to_string(result.tokens[i].token_id));
       }
-      // The ids the scheduler will append: the histories move on by one each.
-      for (size_t i = 0; i < work.rows.size(); ++i) st.row_histories[i]->push_back(result.tokens[i].token_id);
+      // The ids the scheduler will append: the histories move on by one each,
+      // a speculative sample's up to its first rejected draft.
+      bool rejected = false;
+      for (size_t i = 0; i < work.rows.size(); ++i) {
+        if (st.row_offsets[i] == 0) rejected = false;
+        if (rejected) continue;
+        const SampleRow& r = work.rows[i];
+        const int32_t id = result.tokens[i].token_id;
+        st.row_histories[i]->push_back(id);
+        if (r.draft_token >= 0 && id != r.draft_token) {
+          rejected = true;  // the device's sampler kept every row's id: drop the rejected ones
+          st.sampler->truncate_history(r.request_key, r.sample_index,
+                                       static_cast<int32_t>(st.row_histories[i]->size()));
+        }
+      }
     } catch (const std::exception& e) {
       return internal_error(std::string("sampling failed: ") + e.what());
     }

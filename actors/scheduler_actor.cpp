@@ -126,7 +126,7 @@ StepWork make_work(SchedulerActorState& st, const StepPlan& plan, std::vector<ui
   // next one may already be waiting for them).
   sample.raw_argmax = st.parts->overlap && !plan.logits.empty();
   for (const auto& target : plan.logits) {
-    sample.rows.push_back(SampleRow{target.request_key, target.sample_index, target.num_generated});
+    sample.rows.push_back(SampleRow{target.request_key, target.sample_index, target.num_generated, target.draft_token});
     sample.raw_argmax = sample.raw_argmax && target.sampling && chooses_raw_argmax(*target.sampling);
     if (!st.sampler_keys.insert(target.request_key).second) continue;
     SamplerOpen open;
@@ -343,6 +343,9 @@ EngineStats engine_stats(const SchedulerStats& s) {
   e.peak_steps_in_flight = s.peak_steps_in_flight;
   e.num_handoffs_exported = s.num_handoffs_exported;
   e.num_handoffs_imported = s.num_handoffs_imported;
+  e.num_spec_drafts = s.num_spec_drafts;
+  e.num_spec_draft_tokens = s.num_spec_draft_tokens;
+  e.num_spec_accepted_tokens = s.num_spec_accepted_tokens;
   return e;
 }
 

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace kvtest {
@@ -29,7 +30,7 @@ KvTraits KvTraits::from_capabilities(std::string_view capabilities_json) {
   return t;
 }
 
-void Harness::write(uint64_t id, uint32_t from) {
+void Harness::write(uint64_t id, uint32_t from, uint32_t num_commit) {
   const ShadowSeq& seq = live_.at(id);
   const auto t = table(id);
   for (uint32_t p = from; p < seq.tokens.size(); ++p) {
@@ -37,7 +38,7 @@ void Harness::write(uint64_t id, uint32_t from) {
     KV_REQUIRE(s < kv_.size());
     kv_[s] = SlotValue{seq.prefix[p], seq.tokens[p]};
   }
-  const uint32_t n = static_cast<uint32_t>(seq.tokens.size()) - from;
+  const uint32_t n = std::min(static_cast<uint32_t>(seq.tokens.size()) - from, num_commit);
   if (n > 0) alloc_.commit_tokens(id, from, seq.tokens.data() + from, n);
 }
 
@@ -93,6 +94,44 @@ bool Harness::reserve(uint64_t id, const std::vector<int32_t>& tokens, uint32_t 
 }
 
 bool Harness::extend(uint64_t id, const std::vector<int32_t>& new_tokens) {
+  return grow(id, new_tokens, UINT32_MAX);
+}
+
+bool Harness::speculate(uint64_t id, const std::vector<int32_t>& drafts, uint32_t num_accepted) {
+  KV_REQUIRE(num_accepted <= drafts.size());
+  const uint32_t old_len = static_cast<uint32_t>(live_.at(id).tokens.size());
+  if (!grow(id, drafts, num_accepted)) return false;
+  const uint32_t new_len = old_len + num_accepted;
+  const auto before = alloc_.usage();
+  const auto old_table = table(id);
+  alloc_.truncate_seq(id, new_len);
+  ShadowSeq& seq = live_.at(id);
+  seq.tokens.resize(new_len);
+  seq.prefix.resize(new_len);
+  const auto after = alloc_.usage();
+  const auto new_table = table(id);
+  // Nothing moves: the kept positions keep their slots.
+  KV_REQUIRE(new_table.size() <= old_table.size());
+  KV_REQUIRE(std::equal(new_table.begin(), new_table.end(), old_table.begin()));
+  KV_REQUIRE(after.used_slots <= before.used_slots);
+  KV_REQUIRE(after.num_seqs == before.num_seqs);
+  if (!traits_.paged) KV_REQUIRE(after.reserved_slots == before.reserved_slots);  // a range stays whole
+  // A rollback below what was committed (everything kept here) is refused
+  // by an allocator that indexes commits for its prefix cache.
+  if (prefix_caching_ && new_len > 1) {
+    bool refused = false;
+    try {
+      alloc_.truncate_seq(id, new_len - 1);
+    } catch (const std::exception&) {
+      refused = true;
+    }
+    KV_REQUIRE(refused);
+    KV_REQUIRE(same_usage(after, alloc_.usage()));
+  }
+  return true;
+}
+
+bool Harness::grow(uint64_t id, const std::vector<int32_t>& new_tokens, uint32_t num_commit) {
   ShadowSeq& seq = live_.at(id);
   const uint32_t old_len = static_cast<uint32_t>(seq.tokens.size());
   const uint32_t new_len = old_len + static_cast<uint32_t>(new_tokens.size());
@@ -146,7 +185,7 @@ bool Harness::extend(uint64_t id, const std::vector<int32_t>& new_tokens) {
     seq.tokens.push_back(t);
     seq.prefix.push_back(h = next_prefix(h, t));
   }
-  write(id, old_len);
+  write(id, old_len, num_commit);
   return true;
 }
 
@@ -283,7 +322,11 @@ void run_workload(Harness& h, uint64_t seed, const Workload& w) {
         h.free(id);  // finished: length
       } else {
         const uint32_t k = std::min(room, uniform(0, 3) == 0 ? uniform(1, w.chunk) : 1u);
-        if (!h.extend(id, random_tokens(k))) preempt_one();
+        if (w.speculate && uniform(0, 2) == 0) {  // k drafts, some accepted, the rest rolled back
+          if (!h.speculate(id, random_tokens(k), uniform(0, k))) preempt_one();
+        } else if (!h.extend(id, random_tokens(k))) {
+          preempt_one();
+        }
       }
     } else if (r < 78 && w.allow_fork) {
       h.fork(pick_live(), next_id++);

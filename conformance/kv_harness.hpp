@@ -121,6 +121,8 @@ class Direct final : public llmk::KvAllocator {
     return impl.block_table(id, out.data() + old, n);
   }
   uint32_t block_size() const override { return impl.block_size(); }
+  bool can_truncate() const override { return true; }
+  void truncate_seq(uint64_t id, uint32_t n) override { impl.truncate_seq(id, n); }
   llmk_kv_usage usage() const override {
     llmk_kv_usage u{};
     impl.usage(u);
@@ -151,6 +153,12 @@ class Harness {
   bool reserve(uint64_t id, const std::vector<int32_t>& tokens, uint32_t max_total, uint32_t* cached_out = nullptr);
   bool extend(uint64_t id, const std::vector<int32_t>& new_tokens);
   bool fork(uint64_t parent, uint64_t child);
+  // A speculative step: the sequence grows by `drafts` (their K/V written,
+  // as a verification step writes it), the model accepts the first
+  // `num_accepted`, only those are committed, and the allocator rolls the
+  // rest back (truncate_seq). False, nothing changed, when the growth finds
+  // no space.
+  bool speculate(uint64_t id, const std::vector<int32_t>& drafts, uint32_t num_accepted);
   ShadowSeq free(uint64_t id);
   void check() const;
 
@@ -170,8 +178,10 @@ class Harness {
   const Expected& expected() const { return expected_; }
 
  private:
-  void write(uint64_t id, uint32_t from);  // writes K/V of positions [from, length)
+  // Writes K/V of positions [from, length) and commits the first num_commit of them.
+  void write(uint64_t id, uint32_t from, uint32_t num_commit = UINT32_MAX);
   void apply(const std::vector<llmk_kv_copy>& copies);
+  bool grow(uint64_t id, const std::vector<int32_t>& new_tokens, uint32_t num_commit);
 
   llmk::KvAllocator& alloc_;
   KvTraits traits_;
@@ -189,6 +199,7 @@ struct Workload {
   uint32_t vocab = 3;       // tiny: prompts share blocks, hashes see equal contents
   uint32_t chunk = 16;      // longest extend
   bool allow_fork = true;
+  bool speculate = false;   // some extends are speculative steps (needs truncate_seq)
 };
 void run_workload(Harness& h, uint64_t seed, const Workload& w);
 

@@ -3,7 +3,9 @@
 // kv_harness.hpp. What is checked beyond the common guarantees (every
 // sequence reads its own history, usage() agrees with the model's counts)
 // follows from the plugin's capabilities JSON. After each workload, a
-// flush_cache (API 2.2) must drop exactly the cached free blocks.
+// flush_cache (API 2.2) must drop exactly the cached free blocks. With
+// truncate_seq (API 2.3), workloads of speculative steps (drafts written,
+// some accepted and committed, the rest rolled back) run as well.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -63,27 +65,39 @@ SuiteResult run_kv_allocator_suite(const Plugin& plugin, const SuiteOptions& opt
     return result;
   }
   const uint32_t num_slots = 900, max_seq_len = 128, num_ops = options.reduced ? 500 : 2000;
-  for (const bool prefix : {true, false}) {
-    for (const uint64_t seed : {7u, 8u}) {
-      const std::string name = std::string("prefix caching ") + (prefix ? "on" : "off") + ", seed " +
-                               std::to_string(seed) + ": " + std::to_string(num_ops) + " random operations";
-      try {
-        const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), num_slots, block_size, max_seq_len,
-                                          prefix ? 1 : 0, "{}", nullptr, nullptr};
-        KvAllocatorImpl alloc(plugin, desc);
-        kvtest::Harness h(alloc, traits, num_slots, prefix);
-        kvtest::run_workload(h, seed, kvtest::Workload{num_ops, max_seq_len, 3, 16, true});
-        const llmk_kv_usage u = alloc.usage();
-        // The workload exercised what the plugin declares.
-        if (traits.prefix_caching && prefix && u.prefix_hit_tokens == 0)
-          throw kvtest::Violation("it declares prefix_caching, but no prefix token was found in the cache");
-        if (traits.copy_on_write && u.num_cow_copies == 0)
-          throw kvtest::Violation("it declares copy_on_write, but no block was copied on write");
-        check_flush(plugin, alloc, h, u);
-        result.cases.push_back(CaseResult{name, CaseStatus::passed, "", 0, 0, ""});
-      } catch (const std::exception& e) {
-        result.cases.push_back(CaseResult{name, CaseStatus::failed, "", 0, 0, e.what()});
-      }
+  // Plain workloads for seeds 7 and 8; speculative ones for one seed each.
+  struct Case {
+    bool prefix;
+    uint64_t seed;
+    bool speculate;
+  };
+  const Case all_cases[] = {{true, 7, false}, {true, 8, false}, {false, 7, false},
+                            {false, 8, false}, {true, 9, true},  {false, 9, true}};
+  for (const auto& [prefix, seed, speculate] : all_cases) {
+    const std::string name = std::string(speculate ? "speculative rollback, " : "") + "prefix caching " +
+                             (prefix ? "on" : "off") + ", seed " + std::to_string(seed) + ": " +
+                             std::to_string(num_ops) + " random operations";
+    if (speculate && plugin.kv_allocator().truncate_seq == nullptr) {
+      result.cases.push_back(CaseResult{name, CaseStatus::unsupported, "", 0, 0,
+                                        "no truncate_seq (KV allocator API 2.3): it cannot roll back"});
+      continue;
+    }
+    try {
+      const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), num_slots, block_size, max_seq_len,
+                                        prefix ? 1 : 0, "{}", nullptr, nullptr};
+      KvAllocatorImpl alloc(plugin, desc);
+      kvtest::Harness h(alloc, traits, num_slots, prefix);
+      kvtest::run_workload(h, seed, kvtest::Workload{num_ops, max_seq_len, 3, 16, true, speculate});
+      const llmk_kv_usage u = alloc.usage();
+      // The workload exercised what the plugin declares.
+      if (traits.prefix_caching && prefix && u.prefix_hit_tokens == 0)
+        throw kvtest::Violation("it declares prefix_caching, but no prefix token was found in the cache");
+      if (traits.copy_on_write && u.num_cow_copies == 0)
+        throw kvtest::Violation("it declares copy_on_write, but no block was copied on write");
+      check_flush(plugin, alloc, h, u);
+      result.cases.push_back(CaseResult{name, CaseStatus::passed, "", 0, 0, ""});
+    } catch (const std::exception& e) {
+      result.cases.push_back(CaseResult{name, CaseStatus::failed, "", 0, 0, e.what()});
     }
   }
   return result;

@@ -143,6 +143,8 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(disaggregation, bootstrap_port),
       LLMK_FIELD(disaggregation, timeout_s),
       LLMK_FIELD(disaggregation, max_pending),
+      LLMK_FIELD(speculative, method), LLMK_FIELD(speculative, num_tokens),
+      LLMK_FIELD(speculative, prompt_lookup_min), LLMK_FIELD(speculative, prompt_lookup_max),
   };
   return all;
 }

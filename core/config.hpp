@@ -149,6 +149,18 @@ struct DisaggregationSection {
   bool operator==(const DisaggregationSection&) const = default;
 };
 
+// Speculative decoding (core/speculation.hpp): a decode step verifies
+// num_tokens drafted tokens besides its own, greedy or sampled (n = 1, or
+// each sample after a fork), the output exactly the model's.
+struct SpeculativeSection {
+  std::string method = "none";     // none | ngram (prompt lookup)
+  uint32_t num_tokens = 4;         // drafts per step (k)
+  uint32_t prompt_lookup_min = 2;  // ngram: shortest suffix matched
+  uint32_t prompt_lookup_max = 4;  // ngram: longest suffix matched (tried first)
+
+  bool operator==(const SpeculativeSection&) const = default;
+};
+
 struct EngineConfig {
   ModelSection model;
   ExecutorSection executor;
@@ -159,6 +171,7 @@ struct EngineConfig {
   ParallelSection parallel;
   KvEventsSection kv_events;
   DisaggregationSection disaggregation;
+  SpeculativeSection speculative;
 
   bool operator==(const EngineConfig&) const = default;
 };
@@ -170,6 +183,8 @@ void apply_yaml_file(EngineConfig& cfg, const std::filesystem::path& file);
 void apply_override(EngineConfig& cfg, const std::string& key_equals_value);
 // Checks ranges and combinations; throws Error(invalid_config).
 void validate(const EngineConfig& cfg);
+// The speculative section's part of validate() (core/speculation.cpp).
+void validate_speculative(const EngineConfig& cfg);
 // Builds: defaults, then file (if non-empty), then overrides; validates.
 EngineConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides);
 // The effective configuration as YAML (for logs and `llmk info`); applying

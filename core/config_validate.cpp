@@ -121,6 +121,7 @@ void validate(const EngineConfig& c) {
   require_range("disaggregation.max_pending", d.max_pending, 1, 1e9, ">= 1");
   if (d.mode != "none" && p.pipeline > 1)  // handoffs save and restore K/V between steps
     fail("disaggregation.mode", d.mode + " needs parallel.pipeline = 1 (it is " + std::to_string(p.pipeline) + ")");
+  validate_speculative(c);
 }
 
 }  // namespace llmk

@@ -64,6 +64,13 @@ void CpuSampler::sample(const LogitsView& view, std::span<const Row> rows, std::
       // padded with id 0, as the fed-back row itself read.
       auto& padded = scratch_histories_.emplace_back(history.begin(), history.end());
       padded.resize(static_cast<size_t>(std::max(r.num_generated, 0)), 0);
+      // A speculative row's history holds the drafts fed before it.
+      for (size_t j = 1; j <= i && padded.size() >= history.size() + j; ++j) {
+        const Row& before = rows[i - j];
+        if (before.request_key != r.request_key || before.sample_index != r.sample_index || before.draft_token < 0)
+          break;
+        padded[padded.size() - j] = before.draft_token;
+      }
       history = padded;
     }
     SamplerRow& row = rows_[i];
@@ -73,6 +80,7 @@ void CpuSampler::sample(const LogitsView& view, std::span<const Row> rows, std::
     row.generated_ids = history;
     row.seed = req.seed;
     row.sample_index = static_cast<uint32_t>(r.sample_index);
+    row.draft_token = r.draft_token;
   }
   sampler_.sample(rows_, out);
   ids_.resize(rows.size());
@@ -88,6 +96,18 @@ void CpuSampler::sample(const LogitsView& view, std::span<const Row> rows, std::
     ids.count = static_cast<int32_t>(ids_.size());
     enqueued(ids);
   }
+}
+
+void CpuSampler::truncate_history(uint64_t request_key, int32_t sample_index, int32_t num_generated) {
+  auto it = requests_.find(request_key);
+  if (it == requests_.end() || sample_index < 0 || static_cast<size_t>(sample_index) >= it->second.generated.size())
+    throw Error(ErrorCode::internal, "CPU sampler: truncate_history of an unknown sample " +
+                                         std::to_string(sample_index) + " of request " + std::to_string(request_key));
+  auto& history = it->second.generated[static_cast<size_t>(sample_index)];
+  if (num_generated < 0 || static_cast<size_t>(num_generated) > history.size())
+    throw Error(ErrorCode::internal, "CPU sampler: truncate_history to " + std::to_string(num_generated) +
+                                         " ids of a history of " + std::to_string(history.size()));
+  history.resize(static_cast<size_t>(num_generated));
 }
 
 std::unique_ptr<DeviceSampler> make_cpu_sampler(int32_t vocab_size) {

@@ -25,6 +25,7 @@ class CpuSampler final : public DeviceSampler {
   void sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out,
               const IdsEnqueued& enqueued) override;
   using DeviceSampler::sample;
+  void truncate_history(uint64_t request_key, int32_t sample_index, int32_t num_generated) override;
 
  private:
   struct RequestState {

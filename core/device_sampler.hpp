@@ -44,6 +44,10 @@ class DeviceSampler {
     uint64_t request_key = 0;
     int32_t sample_index = 0;
     int32_t num_generated = 0;  // the sample's tokens so far: its draw counter
+    // Speculative: the draft this row verifies (SamplerRow::draft_token);
+    // the sample's rows just before it in `rows` carry the drafts fed
+    // before it, which its history (penalties) includes. -1: none.
+    int32_t draft_token = -1;
   };
   // Samples view row i for rows[i] (out.size() >= rows.size()) and appends
   // each sampled id to its sample's history. Waits for view.ready first (on
@@ -58,6 +62,11 @@ class DeviceSampler {
   void sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out) {
     sample(view, rows, out, IdsEnqueued{});
   }
+  // Drops a sample's ids past its first num_generated: rows of a
+  // speculative step after a rejected draft (core/speculation.hpp), which
+  // sample() appended like any other. Throws Error where the device's
+  // sampler cannot (the default: such a device does not speculate).
+  virtual void truncate_history(uint64_t request_key, int32_t sample_index, int32_t num_generated);
 };
 
 // The registered sampler of `device` (core/device_registry.hpp). Throws

@@ -63,6 +63,7 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
   const int32_t stages = parts.executor->max_steps_in_flight();
   const auto chosen = static_cast<int32_t>(config.parallel.steps_in_flight);
   options.max_steps_in_flight = chosen > 0 ? std::min(chosen, stages) : stages;
+  options.speculative = config.speculative;
   const SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   scheduling->scheduler = std::make_unique<Scheduler>(config.scheduler, limits, *scheduling->kv, options);
   scheduling->overlap = config.scheduler.overlap && stages == 1 && !scheduling->handoffs;

@@ -25,6 +25,10 @@ struct EngineStats {
   uint64_t peak_steps_in_flight = 0;  // steps planned and not yet updated at once (pipelined: up to the stages)
   uint64_t num_handoffs_exported = 0;  // prefills whose K/V went to a decode replica's box
   uint64_t num_handoffs_imported = 0;  // requests started from a prefill replica's K/V
+  // Speculative decoding: decodes that verified drafts, drafted tokens, accepted ones.
+  uint64_t num_spec_drafts = 0;
+  uint64_t num_spec_draft_tokens = 0;
+  uint64_t num_spec_accepted_tokens = 0;
 };
 
 }  // namespace llmk

@@ -48,6 +48,11 @@ std::unique_ptr<DeviceSampler> make_device_sampler(Device device, int32_t vocab_
   return factory(vocab_size);
 }
 
+void DeviceSampler::truncate_history(uint64_t request_key, int32_t sample_index, int32_t /*num_generated*/) {
+  throw Error(ErrorCode::internal, "this device's sampler cannot drop speculated ids (request " +
+                                       std::to_string(request_key) + " sample " + std::to_string(sample_index) + ")");
+}
+
 void validate_fed_back(const StepBatch& batch, const SampledIds& previous, Device device) {
   auto bad = [](const std::string& what) { throw Error(ErrorCode::invalid_argument, "step batch: " + what); };
   const int32_t n = batch.num_tokens();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/error.hpp"
 #include "plugins/api/llmk_kv_allocator.h"
 
 namespace llmk {
@@ -27,6 +28,13 @@ class KvAllocator {
   // Drops every prefix-cache block no live sequence references; returns how
   // many. An allocator without a prefix cache has nothing to drop.
   virtual uint32_t flush_cache() { return 0; }
+  // Shrinks a sequence to its first num_tokens tokens (never below what was
+  // committed), releasing what holds only later positions: the rollback of
+  // speculated tokens the model rejected. Only where can_truncate().
+  virtual bool can_truncate() const { return false; }
+  virtual void truncate_seq(uint64_t /*seq_id*/, uint32_t /*num_tokens*/) {
+    throw Error(ErrorCode::internal, "KV allocator: truncate_seq on an allocator that cannot roll back");
+  }
 };
 
 }  // namespace llmk

@@ -31,6 +31,7 @@ size_t table_size_at_minor(uint32_t kind, uint32_t minor) {
     case LLMK_PLUGIN_KV_ALLOCATOR:
       return minor == 0   ? offsetof(llmk_kv_allocator_api, cached_blocks)
              : minor == 1 ? offsetof(llmk_kv_allocator_api, flush_cache)
+             : minor == 2 ? offsetof(llmk_kv_allocator_api, truncate_seq)
                           : sizeof(llmk_kv_allocator_api);
     case LLMK_PLUGIN_COMM: return sizeof(llmk_comm_api);
   }

@@ -156,6 +156,9 @@ class KvAllocatorImpl final : public KvAllocator {
   // The plugin's flush_cache (API 2.2); 0 when it has none (no prefix
   // cache, or built against an older minor).
   uint32_t flush_cache() override;
+  // The plugin's truncate_seq (API 2.3); without it nothing can roll back.
+  bool can_truncate() const override { return plugin_.kv_allocator().truncate_seq != nullptr; }
+  void truncate_seq(uint64_t seq_id, uint32_t num_tokens) override;
   // The hashes of the blocks the prefix cache holds now (API 2.1), in no
   // particular order; nullopt when the plugin reports none (no prefix cache,
   // or built against API 2.0).

@@ -232,6 +232,14 @@ uint32_t KvAllocatorImpl::flush_cache() {
   return num_dropped;
 }
 
+void KvAllocatorImpl::truncate_seq(uint64_t seq_id, uint32_t num_tokens) {
+  const auto fn = plugin_.kv_allocator().truncate_seq;
+  if (fn == nullptr) return KvAllocator::truncate_seq(seq_id, num_tokens);  // throws
+  llmk_error err = blank_error();
+  const int status = fn(self_, seq_id, num_tokens, &err);
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "truncate_seq", status, err);
+}
+
 llmk_kv_usage KvAllocatorImpl::usage() const {
   llmk_kv_usage u{};
   llmk_error err = blank_error();

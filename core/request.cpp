@@ -50,6 +50,9 @@ void validate_sampling_params(const SamplingParams& p) {
   require(p.logprobs >= -1 && p.logprobs <= max_logprobs, "logprobs", closed(-1, max_logprobs), p.logprobs);
   require(p.n >= 1 && p.n <= max_samples, "n", closed(1, max_samples), p.n);
   require(p.max_tokens >= 1, "max_tokens", ">= 1", p.max_tokens);
+  require(p.num_speculative_tokens >= -1 && p.num_speculative_tokens <= max_speculative_tokens,
+          "num_speculative_tokens", closed(-1, max_speculative_tokens) + " (-1: the engine's, 0: off)",
+          p.num_speculative_tokens);
   if (p.stop.size() > max_stop_strings)
     throw FieldError("stop", "'stop' may hold at most " + std::to_string(max_stop_strings) + " strings, got " +
                                  std::to_string(p.stop.size()));

@@ -31,6 +31,9 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // besides the model's EOS ids
   std::vector<std::string> stop;        // stop strings; the match is not part of the text
   bool ignore_eos = false;
+  // Speculative decoding (speculative.*): at most this many drafted tokens a
+  // step for this request; 0 turns it off, -1 takes speculative.num_tokens.
+  int32_t num_speculative_tokens = -1;
 };
 
 // The one set of bounds on sampling parameters, for every front end (the
@@ -44,6 +47,7 @@ inline constexpr float max_abs_penalty = 2.0f;  // presence_penalty and frequenc
 inline constexpr int32_t max_logprobs = 20;     // top alternatives a request may ask for
 inline constexpr int32_t max_samples = 16;      // n
 inline constexpr size_t max_stop_strings = 16;
+inline constexpr int32_t max_speculative_tokens = 64;  // drafts a step (speculative.num_tokens too)
 }  // namespace sampling_limits
 
 // Throws FieldError(invalid_argument) naming the first field out of its

@@ -360,13 +360,22 @@ void Sampler::sample_row(const SamplerRow& row, Scratch& s, SampledToken& out) c
     const bool top_p_alone = p.top_p < 1.0f && !(p.top_k > 0 && p.top_k < vocab);
     if (want_logprobs || top_p_alone) ensure_weights();
     const double u = sampler_uniform(row.seed, row.sample_index, row.generated_ids.size());
+    // A draft x (SamplerRow::draft_token) takes the first w(x) of the draw's
+    // range: accepted with probability p(x), else the rest of the range
+    // draws from p without x. Every token keeps probability p.
+    const int32_t x = row.draft_token;
     if (truncate(p, z, s.weights.data(), vocab, m, total, s.top, s.candidates)) {
-      double mass = 0.0;
-      for (const auto& c : s.candidates) mass += c.weight;
-      const double target = u * mass;
-      double cumulative = 0.0;
-      out.token_id = argmax(z, vocab, m);  // should rounding leave the target unreached
+      double mass = 0.0, wx = 0.0;
       for (const auto& c : s.candidates) {
+        mass += c.weight;
+        if (c.id == x) wx = c.weight;
+      }
+      const double target = u * mass - wx;
+      double cumulative = 0.0;
+      out.token_id = target < 0 ? x : argmax(z, vocab, m);  // argmax: should rounding leave the target unreached
+      for (const auto& c : s.candidates) {
+        if (target < 0) break;
+        if (c.id == x) continue;
         cumulative += c.weight;
         if (cumulative > target) {
           out.token_id = c.id;
@@ -375,8 +384,15 @@ void Sampler::sample_row(const SamplerRow& row, Scratch& s, SampledToken& out) c
       }
     } else {
       ensure_weights();
-      out.token_id = draw_from_all(s.weights.data(), vocab, u * total);
-      if (out.token_id < 0) out.token_id = argmax(z, vocab, m);  // rounding left the target unreached
+      const float wx = x >= 0 ? s.weights[x] : 0.0f;
+      if (u * total < wx) {
+        out.token_id = x;
+      } else {
+        if (x >= 0) s.weights[x] = 0.0f;
+        out.token_id = draw_from_all(s.weights.data(), vocab, u * total - wx);
+        if (x >= 0) s.weights[x] = wx;
+        if (out.token_id < 0) out.token_id = argmax(z, vocab, m);  // rounding left the target unreached
+      }
     }
   }
 

@@ -76,6 +76,13 @@ struct SamplerRow {
   std::span<const int32_t> generated_ids;   // this sample's tokens so far; its size is the step
   uint64_t seed = 0;                        // from resolve_seed
   uint32_t sample_index = 0;                // 0..n-1
+  // Speculative verification (core/speculation.hpp): a token drafted with
+  // certainty for this position. A sampled row returns it with probability
+  // p(draft) and otherwise draws from p without it, so the row's token is
+  // distributed as p and equals the draft exactly when it is accepted (the
+  // modified rejection rule for a point-mass draft). A greedy row returns
+  // its argmax as always. -1: none.
+  int32_t draft_token = -1;
 };
 
 struct SampledToken {

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/sampler.hpp"
+#include "core/speculation.hpp"
 
 namespace llmk {
 
@@ -39,6 +40,7 @@ Scheduler::Scheduler(const SchedulerSection& config, const SchedulerLimits& limi
     throw Error(ErrorCode::invalid_config, "scheduler: max_steps_in_flight must be at least 1, got " +
                                                std::to_string(options.max_steps_in_flight));
   max_steps_in_flight_ = is_static_ ? 1 : options.max_steps_in_flight;
+  init_speculation(options.speculative);
 }
 
 Scheduler::~Scheduler() = default;
@@ -137,10 +139,14 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
   for (const ScheduledSeq& s : plan.seqs) {
     const size_t first_row = next_logit;
     const int32_t* tokens = sampled.data() + next_logit;
-    next_logit += static_cast<size_t>(s.num_samples);
+    next_logit += static_cast<size_t>(s.num_logits_rows());
     Sequence* seq = find(s.seq_id);
     if (seq != nullptr) seq->in_flight = false;
     if (seq == nullptr || seq->status != SequenceStatus::running) continue;  // cancelled or stopped meanwhile
+    if (s.num_draft_tokens > 0) {
+      apply_verified(plan, s, first_row, *seq, tokens, t, events);
+      continue;
+    }
     kv_.commit_tokens(seq->seq_id, static_cast<uint32_t>(s.first_new_position),
                       seq->tokens.data() + s.first_new_position, static_cast<uint32_t>(s.num_new_tokens));
     seq->num_computed_tokens = s.first_new_position + s.num_new_tokens;

@@ -67,6 +67,20 @@
 // A sequence that cannot fit with nothing else running is finished with an
 // error. No admission happens in a step that preempted.
 //
+// Speculative decoding (SchedulerOptions::speculative, core/speculation.hpp):
+// a decoding sequence of one sample (greedy or sampled: its rows' ids follow
+// SamplerRow::draft_token's rule) may add k drafted tokens after its
+// decode row, each row with logits; its KV grows by k more slots, from the
+// token budget the step's other decodes leave. A decode never preempts for
+// its own drafts: where the KV cannot hold them, it goes without (drafts
+// planned earlier in the step may still take slots a later decode then
+// lacks; it preempts as usual). The
+// update accepts drafts while they equal the rows' sampled ids, emits those
+// ids (accepted drafts, then the first disagreeing or the bonus one) with
+// every stop condition applied token by token, commits the verified K/V
+// only, and rolls the rest back (KvAllocator::truncate_seq). A plan with
+// drafts is never followed by a plan made ahead, and none is made ahead.
+//
 // n > 1: the prompt is prefilled once; the step that completes it has n
 // logits rows (the same batch row repeated), one per sample, and the sequence
 // forks (KvAllocator::fork) into samples 0..n-1 that decode independently.
@@ -93,6 +107,8 @@
 
 namespace llmk {
 
+class Proposer;
+
 // Values the scheduler needs besides its config section.
 struct SchedulerLimits {
   int32_t max_seq_len = 0;              // context limit: prompt + generated tokens
@@ -107,6 +123,10 @@ struct SchedulerOptions {
   // (Executor::max_steps_in_flight, a pipeline's stages). Ignored (1) by
   // the static policy.
   int32_t max_steps_in_flight = 1;
+  // speculative.*: "none" decodes one token a step. Another method needs an
+  // allocator that can roll back (KvAllocator::can_truncate) and the
+  // continuous policy with one step in flight.
+  SpeculativeSection speculative{};
   // Prefill/decode disaggregation (core/kv_handoff.hpp): saves the K/V a
   // finished prefill hands off and restores what a handed-off sequence
   // brings (the executor; nullptr: no handoffs), and where exports go.
@@ -135,6 +155,10 @@ struct ScheduledSeq {
   // position, KV not written, no logits) because its batch is padded to the
   // longest member. seq_id names the finished sequence, whose KV is held.
   bool is_padding = false;
+  // Speculative: drafted tokens after the decode row, each a row with logits
+  // (num_new_tokens = 1 + num_draft_tokens).
+  int32_t num_draft_tokens = 0;
+  int32_t num_logits_rows() const { return num_samples + num_draft_tokens; }
 };
 
 // A token (or an ending) for the detokenizer.
@@ -161,6 +185,9 @@ struct LogitsTarget {
   std::shared_ptr<const SamplingParams> sampling;  // seed always set
   uint64_t request_key = 0;     // Sequence::request_key: the request as a number
   int32_t num_generated = 0;    // tokens the sample has generated before this row's
+  // Speculative: the draft fed on the next row, which (with every later row
+  // of its sequence) counts only if this row's id equals it; -1 otherwise.
+  int32_t draft_token = -1;
 };
 
 struct StepPlan {
@@ -196,6 +223,9 @@ struct SchedulerStats {
   uint64_t peak_steps_in_flight = 0;     // plans awaiting their update at once
   uint64_t num_handoffs_exported = 0;    // prefills whose K/V went to KvHandoffBox
   uint64_t num_handoffs_imported = 0;    // sequences started from a handed-off K/V
+  uint64_t num_spec_drafts = 0;          // decodes that verified drafts (vLLM's num_drafts)
+  uint64_t num_spec_draft_tokens = 0;    // drafted tokens verified
+  uint64_t num_spec_accepted_tokens = 0; // of those, accepted
   llmk_kv_usage kv{};
   double mean_batch_seqs() const { return num_steps ? double(num_batch_seqs) / double(num_steps) : 0.0; }
   double mean_batch_tokens() const { return num_steps ? double(num_batch_tokens) / double(num_steps) : 0.0; }
@@ -292,6 +322,15 @@ class Scheduler {
   void finalize_batch(StepPlan& plan);
   void insert_running(Sequence* seq);
   void remove_running(Sequence* seq);
+  // scheduler_speculation.cpp: drafts, their rows, their verification.
+  void init_speculation(const SpeculativeSection& config);
+  bool may_speculate(const Sequence& seq) const;
+  bool any_may_speculate(const StepPlan& plan);
+  int32_t num_pending_decodes() const;
+  void propose_drafts(const Sequence& seq, int32_t max_drafts, std::vector<int32_t>& drafts) const;
+  void add_draft_rows(StepPlan& plan, Sequence& seq, const std::vector<int32_t>& drafts);
+  void apply_verified(const StepPlan& plan, const ScheduledSeq& s, size_t first_row, Sequence& seq,
+                      const int32_t* sampled, TimePoint t, std::vector<TokenEvent>& events);
   // scheduler.cpp: tokens and endings.
   void apply_token(Sequence& seq, int32_t token, TimePoint t, std::vector<TokenEvent>& events);
   void fork_samples(Sequence& parent, const int32_t* tokens, TimePoint t, std::vector<TokenEvent>& events);
@@ -311,6 +350,8 @@ class Scheduler {
   int32_t max_num_seqs_ = 0;             // min(max_num_seqs, max_num_batched_tokens): decodes always fit
   int32_t max_num_batched_tokens_ = 0;
   int32_t max_steps_in_flight_ = 1;
+  std::unique_ptr<Proposer> proposer_;   // null: no speculation
+  int32_t num_speculative_tokens_ = 0;
 
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // live sequences
   std::unordered_map<std::string, RequestState> requests_;         // live requests

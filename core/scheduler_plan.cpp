@@ -50,7 +50,9 @@ StepPlan Scheduler::schedule() {
 StepPlan Scheduler::schedule_ahead(const StepPlan& in_flight) {
   if (is_static_ || in_flight_.size() != 1 || in_flight_.front() != in_flight.step_id) return {};
   for (const ScheduledSeq& s : in_flight.seqs)
-    if (s.num_samples > 1 || s.is_padding) return {};
+    if (s.num_samples > 1 || s.is_padding || s.num_draft_tokens > 0) return {};
+  // A sequence that may draft decodes in a plan made after its update.
+  if (proposer_ && any_may_speculate(in_flight)) return {};
   // A KV restore writes the device's KV memory from the host: it waits for
   // a step with nothing in flight.
   if (!waiting_.empty() && waiting_.front()->num_offloaded_tokens > 0) return {};
@@ -145,14 +147,23 @@ bool Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
   // Pipelined: the running sequences spread over the steps in flight.
   const auto per_step = static_cast<int32_t>((running_.size() + static_cast<size_t>(max_steps_in_flight_) - 1) /
                                              static_cast<size_t>(max_steps_in_flight_));
+  // Drafts take only the budget the decodes still to plan leave.
+  int32_t num_decodes_left = proposer_ ? num_pending_decodes() : 0;
+  std::vector<int32_t> drafts;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* seq = running_[i];
     if (!needs_decode(*seq) || seq->in_flight) continue;
     if (num_decodes == per_step) break;
+    drafts.clear();
+    if (proposer_) propose_drafts(*seq, budget - num_decodes_left--, drafts);
     std::vector<llmk_kv_copy> copies;
     bool fits = false;
-    while (!(fits = kv_.extend(seq->seq_id, static_cast<uint32_t>(seq->num_tokens()), copies))) {
+    while (!(fits = kv_.extend(seq->seq_id, static_cast<uint32_t>(seq->num_tokens() + std::ssize(drafts)), copies))) {
       copies.clear();
+      if (!drafts.empty()) {  // a decode never preempts for its own drafts
+        drafts.clear();
+        continue;
+      }
       if (!may_preempt) return false;
       if (!static_pads_.empty()) {  // padding gives way before any live member does
         release_static_padding();
@@ -176,6 +187,10 @@ bool Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
     add_to_batch(plan, *seq, 1);
     budget -= 1;
     num_decodes += 1;
+    if (!drafts.empty()) {
+      add_draft_rows(plan, *seq, drafts);
+      budget -= static_cast<int32_t>(drafts.size());
+    }
   }
   if (is_static_) stats_.num_padded_slots += static_cast<uint64_t>(std::max(0, static_batch_size_ - num_decodes));
   return true;

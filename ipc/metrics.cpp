@@ -164,6 +164,13 @@ std::string Metrics::render(const EngineStats& st) const {
          "(exported) or started from (imported).\n# TYPE llmk_kv_handoffs_total counter\n";
   out += "llmk_kv_handoffs_total{direction=\"exported\"} " + std::to_string(st.num_handoffs_exported) + "\n";
   out += "llmk_kv_handoffs_total{direction=\"imported\"} " + std::to_string(st.num_handoffs_imported) + "\n";
+  scalar(out, "counter", "llmk_spec_decode_num_drafts_total", "Speculative decodes: drafts verified (vLLM's name).",
+         static_cast<double>(st.num_spec_drafts));
+  scalar(out, "counter", "llmk_spec_decode_num_draft_tokens_total", "Drafted tokens verified.",
+         static_cast<double>(st.num_spec_draft_tokens));
+  scalar(out, "counter", "llmk_spec_decode_num_accepted_tokens_total",
+         "Drafted tokens accepted; mean acceptance length = 1 + accepted / drafts.",
+         static_cast<double>(st.num_spec_accepted_tokens));
   return replica_name_.empty() ? out : with_replica_label(out, replica_name_);
 }
 

@@ -97,6 +97,7 @@ SamplingParams parse_sampling(const json& body, LogprobsStyle style, int32_t max
                                                std::numeric_limits<int64_t>::max()));
   }
   p.ignore_eos = get_bool(body, "ignore_eos", false);
+  p.num_speculative_tokens = get_int32(body, "num_speculative_tokens", p.num_speculative_tokens);
   const char* logprobs_key = "logprobs";
   if (style == LogprobsStyle::integer) {
     p.logprobs = get_int32(body, "logprobs", -1);

@@ -15,7 +15,7 @@ const std::vector<std::string> submit_keys = {"v", "type", "id", "prompt", "prom
 const std::vector<std::string> param_keys = {
     "max_tokens",      "temperature",       "top_p",          "top_k",    "min_p", "stop", "stop_token_ids", "n",
     "seed",            "logprobs",          "presence_penalty", "frequency_penalty", "repetition_penalty",
-    "ignore_eos"};
+    "ignore_eos",      "num_speculative_tokens"};
 
 void reject_unknown_keys(const json& obj, const std::vector<std::string>& known, const std::string& where) {
   for (const auto& [key, value] : obj.items()) {

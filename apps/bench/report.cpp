@@ -1,5 +1,6 @@
 #include "apps/bench/report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -125,6 +126,12 @@ std::string format_table(const RunResult& r) {
            std::to_string(r.peak_running) + fmt(", mean batch %.2f seqs, ", r.mean_batch_seqs) +
            std::to_string(r.num_preemptions) + " preemptions, " + std::to_string(r.num_relocations) +
            " relocations, " + std::to_string(r.num_prefill_tokens) + " prefill tokens\n";
+    if (r.num_spec_drafts > 0)
+      out += "speculative   " + std::to_string(r.num_spec_drafts) + " drafts, " +
+             std::to_string(r.num_spec_accepted_tokens) + " of " + std::to_string(r.num_spec_draft_tokens) +
+             fmt(" drafted tokens accepted (%.1f%%), ", 100.0 * static_cast<double>(r.num_spec_accepted_tokens) /
+                                                           static_cast<double>(std::max<uint64_t>(1, r.num_spec_draft_tokens))) +
+             fmt("mean acceptance length %.2f\n", r.mean_acceptance_length());
   } else {
     out += "server        no stats from this target\n";
   }
@@ -159,7 +166,11 @@ nlohmann::json to_json(const RunResult& r, bool with_records) {
                    {"num_steps", r.num_steps},
                    {"num_preemptions", r.num_preemptions},
                    {"num_relocations", r.num_relocations},
-                   {"num_prefill_tokens", r.num_prefill_tokens}};
+                   {"num_prefill_tokens", r.num_prefill_tokens},
+                   {"num_spec_drafts", r.num_spec_drafts},
+                   {"num_spec_draft_tokens", r.num_spec_draft_tokens},
+                   {"num_spec_accepted_tokens", r.num_spec_accepted_tokens},
+                   {"mean_acceptance_length", r.mean_acceptance_length()}};
     nlohmann::json samples = nlohmann::json::array();
     for (const auto& k : r.kv_samples) {
       samples.push_back({k.time_s, k.used_fraction, k.reserved_fraction, k.num_running, k.num_waiting});

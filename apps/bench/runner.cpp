@@ -207,6 +207,9 @@ RunResult run_workload(Target& target, const std::vector<BenchRequest>& workload
       result.num_relocations = after->kv.num_relocations - before->kv.num_relocations;
       result.num_steps = after->num_steps - before->num_steps;
       result.peak_running = after->peak_running;
+      result.num_spec_drafts = after->num_spec_drafts - before->num_spec_drafts;
+      result.num_spec_draft_tokens = after->num_spec_draft_tokens - before->num_spec_draft_tokens;
+      result.num_spec_accepted_tokens = after->num_spec_accepted_tokens - before->num_spec_accepted_tokens;
       if (result.num_steps > 0) {
         result.mean_batch_seqs = (after->mean_batch_seqs * static_cast<double>(after->num_steps) -
                                   before->mean_batch_seqs * static_cast<double>(before->num_steps)) /

@@ -60,6 +60,15 @@ struct RunResult {
   uint64_t num_relocations = 0;        // during the run
   uint64_t num_steps = 0;              // during the run
   double mean_batch_seqs = 0;          // over the run's steps
+  // Speculative decoding during the run: decodes that verified drafts,
+  // drafted and accepted tokens.
+  uint64_t num_spec_drafts = 0;
+  uint64_t num_spec_draft_tokens = 0;
+  uint64_t num_spec_accepted_tokens = 0;
+  // Tokens a verifying decode emits on average: 1 + accepted / drafts.
+  double mean_acceptance_length() const {
+    return num_spec_drafts ? 1.0 + static_cast<double>(num_spec_accepted_tokens) / num_spec_drafts : 0.0;
+  }
 };
 
 RunResult run_workload(Target& target, const std::vector<BenchRequest>& workload, const RunOptions& options);

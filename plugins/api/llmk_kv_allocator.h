@@ -23,9 +23,11 @@ extern "C" {
  * llmk_kv_allocator_api, see llmk_plugin.h):
  * 2.1: prefix-cache events (desc event_sink; default when absent: no
  *      events) and cached_blocks (default when absent: not reported).
- * 2.2: flush_cache (default when absent: nothing to drop). */
+ * 2.2: flush_cache (default when absent: nothing to drop).
+ * 2.3: truncate_seq (default when absent: no rollback; the host then runs
+ *      no speculative decoding over the allocator). */
 #define LLMK_KV_ALLOCATOR_API_MAJOR 2u
-#define LLMK_KV_ALLOCATOR_API_MINOR 2u
+#define LLMK_KV_ALLOCATOR_API_MINOR 3u
 #ifndef LLMK_KV_ALLOCATOR_API_BUILD_MINOR
 #define LLMK_KV_ALLOCATOR_API_BUILD_MINOR LLMK_KV_ALLOCATOR_API_MINOR
 #endif
@@ -140,6 +142,18 @@ typedef struct llmk_kv_allocator_api {
    * reported to the event sink as BLOCK_REMOVED; blocks live sequences hold
    * stay cached. *num_dropped receives how many blocks were dropped. */
   int (*flush_cache)(void* self, uint32_t* num_dropped, llmk_error* err);
+#endif
+#if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 3
+  /* 2.3, optional (NULL: the allocator cannot roll back). Shrinks a sequence
+   * to its first num_tokens tokens, 1 <= num_tokens <= its length: the slots
+   * of later positions (speculated tokens the model rejected) are given up.
+   * Blocks left holding none of its positions are released as free_seq
+   * releases them; an allocator of one range per sequence keeps its range.
+   * Never copies. num_tokens is never below the tokens the host committed
+   * (commit_tokens): only unverified tokens are rolled back, and those were
+   * never committed, so no prefix-cache entry covers them. An allocator with
+   * a prefix cache refuses a smaller num_tokens (LLMK_ERR_INVALID_ARGUMENT). */
+  int (*truncate_seq)(void* self, uint64_t seq_id, uint32_t num_tokens, llmk_error* err);
 #endif
 } llmk_kv_allocator_api;
 

@@ -277,6 +277,24 @@ constexpr auto kv_allocator_flush_cache() {
 }
 #endif
 
+#if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 3
+// The table's truncate_seq: the class's when it declares one, else NULL.
+template <class Impl>
+constexpr auto kv_allocator_truncate_seq() {
+  using Fn = int (*)(void*, uint64_t, uint32_t, llmk_error*);
+  if constexpr (requires(Impl& impl) { impl.truncate_seq(uint64_t{}, uint32_t{}); }) {
+    return static_cast<Fn>([](void* self, uint64_t seq_id, uint32_t num_tokens, llmk_error* err) noexcept -> int {
+      return guarded(err, [&] {
+        static_cast<Impl*>(self)->truncate_seq(seq_id, num_tokens);
+        return static_cast<int>(LLMK_OK);
+      });
+    });
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+#endif
+
 template <class Impl>
 const llmk_plugin_info* kv_allocator_info() {
   static const llmk_kv_allocator_api api{
@@ -337,6 +355,10 @@ const llmk_plugin_info* kv_allocator_info() {
 #if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 2
       ,
       kv_allocator_flush_cache<Impl>()
+#endif
+#if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 3
+      ,
+      kv_allocator_truncate_seq<Impl>()
 #endif
   };
   return make_info<Impl>(LLMK_PLUGIN_KV_ALLOCATOR, LLMK_KV_ALLOCATOR_API_VERSION, &api);

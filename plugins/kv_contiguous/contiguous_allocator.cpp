@@ -108,6 +108,20 @@ void ContiguousAllocator::free_seq(uint64_t seq_id) {
   }
 }
 
+void ContiguousAllocator::truncate_seq(uint64_t seq_id, uint32_t num_tokens) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) invalid("truncate_seq: unknown sequence " + std::to_string(seq_id));
+  Sequence& seq = it->second;
+  if (num_tokens == 0 || num_tokens > seq.num_tokens) {
+    invalid("truncate_seq: sequence " + std::to_string(seq_id) + " has " + std::to_string(seq.num_tokens) +
+            " tokens; cannot truncate to " + std::to_string(num_tokens));
+  }
+  used_slots_ -= seq.num_tokens - num_tokens;
+  seq.num_tokens = num_tokens;
+  // A fork's pending copy brings only the positions it still has.
+  if (seq.pending_copy) seq.pending_len = std::min(seq.pending_len, num_tokens);
+}
+
 uint32_t ContiguousAllocator::block_table(uint64_t seq_id, int32_t* entries, uint32_t max_entries) const {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return 0;

@@ -35,6 +35,8 @@ class ContiguousAllocator {
                      uint32_t* num_copies);
   llmk_status fork(uint64_t parent_id, uint64_t child_id);
   void free_seq(uint64_t seq_id);
+  // API 2.3: rolls a sequence back to num_tokens; the range stays its own.
+  void truncate_seq(uint64_t seq_id, uint32_t num_tokens);
   void commit_tokens(uint64_t, uint32_t, const int32_t*, uint32_t) {}  // no prefix cache
   uint32_t block_table(uint64_t seq_id, int32_t* entries, uint32_t max_entries) const;
   uint32_t block_size() const { return region_len_; }

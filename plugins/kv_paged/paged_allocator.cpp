@@ -273,6 +273,34 @@ void PagedAllocator::free_seq(uint64_t seq_id) {
   seqs_.erase(it);
 }
 
+void PagedAllocator::truncate_seq(uint64_t seq_id, uint32_t num_tokens) {
+  Sequence& seq = get(seq_id, "truncate_seq");
+  if (num_tokens == 0 || num_tokens > seq.num_tokens) {
+    invalid("truncate_seq: sequence " + std::to_string(seq_id) + " has " + std::to_string(seq.num_tokens) +
+            " tokens; cannot truncate to " + std::to_string(num_tokens));
+  }
+  if (num_tokens < seq.num_committed) {
+    invalid("truncate_seq: sequence " + std::to_string(seq_id) + " committed " + std::to_string(seq.num_committed) +
+            " tokens; cannot truncate to " + std::to_string(num_tokens) + " (committed K/V is never rolled back)");
+  }
+  const uint32_t keep = blocks_for(num_tokens);
+  while (seq.blocks.size() > keep) {  // past the committed tokens: never registered
+    release(seq.blocks.back());
+    seq.blocks.pop_back();
+  }
+  // The last block's fill covers the longest of the sequences sharing it.
+  const uint32_t level = keep - 1, b = seq.blocks.back();
+  uint32_t fill = num_tokens - level * block_size_;
+  if (blocks_[b].ref_count > 1) {
+    for (const auto& [id, other] : seqs_)
+      if (id != seq_id && other.blocks.size() > level && other.blocks[level] == b)
+        fill = std::max(fill, std::min(block_size_, other.num_tokens - level * block_size_));
+  }
+  used_slots_ -= blocks_[b].fill - fill;
+  blocks_[b].fill = fill;
+  seq.num_tokens = num_tokens;
+}
+
 void PagedAllocator::commit_tokens(uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n) {
   if (!prefix_caching_ || tokens == nullptr) return;
   auto it = seqs_.find(seq_id);

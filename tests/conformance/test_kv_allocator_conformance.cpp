@@ -19,9 +19,12 @@ TEST_CASE("every discovered KV allocator keeps the invariants its capabilities d
   REQUIRE(names.size() >= 3);  // kv.paged, kv.contiguous and kv.vm are always built
   for (const auto& name : names) {
     CAPTURE(name);
-    const SuiteResult r = run_kv_allocator_suite(registry.load(name, LLMK_PLUGIN_KV_ALLOCATOR));
+    const Plugin plugin = registry.load(name, LLMK_PLUGIN_KV_ALLOCATOR);
+    const SuiteResult r = run_kv_allocator_suite(plugin);
     for (const auto& f : r.failures()) FAIL_CHECK(f);
-    CHECK(r.num_passed() == 4);  // prefix caching on and off, two seeds each
+    // Prefix caching on and off, two seeds each; with truncate_seq (API 2.3)
+    // a speculative workload for each as well.
+    CHECK(r.num_passed() == (plugin.kv_allocator().truncate_seq != nullptr ? 6 : 4));
   }
 }
 
@@ -34,4 +37,21 @@ TEST_CASE("capabilities that do not say how an allocator lays out its slots are 
   CHECK(paged.paged);
   CHECK(paged.copy_on_write);
   CHECK_FALSE(paged.prefix_caching);
+}
+
+TEST_CASE("kv.paged, kv.contiguous and kv.vm roll speculated tokens back (API 2.3 truncate_seq)", "[conformance][kv]") {
+  PluginRegistry registry(conformance_dirs());
+  for (const char* name : {"kv.paged", "kv.contiguous", "kv.vm"}) {
+    CAPTURE(name);
+    const Plugin plugin = registry.load(name, LLMK_PLUGIN_KV_ALLOCATOR);
+    REQUIRE(plugin.kv_allocator().truncate_seq != nullptr);
+    const SuiteResult r = run_kv_allocator_suite(plugin);
+    size_t num_speculative = 0;
+    for (const auto& c : r.cases) {
+      if (c.name.rfind("speculative rollback", 0) != 0) continue;
+      ++num_speculative;
+      CHECK(c.status == CaseStatus::passed);
+    }
+    CHECK(num_speculative == 2);
+  }
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <list>
 #include <optional>
 #include <map>
@@ -275,6 +276,9 @@ class FakeModel final : public KvOffloader {
  public:
   explicit FakeModel(size_t num_slots) : token_(num_slots, -1), position_(num_slots, -1) {}
   int64_t num_padding_rows = 0;  // rows of static padding seen
+  // The model's next token after a context (sample index second); tests of
+  // speculation swap in a rule whose output repeats.
+  std::function<int32_t(const std::vector<int32_t>&, int32_t)> next_token = fake_next_token;
 
   // Checks the batch's shape, applies copies, writes the new K/V, then reads
   // each logits row's whole context back through its block table. A plan
@@ -328,7 +332,7 @@ class FakeModel final : public KvOffloader {
         require(position_.at(sl) == p, "KV slot holds the position it should (stale or lost KV)");
         context.push_back(token_.at(sl));
       }
-      out.push_back(fake_next_token(context, plan.logits[i].sample_index));
+      out.push_back(next_token(context, plan.logits[i].sample_index));
     }
     return out;
   }

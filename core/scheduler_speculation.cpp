@@ -1,0 +1,121 @@
+// Scheduler, the speculative half: which decodes draft, their rows in the
+// flattened step, and what a verification step's sampled ids mean.
+#include <algorithm>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/sampler.hpp"
+#include "core/scheduler.hpp"
+#include "core/speculation.hpp"
+
+namespace llmk {
+
+void Scheduler::init_speculation(const SpeculativeSection& config) {
+  proposer_ = make_proposer(config);
+  if (!proposer_) return;
+  const std::string method = "speculative.method: '" + config.method + "'";
+  if (is_static_)
+    throw Error(ErrorCode::invalid_config, method + " needs scheduler.policy continuous (it is static)");
+  if (max_steps_in_flight_ > 1)
+    throw Error(ErrorCode::invalid_config, method + " does not run with " + std::to_string(max_steps_in_flight_) +
+                                               " pipelined steps in flight (set parallel.steps_in_flight to 1)");
+  if (!kv_.can_truncate())
+    throw Error(ErrorCode::invalid_config, method + " needs a KV allocator that rolls back rejected tokens "
+                                                    "(truncate_seq, KV allocator API 2.3); plugins.kv_allocator's "
+                                                    "cannot");
+  num_speculative_tokens_ = static_cast<int32_t>(config.num_tokens);
+}
+
+int32_t Scheduler::num_pending_decodes() const {
+  return static_cast<int32_t>(std::count_if(running_.begin(), running_.end(), [](const Sequence* s) {
+    return s->num_kv_tokens < s->num_tokens() && !s->in_flight;
+  }));
+}
+
+// One sample (after a fork each sample may). A greedy row's id is its
+// argmax and a sampled row's follows the rejection rule (SamplerRow::
+// draft_token): either way a draft is accepted exactly when its row's id
+// equals it, and the ids are distributed as plain decoding's.
+bool Scheduler::may_speculate(const Sequence& seq) const {
+  return proposer_ && seq.num_unforked_samples == 1 && seq.sampling != nullptr;
+}
+
+// Planning ahead, a decode's newest token is not known, so it cannot draft:
+// a step with such a sequence is not followed by a plan made ahead.
+bool Scheduler::any_may_speculate(const StepPlan& plan) {
+  return std::any_of(plan.seqs.begin(), plan.seqs.end(), [this](const ScheduledSeq& s) {
+    const Sequence* seq = find(s.seq_id);
+    return seq != nullptr && seq->status == SequenceStatus::running && may_speculate(*seq);
+  });
+}
+
+// Drafts for a decode that may speculate, never planning ahead, and never
+// past the tokens it may still generate: the step emits at most drafts + 1.
+void Scheduler::propose_drafts(const Sequence& seq, int32_t max_drafts, std::vector<int32_t>& drafts) const {
+  if (planning_ahead_ || seq.pending_row >= 0 || !may_speculate(seq)) return;
+  const int32_t room = seq.max_total_tokens() - seq.num_tokens() - 1;
+  const int32_t wanted = seq.sampling->num_speculative_tokens;  // -1: the engine's
+  const int32_t k = std::min({wanted >= 0 ? std::min(wanted, num_speculative_tokens_) : num_speculative_tokens_,
+                              max_drafts, room});
+  if (k <= 0) return;
+  proposer_->propose(seq.tokens, k, drafts);
+}
+
+// The drafts follow the sequence's decode row, which add_to_batch has just
+// appended: its rows, context and logits grow by one per draft.
+void Scheduler::add_draft_rows(StepPlan& plan, Sequence& seq, const std::vector<int32_t>& drafts) {
+  StepBatch& batch = plan.batch;
+  const std::vector<int32_t>& table = step_tables_.back();
+  const int32_t block = batch.block_size;
+  const auto k = static_cast<int32_t>(drafts.size());
+  plan.logits.back().draft_token = drafts[0];
+  const LogitsTarget decode_target = plan.logits.back();
+  for (int32_t i = 0; i < k; ++i) {
+    const int32_t p = seq.num_tokens() + i;
+    batch.token_ids.push_back(drafts[static_cast<size_t>(i)]);
+    batch.positions.push_back(p);
+    batch.slot_mapping.push_back(table.at(static_cast<size_t>(p / block)) + p % block);
+    batch.logits_rows.push_back(batch.num_tokens() - 1);
+    LogitsTarget target = decode_target;
+    target.num_generated = seq.num_generated_tokens() + 1 + i;
+    target.draft_token = i + 1 < k ? drafts[static_cast<size_t>(i + 1)] : -1;
+    plan.logits.push_back(std::move(target));
+  }
+  batch.query_start.back() += k;
+  batch.context_lens.back() += k;
+  ScheduledSeq& s = plan.seqs.back();
+  s.num_new_tokens += k;
+  s.num_draft_tokens = k;
+  seq.num_kv_tokens = seq.num_tokens() + k;
+}
+
+// Rows first_row .. first_row + k: the sampled id after the newest token,
+// then after each draft. The accepted drafts and the next id are emitted in
+// order until one ends the sequence; the K/V of the newest token and the
+// accepted drafts is committed, that of the rejected drafts rolled back.
+void Scheduler::apply_verified(const StepPlan& plan, const ScheduledSeq& s, size_t first_row, Sequence& seq,
+                               const int32_t* sampled, TimePoint t, std::vector<TokenEvent>& events) {
+  const int32_t k = s.num_draft_tokens;
+  const auto row0 = static_cast<size_t>(plan.batch.query_start[static_cast<size_t>(&s - plan.seqs.data())]);
+  const int32_t* fed = plan.batch.token_ids.data() + row0;  // newest token, then the drafts
+  const int32_t a = num_accepted_greedy({fed + 1, static_cast<size_t>(k)}, {sampled, static_cast<size_t>(k + 1)});
+  stats_.num_spec_drafts += 1;
+  stats_.num_spec_draft_tokens += static_cast<uint64_t>(k);
+  stats_.num_spec_accepted_tokens += static_cast<uint64_t>(a);
+
+  const int32_t verified = s.first_new_position + 1 + a;  // positions holding valid K/V
+  kv_.commit_tokens(seq.seq_id, static_cast<uint32_t>(s.first_new_position), fed, static_cast<uint32_t>(1 + a));
+  if (verified < seq.num_kv_tokens) kv_.truncate_seq(seq.seq_id, static_cast<uint32_t>(verified));
+  seq.num_kv_tokens = verified;
+  seq.num_computed_tokens = verified;
+  const uint64_t seq_id = seq.seq_id;
+  for (int32_t j = 0; j <= a; ++j) {
+    const size_t first_event = events.size();
+    apply_token(seq, sampled[j], t, events);  // may finish (and destroy) seq
+    for (size_t i = first_event; i < events.size(); ++i)
+      if (events[i].token_id) events[i].logits_row = static_cast<int32_t>(first_row) + j;
+    if (find(seq_id) == nullptr) break;
+  }
+}
+
+}  // namespace llmk

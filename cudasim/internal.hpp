@@ -64,6 +64,9 @@ void race_end_launch();
 void race_begin_block();  // after current_block is set up
 std::size_t races_in_launch();
 std::string first_race_text_in_launch();
+// Global accesses outside the allocation they started in, in this launch.
+std::size_t bounds_errors_in_launch();
+std::string first_bounds_error_in_launch();
 
 // scheduler.cpp
 void run_kernel(const launch_config& config, const std::function<void()>& body);
@@ -102,8 +105,17 @@ struct gemm_args {
 bool gemm_type_supported(cudaDataType t);  // F32, F16, BF16
 bool gemm_fp8_type(cudaDataType t);        // E4M3, E5M2 (cuBLASLt operands A and B only)
 void run_gemm(const gemm_args& g);
-// Whether [p, p + bytes) lies inside one device allocation (runtime.cpp).
+// memory.cpp: device allocations in an address range of their own.
+// Whether [p, p + bytes) lies inside one device allocation.
 bool is_device_range(const void* p, std::size_t bytes);
+void* device_allocate(std::size_t bytes);         // null when the range is full or cannot be reserved
+bool device_free(void* p, std::size_t* bytes);  // false: not an allocation's start
+// The simulated device's address range ([0, 0) before the first cudaMalloc).
+extern std::uintptr_t g_arena_begin, g_arena_end;
+inline bool in_device_range(std::uintptr_t a) { return a - g_arena_begin < g_arena_end - g_arena_begin; }
+// "" when [a, a + size) lies inside one live allocation, else what is wrong
+// (the address, and the allocation it started in or lies past the end of).
+std::string describe_device_access(std::uintptr_t a, std::size_t size);
 void set_error(cudaError_t code, const std::string& detail);
 
 }  // namespace cudasim::detail

@@ -36,7 +36,6 @@ cudaError_t g_last_error = cudaSuccess;
 std::string g_error_detail;
 std::size_t g_total_bytes = std::size_t{80} << 30;
 std::size_t g_allocated_bytes = 0;
-std::map<std::uintptr_t, std::size_t> g_device_allocations;  // begin -> bytes
 std::map<std::uintptr_t, std::size_t> g_host_allocations;    // pinned
 std::unordered_map<const void*, int> g_max_dynamic_smem;     // per kernel (cudaFuncSetAttribute)
 std::uint64_t g_num_launches = 0;
@@ -45,6 +44,12 @@ int g_cc_major = 9, g_cc_minor = 0;  // the compute capability reported (set_com
 
 constexpr std::size_t default_dynamic_smem_limit = 48 * 1024;
 constexpr std::size_t optin_dynamic_smem_limit = 227 * 1024;
+
+// A failed kernel (a launch failure or an illegal address) is reported again
+// by every synchronisation, as a GPU's context errors are.
+cudaError_t sticky_error() {
+  return g_last_error == cudaErrorLaunchFailure || g_last_error == cudaErrorIllegalAddress ? g_last_error : cudaSuccess;
+}
 
 cudaError_t fail(cudaError_t code, const std::string& detail) {
   set_error(code, detail);
@@ -67,15 +72,6 @@ cudaError_t check_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
 }
 
 }  // namespace
-
-// Whether [p, p + bytes) lies inside one device allocation.
-bool is_device_range(const void* p, std::size_t bytes) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  auto it = g_device_allocations.upper_bound(a);
-  if (it == g_device_allocations.begin()) return false;
-  --it;
-  return a >= it->first && a + bytes <= it->first + it->second;
-}
 
 void set_error(cudaError_t code, const std::string& detail) {
   g_last_error = code;
@@ -122,7 +118,11 @@ void launch(const launch_config& config, std::function<void()> body) {
       std::fprintf(stderr, "cudasim: %s\n", g_error_detail.c_str());
       return;
     }
-    if (races_in_launch() > 0 && get_race_mode() == race_mode::fail) {
+    if (bounds_errors_in_launch() > 0) {
+      set_error(cudaErrorIllegalAddress, std::to_string(bounds_errors_in_launch()) +
+                                             " out-of-bounds global access(es); first: " + first_bounds_error_in_launch());
+      std::fprintf(stderr, "cudasim: %s\n", g_error_detail.c_str());
+    } else if (races_in_launch() > 0 && get_race_mode() == race_mode::fail) {
       set_error(cudaErrorLaunchFailure, std::to_string(races_in_launch()) + " shared-memory race(s); first: " +
                                             first_race_text_in_launch());
       std::fprintf(stderr, "cudasim: %s\n", g_error_detail.c_str());
@@ -156,11 +156,9 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
   if (!ptr) return fail(cudaErrorInvalidValue, "cudaMalloc: null output pointer");
   if (size > g_total_bytes - g_allocated_bytes)
     return fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(size) + " bytes: out of simulated memory");
-  const std::size_t rounded = (std::max<std::size_t>(size, 1) + 255) / 256 * 256;
-  void* p = std::aligned_alloc(256, rounded);
-  if (!p) return fail(cudaErrorMemoryAllocation, "cudaMalloc: host allocation failed");
-  std::memset(p, 0xcd, rounded);  // device memory starts with garbage
-  g_device_allocations[reinterpret_cast<std::uintptr_t>(p)] = size;
+  void* p = device_allocate(size);
+  if (!p) return fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(size) + " bytes: the simulated device's address range is full");
+  std::memset(p, 0xcd, size);  // device memory starts with garbage
   g_allocated_bytes += size;
   *ptr = p;
   return cudaSuccess;
@@ -168,11 +166,9 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 
 cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
-  auto it = g_device_allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == g_device_allocations.end()) return fail(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
-  g_allocated_bytes -= it->second;
-  g_device_allocations.erase(it);
-  std::free(ptr);
+  std::size_t bytes = 0;
+  if (!device_free(ptr, &bytes)) return fail(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
+  g_allocated_bytes -= bytes;
   return cudaSuccess;
 }
 
@@ -265,13 +261,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (stream && stream != cudaStreamLegacy && stream != cudaStreamPerThread && stream->capture)
     return fail(cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize on a capturing stream");
-  return g_last_error == cudaErrorLaunchFailure ? g_last_error : cudaSuccess;
+  return sticky_error();
 }
 cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
   return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: null event");
 }
-cudaError_t cudaDeviceSynchronize(void) { return g_last_error == cudaErrorLaunchFailure ? g_last_error : cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return sticky_error(); }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   if (!event) return fail(cudaErrorInvalidValue, "cudaEventCreate: null output pointer");
@@ -440,6 +436,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     CUDASIM_NAME(cudaErrorInvalidDevice)
     CUDASIM_NAME(cudaErrorInvalidResourceHandle)
     CUDASIM_NAME(cudaErrorLaunchFailure)
+    CUDASIM_NAME(cudaErrorIllegalAddress)
     CUDASIM_NAME(cudaErrorStreamCaptureUnsupported)
     CUDASIM_NAME(cudaErrorIllegalState)
     CUDASIM_NAME(cudaErrorNoDevice)
@@ -461,6 +458,7 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorIllegalState: return "the operation is not permitted in the current state";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";

@@ -57,4 +57,9 @@ void wmma_gemm_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c, in
 // axpy.cu: y = alpha * x + y, one thread per element (graph-capture tests).
 void axpy(float alpha, const float* x, float* y, int n, cudaStream_t stream);
 
+// gather.cu: out[i] = in[index[i]] for i < num_threads. No bounds checks of
+// its own: the bounds-check tests hand it indices past `in` or a thread
+// count past `out`.
+void gather(const float* in, const int* index, float* out, int num_threads, cudaStream_t stream);
+
 }  // namespace llmk::cudasim_test

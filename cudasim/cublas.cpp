@@ -93,7 +93,7 @@ cublasStatus_t gemm(cublasHandle_t handle, gemm_args g, const void* alpha, const
   g.alpha = *static_cast<const float*>(alpha);
   g.beta = *static_cast<const float*>(beta);
   using cudasim::detail::run_gemm;
-  if (!cudasim::detail::capture_if_active(handle->stream, [g] { run_gemm(g); })) run_gemm(g);
+  cudasim::detail::enqueue(handle->stream, [g] { run_gemm(g); });
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -353,8 +353,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   g.batch_count = static_cast<int>(a.batch);
   g.a_scale = a_scale;
   g.b_scale = b_scale;
-  if (!cudasim::detail::capture_if_active(stream, [g] { cudasim::detail::run_gemm(g); }))
-    cudasim::detail::run_gemm(g);
+  cudasim::detail::enqueue(stream, [g] { cudasim::detail::run_gemm(g); });
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -9,7 +9,8 @@
 // round, so a missing barrier shows up as a different result per seed and,
 // for shared memory, as a race report (kernel files are compiled with
 // -fsanitize=thread, whose memory-access hooks this library implements; see
-// race.cpp). Launches and copies execute synchronously in stream order.
+// race.cpp). Stream work runs in stream order when the host waits for it (or
+// when issued: set_execution_mode).
 //
 // The toolkit's own headers provide the types (dim3, cudaError_t, __half,
 // __nv_bfloat16, cuBLAS enums); this library implements the functions with
@@ -73,6 +74,19 @@ std::size_t race_count();  // racy accesses since the last clear_races()
 std::optional<race_report> first_race();
 std::vector<race_report> races();  // the first few, in order
 void clear_races();
+
+// When stream work runs: deferred (default; $LLMK_CUDASIM_EXECUTION=eager
+// changes it) queues each stream's work until the host waits for it, and
+// reports host writes to pinned memory a queued copy still uses; eager runs
+// everything when issued. Switching runs what is queued.
+enum class execution_mode { eager, deferred };
+void set_execution_mode(execution_mode mode);
+execution_mode get_execution_mode();
+// Host/device hazards found (pinned memory rewritten under a queued copy):
+// each also fails the synchronisation that ran the copy.
+std::size_t hazard_count();
+std::vector<std::string> hazards();  // the first few, each one line
+void clear_hazards();
 
 // Details of the last failed launch or runtime call ("" if none).
 std::string last_error_detail();

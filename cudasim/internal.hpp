@@ -71,8 +71,20 @@ std::string first_bounds_error_in_launch();
 // scheduler.cpp
 void run_kernel(const launch_config& config, const std::function<void()>& body);
 
-// runtime.cpp: stream capture.
+// streams.cpp: when stream work runs (see there).
+// Records `op` into the graph `stream` is capturing; false if it is not.
 bool capture_if_active(cudaStream_t stream, std::function<void()> op);
+// Captures, queues (deferred mode) or runs `op` in `stream`'s order.
+void enqueue(cudaStream_t stream, std::function<void()> op);
+// A cudaMemcpyAsync whose arguments were checked: pageable ends as CUDA
+// treats them, pinned ends snapshotted for the hazard check.
+void enqueue_copy(void* dst, const void* src, std::size_t count, cudaStream_t stream);
+void flush_stream(cudaStream_t stream);  // runs its queued work (the legacy stream: everything)
+void flush_all();
+// runtime.cpp: what a synchronisation returns (a failed kernel's error, sticky).
+cudaError_t sticky_error();
+// Whether [p, p + bytes) lies inside one pinned host allocation.
+bool is_pinned_range(const void* p, std::size_t bytes);
 
 // cublas.cpp: the GEMM behind cuBLAS and cuBLASLt, column-major,
 // D = alpha op(A) op(B) + beta C, products and sums in float (C may be D).

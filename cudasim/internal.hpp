@@ -67,6 +67,9 @@ std::string first_race_text_in_launch();
 // Global accesses outside the allocation they started in, in this launch.
 std::size_t bounds_errors_in_launch();
 std::string first_bounds_error_in_launch();
+// Distinct bytes of static shared memory the launch touched (its static
+// shared size as far as the simulation can see it; 0 with the race check off).
+std::size_t static_shared_bytes_in_launch();
 
 // scheduler.cpp
 void run_kernel(const launch_config& config, const std::function<void()>& body);

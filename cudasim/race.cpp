@@ -43,12 +43,15 @@ struct shadow_byte {
   std::uint32_t read_epoch[2] = {0, 0}, read_time[2] = {0, 0};
   std::uint16_t writer = 0;
   std::uint16_t reader[2] = {0, 0};
+  std::uint32_t touched_launch = 0;  // static shared: the last launch that touched this byte
 };
 
 race_mode g_mode = race_mode::fail;
 bool g_in_launch = false;  // during a launch
 bool g_tracking = false;   // during a launch with the race check on
 std::size_t g_num_bounds_errors = 0;  // in this launch
+std::uint32_t g_launch_serial = 0;
+std::size_t g_static_touched = 0;  // distinct static shared bytes this launch touched
 std::string g_first_bounds_error;
 std::uintptr_t g_static_begin = 0, g_static_bytes = 0;
 std::uintptr_t g_dynamic_begin = 0, g_dynamic_bytes = 0;
@@ -121,6 +124,11 @@ void track(const void* address, std::size_t size, bool is_write) {
     shadow = g_static_shadow.data() + offset;
     region = "static shared";
     size = std::min<std::size_t>(size, g_static_bytes - offset);
+    for (std::size_t i = 0; i < size; ++i)
+      if (shadow[i].touched_launch != g_launch_serial) {
+        shadow[i].touched_launch = g_launch_serial;
+        ++g_static_touched;
+      }
   } else if (a - g_dynamic_begin < g_dynamic_bytes) {
     offset = a - g_dynamic_begin;
     shadow = g_dynamic_shadow.data() + offset;
@@ -169,6 +177,8 @@ void race_begin_launch(const launch_config& config, void* dynamic_base, std::siz
   g_num_races_at_launch = g_num_races;
   g_num_bounds_errors = 0;
   g_first_bounds_error.clear();
+  ++g_launch_serial;
+  g_static_touched = 0;
   g_in_launch = true;
   g_tracking = g_mode != race_mode::off;
   g_static_begin = reinterpret_cast<std::uintptr_t>(cudasim_kernel_statics_begin);
@@ -194,6 +204,7 @@ void race_begin_block() {}
 void race_end_launch() { g_in_launch = g_tracking = false; }
 
 std::size_t bounds_errors_in_launch() { return g_num_bounds_errors; }
+std::size_t static_shared_bytes_in_launch() { return g_static_touched; }
 std::string first_bounds_error_in_launch() { return g_first_bounds_error; }
 
 std::size_t races_in_launch() { return g_num_races - g_num_races_at_launch; }

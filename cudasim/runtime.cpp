@@ -33,10 +33,14 @@ cudaError_t fail(cudaError_t code, const std::string& detail) {
 
 }  // namespace
 
-// A failed kernel (a launch failure or an illegal address) is reported again
+// A failed kernel (a launch failure, an illegal address, too much shared
+// memory found when it ran) is reported again
 // by every synchronisation, as a GPU's context errors are.
 cudaError_t sticky_error() {
-  return g_last_error == cudaErrorLaunchFailure || g_last_error == cudaErrorIllegalAddress ? g_last_error : cudaSuccess;
+  return g_last_error == cudaErrorLaunchFailure || g_last_error == cudaErrorIllegalAddress ||
+                 g_last_error == cudaErrorLaunchOutOfResources
+             ? g_last_error
+             : cudaSuccess;
 }
 
 bool is_pinned_range(const void* p, std::size_t bytes) {
@@ -69,6 +73,26 @@ cudaError_t check_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
 void set_error(cudaError_t code, const std::string& detail) {
   g_last_error = code;
   g_error_detail = detail;
+}
+
+// Static plus dynamic shared memory against the device's limits: 48 KiB of
+// static at most, 48 KiB in all unless cudaFuncSetAttribute raised the
+// kernel's dynamic limit, then up to the opt-in maximum in all. Checked after
+// the launch ran, from the static bytes it touched ("" when within them).
+std::string shared_memory_excess(const launch_config& config, std::size_t static_bytes) {
+  const std::size_t total = static_bytes + config.dynamic_smem_bytes;
+  const bool opted_in = g_max_dynamic_smem.count(config.func) > 0;
+  const std::string sizes = std::to_string(static_bytes) + " bytes of static shared memory + " +
+                            std::to_string(config.dynamic_smem_bytes) + " dynamic = " + std::to_string(total);
+  if (static_bytes > default_dynamic_smem_limit)
+    return std::to_string(static_bytes) + " bytes of static shared memory, above the " +
+           std::to_string(default_dynamic_smem_limit) + " a device allows (use dynamic shared memory)";
+  if (!opted_in && total > default_dynamic_smem_limit)
+    return sizes + ", above the " + std::to_string(default_dynamic_smem_limit) +
+           " a kernel gets without cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize)";
+  if (total > optin_dynamic_smem_limit)
+    return sizes + ", above the device's " + std::to_string(optin_dynamic_smem_limit) + " per block";
+  return {};
 }
 
 void launch(const launch_config& config, std::function<void()> body) {
@@ -105,7 +129,10 @@ void launch(const launch_config& config, std::function<void()> body) {
       std::fprintf(stderr, "cudasim: %s\n", g_error_detail.c_str());
       return;
     }
-    if (bounds_errors_in_launch() > 0) {
+    if (const std::string excess = shared_memory_excess(config, static_shared_bytes_in_launch()); !excess.empty()) {
+      set_error(cudaErrorLaunchOutOfResources, std::string("kernel '") + config.name + "': " + excess);
+      std::fprintf(stderr, "cudasim: %s\n", g_error_detail.c_str());
+    } else if (bounds_errors_in_launch() > 0) {
       set_error(cudaErrorIllegalAddress, std::to_string(bounds_errors_in_launch()) +
                                              " out-of-bounds global access(es); first: " + first_bounds_error_in_launch());
       std::fprintf(stderr, "cudasim: %s\n", g_error_detail.c_str());
@@ -324,6 +351,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     CUDASIM_NAME(cudaErrorInvalidResourceHandle)
     CUDASIM_NAME(cudaErrorLaunchFailure)
     CUDASIM_NAME(cudaErrorIllegalAddress)
+    CUDASIM_NAME(cudaErrorLaunchOutOfResources)
     CUDASIM_NAME(cudaErrorStreamCaptureUnsupported)
     CUDASIM_NAME(cudaErrorIllegalState)
     CUDASIM_NAME(cudaErrorNoDevice)
@@ -346,6 +374,7 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorIllegalState: return "the operation is not permitted in the current state";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";

@@ -62,4 +62,11 @@ void axpy(float alpha, const float* x, float* y, int n, cudaStream_t stream);
 // count past `out`.
 void gather(const float* in, const int* index, float* out, int num_threads, cudaStream_t stream);
 
+// shared_limits.cu: one block of 128 threads fills a static shared tile of
+// static_kib KiB (8 or 40) and `dynamic_bytes` of dynamic shared memory with
+// 1.0f, and thread 0 writes their sum to out[0]. opt_in_bytes > 0 first
+// raises the kernel's dynamic limit (cudaFuncSetAttribute). Returns the
+// launch's status (its execution errors come at the synchronisation).
+cudaError_t shared_fill(float* out, int static_kib, std::size_t dynamic_bytes, int opt_in_bytes, cudaStream_t stream);
+
 }  // namespace llmk::cudasim_test

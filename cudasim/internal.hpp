@@ -76,7 +76,9 @@ void run_kernel(const launch_config& config, const std::function<void()>& body);
 
 // streams.cpp: when stream work runs (see there).
 // Records `op` into the graph `stream` is capturing; false if it is not.
-bool capture_if_active(cudaStream_t stream, std::function<void()> op);
+// `communicates`: a collective other processes take part in (the graph then
+// runs at its launch; see streams.cpp).
+bool capture_if_active(cudaStream_t stream, std::function<void()> op, bool communicates = false);
 // Captures, queues (deferred mode) or runs `op` in `stream`'s order.
 void enqueue(cudaStream_t stream, std::function<void()> op);
 // A cudaMemcpyAsync whose arguments were checked: pageable ends as CUDA

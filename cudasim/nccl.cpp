@@ -204,7 +204,7 @@ void issue(std::vector<pending_op> ops) {
       finish(ops.front().comm, e.code, e.what());
       std::fprintf(stderr, "cudasim nccl (graph replay): %s\n", e.what());
     }
-  });
+  }, /*communicates=*/true);
 }
 
 // Checks op, then runs it or (inside a group) queues it.

@@ -18,7 +18,11 @@
 // - eager: everything runs when issued, one valid schedule of CUDA's stream
 //   semantics (set LLMK_CUDASIM_EXECUTION=eager to choose it at start).
 // During stream capture, operations on the captured stream are recorded into
-// the graph instead; a graph launch is one queued operation.
+// the graph instead; a graph launch is one queued operation, except that a
+// graph holding collectives (simulated NCCL) runs at its launch, after its
+// stream's queued work, as the NCCL calls themselves do: a GPU progresses
+// without its host, and another rank may wait for the collective while this
+// host waits for that rank.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -53,9 +57,11 @@ struct CUevent_st {
 };
 struct CUgraph_st {
   std::vector<std::function<void()>> ops;  // in capture order
+  bool communicates = false;              // holds collectives other processes wait for
 };
 struct CUgraphExec_st {
   std::vector<std::function<void()>> ops;
+  bool communicates = false;
 };
 
 namespace cudasim::detail {
@@ -121,9 +127,10 @@ void report_hazard(const pinned_snapshot& snap, std::size_t first_changed, std::
 
 }  // namespace
 
-bool capture_if_active(cudaStream_t stream, std::function<void()> op) {
+bool capture_if_active(cudaStream_t stream, std::function<void()> op, bool communicates) {
   if (is_legacy(stream) || !stream->capture) return false;
   stream->capture->ops.push_back(std::move(op));
+  stream->capture->communicates |= communicates;
   return true;
 }
 
@@ -324,14 +331,23 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
   if (!exec || !graph) return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: null argument");
-  *exec = new CUgraphExec_st{graph->ops};
+  *exec = new CUgraphExec_st{graph->ops, graph->communicates};
   return cudaSuccess;
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (!exec) return fail(cudaErrorInvalidValue, "cudaGraphLaunch: null graph");
-  enqueue(stream, [exec] {
+  auto replay = [exec] {
     for (const auto& op : exec->ops) op();
-  });
+  };
+  // A GPU runs a graph without the host waiting for it, and other ranks may
+  // wait for its collectives while this host waits for them: such a graph
+  // runs at its launch, after the stream's queued work, as NCCL calls do.
+  if (exec->communicates && !capture_if_active(stream, replay)) {
+    flush_stream(stream);
+    replay();
+    return cudaSuccess;
+  }
+  enqueue(stream, std::move(replay));
   return cudaSuccess;
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {

@@ -139,6 +139,10 @@ unsigned lane_id();
 enum class block_op : int { sync, count, all, any };
 int block_barrier(block_op op, int predicate);
 
+// Fails the running launch with `what` (cudaErrorLaunchFailure, the message
+// prefixed with the kernel's name): a rule the hardware enforces was broken.
+[[noreturn]] void kernel_fail(const std::string& what);
+
 }  // namespace cudasim::detail
 
 // Static shared memory: a __shared__ variable is a function-local static

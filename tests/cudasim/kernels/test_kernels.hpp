@@ -51,6 +51,9 @@ void warp_ops(const int* values, int* out, int num_threads, cudaStream_t stream)
 // a: [m, k] row-major, b: [k, n] column-major, c: [m, n] row-major float;
 // m, n, k multiples of 16.
 void wmma_gemm_f16(const __half* a, const __half* b, float* c, int m, int n, int k, cudaStream_t stream);
+// d = a * a for one 16x16 tile, loaded and stored by WMMA straight from global
+// memory: a: [16, lda] __half row-major, d: [16, ldd] float. One warp.
+void wmma_square_tile(const __half* a, unsigned lda, float* d, unsigned ldd, cudaStream_t stream);
 void wmma_gemm_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c, int m, int n, int k,
                     cudaStream_t stream);
 

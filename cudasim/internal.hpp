@@ -118,6 +118,9 @@ struct gemm_args {
   // product runs (as cuBLASLt reads its scale pointers); null means 1.
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
+  // cuBLASLt's FAST compute types: A and B (F32) rounded to this format (to
+  // nearest even) before the products, which stay in float.
+  enum class rounding { none, tf32, f16, bf16 } input_rounding = rounding::none;
 };
 bool gemm_type_supported(cudaDataType t);  // F32, F16, BF16
 bool gemm_fp8_type(cudaDataType t);        // E4M3, E5M2 (cuBLASLt operands A and B only)

@@ -65,7 +65,7 @@ TEST_CASE("A stream waiting on an event runs the event's stream up to its record
   CUDA_REQUIRE(cudaEventDestroy(ready));
 }
 
-TEST_CASE("Pageable sources are staged at the call; pageable destinations are filled before it returns") {
+TEST_CASE("Pageable sources are staged at the call, and pageable destinations are filled before it returns") {
   reset_simulator(1);
   stream_guard stream;
   device_buffer<float> x(8);

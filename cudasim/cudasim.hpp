@@ -154,6 +154,10 @@ int block_barrier(block_op op, int predicate);
 #undef __shared__
 #define __shared__ static
 
+// A launch bound is ptxas's register budget; the simulation has none to fit
+// (a launch above 1024 threads fails here as on every device).
+#define __launch_bounds__(...)
+
 #define threadIdx (::cudasim::detail::current_coords->thread_idx)
 #define blockIdx (::cudasim::detail::current_coords->block_idx)
 #define blockDim (::cudasim::detail::current_coords->block_dim)

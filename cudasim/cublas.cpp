@@ -6,6 +6,8 @@
 #include <cublas_v2.h>
 #include <cuda_fp8.h>
 
+#include <cmath>
+
 #include "internal.hpp"
 
 struct cublasContext {
@@ -37,6 +39,24 @@ void store(void* p, cudaDataType t, std::int64_t i, float v) {
   }
 }
 
+// An F32 input as a FAST compute type's tensor cores see it.
+float round_input(float v, gemm_args::rounding r) {
+  switch (r) {
+    case gemm_args::rounding::tf32: {
+      // 10 mantissa bits, to nearest even; NaN and infinities kept.
+      if (!std::isfinite(v)) return v;
+      std::uint32_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      bits = (bits + 0xfffu + ((bits >> 13) & 1u)) & 0xffffe000u;
+      std::memcpy(&v, &bits, sizeof v);
+      return v;
+    }
+    case gemm_args::rounding::f16: return __half2float(__float2half_rn(v));
+    case gemm_args::rounding::bf16: return __bfloat162float(__float2bfloat16_rn(v));
+    default: return v;
+  }
+}
+
 }  // namespace
 
 void run_gemm(const gemm_args& g) {
@@ -50,7 +70,8 @@ void run_gemm(const gemm_args& g) {
         for (int l = 0; l < g.k; ++l) {
           const std::int64_t ai = g.transa == CUBLAS_OP_N ? i + std::int64_t{l} * g.lda : l + std::int64_t{i} * g.lda;
           const std::int64_t bi = g.transb == CUBLAS_OP_N ? l + std::int64_t{j} * g.ldb : j + std::int64_t{l} * g.ldb;
-          acc += load(g.a, g.a_type, a0 + ai) * load(g.b, g.b_type, b0 + bi);
+          acc += round_input(load(g.a, g.a_type, a0 + ai), g.input_rounding) *
+                 round_input(load(g.b, g.b_type, b0 + bi), g.input_rounding);
         }
         // beta == 0: C is not read (it may hold NaN), as in cuBLAS.
         acc *= ab_scale;
@@ -93,7 +114,7 @@ cublasStatus_t gemm(cublasHandle_t handle, gemm_args g, const void* alpha, const
   g.alpha = *static_cast<const float*>(alpha);
   g.beta = *static_cast<const float*>(beta);
   using cudasim::detail::run_gemm;
-  if (!cudasim::detail::capture_if_active(handle->stream, [g] { run_gemm(g); })) run_gemm(g);
+  cudasim::detail::enqueue(handle->stream, [g] { run_gemm(g); });
   return CUBLAS_STATUS_SUCCESS;
 }
 

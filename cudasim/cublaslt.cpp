@@ -2,8 +2,12 @@
 // handles, matmul descriptors with transposes, matrix layouts (column-major,
 // leading dimension, strided batches), a preference with a workspace limit,
 // a heuristic that offers one algorithm, and cublasLtMatmul over F32, F16
-// and BF16 with F32 compute, D = alpha op(A) op(B) + beta C. The descriptors
-// keep their fields in the toolkit's own opaque structs.
+// and BF16 with F32 compute, D = alpha op(A) op(B) + beta C, in the type
+// combinations the library offers (A and B of one type; F16 and BF16 give
+// their own type or F32). The FAST compute types (FAST_TF32, FAST_16F,
+// FAST_16BF; F32 matrices only) round A and B to TF32, F16 or BF16 before
+// the products, as the tensor cores do. The descriptors keep their fields in
+// the toolkit's own opaque structs.
 //
 // FP8 (Hopper and Ada): A and B in E4M3 or E5M2 (not both E5M2), C and D in
 // F32, F16 or BF16, with the per-tensor scale pointers
@@ -107,6 +111,23 @@ std::string fp8_refusal(cublasLtMatmulDesc_t desc, cublasOperation_t ta, cublasO
 }
 
 }  // namespace
+
+// The non-FP8 combinations cuBLASLt offers (its cublasLtMatmul table):
+// F32 compute over A/B F32 with C/D F32, A/B F16 with C/D F16 or F32, A/B
+// BF16 with C/D BF16 or F32; the FAST compute types over F32 only. Returns
+// why a combination is refused ("" if offered).
+static std::string combination_refusal(cublasComputeType_t compute, cudaDataType a, cudaDataType b, cudaDataType d) {
+  const auto name = [](cudaDataType t) {
+    return t == CUDA_R_32F ? "F32" : t == CUDA_R_16F ? "F16" : t == CUDA_R_16BF ? "BF16" : "another type";
+  };
+  if (a != b) return std::string("A is ") + name(a) + " and B " + name(b) + ": A and B must share a type";
+  const bool fast = compute != CUBLAS_COMPUTE_32F;
+  const bool offered = fast ? a == CUDA_R_32F && d == CUDA_R_32F : d == a || d == CUDA_R_32F;
+  if (offered) return {};
+  return std::string("A/B ") + name(a) + " with C/D " + name(d) + (fast ? " under a FAST compute type" : "") +
+         " is not a combination cuBLASLt offers" +
+         (fast ? " (FAST_TF32, FAST_16F and FAST_16BF take F32 A/B/C/D)" : " (C/D as A/B, or F32)");
+}
 
 extern "C" {
 
@@ -308,6 +329,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                                                    std::to_string(d.cols) + ": the shapes do not agree");
   if (a.batch != b.batch || a.batch != c.batch || a.batch != d.batch)
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: the batch counts differ");
+  const auto compute = static_cast<cublasComputeType_t>(desc->data[df_compute]);
   if (c.type != d.type) return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: C and D must share a type");
   if (!cudasim::detail::gemm_type_supported(d.type))
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: D must be F32, F16 or BF16 (FP8 outputs are not simulated)");
@@ -327,6 +349,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     }
   } else if (a_scale != nullptr || b_scale != nullptr) {
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: A/B scale pointers apply to FP8 operands only");
+  } else if (const std::string why = combination_refusal(compute, a.type, b.type, d.type); !why.empty()) {
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: " + why);
   }
   for (const auto& [p, mat, name] : {std::tuple<const void*, const matrix*, const char*>{A, &a, "A"},
                                      {B, &b, "B"}, {D, &d, "D"}})
@@ -353,8 +377,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   g.batch_count = static_cast<int>(a.batch);
   g.a_scale = a_scale;
   g.b_scale = b_scale;
-  if (!cudasim::detail::capture_if_active(stream, [g] { cudasim::detail::run_gemm(g); }))
-    cudasim::detail::run_gemm(g);
+  using rounding = cudasim::detail::gemm_args::rounding;
+  g.input_rounding = compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? rounding::tf32
+                     : compute == CUBLAS_COMPUTE_32F_FAST_16F ? rounding::f16
+                     : compute == CUBLAS_COMPUTE_32F_FAST_16BF ? rounding::bf16
+                                                               : rounding::none;
+  cudasim::detail::enqueue(stream, [g] { cudasim::detail::run_gemm(g); });
   return CUBLAS_STATUS_SUCCESS;
 }
 

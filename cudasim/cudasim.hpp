@@ -9,7 +9,8 @@
 // round, so a missing barrier shows up as a different result per seed and,
 // for shared memory, as a race report (kernel files are compiled with
 // -fsanitize=thread, whose memory-access hooks this library implements; see
-// race.cpp). Launches and copies execute synchronously in stream order.
+// race.cpp). Stream work runs in stream order when the host waits for it (or
+// when issued: set_execution_mode).
 //
 // The toolkit's own headers provide the types (dim3, cudaError_t, __half,
 // __nv_bfloat16, cuBLAS enums); this library implements the functions with
@@ -74,6 +75,19 @@ std::optional<race_report> first_race();
 std::vector<race_report> races();  // the first few, in order
 void clear_races();
 
+// When stream work runs: deferred (default; $LLMK_CUDASIM_EXECUTION=eager
+// changes it) queues each stream's work until the host waits for it, and
+// reports host writes to pinned memory a queued copy still uses; eager runs
+// everything when issued. Switching runs what is queued.
+enum class execution_mode { eager, deferred };
+void set_execution_mode(execution_mode mode);
+execution_mode get_execution_mode();
+// Host/device hazards found (pinned memory rewritten under a queued copy):
+// each also fails the synchronisation that ran the copy.
+std::size_t hazard_count();
+std::vector<std::string> hazards();  // the first few, each one line
+void clear_hazards();
+
 // Details of the last failed launch or runtime call ("" if none).
 std::string last_error_detail();
 
@@ -125,6 +139,10 @@ unsigned lane_id();
 enum class block_op : int { sync, count, all, any };
 int block_barrier(block_op op, int predicate);
 
+// Fails the running launch with `what` (cudaErrorLaunchFailure, the message
+// prefixed with the kernel's name): a rule the hardware enforces was broken.
+[[noreturn]] void kernel_fail(const std::string& what);
+
 }  // namespace cudasim::detail
 
 // Static shared memory: a __shared__ variable is a function-local static
@@ -135,6 +153,10 @@ int block_barrier(block_op op, int predicate);
 // function templates.) Static shared memory is not poisoned between blocks.
 #undef __shared__
 #define __shared__ static
+
+// A launch bound is ptxas's register budget; the simulation has none to fit
+// (a launch above 1024 threads fails here as on every device).
+#define __launch_bounds__(...)
 
 #define threadIdx (::cudasim::detail::current_coords->thread_idx)
 #define blockIdx (::cudasim::detail::current_coords->block_idx)

@@ -64,12 +64,32 @@ void race_end_launch();
 void race_begin_block();  // after current_block is set up
 std::size_t races_in_launch();
 std::string first_race_text_in_launch();
+// Global accesses outside the allocation they started in, in this launch.
+std::size_t bounds_errors_in_launch();
+std::string first_bounds_error_in_launch();
+// Distinct bytes of static shared memory the launch touched (its static
+// shared size as far as the simulation can see it; 0 with the race check off).
+std::size_t static_shared_bytes_in_launch();
 
 // scheduler.cpp
 void run_kernel(const launch_config& config, const std::function<void()>& body);
 
-// runtime.cpp: stream capture.
-bool capture_if_active(cudaStream_t stream, std::function<void()> op);
+// streams.cpp: when stream work runs (see there).
+// Records `op` into the graph `stream` is capturing; false if it is not.
+// `communicates`: a collective other processes take part in (the graph then
+// runs at its launch; see streams.cpp).
+bool capture_if_active(cudaStream_t stream, std::function<void()> op, bool communicates = false);
+// Captures, queues (deferred mode) or runs `op` in `stream`'s order.
+void enqueue(cudaStream_t stream, std::function<void()> op);
+// A cudaMemcpyAsync whose arguments were checked: pageable ends as CUDA
+// treats them, pinned ends snapshotted for the hazard check.
+void enqueue_copy(void* dst, const void* src, std::size_t count, cudaStream_t stream);
+void flush_stream(cudaStream_t stream);  // runs its queued work (the legacy stream: everything)
+void flush_all();
+// runtime.cpp: what a synchronisation returns (a failed kernel's error, sticky).
+cudaError_t sticky_error();
+// Whether [p, p + bytes) lies inside one pinned host allocation.
+bool is_pinned_range(const void* p, std::size_t bytes);
 
 // cublas.cpp: the GEMM behind cuBLAS and cuBLASLt, column-major,
 // D = alpha op(A) op(B) + beta C, products and sums in float (C may be D).
@@ -98,12 +118,24 @@ struct gemm_args {
   // product runs (as cuBLASLt reads its scale pointers); null means 1.
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
+  // cuBLASLt's FAST compute types: A and B (F32) rounded to this format (to
+  // nearest even) before the products, which stay in float.
+  enum class rounding { none, tf32, f16, bf16 } input_rounding = rounding::none;
 };
 bool gemm_type_supported(cudaDataType t);  // F32, F16, BF16
 bool gemm_fp8_type(cudaDataType t);        // E4M3, E5M2 (cuBLASLt operands A and B only)
 void run_gemm(const gemm_args& g);
-// Whether [p, p + bytes) lies inside one device allocation (runtime.cpp).
+// memory.cpp: device allocations in an address range of their own.
+// Whether [p, p + bytes) lies inside one device allocation.
 bool is_device_range(const void* p, std::size_t bytes);
+void* device_allocate(std::size_t bytes);         // null when the range is full or cannot be reserved
+bool device_free(void* p, std::size_t* bytes);  // false: not an allocation's start
+// The simulated device's address range ([0, 0) before the first cudaMalloc).
+extern std::uintptr_t g_arena_begin, g_arena_end;
+inline bool in_device_range(std::uintptr_t a) { return a - g_arena_begin < g_arena_end - g_arena_begin; }
+// "" when [a, a + size) lies inside one live allocation, else what is wrong
+// (the address, and the allocation it started in or lies past the end of).
+std::string describe_device_access(std::uintptr_t a, std::size_t size);
 void set_error(cudaError_t code, const std::string& detail);
 
 }  // namespace cudasim::detail

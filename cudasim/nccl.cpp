@@ -187,7 +187,11 @@ void issue(std::vector<pending_op> ops) {
     cudaStreamIsCapturing(op.stream, &status);
     num_capturing += status == cudaStreamCaptureStatusActive;
   }
-  if (num_capturing == 0) return run_ops(ops);
+  if (num_capturing == 0) {
+    // Run now (the host waits for its peers here), after the streams' queued work.
+    for (const pending_op& op : ops) cudasim::detail::flush_stream(op.stream);
+    return run_ops(ops);
+  }
   const cudaStream_t stream = ops.front().stream;
   for (const pending_op& op : ops)
     if (op.stream != stream)
@@ -200,7 +204,7 @@ void issue(std::vector<pending_op> ops) {
       finish(ops.front().comm, e.code, e.what());
       std::fprintf(stderr, "cudasim nccl (graph replay): %s\n", e.what());
     }
-  });
+  }, /*communicates=*/true);
 }
 
 // Checks op, then runs it or (inside a group) queues it.

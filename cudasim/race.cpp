@@ -17,8 +17,13 @@
 // memory model only the barriers do, and compute-sanitizer's racecheck
 // reports a hazard across a shuffle on a GPU as well.
 //
-// Not tracked: atomics (implemented outside the instrumented code), global
-// memory, and ordering through fences or atomics.
+// Global memory is bounds-checked, not race-checked: an access inside the
+// simulated device's address range must lie inside one live allocation
+// (memory.cpp), else the launch fails with cudaErrorIllegalAddress naming the
+// kernel, the thread, the address and the allocation.
+//
+// Not tracked: atomics (implemented outside the instrumented code), races on
+// global memory, and ordering through fences or atomics.
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -38,10 +43,16 @@ struct shadow_byte {
   std::uint32_t read_epoch[2] = {0, 0}, read_time[2] = {0, 0};
   std::uint16_t writer = 0;
   std::uint16_t reader[2] = {0, 0};
+  std::uint32_t touched_launch = 0;  // static shared: the last launch that touched this byte
 };
 
 race_mode g_mode = race_mode::fail;
-bool g_tracking = false;  // during a launch with the check on
+bool g_in_launch = false;  // during a launch
+bool g_tracking = false;   // during a launch with the race check on
+std::size_t g_num_bounds_errors = 0;  // in this launch
+std::uint32_t g_launch_serial = 0;
+std::size_t g_static_touched = 0;  // distinct static shared bytes this launch touched
+std::string g_first_bounds_error;
 std::uintptr_t g_static_begin = 0, g_static_bytes = 0;
 std::uintptr_t g_dynamic_begin = 0, g_dynamic_bytes = 0;
 std::vector<shadow_byte> g_static_shadow, g_dynamic_shadow;
@@ -84,9 +95,27 @@ void report(const char* kind, const char* region, std::size_t offset, unsigned f
   g_reports.push_back(std::move(r));
 }
 
+void check_bounds(std::uintptr_t a, std::size_t size, bool is_write) {
+  const std::string problem = describe_device_access(a, size);
+  if (problem.empty()) return;
+  if (g_num_bounds_errors++ > 0) return;  // the first one names the bug
+  const sim_thread& self = *current_thread;
+  const uint3 i = self.coords.thread_idx, b = current_block.block_idx;
+  std::ostringstream s;
+  s << "out-of-bounds global " << (is_write ? "write" : "read") << " in kernel '"
+    << (current_block.config ? current_block.config->name : "?") << "' block (" << b.x << "," << b.y << "," << b.z
+    << ") thread " << self.linear << " (" << i.x << "," << i.y << "," << i.z << "): " << problem;
+  g_first_bounds_error = s.str();
+}
+
 void track(const void* address, std::size_t size, bool is_write) {
-  if (!g_tracking || !current_thread) return;
+  if (!g_in_launch || !current_thread) return;
   const auto a = reinterpret_cast<std::uintptr_t>(address);
+  if (in_device_range(a)) {
+    check_bounds(a, size, is_write);
+    return;
+  }
+  if (!g_tracking) return;
   shadow_byte* shadow;
   const char* region;
   std::size_t offset;
@@ -95,6 +124,11 @@ void track(const void* address, std::size_t size, bool is_write) {
     shadow = g_static_shadow.data() + offset;
     region = "static shared";
     size = std::min<std::size_t>(size, g_static_bytes - offset);
+    for (std::size_t i = 0; i < size; ++i)
+      if (shadow[i].touched_launch != g_launch_serial) {
+        shadow[i].touched_launch = g_launch_serial;
+        ++g_static_touched;
+      }
   } else if (a - g_dynamic_begin < g_dynamic_bytes) {
     offset = a - g_dynamic_begin;
     shadow = g_dynamic_shadow.data() + offset;
@@ -141,6 +175,11 @@ void track(const void* address, std::size_t size, bool is_write) {
 
 void race_begin_launch(const launch_config& config, void* dynamic_base, std::size_t dynamic_bytes) {
   g_num_races_at_launch = g_num_races;
+  g_num_bounds_errors = 0;
+  g_first_bounds_error.clear();
+  ++g_launch_serial;
+  g_static_touched = 0;
+  g_in_launch = true;
   g_tracking = g_mode != race_mode::off;
   g_static_begin = reinterpret_cast<std::uintptr_t>(cudasim_kernel_statics_begin);
   const auto end = reinterpret_cast<std::uintptr_t>(cudasim_kernel_statics_end);
@@ -162,7 +201,11 @@ void race_begin_launch(const launch_config& config, void* dynamic_base, std::siz
 
 void race_begin_block() {}
 
-void race_end_launch() { g_tracking = false; }
+void race_end_launch() { g_in_launch = g_tracking = false; }
+
+std::size_t bounds_errors_in_launch() { return g_num_bounds_errors; }
+std::size_t static_shared_bytes_in_launch() { return g_static_touched; }
+std::string first_bounds_error_in_launch() { return g_first_bounds_error; }
 
 std::size_t races_in_launch() { return g_num_races - g_num_races_at_launch; }
 

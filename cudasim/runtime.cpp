@@ -1,10 +1,7 @@
 // The CUDA runtime subset, with the toolkit's own declarations
 // (cuda_runtime_api.h). Device memory is host memory, tracked so that copies
 // in the wrong direction and frees of unknown pointers fail as on a GPU.
-// Every operation runs synchronously in issue order, which is one valid
-// schedule of CUDA's stream semantics; during stream capture, operations on
-// the captured stream are recorded into the graph instead of running.
-#include <chrono>
+// When stream work runs (queued until waited for, or at once) is streams.cpp's.
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -13,22 +10,6 @@
 
 #include "internal.hpp"
 
-struct CUstream_st {
-  unsigned flags = 0;
-  cudaGraph_t capture = nullptr;  // the graph being captured into, if any
-};
-struct CUevent_st {
-  unsigned flags = 0;
-  bool recorded = false;
-  std::chrono::steady_clock::time_point time;
-};
-struct CUgraph_st {
-  std::vector<std::function<void()>> ops;  // in capture order
-};
-struct CUgraphExec_st {
-  std::vector<std::function<void()>> ops;
-};
-
 namespace cudasim::detail {
 namespace {
 
@@ -36,7 +17,6 @@ cudaError_t g_last_error = cudaSuccess;
 std::string g_error_detail;
 std::size_t g_total_bytes = std::size_t{80} << 30;
 std::size_t g_allocated_bytes = 0;
-std::map<std::uintptr_t, std::size_t> g_device_allocations;  // begin -> bytes
 std::map<std::uintptr_t, std::size_t> g_host_allocations;    // pinned
 std::unordered_map<const void*, int> g_max_dynamic_smem;     // per kernel (cudaFuncSetAttribute)
 std::uint64_t g_num_launches = 0;
@@ -50,6 +30,28 @@ cudaError_t fail(cudaError_t code, const std::string& detail) {
   set_error(code, detail);
   return code;
 }
+
+}  // namespace
+
+// A failed kernel (a launch failure, an illegal address, too much shared
+// memory found when it ran) is reported again
+// by every synchronisation, as a GPU's context errors are.
+cudaError_t sticky_error() {
+  return g_last_error == cudaErrorLaunchFailure || g_last_error == cudaErrorIllegalAddress ||
+                 g_last_error == cudaErrorLaunchOutOfResources
+             ? g_last_error
+             : cudaSuccess;
+}
+
+bool is_pinned_range(const void* p, std::size_t bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  auto it = g_host_allocations.upper_bound(a);
+  if (it == g_host_allocations.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+namespace {
 
 cudaError_t check_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
   const bool dst_device = is_device_range(dst, bytes), src_device = is_device_range(src, bytes);
@@ -68,24 +70,29 @@ cudaError_t check_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
 
 }  // namespace
 
-// Whether [p, p + bytes) lies inside one device allocation.
-bool is_device_range(const void* p, std::size_t bytes) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  auto it = g_device_allocations.upper_bound(a);
-  if (it == g_device_allocations.begin()) return false;
-  --it;
-  return a >= it->first && a + bytes <= it->first + it->second;
-}
-
 void set_error(cudaError_t code, const std::string& detail) {
   g_last_error = code;
   g_error_detail = detail;
 }
 
-bool capture_if_active(cudaStream_t stream, std::function<void()> op) {
-  if (!stream || stream == cudaStreamLegacy || stream == cudaStreamPerThread || !stream->capture) return false;
-  stream->capture->ops.push_back(std::move(op));
-  return true;
+// Static plus dynamic shared memory against the device's limits: 48 KiB of
+// static at most, 48 KiB in all unless cudaFuncSetAttribute raised the
+// kernel's dynamic limit, then up to the opt-in maximum in all. Checked after
+// the launch ran, from the static bytes it touched ("" when within them).
+std::string shared_memory_excess(const launch_config& config, std::size_t static_bytes) {
+  const std::size_t total = static_bytes + config.dynamic_smem_bytes;
+  const bool opted_in = g_max_dynamic_smem.count(config.func) > 0;
+  const std::string sizes = std::to_string(static_bytes) + " bytes of static shared memory + " +
+                            std::to_string(config.dynamic_smem_bytes) + " dynamic = " + std::to_string(total);
+  if (static_bytes > default_dynamic_smem_limit)
+    return std::to_string(static_bytes) + " bytes of static shared memory, above the " +
+           std::to_string(default_dynamic_smem_limit) + " a device allows (use dynamic shared memory)";
+  if (!opted_in && total > default_dynamic_smem_limit)
+    return sizes + ", above the " + std::to_string(default_dynamic_smem_limit) +
+           " a kernel gets without cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize)";
+  if (total > optin_dynamic_smem_limit)
+    return sizes + ", above the device's " + std::to_string(optin_dynamic_smem_limit) + " per block";
+  return {};
 }
 
 void launch(const launch_config& config, std::function<void()> body) {
@@ -122,13 +129,20 @@ void launch(const launch_config& config, std::function<void()> body) {
       std::fprintf(stderr, "cudasim: %s\n", g_error_detail.c_str());
       return;
     }
-    if (races_in_launch() > 0 && get_race_mode() == race_mode::fail) {
+    if (const std::string excess = shared_memory_excess(config, static_shared_bytes_in_launch()); !excess.empty()) {
+      set_error(cudaErrorLaunchOutOfResources, std::string("kernel '") + config.name + "': " + excess);
+      std::fprintf(stderr, "cudasim: %s\n", g_error_detail.c_str());
+    } else if (bounds_errors_in_launch() > 0) {
+      set_error(cudaErrorIllegalAddress, std::to_string(bounds_errors_in_launch()) +
+                                             " out-of-bounds global access(es); first: " + first_bounds_error_in_launch());
+      std::fprintf(stderr, "cudasim: %s\n", g_error_detail.c_str());
+    } else if (races_in_launch() > 0 && get_race_mode() == race_mode::fail) {
       set_error(cudaErrorLaunchFailure, std::to_string(races_in_launch()) + " shared-memory race(s); first: " +
                                             first_race_text_in_launch());
       std::fprintf(stderr, "cudasim: %s\n", g_error_detail.c_str());
     }
   };
-  if (!capture_if_active(config.stream, run)) run();
+  enqueue(config.stream, std::move(run));
 }
 
 }  // namespace cudasim::detail
@@ -156,11 +170,9 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
   if (!ptr) return fail(cudaErrorInvalidValue, "cudaMalloc: null output pointer");
   if (size > g_total_bytes - g_allocated_bytes)
     return fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(size) + " bytes: out of simulated memory");
-  const std::size_t rounded = (std::max<std::size_t>(size, 1) + 255) / 256 * 256;
-  void* p = std::aligned_alloc(256, rounded);
-  if (!p) return fail(cudaErrorMemoryAllocation, "cudaMalloc: host allocation failed");
-  std::memset(p, 0xcd, rounded);  // device memory starts with garbage
-  g_device_allocations[reinterpret_cast<std::uintptr_t>(p)] = size;
+  void* p = device_allocate(size);
+  if (!p) return fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(size) + " bytes: the simulated device's address range is full");
+  std::memset(p, 0xcd, size);  // device memory starts with garbage
   g_allocated_bytes += size;
   *ptr = p;
   return cudaSuccess;
@@ -168,11 +180,10 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 
 cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
-  auto it = g_device_allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == g_device_allocations.end()) return fail(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
-  g_allocated_bytes -= it->second;
-  g_device_allocations.erase(it);
-  std::free(ptr);
+  flush_all();  // cudaFree waits for the device
+  std::size_t bytes = 0;
+  if (!device_free(ptr, &bytes)) return fail(cudaErrorInvalidValue, "cudaFree of a pointer cudaMalloc did not return");
+  g_allocated_bytes -= bytes;
   return cudaSuccess;
 }
 
@@ -189,6 +200,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) { return cudaMa
 
 cudaError_t cudaFreeHost(void* ptr) {
   if (!ptr) return cudaSuccess;
+  flush_all();
   auto it = g_host_allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == g_host_allocations.end()) return fail(cudaErrorInvalidValue, "cudaFreeHost of a pointer cudaMallocHost did not return");
   g_host_allocations.erase(it);
@@ -205,7 +217,7 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   if (cudaError_t e = check_copy(dst, src, count, kind)) return e;
-  if (!capture_if_active(stream, [=] { std::memmove(dst, src, count); })) std::memmove(dst, src, count);
+  enqueue_copy(dst, src, count, stream);
   return cudaSuccess;
 }
 
@@ -232,7 +244,7 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t str
   if (count == 0) return cudaSuccess;
   if (!is_device_range(ptr, count))
     return fail(cudaErrorInvalidValue, "cudaMemset of " + std::to_string(count) + " bytes outside any device allocation");
-  if (!capture_if_active(stream, [=] { std::memset(ptr, value, count); })) std::memset(ptr, value, count);
+  enqueue(stream, [=] { std::memset(ptr, value, count); });
   return cudaSuccess;
 }
 
@@ -240,115 +252,13 @@ cudaError_t cudaMemset(void* ptr, int value, size_t count) { return cudaMemsetAs
 
 // __constant__ and __device__ variables are ordinary globals in the simulation.
 cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset, cudaMemcpyKind) {
+  flush_all();
   std::memcpy(static_cast<char*>(const_cast<void*>(symbol)) + offset, src, count);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset, cudaMemcpyKind) {
+  flush_all();
   std::memcpy(dst, static_cast<const char*>(symbol) + offset, count);
-  return cudaSuccess;
-}
-
-// ---- streams and events -----------------------------------------------------------
-
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
-  if (!stream) return fail(cudaErrorInvalidValue, "cudaStreamCreate: null output pointer");
-  *stream = new CUstream_st{flags, nullptr};
-  return cudaSuccess;
-}
-cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  if (!stream) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy of the default stream");
-  delete stream->capture;
-  delete stream;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  if (stream && stream != cudaStreamLegacy && stream != cudaStreamPerThread && stream->capture)
-    return fail(cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize on a capturing stream");
-  return g_last_error == cudaErrorLaunchFailure ? g_last_error : cudaSuccess;
-}
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
-  return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: null event");
-}
-cudaError_t cudaDeviceSynchronize(void) { return g_last_error == cudaErrorLaunchFailure ? g_last_error : cudaSuccess; }
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
-  if (!event) return fail(cudaErrorInvalidValue, "cudaEventCreate: null output pointer");
-  *event = new CUevent_st{flags, false, {}};
-  return cudaSuccess;
-}
-cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete event;
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  if (!event) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: null event");
-  auto record = [event] {
-    event->recorded = true;
-    event->time = std::chrono::steady_clock::now();
-  };
-  if (!capture_if_active(stream, record)) record();
-  return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: null event");
-}
-cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: null event");
-}
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  if (!ms || !start || !end) return fail(cudaErrorInvalidValue, "cudaEventElapsedTime: null argument");
-  if ((start->flags | end->flags) & cudaEventDisableTiming)
-    return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event was created with cudaEventDisableTiming");
-  if (!start->recorded || !end->recorded)
-    return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event was never recorded");
-  *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
-  return cudaSuccess;
-}
-
-// ---- stream capture and graphs -------------------------------------------------------
-
-cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
-  if (!stream || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
-    return fail(cudaErrorStreamCaptureUnsupported, "cudaStreamBeginCapture on the legacy default stream");
-  if (stream->capture) return fail(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream is already capturing");
-  stream->capture = new CUgraph_st;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
-  if (!stream || !stream->capture) return fail(cudaErrorIllegalState, "cudaStreamEndCapture: the stream is not capturing");
-  if (!graph) return fail(cudaErrorInvalidValue, "cudaStreamEndCapture: null output pointer");
-  *graph = stream->capture;
-  stream->capture = nullptr;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
-  if (!status) return fail(cudaErrorInvalidValue, "cudaStreamIsCapturing: null output pointer");
-  const bool capturing = stream && stream != cudaStreamLegacy && stream != cudaStreamPerThread && stream->capture;
-  *status = capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
-  return cudaSuccess;
-}
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
-  if (!exec || !graph) return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: null argument");
-  *exec = new CUgraphExec_st{graph->ops};
-  return cudaSuccess;
-}
-cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
-  if (!exec) return fail(cudaErrorInvalidValue, "cudaGraphLaunch: null graph");
-  auto replay = [exec] {
-    for (const auto& op : exec->ops) op();
-  };
-  if (!capture_if_active(stream, replay)) replay();
-  return cudaSuccess;
-}
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
-  delete exec;
-  return cudaSuccess;
-}
-cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
-  delete graph;
   return cudaSuccess;
 }
 
@@ -440,6 +350,8 @@ const char* cudaGetErrorName(cudaError_t error) {
     CUDASIM_NAME(cudaErrorInvalidDevice)
     CUDASIM_NAME(cudaErrorInvalidResourceHandle)
     CUDASIM_NAME(cudaErrorLaunchFailure)
+    CUDASIM_NAME(cudaErrorIllegalAddress)
+    CUDASIM_NAME(cudaErrorLaunchOutOfResources)
     CUDASIM_NAME(cudaErrorStreamCaptureUnsupported)
     CUDASIM_NAME(cudaErrorIllegalState)
     CUDASIM_NAME(cudaErrorNoDevice)
@@ -461,6 +373,8 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorIllegalState: return "the operation is not permitted in the current state";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";

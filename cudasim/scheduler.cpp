@@ -309,6 +309,14 @@ std::uint64_t warp_collective(warp_op op, unsigned mask, std::uint64_t value, in
   return current_thread->result;
 }
 
+void kernel_fail(const std::string& what) {
+  if (!current_thread) throw kernel_error(what);
+  const uint3 t = current_thread->coords.thread_idx, b = current_block.block_idx;
+  throw kernel_error(what + " (thread (" + std::to_string(t.x) + "," + std::to_string(t.y) + "," +
+                     std::to_string(t.z) + ") of block (" + std::to_string(b.x) + "," + std::to_string(b.y) + "," +
+                     std::to_string(b.z) + "))");
+}
+
 int block_barrier(block_op op, int predicate) {
   sim_thread* t = current_thread;
   if (!t) throw kernel_error("__syncthreads was called outside a kernel");

@@ -10,7 +10,11 @@
 // For the race check, a load reads element i of the tile as lane i % 32 (a
 // GPU's lanes, too, split a tile's elements between them; the real split
 // differs), so each element is tracked once per warp, not once per lane.
+// Loads and stores check the API's pointer alignment and ldm rules.
 #pragma once
+
+#include <cstdint>
+#include <cstdio>
 
 #if defined(__SANITIZE_THREAD__)
 // The race check's hook (sim/race.cpp), called by the instrumented code.
@@ -61,6 +65,24 @@ inline void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, const V& value) 
 }
 
 namespace detail {
+// The API's rules for load_matrix_sync / store_matrix_sync: the pointer
+// 256-bit (32-byte) aligned, ldm a multiple of 16 bytes (8 __half or
+// __nv_bfloat16 elements, 4 floats). A GPU's behaviour otherwise is undefined;
+// here the launch fails naming the call, the pointer and ldm.
+template <class T>
+inline void check_tile_pointer(const char* call, const T* p, unsigned ldm) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  if (address % 32 != 0 || ldm * sizeof(T) % 16 != 0) {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "wmma::%s: pointer %p (%s) and ldm %u (%zu bytes%s): the pointer must be 32-byte aligned and ldm a "
+                  "multiple of 16 bytes",
+                  call, static_cast<const void*>(p), address % 32 != 0 ? "not 32-byte aligned" : "aligned", ldm,
+                  ldm * sizeof(T), ldm * sizeof(T) % 16 != 0 ? ", not a multiple of 16" : "");
+    ::cudasim::detail::kernel_fail(text);
+  }
+}
+
 // Element i of a tile being loaded, read by this lane: tracked by the race
 // check when i % 32 is this lane (see the top of this file).
 template <class T>
@@ -80,6 +102,7 @@ __attribute__((no_sanitize("thread"))) inline void load_matrix_sync(fragment<Use
                                                                     const T* p, unsigned ldm) {
   static_assert(std::is_same_v<Layout, row_major> || std::is_same_v<Layout, col_major>,
                 "matrix_a / matrix_b fragments name their layout");
+  detail::check_tile_pointer("load_matrix_sync", p, ldm);
   __syncwarp();
   using frag = fragment<Use, M, N, K, T, Layout>;
   const unsigned lane = ::cudasim::detail::lane_id();
@@ -94,6 +117,7 @@ __attribute__((no_sanitize("thread"))) inline void load_matrix_sync(fragment<Use
 template <int M, int N, int K, class T>
 __attribute__((no_sanitize("thread"))) inline void load_matrix_sync(fragment<accumulator, M, N, K, T>& f,
                                                                     const T* p, unsigned ldm, layout_t layout) {
+  detail::check_tile_pointer("load_matrix_sync", p, ldm);
   __syncwarp();
   const unsigned lane = ::cudasim::detail::lane_id();
   for (int r = 0; r < M; ++r)
@@ -105,6 +129,7 @@ __attribute__((no_sanitize("thread"))) inline void load_matrix_sync(fragment<acc
 
 template <int M, int N, int K, class T>
 inline void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm, layout_t layout) {
+  detail::check_tile_pointer("store_matrix_sync", p, ldm);
   __syncwarp();
   if (::cudasim::detail::lane_id() == 0) {
     for (int r = 0; r < M; ++r)

@@ -273,10 +273,12 @@ __device__ __forceinline__ float penalized(float raw, int32_t count, const Sampl
   return static_cast<float>(scale ? v / p.temperature : v);
 }
 
-// One block per row; blockDim.x a multiple of 32, at most 1024.
+// One block per row; blockDim.x a multiple of 32, at most kSampleRowsMaxThreads
+// (the launch bound makes ptxas fit its registers to that many threads).
 // logits: [num_rows, row_stride]; params: [num_rows]; workspace: [num_rows, vocab]
 // (may alias logits); token_ids: [num_rows]; logprobs: [num_rows, kSamplingLogprobsPerRow] or null.
-__global__ void sample_rows_kernel(const float* logits, int64_t row_stride, int32_t vocab,
+constexpr int kSampleRowsMaxThreads = 1024;
+__global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(const float* logits, int64_t row_stride, int32_t vocab,
                                    const SamplingRowParams* __restrict__ params, PenaltyState penalties,
                                    float* workspace, int32_t* __restrict__ token_ids,
                                    SampledLogprob* __restrict__ logprobs) {
@@ -476,9 +478,9 @@ cudaError_t sample_rows(const float* logits, int64_t row_stride, int32_t num_row
     return cudaErrorInvalidValue;
   }
   if (num_rows == 0) return cudaSuccess;
-  // About 16 logits per thread, one warp at least, 1024 threads at most.
+  // About 16 logits per thread, one warp at least, kSampleRowsMaxThreads at most.
   int threads = 32;
-  while (threads < 1024 && threads * 16 < vocab) threads *= 2;
+  while (threads < kSampleRowsMaxThreads && threads * 16 < vocab) threads *= 2;
   LLMK_LAUNCH(num_rows, threads, 0, stream, sample_rows_kernel)(logits, row_stride, vocab, params, penalties,
                                                                   workspace, token_ids, logprobs);
   return cudaPeekAtLastError();

@@ -173,8 +173,11 @@ TEST_CASE("stories260K through the simulated CUDA executor: last logits within t
   }
 }
 
-TEST_CASE("stories260K through the simulated CUDA executor with F16 and BF16 KV caches: last logits within the "
-          "cache dtype's tolerance of float64",
+// Test names keep ": " before column 70: Catch2's console reporter indents a
+// wrapped name to its last ": " and aborts when that passes its width,
+// losing the failure's message.
+TEST_CASE("stories260K through the simulated CUDA executor with F16 and BF16 KV caches gives last logits "
+          "within the cache dtype's tolerance of float64",
           "[cuda_executor]") {
   // K/V rounded once when stored: 11 significant bits for F16 (2^-12
   // relative), 8 for BF16 (2^-9); through softmax and five layers the logits
@@ -193,8 +196,8 @@ TEST_CASE("stories260K through the simulated CUDA executor with F16 and BF16 KV 
   }
 }
 
-TEST_CASE("stories260K through the simulated CUDA executor with an I8 KV cache, keys rotated or not: the CPU "
-          "executor's int8 logits, and within the int8 tolerance of float64",
+TEST_CASE("stories260K through the simulated CUDA executor with an I8 KV cache, keys rotated or not, gives "
+          "the CPU executor's int8 logits, and within the int8 tolerance of float64",
           "[cuda_executor]") {
   // Both executors quantize the same K/V rows with the same scheme (the
   // CUDA writer is the CPU quantizer's twin), so their logits agree to f32

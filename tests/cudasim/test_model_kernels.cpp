@@ -160,7 +160,7 @@ TEST_CASE("Embedding gathers f32, f16 and bf16 rows and counts out-of-range ids 
                           nullptr) == cudaErrorInvalidValue);
 }
 
-TEST_CASE("Fed-back ids land on their rows from the previous step's rows; ids outside the vocabulary become 0") {
+TEST_CASE("Fed-back ids land on their rows from the previous step's rows, and ids outside the vocabulary become 0") {
   const int64_t vocab = 50;
   // 300 rows: more than one pass of the block's 128 threads.
   const int32_t count = 300;

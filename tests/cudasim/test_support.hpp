@@ -67,11 +67,14 @@ inline void reset_simulator(std::uint64_t /*seed*/) { (void)cudaGetLastError(); 
 // Seeds of the thread and block orders; each scheduling-sensitive test runs under all.
 inline const std::vector<std::uint64_t> seeds = {1, 2, 3, 17, 2024};
 
-// Clean slate for a test: race check failing launches, no pending error.
+// Clean slate for a test: nothing queued, race check failing launches, no
+// pending error or hazard.
 inline void reset_simulator(std::uint64_t seed) {
+  (void)cudaDeviceSynchronize();  // an earlier test's queued work runs under its own settings
   cudasim::set_seed(seed);
   cudasim::set_race_mode(cudasim::race_mode::fail);
   cudasim::clear_races();
+  cudasim::clear_hazards();
   (void)cudaGetLastError();
 }
 

@@ -55,3 +55,60 @@ TEST_CASE("WMMA bfloat16 tiles with float accumulators match the float64 product
       wmma_gemm_bf16, [](float v) { return __float2bfloat16_rn(v); },
       [](__nv_bfloat16 v) { return __bfloat162float(v); }, 48, 32, 80);
 }
+
+namespace {
+
+// Runs wmma_square_tile on a 16-row tile of __half with row stride lda,
+// starting `offset` elements into its buffer; returns the synchronisation's
+// status and d ([16, ldd] floats).
+std::pair<cudaError_t, std::vector<float>> square_tile(const std::vector<__half>& a, unsigned lda,
+                                                       std::size_t offset, unsigned ldd) {
+  device_buffer<__half> da(a);
+  device_buffer<float> dd(16 * ldd);
+  wmma_square_tile(da.get() + offset, lda, dd.get(), ldd, nullptr);
+  const cudaError_t status = cudaDeviceSynchronize();
+  return {status, status == cudaSuccess ? dd.download() : std::vector<float>{}};
+}
+
+}  // namespace
+
+TEST_CASE("WMMA loads and stores straight from global memory with legal pointers and ldm give the product") {
+  reset_simulator(1);
+  const unsigned lda = 24;  // 48 bytes: a multiple of 16
+  const auto values = random_floats(16 * lda, 23);
+  std::vector<__half> a(values.size());
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = __float2half(values[i]);
+  const auto [status, d] = square_tile(a, lda, 0, 20);
+  CUDA_REQUIRE(status);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) {
+      double want = 0.0;
+      for (int l = 0; l < 16; ++l) want += double{__half2float(a[i * lda + l])} * __half2float(a[l * lda + j]);
+      REQUIRE(std::abs(d[i * 20 + j] - want) <= 16 * 1.2e-7 * 16 + 1e-6);
+    }
+}
+
+#if !LLMK_CUDA_NATIVE
+TEST_CASE("WMMA loads and stores refuse a pointer not 32-byte aligned and an ldm not a multiple of 16 bytes") {
+  reset_simulator(1);
+  std::vector<__half> a(16 * 32 + 8, __float2half(0.5f));
+  SECTION("ldm of 12 halves (24 bytes)") {
+    REQUIRE(square_tile(a, 12, 0, 16).first == cudaErrorLaunchFailure);
+    INFO(cudasim::last_error_detail());
+    REQUIRE(cudasim::last_error_detail().rfind("kernel 'wmma_square_tile_kernel': wmma::load_matrix_sync: pointer 0x", 0) == 0);
+    REQUIRE(cudasim::last_error_detail().find("(aligned) and ldm 12 (24 bytes, not a multiple of 16)") != std::string::npos);
+  }
+  SECTION("a tile starting 16 bytes into its allocation") {
+    REQUIRE(square_tile(a, 16, 8, 16).first == cudaErrorLaunchFailure);
+    INFO(cudasim::last_error_detail());
+    REQUIRE(cudasim::last_error_detail().find("(not 32-byte aligned) and ldm 16 (32 bytes)") != std::string::npos);
+  }
+  SECTION("a store with ldm of 18 floats (72 bytes)") {
+    REQUIRE(square_tile(a, 16, 0, 18).first == cudaErrorLaunchFailure);
+    INFO(cudasim::last_error_detail());
+    REQUIRE(cudasim::last_error_detail().find("wmma::store_matrix_sync: pointer") != std::string::npos);
+    REQUIRE(cudasim::last_error_detail().find("ldm 18 (72 bytes, not a multiple of 16)") != std::string::npos);
+  }
+  (void)cudaGetLastError();
+}
+#endif

@@ -51,10 +51,25 @@ void warp_ops(const int* values, int* out, int num_threads, cudaStream_t stream)
 // a: [m, k] row-major, b: [k, n] column-major, c: [m, n] row-major float;
 // m, n, k multiples of 16.
 void wmma_gemm_f16(const __half* a, const __half* b, float* c, int m, int n, int k, cudaStream_t stream);
+// d = a * a for one 16x16 tile, loaded and stored by WMMA straight from global
+// memory: a: [16, lda] __half row-major, d: [16, ldd] float. One warp.
+void wmma_square_tile(const __half* a, unsigned lda, float* d, unsigned ldd, cudaStream_t stream);
 void wmma_gemm_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c, int m, int n, int k,
                     cudaStream_t stream);
 
 // axpy.cu: y = alpha * x + y, one thread per element (graph-capture tests).
 void axpy(float alpha, const float* x, float* y, int n, cudaStream_t stream);
+
+// gather.cu: out[i] = in[index[i]] for i < num_threads. No bounds checks of
+// its own: the bounds-check tests hand it indices past `in` or a thread
+// count past `out`.
+void gather(const float* in, const int* index, float* out, int num_threads, cudaStream_t stream);
+
+// shared_limits.cu: one block of 128 threads fills a static shared tile of
+// static_kib KiB (8 or 40) and `dynamic_bytes` of dynamic shared memory with
+// 1.0f, and thread 0 writes their sum to out[0]. opt_in_bytes > 0 first
+// raises the kernel's dynamic limit (cudaFuncSetAttribute). Returns the
+// launch's status (its execution errors come at the synchronisation).
+cudaError_t shared_fill(float* out, int static_kib, std::size_t dynamic_bytes, int opt_in_bytes, cudaStream_t stream);
 
 }  // namespace llmk::cudasim_test

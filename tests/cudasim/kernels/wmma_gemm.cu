@@ -42,6 +42,20 @@ __global__ void wmma_gemm_kernel(const T* __restrict__ a, const T* __restrict__ 
     c[static_cast<size_t>(row0 + i / tile) * n + col0 + i % tile] = c_tile[i];
 }
 
+// d = a * a for one 16x16 tile read straight from global memory (a: row
+// stride lda elements; d: row stride ldd floats), one warp: the WMMA
+// pointer and ldm checks' kernel.
+__global__ void wmma_square_tile_kernel(const __half* a, unsigned lda, float* d, unsigned ldd) {
+  wmma::fragment<wmma::matrix_a, tile, tile, tile, __half, wmma::row_major> a_frag;
+  wmma::fragment<wmma::matrix_b, tile, tile, tile, __half, wmma::row_major> b_frag;
+  wmma::fragment<wmma::accumulator, tile, tile, tile, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  wmma::load_matrix_sync(a_frag, a, lda);
+  wmma::load_matrix_sync(b_frag, a, lda);
+  wmma::mma_sync(acc, a_frag, b_frag, acc);
+  wmma::store_matrix_sync(d, acc, ldd, wmma::mem_row_major);
+}
+
 }  // namespace
 
 void wmma_gemm_f16(const __half* a, const __half* b, float* c, int m, int n, int k, cudaStream_t stream) {
@@ -51,6 +65,10 @@ void wmma_gemm_f16(const __half* a, const __half* b, float* c, int m, int n, int
 void wmma_gemm_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c, int m, int n, int k,
                     cudaStream_t stream) {
   LLMK_LAUNCH(dim3(n / tile, m / tile), 32, 0, stream, wmma_gemm_kernel<__nv_bfloat16>)(a, b, c, m, n, k);
+}
+
+void wmma_square_tile(const __half* a, unsigned lda, float* d, unsigned ldd, cudaStream_t stream) {
+  LLMK_LAUNCH(1, 32, 0, stream, wmma_square_tile_kernel)(a, lda, d, ldd);
 }
 
 }  // namespace llmk::cudasim_test

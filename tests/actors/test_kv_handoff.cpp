@@ -175,3 +175,27 @@ TEST_CASE("A cancelled prefill leaves its reason, not K/V, for the decode side",
   engine.cancel("blocker");
   REQUIRE(collector.wait_done(2, std::chrono::seconds(20)));
 }
+
+TEST_CASE("A decode engine that speculates (prompt lookup) continues a handoff with the same greedy ids",
+          "[handoff][speculative]") {
+  EngineConfig prefill_cfg = stories_config();
+  prefill_cfg.disaggregation.mode = "prefill";
+  EngineConfig decode_cfg = stories_config();
+  decode_cfg.disaggregation.mode = "decode";
+  decode_cfg.speculative.method = "ngram";
+  Engine prefill_engine(prefill_cfg);
+  Engine decode_engine(decode_cfg);
+  const auto cases = load_golden();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    INFO("golden prompt " << i);
+    const KvHandoffResult h = prefill(prefill_engine, cases[i], "spec-" + std::to_string(i));
+    REQUIRE(h.handoff);
+    const RequestResult out = run_one(decode_engine, decode_request(cases[i], h.handoff, "spec-" + std::to_string(i)));
+    CHECK(out.sample().token_ids == cases[i].greedy_ids);
+  }
+  // The golden continuations repeat themselves: prompt lookup drafted and
+  // some drafts were accepted, so the handed-off sequences did speculate.
+  const EngineStats st = decode_engine.stats();
+  CHECK(st.num_spec_drafts > 0);
+  CHECK(st.num_spec_accepted_tokens > 0);
+}

@@ -19,8 +19,6 @@ output tokens per second, as the clients saw them; and checks that both
 set-ups give the same greedy texts.
 """
 import argparse
-import http.client
-import json
 import os
 import random
 import statistics
@@ -30,7 +28,7 @@ from concurrent import futures
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
-from fleet import Fleet, have_router  # noqa: E402
+from fleet import Fleet, have_router, stream_generate  # noqa: E402
 
 WORDS = ("the little girl saw a big red ball in the park and she ran to get it but a dog was there first "
          "so she sat down under a tree and looked at the sky where a bird flew over the river").split()
@@ -39,34 +37,6 @@ WORDS = ("the little girl saw a big red ball in the park and she ran to get it b
 def make_prompts(n, words, seed=7):
     rng = random.Random(seed)
     return [f"Story {i}: " + " ".join(rng.choice(WORDS) for _ in range(words)) for i in range(n)]
-
-
-def stream(port, prompt, max_tokens):
-    """(ttft_s, e2e_s, output tokens, text) of one streaming greedy /generate."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    body = json.dumps({"text": prompt, "stream": True,
-                       "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True}})
-    t0 = time.monotonic()
-    conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    if resp.status != 200:
-        raise RuntimeError(f"/generate answered {resp.status}: {resp.read()[:300]}")
-    ttft, text, tokens = None, "", 0
-    for raw in resp:
-        line = raw.decode().strip()
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            break
-        chunk = json.loads(data)
-        if ttft is None and chunk.get("output_ids"):
-            ttft = time.monotonic() - t0
-        text = chunk.get("text", text)
-        tokens = len(chunk.get("output_ids", [])) or tokens
-    e2e = time.monotonic() - t0
-    conn.close()
-    return (ttft if ttft is not None else e2e), e2e, tokens, text
 
 
 def run(a, setup, prompts):
@@ -81,10 +51,10 @@ def run(a, setup, prompts):
         fleet = Fleet(a.llmk, a.model, 2, "sglang", "round_robin",
                       serve_args=common + ["--set", f"executor.num_threads={half}"], roles=["prefill", "decode"])
     with fleet:
-        stream(fleet.router_port, prompts[0], 2)  # warm-up
+        stream_generate(fleet.router_port, prompts[0], 2, ignore_eos=True)  # warm-up
         t0 = time.monotonic()
         with futures.ThreadPoolExecutor(a.concurrency) as pool:
-            results = list(pool.map(lambda p: stream(fleet.router_port, p, a.max_tokens), prompts))
+            results = list(pool.map(lambda p: stream_generate(fleet.router_port, p, a.max_tokens, ignore_eos=True), prompts))
         wall = time.monotonic() - t0
     ttfts = sorted(r[0] for r in results)
     tpots = [(r[1] - r[0]) / (r[2] - 1) for r in results if r[2] > 1]

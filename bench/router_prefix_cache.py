@@ -15,8 +15,6 @@ capacity below what all 8 prompts need is where routing matters
 (--system-repeat lengthens the shared prefixes).
 """
 import argparse
-import http.client
-import json
 import os
 import random
 import statistics
@@ -27,32 +25,8 @@ from concurrent import futures
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "fleet"))
-from fleet import Fleet, have_router  # noqa: E402
+from fleet import Fleet, have_router, stream_generate  # noqa: E402
 from fleet_check import MAX_TOKENS, QUESTIONS, SYSTEM_PROMPTS, prefix_counts, requests_served  # noqa: E402
-
-
-def streamed_ttft(port, prompt):
-    """Seconds from sending a streaming /generate to its first text chunk."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    body = json.dumps({"text": prompt, "stream": True,
-                       "sampling_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0}})
-    t0 = time.monotonic()
-    conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    if resp.status != 200:
-        raise RuntimeError(f"/generate answered {resp.status}: {resp.read()[:300]}")
-    ttft = None
-    for raw in resp:
-        line = raw.decode().strip()
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            break
-        if ttft is None and json.loads(data).get("text"):
-            ttft = time.monotonic() - t0
-    conn.close()
-    return ttft if ttft is not None else time.monotonic() - t0
 
 
 def run_policy(a, policy):
@@ -65,7 +39,7 @@ def run_policy(a, policy):
         q0, h0 = prefix_counts(fleet)
         t0 = time.monotonic()
         with futures.ThreadPoolExecutor(a.concurrency) as pool:
-            ttfts = list(pool.map(lambda p: streamed_ttft(fleet.router_port, p), chosen))
+            ttfts = list(pool.map(lambda p: stream_generate(fleet.router_port, p, MAX_TOKENS, timeout=120)[0], chosen))
         wall = time.monotonic() - t0
         q1, h1 = prefix_counts(fleet)
         served = [int(requests_served(r)) for r in fleet.replicas]

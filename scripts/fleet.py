@@ -27,6 +27,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from http.client import HTTPConnection
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,6 +53,37 @@ def http(method, url, body=None, timeout=60):
         return status, json.loads(raw)
     except ValueError:
         return status, raw.decode(errors="replace")
+
+
+def stream_generate(port, prompt, max_tokens, ignore_eos=False, timeout=600):
+    """(ttft_s, e2e_s, output tokens, text) of one streaming greedy /generate
+    on 127.0.0.1:port; the first token is the first chunk carrying output."""
+    conn = HTTPConnection("127.0.0.1", port, timeout=timeout)
+    params = {"max_new_tokens": max_tokens, "temperature": 0}
+    if ignore_eos:
+        params["ignore_eos"] = True
+    t0 = time.monotonic()
+    conn.request("POST", "/generate", json.dumps({"text": prompt, "stream": True, "sampling_params": params}),
+                 {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"/generate answered {resp.status}: {resp.read()[:300]}")
+    ttft, text, tokens = None, "", 0
+    for raw in resp:
+        line = raw.decode().strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        chunk = json.loads(data)
+        if ttft is None and (chunk.get("output_ids") or chunk.get("text")):
+            ttft = time.monotonic() - t0
+        text = chunk.get("text", text)
+        tokens = len(chunk.get("output_ids", [])) or tokens
+    e2e = time.monotonic() - t0
+    conn.close()
+    return (ttft if ttft is not None else e2e), e2e, tokens, text
 
 
 def wait_until(predicate, timeout_s, what):

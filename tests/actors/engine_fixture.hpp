@@ -7,11 +7,13 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,31 @@ inline Request golden_request(const GoldenCase& g, const std::string& id) {
   r.sampling.max_tokens = static_cast<int32_t>(g.greedy_ids.size());
   r.sampling.ignore_eos = true;
   return r;
+}
+
+// Random traffic beside the golden requests: random prompts (token ids),
+// lengths, and temperatures 0 or 0.8 with a random seed.
+inline Request filler_request(std::mt19937& rng, const std::string& id) {
+  std::uniform_int_distribution<int32_t> token(3, 511), prompt_len(1, 120), max_tokens(1, 64);
+  Request r;
+  r.id = id;
+  r.prompt_token_ids.push_back(1);
+  for (int32_t i = prompt_len(rng); i > 0; --i) r.prompt_token_ids.push_back(token(rng));
+  r.sampling.max_tokens = max_tokens(rng);
+  r.sampling.temperature = rng() % 2 ? 0.0f : 0.8f;
+  r.sampling.seed = rng();
+  return r;
+}
+
+// The golden requests (ids golden-i) and `num_others` fillers (other-i),
+// shuffled.
+inline std::vector<Request> golden_and_fillers(const std::vector<GoldenCase>& golden, int num_others,
+                                               std::mt19937& rng) {
+  std::vector<Request> requests;
+  for (size_t i = 0; i < golden.size(); ++i) requests.push_back(golden_request(golden[i], "golden-" + std::to_string(i)));
+  for (int i = 0; i < num_others; ++i) requests.push_back(filler_request(rng, "other-" + std::to_string(i)));
+  std::shuffle(requests.begin(), requests.end(), rng);
+  return requests;
 }
 
 struct SampleResult {

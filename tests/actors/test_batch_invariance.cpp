@@ -14,28 +14,12 @@ using namespace llmk::test;
 
 namespace {
 
-// Random filler traffic: random prompts (token ids), lengths and sampling.
-Request filler_request(std::mt19937& rng, const std::string& id) {
-  std::uniform_int_distribution<int32_t> token(3, 511), prompt_len(1, 120), max_tokens(1, 64);
-  Request r;
-  r.id = id;
-  r.prompt_token_ids.push_back(1);
-  for (int32_t i = prompt_len(rng); i > 0; --i) r.prompt_token_ids.push_back(token(rng));
-  r.sampling.max_tokens = max_tokens(rng);
-  r.sampling.temperature = rng() % 2 ? 0.0f : 0.8f;
-  r.sampling.seed = rng();
-  return r;
-}
-
 // Submits the golden requests mixed with `num_others` fillers in a random
 // order with random small gaps; returns the golden results by case index.
 std::vector<RequestResult> run_mixed(Engine& engine, const std::vector<GoldenCase>& golden, int num_others,
                                      uint32_t seed) {
   std::mt19937 rng(seed);
-  std::vector<Request> requests;
-  for (size_t i = 0; i < golden.size(); ++i) requests.push_back(golden_request(golden[i], "golden-" + std::to_string(i)));
-  for (int i = 0; i < num_others; ++i) requests.push_back(filler_request(rng, "other-" + std::to_string(i)));
-  std::shuffle(requests.begin(), requests.end(), rng);
+  std::vector<Request> requests = golden_and_fillers(golden, num_others, rng);
   Collector collector;
   for (auto& r : requests) {
     engine.submit(std::move(r), collector.callback());

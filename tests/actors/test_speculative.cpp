@@ -23,20 +23,6 @@ EngineConfig speculative(EngineConfig cfg, uint32_t k = 4) {
   return cfg;
 }
 
-// Sampled traffic beside the golden requests: random prompts, lengths,
-// temperatures (0.8 never speculates).
-Request filler(std::mt19937& rng, const std::string& id) {
-  std::uniform_int_distribution<int32_t> token(3, 511), prompt_len(1, 120), max_tokens(1, 64);
-  Request r;
-  r.id = id;
-  r.prompt_token_ids.push_back(1);
-  for (int32_t i = prompt_len(rng); i > 0; --i) r.prompt_token_ids.push_back(token(rng));
-  r.sampling.max_tokens = max_tokens(rng);
-  r.sampling.temperature = rng() % 2 ? 0.0f : 0.8f;
-  r.sampling.seed = rng();
-  return r;
-}
-
 std::map<std::string, RequestResult> run(Engine& engine, const std::vector<Request>& requests) {
   Collector collector;
   for (const Request& r : requests) engine.submit(r, collector.callback());
@@ -44,14 +30,10 @@ std::map<std::string, RequestResult> run(Engine& engine, const std::vector<Reque
   return collector.results();
 }
 
-// The golden requests (ids golden-i) and `num_others` fillers, shuffled.
+// The golden requests and `num_others` fillers, shuffled by `seed`.
 std::vector<Request> mixed(const std::vector<GoldenCase>& golden, int num_others, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::vector<Request> requests;
-  for (size_t i = 0; i < golden.size(); ++i) requests.push_back(golden_request(golden[i], "golden-" + std::to_string(i)));
-  for (int i = 0; i < num_others; ++i) requests.push_back(filler(rng, "other-" + std::to_string(i)));
-  std::shuffle(requests.begin(), requests.end(), rng);
-  return requests;
+  return golden_and_fillers(golden, num_others, rng);
 }
 
 void check_golden(const std::vector<GoldenCase>& golden, const std::map<std::string, RequestResult>& results) {
@@ -232,7 +214,7 @@ TEST_CASE("sampled requests speculate too, and a seed gives the same output alon
   CHECK(after_alone.num_spec_accepted_tokens > 0);
   std::mt19937 rng(9);
   std::vector<Request> crowd = sampled;
-  for (int i = 0; i < 12; ++i) crowd.push_back(filler(rng, "other-" + std::to_string(i)));
+  for (int i = 0; i < 12; ++i) crowd.push_back(filler_request(rng, "other-" + std::to_string(i)));
   std::shuffle(crowd.begin(), crowd.end(), rng);
   const auto together = run(engine, crowd);
   for (const Request& r : sampled) {

@@ -11,20 +11,19 @@
 
 #include "core/executor.hpp"
 #include "engine_fixture.hpp"
+#include "support/command.hpp"
 #include "support/skip.hpp"
+
+using llmk::test::CommandResult;
+using llmk::test::run_command;
 
 namespace {
 
-// Runs a shell command; returns its stdout and sets status.
+// Runs a shell command; returns its stdout and sets its exit status.
 std::string run(const std::string& command, int& status) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  status = pclose(pipe);
-  return out;
+  CommandResult r = run_command(command);
+  status = r.status;
+  return std::move(r.out);
 }
 
 const std::string llmk_command = std::string(LLMK_BINARY_DIR) + "/bin/llmk --log-level warn generate --model " +

@@ -29,6 +29,7 @@
 #include "core/plugin_loader.hpp"
 #include "core/safetensors_writer.hpp"
 #include "core/tokenizer.hpp"
+#include "support/command.hpp"
 #include "support/prompt_step.hpp"
 #include "support/skip.hpp"
 
@@ -213,13 +214,8 @@ TEST_CASE("llmk generate --model file.gguf prints the golden greedy text", "[ggu
   const Golden c = golden()[1];
   const std::string cmd = std::string(LLMK_BINARY_DIR) + "/bin/llmk --log-level warn generate --model " +
                           file.string() + " --prompt '" + c.prompt + "' --max-tokens 48 --temperature 0 --threads 2 --set kv_cache.dtype=f32";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
-  CHECK(pclose(p) == 0);
+  auto [status, out] = run_command(cmd);
+  CHECK(status == 0);
   if (!c.prompt.empty() && !out.empty() && out[0] == ' ') out.erase(0, 1);
   CHECK(out == c.greedy_text);
 }

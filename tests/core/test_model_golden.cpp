@@ -22,6 +22,7 @@
 #include "core/model.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/tokenizer.hpp"
+#include "support/command.hpp"
 #include "support/golden.hpp"
 #include "support/prompt_step.hpp"
 
@@ -30,6 +31,7 @@ namespace {
 using namespace llmk;
 
 using test::argmax;
+using test::run_command;
 using test::GoldenCase;
 using test::rel_l2;
 
@@ -157,13 +159,8 @@ TEST_CASE("llmk generate --temperature 0 prints the golden greedy text", "[golde
     INFO("prompt '" << c.prompt << "'");
     const std::string cmd = std::string(LLMK_BINARY_DIR) + "/bin/llmk --log-level warn generate --model " + model_dir() +
                             " --prompt '" + c.prompt + "' --max-tokens 48 --temperature 0 --threads 2";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    char buf[4096];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
-    CHECK(pclose(p) == 0);
+    auto [status, out] = run_command(cmd);
+    CHECK(status == 0);
     // The CLI continues the prompt, so a leading space of the first token is kept.
     if (!c.prompt.empty() && !out.empty() && out[0] == ' ') out.erase(0, 1);
     CHECK(out == c.greedy_text);

@@ -10,26 +10,18 @@
 #include <filesystem>
 #include <string>
 
+#include "support/command.hpp"
 #include "support/model_cache.hpp"
 #include "support/skip.hpp"
 #include "support/venv.hpp"
 
+using llmk::test::CommandResult;
+using llmk::test::run_command;
+
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;
-};
-
-Run run(const std::string& command) {
-  Run r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+CommandResult run(const std::string& command) {
+  CommandResult r = run_command(command + " 2>&1");
   std::printf("%s", r.out.c_str());  // the figures, in CTest's log
   return r;
 }
@@ -38,7 +30,7 @@ bool have_module(const std::string& module) {
   return run(llmk::test::venv_python() + " -c 'import " + module + "'").status == 0;
 }
 
-Run fleet_check(const std::string& which, const std::string& model = LLMK_SHARED_DIR "/models/stories260K") {
+CommandResult fleet_check(const std::string& which, const std::string& model = LLMK_SHARED_DIR "/models/stories260K") {
   return run(llmk::test::venv_python() + " " LLMK_SOURCE_DIR "/tests/fleet/fleet_check.py " + which +
              " --llmk " LLMK_BINARY_DIR "/bin/llmk --model " + model);
 }
@@ -50,7 +42,7 @@ TEST_CASE("Three replicas behind sglang-router's cache_aware policy answer 300 r
   if (!llmk::test::have_venv_python() || !have_module("sglang_router")) {
     LLMK_SKIP("sglang-router is not installed in the project venv (scripts/setup.sh installs it)");
   }
-  const Run r = fleet_check("sglang-cache-aware");
+  const CommandResult r = fleet_check("sglang-cache-aware");
   INFO(r.out);
   CHECK(r.status == 0);
 }
@@ -59,7 +51,7 @@ TEST_CASE("Three replicas behind vllm-router pass its start-up probes and answer
   if (!llmk::test::have_venv_python() || !have_module("vllm_router")) {
     LLMK_SKIP("vllm-router is not installed in the project venv (scripts/setup.sh installs it)");
   }
-  const Run r = fleet_check("vllm-smoke");
+  const CommandResult r = fleet_check("vllm-smoke");
   INFO(r.out);
   CHECK(r.status == 0);
 }
@@ -68,7 +60,7 @@ TEST_CASE("A replica killed mid-run fails only its in-flight requests, and rejoi
   if (!llmk::test::have_venv_python() || !have_module("sglang_router")) {
     LLMK_SKIP("sglang-router is not installed in the project venv (scripts/setup.sh installs it)");
   }
-  const Run r = fleet_check("failover");
+  const CommandResult r = fleet_check("failover");
   INFO(r.out);
   CHECK(r.status == 0);
 }
@@ -78,7 +70,7 @@ TEST_CASE("A replica drained by SIGTERM mid-run behind sglang-router costs no cl
   if (!llmk::test::have_venv_python() || !have_module("sglang_router")) {
     LLMK_SKIP("sglang-router is not installed in the project venv (scripts/setup.sh installs it)");
   }
-  const Run r = fleet_check("drain");
+  const CommandResult r = fleet_check("drain");
   INFO(r.out);
   CHECK(r.status == 0);
 }
@@ -90,7 +82,7 @@ TEST_CASE("A chat through either router answers what the replica answers directl
   if (!std::filesystem::is_regular_file(llmk::test::smollm2_file())) {
     LLMK_SKIP("no SmolLM2 chat model in the model cache (scripts/setup.sh downloads it)");
   }
-  const Run r = fleet_check("chat", llmk::test::smollm2_file().string());
+  const CommandResult r = fleet_check("chat", llmk::test::smollm2_file().string());
   INFO(r.out);
   CHECK(r.status == 0);
 }
@@ -100,7 +92,7 @@ TEST_CASE("A prefill and a decode replica behind sglang-router's disaggregation 
   if (!llmk::test::have_venv_python() || !have_module("sglang_router")) {
     LLMK_SKIP("sglang-router is not installed in the project venv (scripts/setup.sh installs it)");
   }
-  const Run r = fleet_check("pd");
+  const CommandResult r = fleet_check("pd");
   INFO(r.out);
   CHECK(r.status == 0);
 }
@@ -111,7 +103,7 @@ TEST_CASE("A disaggregated pair of tensor-parallel replicas (2 ranks each, mpiru
     LLMK_SKIP("sglang-router is not installed in the project venv (scripts/setup.sh installs it)");
   }
   if (run("command -v mpirun").status != 0) LLMK_SKIP("no mpirun on PATH (scripts/setup.sh installs Open MPI)");
-  const Run r = fleet_check("pd-tensor");
+  const CommandResult r = fleet_check("pd-tensor");
   INFO(r.out);
   CHECK(r.status == 0);
 }

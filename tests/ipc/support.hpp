@@ -13,24 +13,9 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-namespace llmk::test {
+#include "support/command.hpp"
 
-// Runs a shell command; returns its exit status and stdout.
-struct CommandResult {
-  int status = -1;
-  std::string out;
-};
-inline CommandResult run_command(const std::string& command) {
-  CommandResult r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+namespace llmk::test {
 
 inline std::string shell_quote(const std::string& s) {
   std::string out = "'";

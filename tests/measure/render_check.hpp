@@ -9,17 +9,11 @@
 #include <sstream>
 #include <string>
 
+#include "support/command.hpp"
+
 namespace llmk::test {
 
-inline std::string run_capture(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  pclose(p);
-  return out;
-}
+inline std::string run_capture(const std::string& cmd) { return run_command(cmd).out; }
 
 inline std::string chromium_path() {
   for (const char* c : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {

@@ -6,17 +6,17 @@
 #include <map>
 #include <string>
 
+#include "support/command.hpp"
+
+using llmk::test::CommandResult;
+using llmk::test::run_command;
+
 namespace {
 
 std::string run(const std::string& command) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-  REQUIRE(pclose(pipe) == 0);
-  return out;
+  CommandResult r = run_command(command);
+  REQUIRE(r.status == 0);
+  return std::move(r.out);
 }
 
 // The command line for `llmk plugins`, searching the fixture directory first.

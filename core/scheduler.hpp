@@ -117,7 +117,7 @@ struct SchedulerLimits {
 };
 
 struct SchedulerOptions {
-  ClockFn clock;                        // default: steady_clock::now
+  ClockFn clock{};                      // default: steady_clock::now
   KvOffloader* offloader = nullptr;     // required when preemption == "offload"
   // Steps schedule() may have in flight at once: the executor's
   // (Executor::max_steps_in_flight, a pipeline's stages). Ignored (1) by
@@ -134,7 +134,7 @@ struct SchedulerOptions {
   // whose updates run with no step in flight (no overlap, no pipeline).
   KvOffloader* kv_io = nullptr;
   KvHandoffBox* handoffs = nullptr;
-  std::string kv_layout;                // this engine's KvHandoff::layout
+  std::string kv_layout{};              // this engine's KvHandoff::layout
 };
 
 // A request's part in prefill/decode disaggregation (Request::kv_export_key,

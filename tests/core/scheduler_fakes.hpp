@@ -419,7 +419,10 @@ struct Harness {
       : kv(num_blocks, block_size, prefix_caching),
         model(size_t(num_blocks) * block_size),
         limits{max_seq_len, std::move(eos), 0},
-        sched(cfg, limits, kv, SchedulerOptions{[this] { return clock_now; }, &model, max_steps_in_flight}) {}
+        sched(cfg, limits, kv,
+              SchedulerOptions{.clock = [this] { return clock_now; },
+                               .offloader = &model,
+                               .max_steps_in_flight = max_steps_in_flight}) {}
 
   void absorb(const std::vector<TokenEvent>& events) {
     for (const TokenEvent& e : events) {

@@ -616,7 +616,7 @@ TEST_CASE("a relocating contiguous allocator: copies, refused forks and offload 
   TimePoint t{};
   SchedulerLimits limits{128, {}, 0};
   Scheduler sched(scheduler_section(8, 32, "continuous", mode), limits, kv,
-                  SchedulerOptions{[&t] { return t; }, &model});
+                  SchedulerOptions{.clock = [&t] { return t; }, .offloader = &model});
   std::vector<Submitted> reqs;
   for (int i = 0; i < 30; ++i) {
     std::string id = "c";

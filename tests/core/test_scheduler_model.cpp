@@ -84,7 +84,8 @@ TEST_CASE("batched serving on the real model gives the tokens of unbatched gener
   section.max_num_seqs = 8;
   section.max_num_batched_tokens = 48;
   section.preemption = mode;
-  Scheduler sched(section, SchedulerLimits{int32_t(rt.max_seq_len), {}, vocab}, kv, SchedulerOptions{{}, &offloader});
+  Scheduler sched(section, SchedulerLimits{int32_t(rt.max_seq_len), {}, vocab}, kv,
+                  SchedulerOptions{.offloader = &offloader});
   Sampler sampler(vocab, 1);
   for (const Job& j : jobs) sched.add_request(j.id, j.prompt, j.sp);
 

@@ -55,7 +55,7 @@ TEST_CASE("with every allocator plugin, outputs match the reference under preemp
   FakeModel model(num_slots);
   SchedulerLimits limits{int32_t(max_seq_len), {}, 0};
   Scheduler sched(scheduler_section(12, 40, "continuous", mode), limits, kv,
-                  SchedulerOptions{[] { return TimePoint{}; }, &model});
+                  SchedulerOptions{.clock = [] { return TimePoint{}; }, .offloader = &model});
 
   const std::vector<Job> jobs = make_jobs(21, 60, 40, plugin == "kv.paged");
   std::map<std::pair<std::string, int32_t>, std::vector<int32_t>> tokens;

@@ -84,7 +84,7 @@ SchedulerStats run_jobs(KvAllocator& kv, sched_test::FakeModel& model, uint32_t 
   using namespace llmk::sched_test;
   SchedulerLimits limits{int32_t(max_seq_len), {}, 0};
   Scheduler sched(scheduler_section(12, 40, "continuous", "recompute"), limits, kv,
-                  SchedulerOptions{[] { return TimePoint{}; }, &model});
+                  SchedulerOptions{.clock = [] { return TimePoint{}; }, .offloader = &model});
   size_t next_job = 0;
   for (int step = 0; next_job < jobs.size() || sched.has_work(); ++step) {
     if (step >= 20000) throw std::runtime_error("the workload did not finish in 20000 steps");

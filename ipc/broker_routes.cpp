@@ -30,14 +30,6 @@ std::vector<BrokerRoutes::RequestKey> BrokerRoutes::remove_replica(const std::st
   return lost;
 }
 
-std::string BrokerRoutes::replica_named(const std::string& name, const std::string& except) const {
-  if (name.empty()) return "";
-  for (const auto& [identity, replica] : replicas_) {
-    if (identity != except && replica.name == name) return identity;
-  }
-  return "";
-}
-
 void BrokerRoutes::set_draining(const std::string& replica, bool draining) {
   auto it = replicas_.find(replica);
   if (it != replicas_.end()) it->second.draining = draining;

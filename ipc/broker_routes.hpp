@@ -34,8 +34,6 @@ class BrokerRoutes {
   // their clients must hear an error).
   std::vector<RequestKey> remove_replica(const std::string& replica);
   bool has_replica(const std::string& replica) const { return replicas_.count(replica) != 0; }
-  // Another registered replica with this (non-empty) name, "" when none.
-  std::string replica_named(const std::string& name, const std::string& except) const;
   void set_draining(const std::string& replica, bool draining);
   // The registered replica that is not draining with the fewest requests
   // in flight; ties go in turn (each pick moves the turn past the chosen

@@ -259,10 +259,8 @@ struct ZmqBroker::Core {
     const bool draining = msg.value("draining", false);
     if (type == "register") {
       const std::string name = msg.contains("name") && msg["name"].is_string() ? msg["name"].get<std::string>() : "";
-      // The same replica on a new connection (it lost ours): the old one is dead.
-      if (const std::string old = routes.replica_named(name, replica); !old.empty()) {
-        drop_replica(old, "it registered again on a new connection");
-      }
+      // A replica that starts over registers on a new connection and closes
+      // the old one, which the next heartbeat to it finds closed.
       const bool added = routes.add_replica(replica, name.empty() ? "unnamed" : name);
       routes.set_draining(replica, draining);
       replica_clocks[replica] = {};

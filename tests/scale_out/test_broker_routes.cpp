@@ -112,8 +112,4 @@ TEST_CASE("a client that leaves names every replica serving it, once each", "[br
   CHECK(routes.num_requests() == 1);
   for (const auto& info : routes.replicas()) CHECK(info.num_in_flight == (info.identity == "B" ? 1u : 0u));
   CHECK(routes.remove_client("x").empty());
-  // Another connection of a replica is found by its name.
-  CHECK(routes.replica_named("B", "B2") == "B");
-  CHECK(routes.replica_named("B", "B") == "");
-  CHECK(routes.replica_named("", "") == "");
 }

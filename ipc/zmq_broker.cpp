@@ -186,7 +186,8 @@ struct ZmqBroker::Core {
     const bool delimiter = parts.size() == 2 && parts[0].size() == 0;
     client_states[client].delimiter = delimiter;
     const Peek p = parts.size() == 1 || delimiter ? peek(parts.back().to_string_view()) : Peek{};
-    const bool has_id = p.id.is_string();
+    // An empty id is not usable (a replica refuses it): such a message is not routed by its id.
+    const bool has_id = p.id.is_string() && !p.id.get_ref<const std::string&>().empty();
     const auto key = BrokerRoutes::RequestKey{client, has_id ? p.id.get<std::string>() : ""};
     // What the broker does not route by meaning (bad messages, stats)
     // goes to a replica, whose answer (an error, the stats) comes back.

@@ -482,4 +482,44 @@ TEST_CASE("a request waits at the broker for a replica, and fails as overloaded 
   CHECK(zmq_requests(a.http_port()) == 1);
 }
 
+TEST_CASE("bad messages through the broker get the protocol's errors, and stats come from a replica",
+          "[serve][broker]") {
+  BrokerProcess broker;
+  ServeProcess a({"--zmq-broker", broker.workers()});
+  REQUIRE(a.wait_ready());
+  INFO("broker log:\n" << broker.log());
+  Client probe(broker.clients());
+  REQUIRE(wait_registered(probe, {replica_name(a)}));
+  RawPeer peer(broker.clients());
+  const auto ask = [&](const std::string& payload) {
+    peer.send_frames({payload});
+    return peer.recv_json(std::chrono::seconds(30));
+  };
+  CHECK(ask("not json")["code"] == "malformed");
+  CHECK(ask(R"({"v": 1, "type": "teleport"})")["code"] == "unknown_type");
+  CHECK(ask(R"({"v": 7, "type": "ping"})")["code"] == "unsupported_version");
+  const json empty_id = ask(R"({"v": 1, "type": "submit", "id": "", "prompt": "Once"})");
+  CHECK(empty_id["code"] == "invalid_argument");
+  const json bad_param =
+      ask(R"({"v": 1, "type": "submit", "id": "p", "prompt": "Once", "params": {"max_tokens": -3}})");
+  CHECK(bad_param["code"] == "invalid_argument");
+  CHECK(bad_param["id"] == "p");
+  const json stats = ask(R"({"v": 1, "type": "stats", "ref": 5})");
+  CHECK(stats["type"] == "stats");
+  CHECK(stats["ref"] == 5);
+  CHECK(stats["kv"]["total_slots"] == 4096);
+  const json pong = ask(R"({"v": 1, "type": "ping", "ref": "r"})");
+  CHECK(pong["type"] == "pong");
+  CHECK(pong["ref"] == "r");
+  // Nothing of the above is left in flight at the broker; "p" may be used again.
+  CHECK(test::eventually([&] { return serving_replica(probe).empty(); }, std::chrono::seconds(10)));
+  peer.send_json(long_submit("p"));
+  peer.send_json(long_submit("p"));
+  json duplicate = peer.recv_json(std::chrono::seconds(30));
+  while (duplicate.is_object() && duplicate["type"] != "error") duplicate = peer.recv_json(std::chrono::seconds(30));
+  REQUIRE(duplicate.is_object());
+  CHECK(duplicate["code"] == "invalid_argument");
+  CHECK(duplicate["id"] == "p");
+}
+
 #endif  // LLMK_HAVE_ENGINE

@@ -382,9 +382,10 @@ ZmqBroker::ZmqBroker(ZmqBrokerOptions options) : core_(std::make_unique<Core>(st
   Core& c = *core_;
   if (c.options.heartbeat_timeout_ms <= c.options.heartbeat_interval_ms || c.options.heartbeat_interval_ms <= 0) {
     throw Error(ErrorCode::invalid_config,
-                "the broker's heartbeat timeout (" + std::to_string(c.options.heartbeat_timeout_ms) +
-                    " ms) must be longer than its heartbeat interval (" +
-                    std::to_string(c.options.heartbeat_interval_ms) + " ms, a positive number)");
+                "the broker's heartbeat timeout (--heartbeat-timeout-ms " +
+                    std::to_string(c.options.heartbeat_timeout_ms) +
+                    ") must be longer than its heartbeat interval (--heartbeat-ms " +
+                    std::to_string(c.options.heartbeat_interval_ms) + ", a positive number)");
   }
   for (zmq::socket_t* socket : {&c.clients, &c.workers}) {
     socket->set(zmq::sockopt::router_mandatory, 1);

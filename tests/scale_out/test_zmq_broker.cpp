@@ -522,4 +522,12 @@ TEST_CASE("bad messages through the broker get the protocol's errors, and stats 
   CHECK(duplicate["id"] == "p");
 }
 
+TEST_CASE("llmk broker refuses a heartbeat timeout that is not longer than the interval", "[serve][broker]") {
+  const auto run = test::run_command(std::string(LLMK_BINARY_DIR "/bin/llmk broker --clients tcp://127.0.0.1:") +
+                                     std::to_string(free_port()) + " --workers tcp://127.0.0.1:" +
+                                     std::to_string(free_port()) + " --heartbeat-ms 500 --heartbeat-timeout-ms 400 2>&1");
+  CHECK(run.status != 0);
+  CHECK_THAT(run.out, Catch::Contains("--heartbeat-timeout-ms 400") && Catch::Contains("--heartbeat-ms 500"));
+}
+
 #endif  // LLMK_HAVE_ENGINE

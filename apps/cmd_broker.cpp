@@ -34,17 +34,24 @@ int broker(const ipc::ZmqBrokerOptions& options) {
 }
 
 const CommandRegistration kBroker{
-    "broker", "Give many `llmk serve` replicas one ZeroMQ endpoint (a ROUTER/DEALER proxy with heartbeats)",
+    "broker", "Give many `llmk serve` replicas one ZeroMQ endpoint (routes each request to the least loaded)",
     [](CLI::App& cmd) {
       auto o = std::make_shared<ipc::ZmqBrokerOptions>();
       cmd.add_option("--clients", o->clients, "endpoint clients connect to, as to one server")->capture_default_str();
       cmd.add_option("--workers", o->workers, "endpoint replicas connect to (llmk serve --zmq-broker)")
           ->capture_default_str();
-      cmd.add_option("--heartbeat-ms", o->heartbeat_interval_ms, "ZMTP heartbeat interval on both sides")
-          ->capture_default_str();
+      cmd.add_option("--heartbeat-ms", o->heartbeat_interval_ms,
+                     "heartbeat interval with the replicas (they adopt it) and of ZMTP on both sockets")
+          ->capture_default_str()
+          ->check(CLI::Range(10, 3600000));
       cmd.add_option("--heartbeat-timeout-ms", o->heartbeat_timeout_ms,
-                     "a peer silent this long is dropped (a replica gets no more requests)")
-          ->capture_default_str();
+                     "a replica silent this long is dropped (its requests fail with peer_lost)")
+          ->capture_default_str()
+          ->check(CLI::Range(20, 3600000));
+      cmd.add_option("--queue-timeout-ms", o->queue_timeout_ms,
+                     "a request waits this long for a registered replica, then fails with overloaded")
+          ->capture_default_str()
+          ->check(CLI::Range(0, 3600000));
       return std::function<int()>([o] { return broker(*o); });
     }};
 

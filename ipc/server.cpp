@@ -13,6 +13,7 @@ Server::Server(Backend& backend, ServerOptions options) : backend_(backend), opt
     ZmqServerOptions z;
     z.endpoint = options_.zmq;
     z.broker = options_.zmq_broker;
+    z.replica_name = options_.replica_name.empty() ? options_.http : options_.replica_name;
     z.max_message_bytes = options_.max_body_bytes;
     z.request_timeout_s = options_.request_timeout_s;
     if (!options_.auth.curve_secret_key_file.empty()) {

@@ -9,6 +9,7 @@
 #include <zmq_addon.hpp>
 
 #include "core/error.hpp"
+#include "ipc/broker_link.hpp"
 #include "ipc/errors.hpp"
 #include "ipc/limits.hpp"
 #include "ipc/mailbox.hpp"
@@ -26,8 +27,8 @@ struct Posted {
   RequestEvent event;
 };
 
-// A peer's routing envelope (its identity frame, or through a broker the
-// broker's and the client's) as one map key: each frame length-prefixed.
+// A peer's routing envelope (its identity frame; through a broker, the
+// client's) as one map key: each frame length-prefixed.
 std::string pack_envelope(const std::vector<zmq::message_t>& frames, size_t num_frames) {
   std::string key;
   for (size_t i = 0; i < num_frames; ++i) {
@@ -75,7 +76,8 @@ struct ZmqServer::State {
   };
 
   zmq::context_t context{1};
-  zmq::socket_t router{context, zmq::socket_type::router};
+  zmq::socket_t router{context, zmq::socket_type::router};  // bound at options.endpoint (no broker)
+  std::unique_ptr<BrokerLink> link;                         // a broker's worker: its DEALER instead
   std::unique_ptr<ZapHandler> zap;          // CURVE only; closed before the context
   std::unique_ptr<Deadlines> deadlines;
   std::shared_ptr<Mailbox<Posted>> mailbox = std::make_shared<Mailbox<Posted>>();
@@ -102,12 +104,8 @@ ZmqServer::ZmqServer(Backend& backend, Metrics& metrics, ZmqServerOptions option
     make_curve_server(router, options_.curve_secret_key);
   }
   if (!options_.broker.empty()) {
-    try {
-      router.connect(options_.broker);
-    } catch (const zmq::error_t& e) {
-      throw Error(ErrorCode::invalid_config,
-                  "cannot connect to the ZeroMQ broker " + options_.broker + " (server.zmq_broker): " + e.what());
-    }
+    state_->link = std::make_unique<BrokerLink>(state_->context, options_.broker, options_.replica_name,
+                                                options_.heartbeat_interval_ms, options_.heartbeat_timeout_ms);
     endpoint_ = options_.broker;
     thread_ = std::thread([this] { run(); });
     return;
@@ -141,7 +139,8 @@ void ZmqServer::stop() {
 void ZmqServer::run() {
   State& st = *state_;
   const auto mailbox = st.mailbox;
-  const size_t num_envelope_frames = options_.broker.empty() ? 1 : 2;  // [client] or [broker] [client]
+  // The socket messages come and go on: the bound ROUTER, or the broker link's DEALER.
+  const auto socket = [&]() -> zmq::socket_t& { return st.link ? st.link->socket() : st.router; };
 
   // Sends one message to a peer; false when the peer is gone (unroutable
   // under ZMQ_ROUTER_MANDATORY, or so far behind that its queue is full).
@@ -150,9 +149,9 @@ void ZmqServer::run() {
     const bool delimiter = peer != st.peers.end() && peer->second.delimiter;
     const std::string payload = dump_json(msg);
     try {
-      if (!send_envelope(st.router, identity)) return false;
-      if (delimiter) st.router.send(zmq::message_t(), zmq::send_flags::sndmore);
-      st.router.send(zmq::buffer(payload), zmq::send_flags::none);
+      if (!send_envelope(socket(), identity)) return false;
+      if (delimiter) socket().send(zmq::message_t(), zmq::send_flags::sndmore);
+      socket().send(zmq::buffer(payload), zmq::send_flags::none);
     } catch (const zmq::error_t& e) {
       if (e.num() == EHOSTUNREACH) return false;
       throw;
@@ -291,11 +290,17 @@ void ZmqServer::run() {
   const auto handle_incoming = [&] {
     for (int budget = 0; budget < 256; ++budget) {
       std::vector<zmq::message_t> frames;
-      if (!zmq::recv_multipart(st.router, std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
-      if (frames.size() <= num_envelope_frames) continue;  // a broker's stray message: nobody to answer
-      // From here on, frames[0] stands for the whole envelope.
-      const std::string identity = pack_envelope(frames, num_envelope_frames);
-      frames.erase(frames.begin() + 1, frames.begin() + static_cast<std::ptrdiff_t>(num_envelope_frames));
+      if (!zmq::recv_multipart(socket(), std::back_inserter(frames), zmq::recv_flags::dontwait)) return;
+      if (st.link) {
+        st.link->on_heard();
+        if (frames[0].size() == 0) {  // the broker's own message
+          if (frames.size() == 2) st.link->on_control(frames[1].to_string_view());
+          continue;
+        }
+      }
+      if (frames.size() < 2) continue;  // nothing after the envelope: nobody to answer
+      // frames[0] is the client's identity (its ROUTER's, or the broker's ROUTER's).
+      const std::string identity = pack_envelope(frames, 1);
       const bool delimiter = frames.size() >= 2 && frames[1].size() == 0;
       if (frames.size() == 2 || (frames.size() == 3 && delimiter)) {
         try {
@@ -332,7 +337,21 @@ void ZmqServer::run() {
     for (const auto& identity : gone) drop_peer(identity);
   };
 
-  zmq::pollitem_t items[] = {{st.router.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, mailbox->fd(), ZMQ_POLLIN, 0}};
+  // The broker went silent and the link started over: what was live had
+  // clients the new connection cannot reach.
+  const auto on_link_reset = [&] {
+    size_t num_cancelled = 0;
+    for (auto& [internal_id, live] : st.live) {
+      if (live.orphaned) continue;
+      live.orphaned = true;
+      backend_.cancel(internal_id);
+      ++num_cancelled;
+    }
+    if (num_cancelled > 0) spdlog::info("zmq: broker lost, cancelled {} request(s)", num_cancelled);
+    st.peers.clear();
+  };
+
+  zmq::pollitem_t items[] = {{socket().handle(), 0, ZMQ_POLLIN, 0}, {nullptr, mailbox->fd(), ZMQ_POLLIN, 0}};
   auto stop_deadline = Clock::time_point::max();
   for (;;) {
     if (stopping_ && stop_deadline == Clock::time_point::max()) {
@@ -342,18 +361,25 @@ void ZmqServer::run() {
     }
     if (stopping_ && (st.live.empty() || Clock::now() > stop_deadline)) break;
     try {
-      zmq::poll(items, 2, options_.keepalive_interval / 2);
+      // The link's pace may change when the broker acknowledges the registration.
+      const auto half_keepalive = std::chrono::duration_cast<std::chrono::milliseconds>(options_.keepalive_interval / 2);
+      zmq::poll(items, 2, st.link ? std::min(half_keepalive, st.link->tick_interval()) : half_keepalive);
       if (items[0].revents & ZMQ_POLLIN) handle_incoming();
       for (auto& posted : mailbox->take()) handle_event(posted.internal_id, posted.event);
       if (cancel_all_.exchange(false)) {
         for (const auto& [internal_id, live] : st.live) backend_.cancel(internal_id);
       }
       send_keepalives();
+      if (st.link && st.link->tick(draining_)) {
+        on_link_reset();
+        items[0].socket = socket().handle();
+      }
     } catch (const std::exception& e) {
       // Never let the socket thread die: log, and serve the next message.
       spdlog::error("zmq server: {}", e.what());
     }
   }
+  if (st.link) st.link->close();
   st.router.close();
 }
 

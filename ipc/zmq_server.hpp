@@ -4,12 +4,12 @@
 // disappears (send fails under ZMQ_ROUTER_MANDATORY, ZMTP heartbeat
 // timeout, or an explicit "bye") gets its requests cancelled.
 //
-// As a broker's worker (options.broker, `llmk broker`), the socket connects
-// to the broker's DEALER instead of binding, and a peer is the client
-// behind the broker: messages arrive as [broker] [client] [payload] and
-// replies go back the same way. Through a broker a vanished client is not
-// noticed (the broker drops what it cannot route), and a client's later
-// messages (cancel, bye) reach whichever replica the broker picks.
+// As a broker's worker (options.broker, `llmk broker`), the socket is a
+// DEALER that connects to the broker and registers (ipc/broker_link.hpp),
+// and a peer is the client behind the broker: messages arrive as [client]
+// [payload] and replies go back the same way. The broker routes a client's
+// cancel and bye to the replica serving its requests, and says bye for a
+// client that vanished.
 #pragma once
 
 #include <atomic>
@@ -30,9 +30,10 @@ struct ZmqServerOptions {
   // (a keepalive when there is nothing else): a vanished peer is noticed
   // within about this long.
   std::chrono::milliseconds keepalive_interval{500};
-  int heartbeat_interval_ms = 1000;  // ZMTP heartbeats: silent dead peers
+  int heartbeat_interval_ms = 1000;  // ZMTP heartbeats: silent dead peers (and a broker's until it sets its own)
   int heartbeat_timeout_ms = 5000;
   std::string broker = "";  // non-empty: connect here as a broker's worker; endpoint is not bound
+  std::string replica_name = "";  // how the broker names this replica (its logs, health)
   // CURVE (ipc/zmq_curve.hpp): the server's Z85 secret key ("" = plain
   // ZeroMQ) and the file of client public keys its ZAP handler admits.
   // Not with a broker (the broker's own socket faces the clients).

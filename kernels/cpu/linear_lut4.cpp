@@ -179,9 +179,8 @@ void pack_lut4(const uint8_t* q, const float* scale, const Lut4Shape& s, uint8_t
       } else {
         std::memcpy(b, &scale[n * nb + 64 * u / s.block_size], 4);
       }
-      const uint8_t* qr = q + n * s.in_features + 64 * u;
-      for (int i = 0; i < 32; ++i)
-        b[4 + i] = static_cast<uint8_t>((qr[i] & 15) | (second ? (qr[32 + i] & 15) << 4 : 0));
+      auto at = [&](int64_t k) { return k < s.in_features ? q[n * s.in_features + k] & 15 : 0; };
+      for (int i = 0; i < 32; ++i) b[4 + i] = static_cast<uint8_t>(at(64 * u + i) | at(64 * u + 32 + i) << 4);
     }
 }
 
@@ -221,14 +220,27 @@ float lut4_scale_at(const uint8_t* packed, const Lut4Shape& s, int64_t n, int64_
   return v;
 }
 
+// Rows rounded or padded (num_units * kActUnitBytes each), then, where
+// in_features is not a multiple of 32, x padded with zeros to k32.
 size_t lut4_scratch_size(const Lut4Shape& s, int64_t max_rows, Lut4Activations /*activations*/) {
-  return static_cast<size_t>(std::max<int64_t>(1, max_rows) * s.num_units() * lut4::kActUnitBytes);
+  const int64_t rows = std::max<int64_t>(1, max_rows);
+  const int64_t padded = s.k32() == s.in_features ? 0 : rows * s.k32() * static_cast<int64_t>(sizeof(float));
+  return static_cast<size_t>(rows * s.num_units() * lut4::kActUnitBytes + padded);
 }
 
-void linear_lut4(const float* x, int64_t num_rows, const Lut4Shape& s, Lut4Book book, const uint8_t* packed, float* y,
+void linear_lut4(const float* x, int64_t num_rows, const Lut4Shape& s_in, Lut4Book book, const uint8_t* packed, float* y,
                  void* scratch, int num_threads, Lut4Activations a, Lut4Kernels kernels) {
   if (num_rows <= 0) return;
   auto* act = static_cast<uint8_t*>(scratch);
+  if (s_in.k32() != s_in.in_features) {
+    auto* xp = reinterpret_cast<float*>(act + num_rows * s_in.num_units() * lut4::kActUnitBytes);
+    for (int64_t m = 0; m < num_rows; ++m) {
+      std::memcpy(xp + m * s_in.k32(), x + m * s_in.in_features, static_cast<size_t>(s_in.in_features) * sizeof(float));
+      std::fill(xp + m * s_in.k32() + s_in.in_features, xp + (m + 1) * s_in.k32(), 0.0f);
+    }
+    x = xp;
+  }
+  const Lut4Shape s{s_in.k32(), s_in.out_features, s_in.block_size};
   const Lut4Codebook& c = lut4_codebook(book);
   if (kernels == Lut4Kernels::native && lut4::native_round(a, x, num_rows, s, act, num_threads)) {
     lut4::native_pass(a, book, act, num_rows, s, packed, y, num_threads);

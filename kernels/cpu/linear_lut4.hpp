@@ -11,8 +11,9 @@
 //   bytes 0-3   block_size 32: two f16 scales, inputs 64u.. and 64u+32..;
 //               block_size 64 or more: the f32 scale of the block holding them
 //   bytes 4-35  byte i: low nibble q[64u + i], high nibble q[64u + 32 + i]
-// (an in_features that ends half-way through a unit leaves its second half's
-// scale and indices zero, against zero activations). 4.5 bits per weight; a GGUF IQ4_NL row of two blocks is one
+// (an in_features that ends inside a unit leaves the indices past it zero,
+// and the scale of a missing 32 zero; the kernels pad x with zeros to a
+// multiple of 32 inputs). 4.5 bits per weight; a GGUF IQ4_NL row of two blocks is one
 // unit with its bytes regrouped.
 //
 // Activations (Lut4Activations):
@@ -57,12 +58,13 @@ struct Lut4Shape {
   int64_t in_features = 0;
   int64_t out_features = 0;
   int64_t block_size = 0;  // 32, or a multiple of 64 up to kLut4MaxBlock
+  int64_t k32() const { return (in_features + 31) / 32 * 32; }  // inputs the kernels see (zero past in_features)
   int64_t num_units() const { return (in_features + 63) / 64; }
   int64_t num_blocks() const { return (in_features + block_size - 1) / block_size; }
   bool f16_scales() const { return block_size == 32; }
-  // in_features a multiple of 32, block_size 32 or a multiple of 64.
+  // block_size 32 or a multiple of 64.
   bool valid() const {
-    return in_features > 0 && out_features > 0 && in_features % 32 == 0 &&
+    return in_features > 0 && out_features > 0 &&
            (block_size == 32 || (block_size > 0 && block_size % 64 == 0 && block_size <= kLut4MaxBlock));
   }
 };

@@ -59,13 +59,14 @@ Packed quantized(const std::vector<float>& w, int64_t out, int64_t in, int64_t b
 std::vector<double> rounded_int8(const std::vector<float>& x, int64_t rows, int64_t in) {
   std::vector<double> out(x.size());
   for (int64_t m = 0; m < rows; ++m)
-    for (int64_t c = 0; c < in / 32; ++c) {
+    for (int64_t c = 0; 32 * c < in; ++c) {  // a last, partial 32 as if padded with zeros
       const float* xc = x.data() + m * in + 32 * c;
+      const int len = static_cast<int>(std::min<int64_t>(32, in - 32 * c));
       float amax = 0.0f;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xc[i]));
+      for (int i = 0; i < len; ++i) amax = std::max(amax, std::fabs(xc[i]));
       const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
       const double d = f16_to_f32(f32_to_f16(amax / 127.0f));
-      for (int i = 0; i < 32; ++i) out[m * in + 32 * c + i] = d * std::nearbyint(xc[i] * id);
+      for (int i = 0; i < len; ++i) out[m * in + 32 * c + i] = d * std::nearbyint(xc[i] * id);
     }
   return out;
 }
@@ -158,7 +159,7 @@ TEST_CASE("LUT4 packs GGUF IQ4_NL blocks to exactly the values ggml's layout dec
 TEST_CASE("LUT4 with f32 activations matches float64 of the dequantized weights on every path", "[kernels][lut4]") {
   for (const Lut4Book book : {Lut4Book::nf4, Lut4Book::iq4_nl})
     for (const int64_t block : {32, 64, 256})
-      for (const int64_t in : {96, 512})
+      for (const int64_t in : {96, 172, 512})
         for (const int64_t out : {1, 17, 40}) {
           const std::vector<float> w = llmk::test::random_matrix(out, in, static_cast<uint32_t>(in + out + block));
           const Packed p = quantized(w, out, in, block, book, Lut4Scale::search);
@@ -186,7 +187,7 @@ TEST_CASE("LUT4 with int8 activations sums exactly the levels and int8 rows its 
           "[kernels][lut4]") {
   for (const Lut4Book book : {Lut4Book::nf4, Lut4Book::iq4_nl})
     for (const int64_t block : {32, 64, 128})
-      for (const int64_t in : {96, 512})
+      for (const int64_t in : {96, 172, 512})
         for (const int64_t out : {1, 17, 40}) {
           const Lut4Codebook& c = lut4_codebook(book);
           const std::vector<float> w = llmk::test::random_matrix(out, in, static_cast<uint32_t>(in * 3 + out + block));
@@ -215,7 +216,7 @@ TEST_CASE("LUT4 with int8 activations sums exactly the levels and int8 rows its 
                     // relative 2^-11) and the levels' (half a unit).
                     ref += double(x[m * in + kk]) * p.w[n * in + kk];
                     double amax = 0;
-                    for (int64_t j = kk / 32 * 32; j < kk / 32 * 32 + 32; ++j)
+                    for (int64_t j = kk / 32 * 32; j < std::min(in, kk / 32 * 32 + 32); ++j)
                       amax = std::max(amax, std::fabs(double(x[m * in + j])));
                     bound += std::fabs(p.w[n * in + kk]) * (amax / 254 * 1.001 + std::fabs(x[m * in + kk]) * 0x1p-11) +
                              std::fabs(xq[m * in + kk]) * std::fabs(s) * 0.5 * c.unit;

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/bnb_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/safetensors.hpp"
 
@@ -218,6 +219,7 @@ fs::path find_tokenizer(const fs::path& model_dir) {
 }
 
 std::unique_ptr<Checkpoint> load_checkpoint(const fs::path& model_dir) {
+  if (is_bnb_4bit_checkpoint(model_dir)) return load_bnb_checkpoint(model_dir);
   return std::make_unique<SafetensorsCheckpoint>(model_dir);
 }
 

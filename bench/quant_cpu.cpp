@@ -1,11 +1,12 @@
 // Decode speed and memory of the quantized modes on dummy weights.
 //
-//   bench_quant_cpu [--preset llama-110m] [--model PATH] [--modes dense,int8,int4,uint8_zp,lut4,lut4_nf4]
+//   bench_quant_cpu [--preset llama-110m] [--model PATH] [--modes dense,int8,int4,uint8_zp,lut4,...]
 //                   [--threads 2] [--steps 32] [--batch 1,32] [--prompt 16] [--prefill 0]
 //                   [--kv-mib 1024] [--dtype f32|f16|bf16] [--kv-i8 1] [--clock wall|cpu]
 //
 // lut4 is linear.lut4 with its defaults (IQ4_NL, blocks of 32), lut4_nf4 the
-// same with {"codebook":"nf4"} (blocks of 64). --model takes a real
+// same with {"codebook":"nf4"} (blocks of 64), lut4_f32 and int4_f32 with
+// {"activations":"f32"}. --model takes a real
 // checkpoint (a GGUF file or a model directory) instead of the preset's dummy
 // weights. --prefill N also times one N-token prompt at batch 1 (the median
 // of three, after one untimed).
@@ -99,7 +100,9 @@ Linear plugin_of(const std::string& mode) {
   if (mode == "uint8_zp") return {"linear.uint8_zp", "{}"};
   if (mode == "lut4") return {"linear.lut4", "{}"};
   if (mode == "lut4_nf4") return {"linear.lut4", R"({"codebook":"nf4"})"};
-  std::fprintf(stderr, "unknown mode %s (dense, int8, int4, uint8_zp, lut4, lut4_nf4)\n", mode.c_str());
+  if (mode == "lut4_f32") return {"linear.lut4", R"({"activations":"f32"})"};
+  if (mode == "int4_f32") return {"linear.int4", R"({"activations":"f32"})"};
+  std::fprintf(stderr, "unknown mode %s (dense, int8, int4, int4_f32, uint8_zp, lut4, lut4_nf4, lut4_f32)\n", mode.c_str());
   std::exit(2);
 }
 

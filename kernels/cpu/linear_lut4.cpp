@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/linear_lut4_impl.hpp"
+#include "kernels/cpu/linear_panels16.hpp"
 
 namespace llmk::kernels::cpu {
 
@@ -144,6 +145,28 @@ void portable_pass(Lut4Activations a, const Lut4Codebook& c, const float* x, con
     }
 }
 
+// Panel p (output channels 16p..16p+15) as f32: out [in_features][16], zero past out_features.
+void dequantize_panel(const Lut4Shape& s, const Lut4Codebook& c, const uint8_t* packed, int64_t p, float* out) {
+  const int64_t units = s.num_units();
+  for (int64_t l = 0; l < kPanels16Width; ++l) {
+    const int64_t n = p * kPanels16Width + l;
+    if (n >= s.out_features) {
+      for (int64_t k = 0; k < s.in_features; ++k) out[k * kPanels16Width + l] = 0.0f;
+      continue;
+    }
+    for (int64_t u = 0; u < units; ++u) {
+      const uint8_t* b = packed + (n * units + u) * kLut4UnitBytes;
+      for (int h = 0; h < 2; ++h) {
+        const int64_t k0 = 64 * u + 32 * h;
+        if (k0 >= s.in_features) break;
+        const float sc = lut4_scale_at(packed, s, n, k0);
+        const int len = static_cast<int>(std::min<int64_t>(32, s.in_features - k0));
+        for (int i = 0; i < len; ++i) out[(k0 + i) * kPanels16Width + l] = sc * c.values[(b[4 + i] >> (4 * h)) & 15];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 const Lut4Codebook& lut4_codebook(Lut4Book book) noexcept {
@@ -222,15 +245,25 @@ float lut4_scale_at(const uint8_t* packed, const Lut4Shape& s, int64_t n, int64_
 
 // Rows rounded or padded (num_units * kActUnitBytes each), then, where
 // in_features is not a multiple of 32, x padded with zeros to k32.
-size_t lut4_scratch_size(const Lut4Shape& s, int64_t max_rows, Lut4Activations /*activations*/) {
+// (f32 rows, more than one: the dequantized panels instead.)
+size_t lut4_scratch_size(const Lut4Shape& s, int64_t max_rows, Lut4Activations activations, int num_threads) {
   const int64_t rows = std::max<int64_t>(1, max_rows);
   const int64_t padded = s.k32() == s.in_features ? 0 : rows * s.k32() * static_cast<int64_t>(sizeof(float));
-  return static_cast<size_t>(rows * s.num_units() * lut4::kActUnitBytes + padded);
+  const size_t own = static_cast<size_t>(rows * s.num_units() * lut4::kActUnitBytes + padded);
+  if (activations != Lut4Activations::f32 || rows == 1) return own;
+  return std::max(own, dequantized_panels16_scratch_size(s.in_features, std::max(1, num_threads)) * sizeof(float));
 }
 
 void linear_lut4(const float* x, int64_t num_rows, const Lut4Shape& s_in, Lut4Book book, const uint8_t* packed, float* y,
                  void* scratch, int num_threads, Lut4Activations a, Lut4Kernels kernels) {
   if (num_rows <= 0) return;
+  const Lut4Codebook& c = lut4_codebook(book);
+  if (a == Lut4Activations::f32 && num_rows > 1 && kernels == Lut4Kernels::native) {
+    linear_dequantized_panels16(
+        x, num_rows, s_in.in_features, [&](int64_t p, float* out) { dequantize_panel(s_in, c, packed, p, out); },
+        s_in.out_features, y, static_cast<float*>(scratch), num_threads);
+    return;
+  }
   auto* act = static_cast<uint8_t*>(scratch);
   if (s_in.k32() != s_in.in_features) {
     auto* xp = reinterpret_cast<float*>(act + num_rows * s_in.num_units() * lut4::kActUnitBytes);
@@ -241,7 +274,6 @@ void linear_lut4(const float* x, int64_t num_rows, const Lut4Shape& s_in, Lut4Bo
     x = xp;
   }
   const Lut4Shape s{s_in.k32(), s_in.out_features, s_in.block_size};
-  const Lut4Codebook& c = lut4_codebook(book);
   if (kernels == Lut4Kernels::native && lut4::native_round(a, x, num_rows, s, act, num_threads)) {
     lut4::native_pass(a, book, act, num_rows, s, packed, y, num_threads);
     if (a == Lut4Activations::int8 && c.unit != 1.0f) {

@@ -24,9 +24,12 @@
 //         inputs, then scaled. The levels are the values on a grid:
 //         values[i] ~= unit * levels[i] (iq4_nl: exact, unit 1; nf4: unit
 //         1/127, each level within 1/254 of its value).
-//   f32   the exact values: indices looked up in the f32 table (vpermps on
-//         AVX-512, two vpermps and a blend on AVX2) and multiplied with f32
-//         activations.
+//   f32   the exact values: one row looks indices up in the f32 table
+//         (vpermps on AVX-512, two vpermps and a blend on AVX2) and
+//         multiplies them with f32 activations; more rows dequantize a tile
+//         of 16-channel panels to f32 once and multiply every row with it
+//         (linear_panels16.hpp's dequantized-panel GEMM, as linear_w4's f32
+//         rows do).
 // Each path exists per CPU level (AVX-512 VNNI, AVX2, through linear_gguf's
 // row-tile pass) and as portable C++ (Lut4Kernels::portable, built at every
 // level: the fallback off x86 and the tests' third path). AVX-512's table
@@ -108,8 +111,8 @@ float lut4_scale_at(const uint8_t* packed, const Lut4Shape& s, int64_t n, int64_
 enum class Lut4Activations { int8, f32 };
 enum class Lut4Kernels { native, portable };
 
-// Bytes of scratch linear_lut4 needs for up to max_rows rows.
-size_t lut4_scratch_size(const Lut4Shape& s, int64_t max_rows, Lut4Activations activations);
+// Bytes of scratch linear_lut4 needs for up to max_rows rows on num_threads.
+size_t lut4_scratch_size(const Lut4Shape& s, int64_t max_rows, Lut4Activations activations, int num_threads = 1);
 
 // y: [num_rows, out_features] = x: [num_rows, in_features] times the packed
 // weight. scratch: lut4_scratch_size bytes, 64-byte aligned.

@@ -86,7 +86,8 @@ class LinearLut4 {
   }
 
   size_t workspace_bytes(uint32_t num_rows) const {
-    return float_ ? 0 : kernels::cpu::lut4_scratch_size(shape_, std::max<uint32_t>(num_rows, 1), activations_);
+    return float_ ? 0
+                  : kernels::cpu::lut4_scratch_size(shape_, std::max<uint32_t>(num_rows, 1), activations_, threads_);
   }
 
   // CPU, F32 (supports() refuses anything else): x and y are floats; no queue.

@@ -73,7 +73,7 @@ std::vector<double> rounded_int8(const std::vector<float>& x, int64_t rows, int6
 
 std::vector<float> run(const Packed& p, Lut4Book book, const std::vector<float>& x, int64_t rows, Lut4Activations a,
                        Lut4Kernels k) {
-  auto scratch = llmk::test::aligned_buffer<uint8_t>(lut4_scratch_size(p.shape, rows, a));
+  auto scratch = llmk::test::aligned_buffer<uint8_t>(lut4_scratch_size(p.shape, rows, a, 2));
   std::vector<float> y(static_cast<size_t>(rows * p.shape.out_features), NAN);
   linear_lut4(x.data(), rows, p.shape, book, p.bytes.data(), y.data(), scratch.get(), 2, a, k);
   return y;

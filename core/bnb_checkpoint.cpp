@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/model_config.hpp"
+#include "core/raw_safetensors.hpp"
 #include "core/safetensors.hpp"
 
 namespace llmk {
@@ -35,65 +36,6 @@ std::string read_text(const fs::path& file) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-// One safetensors file with any dtype (bitsandbytes stores U8 codes beside
-// the F32 scales): the entries' dtype names, shapes and bytes.
-struct RawEntry {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  const uint8_t* data = nullptr;
-  size_t bytes = 0;
-};
-
-size_t raw_dtype_size(const std::string& d) {
-  if (d == "U8" || d == "I8" || d == "BOOL") return 1;
-  if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
-  if (d == "F32" || d == "I32" || d == "U32") return 4;
-  if (d == "F64" || d == "I64" || d == "U64") return 8;
-  return 0;
-}
-
-std::map<std::string, RawEntry> read_entries(const MappedFile& f) {
-  const fs::path& file = f.path();
-  uint64_t n = 0;
-  if (f.size() < 8) throw Error(ErrorCode::bad_checkpoint, file.string() + ": shorter than a safetensors header");
-  std::memcpy(&n, f.data(), 8);
-  if (n > SafetensorsFile::kMaxHeaderBytes || 8 + n > f.size())
-    throw Error(ErrorCode::bad_checkpoint, file.string() + ": header length " + std::to_string(n) + " is not in the file");
-  json header;
-  try {
-    header = json::parse(f.data() + 8, f.data() + 8 + n);
-  } catch (const json::exception& e) {
-    throw Error(ErrorCode::bad_checkpoint, file.string() + ": header is not valid JSON: " + e.what());
-  }
-  const uint8_t* start = f.data() + 8 + n;
-  const uint64_t data_size = f.size() - 8 - n;
-  std::map<std::string, RawEntry> out;
-  for (const auto& [name, v] : header.items()) {
-    if (name == "__metadata__") continue;
-    RawEntry e;
-    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
-        !v["shape"].is_array() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||
-        v["data_offsets"].size() != 2)
-      fail_tensor(file, name, "entry needs dtype, shape and data_offsets");
-    e.dtype = v["dtype"].get<std::string>();
-    uint64_t numel = 1;
-    for (const auto& d : v["shape"]) {
-      if (!d.is_number_unsigned()) fail_tensor(file, name, "shape " + v["shape"].dump() + " is not a list of sizes");
-      e.shape.push_back(d.get<int64_t>());
-      numel *= d.get<uint64_t>();
-    }
-    const uint64_t b = v["data_offsets"][0].get<uint64_t>(), end = v["data_offsets"][1].get<uint64_t>();
-    if (raw_dtype_size(e.dtype) == 0) fail_tensor(file, name, "dtype " + e.dtype + " is not a safetensors dtype");
-    if (b > end || end > data_size || end - b != numel * raw_dtype_size(e.dtype))
-      fail_tensor(file, name, "data_offsets " + v["data_offsets"].dump() + " do not hold shape " + v["shape"].dump() +
-                                  " of " + e.dtype);
-    e.data = start + b;
-    e.bytes = end - b;
-    out.emplace(name, std::move(e));
-  }
-  return out;
 }
 
 // a * b, then + c, each rounded to f32 (never fused: the reference rounds twice).
@@ -142,7 +84,7 @@ class BnbCheckpoint final : public Checkpoint {
       throw Error(ErrorCode::unsupported, (dir / "model.safetensors.index.json").string() +
                                               ": sharded bitsandbytes checkpoints are not supported");
     file_ = std::make_unique<MappedFile>(dir / "model.safetensors");
-    const auto entries = read_entries(*file_);
+    const auto entries = read_raw_entries(*file_);
     const auto expected = expected_tensors(config_);
     const fs::path& file = file_->path();
     for (const auto& [name, want] : expected) {

@@ -1,8 +1,15 @@
 // Decode speed and memory of the quantized modes on dummy weights.
 //
-//   bench_quant_cpu [--preset llama-110m] [--modes dense,int8,int4,uint8_zp]
-//                   [--threads 2] [--steps 32] [--batch 1,32] [--prompt 16]
+//   bench_quant_cpu [--preset llama-110m] [--model PATH] [--modes dense,int8,int4,uint8_zp,lut4,...]
+//                   [--threads 2] [--steps 32] [--batch 1,32] [--prompt 16] [--prefill 0]
 //                   [--kv-mib 1024] [--dtype f32|f16|bf16] [--kv-i8 1] [--clock wall|cpu]
+//
+// lut4 is linear.lut4 with its defaults (IQ4_NL, blocks of 32), lut4_nf4 the
+// same with {"codebook":"nf4"} (blocks of 64), lut4_f32 and int4_f32 with
+// {"activations":"f32"}. --model takes a real
+// checkpoint (a GGUF file or a model directory) instead of the preset's dummy
+// weights. --prefill N also times one N-token prompt at batch 1 (the median
+// of three, after one untimed).
 //
 // For each linear mode: weight memory (as the plugins store it), decode
 // tokens/s at each batch size (one new token per sequence per step, logits
@@ -34,6 +41,8 @@ namespace {
 
 struct Options {
   std::string preset = "llama-110m";
+  std::string model;  // a checkpoint instead of the preset's dummy weights
+  int prefill = 0;
   std::vector<std::string> modes{"dense", "int8", "int4"};
   std::vector<int> batches{1, 32};
   int threads = 2;
@@ -58,6 +67,8 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--preset") o.preset = v;
+    else if (k == "--model") o.model = v;
+    else if (k == "--prefill") o.prefill = std::stoi(v);
     else if (k == "--modes") o.modes = split(v);
     else if (k == "--batch") {
       o.batches.clear();
@@ -77,12 +88,21 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-const char* plugin_of(const std::string& mode) {
-  if (mode == "dense") return "linear.dense";
-  if (mode == "int8") return "linear.int8";
-  if (mode == "int4") return "linear.int4";
-  if (mode == "uint8_zp") return "linear.uint8_zp";
-  std::fprintf(stderr, "unknown mode %s (dense, int8, int4, uint8_zp)\n", mode.c_str());
+struct Linear {
+  const char* plugin;
+  const char* options;
+};
+
+Linear plugin_of(const std::string& mode) {
+  if (mode == "dense") return {"linear.dense", "{}"};
+  if (mode == "int8") return {"linear.int8", "{}"};
+  if (mode == "int4") return {"linear.int4", "{}"};
+  if (mode == "uint8_zp") return {"linear.uint8_zp", "{}"};
+  if (mode == "lut4") return {"linear.lut4", "{}"};
+  if (mode == "lut4_nf4") return {"linear.lut4", R"({"codebook":"nf4"})"};
+  if (mode == "lut4_f32") return {"linear.lut4", R"({"activations":"f32"})"};
+  if (mode == "int4_f32") return {"linear.int4", R"({"activations":"f32"})"};
+  std::fprintf(stderr, "unknown mode %s (dense, int8, int4, int4_f32, uint8_zp, lut4, lut4_nf4, lut4_f32)\n", mode.c_str());
   std::exit(2);
 }
 
@@ -90,6 +110,7 @@ struct Result {
   size_t weight_bytes = 0;
   std::vector<double> tok_per_s;  // per batch size
   double tok_per_s_kv_i8 = 0.0;   // at the largest batch
+  double prefill_tok_per_s = 0.0;  // one --prefill prompt at batch 1
 };
 
 bool g_cpu_clock = false;
@@ -132,11 +153,39 @@ double decode_tok_per_s(llmk::Model& model, int batch, int prompt, int steps, ui
   return static_cast<double>(batch) * steps / s;
 }
 
+// One prompt of n tokens at batch 1, timed three times after one untimed run: the median.
+double prefill_tok_per_s(llmk::Model& model, int n) {
+  const int32_t vocab = model.config().vocab_size;
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  llmk::StepBatch b;
+  b.max_blocks_per_seq = 1;
+  b.block_size = n;
+  b.query_start = {0, n};
+  b.context_lens = {n};
+  b.block_tables = {0};
+  b.logits_rows = {n - 1};
+  for (int p = 0; p < n; ++p) {
+    b.token_ids.push_back(3 + p % (vocab - 3));
+    b.positions.push_back(p);
+    b.slot_mapping.push_back(p);
+  }
+  model.forward(b, logits.data());
+  double t[3];
+  for (double& v : t) {
+    const double t0 = now_seconds();
+    model.forward(b, logits.data());
+    v = now_seconds() - t0;
+  }
+  std::sort(t, t + 3);
+  return n / t[1];
+}
+
 std::unique_ptr<llmk::Model> make_model(const std::shared_ptr<const llmk::Checkpoint>& ckpt,
-                                        llmk::PluginRegistry& registry, const std::string& plugin, llmk::DType kv,
+                                        llmk::PluginRegistry& registry, const Linear& linear, llmk::DType kv,
                                         int threads, uint32_t slots, uint32_t max_step_tokens) {
   llmk::EngineConfig cfg;
-  cfg.plugins.linear = plugin;
+  cfg.plugins.linear = linear.plugin;
+  cfg.plugins.linear_options = linear.options;
   cfg.kv_cache.dtype = kv;
   cfg.kv_cache.capacity_tokens = slots;
   cfg.scheduler.max_num_batched_tokens = max_step_tokens;
@@ -159,15 +208,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unknown dtype %s\n", o.dtype.c_str());
     return 2;
   }
-  const auto ckpt = std::shared_ptr<const llmk::Checkpoint>(llmk::make_dummy_checkpoint(mc, 1, ""));
+  llmk::ModelSection section;
+  section.path = o.model;
+  const auto ckpt = o.model.empty() ? std::shared_ptr<const llmk::Checkpoint>(llmk::make_dummy_checkpoint(mc, 1, ""))
+                                    : llmk::open_model(section);
+  if (!o.model.empty()) mc = ckpt->config();
   llmk::PluginRegistry registry;
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   const uint32_t slots_per_seq = static_cast<uint32_t>(o.prompt + o.steps + 2);
-  const uint32_t slots = slots_per_seq * static_cast<uint32_t>(max_batch);
-  const uint32_t max_step = static_cast<uint32_t>(max_batch * o.prompt);
+  const uint32_t slots = std::max<uint32_t>(slots_per_seq * static_cast<uint32_t>(max_batch), o.prefill);
+  const uint32_t max_step = static_cast<uint32_t>(std::max(max_batch * o.prompt, o.prefill));
 
-  std::printf("preset %s (%s weights, %d layers, hidden %d, intermediate %d, vocab %d), %d threads, %d decode steps, %s clock\n",
-              o.preset.c_str(), llmk::dtype_name(mc.dtype), mc.num_layers, mc.hidden_size, mc.intermediate_size,
+  std::printf("%s %s (%s weights, %d layers, hidden %d, intermediate %d, vocab %d), %d threads, %d decode steps, %s clock\n",
+              o.model.empty() ? "preset" : "model", o.model.empty() ? o.preset.c_str() : o.model.c_str(),
+              llmk::dtype_name(mc.dtype), mc.num_layers, mc.hidden_size, mc.intermediate_size,
               mc.vocab_size, o.threads, o.steps, o.cpu_clock ? "process CPU" : "wall");
   double load[3] = {0, 0, 0};
   getloadavg(load, 3);
@@ -179,6 +233,7 @@ int main(int argc, char** argv) {
       auto model = make_model(ckpt, registry, plugin_of(mode), llmk::DType::f32, o.threads, slots, max_step);
       r.weight_bytes = model->weight_bytes();
       for (int b : o.batches) r.tok_per_s.push_back(decode_tok_per_s(*model, b, o.prompt, o.steps, slots_per_seq));
+      if (o.prefill > 0) r.prefill_tok_per_s = prefill_tok_per_s(*model, o.prefill);
     }
     if (o.kv_i8) {
       auto model = make_model(ckpt, registry, plugin_of(mode), llmk::DType::i8, o.threads, slots, max_step);
@@ -190,12 +245,16 @@ int main(int argc, char** argv) {
   std::printf("\n%-9s %12s", "mode", "weights_MiB");
   for (int b : o.batches) std::printf("  tok/s@%-3d (x dense)", b);
   if (o.kv_i8) std::printf("  tok/s@%d kv_i8", max_batch);
+  if (o.prefill > 0) std::printf("  prefill%d tok/s (x dense)", o.prefill);
   std::printf("\n");
   for (size_t m = 0; m < o.modes.size(); ++m) {
     std::printf("%-9s %12.1f", o.modes[m].c_str(), results[m].weight_bytes / 1048576.0);
     for (size_t b = 0; b < o.batches.size(); ++b)
       std::printf("  %9.1f (%5.2fx)", results[m].tok_per_s[b], results[m].tok_per_s[b] / results[0].tok_per_s[b]);
     if (o.kv_i8) std::printf("  %14.1f", results[m].tok_per_s_kv_i8);
+    if (o.prefill > 0)
+      std::printf("  %14.1f (%5.2fx)", results[m].prefill_tok_per_s,
+                  results[m].prefill_tok_per_s / results[0].prefill_tok_per_s);
     std::printf("\n");
   }
 

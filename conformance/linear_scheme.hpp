@@ -30,6 +30,9 @@ struct Scheme {
   bool symmetric = false;  // symmetric range (+-max|w|) instead of min..max
   int64_t group = 0;       // values per weight range along in_features; 0: the whole row
   bool int8_activations = false;
+  // "lut4": each weight on a 16-value codebook times its block's scale; the
+  // most a weight moves, as a fraction of its group's max |w| (0: no codebook).
+  double codebook_error = 0;
   // "ggml_a8": weights as stored ggml blocks (exact), activations rounded to
   // int8 with one scale (max |x| / 127) per weight block of in_features.
   bool ggml_a8 = false;

@@ -217,7 +217,8 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
           // sum of its weights' squared steps.
           const int64_t group = scheme.group > 0 ? std::min(scheme.group, in) : in;
           std::vector<double> step(out * in, 0.0), step_sq(out, 0.0);
-          if (scheme.weight_levels > 0)
+          const bool codebook = scheme.codebook_error > 0 && !blocks;
+          if (scheme.weight_levels > 0 || codebook)
             for (int64_t j = 0; j < out; ++j)
               for (int64_t g0 = 0; g0 < in; g0 += group) {
                 double lo = 0, hi = 0, mx = 0;
@@ -226,7 +227,9 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
                   hi = std::max(hi, w[j * in + k]);
                   mx = std::max(mx, std::fabs(w[j * in + k]));
                 }
-                const double s_g = scheme.symmetric ? 2 * mx / scheme.weight_levels : (hi - lo) / scheme.weight_levels;
+                const double s_g = codebook           ? scheme.codebook_error * mx
+                                   : scheme.symmetric ? 2 * mx / scheme.weight_levels
+                                                      : (hi - lo) / scheme.weight_levels;
                 for (int64_t k = g0; k < std::min(in, g0 + group); ++k) step[j * in + k] = s_g;
                 step_sq[j] += s_g * s_g * static_cast<double>(std::min(in, g0 + group) - g0);
               }
@@ -275,11 +278,11 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
                 rounding_var += double(x[m * in + k]) * x[m * in + k] * step[j * in + k] * step[j * in + k] / 12;
               }
               double bound = 1e-5 * mag + 1e-30;
-              if (scheme.weight_levels > 0) {
+              if (scheme.weight_levels > 0 || codebook) {
                 const double x_hat_norm = std::sqrt(x_norm_sq) + std::sqrt(double(in)) * x_step / 2;
                 bound += x_hat_norm * std::sqrt(step_sq[j]) + 1e-5 * (mag + std::sqrt(x_norm_sq * step_sq[j]));
               }
-              if (scheme.int8_activations) bound += w_abs * x_step / 2;
+              if (scheme.int8_activations && !blocks) bound += w_abs * x_step / 2;
               if (blocks)
                 for (int64_t k = 0; k < in; ++k) {
                   const double s_b = block_step[static_cast<size_t>(k / wt.block_values)];
@@ -301,7 +304,7 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
               const double got = y[m * out + j];
               error_energy += (got - ref) * (got - ref);
               expected_energy += rounding_var;
-              if (scheme.int8_activations) expected_energy += w_sq * x_step * x_step / 12;
+              if (scheme.int8_activations && !blocks) expected_energy += w_sq * x_step * x_step / 12;
               const double ratio = std::isfinite(got) ? std::fabs(got - ref) / bound : INFINITY;
               if (!(ratio <= worst)) {
                 worst = ratio;
@@ -314,7 +317,7 @@ SuiteResult run_linear_suite(const Plugin& plugin, const SuiteOptions& options) 
           // rounding, which a row shares across its outputs, so the energy
           // is a sum of many independent terms only over many rows.
           const bool energy_checked =
-              ((scheme.weight_levels > 0 || scheme.weight_format != nullptr) && rows * out >= 64) ||
+              ((scheme.weight_levels > 0 || codebook || scheme.weight_format != nullptr) && rows * out >= 64) ||
               (blocks && rows >= 16 && rows * out >= 64);
           if (!contract.empty()) {
             failed(name, contract);

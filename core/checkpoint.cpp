@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/bnb_checkpoint.hpp"
+#include "core/compressed_tensors_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/safetensors.hpp"
 
@@ -218,6 +220,8 @@ fs::path find_tokenizer(const fs::path& model_dir) {
 }
 
 std::unique_ptr<Checkpoint> load_checkpoint(const fs::path& model_dir) {
+  if (is_bnb_4bit_checkpoint(model_dir)) return load_bnb_checkpoint(model_dir);
+  if (is_compressed_tensors_checkpoint(model_dir)) return load_compressed_tensors_checkpoint(model_dir);
   return std::make_unique<SafetensorsCheckpoint>(model_dir);
 }
 

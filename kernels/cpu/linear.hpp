@@ -23,6 +23,7 @@
 //   w4          [ceil(out / 16)][ceil(in / 8)][16] u32 nibbles     int4, per-group scale + zero point
 //   w8a8        [ceil(out / 16)][ceil(in / 4)][16][4]              int8 weights x int8 activations
 //   wu8         [ceil(out / 16)][in][16]                           uint8, scale + zero point
+//   lut4        [out][ceil(in / 64)] units of 36 bytes                4-bit codebook indices, block scales
 //
 // A panel is `width` consecutive output channels stored k-major, so one k
 // step reads the panel's weights contiguously and multiplies them by one

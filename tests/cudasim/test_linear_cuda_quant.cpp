@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/plugin_loader.hpp"
+#include "kernels/cpu/linear_lut4.hpp"
 #include "kernels/cpu/linear_w4.hpp"
 #include "test_support.hpp"
 
@@ -188,6 +189,57 @@ TEST_CASE("linear.cuda_int4 by default matches the CPU scheme's mse-fitted group
     };
     check_plugin("linear.cuda_int4", "{}", w, in, mse, kOut * ((in + 7) / 8) * 4 + kOut * ((in + g - 1) / g) * 5);
   }
+}
+
+TEST_CASE("linear.cuda_lut4 computes on the CPU quantizer's NF4 and IQ4_NL weights within float and bf16 rounding",
+          "[linear_cuda_quant]") {
+  using namespace llmk::kernels::cpu;
+  reset_simulator(1);
+  for (const uint32_t in : kInFeatures)
+    for (const Lut4Book book : {Lut4Book::iq4_nl, Lut4Book::nf4}) {
+      const std::vector<float> w = random_floats(static_cast<size_t>(kOut) * in, 19 + in);
+      // The CPU's own quantizer and layout (kernels/cpu/linear_lut4.hpp), each
+      // weight scale * values[q] in float64: the plugin differs from y over
+      // these only by float sums (decode) or bf16 rounding of x and w^ (prefill).
+      const bool nf4 = book == Lut4Book::nf4;
+      const Lut4Shape shape{in, kOut, nf4 ? 64 : 32};
+      std::vector<uint8_t> q(w.size()), packed(lut4_size(shape));
+      std::vector<float> scale(static_cast<size_t>(kOut * shape.num_blocks()));
+      quantize_lut4(w.data(), shape, book, nf4 ? Lut4Scale::absmax : Lut4Scale::search, q.data(), scale.data(), 1);
+      pack_lut4(q.data(), scale.data(), shape, packed.data());
+      const Lut4Codebook& c = lut4_codebook(book);
+      std::vector<double> w_deq(w.size());
+      for (uint32_t n = 0; n < kOut; ++n)
+        for (uint32_t k = 0; k < in; ++k)
+          w_deq[n * in + k] = double(lut4_scale_at(packed.data(), shape, n, k)) *
+                              c.values[lut4_index_at(packed.data(), shape, n, k)];
+      const std::string options = nf4 ? R"({"codebook":"nf4","prefill_channels":48})" : R"({"prefill_channels":48})";
+      INFO((nf4 ? "nf4" : "iq4_nl") << " in " << in);
+      llmk::PluginRegistry registry({LLMK_CUDASIM_PLUGIN_DIR});
+      const llmk_linear_desc d = make_desc(in, w.data(), options.c_str());
+      llmk::LinearImpl layer(registry.load("linear.cuda_lut4", LLMK_PLUGIN_LINEAR), d, device_workspace());
+      CHECK(layer.weight_bytes() == size_t(kOut) * ((in + 63) / 64) * 36);
+      for (const uint32_t rows : kRows) {
+        INFO("rows " << rows);
+        const std::vector<float> x = random_floats(static_cast<size_t>(rows) * in, 200 + rows + in);
+        device_buffer<float> d_x(x), d_y(static_cast<size_t>(rows) * kOut);
+        layer.forward(d_x.get(), d_y.get(), rows, nullptr);
+        const std::vector<float> y = d_y.download();
+        for (uint32_t r = 0; r < rows; ++r)
+          for (uint32_t n = 0; n < kOut; ++n) {
+            double want = 0, mag = 0;
+            for (uint32_t k = 0; k < in; ++k) {
+              want += double(x[r * in + k]) * w_deq[n * in + k];
+              mag += std::fabs(double(x[r * in + k]) * w_deq[n * in + k]);
+            }
+            // Decode: f32 sums; prefill: x and w^ rounded to bf16 (2^-9 each).
+            const double allowed = mag * (rows <= 8 ? 1e-5 : std::ldexp(1.0, -8) + std::ldexp(1.0, -16) + 1e-6);
+            if (!(std::fabs(y[r * kOut + n] - want) <= allowed))
+              FAIL("y[" << r << ", " << n << "] = " << y[r * kOut + n] << ", float64 over the dequantized weights "
+                        << want << ", bound " << allowed);
+          }
+      }
+    }
 }
 
 TEST_CASE("linear.cuda_fp8 stays within the E4M3 rounding bound of float64 for every scale granularity",

@@ -296,3 +296,44 @@ TEST_CASE("Quantized linear plugins refuse bad options and say why", "[quant][pl
   REQUIRE(err.status == LLMK_ERR_INVALID_ARGUMENT);
   REQUIRE(std::string(err.message).find("a.q_proj") != std::string::npos);
 }
+
+TEST_CASE("linear.lut4 refuses bad options and other ggml blocks, naming the layer and the option",
+          "[quant][plugin][lut4]") {
+  const std::vector<float> w(64 * 20, 1.0f);
+  char why[256] = {};
+  const LoadedLinear l = load("linear.lut4");
+  REQUIRE(l.info->api_version == LLMK_LINEAR_API_VERSION);
+  REQUIRE(supports(l, make_desc("a.q_proj", w, 20, 64, R"({"codebook":"fp4"})"), why, sizeof(why)) == 0);
+  REQUIRE(std::string(why).find("codebook") != std::string::npos);
+  REQUIRE(supports(l, make_desc("a.q_proj", w, 20, 64, R"({"block_size":48})"), why, sizeof(why)) == 0);
+  REQUIRE(std::string(why).find("block_size") != std::string::npos);
+  REQUIRE(std::string(why).find("a.q_proj") != std::string::npos);
+  REQUIRE(supports(l, make_desc("a.q_proj", w, 20, 64, R"({"scale":"mse"})"), why, sizeof(why)) == 0);
+  REQUIRE(std::string(why).find("scale") != std::string::npos);
+  REQUIRE(supports(l, make_desc("a.q_proj", w, 20, 64, R"({"codebook":"nf4","block_size":128,"activations":"f32"})"),
+                   why, sizeof(why)) == 1);
+  // A GGUF Q4_0 weight (ggml type 2) is not IQ4_NL: refused, so the host routes it elsewhere.
+  auto q4 = make_desc("a.q_proj", w, 20, 64, "{}");
+  q4.weight_dtype = LLMK_DTYPE_GGML_BASE + 2;
+  REQUIRE(supports(l, q4, why, sizeof(why)) == 0);
+  REQUIRE(std::string(why).find("IQ4_NL") != std::string::npos);
+}
+
+TEST_CASE("linear.lut4 keeps named layers in float and stores 4.5 bits per weight otherwise", "[quant][plugin][lut4]") {
+  const int64_t out = 40, in = 256;
+  const std::vector<float> w = llmk::test::random_matrix(out, in, 5);
+  const std::vector<float> x = llmk::test::random_matrix(3, in, 6);
+  const LoadedLinear l = load("linear.lut4");
+  const RunResult f = run(l, make_desc("m.lm_head", w, out, in, R"({"float_layers":["lm_head"]})"), x, 3);
+  CHECK(relative_error(f.y, x, w, 3, in, out) < 1e-5);
+  for (const char* options : {"{}", R"({"codebook":"nf4"})"}) {
+    INFO(options);
+    const RunResult q = run(l, make_desc("m.lm_head", w, out, in, options), x, 3);
+    CHECK(q.weight_bytes == size_t(out * in / 64 * 36));
+    const double err = relative_error(q.y, x, w, 3, in, out);
+    // 4-bit weights on heavy-tailed rows (the kernels' float64 checks are
+    // tests/kernels/test_linear_lut4.cpp): quantized, and not garbage.
+    CHECK(err > 1e-3);
+    CHECK(err < 0.6);
+  }
+}

@@ -230,6 +230,14 @@ TEST_CASE("Quantized modes agree with the float model on stories260K within thei
       {{"int4 lm_head float", "linear.int4", R"({"float_layers":["lm_head"]})", llmk::DType::f32}, 0.87, 0.1},  // [0.871 / 6.9e-2]
       {{"int4 g16 lm_head float", "linear.int4", R"({"group_size":16,"float_layers":["lm_head"]})", llmk::DType::f32},
        0.90, 0.06},                                                                            // [0.916 / 3.9e-2]
+      // Lookup-table 4-bit (linear.lut4), int8 rows per 32 inputs: IQ4_NL's
+      // levels in blocks of 32 with searched f16 scales (4.5 bits per weight)
+      // beat int4's one group per row; NF4 in bitsandbytes' blocks of 64 with
+      // absmax scales (4.5 bits) stays within 0.03 of it: its levels are
+      // the quantiles of a normal distribution, and absmax spends the end
+      // levels on each block's largest weight.
+      {{"lut4 iq4_nl block 32", "linear.lut4", "{}", llmk::DType::f32}, 0.88, 0.08},              // [0.897 / 5.6e-2]
+      {{"lut4 nf4 block 64", "linear.lut4", R"({"codebook":"nf4"})", llmk::DType::f32}, 0.82, 0.13},  // [0.839 / 1.08e-1]
       {{"uint8_zp per channel", "linear.uint8_zp", "{}", llmk::DType::f32}, 0.99, 6e-4},     // [0.994 / 3.0e-4]
       {{"uint8_zp per tensor", "linear.uint8_zp", R"({"per_channel":false})", llmk::DType::f32}, 0.95, 8e-3},  // [0.973 / 4.4e-3]
       {{"w8a8 + kv_i8 group 8", "linear.int8", "{}", llmk::DType::i8, 8}, 0.975, 3e-3},      // [0.980 / 1.4e-3]

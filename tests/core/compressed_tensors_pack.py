@@ -1,0 +1,132 @@
+"""Writes a tiny Llama checkpoint in compressed-tensors' integer layouts
+(llm-compressor's save format), following the format's definition:
+pack-quantized stores X.weight_packed (int32, 32 / bits values a word, value
+i of a row at bits (i % per_word) * bits, each stored as q + 2^(bits-1)),
+X.weight_scale [out, groups], X.weight_shape, and for asymmetric schemes
+X.weight_zero_point packed the same way along the output dimension;
+naive-quantized stores X.weight as int8 with X.weight_scale. Also writes
+expected.safetensors: every tensor as this packer dequantizes it,
+(q - zero_point) * scale in float32.
+
+usage: compressed_tensors_pack.py DIR MODE
+  MODE: int4_group | int4_group_asym | int8_naive | missing_scale | shape_mismatch | unknown_format
+"""
+import json
+import struct
+import sys
+
+import numpy as np
+
+HIDDEN, INTER, HEADS, KV_HEADS, VOCAB = 64, 96, 4, 2, 80
+
+
+def write_safetensors(path, tensors):
+    header, offset, blobs = {}, 0, []
+    for name, (dtype, arr) in tensors.items():
+        data = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def pack_rows(values, bits):
+    """values: int [rows, cols] signed; returns int32 [rows, ceil(cols * bits / 32)]."""
+    per = 32 // bits
+    rows, cols = values.shape
+    padded = np.zeros((rows, (cols + per - 1) // per * per), np.uint64)
+    padded[:, :cols] = (values + (1 << (bits - 1))).astype(np.uint64)
+    shifts = (np.arange(per, dtype=np.uint64) * bits)
+    words = (padded.reshape(rows, -1, per) << shifts).sum(axis=2).astype(np.uint32)
+    return words.view(np.int32)
+
+
+def quantize(w, bits, group, symmetric):
+    out, inp = w.shape
+    g = inp if group is None else group
+    ng = (inp + g - 1) // g
+    lo_q, hi_q = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    q = np.zeros(w.shape, np.int64)
+    scale = np.zeros((out, ng), np.float32)
+    zero = np.zeros((out, ng), np.int64)
+    for j in range(ng):
+        blk = w[:, j * g:(j + 1) * g]
+        if symmetric:
+            s = np.abs(blk).max(axis=1) / hi_q
+            z = np.zeros(out, np.int64)
+        else:
+            lo, hi = np.minimum(blk.min(axis=1), 0), np.maximum(blk.max(axis=1), 0)
+            s = (hi - lo) / (hi_q - lo_q)
+            z = np.clip(np.round(lo_q - lo / s), lo_q, hi_q).astype(np.int64)
+        s = s.astype(np.float16 if bits == 4 else np.float32).astype(np.float32)
+        q[:, j * g:(j + 1) * g] = np.clip(np.round(blk / s[:, None]) + z[:, None], lo_q, hi_q)
+        scale[:, j], zero[:, j] = s, z
+    cols = np.arange(inp) // g
+    deq = ((q - zero[:, cols]).astype(np.float32) * scale[:, cols]).astype(np.float32)
+    return q, scale, zero, deq
+
+
+def main():
+    out_dir, mode = sys.argv[1], sys.argv[2]
+    rng = np.random.default_rng(44)
+    bits = 8 if mode == "int8_naive" else 4
+    fmt = "naive-quantized" if bits == 8 else ("marlin-24" if mode == "unknown_format" else "pack-quantized")
+    symmetric = mode != "int4_group_asym"
+    group = None if bits == 8 else 32
+    weights = {"num_bits": bits, "type": "int", "symmetric": symmetric,
+               "strategy": "channel" if group is None else "group"}
+    if group is not None:
+        weights["group_size"] = group
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": HIDDEN,
+              "intermediate_size": INTER, "num_hidden_layers": 1, "num_attention_heads": HEADS,
+              "num_key_value_heads": KV_HEADS, "vocab_size": VOCAB, "max_position_embeddings": 128,
+              "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": False,
+              "quantization_config": {"quant_method": "compressed-tensors", "format": fmt,
+                                      "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
+                                      "ignore": ["lm_head"]}}
+    with open(f"{out_dir}/config.json", "w") as f:
+        json.dump(config, f)
+    head = HIDDEN // HEADS
+    shapes = {"self_attn.q_proj": (HIDDEN, HIDDEN), "self_attn.k_proj": (KV_HEADS * head, HIDDEN),
+              "self_attn.v_proj": (KV_HEADS * head, HIDDEN), "self_attn.o_proj": (HIDDEN, HIDDEN),
+              "mlp.gate_proj": (INTER, HIDDEN), "mlp.up_proj": (INTER, HIDDEN), "mlp.down_proj": (HIDDEN, INTER)}
+    tensors, expected = {}, {}
+
+    def plain(name, arr):
+        tensors[name] = ("F32", arr.astype(np.float32))
+        expected[name] = ("F32", arr.astype(np.float32))
+
+    plain("model.embed_tokens.weight", rng.normal(0, 0.02, (VOCAB, HIDDEN)))
+    plain("lm_head.weight", rng.normal(0, 0.05, (VOCAB, HIDDEN)))
+    plain("model.norm.weight", 1 + rng.normal(0, 0.1, HIDDEN))
+    plain("model.layers.0.input_layernorm.weight", 1 + rng.normal(0, 0.1, HIDDEN))
+    plain("model.layers.0.post_attention_layernorm.weight", 1 + rng.normal(0, 0.1, HIDDEN))
+    for part, shape in shapes.items():
+        base = f"model.layers.0.{part}."
+        w = rng.normal(0, 1 / np.sqrt(shape[1]), shape).astype(np.float32)
+        q, scale, zero, deq = quantize(w, bits, group, symmetric)
+        expected[base + "weight"] = ("F32", deq)
+        if bits == 4:
+            tensors[base + "weight_packed"] = ("I32", pack_rows(q, 4))
+            tensors[base + "weight_scale"] = ("F16", scale.astype(np.float16))
+            shp = list(shape) if not (mode == "shape_mismatch" and part == "mlp.up_proj") else [shape[1], shape[0]]
+            tensors[base + "weight_shape"] = ("I64", np.array(shp, np.int64))
+            if not symmetric:
+                tensors[base + "weight_zero_point"] = ("I32", pack_rows(zero.T, 4).T.copy())
+        else:
+            tensors[base + "weight"] = ("I8", q.astype(np.int8))
+            tensors[base + "weight_scale"] = ("F32", scale)
+        if mode == "missing_scale" and part == "self_attn.o_proj":
+            del tensors[base + "weight_scale"]
+    write_safetensors(f"{out_dir}/model.safetensors", tensors)
+    write_safetensors(f"{out_dir}/expected.safetensors", expected)
+
+
+if __name__ == "__main__":
+    main()

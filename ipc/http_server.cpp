@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <fstream>
 #include <thread>
 
 #include "core/error.hpp"
@@ -42,6 +43,26 @@ void write_error(HttpExchange& ex, const ErrorReply& error) {
 
 void write_json(HttpExchange& ex, int status, const json& body) {
   ex.respond(status, "application/json", dump_json(body));
+}
+
+TlsFiles parse_tls_options(const std::string& json_text) {
+  const auto fail = [](const std::string& key, const std::string& why) {
+    throw Error(ErrorCode::invalid_config, key + ": " + why);
+  };
+  const json root = json::parse(json_text, nullptr, false);
+  if (!root.is_object()) fail("server.tls", "expected a mapping {cert_file: PEM, key_file: PEM}, got " + json_text);
+  TlsFiles files;
+  for (const auto& [name, value] : root.items()) {
+    const std::string key = "server.tls." + name;
+    if (name != "cert_file" && name != "key_file") fail(key, "unknown key (valid keys of server.tls: cert_file, key_file)");
+    if (!value.is_string() || value.get<std::string>().empty()) fail(key, "expected a file path, got " + value.dump());
+    const std::string path = value.get<std::string>();
+    if (!std::ifstream(path).good()) fail(key, "'" + path + "' cannot be read");
+    (name == "cert_file" ? files.cert_file : files.key_file) = path;
+  }
+  if (files.cert_file.empty() != files.key_file.empty())
+    fail(files.cert_file.empty() ? "server.tls.cert_file" : "server.tls.key_file", "required with the other TLS file");
+  return files;
 }
 
 std::pair<std::string, int> split_host_port(const std::string& address, const std::string& key) {
@@ -93,11 +114,13 @@ void HttpServer::Impl::submit_to(Request request, const HttpAccess::Ticket& tick
   const std::string id = request.id;
   backend.submit(std::move(request),
                  access.watch(ticket, id, [on_event = std::move(on_event), live = live](const RequestEvent& ev) {
+                   // Handled before the id leaves the live set: once it is
+                   // empty, no callback is still inside the server.
+                   on_event(ev);
                    if (ev.request_done) {
                      std::lock_guard lock(live->mutex);
                      live->ids.erase(ev.request_id);
                    }
-                   on_event(ev);
                  }));
 }
 

@@ -69,6 +69,15 @@ class HttpServer {
   bool stopped_ = false;
 };
 
+// server.tls, {"cert_file": PEM, "key_file": PEM} or {}: throws
+// Error(invalid_config) naming the key for an unknown key, one file without
+// the other, or a file that cannot be read.
+struct TlsFiles {
+  std::string cert_file;
+  std::string key_file;
+};
+TlsFiles parse_tls_options(const std::string& json_text);
+
 // "HOST:PORT" -> (host, port); throws Error(invalid_config) naming `key`.
 std::pair<std::string, int> split_host_port(const std::string& address, const std::string& key);
 

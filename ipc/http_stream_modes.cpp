@@ -42,7 +42,9 @@ std::pair<size_t, std::chrono::milliseconds> poll_params(const HttpRequest& req)
 // An upgrade GET on a generation route: the client sends the route's JSON
 // body as one text message; each SSE payload comes back as one text
 // message, then "[DONE]" and a normal close. A refusal is one error message
-// and the close. The client closing (or vanishing) cancels the request.
+// and the close. The client closing its connection (or vanishing: a ping
+// that cannot be written) cancels the request; frames it sends after the
+// body are not read.
 void HttpServer::Impl::handle_websocket(GenerationRoute route, HttpExchange& ex, const std::string& key_name) {
   if (draining) return reject(ex, error_reply(ProtocolFailure::shutting_down, "the server is shutting down"));
   if (!ex.accept_websocket()) return;
@@ -74,7 +76,6 @@ void HttpServer::Impl::handle_websocket(GenerationRoute route, HttpExchange& ex,
   for (;;) {
     const auto wake = ex.wait(pending->fd(), options.keepalive_interval);
     if (wake == HttpExchange::Wake::hung_up) return gone();
-    if (wake == HttpExchange::Wake::client_message && !ex.ws_read(std::chrono::milliseconds(0))) return gone();
     const auto events = pending->take();
     if (events.empty()) {
       if (wake == HttpExchange::Wake::timeout && !ex.ws_ping()) return gone();

@@ -150,11 +150,12 @@ class Connection final : public HttpExchange {
 
   Wake wait(int event_fd, std::chrono::milliseconds timeout) override {
     if (failed_) return Wake::hung_up;
-    pollfd fds[2] = {{event_fd, POLLIN, 0}, {fd_, static_cast<short>(POLLRDHUP | (ws_ ? POLLIN : 0)), 0}};
+    // Only the peer's shutdown is watched, not its data: a pipelined request
+    // (or a WebSocket pong) must not wake a waiting handler.
+    pollfd fds[2] = {{event_fd, POLLIN, 0}, {fd_, POLLRDHUP, 0}};
     if (::poll(fds, 2, static_cast<int>(timeout.count())) <= 0) return Wake::timeout;
     if (fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) return Wake::hung_up;
     if (fds[0].revents & POLLIN) return Wake::ready;
-    if (fds[1].revents & POLLIN) return Wake::client_message;
     return Wake::timeout;
   }
 
@@ -312,13 +313,13 @@ struct HttpTransport::Impl {
             ec = {};
             stream.handshake(ssl::stream_base::server, ec);
           }
-          if (!ec) serve(stream, fd);
+          if (!ec) serve(stream, fd, true);
           if (ec) spdlog::debug("http: TLS handshake failed: {}", ec.message());
           lock.lock();
           open_fds.erase(fd);
           lock.unlock();
         } else {
-          serve(socket, fd);
+          serve(socket, fd, false);
           lock.lock();
           open_fds.erase(fd);
           lock.unlock();
@@ -332,12 +333,15 @@ struct HttpTransport::Impl {
   }
 
   // Serves one connection's requests until it closes, fails, idles out or
-  // asks for no keep-alive.
+  // asks for no keep-alive. The idle wait watches the socket, which cannot
+  // see bytes a TLS stream already holds: the first request after a
+  // handshake (often read with it) is read without that wait.
   template <class Stream>
-  void serve(Stream& stream, int fd) {
+  void serve(Stream& stream, int fd, bool tls_first) {
     beast::flat_buffer buffer;
     for (int num_served = 0; num_served < 1000; ++num_served) {
-      if (buffer.size() == 0 && !wait_readable(fd, options.idle_timeout)) return;
+      const bool may_be_buffered = buffer.size() > 0 || (tls_first && num_served == 0);
+      if (!may_be_buffered && !wait_readable(fd, options.idle_timeout)) return;
       http::request_parser<http::string_body> parser;
       parser.body_limit(options.max_body_bytes);
       beast::error_code ec;

@@ -61,10 +61,9 @@ class HttpExchange {
   virtual bool ws_ping() = 0;
   virtual void ws_close() = 0;
 
-  enum class Wake { ready, timeout, hung_up, client_message };
+  enum class Wake { ready, timeout, hung_up };
   // Waits until `event_fd` is readable (ready), the client hangs up or its
-  // connection fails (hung_up), a WebSocket client sends a frame
-  // (client_message) or `timeout` passes.
+  // connection fails (hung_up), or `timeout` passes.
   virtual Wake wait(int event_fd, std::chrono::milliseconds timeout) = 0;
 };
 

@@ -54,6 +54,7 @@ int serve(const ServeOptions& o) {
   }
   if (!config.server.http.empty()) ipc::split_host_port(config.server.http, "server.http");
   const ipc::AuthOptions auth = ipc::parse_auth_options(config.server.auth);  // before the model loads
+  const ipc::TlsFiles tls = ipc::parse_tls_options(config.server.tls);
   if (const std::optional<int> code = serve_steps_unless_rank0(config)) return *code;
 
   std::signal(SIGINT, on_stop_signal);
@@ -80,6 +81,7 @@ int serve(const ServeOptions& o) {
   server_options.replica_name = config.server.replica_name;
   server_options.auth = auth;
   server_options.request_timeout_s = config.server.request_timeout_s;
+  server_options.tls = tls;
   ipc::Server server(backend, server_options);
   spdlog::info("ready: model '{}', context {} tokens, chat template {}", backend.model_info().name,
                backend.model_info().max_context,

@@ -128,6 +128,7 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(server, replica_name),
       LLMK_JSON_FIELD(server, auth),
       LLMK_FIELD(server, request_timeout_s),
+      LLMK_JSON_FIELD(server, tls),
       LLMK_FIELD(parallel, tensor),
       LLMK_FIELD(parallel, pipeline),
       LLMK_FIELD(parallel, comm),

@@ -100,6 +100,9 @@ struct ServerSection {
   // read by ipc::parse_auth_options (ipc/auth.hpp); "{}" = open to all.
   std::string auth = "{}";
   double request_timeout_s = 0;           // a request's deadline unless it sends "timeout"; 0 = none
+  // HTTPS: {"cert_file": PEM, "key_file": PEM} kept as a JSON object, read by
+  // ipc::parse_tls_options (ipc/http_server.hpp); "{}" = plain HTTP.
+  std::string tls = "{}";
 
   bool operator==(const ServerSection&) const = default;
 };

@@ -1,18 +1,14 @@
 #include "ipc/http_server.hpp"
 
-#include <httplib.h>
+#include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <spdlog/spdlog.h>
 
-#include <condition_variable>
-#include <deque>
-#include <mutex>
-#include <set>
+#include <fstream>
+#include <thread>
 
 #include "core/error.hpp"
-#include "ipc/access.hpp"
-#include "ipc/errors.hpp"
+#include "ipc/http_server_impl.hpp"
 #include "ipc/openai.hpp"
 #include "ipc/sglang_api.hpp"
 #include "ipc/zmq_protocol.hpp"  // dump_json
@@ -23,49 +19,51 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// One request's events, filled by the backend, drained by the handler.
-struct Pending {
-  std::mutex mutex;
-  std::condition_variable ready;
-  std::deque<RequestEvent> events;
-
-  void push(const RequestEvent& ev) {
-    {
-      std::lock_guard lock(mutex);
-      events.push_back(ev);
-    }
-    ready.notify_one();
-  }
-  std::vector<RequestEvent> take(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mutex);
-    ready.wait_for(lock, timeout, [&] { return !events.empty(); });
-    std::vector<RequestEvent> out(std::make_move_iterator(events.begin()), std::make_move_iterator(events.end()));
-    events.clear();
-    return out;
-  }
-};
-
-// The ids of requests the backend still holds; shared with callbacks,
-// which may run after the server is gone.
-struct LiveSet {
-  std::mutex mutex;
-  std::set<std::string> ids;
-  size_t size() {
-    std::lock_guard lock(mutex);
-    return ids.size();
-  }
-};
-
-void write_error(httplib::Response& res, const ErrorReply& error) {
-  res.status = error.http_status;
-  if (error.retry_after_s > 0 || error.http_status == 503)
-    res.set_header("Retry-After", std::to_string(std::max(1, error.retry_after_s)));
-  res.set_content(dump_json(to_openai_json(error)), "application/json");
+template <typename Response>
+Shaper shaper_of(std::shared_ptr<Response> r) {
+  return {[r](const RequestEvent& ev) { return r->chunks(ev); }, [r] { return json(r->usage_chunk()); },
+          [r](const RequestEvent& ev) { r->add(ev); }, [r] { return json(r->response()); }};
 }
 
-std::string sse(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+// Events of a request that has no client socket to watch (the health probe).
+std::vector<RequestEvent> take_within(Pending& pending, std::chrono::milliseconds timeout) {
+  pollfd p{pending.fd(), POLLIN, 0};
+  ::poll(&p, 1, static_cast<int>(timeout.count()));
+  return pending.take();
+}
 
 }  // namespace
+
+void write_error(HttpExchange& ex, const ErrorReply& error) {
+  HttpHeaders headers;
+  if (error.retry_after_s > 0 || error.http_status == 503)
+    headers.emplace_back("Retry-After", std::to_string(std::max(1, error.retry_after_s)));
+  ex.respond(error.http_status, "application/json", dump_json(to_openai_json(error)), headers);
+}
+
+void write_json(HttpExchange& ex, int status, const json& body) {
+  ex.respond(status, "application/json", dump_json(body));
+}
+
+TlsFiles parse_tls_options(const std::string& json_text) {
+  const auto fail = [](const std::string& key, const std::string& why) {
+    throw Error(ErrorCode::invalid_config, key + ": " + why);
+  };
+  const json root = json::parse(json_text, nullptr, false);
+  if (!root.is_object()) fail("server.tls", "expected a mapping {cert_file: PEM, key_file: PEM}, got " + json_text);
+  TlsFiles files;
+  for (const auto& [name, value] : root.items()) {
+    const std::string key = "server.tls." + name;
+    if (name != "cert_file" && name != "key_file") fail(key, "unknown key (valid keys of server.tls: cert_file, key_file)");
+    if (!value.is_string() || value.get<std::string>().empty()) fail(key, "expected a file path, got " + value.dump());
+    const std::string path = value.get<std::string>();
+    if (!std::ifstream(path).good()) fail(key, "'" + path + "' cannot be read");
+    (name == "cert_file" ? files.cert_file : files.key_file) = path;
+  }
+  if (files.cert_file.empty() != files.key_file.empty())
+    fail(files.cert_file.empty() ? "server.tls.cert_file" : "server.tls.key_file", "required with the other TLS file");
+  return files;
+}
 
 std::pair<std::string, int> split_host_port(const std::string& address, const std::string& key) {
   const size_t colon = address.rfind(':');
@@ -85,357 +83,310 @@ std::pair<std::string, int> split_host_port(const std::string& address, const st
   return {address.substr(0, colon), port};
 }
 
-struct HttpServer::Impl {
-  Backend& backend;
-  Metrics& metrics;
-  HttpServerOptions options;
-  httplib::Server server;
-  std::atomic<bool> draining{false};
-  std::shared_ptr<LiveSet> live = std::make_shared<LiveSet>();
-  std::atomic<uint64_t> next_id{0};
-  HttpAccess access;
+void HttpServer::Impl::reject(HttpExchange& ex, const ErrorReply& error) {
+  metrics.on_rejected(Frontend::http, error.code);
+  write_error(ex, error);
+}
 
-  Impl(Backend& b, Metrics& m, HttpServerOptions o)
-      : backend(b), metrics(m), options(std::move(o)), access(b, m, options.auth, options.request_timeout_s) {}
+// The API key check of every route but the open ones (401).
+bool HttpServer::Impl::authorized(HttpExchange& ex, std::string& key_name) {
+  const auto& req = ex.request();
+  const auto denied = access.authenticate(req.path, req.header("Authorization"), req.header("x-api-key"), key_name);
+  if (denied) write_error(ex, *denied);
+  return !denied;
+}
 
-  void reject(httplib::Response& res, const ErrorReply& error) {
-    metrics.on_rejected(Frontend::http, error.code);
-    write_error(res, error);
-  }
+// The key's limits and the request's deadline (ipc/access.hpp); nullopt
+// once the refusal is written.
+std::optional<HttpAccess::Ticket> HttpServer::Impl::admit(HttpExchange& ex, const std::string& key_name,
+                                                          const std::string& body) {
+  auto admitted = access.admit(key_name, body);
+  if (auto* ticket = std::get_if<HttpAccess::Ticket>(&admitted)) return *ticket;
+  write_error(ex, std::get<ErrorReply>(admitted));
+  return std::nullopt;
+}
 
-  // The API key check of every route but the open ones (401).
-  bool authorized(const httplib::Request& req, httplib::Response& res, std::string& key_name) {
-    const auto denied = access.authenticate(req.path, req.get_header_value("Authorization"),
-                                            req.get_header_value("x-api-key"), key_name);
-    if (denied) write_error(res, *denied);
-    return !denied;
+void HttpServer::Impl::submit_to(Request request, const HttpAccess::Ticket& ticket, Backend::EventCallback on_event) {
+  {
+    std::lock_guard lock(live->mutex);
+    live->ids.insert(request.id);
   }
-  // A route's handler behind the key check. The check runs once the body
-  // is read, so a refused client's kept-alive connection stays in step.
-  httplib::Server::Handler guarded(httplib::Server::Handler handler) {
-    return [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
-      std::string key_name;
-      if (authorized(req, res, key_name)) handler(req, res);
-    };
-  }
-  // The key's limits and the request's deadline (ipc/access.hpp); nullopt
-  // once the refusal is written.
-  std::optional<HttpAccess::Ticket> admit(const httplib::Request& req, httplib::Response& res) {
-    std::string key_name;
-    if (!authorized(req, res, key_name)) return std::nullopt;
-    auto admitted = access.admit(key_name, req.body);
-    if (auto* ticket = std::get_if<HttpAccess::Ticket>(&admitted)) return *ticket;
-    write_error(res, std::get<ErrorReply>(admitted));
-    return std::nullopt;
-  }
+  const std::string id = request.id;
+  backend.submit(std::move(request),
+                 access.watch(ticket, id, [on_event = std::move(on_event), live = live](const RequestEvent& ev) {
+                   // Handled before the id leaves the live set: once it is
+                   // empty, no callback is still inside the server.
+                   on_event(ev);
+                   if (ev.request_done) {
+                     std::lock_guard lock(live->mutex);
+                     live->ids.erase(ev.request_id);
+                   }
+                 }));
+}
 
-  std::shared_ptr<Pending> submit(Request request, const HttpAccess::Ticket& ticket = {}) {
-    auto pending = std::make_shared<Pending>();
-    {
-      std::lock_guard lock(live->mutex);
-      live->ids.insert(request.id);
+std::shared_ptr<Pending> HttpServer::Impl::submit(Request request, const HttpAccess::Ticket& ticket) {
+  auto pending = std::make_shared<Pending>();
+  submit_to(std::move(request), ticket, [pending](const RequestEvent& ev) { pending->post(ev); });
+  return pending;
+}
+
+// Parses a generation route's body (throws as the parsers do) and names the
+// request; the engine's id stays the server's, unique among live requests.
+Generation HttpServer::Impl::parse_generation(GenerationRoute route, const std::string& body) {
+  Generation g;
+  if (route == GenerationRoute::generate) {
+    SglangGenerateRequest parsed = parse_sglang_generate(body, backend);
+    g.id = "gen-" + std::to_string(++next_id);
+    // A client's rid is only echoed.
+    g.shaper = shaper_of(std::make_shared<SglangResponse>(parsed.rid.empty() ? g.id : parsed.rid,
+                                                          parsed.request.sampling.n));
+    g.request = std::move(parsed.request);
+    g.stream = parsed.stream;
+    return g;
+  }
+  const auto endpoint = route == GenerationRoute::chat ? OpenAiEndpoint::chat : OpenAiEndpoint::completions;
+  OpenAiRequest parsed = parse_openai_request(endpoint, body, backend);
+  g.id = (route == GenerationRoute::chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id);
+  g.shaper = shaper_of(std::make_shared<OpenAiResponse>(endpoint, g.id, backend.model_info().name, backend,
+                                                        parsed.request.sampling.n,
+                                                        parsed.request.sampling.logprobs >= 0));
+  g.request = std::move(parsed.request);
+  g.stream = parsed.stream;
+  g.include_usage = parsed.include_usage;
+  return g;
+}
+
+StreamStep HttpServer::Impl::stream_step(const std::vector<RequestEvent>& events, Generation& g) {
+  StreamStep step;
+  for (const auto& ev : events) {
+    if (ev.finished) metrics.on_finished(Frontend::http, ev);
+    if (ev.finish_reason == FinishReason::error) {
+      step.payloads.push_back(dump_json(to_openai_json(error_reply(ev.error_code, ev.error))));
+      step.cancel = !ev.request_done;
+      step.done = true;
+      break;
     }
-    const std::string id = request.id;
-    backend.submit(std::move(request), access.watch(ticket, id, [pending, live = live](const RequestEvent& ev) {
-      if (ev.request_done) {
-        std::lock_guard lock(live->mutex);
-        live->ids.erase(ev.request_id);
-      }
-      pending->push(ev);
-    }));
-    return pending;
+    for (const auto& chunk : g.shaper.chunks(ev)) step.payloads.push_back(dump_json(chunk));
+    step.done = ev.request_done;
   }
+  if (step.done && g.include_usage) step.payloads.push_back(dump_json(g.shaper.usage_chunk()));
+  return step;
+}
 
-  void handle_openai(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res) {
-    if (draining) return reject(res, error_reply(ProtocolFailure::shutting_down, "the server is shutting down"));
-    OpenAiRequest parsed;
-    try {
-      parsed = parse_openai_request(endpoint, req.body, backend);
-    } catch (const std::exception& e) {
-      return reject(res, error_reply(e));
-    }
-    const bool chat = endpoint == OpenAiEndpoint::chat;
-    const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id);
-    auto response = std::make_shared<OpenAiResponse>(endpoint, id, backend.model_info().name, backend,
-                                                     parsed.request.sampling.n,
-                                                     parsed.request.sampling.logprobs >= 0);
-    const auto ticket = admit(req, res);
-    if (!ticket) return;
-    serve_request(id, std::move(parsed.request), response, parsed.stream, parsed.include_usage, res, *ticket);
+void HttpServer::Impl::handle_generation(GenerationRoute route, HttpExchange& ex, const std::string& key_name) {
+  if (draining) return reject(ex, error_reply(ProtocolFailure::shutting_down, "the server is shutting down"));
+  Generation g;
+  try {
+    g = parse_generation(route, ex.request().body);
+  } catch (const std::exception& e) {
+    return reject(ex, error_reply(e));
   }
+  const auto ticket = admit(ex, key_name, ex.request().body);
+  if (!ticket) return;
+  g.request.id = g.id;
+  auto pending = submit(std::move(g.request), *ticket);
+  if (g.stream) return serve_sse(g, *pending, ex);
+  serve_plain(g, *pending, ex);
+}
 
-  // SGLang's native POST /generate (ipc/sglang_api.hpp).
-  void handle_sglang_generate(const httplib::Request& req, httplib::Response& res) {
-    if (draining) return reject(res, error_reply(ProtocolFailure::shutting_down, "the server is shutting down"));
-    SglangGenerateRequest parsed;
-    try {
-      parsed = parse_sglang_generate(req.body, backend);
-    } catch (const std::exception& e) {
-      return reject(res, error_reply(e));
+// One JSON body once the request is done. The client's socket is watched
+// meanwhile: a client that hangs up gets its request cancelled at once.
+void HttpServer::Impl::serve_plain(Generation& g, Pending& pending, HttpExchange& ex) {
+  for (;;) {
+    if (ex.wait(pending.fd(), options.keepalive_interval) == HttpExchange::Wake::hung_up) {
+      spdlog::debug("http: client of {} went away before its answer, cancelling it", g.id);
+      backend.cancel(g.id);
+      return;
     }
-    const std::string id = "gen-" + std::to_string(++next_id);
-    // The engine's id stays the server's (unique among live requests); a
-    // client's rid is only echoed.
-    auto response = std::make_shared<SglangResponse>(parsed.rid.empty() ? id : parsed.rid, parsed.request.sampling.n);
-    const auto ticket = admit(req, res);
-    if (!ticket) return;
-    serve_request(id, std::move(parsed.request), response, parsed.stream, false, res, *ticket);
-  }
-
-  // SGLang's GET /health_generate: healthy when the engine generates one
-  // token now, not only when the process answers.
-  void handle_health_generate(httplib::Response& res) {
-    const auto unhealthy = [&](const std::string& why) {
-      res.status = 503;
-      res.set_content(dump_json({{"status", "unhealthy"}, {"reason", why}}), "application/json");
-    };
-    if (draining) return unhealthy("draining");
-    Request probe;
-    const std::string id = "health-" + std::to_string(++next_id);
-    probe.id = id;
-    probe.prompt = "health";
-    probe.sampling.temperature = 0;
-    probe.sampling.max_tokens = 1;
-    probe.sampling.ignore_eos = true;
-    auto pending = submit(std::move(probe));
-    const auto deadline = Clock::now() + options.health_generate_timeout;
-    while (Clock::now() < deadline) {
-      for (const auto& ev : pending->take(std::chrono::milliseconds(50))) {
-        if (ev.finish_reason == FinishReason::error) return unhealthy(ev.error);
-        if (ev.request_done) {
-          res.set_content(dump_json({{"status", "ok"}}), "application/json");
-          return;
-        }
-      }
-    }
-    backend.cancel(id);
-    unhealthy("no token within " + std::to_string(options.health_generate_timeout.count()) + " ms");
-  }
-
-  // Submits a parsed request and answers it: one JSON body, or (stream)
-  // server-sent events ending in [DONE]. `Response` is OpenAiResponse or
-  // SglangResponse.
-  template <typename Response>
-  void serve_request(const std::string& id, Request request, std::shared_ptr<Response> response, bool stream,
-                     bool include_usage, httplib::Response& res, const HttpAccess::Ticket& ticket) {
-    request.id = id;
-    auto pending = submit(std::move(request), ticket);
-
-    if (!stream) {
-      for (;;) {
-        for (const auto& ev : pending->take(options.keepalive_interval)) {
-          if (ev.finished) metrics.on_finished(Frontend::http, ev);
-          if (ev.finish_reason == FinishReason::error) {
-            if (!ev.request_done) backend.cancel(id);
-            return write_error(res, error_reply(ev.error_code, ev.error));
-          }
-          response->add(ev);
-          if (ev.request_done) return res.set_content(dump_json(response->response()), "application/json");
-        }
-      }
-    }
-
-    // Streaming. Early refusals (bad prompt, queue full) still get their
-    // status code: wait briefly for the first event before committing to 200.
-    auto first = pending->take(options.first_event_wait);
-    if (!first.empty() && first.front().finish_reason == FinishReason::error) {
-      metrics.on_finished(Frontend::http, first.front());
-      if (!first.front().request_done) backend.cancel(id);
-      return write_error(res, error_reply(first.front().error_code, first.front().error));
-    }
-    auto backlog = std::make_shared<std::vector<RequestEvent>>(std::move(first));
-    auto finished = std::make_shared<bool>(false);
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, id, pending, response, backlog, finished, include_usage](size_t, httplib::DataSink& sink) {
-          try {
-            return write_events(id, *pending, *response, *backlog, *finished, include_usage, sink);
-          } catch (const std::exception& e) {
-            spdlog::error("http: stream of {}: {}", id, e.what());
-            backend.cancel(id);
-            *finished = true;
-            return false;
-          }
-        },
-        [this, id, finished](bool) {
-          if (!*finished) backend.cancel(id);  // the connection ended before the request did
-        });
-  }
-
-  // One call of the SSE content provider: writes what events are ready (or
-  // a keepalive comment); false when the client is gone.
-  template <typename Response>
-  bool write_events(const std::string& id, Pending& pending, Response& response,
-                    std::vector<RequestEvent>& backlog, bool& finished, bool include_usage,
-                    httplib::DataSink& sink) {
-    auto events = std::move(backlog);
-    backlog.clear();
-    if (events.empty()) events = pending.take(options.keepalive_interval);
-    const auto disconnected = [&] {
-      spdlog::debug("http: client of {} went away, cancelling it", id);
-      backend.cancel(id);
-      finished = true;
-      return false;
-    };
-    if (events.empty()) return sink.write(": keepalive\n\n", 13) ? true : disconnected();
-    std::string out;
-    bool done = false;
-    for (const auto& ev : events) {
+    for (const auto& ev : pending.take()) {
       if (ev.finished) metrics.on_finished(Frontend::http, ev);
       if (ev.finish_reason == FinishReason::error) {
-        out += sse(to_openai_json(error_reply(ev.error_code, ev.error)));
-        if (!ev.request_done) backend.cancel(id);
-        done = true;
-        break;
+        if (!ev.request_done) backend.cancel(g.id);
+        return write_error(ex, error_reply(ev.error_code, ev.error));
       }
-      for (const auto& chunk : response.chunks(ev)) out += sse(chunk);
-      done = ev.request_done;
+      g.shaper.add(ev);
+      if (ev.request_done) return write_json(ex, 200, g.shaper.response());
     }
-    if (done) {
-      if (include_usage) out += sse(response.usage_chunk());
-      out += "data: [DONE]\n\n";
-    }
-    if (!sink.write(out.data(), out.size())) return disconnected();
-    if (done) {
-      finished = true;
-      sink.done();
-    }
-    return true;
   }
+}
 
-  void install_routes() {
-    server.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-      handle_openai(OpenAiEndpoint::completions, req, res);
-    }));
-    server.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-      handle_openai(OpenAiEndpoint::chat, req, res);
-    }));
-    server.Post("/generate", guarded([this](const httplib::Request& req, httplib::Response& res) {
-      handle_sglang_generate(req, res);
-    }));
-    server.Get("/health_generate", guarded([this](const httplib::Request&, httplib::Response& res) {
-      handle_health_generate(res);
-    }));
-    // The routers ask for /server_info and /model_info first, then the
-    // get_ spellings of older SGLang.
-    for (const char* path : {"/get_server_info", "/server_info"}) {
-      server.Get(path, guarded([this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(dump_json(sglang_server_info(backend, metrics.replica_name())), "application/json");
-      }));
-    }
-    server.Get("/get_load", guarded([this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(dump_json(sglang_load(backend)), "application/json");
-    }));
-    for (const char* path : {"/get_model_info", "/model_info"}) {
-      server.Get(path, guarded([this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(dump_json(sglang_model_info(backend)), "application/json");
-      }));
-    }
-    server.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
-      const ModelInfo model = backend.model_info();
-      const json body = {{"object", "list"},
-                         {"data", json::array({{{"id", model.name},
-                                                {"object", "model"},
-                                                {"created", 0},
-                                                {"owned_by", "llmk"},
-                                                {"max_model_len", model.max_context}}})}};
-      res.set_content(dump_json(body), "application/json");
-    }));
-    server.Get("/health", guarded([this](const httplib::Request&, httplib::Response& res) {
-      res.status = draining ? 503 : 200;
-      res.set_content(dump_json({{"status", draining ? "draining" : "ok"}}), "application/json");
-    }));
-    server.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics.render(backend.stats()), "text/plain; version=0.0.4; charset=utf-8");
-    }));
-    // The routers POST /flush_cache without a body or Content-Length, which
-    // cpp-httplib refuses before routing; a pre-routing handler answers
-    // first (GET too, as SGLang's worker does).
-    server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (req.path != "/flush_cache" || (req.method != "POST" && req.method != "GET"))
-        return httplib::Server::HandlerResponse::Unhandled;
-      std::string key_name;
-      if (!authorized(req, res, key_name)) return httplib::Server::HandlerResponse::Handled;
-      try {
-        res.set_content(dump_json(sglang_flush_cache(backend)), "application/json");
-      } catch (const Error& e) {
-        write_error(res, error_reply(e.code(), e.what()));
-      }
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    // Statuses cpp-httplib produces itself (unknown route 404, body above
-    // the limit 413, ...) get the OpenAI error body too.
-    server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      if (res.status == 413) {
-        write_error(res, error_reply(ProtocolFailure::payload_too_large,
-                                     "the request body exceeds server.max_body_bytes = " +
-                                         std::to_string(options.max_body_bytes)));
-      } else if (res.status == 404) {
-        write_error(res, error_reply(ProtocolFailure::unknown_type, "no route for " + req.method + " " + req.path));
-      } else {
-        const int status = res.status;
-        // cpp-httplib refuses a POST with neither Content-Length nor a
-        // chunked body before routing (a bodiless POST to any route but
-        // /flush_cache, which the pre-routing handler answers).
-        const bool no_length = req.method == "POST" && !req.has_header("Content-Length") &&
-                               req.get_header_value("Transfer-Encoding") != "chunked";
-        ErrorReply e = error_reply(ProtocolFailure::malformed,
-                                   req.method + " " + req.path + ": the request could not be read" +
-                                       (no_length ? " (a POST needs a Content-Length header)" : ""));
-        e.http_status = status;
-        write_error(res, e);
-      }
-    });
-    server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        write_error(res, error_reply(ErrorCode::internal, e.what()));
-      } catch (...) {
-        write_error(res, error_reply(ErrorCode::internal, "unknown exception"));
-      }
-    });
+// Server-sent events ending in [DONE]. Early refusals (bad prompt, queue
+// full) still get their status code: the first event is awaited briefly
+// before committing to 200.
+void HttpServer::Impl::serve_sse(Generation& g, Pending& pending, HttpExchange& ex) {
+  const auto gone = [&] {
+    spdlog::debug("http: client of {} went away, cancelling it", g.id);
+    backend.cancel(g.id);
+  };
+  std::vector<RequestEvent> first;
+  for (const auto until = Clock::now() + options.first_event_wait; first.empty() && Clock::now() < until;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    if (ex.wait(pending.fd(), std::max(left, std::chrono::milliseconds(1))) == HttpExchange::Wake::hung_up)
+      return gone();
+    first = pending.take();
   }
-};
+  if (!first.empty() && first.front().finish_reason == FinishReason::error) {
+    metrics.on_finished(Frontend::http, first.front());
+    if (!first.front().request_done) backend.cancel(g.id);
+    return write_error(ex, error_reply(first.front().error_code, first.front().error));
+  }
+  if (!ex.start_stream("text/event-stream", {{"Cache-Control", "no-cache"}})) return gone();
+  std::vector<RequestEvent> events = std::move(first);
+  for (;;) {
+    if (events.empty()) {
+      const auto wake = ex.wait(pending.fd(), options.keepalive_interval);
+      if (wake == HttpExchange::Wake::hung_up) return gone();
+      events = pending.take();
+      // An idle stream gets a comment: keeps proxies open, finds a gone client.
+      if (events.empty()) {
+        if (wake == HttpExchange::Wake::timeout && !ex.write(": keepalive\n\n")) return gone();
+        continue;
+      }
+    }
+    const StreamStep step = stream_step(events, g);
+    events.clear();
+    if (step.cancel) backend.cancel(g.id);
+    std::string out;
+    for (const auto& p : step.payloads) out += "data: " + p + "\n\n";
+    if (step.done) out += "data: [DONE]\n\n";
+    if (!ex.write(out)) return step.done ? void() : gone();
+    if (step.done) {
+      ex.end_stream();
+      return;
+    }
+  }
+}
+
+// SGLang's GET /health_generate: healthy when the engine generates one
+// token now, not only when the process answers.
+void HttpServer::Impl::handle_health_generate(HttpExchange& ex) {
+  const auto unhealthy = [&](const std::string& why) {
+    write_json(ex, 503, {{"status", "unhealthy"}, {"reason", why}});
+  };
+  if (draining) return unhealthy("draining");
+  Request probe;
+  const std::string id = "health-" + std::to_string(++next_id);
+  probe.id = id;
+  probe.prompt = "health";
+  probe.sampling.temperature = 0;
+  probe.sampling.max_tokens = 1;
+  probe.sampling.ignore_eos = true;
+  auto pending = submit(std::move(probe));
+  const auto deadline = Clock::now() + options.health_generate_timeout;
+  while (Clock::now() < deadline) {
+    for (const auto& ev : take_within(*pending, std::chrono::milliseconds(50))) {
+      if (ev.finish_reason == FinishReason::error) return unhealthy(ev.error);
+      if (ev.request_done) return write_json(ex, 200, {{"status", "ok"}});
+    }
+  }
+  backend.cancel(id);
+  unhealthy("no token within " + std::to_string(options.health_generate_timeout.count()) + " ms");
+}
+
+// The GET routes that describe the server; false when `path` is none of them.
+bool HttpServer::Impl::route_info(HttpExchange& ex) {
+  const std::string& path = ex.request().path;
+  if (path == "/get_server_info" || path == "/server_info") {
+    write_json(ex, 200, sglang_server_info(backend, metrics.replica_name()));
+  } else if (path == "/get_load") {
+    write_json(ex, 200, sglang_load(backend));
+  } else if (path == "/get_model_info" || path == "/model_info") {
+    write_json(ex, 200, sglang_model_info(backend));
+  } else if (path == "/v1/models") {
+    const ModelInfo model = backend.model_info();
+    write_json(ex, 200,
+               {{"object", "list"},
+                {"data", json::array({{{"id", model.name},
+                                       {"object", "model"},
+                                       {"created", 0},
+                                       {"owned_by", "llmk"},
+                                       {"max_model_len", model.max_context}}})}});
+  } else if (path == "/health") {
+    write_json(ex, draining ? 503 : 200, {{"status", draining ? "draining" : "ok"}});
+  } else if (path == "/metrics") {
+    ex.respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics.render(backend.stats()));
+  } else if (path == "/health_generate") {
+    handle_health_generate(ex);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Every request: a read failure's answer, the key check, then the route.
+void HttpServer::Impl::handle(HttpExchange& ex) {
+  const HttpRequest& req = ex.request();
+  if (req.read_failure == 413) {
+    return write_error(ex, error_reply(ProtocolFailure::payload_too_large,
+                                       "the request body exceeds server.max_body_bytes = " +
+                                           std::to_string(options.max_body_bytes)));
+  }
+  if (req.read_failure) {
+    ErrorReply e = error_reply(ProtocolFailure::malformed, req.method + " " + req.path +
+                                                               ": the request could not be read (" +
+                                                               req.read_failure_reason + ")");
+    e.http_status = req.read_failure;
+    return write_error(ex, e);
+  }
+  // The routers POST /flush_cache without a body or Content-Length; every
+  // other POST needs a length (or a chunked body) to carry its JSON.
+  if (req.method == "POST" && req.path != "/flush_cache" && !req.has_header("Content-Length") &&
+      req.header("Transfer-Encoding").find("chunked") == std::string::npos) {
+    ErrorReply e = error_reply(ProtocolFailure::malformed,
+                               req.method + " " + req.path +
+                                   ": the request could not be read (a POST needs a Content-Length header)");
+    e.http_status = 400;
+    return write_error(ex, e);
+  }
+  try {
+    std::string key_name;
+    if (!authorized(ex, key_name)) return;
+    const auto generation_route = [&](std::string_view path) -> std::optional<GenerationRoute> {
+      if (path == "/v1/completions") return GenerationRoute::completions;
+      if (path == "/v1/chat/completions") return GenerationRoute::chat;
+      if (path == "/generate") return GenerationRoute::generate;
+      return std::nullopt;
+    };
+    constexpr std::string_view poll_prefix = "/v1/poll/";
+    const bool polled = req.path.rfind(poll_prefix, 0) == 0;
+    if (const auto route = generation_route(req.path)) {
+      if (req.websocket_upgrade) return handle_websocket(*route, ex, key_name);
+      if (req.method == "POST") return handle_generation(*route, ex, key_name);
+    } else if (polled && req.method == "POST") {
+      const std::string rest = req.path.substr(poll_prefix.size() - 1);
+      if (const auto route = generation_route(rest == "/generate" ? rest : "/v1" + rest))
+        return handle_poll_submit(*route, ex, key_name);
+    } else if (polled && (req.method == "GET" || req.method == "DELETE")) {
+      const std::string id = req.path.substr(poll_prefix.size());
+      return req.method == "GET" ? handle_poll_fetch(id, ex, key_name) : handle_poll_delete(id, ex, key_name);
+    } else if (req.path == "/flush_cache" && (req.method == "POST" || req.method == "GET")) {
+      // GET too, as SGLang's worker does.
+      return write_json(ex, 200, sglang_flush_cache(backend));
+    } else if (req.method == "GET" && route_info(ex)) {
+      return;
+    }
+    write_error(ex, error_reply(ProtocolFailure::unknown_type, "no route for " + req.method + " " + req.path));
+  } catch (const Error& e) {
+    write_error(ex, error_reply(e.code(), e.what()));
+  } catch (const std::exception& e) {
+    write_error(ex, error_reply(ErrorCode::internal, e.what()));
+  }
+}
 
 HttpServer::HttpServer(Backend& backend, Metrics& metrics, HttpServerOptions options)
     : impl_(std::make_unique<Impl>(backend, metrics, std::move(options))) {
   ::signal(SIGPIPE, SIG_IGN);  // a vanished client must fail a write, not kill the server
   auto [host, port] = split_host_port(impl_->options.address, "server.http");
   host_ = host;
-  const int num_threads = std::max(2, impl_->options.num_threads);
-  impl_->server.new_task_queue = [num_threads] { return new httplib::ThreadPool(static_cast<size_t>(num_threads)); };
-  impl_->server.set_payload_max_length(impl_->options.max_body_bytes);
-  // cpp-httplib's default sets SO_REUSEPORT, which lets a second server
-  // share the port silently; SO_REUSEADDR alone makes a busy port an error.
-  int listen_fd = -1;
-  impl_->server.set_socket_options([&listen_fd](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listen_fd = sock;
-  });
-  // Streams are many small writes: no Nagle delay (40 ms per write with
-  // delayed ACKs). Keep-alive connections serve many requests.
-  impl_->server.set_tcp_nodelay(true);
-  impl_->server.set_keep_alive_max_count(1000);
-  impl_->install_routes();
-  if (port == 0) {
-    port_ = impl_->server.bind_to_any_port(host);
-  } else {
-    port_ = impl_->server.bind_to_port(host, port) ? port : -1;
-  }
-  // cpp-httplib listens with a backlog of 5: a burst of clients would wait
-  // for SYN retransmits (1 s). Listening again only raises the backlog.
-  if (port_ > 0 && listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
-  if (port_ <= 0) {
-    throw Error(ErrorCode::invalid_config, "cannot listen for HTTP on " + impl_->options.address +
-                                               " (server.http): the address is in use or not available");
-  }
-  thread_ = std::thread([this] { impl_->server.listen_after_bind(); });
-  // stop() is a no-op until the server runs: wait for it.
-  while (!impl_->server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  HttpTransportOptions t;
+  t.host = host;
+  t.port = port;
+  t.max_body_bytes = impl_->options.max_body_bytes;
+  t.num_threads = impl_->options.num_threads;
+  t.tls_cert_file = impl_->options.tls_cert_file;
+  t.tls_key_file = impl_->options.tls_key_file;
+  impl_->transport = std::make_unique<HttpTransport>(t, [impl = impl_.get()](HttpExchange& ex) { impl->handle(ex); });
+  port_ = impl_->transport->port();
 }
 
 HttpServer::~HttpServer() { stop(); }
@@ -454,13 +405,14 @@ void HttpServer::cancel_all() {
 }
 
 void HttpServer::stop() {
-  if (!thread_.joinable()) return;
+  if (stopped_) return;
+  stopped_ = true;
   impl_->draining = true;
   cancel_all();
   const auto deadline = Clock::now() + std::chrono::seconds(2);
   while (num_live() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  impl_->server.stop();
-  thread_.join();
+  impl_->polls->close();
+  impl_->transport->stop();
 }
 
 }  // namespace llmk::ipc

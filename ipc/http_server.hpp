@@ -1,11 +1,15 @@
-// The OpenAI-compatible HTTP front end (cpp-httplib): POST /v1/completions,
-// POST /v1/chat/completions (stream: true as server-sent events), GET
-// /v1/models, /health and /metrics; and what the SGLang and vLLM routers
-// call on a worker (docs/replicas.md): POST /generate, GET /health_generate,
-// /get_server_info, /get_model_info, /get_load and /flush_cache. Handler threads only parse, submit and
-// wait for their request's events; a client that disconnects mid-stream
-// (a failed SSE write) gets its request cancelled. With API keys configured,
-// every route but server.auth.open_routes needs one (ipc/access.hpp).
+// The OpenAI-compatible HTTP front end (on ipc/http_transport.hpp, Boost.Beast,
+// optionally TLS): POST /v1/completions, POST /v1/chat/completions (stream:
+// true as server-sent events), GET /v1/models, /health and /metrics; and what
+// the SGLang and vLLM routers call on a worker (docs/replicas.md): POST
+// /generate, GET /health_generate, /get_server_info, /get_model_info,
+// /get_load and /flush_cache. The three generation routes also stream over a
+// WebSocket (an upgrade GET on the same path) and by polling (POST
+// /v1/poll/<route>, then GET /v1/poll/{id}); docs/protocol.md. Handler threads
+// only parse, submit and wait for their request's events; a client that
+// disconnects, streaming or not, gets its request cancelled. With API keys
+// configured, every route but server.auth.open_routes needs one
+// (ipc/access.hpp).
 #pragma once
 
 #include <atomic>
@@ -16,6 +20,7 @@
 
 #include "ipc/auth.hpp"
 #include "ipc/backend.hpp"
+#include "ipc/http_poll.hpp"
 #include "ipc/metrics.hpp"
 
 namespace llmk::ipc {
@@ -34,6 +39,9 @@ struct HttpServerOptions {
   std::chrono::milliseconds health_generate_timeout{20000};
   AuthOptions auth{};            // API keys and per-key limits (server.auth; ipc/access.hpp)
   double request_timeout_s = 0;  // a request's deadline when its body has no "timeout"; 0 = none
+  std::string tls_cert_file{};   // server.tls.cert_file and key_file (PEM): both set serves HTTPS only
+  std::string tls_key_file{};
+  PollLimits poll{};             // how long and how many polled results are kept
 };
 
 class HttpServer {
@@ -58,8 +66,17 @@ class HttpServer {
   std::unique_ptr<Impl> impl_;
   std::string host_;
   int port_ = 0;
-  std::thread thread_;
+  bool stopped_ = false;
 };
+
+// server.tls, {"cert_file": PEM, "key_file": PEM} or {}: throws
+// Error(invalid_config) naming the key for an unknown key, one file without
+// the other, or a file that cannot be read.
+struct TlsFiles {
+  std::string cert_file;
+  std::string key_file;
+};
+TlsFiles parse_tls_options(const std::string& json_text);
 
 // "HOST:PORT" -> (host, port); throws Error(invalid_config) naming `key`.
 std::pair<std::string, int> split_host_port(const std::string& address, const std::string& key);

@@ -31,8 +31,11 @@ Server::Server(Backend& backend, ServerOptions options) : backend_(backend), opt
     h.num_threads = options_.http_threads;
     h.auth = options_.auth;
     h.request_timeout_s = options_.request_timeout_s;
+    h.tls_cert_file = options_.tls.cert_file;
+    h.tls_key_file = options_.tls.key_file;
     http_ = std::make_unique<HttpServer>(backend_, metrics_, h);
-    spdlog::info("serving the OpenAI-compatible HTTP API on http://{}:{}", http_->host(), http_->port());
+    spdlog::info("serving the OpenAI-compatible HTTP API on {}://{}:{}", h.tls_cert_file.empty() ? "http" : "https",
+                 http_->host(), http_->port());
   }
   std::string name = options_.replica_name;
   if (name.empty()) name = http_ ? http_->host() + ":" + std::to_string(http_->port()) : zmq_ ? zmq_->endpoint() : "";

@@ -23,6 +23,7 @@ struct ServerOptions {
   std::string zmq_broker = "";  // non-empty: ZeroMQ as this broker's worker instead of binding zmq
   AuthOptions auth{};             // server.auth: HTTP keys and limits, ZeroMQ CURVE
   double request_timeout_s = 0;   // server.request_timeout_s
+  TlsFiles tls{};                 // server.tls: HTTPS when both files are set
 };
 
 class Server {

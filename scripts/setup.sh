@@ -13,7 +13,7 @@ packages=(
   # libraries the engine links
   libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libsentencepiece-dev libboost-dev
   libboost-context-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
-  libspdlog-dev libcpp-httplib-dev libopenblas-dev libdnnl-dev
+  libspdlog-dev libcpp-httplib-dev libssl-dev libopenblas-dev libdnnl-dev
   libconcurrentqueue-dev libpcre2-dev libicu-dev
   # tensor and pipeline parallelism across processes: comm.mpi, mpirun
   libopenmpi-dev openmpi-bin

@@ -99,7 +99,7 @@ inline HttpResult curl(int port, const std::string& method, const std::string& p
     std::ofstream(file, std::ios::binary) << body;
     cmd += "-H 'Content-Type: application/json' --data-binary @" + file.string() + " ";
   }
-  cmd += "http://127.0.0.1:" + std::to_string(port) + path + " 2>/dev/null";
+  cmd += shell_quote("http://127.0.0.1:" + std::to_string(port) + path) + " 2>/dev/null";
   const CommandResult r = run_command(cmd);
   std::filesystem::remove(file);
   HttpResult out;

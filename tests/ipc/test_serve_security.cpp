@@ -93,4 +93,46 @@ TEST_CASE("llmk serve refuses a bad server.auth before loading the model, naming
   }
 }
 
+TEST_CASE("llmk serve cancels a non-streaming request whose client hangs up, and the engine frees its KV",
+          "[serve][security]") {
+  ServeProcess serve({"--set", "model.load_format=dummy", "--set", "model.preset=llama-110m"});
+  REQUIRE(serve.wait_ready());
+  const int port = serve.http_port();
+  const auto metrics = [&] { return curl(port, "GET", "/metrics").body; };
+  INFO(serve.log());
+  REQUIRE(metric(metrics(), "llmk_kv_cache_used_slots") == 0);
+  // About 16 ms a token on one core: 900 tokens take seconds; curl gives up
+  // (closes its socket) after one, with nothing answered yet.
+  const json long_request = {{"prompt", "Once upon a time"}, {"max_tokens", 900}, {"ignore_eos", true}};
+  const auto r = curl(port, "POST", "/v1/completions", long_request.dump(), "--max-time 1");
+  CHECK(r.status == 0);
+  CHECK(eventually(
+      [&] {
+        const std::string m = metrics();
+        return metric(m, "llmk_kv_cache_used_slots") == 0 && metric(m, "llmk_num_requests_running") == 0;
+      },
+      std::chrono::seconds(30)));
+  // It was cancelled, not run to its end: far fewer than 900 tokens, and
+  // no more come.
+  const double generated = metric(metrics(), "llmk_generation_tokens_total");
+  CHECK(generated < 900);
+  CHECK(metric(metrics(), "llmk_generation_tokens_total") == generated);
+}
+
+TEST_CASE("llmk serve refuses a bad server.tls before loading the model, naming the key and the file",
+          "[serve][security]") {
+  for (const auto& [value, named] :
+       {std::pair<std::string, std::string>{R"({"cert_file": "/nonexistent/server.pem", "key_file": "/nonexistent/k"})",
+                                            "/nonexistent/server.pem"},
+        {R"({"certfile": "x"})", "server.tls.certfile"}}) {
+    const auto r = test::run_command(LLMK_BINARY_DIR "/bin/llmk serve --model " LLMK_SHARED_DIR
+                                     "/models/stories260K --zmq '' --http 127.0.0.1:" +
+                                     std::to_string(test::free_port()) + " --set " +
+                                     test::shell_quote("server.tls=" + value) + " 2>&1");
+    INFO(r.out);
+    CHECK(r.status != 0);
+    CHECK(r.out.find(named) != std::string::npos);
+  }
+}
+
 #endif  // LLMK_HAVE_ENGINE

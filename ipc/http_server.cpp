@@ -383,6 +383,7 @@ HttpServer::HttpServer(Backend& backend, Metrics& metrics, HttpServerOptions opt
   t.port = port;
   t.max_body_bytes = impl_->options.max_body_bytes;
   t.num_threads = impl_->options.num_threads;
+  t.io_timeout = impl_->options.io_timeout;
   t.tls_cert_file = impl_->options.tls_cert_file;
   t.tls_key_file = impl_->options.tls_key_file;
   impl_->transport = std::make_unique<HttpTransport>(t, [impl = impl_.get()](HttpExchange& ex) { impl->handle(ex); });

@@ -29,6 +29,9 @@ struct HttpServerOptions {
   std::string address = "127.0.0.1:8000";  // HOST:PORT; port 0 picks a free one
   size_t max_body_bytes = 1 << 20;
   int num_threads = 64;  // concurrent connections served (each stream holds one)
+  // A request must arrive whole, and each write to a client complete, within
+  // this long, or the connection is closed (a stalled client frees its thread).
+  std::chrono::milliseconds io_timeout{30000};
   // An idle stream gets an SSE comment this often: keeps proxies open and
   // finds disconnected clients while a request waits in the queue.
   std::chrono::milliseconds keepalive_interval{1000};

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "ipc/io_watchdog.hpp"
 
 namespace llmk::ipc {
 namespace {
@@ -80,6 +81,7 @@ class Connection final : public HttpExchange {
     res.prepare_payload();
     answered_ = true;
     beast::error_code ec;
+    IoWatchdog::Armed armed(watchdog_, fd_, io_timeout_);
     http::write(stream_, res, ec);
     if (ec) failed_ = true;
   }
@@ -94,6 +96,7 @@ class Connection final : public HttpExchange {
     http::response_serializer<http::empty_body> serializer{res};
     answered_ = true;
     beast::error_code ec;
+    IoWatchdog::Armed armed(watchdog_, fd_, io_timeout_);
     http::write_header(stream_, serializer, ec);
     return ok(ec);
   }
@@ -101,12 +104,14 @@ class Connection final : public HttpExchange {
     if (failed_) return false;
     if (data.empty()) return true;
     beast::error_code ec;
+    IoWatchdog::Armed armed(watchdog_, fd_, io_timeout_);
     net::write(stream_, http::make_chunk(net::const_buffer(data.data(), data.size())), ec);
     return ok(ec);
   }
   bool end_stream() override {
     if (failed_) return false;
     beast::error_code ec;
+    IoWatchdog::Armed armed(watchdog_, fd_, io_timeout_);
     net::write(stream_, http::make_chunk_last(), ec);
     return ok(ec);
   }
@@ -117,6 +122,7 @@ class Connection final : public HttpExchange {
     ws_->read_message_max(max_message_bytes_);
     answered_ = true;
     beast::error_code ec;
+    IoWatchdog::Armed armed(watchdog_, fd_, io_timeout_);
     ws_->accept(*raw_, ec);
     return ok(ec);
   }
@@ -125,6 +131,7 @@ class Connection final : public HttpExchange {
     if (!wait_readable(fd_, timeout)) return std::nullopt;
     beast::flat_buffer buffer;
     beast::error_code ec;
+    IoWatchdog::Armed armed(watchdog_, fd_, io_timeout_);
     ws_->read(buffer, ec);
     if (!ok(ec)) return std::nullopt;
     return beast::buffers_to_string(buffer.data());
@@ -132,18 +139,21 @@ class Connection final : public HttpExchange {
   bool ws_write(std::string_view text) override {
     if (!ws_ || failed_) return false;
     beast::error_code ec;
+    IoWatchdog::Armed armed(watchdog_, fd_, io_timeout_);
     ws_->write(net::const_buffer(text.data(), text.size()), ec);
     return ok(ec);
   }
   bool ws_ping() override {
     if (!ws_ || failed_) return false;
     beast::error_code ec;
+    IoWatchdog::Armed armed(watchdog_, fd_, io_timeout_);
     ws_->ping({}, ec);
     return ok(ec);
   }
   void ws_close() override {
     if (!ws_ || failed_) return;
     beast::error_code ec;
+    IoWatchdog::Armed armed(watchdog_, fd_, io_timeout_);
     ws_->close(websocket::close_code::normal, ec);
     failed_ = true;  // nothing more goes out on this connection
   }
@@ -160,6 +170,8 @@ class Connection final : public HttpExchange {
   }
 
   size_t max_message_bytes_ = 1 << 20;
+  IoWatchdog* watchdog_ = nullptr;          // bounds each blocking read and write
+  std::chrono::milliseconds io_timeout_{0};  // by this long (0: unbounded)
 
  private:
   bool ok(const beast::error_code& ec) {
@@ -229,6 +241,7 @@ struct HttpTransport::Impl {
   std::condition_variable accepted_ready;
   std::deque<tcp::socket> accepted;
   std::set<int> open_fds;
+  IoWatchdog watchdog;
   bool stopping = false;
   std::thread accept_thread;
   std::vector<std::thread> workers;
@@ -311,6 +324,7 @@ struct HttpTransport::Impl {
           beast::error_code ec = net::error::timed_out;
           if (wait_readable(fd, options.idle_timeout)) {
             ec = {};
+            IoWatchdog::Armed armed(&watchdog, fd, options.io_timeout);
             stream.handshake(ssl::stream_base::server, ec);
           }
           if (!ec) serve(stream, fd, true);
@@ -345,13 +359,17 @@ struct HttpTransport::Impl {
       http::request_parser<http::string_body> parser;
       parser.body_limit(options.max_body_bytes);
       beast::error_code ec;
-      http::read_header(stream, buffer, parser, ec);
-      if (!ec && parser.get()[http::field::expect] == "100-continue" &&
-          parser.content_length().value_or(0) <= options.max_body_bytes) {
-        http::response<http::empty_body> go_on{http::status::continue_, 11};
-        http::write(stream, go_on, ec);
+      {
+        // The whole request (headers, 100-continue, body) within io_timeout.
+        IoWatchdog::Armed armed(&watchdog, fd, options.io_timeout);
+        http::read_header(stream, buffer, parser, ec);
+        if (!ec && parser.get()[http::field::expect] == "100-continue" &&
+            parser.content_length().value_or(0) <= options.max_body_bytes) {
+          http::response<http::empty_body> go_on{http::status::continue_, 11};
+          http::write(stream, go_on, ec);
+        }
+        if (!ec && !parser.is_done()) http::read(stream, buffer, parser, ec);
       }
-      if (!ec && !parser.is_done()) http::read(stream, buffer, parser, ec);
       if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
           ec == net::ssl::error::stream_truncated || ec == net::error::operation_aborted ||
           ec == net::error::bad_descriptor)
@@ -366,6 +384,8 @@ struct HttpTransport::Impl {
         request.read_failure = too_large ? 413 : 400;
         request.read_failure_reason = ec.message();
         Connection<Stream> exchange(stream, fd, std::move(request), nullptr, false);
+        exchange.watchdog_ = &watchdog;
+        exchange.io_timeout_ = options.io_timeout;
         handler(exchange);
         if (too_large) lingering_close(fd);
         return;
@@ -373,6 +393,8 @@ struct HttpTransport::Impl {
       BeastRequest raw = parser.release();
       Connection<Stream> exchange(stream, fd, to_request(raw), &raw, raw.keep_alive());
       exchange.max_message_bytes_ = options.max_body_bytes;
+      exchange.watchdog_ = &watchdog;
+      exchange.io_timeout_ = options.io_timeout;
       handler(exchange);
       if (!exchange.answered()) exchange.respond(500, "text/plain", "no answer\n", {});
       if (!exchange.keep_alive()) return;

@@ -75,6 +75,10 @@ struct HttpTransportOptions {
   // A kept-alive connection with no new request (and a TLS client that does
   // not start its handshake) is closed after this long.
   std::chrono::milliseconds idle_timeout{5000};
+  // A request must arrive whole (headers and body), and each write to a
+  // client must complete, within this long; a connection that stalls longer
+  // is closed, so a slow or stuck client cannot hold a thread. 0: no bound.
+  std::chrono::milliseconds io_timeout{30000};
   std::string tls_cert_file;  // both set: every connection speaks TLS
   std::string tls_key_file;
 };

@@ -22,7 +22,7 @@ packages=(
   ocl-icd-opencl-dev opencl-headers
   # tests: Catch2, Python clients and references, the fuzzers (clang's
   # libFuzzer), the metrics checker and a headless browser for report checks
-  catch2 python3 python3-venv python3-zmq python3-numpy curl prometheus
+  catch2 python3 python3-venv python3-zmq python3-numpy curl openssl prometheus
   chromium clang-14 libclang-rt-14-dev
 )
 

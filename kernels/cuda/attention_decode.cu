@@ -82,7 +82,7 @@ __device__ __forceinline__ int used_splits(int visible, int partition) { return 
 //      for its columns (tid, tid + kDecodeThreads) and every head: V is read
 //      once, coalesced, straight from the cache.
 template <class T, class C>
-__global__ void attention_decode_kernel(const T* __restrict__ q, device::KvRead<C> k_cache,
+__global__ void __launch_bounds__(kDecodeThreads, 1) attention_decode_kernel(const T* __restrict__ q, device::KvRead<C> k_cache,
                                         device::KvRead<C> v_cache, T* __restrict__ out, DecodeArgs a) {
   __shared__ float probs[kDecodeMaxHeadsPerBlock][kDecodeTileKeys];  // scores, then exp(score - running max)
   __shared__ float rescales[kDecodeMaxHeadsPerBlock];                // exp(previous max - new max) of the tile
@@ -239,7 +239,7 @@ __global__ void attention_decode_kernel(const T* __restrict__ q, device::KvRead<
 // i of maxima m_i, sums l_i and accumulators acc_i, and M = max m_i:
 //   out = sum_i exp(m_i - M) acc_i / sum_i exp(m_i - M) l_i.
 template <class T>
-__global__ void attention_decode_merge_kernel(T* __restrict__ out, DecodeArgs a) {
+__global__ void __launch_bounds__(kDecodeThreads, 1) attention_decode_merge_kernel(T* __restrict__ out, DecodeArgs a) {
   __shared__ float scratch[device::kMaxWarpsPerBlock + 1];
   const int head = blockIdx.x, seq = blockIdx.y;
   if (!is_decode(a, seq)) return;

@@ -62,6 +62,9 @@ extern block_context current_block;
 void race_begin_launch(const launch_config& config, void* dynamic_base, std::size_t dynamic_bytes);
 void race_end_launch();
 void race_begin_block();  // after current_block is set up
+// An atomic's address against the device's allocations (a failed check fails
+// the launch as an out-of-bounds global access does).
+void check_atomic(const void* address, std::size_t size);
 std::size_t races_in_launch();
 std::string first_race_text_in_launch();
 // Global accesses outside the allocation they started in, in this launch.

@@ -26,6 +26,13 @@ enum class thread_state { runnable, at_block_barrier, at_warp_op, done };
 struct sim_thread {
   boost::context::fiber fiber;  // this thread, while suspended
   boost::context::fiber sink;   // the scheduler, while this thread runs
+  // The fiber's stack and the scheduler's, for AddressSanitizer's
+  // annotations of the switches between them (scheduler.cpp).
+  const void* stack_bottom = nullptr;
+  std::size_t stack_size = 0;
+  const void* caller_bottom = nullptr;
+  std::size_t caller_size = 0;
+  void* fake_stack = nullptr;  // ASan's fake stack of the fiber while it is suspended
   thread_coords coords{};
   unsigned linear = 0, warp = 0, lane = 0;
   thread_state state = thread_state::runnable;

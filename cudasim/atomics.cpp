@@ -1,15 +1,17 @@
 // Atomics for simulated kernels. A launch's threads never run in parallel
 // (fibers on one OS thread), so a read-modify-write is atomic as written.
 // This file is not compiled with the race-check instrumentation, so atomics
-// on shared memory are not reported as races.
+// on shared memory are not reported as races; each address is bounds-checked
+// against the device's allocations as the instrumented accesses are.
 #include <algorithm>
 #include <cmath>
 
-#include "cudasim.hpp"
+#include "internal.hpp"
 
 namespace {
 template <class T, class F>
 T read_modify_write(T* address, F f) {
+  cudasim::detail::check_atomic(address, sizeof(T));
   const T old = *address;
   *address = f(old);
   return old;
@@ -48,6 +50,7 @@ CUDASIM_RMW(atomicXor, unsigned, old ^ value)
 
 #define CUDASIM_CAS(T)                                          \
   T atomicCAS(T* address, T compare, T value) {                 \
+    cudasim::detail::check_atomic(address, sizeof(T));          \
     const T old = *address;                                     \
     if (old == compare) *address = value;                       \
     return old;                                                 \

@@ -26,6 +26,13 @@ enum class thread_state { runnable, at_block_barrier, at_warp_op, done };
 struct sim_thread {
   boost::context::fiber fiber;  // this thread, while suspended
   boost::context::fiber sink;   // the scheduler, while this thread runs
+  // The fiber's stack and the scheduler's, for AddressSanitizer's
+  // annotations of the switches between them (scheduler.cpp).
+  const void* stack_bottom = nullptr;
+  std::size_t stack_size = 0;
+  const void* caller_bottom = nullptr;
+  std::size_t caller_size = 0;
+  void* fake_stack = nullptr;  // ASan's fake stack of the fiber while it is suspended
   thread_coords coords{};
   unsigned linear = 0, warp = 0, lane = 0;
   thread_state state = thread_state::runnable;
@@ -62,6 +69,9 @@ extern block_context current_block;
 void race_begin_launch(const launch_config& config, void* dynamic_base, std::size_t dynamic_bytes);
 void race_end_launch();
 void race_begin_block();  // after current_block is set up
+// An atomic's address against the device's allocations (a failed check fails
+// the launch as an out-of-bounds global access does).
+void check_atomic(const void* address, std::size_t size);
 std::size_t races_in_launch();
 std::string first_race_text_in_launch();
 // Global accesses outside the allocation they started in, in this launch.

@@ -22,8 +22,9 @@
 // (memory.cpp), else the launch fails with cudaErrorIllegalAddress naming the
 // kernel, the thread, the address and the allocation.
 //
-// Not tracked: atomics (implemented outside the instrumented code), races on
-// global memory, and ordering through fences or atomics.
+// Atomics (implemented outside the instrumented code, atomics.cpp) are
+// bounds-checked as global accesses too, but not race-tracked. Not tracked
+// either: races on global memory, and ordering through fences or atomics.
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -95,14 +96,15 @@ void report(const char* kind, const char* region, std::size_t offset, unsigned f
   g_reports.push_back(std::move(r));
 }
 
-void check_bounds(std::uintptr_t a, std::size_t size, bool is_write) {
+// kind: "read", "write" or "atomic".
+void check_bounds(std::uintptr_t a, std::size_t size, const char* kind) {
   const std::string problem = describe_device_access(a, size);
   if (problem.empty()) return;
   if (g_num_bounds_errors++ > 0) return;  // the first one names the bug
   const sim_thread& self = *current_thread;
   const uint3 i = self.coords.thread_idx, b = current_block.block_idx;
   std::ostringstream s;
-  s << "out-of-bounds global " << (is_write ? "write" : "read") << " in kernel '"
+  s << "out-of-bounds global " << kind << " in kernel '"
     << (current_block.config ? current_block.config->name : "?") << "' block (" << b.x << "," << b.y << "," << b.z
     << ") thread " << self.linear << " (" << i.x << "," << i.y << "," << i.z << "): " << problem;
   g_first_bounds_error = s.str();
@@ -112,7 +114,7 @@ void track(const void* address, std::size_t size, bool is_write) {
   if (!g_in_launch || !current_thread) return;
   const auto a = reinterpret_cast<std::uintptr_t>(address);
   if (in_device_range(a)) {
-    check_bounds(a, size, is_write);
+    check_bounds(a, size, is_write ? "write" : "read");
     return;
   }
   if (!g_tracking) return;
@@ -200,6 +202,12 @@ void race_begin_launch(const launch_config& config, void* dynamic_base, std::siz
 }
 
 void race_begin_block() {}
+
+void check_atomic(const void* address, std::size_t size) {
+  if (!g_in_launch || !current_thread) return;
+  const auto a = reinterpret_cast<std::uintptr_t>(address);
+  if (in_device_range(a)) check_bounds(a, size, "atomic");
+}
 
 void race_end_launch() { g_in_launch = g_tracking = false; }
 

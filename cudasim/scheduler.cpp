@@ -12,6 +12,17 @@
 
 #include "internal.hpp"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define CUDASIM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CUDASIM_ASAN 1
+#endif
+#endif
+#if defined(CUDASIM_ASAN)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 namespace cudasim::detail {
 
 thread_coords* current_coords = nullptr;
@@ -68,17 +79,71 @@ stack_pool& pool() {
   return p;
 }
 
-// Allocator handle passed to each fiber (the pool outlives them all).
+// Allocator handle passed to each fiber (the pool outlives them all); it
+// notes the stack in the thread, for the switch annotations below.
 struct pooled_stack {
-  boost::context::stack_context allocate() { return pool().allocate(); }
+  sim_thread* owner;
+  boost::context::stack_context allocate() {
+    boost::context::stack_context sc = pool().allocate();
+    owner->stack_bottom = static_cast<char*>(sc.sp) - sc.size;
+    owner->stack_size = sc.size;
+    return sc;
+  }
   void deallocate(boost::context::stack_context& sc) noexcept { pool().deallocate(sc); }
 };
 
+// AddressSanitizer keeps one stack per OS thread; each switch between the
+// scheduler's stack and a fiber's is announced before it (start: the stack
+// to be entered; a null fake-stack slot when the fiber leaves for good) and
+// completed after it (finish: the stack left, to switch back to later).
+// Without them it takes a fiber's frames for the scheduler's, and reports
+// the unwinding of an aborted kernel's fibers as stack misuse.
+void asan_start_switch(void** fake_stack_slot, const void* bottom, std::size_t size) {
+#if defined(CUDASIM_ASAN)
+  __sanitizer_start_switch_fiber(fake_stack_slot, bottom, size);
+#else
+  (void)fake_stack_slot, (void)bottom, (void)size;
+#endif
+}
+void asan_finish_switch(void* fake_stack, const void** bottom_old, std::size_t* size_old) {
+#if defined(CUDASIM_ASAN)
+  __sanitizer_finish_switch_fiber(fake_stack, bottom_old, size_old);
+#else
+  (void)fake_stack, (void)bottom_old, (void)size_old;
+#endif
+}
+
+// The scheduler's side of a switch into thread t, until t yields, ends or
+// has unwound (a fiber destroyed while suspended unwinds its stack first).
+template <class Switch>
+void switch_into(sim_thread& t, Switch&& into) {
+  void* fake_stack = nullptr;
+  asan_start_switch(&fake_stack, t.stack_bottom, t.stack_size);
+  into();
+  asan_finish_switch(fake_stack, nullptr, nullptr);
+}
+
 void yield_to_scheduler() {
   sim_thread* self = current_thread;
-  self->sink = std::move(self->sink).resume();
+  {
+    // Finished on the way back in, also when that way is the forced unwind
+    // of a fiber destroyed while suspended.
+    struct back_in {
+      sim_thread* self;
+      ~back_in() { asan_finish_switch(self->fake_stack, &self->caller_bottom, &self->caller_size); }
+    } guard{self};
+    asan_start_switch(&self->fake_stack, self->caller_bottom, self->caller_size);
+    self->sink = std::move(self->sink).resume();
+  }
   current_thread = self;
   current_coords = &self->coords;
+}
+
+// Destroys the block's fibers; those suspended mid-kernel unwind their stacks.
+void unwind_fibers(std::vector<sim_thread>& threads) {
+  for (sim_thread& t : threads)
+    if (t.fiber) switch_into(t, [&t] { t.fiber = boost::context::fiber{}; });
+  threads.clear();
 }
 
 std::string describe(const sim_thread& t) {
@@ -241,22 +306,28 @@ void run_block(const launch_config& config, const std::function<void()>& body, u
     t.lane = i % 32;
     t.clock[t.lane] = t.time;
     t.coords = {{i % bd.x, (i / bd.x) % bd.y, i / (bd.x * bd.y)}, block_idx, bd, config.grid};
-    t.fiber = boost::context::fiber(std::allocator_arg, pooled_stack{},
-                                    [&t, &body, &error](boost::context::fiber&& sink) {
-                                      t.sink = std::move(sink);
-                                      current_thread = &t;
-                                      current_coords = &t.coords;
-                                      try {
-                                        body();
-                                      } catch (const boost::context::detail::forced_unwind&) {
-                                        throw;
-                                      } catch (...) {
-                                        if (!error) error = std::current_exception();
-                                      }
-                                      t.state = thread_state::done;
-                                      return std::move(t.sink);
-                                    });
   }
+  // A thread's fiber is made when it first runs, so that every fiber
+  // destroyed unfinished has run (and its switches are annotated).
+  auto make_fiber = [&body, &error](sim_thread& t) {
+    t.fiber = boost::context::fiber(std::allocator_arg, pooled_stack{&t}, [&t, &body, &error](boost::context::fiber&& sink) {
+      asan_finish_switch(nullptr, &t.caller_bottom, &t.caller_size);
+      t.sink = std::move(sink);
+      current_thread = &t;
+      current_coords = &t.coords;
+      try {
+        body();
+      } catch (const boost::context::detail::forced_unwind&) {
+        asan_start_switch(nullptr, t.caller_bottom, t.caller_size);  // leaves for good
+        throw;
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+      t.state = thread_state::done;
+      asan_start_switch(nullptr, t.caller_bottom, t.caller_size);
+      return std::move(t.sink);
+    });
+  };
   std::vector<unsigned> order;
   order.reserve(num_threads);
   try {
@@ -273,9 +344,10 @@ void run_block(const launch_config& config, const std::function<void()>& body, u
       std::shuffle(order.begin(), order.end(), rng());
       for (unsigned i : order) {
         sim_thread& t = threads[i];
+        if (!t.fiber) make_fiber(t);  // runnable without a fiber: not started yet
         current_thread = &t;
         current_coords = &t.coords;
-        t.fiber = std::move(t.fiber).resume();
+        switch_into(t, [&t] { t.fiber = std::move(t.fiber).resume(); });
         current_thread = nullptr;
         current_coords = nullptr;
         if (error) std::rethrow_exception(error);
@@ -284,7 +356,7 @@ void run_block(const launch_config& config, const std::function<void()>& body, u
   } catch (...) {
     current_thread = nullptr;
     current_coords = nullptr;
-    threads.clear();  // unwinds the suspended fibers
+    unwind_fibers(threads);
     throw;
   }
   threads.clear();

@@ -82,7 +82,7 @@ __device__ __forceinline__ int used_splits(int visible, int partition) { return 
 //      for its columns (tid, tid + kDecodeThreads) and every head: V is read
 //      once, coalesced, straight from the cache.
 template <class T, class C>
-__global__ void attention_decode_kernel(const T* __restrict__ q, device::KvRead<C> k_cache,
+__global__ void __launch_bounds__(kDecodeThreads, 1) attention_decode_kernel(const T* __restrict__ q, device::KvRead<C> k_cache,
                                         device::KvRead<C> v_cache, T* __restrict__ out, DecodeArgs a) {
   __shared__ float probs[kDecodeMaxHeadsPerBlock][kDecodeTileKeys];  // scores, then exp(score - running max)
   __shared__ float rescales[kDecodeMaxHeadsPerBlock];                // exp(previous max - new max) of the tile
@@ -239,7 +239,7 @@ __global__ void attention_decode_kernel(const T* __restrict__ q, device::KvRead<
 // i of maxima m_i, sums l_i and accumulators acc_i, and M = max m_i:
 //   out = sum_i exp(m_i - M) acc_i / sum_i exp(m_i - M) l_i.
 template <class T>
-__global__ void attention_decode_merge_kernel(T* __restrict__ out, DecodeArgs a) {
+__global__ void __launch_bounds__(kDecodeThreads, 1) attention_decode_merge_kernel(T* __restrict__ out, DecodeArgs a) {
   __shared__ float scratch[device::kMaxWarpsPerBlock + 1];
   const int head = blockIdx.x, seq = blockIdx.y;
   if (!is_decode(a, seq)) return;
@@ -281,9 +281,9 @@ size_t attention_decode_workspace_bytes(const PagedAttentionShape& shape, int32_
 // about 3.35 TB/s x ~0.7 us of latency ~ 2.3 MB in flight, ~18 KB per SM.
 // One block of 128 threads issuing scalar cache loads keeps only a few KB in
 // flight, so each SM wants several blocks: kDecodeBlocksPerSm = 4 (ptxas
-// gives the kernel 80 registers per thread, 108 for I8, so an SM holds 6 of
-// its blocks, 4 for I8; shared memory, ~19-23 KB at head_dim 128, allows
-// more). Without splits, batch 1 of llama2-7b launches 32 blocks,
+// gives the kernel 83 registers per thread on sm_90a, 110 for I8, so an SM
+// holds 5 of its blocks, 4 for I8; shared memory, ~19-23 KB at head_dim
+// 128, allows more). Without splits, batch 1 of llama2-7b launches 32 blocks,
 // one per KV head: a quarter of the SMs, each with one block. Splitting
 // multiplies that, but every split costs the merge a write and a read of
 // (head_dim + 2) floats per query head, plus a prologue (q, the partition);

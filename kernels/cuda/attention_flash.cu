@@ -85,7 +85,7 @@ __device__ __forceinline__ int first_visible(int position, int sliding_window) {
 // kHeadTiles: padded_dim / 16 at most (the fragment arrays' size); kKeys:
 // keys per tile. Block (tile, kv head x head chunk), kFlashThreads threads.
 template <class T, class C, class Op, int kHeadTiles, int kKeys>
-__global__ void attention_flash_kernel(const T* __restrict__ q, device::KvRead<C> k_cache, device::KvRead<C> v_cache,
+__global__ void __launch_bounds__(kFlashThreads, 1) attention_flash_kernel(const T* __restrict__ q, device::KvRead<C> k_cache, device::KvRead<C> v_cache,
                                        T* __restrict__ out, FlashArgs args) {
   // Which sequence and tile: sequence s owns tiles [s + query_start[s] / tpb, s + 1 + query_start[s+1] / tpb).
   const int tpb = args.tokens_per_block;

@@ -16,7 +16,7 @@ constexpr int kDimsPerThread = (kAttentionMaxHeadDim + kAttentionThreads - 1) / 
 // k, v: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens];
 // the cache arrays: [num_slots, num_kv_heads, head_dim]. One block per token.
 template <class T, class C>
-__global__ void kv_cache_write_kernel(const T* __restrict__ k, const T* __restrict__ v,
+__global__ void __launch_bounds__(kKvWriteThreads, 1) kv_cache_write_kernel(const T* __restrict__ k, const T* __restrict__ v,
                                       const int32_t* __restrict__ slot_mapping, device::KvWrite<C> k_cache,
                                       device::KvWrite<C> v_cache, int64_t row_size) {
   const int64_t token = blockIdx.x;
@@ -41,7 +41,7 @@ __device__ __forceinline__ void quantize_group(const T* src, device::KvWrite<int
 }
 
 template <class T>
-__global__ void kv_cache_write_i8_kernel(const T* __restrict__ k, const T* __restrict__ v,
+__global__ void __launch_bounds__(kKvWriteThreads, 1) kv_cache_write_i8_kernel(const T* __restrict__ k, const T* __restrict__ v,
                                          const int32_t* __restrict__ slot_mapping, device::KvWrite<int8_t> k_cache,
                                          device::KvWrite<int8_t> v_cache, int64_t row_size) {
   const int64_t token = blockIdx.x;
@@ -81,7 +81,7 @@ struct AttentionArgs {
 // Block (token, head); blockDim.x == kAttentionThreads. acc[] has a constant
 // size, so it stays in registers.
 template <class T, class C>
-__global__ void attention_paged_kernel(const T* __restrict__ q, device::KvRead<C> k_cache, device::KvRead<C> v_cache,
+__global__ void __launch_bounds__(kAttentionThreads, 1) attention_paged_kernel(const T* __restrict__ q, device::KvRead<C> k_cache, device::KvRead<C> v_cache,
                                        T* __restrict__ out, AttentionArgs args) {
   __shared__ float q_row[kAttentionMaxHeadDim];  // q * scale, f32
   __shared__ float weights[kAttentionThreads];   // this tile's exp(score - running max)

@@ -9,7 +9,7 @@ namespace {
 
 // src, dst: [n].
 template <class From, class To>
-__global__ void convert_kernel(const From* __restrict__ src, To* __restrict__ dst, int64_t n) {
+__global__ void __launch_bounds__(kConvertThreads, 1) convert_kernel(const From* __restrict__ src, To* __restrict__ dst, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     dst[i] = device::from_float<To>(device::to_float(src[i]));

@@ -9,7 +9,7 @@ namespace {
 
 // table: [vocab, dim]; ids: [num_tokens]; hidden: [num_tokens, dim]. One block per token.
 template <class T>
-__global__ void embedding_kernel(const T* __restrict__ table, int64_t vocab, int64_t dim,
+__global__ void __launch_bounds__(kEmbeddingThreads, 1) embedding_kernel(const T* __restrict__ table, int64_t vocab, int64_t dim,
                                  const int32_t* __restrict__ ids, float* __restrict__ hidden,
                                  int32_t* num_invalid_ids) {
   const int64_t token = blockIdx.x;
@@ -31,7 +31,7 @@ cudaError_t launch_embedding(const void* table, int64_t vocab, int64_t dim, cons
   return cudaGetLastError();
 }
 
-__global__ void gather_fed_back_kernel(int32_t* __restrict__ ids, const int32_t* __restrict__ rows,
+__global__ void __launch_bounds__(kFedBackThreads, 1) gather_fed_back_kernel(int32_t* __restrict__ ids, const int32_t* __restrict__ rows,
                                       const int32_t* __restrict__ previous_rows, int32_t count,
                                       const int32_t* __restrict__ previous_ids, int64_t vocab) {
   for (int32_t i = threadIdx.x; i < count; i += blockDim.x) {

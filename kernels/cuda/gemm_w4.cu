@@ -14,7 +14,7 @@ constexpr int64_t kDequantMaxBlocks = 4096;
 // A warp per output channel: lanes stride over the channel's packed words.
 // x: [num_rows, in_features], packed: [out, k_words], scale/zero: [out,
 // num_groups], y: [num_rows, out].
-__global__ void w4_gemv_kernel(const float* __restrict__ x, int num_rows, W4DeviceShape s,
+__global__ void __launch_bounds__(kGemvWarps * 32, 1) w4_gemv_kernel(const float* __restrict__ x, int num_rows, W4DeviceShape s,
                                const uint32_t* __restrict__ packed, const float* __restrict__ scale,
                                const uint8_t* __restrict__ zero, float* __restrict__ y) {
   const int warp = threadIdx.x / warpSize, lane = threadIdx.x % warpSize;
@@ -43,7 +43,7 @@ __global__ void w4_gemv_kernel(const float* __restrict__ x, int num_rows, W4Devi
 }
 
 // w: [num_channels, in_features] bf16 from channels c0.. of the packed weight.
-__global__ void w4_dequantize_kernel(W4DeviceShape s, const uint32_t* __restrict__ packed,
+__global__ void __launch_bounds__(kDequantThreads, 1) w4_dequantize_kernel(W4DeviceShape s, const uint32_t* __restrict__ packed,
                                      const float* __restrict__ scale, const uint8_t* __restrict__ zero, int64_t c0,
                                      int64_t num_channels, __nv_bfloat16* __restrict__ w) {
   const int64_t n = num_channels * s.in_features, k_words = s.k_words(), num_groups = s.num_groups();

@@ -13,7 +13,7 @@ constexpr int kPad = 1;            // a word of padding per tile row: no bank co
 // xq: [num_rows, k_pad], wq: [out_features, k_pad] (read as words),
 // x_scale: [num_rows], w_scale: [out_features], y: [num_rows, out_features].
 template <int rows_per_thread, int cols_per_thread>
-__global__ void gemm_w8a8_kernel(const int* __restrict__ xq, const float* __restrict__ x_scale, int64_t num_rows,
+__global__ void __launch_bounds__(kThreads, 1) gemm_w8a8_kernel(const int* __restrict__ xq, const float* __restrict__ x_scale, int64_t num_rows,
                                  const int* __restrict__ wq, const float* __restrict__ w_scale, int64_t out_features,
                                  int64_t k_words, float* __restrict__ y) {
   constexpr int tile_rows = 16 * rows_per_thread, tile_cols = 16 * cols_per_thread;

@@ -9,7 +9,7 @@ namespace {
 
 // One block of x per CUDA block; thread t does butterfly t of every pass:
 // in the pass of span s, pair (i, i + s) with i = (t / s) * 2 s + t % s.
-__global__ void hadamard_kernel(float* __restrict__ x, int block, float norm) {
+__global__ void __launch_bounds__(kHadamardMaxBlock / 2, 1) hadamard_kernel(float* __restrict__ x, int block, float norm) {
   LLMK_DYNAMIC_SHARED(float, v);
   float* base = x + static_cast<int64_t>(blockIdx.x) * block;
   const int t = threadIdx.x;

@@ -11,7 +11,7 @@ constexpr float kInt8Max = 127.0f;
 constexpr float kFp8E4M3Max = 448.0f;
 
 // x: [num_rows, in_features] -> amax: [num_rows]; one block per row.
-__global__ void row_absmax_kernel(const float* __restrict__ x, int64_t in_features, float* __restrict__ amax) {
+__global__ void __launch_bounds__(kQuantizeThreads, 1) row_absmax_kernel(const float* __restrict__ x, int64_t in_features, float* __restrict__ amax) {
   __shared__ float scratch[device::kMaxWarpsPerBlock + 1];
   const float* row = x + static_cast<int64_t>(blockIdx.x) * in_features;
   float m = 0.0f;
@@ -28,7 +28,7 @@ __device__ __forceinline__ void store_q(__nv_fp8_e4m3* q, float v) { q[0] = __nv
 // x: [num_rows, in_features] -> q: [num_rows, k_pad], scale: [num_rows];
 // tensor_amax: null or [num_rows]. One block per row.
 template <class Q>
-__global__ void quantize_rows_kernel(const float* __restrict__ x, int64_t num_rows, int64_t in_features,
+__global__ void __launch_bounds__(kQuantizeThreads, 1) quantize_rows_kernel(const float* __restrict__ x, int64_t num_rows, int64_t in_features,
                                      int64_t k_pad, const float* __restrict__ tensor_amax, float q_max,
                                      Q* __restrict__ q, float* __restrict__ scale) {
   __shared__ float scratch[device::kMaxWarpsPerBlock + 1];

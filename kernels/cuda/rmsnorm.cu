@@ -11,7 +11,7 @@ namespace {
 // thread touches the same indices in both passes, so the in-place update
 // and an aliased out need no barrier between them.
 template <class W>
-__global__ void rmsnorm_kernel(float* hidden, const float* x, const W* __restrict__ weight, float* out, int64_t dim,
+__global__ void __launch_bounds__(kRmsnormThreads, 1) rmsnorm_kernel(float* hidden, const float* x, const W* __restrict__ weight, float* out, int64_t dim,
                                float eps) {
   __shared__ float scratch[device::kMaxWarpsPerBlock + 1];
   const int64_t offset = static_cast<int64_t>(blockIdx.x) * dim;

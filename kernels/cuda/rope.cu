@@ -8,7 +8,7 @@ namespace {
 // q: [num_tokens, num_heads, head_dim] (q_stride), k: [num_tokens, num_kv_heads, head_dim] (k_stride),
 // positions: [num_tokens], tables: [max_positions, head_dim / 2]. One block per token;
 // thread j handles pairs j, j + blockDim.x, ... of the token's q heads, then k heads.
-__global__ void rope_kernel(float* q, int64_t q_stride, int64_t num_heads, float* k, int64_t k_stride,
+__global__ void __launch_bounds__(kRopeThreads, 1) rope_kernel(float* q, int64_t q_stride, int64_t num_heads, float* k, int64_t k_stride,
                             int64_t num_kv_heads, int64_t head_dim, const int32_t* __restrict__ positions,
                             const float* __restrict__ cos_table, const float* __restrict__ sin_table) {
   const int64_t token = blockIdx.x;

@@ -8,19 +8,19 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void copy_rows_kernel(const float* __restrict__ src, int64_t src_stride, float* __restrict__ dst,
+__global__ void __launch_bounds__(kThreads, 1) copy_rows_kernel(const float* __restrict__ src, int64_t src_stride, float* __restrict__ dst,
                                  int64_t dst_stride, int cols) {
   const float* in = src + static_cast<int64_t>(blockIdx.x) * src_stride;
   float* out = dst + static_cast<int64_t>(blockIdx.x) * dst_stride;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) out[c] = in[c];
 }
 
-__global__ void add_bias_kernel(float* __restrict__ x, int64_t row_stride, const float* __restrict__ bias, int cols) {
+__global__ void __launch_bounds__(kThreads, 1) add_bias_kernel(float* __restrict__ x, int64_t row_stride, const float* __restrict__ bias, int cols) {
   float* row = x + static_cast<int64_t>(blockIdx.x) * row_stride;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) row[c] += bias[c];
 }
 
-__global__ void gather_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ rows,
+__global__ void __launch_bounds__(kThreads, 1) gather_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ rows,
                                    float* __restrict__ dst, int cols) {
   const float* in = src + static_cast<int64_t>(rows[blockIdx.x]) * cols;
   float* out = dst + static_cast<int64_t>(blockIdx.x) * cols;

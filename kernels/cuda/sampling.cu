@@ -409,8 +409,12 @@ __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(cons
   }
 }
 
+// Threads per block of the penalty kernels (their launches below).
+constexpr int kPenaltyThreads = 256;
+constexpr int kPenaltyAppendThreads = 128;
+
 // counts: [vocab], prompt_mask: [words] of one slot.
-__global__ void penalty_clear_kernel(int32_t* __restrict__ counts, uint32_t* __restrict__ prompt_mask, int32_t vocab,
+__global__ void __launch_bounds__(kPenaltyThreads, 1) penalty_clear_kernel(int32_t* __restrict__ counts, uint32_t* __restrict__ prompt_mask, int32_t vocab,
                                      int64_t words) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vocab; i += stride) {
@@ -420,7 +424,7 @@ __global__ void penalty_clear_kernel(int32_t* __restrict__ counts, uint32_t* __r
 }
 
 // prompt_mask: [words] of one slot; prompt_ids: [num_ids].
-__global__ void penalty_mark_prompt_kernel(uint32_t* __restrict__ prompt_mask, const int32_t* __restrict__ prompt_ids,
+__global__ void __launch_bounds__(kPenaltyThreads, 1) penalty_mark_prompt_kernel(uint32_t* __restrict__ prompt_mask, const int32_t* __restrict__ prompt_ids,
                                            int32_t num_ids, int32_t vocab) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= num_ids) return;
@@ -429,7 +433,7 @@ __global__ void penalty_mark_prompt_kernel(uint32_t* __restrict__ prompt_mask, c
 }
 
 // counts: [num_slots, vocab]; params, token_ids: [num_rows].
-__global__ void penalty_append_kernel(int32_t* __restrict__ counts, int32_t num_slots, int32_t vocab,
+__global__ void __launch_bounds__(kPenaltyAppendThreads, 1) penalty_append_kernel(int32_t* __restrict__ counts, int32_t num_slots, int32_t vocab,
                                       const SamplingRowParams* __restrict__ params,
                                       const int32_t* __restrict__ token_ids, int32_t num_rows) {
   const int32_t row = blockIdx.x * blockDim.x + threadIdx.x;
@@ -450,7 +454,7 @@ cudaError_t penalty_state_init(const PenaltyState& state, int32_t slot, const in
   const int64_t words = prompt_mask_words(state.vocab);
   int32_t* counts = state.counts + static_cast<int64_t>(slot) * state.vocab;
   uint32_t* prompt_mask = state.prompt_mask + slot * words;
-  const int threads = 256;
+  const int threads = kPenaltyThreads;
   const int blocks = static_cast<int>((state.vocab + threads - 1) / threads);
   LLMK_LAUNCH(blocks, threads, 0, stream, penalty_clear_kernel)(counts, prompt_mask, state.vocab, words);
   if (num_prompt_ids > 0) {
@@ -464,7 +468,7 @@ cudaError_t penalty_state_append(const PenaltyState& state, const SamplingRowPar
                                  int32_t num_rows, cudaStream_t stream) {
   if (num_rows < 0 || state.vocab <= 0) return cudaErrorInvalidValue;
   if (num_rows == 0) return cudaSuccess;
-  const int threads = 128;
+  const int threads = kPenaltyAppendThreads;
   LLMK_LAUNCH((num_rows + threads - 1) / threads, threads, 0, stream, penalty_append_kernel)(
       state.counts, state.num_slots, state.vocab, params, token_ids, num_rows);
   return cudaPeekAtLastError();

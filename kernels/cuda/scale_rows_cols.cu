@@ -10,7 +10,7 @@ constexpr int64_t kMaxBlocks = 4096;
 
 // acc: [num_rows, ld_acc], row_scale: [num_rows] or null, col_scale: [num_cols]
 // or null, y: [num_rows, num_cols]. No __restrict__: acc may be y.
-__global__ void scale_rows_cols_kernel(const float* acc, int64_t ld_acc, const float* row_scale,
+__global__ void __launch_bounds__(kThreads, 1) scale_rows_cols_kernel(const float* acc, int64_t ld_acc, const float* row_scale,
                                        const float* col_scale, int64_t num_rows, int64_t num_cols, float* y) {
   const int64_t n = num_rows * num_cols, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {

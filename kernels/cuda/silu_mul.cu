@@ -6,7 +6,7 @@ namespace llmk::cuda {
 namespace {
 
 // gate_up: [num_rows, 2 * dim]; out: [num_rows, dim], flattened to n = num_rows * dim.
-__global__ void silu_mul_kernel(const float* __restrict__ gate_up, float* __restrict__ out, int64_t dim, int64_t n) {
+__global__ void __launch_bounds__(kSiluMulThreads, 1) silu_mul_kernel(const float* __restrict__ gate_up, float* __restrict__ out, int64_t dim, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += stride) {
     const int64_t row = j / dim, i = j % dim;

@@ -22,6 +22,7 @@
 #include <numeric>
 #include <random>
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "float_formats.hpp"
@@ -179,6 +180,12 @@ struct attention_case {
   int sliding_window = 0;
   std::vector<seq_spec> seqs;
   std::uint64_t data_seed = 1;
+  // Keys [boost_first, boost_first + boost_count) of every sequence's cached
+  // prefix set to boost * sign(q) of the sequence's last query (per KV head,
+  // the first query head of its group): they outscore random keys by about
+  // boost * mean|q| * sqrt(head_dim) for that query.
+  int boost_first = 0, boost_count = 0;
+  float boost = 0.0f;
 };
 
 // The grid every attention kernel's first test walks: GQA ratios 1, 4 and 8
@@ -204,6 +211,31 @@ void for_each_grid_case(const std::vector<seq_spec>& seqs, int head_dim, std::in
           c.data_seed = ++data_seed;
           check(c);
         }
+}
+
+// Several KV heads (query heads / KV heads 8/4, 16/2 and 32/8: groups 2, 8
+// and 4), so that a query head reading another group's KV head reads other
+// keys; block size 16, the given cache dtypes (I8 with groups of 8) and
+// windows, on the mixed step `seqs`.
+template <class Check>
+void for_each_kv_heads_case(const std::vector<seq_spec>& seqs, int head_dim,
+                            std::initializer_list<llmk_dtype> kv_dtypes, std::initializer_list<int> windows,
+                            std::uint64_t data_seed, const Check& check) {
+  for (const auto& [num_heads, num_kv_heads] : {std::pair{8, 4}, std::pair{16, 2}, std::pair{32, 8}})
+    for (const llmk_dtype kv_dtype : kv_dtypes)
+      for (const int window : windows) {
+        attention_case c;
+        c.num_heads = num_heads;
+        c.num_kv_heads = num_kv_heads;
+        c.head_dim = head_dim;
+        c.block_size = 16;
+        c.kv_dtype = kv_dtype;
+        c.kv_group_size = kv_dtype == LLMK_DTYPE_I8 ? 8 : 0;
+        c.sliding_window = window;
+        c.seqs = seqs;
+        c.data_seed = ++data_seed;
+        check(c);
+      }
 }
 
 // Poison in slots no query may read (unused table entries point at a spare
@@ -290,6 +322,14 @@ inline attention_problem make_attention_problem(const attention_case& c) {
       pb.slot_mapping[pb.query_start[s] + i] = pb.slot_of(s, first_new + i);
       pb.is_new_slot[pb.slot_of(s, first_new + i)] = true;
     }
+    const int last_query = pb.query_start[s + 1] - 1, group = c.num_heads / c.num_kv_heads;
+    if (last_query < pb.query_start[s]) continue;
+    for (int p = c.boost_first; p < std::min(c.boost_first + c.boost_count, first_new); ++p)
+      for (int g = 0; g < c.num_kv_heads; ++g)
+        for (int d = 0; d < c.head_dim; ++d) {
+          const double qd = pb.q.value[(static_cast<std::size_t>(last_query) * c.num_heads + g * group) * c.head_dim + d];
+          k_cache_f[static_cast<std::size_t>(pb.slot_of(s, p)) * row + g * c.head_dim + d] = qd < 0 ? -c.boost : c.boost;
+        }
   }
   pb.cache_before = make_kv_cache(c.kv_dtype, c.kv_group_size, row, k_cache_f, v_cache_f);
 

@@ -73,6 +73,56 @@ TEST_CASE("Decode attention matches float64 over GQA ratios, block sizes, KV dty
                      });
 }
 
+TEST_CASE("Decode attention matches float64 with several KV heads: GQA 8/4, 16/2 and 32/8") {
+  for_each_kv_heads_case(mixed_short_step(), 16, {LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, {0, 6}, 1150,
+                         [](const attention_case& c) {
+                           check_decode_case(c, 1);
+                           check_decode_case(c, 3);
+                         });
+}
+
+// A few keys of one split outscore every other key by more than 88, so the
+// other splits' weights are below f32's smallest exp(-x) and a merge that
+// rescales against any maximum but the largest overflows exp().
+TEST_CASE("Decode attention merges splits whose maxima lie more than 88 apart") {
+  attention_case c;
+  c.num_heads = 2;
+  c.num_kv_heads = 2;
+  c.head_dim = 32;
+  c.block_size = 16;
+  c.kv_dtype = LLMK_DTYPE_BF16;
+  c.seqs = {{3001, 1}, {777, 1}, {40, 1}};
+  c.boost_first = 520;
+  c.boost_count = 6;
+  c.boost = 10.0f;
+  c.data_seed = 1250;
+  {
+    // The gap, from the case's own data: every boosted key against every
+    // other key of the two long sequences, for each query head.
+    const attention_problem pb = make_attention_problem(c);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    for (int s = 0; s < 2; ++s)
+      for (int h = 0; h < c.num_heads; ++h) {
+        double boosted = INFINITY, others = -INFINITY;
+        const int t = pb.query_start[s + 1] - 1;
+        for (int p = 0; p < c.seqs[s].context_len; ++p) {
+          double dot = 0.0;
+          for (int d = 0; d < c.head_dim; ++d)
+            dot += pb.q.value[(static_cast<std::size_t>(t) * c.num_heads + h) * c.head_dim + d] *
+                   pb.cache_after.k_value[static_cast<std::size_t>(pb.slot_of(s, p)) * pb.row + h * c.head_dim + d];
+          const bool is_boosted = p >= c.boost_first && p < c.boost_first + c.boost_count;
+          if (is_boosted) boosted = std::min(boosted, dot * scale);
+          else others = std::max(others, dot * scale);
+        }
+        INFO("sequence " << s << " head " << h << ": boosted keys score " << boosted << ", the others at most " << others);
+        REQUIRE(boosted - others > 88.0);
+      }
+  }
+  // 3001 keys: 7 splits of 14 tiles (448 keys) put keys 520.. in the second;
+  // 64 and 94 splits, one or two tiles each, leave them alone in theirs.
+  for (const int32_t num_splits : {2, 7, 64, 94}) check_decode_case(c, num_splits);
+}
+
 TEST_CASE("Decode attention gives the float64 result for 1, 2, 7 and many splits, and more splits than tiles") {
   std::uint64_t data_seed = 1200;
   attention_case c;

@@ -82,6 +82,11 @@ TEST_CASE("Flash attention matches float64 over GQA ratios, block sizes, KV dtyp
                      [](const attention_case& c) { check_flash_case(c); });
 }
 
+TEST_CASE("Flash attention matches float64 with several KV heads: GQA 8/4, 16/2 and 32/8") {
+  for_each_kv_heads_case(mixed_short_step(), 16, {LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, {0, 13}, 1150,
+                         [](const attention_case& c) { check_flash_case(c); });
+}
+
 TEST_CASE("Flash attention handles head_dim 64, 80, 128 and 256 on F16, BF16 and I8 caches") {
   std::uint64_t data_seed = 1200;
   for (const int head_dim : {64, 80, 128, 256})

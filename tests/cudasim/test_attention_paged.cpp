@@ -42,6 +42,11 @@ TEST_CASE("Paged attention matches float64 over GQA ratios, block sizes, KV dtyp
                      {0, 6}, 100, [](const attention_case& c) { check_attention_case(c); });
 }
 
+TEST_CASE("Paged attention matches float64 with several KV heads: GQA 8/4, 16/2 and 32/8") {
+  for_each_kv_heads_case(mixed_short_step(), 16, {LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, {0, 6}, 150,
+                         [](const attention_case& c) { check_attention_case(c); });
+}
+
 TEST_CASE("Paged attention handles head_dim 8 to 256 with two KV heads") {
   std::uint64_t data_seed = 200;
   for (const int head_dim : {8, 64, 80, 128, 256}) {

@@ -105,4 +105,25 @@ TEST_CASE("Host and stack memory a kernel touches are not device memory and are 
   CUDA_REQUIRE(cudaFreeHost(pinned));
 }
 
+TEST_CASE("An atomic past the end of its allocation fails the launch as an out-of-bounds atomic") {
+  reset_simulator(1);
+  // Four bins counted into three: the histogram's global atomicAdd of bin 3
+  // lands one element past the counts.
+  device_buffer<int> values(std::vector<int>{0, 3, 3, 1});
+  device_buffer<unsigned> counts(std::vector<unsigned>(3, 0u));
+  histogram(values.get(), counts.get(), 4, 4, nullptr);
+  REQUIRE(cudaDeviceSynchronize() == cudaErrorIllegalAddress);
+  const std::string detail = cudasim::last_error_detail();
+  INFO(detail);
+  REQUIRE(detail.find("out-of-bounds global atomic in kernel 'histogram_kernel' block (0,0,0)") != std::string::npos);
+  REQUIRE(detail.find("4 bytes at 0x") != std::string::npos);
+  REQUIRE(detail.find("0 bytes past the end of the 12-byte allocation at 0x") != std::string::npos);
+  (void)cudaGetLastError();
+  // With four counts the same launch passes and counts every value.
+  device_buffer<unsigned> all_counts(std::vector<unsigned>(4, 0u));
+  histogram(values.get(), all_counts.get(), 4, 4, nullptr);
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  REQUIRE(all_counts.download() == std::vector<unsigned>{1, 1, 0, 2});
+}
+
 #endif  // !LLMK_CUDA_NATIVE

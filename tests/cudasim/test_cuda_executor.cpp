@@ -374,6 +374,39 @@ TEST_CASE("decode steps replayed from CUDA graphs give byte-identical logits to 
   CHECK(without.graphs == 0);
 }
 
+// The executor rewrites a step's pinned metadata only after the previous
+// upload from it has run (its cudaEventSynchronize on the upload event). A
+// caller that reads no step's logits before issuing the next (here: host ids
+// known ahead; a sampler working on the stream gives the same order) leaves
+// that upload queued, so the simulation's deferred streams report a hazard if
+// the wait goes missing, in the eager path and before a graph's replay.
+TEST_CASE("decode steps issued back to back, no wait between them, end in the same logits as steps waited on",
+          "[cuda_executor][overlap]") {
+  const bool graphs = GENERATE(false, true);
+  INFO("cuda_graphs " << graphs);
+  CudaFixture waited("f32", 512, DType::f32, false), ahead("f32", 512, DType::f32, graphs);
+  const int32_t vocab = waited.executor->model_config().vocab_size;
+  const auto& cases = golden();
+  std::vector<std::vector<int32_t>> tokens{cases[1].input_ids, cases[2].input_ids, cases[4].input_ids};
+  std::vector<StepBatch> steps{ranges_prefill(tokens)};
+  std::vector<float> reference = waited.run(steps.back());
+  for (int step = 0; step < 4; ++step) {  // bucket 4: captured once, then replayed
+    for (int32_t s = 0; s < 3; ++s) tokens[s].push_back(argmax(reference.data() + s * vocab, vocab));
+    steps.push_back(ranges_decode(tokens, 3));
+    reference = waited.run(steps.back());
+  }
+  LogitsView view;
+  for (const StepBatch& b : steps) view = ahead.executor->execute(b);
+  CUDA_REQUIRE(cudaEventSynchronize(static_cast<cudaEvent_t>(view.ready.event)));
+  std::vector<float> got(reference.size());
+  CUDA_REQUIRE(cudaMemcpy(got.data(), view.data, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  CHECK(std::memcmp(got.data(), reference.data(), got.size() * sizeof(float)) == 0);
+#if !LLMK_CUDA_NATIVE
+  CHECK(cudasim::hazards().empty());
+#endif
+  CHECK(cuda_graph_stats(*ahead.executor).replays == (graphs ? 3u : 0u));
+}
+
 TEST_CASE("steps planned ahead take the CUDA sampler's ids on the device: logits byte-identical to host ids, "
           "eager and replayed from graphs",
           "[cuda_executor][overlap]") {

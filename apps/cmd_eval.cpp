@@ -48,10 +48,12 @@ int run_eval_command(EvalOptions& o) {
   // With a base file, its chunking unless the flags name one (then they must agree).
   setup.ctx_from_base = !setup.kl_base.empty() && o.ctx_option->count() == 0 && o.chunks_option->count() == 0;
   auto progress = std::make_shared<eval::Progress>("eval");
-  setup.on_chunk = [progress](const eval::EvalResult& r) {
+  setup.on_chunk = [progress, stream = setup.stream >= 0](const eval::EvalResult& r) {
     char note[64];
     std::snprintf(note, sizeof(note), "ppl %.4f", eval::perplexity(r.nll));
-    progress->update(r.chunks_done, r.plan.num_chunks, r.seconds, note);
+    // A stream reports the positions scored so far of its one sequence.
+    if (stream) progress->update(static_cast<int32_t>(r.nll.count), r.plan.ctx - 1, r.seconds, note);
+    else progress->update(r.chunks_done, r.plan.num_chunks, r.seconds, note);
   };
   register_built_executors();
   const eval::EvalReport report = eval::run_eval(cfg, setup);
@@ -80,6 +82,9 @@ const CommandRegistration registration{
       cmd.add_option("--kl-base", o->setup.kl_base,
                      "compare with a run saved by --save-logits (same model, text and chunking): KL, top-1")
           ->check(CLI::ExistingFile);
+      cmd.add_option("--stream", o->setup.stream,
+                     "score the first N tokens (0: all) as one stream through kv_cache.window and "
+                     "kv_cache.sink_tokens (set with --set; window 0: full attention) instead of chunks");
       cmd.add_flag("--json", o->json, "print one JSON object instead of the result lines");
       return [o]() -> int { return run_eval_command(*o); };
     }};

@@ -105,7 +105,7 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
   llmk_attention_desc desc{sizeof(llmk_attention_desc), p.num_heads, p.num_kv_heads, p.head_dim,
                            1.0f / std::sqrt(static_cast<float>(p.head_dim)), kv_dtype, group, 4096, 4096,
                            num_threads, "{}", p.sliding_window, device->device(), LLMK_DTYPE_F32,
-                           num_seqs, p.block_size};
+                           num_seqs, p.block_size, p.sink_tokens};
   char why[512] = {};
   if (api.supports(&desc, why, sizeof(why)) != 1) {
     result.supported = false;
@@ -164,7 +164,7 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
     cached[s] = p.context[s] - p.new_tokens[s];
     fresh[s] = p.new_tokens[s];
   }
-  std::vector<float> q, out;
+  std::vector<float> q, q_sink, out;
   try {
     cache.k.assign(elems * cache.elem_bytes, 0);
     cache.v.assign(elems * cache.elem_bytes, 0);
@@ -178,12 +178,17 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
     auto run_step = [&](const std::vector<int32_t>& first_pos, const std::vector<int32_t>& count,
                         std::vector<float>* q_out, std::vector<float>* out) {
       std::vector<int32_t> qs{0}, ctx, slots;
-      std::vector<float> k, v, q;
+      std::vector<float> k, v, q, qk;
       for (uint32_t s = 0; s < num_seqs; ++s) {
         std::mt19937_64 q_rng = seq_rng(s, first_pos[s] == 0 ? 1 : 2);
         normal.reset();
         // Twice unit scale: a sharper softmax than unit scores.
         for (int64_t i = 0; i < count[s] * nh * hd; ++i) q.push_back(normal(q_rng) * 2.0f);
+        if (p.sink_tokens > 0) {  // the sinks' queries: other numbers of the same scale
+          std::mt19937_64 qk_rng = seq_rng(s, 3);
+          normal.reset();
+          for (int64_t i = 0; i < count[s] * nh * hd; ++i) qk.push_back(normal(qk_rng) * 2.0f);
+        }
         for (int32_t i = 0; i < count[s]; ++i) {
           const int64_t pos = first_pos[s] + i;
           slots.push_back(tables[s * max_blocks + pos / p.block_size] + static_cast<int32_t>(pos % p.block_size));
@@ -197,6 +202,7 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
       out->assign(q.size(), NAN);
       const DeviceBuffer d_qs(*device, qs), d_ctx(*device, ctx), d_slots(*device, slots), d_tables(*device, tables);
       const DeviceBuffer d_q(*device, q), d_k(*device, k), d_v(*device, v), d_out(*device, *out);
+      const DeviceBuffer d_qk(*device, qk);
       // On the CPU the step's device arrays are its host arrays (the contract).
       const bool on_host = device->device() == LLMK_DEVICE_CPU;
       auto device_array = [&](const DeviceBuffer& d, const std::vector<int32_t>& h) {
@@ -207,8 +213,9 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
                                      device_array(d_qs, qs), device_array(d_ctx, ctx), device_array(d_slots, slots),
                                      device_array(d_tables, tables)};
       const llmk_attention_layer layer{sizeof(llmk_attention_layer), d_q.data(), d_k.data(), d_v.data(),
-                                       d_out.data(), kv};
+                                       d_out.data(), kv, p.sink_tokens > 0 ? d_qk.data() : nullptr};
       *q_out = q;
+      q_sink = qk;
       llmk_error step_err{};
       size_t workspace_bytes = 0;
       if (api.plan(self, &step, &workspace_bytes, &step_err) != LLMK_OK) {
@@ -301,21 +308,27 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
     for (int32_t t = 0; t < p.new_tokens[s]; ++t, ++row) {
       const int64_t pos = cached[s] + t;
       const int64_t low = p.sliding_window == 0 ? 0 : std::max<int64_t>(0, pos - p.sliding_window + 1);
+      // The keys the query sees: the sinks, then the window (or the rest).
+      std::vector<int64_t> keys;
+      for (int64_t j = 0; j <= pos; ++j)
+        if (j < static_cast<int64_t>(p.sink_tokens) || j >= low) keys.push_back(j);
       for (int64_t h = 0; h < nh; ++h) {
         const int64_t g = h / (nh / kvh);
-        std::vector<double> w(pos + 1 - low);  // w[j - low] for keys low .. pos
+        std::vector<double> w(keys.size());
         double mx = -1e300;
-        for (int64_t j = low; j <= pos; ++j) {
+        for (size_t x = 0; x < keys.size(); ++x) {
+          const int64_t j = keys[x];
+          const std::vector<float>& qj = j < static_cast<int64_t>(p.sink_tokens) ? q_sink : q;
           double d = 0;
-          for (int64_t i = 0; i < hd; ++i) d += static_cast<double>(q[(row * nh + h) * hd + i]) * K(s, j, g, i);
-          w[j - low] = d / std::sqrt(static_cast<double>(hd));
-          mx = std::max(mx, w[j - low]);
+          for (int64_t i = 0; i < hd; ++i) d += static_cast<double>(qj[(row * nh + h) * hd + i]) * K(s, j, g, i);
+          w[x] = d / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, w[x]);
         }
         double sum = 0;
         for (auto& x : w) sum += (x = std::exp(x - mx));
         for (int64_t i = 0; i < hd; ++i) {
           double ref = 0;
-          for (int64_t j = low; j <= pos; ++j) ref += w[j - low] / sum * V(s, j, g, i);
+          for (size_t x = 0; x < keys.size(); ++x) ref += w[x] / sum * V(s, keys[x], g, i);
           const double got = out[(row * nh + h) * hd + i];
           // A NaN or a row never written counts as an infinite error.
           const double e = std::isfinite(got) ? std::fabs(ref - got) : kInf;

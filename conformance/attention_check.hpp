@@ -6,7 +6,8 @@
 //
 // The reference is softmax(q k^T * scale) v in double over what the cache
 // holds after the step (only the last `sliding_window` positions up to the
-// query's own when the problem sets a window; dequantized for I8, widened for
+// query's own when the problem sets a window, and the first `sink_tokens`
+// scored with the step's q_sink rows; dequantized for I8, widened for
 // F16 and BF16), so it checks the plugin's arithmetic exactly up to F32
 // rounding; what the plugin wrote for the new tokens is checked separately
 // against the inputs, within the rounding its cache type allows (half a unit
@@ -28,6 +29,9 @@ struct AttentionProblem {
   std::vector<int32_t> new_tokens;  // per sequence
   std::vector<int32_t> context;     // per sequence, after the step
   uint32_t sliding_window = 0;      // 0: whole context; else a query at p sees (p - window, p]
+  // API 3.2: positions [0, sink_tokens) are visible to every later query
+  // (whatever the window) and scored with q_sink rows of their own.
+  uint32_t sink_tokens = 0;
 };
 
 struct AttentionOutcome {

@@ -16,6 +16,7 @@
 
 #include "conformance/attention_check.hpp"
 #include "conformance/suite.hpp"
+#include "core/plugin_api_version.hpp"
 
 namespace llmk::conformance {
 namespace {
@@ -142,6 +143,28 @@ SuiteResult run_attention_suite(const Plugin& plugin, const SuiteOptions& option
         const AttentionProblem p{h.num_heads, h.num_kv_heads, h.head_dim, 16, new_tokens, context, window};
         run_case(shape + " sliding window " + std::to_string(window) + " kv " + kv.name, p, kv,
                  h.head_dim * 977 + window + kv.dtype);
+      }
+    }
+    // Attention sinks (API 3.2): alone, inside a window, and covering a whole prefill.
+    struct Sinks {
+      uint32_t sinks, window;
+    };
+    for (const Sinks sk : {Sinks{4, 0}, Sinks{3, 7}, Sinks{20, 100}}) {
+      for (const KvType& kv : kKvTypes) {
+        if (std::find(dtypes.begin(), dtypes.end(), kv.name) == dtypes.end()) continue;
+        const std::string name = shape + " sinks " + std::to_string(sk.sinks) +
+                                 (sk.window > 0 ? " sliding window " + std::to_string(sk.window) : std::string()) +
+                                 " kv " + kv.name;
+        if (LLMK_API_VERSION_MINOR(plugin.info().api_version) < 2) {
+          result.cases.push_back(CaseResult{name, CaseStatus::unsupported, "", 0, 0,
+                                            "built against attention API " +
+                                                api_version_text(plugin.info().api_version) +
+                                                ", before sinks (3.2)"});
+          continue;
+        }
+        AttentionProblem p{h.num_heads, h.num_kv_heads, h.head_dim, 16, new_tokens, context, sk.window};
+        p.sink_tokens = sk.sinks;
+        run_case(name, p, kv, h.head_dim * 389 + sk.sinks * 7 + sk.window + kv.dtype);
       }
     }
   }

@@ -189,6 +189,39 @@ bool Harness::grow(uint64_t id, const std::vector<int32_t>& new_tokens, uint32_t
   return true;
 }
 
+void Harness::evict(uint64_t id, uint32_t first, uint32_t n) {
+  ShadowSeq& seq = live_.at(id);
+  const uint32_t len = static_cast<uint32_t>(seq.tokens.size()), bs = alloc_.block_size();
+  KV_REQUIRE(n > 0 && first + n <= len);
+  const auto before = alloc_.usage();
+  const auto old_table = table(id);
+  std::vector<llmk_kv_copy> copies;
+  alloc_.evict_tokens(id, first, n, len, copies);
+  const auto after = alloc_.usage();
+  const auto new_table = table(id);
+  if (traits_.paged) {
+    KV_REQUIRE(copies.empty());
+    std::vector<int32_t> expected(old_table);
+    expected.erase(expected.begin() + first / bs, expected.begin() + (first + n) / bs);
+    KV_REQUIRE(new_table == expected);
+  } else {
+    KV_REQUIRE(new_table == old_table);  // the range stays
+    // Less only where a delivered fork copy unpinned a freed parent's range.
+    KV_REQUIRE(after.reserved_slots <= before.reserved_slots);
+    KV_REQUIRE(after.used_slots + n == before.used_slots);
+    KV_REQUIRE(copies.size() <= len / n + 2 + before.num_seqs);
+  }
+  KV_REQUIRE(after.num_seqs == before.num_seqs);
+  apply(copies);
+  // A fork's pending copy came first, and so did those of its own forks
+  // still waiting for its rows.
+  seq.readable = true;
+  for (auto& [other, s] : live_)
+    if (!s.readable && s.waiting_on == id) s.readable = true;
+  seq.tokens.erase(seq.tokens.begin() + first, seq.tokens.begin() + first + n);
+  seq.prefix.erase(seq.prefix.begin() + first, seq.prefix.begin() + first + n);
+}
+
 bool Harness::fork(uint64_t parent, uint64_t child) {
   const auto before = alloc_.usage();
   if (!alloc_.fork(parent, child)) {
@@ -196,7 +229,12 @@ bool Harness::fork(uint64_t parent, uint64_t child) {
     return false;
   }
   ShadowSeq seq = live_.at(parent);
-  if (!traits_.copy_on_write) seq.readable = false;  // its K/V arrives with its first extend's copy
+  if (!traits_.copy_on_write) {
+    // Its K/V arrives with its first extend's copy, from the range the
+    // parent's own copy would have come from while that is still pending.
+    if (seq.readable) seq.waiting_on = parent;
+    seq.readable = false;
+  }
   live_[child] = seq;
   return true;
 }
@@ -327,6 +365,15 @@ void run_workload(Harness& h, uint64_t seed, const Workload& w) {
         } else if (!h.extend(id, random_tokens(k))) {
           preempt_one();
         }
+      }
+    } else if (w.evict && r < 74) {
+      // A window's eviction: rows after the first block (the sinks) leave.
+      const uint64_t id = pick_live();
+      const uint32_t len = static_cast<uint32_t>(h.live().at(id).tokens.size());
+      const uint32_t unit = h.traits().paged ? h.block_size() : 1u;
+      if (len >= 3 * unit) {
+        const uint32_t first = unit, max_n = (len - first) / unit;
+        h.evict(id, first, unit * uniform(1, max_n));
       }
     } else if (r < 78 && w.allow_fork) {
       h.fork(pick_live(), next_id++);

@@ -86,6 +86,7 @@ struct ShadowSeq {
   std::vector<uint64_t> prefix;  // prefix[p]: K/V stand-in of position p
   uint32_t max_total = 0;
   bool readable = true;  // false between a deferred fork and the child's first extend
+  uint64_t waiting_on = 0;  // while not readable: whose range its copy reads (evicting that one delivers it)
 };
 
 // Counters the allocator must report, counted by the model from what it observed.
@@ -123,6 +124,16 @@ class Direct final : public llmk::KvAllocator {
   uint32_t block_size() const override { return impl.block_size(); }
   bool can_truncate() const override { return true; }
   void truncate_seq(uint64_t id, uint32_t n) override { impl.truncate_seq(id, n); }
+  bool can_evict() const override { return true; }
+  void evict_tokens(uint64_t id, uint32_t first, uint32_t n, uint32_t length, std::vector<llmk_kv_copy>& out) override {
+    llmk_kv_usage u{};
+    impl.usage(u);
+    std::vector<llmk_kv_copy> copies(length / n + 2 + u.num_seqs);
+    uint32_t num = 0;
+    impl.evict_tokens(id, first, n, copies.data(), static_cast<uint32_t>(copies.size()), &num);
+    KV_REQUIRE(num <= copies.size());
+    out.insert(out.end(), copies.begin(), copies.begin() + num);
+  }
   llmk_kv_usage usage() const override {
     llmk_kv_usage u{};
     impl.usage(u);
@@ -159,6 +170,13 @@ class Harness {
   // rest back (truncate_seq). False, nothing changed, when the growth finds
   // no space.
   bool speculate(uint64_t id, const std::vector<int32_t>& drafts, uint32_t num_accepted);
+  // StreamingLLM: positions [first, first + n) leave the sequence
+  // (evict_tokens), the later ones move down. A paged allocator drops whole
+  // blocks and copies nothing; a range stays where it is and its copies
+  // move the rows (disjoint, in order). What the sequence commits afterwards
+  // must never serve another prompt: the simulated K/V of a shifted row
+  // carries its original prefix, which no prompt's hash chain reproduces.
+  void evict(uint64_t id, uint32_t first, uint32_t n);
   ShadowSeq free(uint64_t id);
   void check() const;
 
@@ -175,6 +193,7 @@ class Harness {
     return static_cast<uint32_t>(table[p / bs]) + p % bs;
   }
   const KvTraits& traits() const { return traits_; }
+  uint32_t block_size() const { return alloc_.block_size(); }
   const Expected& expected() const { return expected_; }
 
  private:
@@ -200,6 +219,7 @@ struct Workload {
   uint32_t chunk = 16;      // longest extend
   bool allow_fork = true;
   bool speculate = false;   // some extends are speculative steps (needs truncate_seq)
+  bool evict = false;       // some sequences drop rows after their first block (needs evict_tokens)
 };
 void run_workload(Harness& h, uint64_t seed, const Workload& w);
 

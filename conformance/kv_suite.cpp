@@ -5,7 +5,9 @@
 // follows from the plugin's capabilities JSON. After each workload, a
 // flush_cache (API 2.2) must drop exactly the cached free blocks. With
 // truncate_seq (API 2.3), workloads of speculative steps (drafts written,
-// some accepted and committed, the rest rolled back) run as well.
+// some accepted and committed, the rest rolled back) run as well; with
+// evict_tokens (API 2.4), workloads where sequences drop rows after their
+// first block, as a StreamingLLM window does.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -65,21 +67,29 @@ SuiteResult run_kv_allocator_suite(const Plugin& plugin, const SuiteOptions& opt
     return result;
   }
   const uint32_t num_slots = 900, max_seq_len = 128, num_ops = options.reduced ? 500 : 2000;
-  // Plain workloads for seeds 7 and 8; speculative ones for one seed each.
+  // Plain workloads for seeds 7 and 8; speculative ones and streaming
+  // windows (evictions) for one seed each.
   struct Case {
     bool prefix;
     uint64_t seed;
     bool speculate;
+    bool evict = false;
   };
-  const Case all_cases[] = {{true, 7, false}, {true, 8, false}, {false, 7, false},
-                            {false, 8, false}, {true, 9, true},  {false, 9, true}};
-  for (const auto& [prefix, seed, speculate] : all_cases) {
-    const std::string name = std::string(speculate ? "speculative rollback, " : "") + "prefix caching " +
-                             (prefix ? "on" : "off") + ", seed " + std::to_string(seed) + ": " +
-                             std::to_string(num_ops) + " random operations";
+  const Case all_cases[] = {{true, 7, false},        {true, 8, false},        {false, 7, false},
+                            {false, 8, false},       {true, 9, true},         {false, 9, true},
+                            {true, 10, false, true}, {false, 10, false, true}};
+  for (const auto& [prefix, seed, speculate, evict] : all_cases) {
+    const std::string name = std::string(speculate ? "speculative rollback, " : "") +
+                             (evict ? "streaming eviction, " : "") + "prefix caching " + (prefix ? "on" : "off") +
+                             ", seed " + std::to_string(seed) + ": " + std::to_string(num_ops) + " random operations";
     if (speculate && plugin.kv_allocator().truncate_seq == nullptr) {
       result.cases.push_back(CaseResult{name, CaseStatus::unsupported, "", 0, 0,
                                         "no truncate_seq (KV allocator API 2.3): it cannot roll back"});
+      continue;
+    }
+    if (evict && plugin.kv_allocator().evict_tokens == nullptr) {
+      result.cases.push_back(CaseResult{name, CaseStatus::unsupported, "", 0, 0,
+                                        "no evict_tokens (KV allocator API 2.4): no streaming window"});
       continue;
     }
     try {
@@ -87,7 +97,7 @@ SuiteResult run_kv_allocator_suite(const Plugin& plugin, const SuiteOptions& opt
                                         prefix ? 1 : 0, "{}", nullptr, nullptr};
       KvAllocatorImpl alloc(plugin, desc);
       kvtest::Harness h(alloc, traits, num_slots, prefix);
-      kvtest::run_workload(h, seed, kvtest::Workload{num_ops, max_seq_len, 3, 16, true, speculate});
+      kvtest::run_workload(h, seed, kvtest::Workload{num_ops, max_seq_len, 3, 16, true, speculate, evict});
       const llmk_kv_usage u = alloc.usage();
       // The workload exercised what the plugin declares.
       if (traits.prefix_caching && prefix && u.prefix_hit_tokens == 0)

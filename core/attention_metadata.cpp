@@ -31,6 +31,8 @@ llmk_attention_desc attention_desc(const ModelConfig& model, const ModelRuntime&
   // the executor (sized to its KV slots), and its block size reaches the
   // plugin with every step (llmk_attention_step.block_size). 0: no hint.
   ad.block_size = 0;
+  // StreamingLLM: the sinks stay visible and are scored with q_sink (API 3.2).
+  ad.sink_tokens = ecfg.kv_cache.window > 0 ? ecfg.kv_cache.sink_tokens : 0;
   return ad;
 }
 

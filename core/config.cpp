@@ -113,6 +113,8 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(kv_cache, enable_prefix_caching),
       LLMK_FIELD(kv_cache, max_seq_len),
       LLMK_FIELD(kv_cache, prefault),
+      LLMK_FIELD(kv_cache, sink_tokens),
+      LLMK_FIELD(kv_cache, window),
       LLMK_FIELD(scheduler, policy),
       LLMK_FIELD(scheduler, max_num_seqs),
       LLMK_FIELD(scheduler, max_num_batched_tokens),

@@ -66,6 +66,13 @@ void validate(const EngineConfig& c) {
       *kv.dtype != DType::i8)
     fail("kv_cache.dtype", std::string("'") + dtype_name(*kv.dtype) + "' is not allowed (allowed: " + kKvDtypeNames + ")");
   require_range("kv_cache.group_size", kv.group_size, 1, 256, "1 to 256, dividing the model's head_dim");
+  if (kv.sink_tokens > 0 && kv.window == 0)
+    fail("kv_cache.sink_tokens", std::to_string(kv.sink_tokens) + " sink tokens need kv_cache.window (it is 0: off)");
+  if (kv.window > 0 && kv.sink_tokens >= kv.window)
+    fail("kv_cache.sink_tokens", std::to_string(kv.sink_tokens) + " must be below kv_cache.window (" +
+                                     std::to_string(kv.window) + "): the window holds the sinks and newer tokens");
+  if (kv.window == 1)
+    fail("kv_cache.window", "1 leaves no room beside the newest token (0: off, or at least 2)");
 
   const auto& s = c.scheduler;
   require_one_of("scheduler.policy", s.policy, {"continuous", "static"});
@@ -99,6 +106,11 @@ void validate(const EngineConfig& c) {
   if (p.comm.empty()) fail("parallel.comm", "must name a comm plugin (comm.mpi, comm.nccl)");
   check_json_object(p.comm_options, "parallel.comm_options");
   require_range("parallel.timeout_s", p.timeout_s, 0, 1e9, ">= 0 seconds (0: never)");
+  if (kv.window > 0 && p.tensor * p.pipeline > 1)
+    fail("kv_cache.window", "a streaming window runs in one process (parallel.tensor and parallel.pipeline 1)");
+  if (kv.window > 0 && c.executor.device != "cpu")
+    fail("kv_cache.window", "a streaming window runs on the CPU executor only (executor.device is '" +
+                                c.executor.device + "')");
   if (p.steps_in_flight > p.pipeline)
     fail("parallel.steps_in_flight", std::to_string(p.steps_in_flight) + " exceeds the " +
                                          std::to_string(p.pipeline) + " pipeline stages (0: one per stage)");

@@ -64,6 +64,9 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
   const auto chosen = static_cast<int32_t>(config.parallel.steps_in_flight);
   options.max_steps_in_flight = chosen > 0 ? std::min(chosen, stages) : stages;
   options.speculative = config.speculative;
+  options.stream = StreamWindow{static_cast<int32_t>(config.kv_cache.window),
+                                static_cast<int32_t>(config.kv_cache.sink_tokens),
+                                static_cast<int32_t>(config.kv_cache.block_size)};
   const SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   scheduling->scheduler = std::make_unique<Scheduler>(config.scheduler, limits, *scheduling->kv, options);
   scheduling->overlap = config.scheduler.overlap && stages == 1 && !scheduling->handoffs;

@@ -35,6 +35,14 @@ class KvAllocator {
   virtual void truncate_seq(uint64_t /*seq_id*/, uint32_t /*num_tokens*/) {
     throw Error(ErrorCode::internal, "KV allocator: truncate_seq on an allocator that cannot roll back");
   }
+  // StreamingLLM: drops positions [first, first + num_tokens) of a sequence
+  // of `length` positions, the later ones moved down; appends the copies the
+  // host must perform first. Only where can_evict().
+  virtual bool can_evict() const { return false; }
+  virtual void evict_tokens(uint64_t /*seq_id*/, uint32_t /*first*/, uint32_t /*num_tokens*/, uint32_t /*length*/,
+                            std::vector<llmk_kv_copy>& /*copies_out*/) {
+    throw Error(ErrorCode::internal, "KV allocator: evict_tokens on an allocator that cannot evict");
+  }
 };
 
 }  // namespace llmk

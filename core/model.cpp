@@ -17,6 +17,17 @@
 // differences are data: Qwen2's q/k/v biases (added here after the linear
 // plugin's matmul), rope scaling (in the rotary tables, core/rope_scaling.hpp)
 // and Mistral's sliding window (passed to the attention plugin).
+//
+// StreamingLLM (kv_cache.window, sink_tokens): a shifted sequence's cache
+// holds its first sink_tokens rows and its newest ones, so a row's position
+// in the text (StepBatch::positions) runs ahead of its position in the
+// cache. Keys are rotated by their text position once, when written: RoPE
+// scores depend only on the distance between query and key, and between a
+// query and a key of the window that distance is the same in the text and in
+// the cache, so the window's keys never need rotating again. Only the sinks
+// sit nearer in the cache than in the text; they are scored with q_sink, the
+// query rotated by its cache position (API 3.2). One extra rotation of each
+// query row per layer, instead of re-rotating the cache as it shifts.
 #include "core/model.hpp"
 
 #include <omp.h>
@@ -24,6 +35,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include <spdlog/spdlog.h>
@@ -56,6 +68,14 @@ struct Model::Impl {
   std::unique_ptr<KvMemory> kv;
   AlignedBuffer attention_workspace;  // grown to the largest plan() so far, between steps
   std::vector<float> rope_cos, rope_sin;  // [max_seq_len, head_dim / 2]
+  // StreamingLLM: text positions may pass max_seq_len; such a step's rows
+  // take their angles from a table of the step's own (step_cos, step_sin:
+  // [rows, head_dim / 2]) indexed by row.
+  uint32_t sink_tokens = 0;
+  bool streaming = false;
+  std::vector<double> inv_freq;
+  std::vector<float> step_cos, step_sin, q_sink;
+  std::vector<int32_t> step_rows, cache_positions;
 
   ForwardTimings* timings = nullptr;  // Model::time_forwards
   Model::StageHandover handover;      // Model::set_stage_handover
@@ -112,6 +132,9 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   m.rope_cos.resize(static_cast<size_t>(m.rt.max_seq_len) * half);
   m.rope_sin.resize(m.rope_cos.size());
   rope_tables(c, m.rt.max_seq_len, m.rope_cos.data(), m.rope_sin.data());
+  m.streaming = ecfg.kv_cache.window > 0;
+  m.sink_tokens = m.streaming ? ecfg.kv_cache.sink_tokens : 0;
+  if (m.streaming) m.inv_freq = rope_inv_freq(c);
 
   const size_t t = m.rt.max_step_tokens;
   m.hidden.resize(t * c.hidden_size);
@@ -124,6 +147,7 @@ Model::Model(std::shared_ptr<const Checkpoint> checkpoint, PluginRegistry& plugi
   m.proj.resize(t * c.hidden_size);
   m.gate_up.resize(t * 2 * c.intermediate_size);
   m.act.resize(t * c.intermediate_size);
+  if (m.sink_tokens > 0) m.q_sink.resize(t * m.q_dim);
   if (m.shard.tensor.degree > 1 && m.shard.last_stage()) {
     m.head_out.resize(t * m.shard.tensor.vocab_chunk);
     m.head_gather.resize(t * m.shard.tensor.vocab_chunk * m.shard.tensor.degree);
@@ -165,11 +189,46 @@ void Model::restore_kv(const std::vector<int32_t>& slots, const std::vector<uint
 }
 
 void Model::Impl::forward(const StepBatch& b, float* logits) {
-  validate_step(b, cfg.vocab_size, rt.max_seq_len, rt.max_step_tokens);
+  // A streaming sequence's text positions may pass the context length; its
+  // cache positions (context_lens) may not, which the plugin checks.
+  const uint32_t max_position = streaming ? static_cast<uint32_t>(std::numeric_limits<int32_t>::max()) : rt.max_seq_len;
+  validate_step(b, cfg.vocab_size, max_position, rt.max_step_tokens);
   kv->apply_copies(b.kv_copies);
   const int64_t n = b.num_tokens();
   const int64_t num_logits = b.num_logits();
   if (n == 0) return;
+  const int32_t* rope_positions = b.positions.data();
+  const float* cos_table = rope_cos.data();
+  const float* sin_table = rope_sin.data();
+  if (streaming && *std::max_element(b.positions.begin(), b.positions.end()) >= static_cast<int32_t>(rt.max_seq_len)) {
+    const int64_t half = cfg.head_dim / 2;
+    step_cos.resize(static_cast<size_t>(n * half));
+    step_sin.resize(step_cos.size());
+    step_rows.resize(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) {
+      step_rows[t] = static_cast<int32_t>(t);
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(b.positions[t]) * inv_freq[static_cast<size_t>(i)];
+        step_cos[t * half + i] = static_cast<float>(std::cos(angle));
+        step_sin[t * half + i] = static_cast<float>(std::sin(angle));
+      }
+    }
+    rope_positions = step_rows.data();
+    cos_table = step_cos.data();
+    sin_table = step_sin.data();
+  }
+  // Rows whose cache position differs from their text position need q_sink.
+  bool shifted = false;
+  if (sink_tokens > 0) {
+    cache_positions.resize(static_cast<size_t>(n));
+    for (int32_t s = 0; s < b.num_seqs(); ++s) {
+      const int32_t begin = b.query_start[s], end = b.query_start[s + 1];
+      for (int32_t t = begin; t < end; ++t) {
+        cache_positions[t] = b.context_lens[s] - (end - t);
+        shifted = shifted || cache_positions[t] != b.positions[t];
+      }
+    }
+  }
   omp_set_num_threads(static_cast<int>(rt.num_threads));
   const int64_t h = cfg.hidden_size, inter = local.intermediate_size, hd = cfg.head_dim;
   const float eps = cfg.rms_norm_eps;
@@ -206,14 +265,17 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
       }
     }
     laps.lap(ForwardOp::qkv);
-    kc::rope(qkv.data(), qkv_dim, q.data(), q_dim, n, local.num_heads, hd, b.positions.data(), rope_cos.data(),
-             rope_sin.data());
-    kc::rope(qkv.data() + q_dim, qkv_dim, k.data(), kv_dim, n, local.num_kv_heads, hd, b.positions.data(),
-             rope_cos.data(), rope_sin.data());
+    kc::rope(qkv.data(), qkv_dim, q.data(), q_dim, n, local.num_heads, hd, rope_positions, cos_table, sin_table);
+    kc::rope(qkv.data() + q_dim, qkv_dim, k.data(), kv_dim, n, local.num_kv_heads, hd, rope_positions, cos_table,
+             sin_table);
+    if (shifted)  // cache positions are below max_seq_len: the model's table serves them
+      kc::rope(qkv.data(), qkv_dim, q_sink.data(), q_dim, n, local.num_heads, hd, cache_positions.data(),
+               rope_cos.data(), rope_sin.data());
     if (rt.key_rotation != 0) {
       // An int8 cache holds rotated keys; rotated queries give the same scores.
       kc::hadamard_blocks(q.data(), n * q_dim, rt.key_rotation);
       kc::hadamard_blocks(k.data(), n * kv_dim, rt.key_rotation);
+      if (shifted) kc::hadamard_blocks(q_sink.data(), n * q_dim, rt.key_rotation);
     }
     for (int64_t t = 0; t < n; ++t)
       std::memcpy(v.data() + t * kv_dim, qkv.data() + t * qkv_dim + q_dim + kv_dim, static_cast<size_t>(kv_dim) * 4);
@@ -225,6 +287,7 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
     a.v = v.data();
     a.out = attn.data();
     a.kv = kv->layer(li - shard.layers.first);
+    a.q_sink = shifted ? q_sink.data() : nullptr;
     laps.lap(ForwardOp::rope_cache);
     attention->run(a, attention_workspace.data(), attention_workspace.bytes());
     laps.lap(ForwardOp::attention);

@@ -85,6 +85,22 @@ KvDtypeChoice resolve_kv_dtype(const EngineConfig& cfg, const ModelConfig& model
   }
 }
 
+void check_stream_window(const EngineConfig& cfg, const ModelConfig& model, uint32_t max_seq_len) {
+  const uint32_t window = cfg.kv_cache.window;
+  if (window == 0) return;
+  if (window > max_seq_len)
+    throw Error(ErrorCode::invalid_config, "kv_cache.window (" + std::to_string(window) +
+                                               ") exceeds the context length (" + std::to_string(max_seq_len) +
+                                               "): positions within the cache must stay below it");
+  // Positions within the cache stay below the window, so a window no wider
+  // than the model's own sliding window never hides a sink; a wider one would.
+  if (model.sliding_window && window > static_cast<uint32_t>(*model.sliding_window))
+    throw Error(ErrorCode::invalid_config, "kv_cache.window (" + std::to_string(window) +
+                                               ") exceeds the model's own sliding window (" +
+                                               std::to_string(*model.sliding_window) +
+                                               "), which would hide the sinks from later queries");
+}
+
 ModelRuntime resolve_runtime(const EngineConfig& cfg, const Checkpoint& checkpoint) {
   return resolve_runtime(cfg, checkpoint.config(), checkpoint.format(),
                          static_cast<uint64_t>(physical_memory_bytes()));
@@ -112,6 +128,7 @@ ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model, 
                                                ") must divide head_dim (" + std::to_string(model.head_dim) + ")");
   rt.num_kv_slots = kv_slots_for(cfg, rt.max_seq_len, standard_kv_bytes_per_token(model, rt.kv_dtype, rt.kv_group_size),
                                  memory_bytes);
+  check_stream_window(cfg, model, rt.max_seq_len);
   return rt;
 }
 

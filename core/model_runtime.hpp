@@ -53,6 +53,10 @@ ModelRuntime resolve_runtime(const EngineConfig& cfg, const ModelConfig& model, 
 // The CPU's: the fraction applies to physical memory.
 ModelRuntime resolve_runtime(const EngineConfig& cfg, const Checkpoint& checkpoint);
 
+// kv_cache.window against the model: no wider than the context length or
+// the model's own sliding window. Throws Error(invalid_config) naming the key.
+void check_stream_window(const EngineConfig& cfg, const ModelConfig& model, uint32_t max_seq_len);
+
 // Bytes of one token's K and V over all layers in the standard layout
 // (scales included for I8): what resolve_runtime sizes the cache by.
 uint64_t standard_kv_bytes_per_token(const ModelConfig& model, DType kv_dtype, uint32_t group_size);

@@ -32,6 +32,7 @@ size_t table_size_at_minor(uint32_t kind, uint32_t minor) {
       return minor == 0   ? offsetof(llmk_kv_allocator_api, cached_blocks)
              : minor == 1 ? offsetof(llmk_kv_allocator_api, flush_cache)
              : minor == 2 ? offsetof(llmk_kv_allocator_api, truncate_seq)
+             : minor == 3 ? offsetof(llmk_kv_allocator_api, evict_tokens)
                           : sizeof(llmk_kv_allocator_api);
     case LLMK_PLUGIN_COMM: return sizeof(llmk_comm_api);
   }

@@ -159,6 +159,10 @@ class KvAllocatorImpl final : public KvAllocator {
   // The plugin's truncate_seq (API 2.3); without it nothing can roll back.
   bool can_truncate() const override { return plugin_.kv_allocator().truncate_seq != nullptr; }
   void truncate_seq(uint64_t seq_id, uint32_t num_tokens) override;
+  // The plugin's evict_tokens (API 2.4); without it no streaming window.
+  bool can_evict() const override { return plugin_.kv_allocator().evict_tokens != nullptr; }
+  void evict_tokens(uint64_t seq_id, uint32_t first, uint32_t num_tokens, uint32_t length,
+                    std::vector<llmk_kv_copy>& copies_out) override;
   // The hashes of the blocks the prefix cache holds now (API 2.1), in no
   // particular order; nullopt when the plugin reports none (no prefix cache,
   // or built against API 2.0).

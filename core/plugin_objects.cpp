@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/plugin_api_version.hpp"
 #include "core/plugin_loader.hpp"
 
 namespace llmk {
@@ -51,6 +52,11 @@ void* create_checked(const PluginInfo& info, const Api& api, const Desc& desc) {
 }  // namespace
 
 AttentionImpl::AttentionImpl(Plugin plugin, const llmk_attention_desc& desc) : plugin_(std::move(plugin)) {
+  // A plugin older than 3.2 would read past sink_tokens and ignore it.
+  if (desc.sink_tokens > 0 && LLMK_API_VERSION_MINOR(plugin_.info().api_version) < 2)
+    throw Error(ErrorCode::plugin, "plugin '" + plugin_.info().name + "' implements attention API " +
+                                       api_version_text(plugin_.info().api_version) +
+                                       ", attention sinks (kv_cache.sink_tokens) need 3.2");
   self_ = create_checked(plugin_.info(), plugin_.attention(), desc);
 }
 
@@ -238,6 +244,24 @@ void KvAllocatorImpl::truncate_seq(uint64_t seq_id, uint32_t num_tokens) {
   llmk_error err = blank_error();
   const int status = fn(self_, seq_id, num_tokens, &err);
   if (status != LLMK_OK) throw_call_error(plugin_.info(), "truncate_seq", status, err);
+}
+
+void KvAllocatorImpl::evict_tokens(uint64_t seq_id, uint32_t first, uint32_t num_tokens, uint32_t length,
+                                   std::vector<llmk_kv_copy>& copies_out) {
+  const auto fn = plugin_.kv_allocator().evict_tokens;
+  if (fn == nullptr) return KvAllocator::evict_tokens(seq_id, first, num_tokens, length, copies_out);  // throws
+  // The room the API promises: length / num_tokens + 2 + the live sequences.
+  std::vector<llmk_kv_copy> copies(length / std::max<uint32_t>(num_tokens, 1) + 2 + usage().num_seqs);
+  uint32_t num_copies = 0;
+  llmk_error err = blank_error();
+  const int status =
+      fn(self_, seq_id, first, num_tokens, copies.data(), static_cast<uint32_t>(copies.size()), &num_copies, &err);
+  if (status != LLMK_OK) throw_call_error(plugin_.info(), "evict_tokens", status, err);
+  if (num_copies > copies.size())
+    throw Error(ErrorCode::plugin, "plugin '" + plugin_.info().name + "' evict_tokens reported " +
+                                       std::to_string(num_copies) + " copies, more than the " +
+                                       std::to_string(copies.size()) + " allowed");
+  copies_out.insert(copies_out.end(), copies.begin(), copies.begin() + num_copies);
 }
 
 llmk_kv_usage KvAllocatorImpl::usage() const {

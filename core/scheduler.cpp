@@ -3,6 +3,7 @@
 #include "core/scheduler.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "core/error.hpp"
@@ -41,6 +42,7 @@ Scheduler::Scheduler(const SchedulerSection& config, const SchedulerLimits& limi
                                                std::to_string(options.max_steps_in_flight));
   max_steps_in_flight_ = is_static_ ? 1 : options.max_steps_in_flight;
   init_speculation(options.speculative);
+  init_stream(options.stream);
 }
 
 Scheduler::~Scheduler() = default;
@@ -52,7 +54,8 @@ void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> 
   };
   const auto num_prompt = static_cast<int64_t>(prompt_token_ids.size());
   if (num_prompt == 0) refuse("the prompt is empty");
-  if (num_prompt + 1 > limits_.max_seq_len)
+  // A streaming window keeps the cache within the context whatever the length.
+  if (!streaming() && num_prompt + 1 > limits_.max_seq_len)
     refuse("the prompt has " + std::to_string(num_prompt) + " tokens; the context limit is " +
            std::to_string(limits_.max_seq_len) + " and at least one token must be generated");
   try {
@@ -63,7 +66,7 @@ void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> 
   if (sampling.n > max_num_seqs_)
     refuse("n = " + std::to_string(sampling.n) + " exceeds the batch limit of " + std::to_string(max_num_seqs_) +
            " sequences");
-  if (strict_context && num_prompt + sampling.max_tokens > limits_.max_seq_len)
+  if (strict_context && !streaming() && num_prompt + sampling.max_tokens > limits_.max_seq_len)
     refuse("this model's context holds " + std::to_string(limits_.max_seq_len) + " tokens, but " +
            std::to_string(num_prompt + sampling.max_tokens) + " were requested (" + std::to_string(num_prompt) +
            " in the prompt, " + std::to_string(sampling.max_tokens) + " for the completion)");
@@ -89,7 +92,8 @@ void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> 
   auto resolved = std::make_shared<SamplingParams>(sampling);
   resolved->seed = resolve_seed(sampling.seed);
   seq->sampling = std::move(resolved);
-  seq->stop = make_stop_conditions(sampling, limits_.eos_token_ids, limits_.max_seq_len);
+  seq->stop = make_stop_conditions(sampling, limits_.eos_token_ids,
+                                   streaming() ? std::numeric_limits<int32_t>::max() : limits_.max_seq_len);
   seq->arrival_time = now();
   if (!handoff.export_key.empty() || handoff.import) {
     check_handoff(*seq, handoff);
@@ -147,8 +151,10 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
       apply_verified(plan, s, first_row, *seq, tokens, t, events);
       continue;
     }
-    kv_.commit_tokens(seq->seq_id, static_cast<uint32_t>(s.first_new_position),
-                      seq->tokens.data() + s.first_new_position, static_cast<uint32_t>(s.num_new_tokens));
+    // A shifted sequence's cache positions are not its tokens': nothing to index.
+    if (seq->num_evicted_tokens == 0)
+      kv_.commit_tokens(seq->seq_id, static_cast<uint32_t>(s.first_new_position),
+                        seq->tokens.data() + s.first_new_position, static_cast<uint32_t>(s.num_new_tokens));
     seq->num_computed_tokens = s.first_new_position + s.num_new_tokens;
     const size_t first_event = events.size();
     if (seq->pending_row >= 0) {  // a step planned ahead holds this token as pending
@@ -209,6 +215,8 @@ void Scheduler::fork_samples(Sequence& parent, const int32_t* tokens, TimePoint 
     } else {
       child->num_kv_tokens = 0;
       child->num_computed_tokens = 0;
+      child->num_evicted_tokens = 0;
+      child->num_cache_rows = 0;
       child->status = SequenceStatus::preempted;
     }
     children.push_back(child.get());

@@ -116,6 +116,13 @@ struct SchedulerLimits {
   int32_t vocab_size = 0;               // > 0: prompt token ids are checked against it
 };
 
+// StreamingLLM (kv_cache.window, sink_tokens; core/scheduler_stream.cpp).
+struct StreamWindow {
+  int32_t window = 0;       // K/V rows a sequence keeps, sinks included; 0: off
+  int32_t sink_tokens = 0;  // its first rows, never evicted
+  int32_t evict_unit = 1;   // rows evicted at a time (kv_cache.block_size; a paged allocator's block)
+};
+
 struct SchedulerOptions {
   ClockFn clock{};                      // default: steady_clock::now
   KvOffloader* offloader = nullptr;     // required when preemption == "offload"
@@ -135,6 +142,10 @@ struct SchedulerOptions {
   KvOffloader* kv_io = nullptr;
   KvHandoffBox* handoffs = nullptr;
   std::string kv_layout{};              // this engine's KvHandoff::layout
+  // A window over every sequence's K/V (window 0: off). Needs an allocator
+  // that evicts (KvAllocator::can_evict), the continuous policy and no
+  // speculation; a sequence may then run past max_seq_len.
+  StreamWindow stream{};
 };
 
 // A request's part in prefill/decode disaggregation (Request::kv_export_key,
@@ -226,6 +237,7 @@ struct SchedulerStats {
   uint64_t num_spec_drafts = 0;          // decodes that verified drafts (vLLM's num_drafts)
   uint64_t num_spec_draft_tokens = 0;    // drafted tokens verified
   uint64_t num_spec_accepted_tokens = 0; // of those, accepted
+  uint64_t num_evicted_tokens = 0;       // K/V rows that left a streaming window
   llmk_kv_usage kv{};
   double mean_batch_seqs() const { return num_steps ? double(num_batch_seqs) / double(num_steps) : 0.0; }
   double mean_batch_tokens() const { return num_steps ? double(num_batch_tokens) / double(num_steps) : 0.0; }
@@ -324,6 +336,14 @@ class Scheduler {
   void remove_running(Sequence* seq);
   // scheduler_speculation.cpp: drafts, their rows, their verification.
   void init_speculation(const SpeculativeSection& config);
+  // StreamingLLM (core/scheduler_stream.cpp).
+  void init_stream(const StreamWindow& stream);
+  bool streaming() const { return stream_.window > 0; }
+  int32_t stream_chunk_limit() const;  // most new tokens of one sequence in a step
+  int32_t cache_position(const Sequence& seq, int32_t position) const;
+  // Evicts and extends so the cache holds the sequence's rows up to text
+  // position `end` (exclusive); false when the allocator has no room.
+  bool make_room(Sequence& seq, int32_t end, std::vector<llmk_kv_copy>& copies);
   bool may_speculate(const Sequence& seq) const;
   bool any_may_speculate(const StepPlan& plan);
   int32_t num_pending_decodes() const;
@@ -351,6 +371,7 @@ class Scheduler {
   int32_t max_num_batched_tokens_ = 0;
   int32_t max_steps_in_flight_ = 1;
   std::unique_ptr<Proposer> proposer_;   // null: no speculation
+  StreamWindow stream_{};                // window 0: every row kept
   int32_t num_speculative_tokens_ = 0;
 
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // live sequences

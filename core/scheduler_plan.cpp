@@ -158,7 +158,11 @@ bool Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
     if (proposer_) propose_drafts(*seq, budget - num_decodes_left--, drafts);
     std::vector<llmk_kv_copy> copies;
     bool fits = false;
-    while (!(fits = kv_.extend(seq->seq_id, static_cast<uint32_t>(seq->num_tokens() + std::ssize(drafts)), copies))) {
+    auto grow = [&] {
+      if (streaming()) return make_room(*seq, seq->num_tokens(), copies);
+      return kv_.extend(seq->seq_id, static_cast<uint32_t>(seq->num_tokens() + std::ssize(drafts)), copies);
+    };
+    while (!(fits = grow())) {
       copies.clear();
       if (!drafts.empty()) {  // a decode never preempts for its own drafts
         drafts.clear();
@@ -205,7 +209,13 @@ void Scheduler::schedule_prefills(StepPlan& plan, int32_t& budget) {
     if (needs_decode(*seq) || seq->in_flight || seq->last_step_id == plan.step_id ||
         seq->num_uncomputed_tokens() == 0)
       continue;
-    const int32_t chunk = std::min(seq->num_uncomputed_tokens(), budget);
+    const int32_t chunk = std::min({seq->num_uncomputed_tokens(), budget, stream_chunk_limit()});
+    if (streaming()) {  // a streaming prefill takes its slots chunk by chunk
+      std::vector<llmk_kv_copy> copies;
+      const bool fits = make_room(*seq, seq->num_computed_tokens + chunk, copies);
+      plan.batch.kv_copies.insert(plan.batch.kv_copies.end(), copies.begin(), copies.end());
+      if (!fits) continue;  // waits for slots that running sequences free
+    }
     add_to_batch(plan, *seq, chunk);
     budget -= chunk;
   }
@@ -240,6 +250,10 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
     args.tokens = seq->tokens.data();
     args.num_tokens = static_cast<uint32_t>(seq->num_tokens());
     args.max_total_tokens = static_cast<uint32_t>(std::max(seq->max_total_tokens(), seq->num_tokens()));
+    if (streaming()) {  // the cache never holds more than the window
+      args.num_tokens = std::min<uint32_t>(args.num_tokens, static_cast<uint32_t>(stream_.window));
+      args.max_total_tokens = std::min<uint32_t>(args.max_total_tokens, static_cast<uint32_t>(stream_.window));
+    }
     uint32_t num_cached = 0;
     if (!kv_.reserve(args, &num_cached)) {
       // Wait for running sequences to free KV; planning ahead, the step in
@@ -262,6 +276,8 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
     }
     seq->num_kv_tokens = seq->num_tokens();
     seq->num_computed_tokens = static_cast<int32_t>(num_cached);
+    seq->num_evicted_tokens = 0;
+    seq->num_cache_rows = static_cast<int32_t>(args.num_tokens);
     if (seq->num_offloaded_tokens > 0) {
       // A restore must not race the step's pending copies (a copy's source
       // may be a slot just freed by a relocation): resume by recompute then.
@@ -282,7 +298,9 @@ void Scheduler::admit_waiting(StepPlan& plan, int32_t& budget) {
       longest_prompt = std::max(longest_prompt, seq->num_tokens());
       admitted_lengths.push_back(seq->num_tokens());
     }
-    const int32_t chunk = std::min(seq->num_uncomputed_tokens(), budget);
+    // Within what admission reserved: a streaming prefill grows later (schedule_prefills).
+    const int32_t chunk = std::min({seq->num_uncomputed_tokens(), budget,
+                                    seq->num_cache_rows - seq->num_computed_tokens});
     if (chunk > 0 && static_cast<int32_t>(plan.seqs.size()) < max_num_seqs_) {
       add_to_batch(plan, *seq, chunk);
       budget -= chunk;
@@ -316,7 +334,8 @@ void Scheduler::restore_offloaded(Sequence& seq, uint32_t num_cached_tokens) {
 // Frees the sequence's KV (saving it first in offload mode) and puts it at
 // the head of the queue with its generated tokens.
 void Scheduler::preempt(Sequence& seq) {
-  if (offloader_ != nullptr && seq.num_computed_tokens > 0) {
+  // A shifted sequence's rows are not its positions: it resumes by recompute.
+  if (offloader_ != nullptr && seq.num_computed_tokens > 0 && seq.num_evicted_tokens == 0) {
     const auto start = SteadyClock::now();
     const int32_t block = static_cast<int32_t>(kv_.block_size());
     std::vector<int32_t> table;
@@ -336,6 +355,8 @@ void Scheduler::preempt(Sequence& seq) {
   remove_running(&seq);
   seq.num_kv_tokens = 0;
   seq.num_computed_tokens = 0;
+  seq.num_evicted_tokens = 0;
+  seq.num_cache_rows = 0;
   seq.status = SequenceStatus::preempted;
   waiting_.push_front(&seq);
   stats_.num_preemptions += 1;
@@ -351,19 +372,22 @@ void Scheduler::add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_toke
   const int32_t block = batch.block_size;
   std::vector<int32_t> table;
   kv_.block_table(seq.seq_id, table);
-  if (static_cast<int64_t>(table.size()) * block < end)
+  // Text positions rotate; cache positions address the K/V (equal unless streaming shifted it).
+  const int32_t cache_end = end - seq.num_evicted_tokens;
+  if (static_cast<int64_t>(table.size()) * block < cache_end)
     throw Error(ErrorCode::plugin, "KV allocator: the block table of " + describe(seq) + " covers " +
                                        std::to_string(table.size() * static_cast<size_t>(block)) +
-                                       " tokens, the step needs " + std::to_string(end));
+                                       " tokens, the step needs " + std::to_string(cache_end));
   for (int32_t p = first; p < end; ++p) {
     if (seq.pending_row >= 0 && p == seq.num_tokens() - 1)  // pending: the step in flight samples it
       batch.fed_back.push_back({batch.num_tokens(), seq.pending_row});
     batch.token_ids.push_back(seq.tokens[static_cast<size_t>(p)]);
     batch.positions.push_back(p);
-    batch.slot_mapping.push_back(table[static_cast<size_t>(p / block)] + p % block);
+    const int32_t c = cache_position(seq, p);
+    batch.slot_mapping.push_back(table[static_cast<size_t>(c / block)] + c % block);
   }
   batch.query_start.push_back(batch.num_tokens());
-  batch.context_lens.push_back(end);
+  batch.context_lens.push_back(cache_end);
   step_tables_.push_back(std::move(table));
 
   ScheduledSeq s;

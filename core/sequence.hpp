@@ -49,6 +49,12 @@ struct Sequence {
   int32_t num_computed_tokens = 0;
   int32_t num_cached_tokens = 0;        // prompt tokens served by the prefix cache (first admission)
   int32_t num_kv_tokens = 0;            // slots the allocator holds for it
+  // StreamingLLM (Scheduler: kv_cache.window): rows evicted after the sinks,
+  // so a position p past the sinks sits at cache position p -
+  // num_evicted_tokens; and the rows the allocator holds (num_kv_tokens
+  // then counts the text the sequence covers).
+  int32_t num_evicted_tokens = 0;
+  int32_t num_cache_rows = 0;
   uint64_t last_step_id = 0;            // the last step that scheduled it
   // >= 0 while a step planned ahead (Scheduler::schedule_ahead) decodes a
   // token not sampled yet: tokens.back() is pending, to be replaced by the id the

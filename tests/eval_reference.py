@@ -23,8 +23,19 @@
       A copy of the llama GGUF IN with every tensor dequantized to F32 by
       PyPI gguf and tokenizer.ggml.pre 'gpt2' (SmolLM2's 'smollm' is gpt2's
       pre-tokenizer that also splits digits one by one).
+
+  stream MODEL IN_JSON OUT_JSON
+      IN_JSON: {"tokens": [...], "window": W, "sinks": S, "batch": B}. The
+      StreamingLLM paper's cache, computed its own way: the ids run through
+      arch_reference's layers B at a time; before a step whose ids would pass
+      W cached rows, the oldest rows after the first S leave; every query and
+      every cached key is rotated by its position *within the cache*, keys
+      kept unrotated and rotated afresh each step (W 0: nothing leaves).
+      Every position but the last is scored. Writes {"perplexity",
+      "mean_nll", "count", "peak_rows"}.
 """
 import json
+import math
 import struct
 import sys
 from pathlib import Path
@@ -134,6 +145,63 @@ def perplexity(model, in_json, out_json):
     Path(out_json).write_text(json.dumps({"perplexity": float(np.exp(mean)), "mean_nll": mean, "count": len(nlls)}))
 
 
+def stream(model, in_json, out_json):
+    w, shape, spec = load_gguf(model) if model.endswith(".gguf") else load_hf(model)
+    W64 = {k: v.astype(np.float64) for k, v in w.items()}
+    job = json.loads(Path(in_json).read_text())
+    tokens, batch = job["tokens"], job["batch"]
+    window = job["window"] or len(tokens)
+    sinks = job["sinks"] if job["window"] else 0
+    nh, nkv = shape["heads"], shape["kv_heads"]
+    hd = shape["hidden"] // nh
+    inv = arch_reference.inv_freq(spec, shape)
+    keys = [np.zeros((0, nkv, hd)) for _ in range(shape["layers"])]  # unrotated, cache order
+    values = [np.zeros((0, nkv, hd)) for _ in range(shape["layers"])]
+    nlls, peak = [], 0
+    for begin in range(0, len(tokens), batch):
+        ids = tokens[begin:begin + batch]
+        n, length = len(ids), keys[0].shape[0]
+        if length + n > window:  # the oldest rows after the sinks leave
+            drop = length + n - window
+            keys = [np.concatenate([k[:sinks], k[sinks + drop:]]) for k in keys]
+            values = [np.concatenate([v[:sinks], v[sinks + drop:]]) for v in values]
+            length -= drop
+        peak = max(peak, length + n)
+        cache_pos = np.arange(length + n)
+        x = W64["model.embed_tokens.weight"][ids]
+        for i in range(shape["layers"]):
+            p = f"model.layers.{i}."
+            hn = arch_reference.rms_norm(x, W64[p + "input_layernorm.weight"], shape["eps"])
+            q, k, v = (hn @ W64[p + f"self_attn.{m}_proj.weight"].T for m in "qkv")
+            if spec["bias"]:
+                q, k, v = (t + W64[p + f"self_attn.{m}_proj.bias"] for t, m in zip((q, k, v), "qkv"))
+            keys[i] = np.concatenate([keys[i], k.reshape(n, nkv, hd)])
+            values[i] = np.concatenate([values[i], v.reshape(n, nkv, hd)])
+            q = arch_reference.rope(q.reshape(n, nh, hd), cache_pos[length:], inv)
+            k_rot = arch_reference.rope(keys[i], cache_pos, inv)
+            mask = cache_pos[None, :] <= cache_pos[length:, None]
+            out = np.empty((n, nh, hd))
+            for head in range(nh):
+                g = head // (nh // nkv)
+                scores = np.where(mask, q[:, head, :] @ k_rot[:, g, :].T / math.sqrt(hd), -np.inf)
+                scores = np.exp(scores - scores.max(axis=1, keepdims=True))
+                out[:, head, :] = (scores / scores.sum(axis=1, keepdims=True)) @ values[i][:, g, :]
+            x = x + out.reshape(n, nh * hd) @ W64[p + "self_attn.o_proj.weight"].T
+            hn = arch_reference.rms_norm(x, W64[p + "post_attention_layernorm.weight"], shape["eps"])
+            gate, up = hn @ W64[p + "mlp.gate_proj.weight"].T, hn @ W64[p + "mlp.up_proj.weight"].T
+            x = x + (gate / (1 + np.exp(-gate)) * up) @ W64[p + "mlp.down_proj.weight"].T
+        head_w = W64["model.embed_tokens.weight"] if spec["tied"] else W64["lm_head.weight"]
+        logits = arch_reference.rms_norm(x, W64["model.norm.weight"], shape["eps"]) @ head_w.T
+        for j in range(n):
+            if begin + j + 1 < len(tokens):
+                row = logits[j]
+                m = row.max()
+                nlls.append(m + np.log(np.exp(row - m).sum()) - row[tokens[begin + j + 1]])
+    mean = float(np.mean(nlls))
+    Path(out_json).write_text(json.dumps({"perplexity": float(np.exp(mean)), "mean_nll": mean, "count": len(nlls),
+                                          "peak_rows": peak}))
+
+
 def read_logits(path):
     data = Path(path).read_bytes()
     assert data[:8] == b"LLMKLOGP", path
@@ -176,9 +244,11 @@ def kl(base_file, other_file, out_json):
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "perplexity":
         perplexity(*sys.argv[2:])
+    elif len(sys.argv) == 5 and sys.argv[1] == "stream":
+        stream(*sys.argv[2:])
     elif len(sys.argv) == 5 and sys.argv[1] == "kl":
         kl(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "f32-gguf":
         write_f32_gguf(*sys.argv[2:])
     else:
-        sys.exit(f"usage: {sys.argv[0]} perplexity MODEL IN_JSON OUT_JSON | kl BASE OTHER OUT_JSON | f32-gguf IN OUT")
+        sys.exit(f"usage: {sys.argv[0]} perplexity MODEL IN_JSON OUT_JSON | stream MODEL IN_JSON OUT_JSON | kl BASE OTHER OUT_JSON | f32-gguf IN OUT")

@@ -25,6 +25,10 @@ struct EvalSetup {
   std::string save_logits;        // write every scored row here
   std::string kl_base;            // compare with the run saved here
   std::function<void(const EvalResult&)> on_chunk;
+  // --stream N: the first N tokens (0: all) as one sequence through the
+  // cache's window (kv_cache.window, sink_tokens; apps/eval/stream.hpp)
+  // instead of chunks. -1: chunks.
+  int32_t stream = -1;
 };
 
 struct EvalReport {
@@ -33,6 +37,10 @@ struct EvalReport {
   int64_t num_text_tokens = 0;
   EvalResult result;
   std::string base_config;  // the base run's description (when compared)
+  // --stream runs: the window (0: full attention), sinks, tokens per step,
+  // and the most K/V rows the cache held.
+  bool stream = false;
+  int32_t window = 0, sink_tokens = 0, stream_batch = 0, peak_kv_rows = 0;
 };
 
 // The executor's program must have registered its device executors

@@ -213,6 +213,10 @@ class CudaExecutor final : public Executor {
   void build(const EngineConfig& ecfg, PluginRegistry& plugins) {
     const ModelConfig& c = local_;  // this rank's share (all of the model outside a job)
     if (c.head_dim % 2 != 0) throw Error(ErrorCode::unsupported, "head_dim must be even for rotary embeddings");
+    // Text positions past the context and the sinks' second query rotation
+    // live in the CPU forward only (core/model.cpp).
+    if (ecfg.kv_cache.window > 0)
+      throw Error(ErrorCode::invalid_config, "kv_cache.window: a streaming window runs on the CPU executor only");
     size_t free_bytes = 0, total_bytes = 0;
     check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the device's memory");
     // Provisional: the KV share of memory is settled after the weights.

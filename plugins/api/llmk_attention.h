@@ -35,9 +35,13 @@ extern "C" {
  *    per step and run() once per layer, with a caller-owned workspace and the
  *    device queue.
  * Minors of 3 (each appended to llmk_attention_api, see llmk_plugin.h):
- * 3.1: workspace_bound (default when absent: no bound declared). */
+ * 3.1: workspace_bound (default when absent: no bound declared).
+ * 3.2: attention sinks (StreamingLLM): llmk_attention_desc.sink_tokens and
+ *      llmk_attention_layer.q_sink, read only when struct_size covers them.
+ *      The host gives a desc with sink_tokens > 0 only to plugins of 3.2 or
+ *      later; an older plugin never sees one. */
 #define LLMK_ATTENTION_API_MAJOR 3u
-#define LLMK_ATTENTION_API_MINOR 1u
+#define LLMK_ATTENTION_API_MINOR 2u
 #ifndef LLMK_ATTENTION_API_BUILD_MINOR
 #define LLMK_ATTENTION_API_BUILD_MINOR LLMK_ATTENTION_API_MINOR
 #endif
@@ -61,6 +65,12 @@ typedef struct llmk_attention_desc {
   uint32_t max_seqs;       /* most sequences in one step */
   uint32_t block_size;     /* the KV allocator's configured tokens per block, a planning hint (0 = unknown);
                               each step names the block size its tables use (llmk_attention_step) */
+  /* 3.2: attention sinks. Cache positions [0, sink_tokens) of every
+   * sequence are visible to every later query whatever sliding_window says,
+   * and are scored with the layer's q_sink row instead of its q row (the
+   * host rotates q_sink by the query's position within the cache, q by its
+   * position in the text; see llmk_attention_layer). 0: no sinks. */
+  uint32_t sink_tokens;
 } llmk_attention_desc;
 
 /* How one layer's cache is laid out, declared by the plugin for its desc.
@@ -131,6 +141,10 @@ typedef struct llmk_attention_layer {
   const void* v;    /* [num_tokens, num_kv_heads, head_dim] */
   void* out;        /* [num_tokens, num_heads, head_dim] */
   llmk_kv_layer kv; /* this layer's cache, laid out as kv_layout() said */
+  /* 3.2, with desc.sink_tokens > 0: [num_tokens, num_heads, head_dim], the
+   * queries that score keys at cache positions below sink_tokens (q scores
+   * the others). NULL: q scores every key. */
+  const void* q_sink;
 } llmk_attention_layer;
 
 typedef struct llmk_attention_api {

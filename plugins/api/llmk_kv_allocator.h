@@ -25,9 +25,11 @@ extern "C" {
  *      events) and cached_blocks (default when absent: not reported).
  * 2.2: flush_cache (default when absent: nothing to drop).
  * 2.3: truncate_seq (default when absent: no rollback; the host then runs
- *      no speculative decoding over the allocator). */
+ *      no speculative decoding over the allocator).
+ * 2.4: evict_tokens (default when absent: no eviction; the host then runs
+ *      no StreamingLLM window, kv_cache.window, over the allocator). */
 #define LLMK_KV_ALLOCATOR_API_MAJOR 2u
-#define LLMK_KV_ALLOCATOR_API_MINOR 3u
+#define LLMK_KV_ALLOCATOR_API_MINOR 4u
 #ifndef LLMK_KV_ALLOCATOR_API_BUILD_MINOR
 #define LLMK_KV_ALLOCATOR_API_BUILD_MINOR LLMK_KV_ALLOCATOR_API_MINOR
 #endif
@@ -154,6 +156,26 @@ typedef struct llmk_kv_allocator_api {
    * never committed, so no prefix-cache entry covers them. An allocator with
    * a prefix cache refuses a smaller num_tokens (LLMK_ERR_INVALID_ARGUMENT). */
   int (*truncate_seq)(void* self, uint64_t seq_id, uint32_t num_tokens, llmk_error* err);
+#endif
+#if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 4
+  /* 2.4, optional (NULL: the allocator cannot evict). StreamingLLM's
+   * rolling window: drops positions [first, first + num_tokens) of a
+   * sequence (num_tokens >= 1, first + num_tokens <= its length); each later
+   * position p becomes p - num_tokens, and the length shrinks by num_tokens.
+   * A paged allocator needs first and num_tokens to be multiples of its
+   * block size (else LLMK_ERR_INVALID_ARGUMENT) and only takes the blocks out
+   * of the table, releasing them as free_seq does: no copy. An allocator of
+   * one range per sequence keeps its range and appends the copies that move
+   * the later rows down (at most max_copies; a host gives room for
+   * length / num_tokens + 2 + its live sequences), each copy's source and
+   * destination disjoint, to be performed in order before the next write;
+   * first the copies of forks still waiting for this sequence's rows, which
+   * take them before they move. From then on the
+   * sequence's cache positions are not its tokens' positions: commit_tokens
+   * on it is ignored, so no prefix-cache entry ever covers a shifted row
+   * (blocks it committed before stay valid for other sequences). */
+  int (*evict_tokens)(void* self, uint64_t seq_id, uint32_t first, uint32_t num_tokens, llmk_kv_copy* copies,
+                      uint32_t max_copies, uint32_t* num_copies, llmk_error* err);
 #endif
 } llmk_kv_allocator_api;
 

@@ -26,7 +26,9 @@
 // cache also provides uint32_t cached_blocks(uint64_t* hashes, uint32_t max)
 // const (API 2.1; returns how many there are) and reports its changes to
 // the desc's event_sink, and uint32_t flush_cache() (API 2.2; drops the
-// cached blocks no sequence references, returns how many).
+// cached blocks no sequence references, returns how many). Optional:
+// truncate_seq (2.3) and evict_tokens (2.4), with the C signatures minus
+// self and err, returning nothing.
 //
 // Communicators provide supports/ctor(const llmk_comm_desc&) (the world),
 // rank(int32_t& rank, int32_t& size) const, split(color, key) returning a
@@ -295,6 +297,27 @@ constexpr auto kv_allocator_truncate_seq() {
 }
 #endif
 
+#if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 4
+// The table's evict_tokens: the class's when it declares one, else NULL.
+template <class Impl>
+constexpr auto kv_allocator_evict_tokens() {
+  using Fn = int (*)(void*, uint64_t, uint32_t, uint32_t, llmk_kv_copy*, uint32_t, uint32_t*, llmk_error*);
+  if constexpr (requires(Impl& impl, llmk_kv_copy* copies, uint32_t* num_copies) {
+                  impl.evict_tokens(uint64_t{}, uint32_t{}, uint32_t{}, copies, uint32_t{}, num_copies);
+                }) {
+    return static_cast<Fn>([](void* self, uint64_t seq_id, uint32_t first, uint32_t num_tokens, llmk_kv_copy* copies,
+                              uint32_t max_copies, uint32_t* num_copies, llmk_error* err) noexcept -> int {
+      return guarded(err, [&] {
+        static_cast<Impl*>(self)->evict_tokens(seq_id, first, num_tokens, copies, max_copies, num_copies);
+        return static_cast<int>(LLMK_OK);
+      });
+    });
+  } else {
+    return static_cast<Fn>(nullptr);
+  }
+}
+#endif
+
 template <class Impl>
 const llmk_plugin_info* kv_allocator_info() {
   static const llmk_kv_allocator_api api{
@@ -359,6 +382,10 @@ const llmk_plugin_info* kv_allocator_info() {
 #if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 3
       ,
       kv_allocator_truncate_seq<Impl>()
+#endif
+#if LLMK_KV_ALLOCATOR_API_BUILD_MINOR >= 4
+      ,
+      kv_allocator_evict_tokens<Impl>()
 #endif
   };
   return make_info<Impl>(LLMK_PLUGIN_KV_ALLOCATOR, LLMK_KV_ALLOCATOR_API_VERSION, &api);

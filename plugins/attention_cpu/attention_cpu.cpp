@@ -1,6 +1,10 @@
 // attention.cpu: causal GQA attention over a paged KV cache on CPU threads,
 // with an optional sliding window (each query row and each decode starts its
-// keys at the window's first position; the rest of the cache is not read).
+// keys at the window's first position; the rest of the cache is not read)
+// and optional attention sinks (API 3.2: the first sink_tokens cache
+// positions, always visible, scored with the layer's q_sink rows in a pass
+// of their own before the other keys; a decode's sinks are a span of their
+// own, merged with the rest as long contexts' spans are).
 //
 // plan() (once per step) checks the step's metadata against the cache and
 // splits the batch into work items (sequence, KV head, block of query
@@ -26,6 +30,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <string>
 #include <vector>
@@ -92,6 +97,7 @@ struct WorkItem {
   // whose state goes to float offset `span` of the partials area.
   int64_t pos_begin = 0, pos_end = 0;
   int64_t span = -1;
+  bool sinks = false;  // decode items: positions below sink_tokens, scored with q_sink
 };
 
 // A decode whose spans are merged after the items: the token's batch row and
@@ -107,11 +113,11 @@ struct SpanMerge {
 class AttentionCpu {
  public:
   static constexpr const char* kName = "attention.cpu";
-  static constexpr const char* kVersion = "1.4.0";
+  static constexpr const char* kVersion = "1.5.0";
   static constexpr const char* kDescription =
       "CPU causal GQA attention over a paged KV cache (online softmax, OpenMP), F32, F16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
-      R"({"kv_dtypes":["f32","f16","i8"],"devices":["cpu"],"activation_dtypes":["f32"],"paged":true,"gqa":true,"sliding_window":true})";
+      R"({"kv_dtypes":["f32","f16","i8"],"devices":["cpu"],"activation_dtypes":["f32"],"paged":true,"gqa":true,"sliding_window":true,"attention_sinks":true})";
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
     if (d.device != LLMK_DEVICE_CPU) {
@@ -152,6 +158,7 @@ class AttentionCpu {
         group_(d.num_heads / d.num_kv_heads),
         scale_(d.scale),
         window_(d.sliding_window),
+        sinks_(d.struct_size >= offsetof(llmk_attention_desc, sink_tokens) + sizeof(uint32_t) ? d.sink_tokens : 0),
         num_threads_(std::max<uint32_t>(1, d.num_threads)) {
     std::string why;
     if (!supports(d, why)) throw Error(LLMK_ERR_UNSUPPORTED, why);
@@ -204,9 +211,13 @@ class AttentionCpu {
       const int32_t begin = step.query_start[s], end = step.query_start[s + 1];
       if (end <= begin) continue;
       if (end - begin == 1 && decode_kernel_) {
-        const int64_t context = step.context_lens[s], first = first_visible(context - 1);
-        const int64_t num_spans =
-            context - first > kDecodeSpansFrom ? (context - 1) / kDecodeSpan - first / kDecodeSpan + 1 : 1;
+        // Sinks [0, sink_end) are one span; the rest of the visible context
+        // starts after them.
+        const int64_t context = step.context_lens[s], sink_end = std::min<int64_t>(sinks_, context);
+        const int64_t first = std::max(first_visible(context - 1), sink_end);
+        int64_t rest_spans = first < context ? 1 : 0;
+        if (context - first > kDecodeSpansFrom) rest_spans = (context - 1) / kDecodeSpan - first / kDecodeSpan + 1;
+        const int64_t num_spans = rest_spans + (sink_end > 0 ? 1 : 0);
         // Spans enough for every thread: each keeps whole rows (every KV
         // head), which the decode kernel reads in address order.
         const uint32_t head_parts =
@@ -217,12 +228,17 @@ class AttentionCpu {
         const uint32_t heads_per_part = (shape_.num_kv_heads + head_parts - 1) / head_parts;
         if (num_spans > 1)
           merges_.push_back({begin, static_cast<int32_t>(num_spans), static_cast<int64_t>(span_floats_)});
-        for (int64_t p0 = first, p1; p0 < context; p0 = p1) {
-          p1 = num_spans > 1 ? std::min(context, (p0 / kDecodeSpan + 1) * kDecodeSpan) : context;
+        auto add_span = [&](int64_t p0, int64_t p1, bool sinks) {
           const int64_t state = num_spans > 1 ? static_cast<int64_t>(span_floats_) : -1;
           for (uint32_t h = 0; h < shape_.num_kv_heads; h += heads_per_part)
-            decode_items_.push_back({s, h, begin, 1, std::min(h + heads_per_part, shape_.num_kv_heads), p0, p1, state});
+            decode_items_.push_back(
+                {s, h, begin, 1, std::min(h + heads_per_part, shape_.num_kv_heads), p0, p1, state, sinks});
           if (num_spans > 1) span_floats_ += span_size;
+        };
+        if (sink_end > 0) add_span(0, sink_end, true);
+        for (int64_t p0 = first, p1; p0 < context; p0 = p1) {
+          p1 = rest_spans > 1 ? std::min(context, (p0 / kDecodeSpan + 1) * kDecodeSpan) : context;
+          add_span(p0, p1, false);
         }
         continue;
       }
@@ -258,6 +274,9 @@ class AttentionCpu {
                                                  " slots, the step was planned for " +
                                                  std::to_string(step_.num_slots));
     const auto* q = static_cast<const float*>(layer.q);
+    const bool has_q_sink = layer.struct_size >= offsetof(llmk_attention_layer, q_sink) + sizeof(void*) &&
+                            layer.q_sink != nullptr;
+    const auto* q_sink = has_q_sink ? static_cast<const float*>(layer.q_sink) : q;
     auto* out = static_cast<float*>(layer.out);
     write_kv(layer.kv, shape_, static_cast<const float*>(layer.k), static_cast<const float*>(layer.v),
              step_.device_slot_mapping, step_.num_tokens, static_cast<int>(num_threads_));
@@ -272,7 +291,7 @@ class AttentionCpu {
       for (int64_t i = 0; i < num_items; ++i) {
         Carver carver(base + static_cast<size_t>(omp_get_thread_num()) * thread_bytes_);
         const Scratch s = carve(carver);
-        run_item(layer.kv, q, out, items_[i], s, spans);
+        run_item(layer.kv, q, q_sink, out, items_[i], s, spans);
       }
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < num_merges; ++i) {
@@ -337,13 +356,13 @@ class AttentionCpu {
     return window_ == 0 ? 0 : std::max<int64_t>(0, pos - static_cast<int64_t>(window_) + 1);
   }
 
-  void run_item(const llmk_kv_layer& kv, const float* q, float* out, const WorkItem& item, const Scratch& s,
-                float* spans) const {
+  void run_item(const llmk_kv_layer& kv, const float* q, const float* q_sink, float* out, const WorkItem& item,
+                const Scratch& s, float* spans) const {
     const llmk_attention_step& a = step_;
     const int32_t* table = a.device_block_tables + static_cast<int64_t>(item.seq) * a.max_blocks_per_seq;
     if (item.kv_head_end != 0) {
       const int64_t row = item.first_token;
-      const DecodeQuery dq{q + row * num_heads_ * shape_.head_dim,
+      const DecodeQuery dq{(item.sinks ? q_sink : q) + row * num_heads_ * shape_.head_dim,
                            item.span < 0 ? out + row * num_heads_ * shape_.head_dim : nullptr,
                            table,
                            a.block_size,
@@ -390,16 +409,34 @@ class AttentionCpu {
     // (two small GEMMs per chunk), measured 2-4x faster there; fewer rows
     // (multi-head decode): one dot product per (row, key), no transposition.
     const bool tiled = num_rows >= kTileMinRows && s.k_t != nullptr;
-    for (int64_t first = s.low_key[0]; first < num_keys; first += kChunk) {
-      const int count = static_cast<int>(std::min<int64_t>(kChunk, num_keys - first));
-      read_kv(kv, shape_, table, a.block_size, item.kv_head, first, count, s.k_rows, s.v_rows, s.k_buf, s.v_buf);
-      if (tiled)
-        attend_chunk_tiled(s.q_rows, s.low_key, s.last_key, num_rows, s.k_rows, s.v_rows, first, count,
-                           static_cast<int>(head_dim), scale_, s.scores, state, s.k_t, s.alpha);
-      else
-        attend_chunk(s.q_rows, s.low_key, s.last_key, num_rows, s.k_rows, s.v_rows, first, count,
-                     static_cast<int>(head_dim), scale_, s.scores, state);
+    auto attend_keys = [&](int64_t begin_key, int64_t end_key) {
+      for (int64_t first = begin_key; first < end_key; first += kChunk) {
+        const int count = static_cast<int>(std::min<int64_t>(kChunk, end_key - first));
+        read_kv(kv, shape_, table, a.block_size, item.kv_head, first, count, s.k_rows, s.v_rows, s.k_buf, s.v_buf);
+        if (tiled)
+          attend_chunk_tiled(s.q_rows, s.low_key, s.last_key, num_rows, s.k_rows, s.v_rows, first, count,
+                             static_cast<int>(head_dim), scale_, s.scores, state, s.k_t, s.alpha);
+        else
+          attend_chunk(s.q_rows, s.low_key, s.last_key, num_rows, s.k_rows, s.v_rows, first, count,
+                       static_cast<int>(head_dim), scale_, s.scores, state);
+      }
+    };
+    const int64_t sink_end = std::min<int64_t>(sinks_, num_keys);
+    if (sink_end > 0) {
+      // The sinks first, seen by every row (up to its own position) through
+      // its q_sink row; then the other keys from the window's start on.
+      for (int r = 0; r < num_rows; ++r) {
+        const int64_t at = s.q_rows[r] - q;
+        s.q_rows[r] = q_sink + at;
+        s.low_key[r] = 0;
+      }
+      attend_keys(0, sink_end);
+      for (int r = 0; r < num_rows; ++r) {
+        s.q_rows[r] = q + (s.q_rows[r] - q_sink);
+        s.low_key[r] = std::max(first_visible(s.last_key[r]), sink_end);
+      }
     }
+    attend_keys(s.low_key[0], num_keys);
     finish_rows(state, num_rows, static_cast<int>(head_dim), s.out_rows);
   }
 
@@ -407,6 +444,7 @@ class AttentionCpu {
   uint32_t group_;
   float scale_;
   uint32_t window_;  // 0: whole context; else keys (p - window_, p] for a query at p
+  uint32_t sinks_;   // positions [0, sinks_) always visible, scored with q_sink (API 3.2)
   uint32_t num_threads_;
   KvShape shape_;
   bool decode_kernel_ = false;

@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -116,6 +117,10 @@ class AttentionCuda {
     }
     if (!served_dtype(d.activation_dtype)) {
       why = "activation dtype " + std::to_string(d.activation_dtype) + " is not f32, f16 or bf16";
+      return false;
+    }
+    if (d.struct_size >= offsetof(llmk_attention_desc, sink_tokens) + sizeof(uint32_t) && d.sink_tokens > 0) {
+      why = "attention sinks (sink_tokens " + std::to_string(d.sink_tokens) + ") are not implemented on CUDA";
       return false;
     }
     if (!served_dtype(d.kv_dtype) && d.kv_dtype != LLMK_DTYPE_I8) {

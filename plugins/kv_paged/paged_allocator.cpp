@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "plugins/api/plugin_helpers.hpp"
+#include "plugins/kv_common/evict_moves.hpp"
 
 namespace llmk::kv {
 namespace {
@@ -299,6 +300,25 @@ void PagedAllocator::truncate_seq(uint64_t seq_id, uint32_t num_tokens) {
   used_slots_ -= blocks_[b].fill - fill;
   blocks_[b].fill = fill;
   seq.num_tokens = num_tokens;
+}
+
+void PagedAllocator::evict_tokens(uint64_t seq_id, uint32_t first, uint32_t num_tokens, llmk_kv_copy* /*copies*/,
+                                  uint32_t /*max_copies*/, uint32_t* num_copies) {
+  *num_copies = 0;
+  Sequence& seq = get(seq_id, "evict_tokens");
+  const std::string bad = kv_common::evict_range_error(first, num_tokens, seq.num_tokens);
+  if (!bad.empty()) invalid("evict_tokens: sequence " + std::to_string(seq_id) + ": " + bad);
+  if (first % block_size_ != 0 || num_tokens % block_size_ != 0)
+    invalid("evict_tokens: first " + std::to_string(first) + " and num_tokens " + std::to_string(num_tokens) +
+            " must be multiples of the block size " + std::to_string(block_size_));
+  const auto begin = seq.blocks.begin() + first / block_size_, end = begin + num_tokens / block_size_;
+  for (auto b = end; b != begin;) release(*--b);  // the tail first, as free_seq does
+  seq.blocks.erase(begin, end);
+  seq.num_tokens -= num_tokens;
+  // Its positions no longer match its tokens: nothing more is indexed.
+  seq.indexing = false;
+  seq.pending.clear();
+  seq.num_committed = std::min(seq.num_committed, first);
 }
 
 void PagedAllocator::commit_tokens(uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n) {

@@ -47,6 +47,11 @@ class PagedAllocator {
   void free_seq(uint64_t seq_id);
   // API 2.3: rolls a sequence back to num_tokens (at least what it committed).
   void truncate_seq(uint64_t seq_id, uint32_t num_tokens);
+  // API 2.4: drops whole blocks [first, first + num_tokens) from the table
+  // (released as free_seq releases them; no copy) and stops indexing the
+  // sequence for the prefix cache.
+  void evict_tokens(uint64_t seq_id, uint32_t first, uint32_t num_tokens, llmk_kv_copy* copies, uint32_t max_copies,
+                    uint32_t* num_copies);
   void commit_tokens(uint64_t seq_id, uint32_t first, const int32_t* tokens, uint32_t n);
   uint32_t block_table(uint64_t seq_id, int32_t* entries, uint32_t max_entries) const;
   uint32_t block_size() const { return block_size_; }

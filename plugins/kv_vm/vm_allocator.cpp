@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "plugins/api/plugin_helpers.hpp"
+#include "plugins/kv_common/evict_moves.hpp"
 #include "plugins/kv_common/range_desc.hpp"
 
 namespace llmk::kv {
@@ -263,6 +264,38 @@ void VmAllocator::truncate_seq(uint64_t seq_id, uint32_t num_tokens) {
   seq.num_tokens = num_tokens;
   // A fork's pending copy brings only the positions it still has.
   if (seq.pending_copy) seq.pending_len = std::min(seq.pending_len, num_tokens);
+}
+
+void VmAllocator::evict_tokens(uint64_t seq_id, uint32_t first, uint32_t num_tokens, llmk_kv_copy* copies,
+                                uint32_t max_copies, uint32_t* num_copies) {
+  *num_copies = 0;
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) invalid("evict_tokens: unknown sequence " + std::to_string(seq_id));
+  Sequence& seq = it->second;
+  const std::string bad = kv_common::evict_range_error(first, num_tokens, seq.num_tokens);
+  if (!bad.empty()) invalid("evict_tokens: sequence " + std::to_string(seq_id) + ": " + bad);
+  if (seq.pending_copy) {  // a fork's K/V first lands in its own range, then moves
+    if (max_copies < 1) invalid("evict_tokens: no room for the fork's copy");
+    copies[(*num_copies)++] = llmk_kv_copy{static_cast<int32_t>(seq.pending_src),
+                                           static_cast<int32_t>(seq.start), static_cast<int32_t>(seq.pending_len)};
+    seq.pending_copy = false;
+    unpin(seq.pending_src);
+  }
+  // Forks still waiting for their copy of this range's rows take it now,
+  // before the rows move.
+  for (auto& [other_id, other] : seqs_) {
+    if (other_id == seq_id || !other.pending_copy || other.pending_src != seq.start) continue;
+    if (*num_copies >= max_copies) invalid("evict_tokens: " + std::to_string(max_copies) + " copies are too few");
+    copies[(*num_copies)++] = llmk_kv_copy{static_cast<int32_t>(seq.start),
+                                           static_cast<int32_t>(other.start),
+                                           static_cast<int32_t>(other.pending_len)};
+    other.pending_copy = false;
+      unpin(other.pending_src);
+  }
+  if (!kv_common::evict_moves(seq.start, first, num_tokens, seq.num_tokens, copies, max_copies, num_copies))
+    invalid("evict_tokens: " + std::to_string(max_copies) + " copies are too few");
+  used_slots_ -= num_tokens;
+  seq.num_tokens -= num_tokens;
 }
 
 uint32_t VmAllocator::block_table(uint64_t seq_id, int32_t* entries, uint32_t max_entries) const {

@@ -49,6 +49,10 @@ class VmAllocator {
   void free_seq(uint64_t seq_id);
   // API 2.3: rolls a sequence back to num_tokens; the range stays its own.
   void truncate_seq(uint64_t seq_id, uint32_t num_tokens);
+  // API 2.4: drops positions [first, first + num_tokens); the later rows
+  // move down within the range (copies). No prefix cache: nothing to stop.
+  void evict_tokens(uint64_t seq_id, uint32_t first, uint32_t num_tokens, llmk_kv_copy* copies, uint32_t max_copies,
+                    uint32_t* num_copies);
   void commit_tokens(uint64_t, uint32_t, const int32_t*, uint32_t) {}  // no prefix cache
   uint32_t block_table(uint64_t seq_id, int32_t* entries, uint32_t max_entries) const;
   uint32_t block_size() const { return max_seq_len_; }

@@ -110,6 +110,61 @@ TEST_CASE("stories260K's perplexity over a short text equals the float64 referen
   }
 }
 
+TEST_CASE("eval --stream over stories260K equals the float64 StreamingLLM cache, sinks and window alike",
+          "[eval][reference][stream]") {
+  if (!have_venv_python()) LLMK_SKIP("the project venv with numpy is absent");
+  // The reference keeps keys unrotated and rotates every cached key by its
+  // position in the cache afresh each step (the paper's definition); llmk
+  // rotates each key once by its text position and the sinks' queries by
+  // their cache position. Full attention, a window that never fills, and
+  // windows that evict, with and without sinks, in steps that cut it unevenly.
+  struct Case {
+    uint32_t window, sinks;
+    int32_t batch;
+  };
+  for (const Case c : {Case{0, 0, 16}, Case{400, 4, 16}, Case{64, 4, 16}, Case{64, 0, 16}, Case{48, 1, 7},
+                       Case{40, 13, 9}}) {
+    EngineConfig cfg = stories_config();
+    cfg.kv_cache.window = c.window;
+    cfg.kv_cache.sink_tokens = c.sinks;
+    eval::EvalSetup setup = story_setup(c.batch);
+    setup.stream = 400;  // the text's first 400 ids: within stories260K's context of 512
+    const eval::EvalReport rep = eval::run_eval(cfg, setup);
+    const Tokenizer tokenizer(fs::path(stories_dir()) / "tokenizer.model");
+    std::vector<int32_t> tokens = tokenizer.encode(read_file(kStory), true);
+    REQUIRE(tokens.size() > 400);
+    tokens.resize(400);
+    REQUIRE(rep.num_text_tokens == 400);
+    TempDir tmp;
+    write_file(tmp.path() / "job.json", nlohmann::json{{"tokens", tokens}, {"window", c.window},
+                                                       {"sinks", c.sinks}, {"batch", c.batch}}.dump());
+    const nlohmann::json ref = run_reference({"stream", stories_dir(), (tmp.path() / "job.json").string()});
+    INFO("window " << c.window << ", sinks " << c.sinks << ", batch " << c.batch << ": llmk "
+                   << eval::perplexity(rep.result.nll) << ", reference " << ref["perplexity"]);
+    CHECK(rep.result.nll.count == ref["count"].get<int64_t>());
+    CHECK(rep.peak_kv_rows == ref["peak_rows"].get<int32_t>());
+    if (c.window > 0) CHECK(rep.peak_kv_rows <= static_cast<int32_t>(c.window));
+    CHECK(eval::perplexity(rep.result.nll) == Approx(ref["perplexity"].get<double>()).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("eval --stream refuses a text past the context without a window, and sinks without room", "[eval][stream]") {
+  EngineConfig cfg = stories_config();
+  cfg.kv_cache.max_seq_len = 64;
+  eval::EvalSetup setup = story_setup(16);
+  setup.stream = 0;
+  CHECK_THROWS_WITH(eval::run_eval(cfg, setup), Contains("exceed the context length of 64") &&
+                                                    Contains("without kv_cache.window"));
+  cfg.kv_cache.window = 80;
+  CHECK_THROWS_WITH(eval::run_eval(cfg, setup), Contains("kv_cache.window (80) exceeds the context length (64)"));
+  cfg.kv_cache.window = 32;
+  cfg.kv_cache.sink_tokens = 32;
+  CHECK_THROWS_WITH(eval::run_eval(cfg, setup), Contains("kv_cache.sink_tokens"));
+  setup.save_logits = "/nonexistent/x";
+  cfg.kv_cache.sink_tokens = 4;
+  CHECK_THROWS_WITH(eval::run_eval(cfg, setup), Contains("--stream scores one sequence"));
+}
+
 TEST_CASE("a config compared with its own saved logits has KL 0, top-1 100% and the same perplexity", "[eval]") {
   TempDir tmp;
   eval::EvalSetup setup = story_setup();

@@ -58,7 +58,20 @@ TEST_CASE("the attention suite fails a copy of attention.cpu that ignores the sl
   // Without a window it is attention.cpu itself: those cases pass.
   CHECK(r.num_passed() > 0);
   REQUIRE_FALSE(r.failures().empty());
-  // Every windowed case fails (3 head shapes x 3 windows x 3 KV dtypes), and nothing else does.
-  CHECK(r.failures().size() == 27);
+  // Every windowed case fails (3 head shapes x 3 KV dtypes x 3 windows, and
+  // 2 windows beside sinks), and nothing else does.
+  CHECK(r.failures().size() == 45);
   for (const auto& f : r.failures()) CHECK_THAT(f, Catch::Contains("sliding window"));
+}
+
+TEST_CASE("the attention suite fails a copy of attention.cpu that ignores attention sinks, and only there",
+          "[conformance][attention][sinks]") {
+  SKIP_WHEN_SANITIZED();
+  PluginRegistry registry({LLMK_CONFORMANCE_FIXTURE_DIR});
+  const SuiteResult r = run_attention_suite(registry.load("attention.nosinks", LLMK_PLUGIN_ATTENTION));
+  INFO(r.num_passed() << " passed, " << r.num_unsupported() << " unsupported, " << r.failures().size() << " failed");
+  CHECK(r.num_passed() > 0);
+  // 3 head shapes x 3 sink settings x 3 KV dtypes, and nothing else.
+  CHECK(r.failures().size() == 27);
+  for (const auto& f : r.failures()) CHECK_THAT(f, Catch::Contains(" sinks "));
 }

@@ -23,8 +23,28 @@ TEST_CASE("every discovered KV allocator keeps the invariants its capabilities d
     const SuiteResult r = run_kv_allocator_suite(plugin);
     for (const auto& f : r.failures()) FAIL_CHECK(f);
     // Prefix caching on and off, two seeds each; with truncate_seq (API 2.3)
-    // a speculative workload for each as well.
-    CHECK(r.num_passed() == (plugin.kv_allocator().truncate_seq != nullptr ? 6 : 4));
+    // a speculative workload for each as well, and with evict_tokens (2.4)
+    // a streaming one.
+    CHECK(r.num_passed() == 4 + (plugin.kv_allocator().truncate_seq != nullptr ? 2 : 0) +
+                                (plugin.kv_allocator().evict_tokens != nullptr ? 2 : 0));
+  }
+}
+
+TEST_CASE("kv.paged, kv.contiguous and kv.vm evict rows after the sinks (API 2.4 evict_tokens)", "[conformance][kv]") {
+  PluginRegistry registry(conformance_dirs());
+  for (const char* name : {"kv.paged", "kv.contiguous", "kv.vm"}) {
+    CAPTURE(name);
+    const Plugin plugin = registry.load(name, LLMK_PLUGIN_KV_ALLOCATOR);
+    REQUIRE(plugin.kv_allocator().evict_tokens != nullptr);
+    const SuiteResult r = run_kv_allocator_suite(plugin);
+    size_t num_streaming = 0;
+    for (const auto& c : r.cases) {
+      if (c.name.rfind("streaming eviction", 0) != 0) continue;
+      ++num_streaming;
+      INFO(c.name << ": " << c.detail);
+      CHECK(c.status == CaseStatus::passed);
+    }
+    CHECK(num_streaming == 2);
   }
 }
 

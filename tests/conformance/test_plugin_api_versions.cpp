@@ -56,6 +56,12 @@ TEST_CASE("an attention plugin built against API 3.0 loads, lacks 3.1's workspac
                                  0, LLMK_DEVICE_CPU, LLMK_DTYPE_F32, 4, 16};
   AttentionImpl attention(plugin, desc);
   CHECK_FALSE(attention.workspace_bound().has_value());
+  // 3.0 knows nothing of sinks (3.2): the host refuses to hand it any.
+  llmk_attention_desc with_sinks = desc;
+  with_sinks.sink_tokens = 4;
+  CHECK_THROWS_WITH(AttentionImpl(plugin, with_sinks),
+                    Catch::Contains("attention.oldminor") && Catch::Contains("implements attention API 3.0") &&
+                        Catch::Contains("need 3.2"));
 
   const SuiteResult r = run_attention_suite(plugin);
   for (const auto& f : r.failures()) FAIL_CHECK(f);

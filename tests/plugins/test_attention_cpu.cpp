@@ -125,6 +125,26 @@ TEST_CASE("attention.cpu cuts long decode contexts into 256-position spans and m
   }
 }
 
+TEST_CASE("attention.cpu keeps attention sinks visible and scores them with q_sink, on every path and level",
+          "[attention][sinks]") {
+  // StreamingLLM (API 3.2): the reference sees positions [0, sinks) through
+  // the step's q_sink rows and the rest (or a sliding window of it) through
+  // q. Prefill chunks on a cached prefix, decodes at tile and span edges and
+  // past the span threshold, a prefill shorter than the sinks.
+  const auto [head_dim, threads] = GENERATE(table<uint32_t, uint32_t>({{64, 2}, {40, 1}}));
+  const uint32_t sinks = GENERATE(4u, 17u);
+  const uint32_t window = GENERATE(0u, 9u, 300u);
+  Problem p{8, 2, head_dim, 16, {13, 70, 1, 1, 1, 3}, {13, 200, 17, 600, 2049, 3}, window};
+  p.sink_tokens = sinks;
+  for (const std::string& file : plugin_files()) {
+    INFO("head_dim " << head_dim << ", threads " << threads << ", sinks " << sinks << ", window " << window << ", "
+                     << file);
+    CHECK(run_case(p, LLMK_DTYPE_F32, threads, 61 + head_dim + sinks, 8, file) < 2e-5);
+    CHECK(run_case(p, LLMK_DTYPE_F16, threads, 62 + head_dim + sinks, 8, file) < 2e-5);
+    CHECK(run_case(p, LLMK_DTYPE_I8, threads, 63 + head_dim + sinks, 8, file) < 2e-5);
+  }
+}
+
 TEST_CASE("attention.cpu gives a decode the same bits alone, in any batch and on any number of threads",
           "[attention]") {
   // Spans are cut at fixed positions and KV heads are never split within a

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/gptq_checkpoint.hpp"
 #include "core/safetensors.hpp"
 
 namespace llmk {
@@ -218,6 +219,7 @@ fs::path find_tokenizer(const fs::path& model_dir) {
 }
 
 std::unique_ptr<Checkpoint> load_checkpoint(const fs::path& model_dir) {
+  if (const auto quantized = read_quantized_format(model_dir)) return load_quantized_checkpoint(model_dir, *quantized);
   return std::make_unique<SafetensorsCheckpoint>(model_dir);
 }
 

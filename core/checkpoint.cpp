@@ -10,6 +10,7 @@
 #include "core/bnb_checkpoint.hpp"
 #include "core/compressed_tensors_checkpoint.hpp"
 #include "core/error.hpp"
+#include "core/gptq_checkpoint.hpp"
 #include "core/safetensors.hpp"
 
 namespace llmk {
@@ -222,6 +223,7 @@ fs::path find_tokenizer(const fs::path& model_dir) {
 std::unique_ptr<Checkpoint> load_checkpoint(const fs::path& model_dir) {
   if (is_bnb_4bit_checkpoint(model_dir)) return load_bnb_checkpoint(model_dir);
   if (is_compressed_tensors_checkpoint(model_dir)) return load_compressed_tensors_checkpoint(model_dir);
+  if (const auto quantized = read_quantized_format(model_dir)) return load_quantized_checkpoint(model_dir, *quantized);
   return std::make_unique<SafetensorsCheckpoint>(model_dir);
 }
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/gguf_types.hpp"
+#include "core/int_groups.hpp"
 
 namespace llmk {
 
@@ -17,6 +18,8 @@ size_t dtype_size(DType t) noexcept {
     case DType::i8: return 1;
     case DType::u8: return 1;
     case DType::i32: return 4;
+    case DType::int4_groups:
+    case DType::int8_groups: return 0;
   }
   return 0;
 }
@@ -29,6 +32,8 @@ const char* dtype_name(DType t) noexcept {
     case DType::i8: return "i8";
     case DType::u8: return "u8";
     case DType::i32: return "i32";
+    case DType::int4_groups: return "int4_groups";
+    case DType::int8_groups: return "int8_groups";
   }
   if (is_ggml_dtype(t)) {
     const GgmlTypeInfo* info = ggml_type_info(ggml_type_of(t));
@@ -38,6 +43,8 @@ const char* dtype_name(DType t) noexcept {
 }
 
 size_t dtype_bytes(DType t, int64_t numel) noexcept {
+  if (t == DType::int4_groups) return static_cast<size_t>(numel) / 2;
+  if (t == DType::int8_groups) return static_cast<size_t>(numel);
   if (!is_ggml_dtype(t)) return static_cast<size_t>(numel) * dtype_size(t);
   const GgmlTypeInfo* info = ggml_type_info(ggml_type_of(t));
   if (info == nullptr) return 0;
@@ -45,6 +52,7 @@ size_t dtype_bytes(DType t, int64_t numel) noexcept {
 }
 
 double dtype_bytes_per_value(DType t) noexcept {
+  if (is_int_groups_dtype(t)) return t == DType::int4_groups ? 0.5 : 1.0;
   if (!is_ggml_dtype(t)) return static_cast<double>(dtype_size(t));
   const GgmlTypeInfo* info = ggml_type_info(ggml_type_of(t));
   return info == nullptr ? 0.0 : static_cast<double>(info->type_size) / info->block_size;
@@ -78,6 +86,10 @@ void convert_to_f32(DType from, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
       return;
     }
+    case DType::int4_groups:
+    case DType::int8_groups:
+      dequantize_int_groups(*static_cast<const llmk_linear_int_groups*>(src), dst);
+      return;
     default:
       if (is_ggml_dtype(from)) {
         dequantize_ggml(static_cast<GgmlType>(ggml_type_of(from)), src, dst, static_cast<int64_t>(n));

@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "kernels/cpu/convert.hpp"
-#include "plugins/api/llmk_plugin.h"
+#include "plugins/api/llmk_linear.h"
 
 namespace llmk {
 
@@ -25,6 +25,10 @@ enum class DType : uint32_t {
   i8 = LLMK_DTYPE_I8,
   u8 = LLMK_DTYPE_U8,
   i32 = LLMK_DTYPE_I32,
+  // A GPTQ/AWQ checkpoint's quantized weight: data is an
+  // llmk_linear_int_groups (core/int_groups.hpp), not the values.
+  int4_groups = LLMK_DTYPE_INT4_GROUPS,
+  int8_groups = LLMK_DTYPE_INT8_GROUPS,
 };
 
 // Bytes per element of a plain type; 0 for ggml blocks (use dtype_bytes).
@@ -35,8 +39,10 @@ const char* dtype_name(DType t) noexcept;  // "f32", "f16", ...; ggml blocks by 
 constexpr bool is_ggml_dtype(DType t) noexcept { return static_cast<uint32_t>(t) >= LLMK_DTYPE_GGML_BASE; }
 constexpr DType ggml_dtype(uint32_t ggml_type) noexcept { return static_cast<DType>(LLMK_DTYPE_GGML_BASE + ggml_type); }
 constexpr uint32_t ggml_type_of(DType t) noexcept { return static_cast<uint32_t>(t) - LLMK_DTYPE_GGML_BASE; }
+constexpr bool is_int_groups_dtype(DType t) noexcept { return t == DType::int4_groups || t == DType::int8_groups; }
 // Bytes of numel values stored as t (for ggml blocks numel is a whole
-// number of blocks), and the mean bytes per value (0.5625 for Q4_K).
+// number of blocks; int groups count their integers only), and the mean
+// bytes per value (0.5625 for Q4_K).
 size_t dtype_bytes(DType t, int64_t numel) noexcept;
 double dtype_bytes_per_value(DType t) noexcept;
 // Parses "f32"/"float32"/"F32", "f16"/"float16"/"half", "bf16"/"bfloat16", ...; false if unknown.

@@ -149,8 +149,16 @@ void check_unsupported_features(const ModelConfig& c, const json& j, const std::
                  " would bias o_proj or the MLP too; only Qwen2's q/k/v biases are)");
     }
   }
-  if (present(j, "quantization_config"))
-    fail(ErrorCode::unsupported, source, "quantization_config: pre-quantized checkpoints are not supported");
+  // GPTQ and AWQ folders are read by core/gptq_checkpoint.hpp; other methods are refused.
+  if (present(j, "quantization_config")) {
+    const json& q = j.at("quantization_config");
+    const std::string method = q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string()
+                                   ? q.at("quant_method").get<std::string>()
+                                   : "";
+    if (method != "gptq" && method != "awq")
+      fail(ErrorCode::unsupported, source,
+           "quantization_config: quant_method '" + method + "' is not supported (gptq, awq)");
+  }
 }
 
 // A positive number inside the rope_scaling object.

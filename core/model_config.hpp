@@ -88,7 +88,7 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir);
 // Error(unsupported): other architectures, hidden_act other than silu,
 // Llama/Mistral attention_bias or mlp_bias (they bias o_proj / the MLP too),
 // other rope_scaling types (dynamic, yarn, longrope, ...),
-// quantization_config.
+// a quantization_config whose quant_method is not gptq or awq.
 ModelConfig parse_model_config_json(const std::string& text, const std::string& source);
 
 // Named presets for dummy weights: llama-110m, tinyllama-1.1b, llama2-7b,

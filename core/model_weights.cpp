@@ -45,7 +45,8 @@ class LinearBuilder {
     std::vector<Run> runs;
     for (const TensorView* t : parts) {
       auto [plugin, dtype] = choose(name, *t);
-      if (!runs.empty() && runs.back().plugin == plugin && runs.back().dtype == dtype)
+      // Integer groups do not stack (each part has its own groups and input order): one part each.
+      if (!runs.empty() && runs.back().plugin == plugin && runs.back().dtype == dtype && !is_int_groups_dtype(dtype))
         runs.back().tensors.push_back(t);
       else
         runs.push_back(Run{plugin, dtype, {t}});
@@ -72,7 +73,8 @@ class LinearBuilder {
       llmk_linear_desc d = desc(part_name, data, run.dtype, out, in, borrowed, *run.plugin);
       built.push_back(LinearLayer::Part{std::make_unique<LinearImpl>(*run.plugin, d, placement_.workspace),
                                         static_cast<uint32_t>(out)});
-      used_[run.plugin->info().name].insert(is_ggml_dtype(run.dtype) ? dtype_name(run.dtype) : "");
+      const bool quantized = is_ggml_dtype(run.dtype) || is_int_groups_dtype(run.dtype);
+      used_[run.plugin->info().name].insert(quantized ? dtype_name(run.dtype) : "");
     }
     if (built.size() == 1) return std::make_unique<LinearLayer>(std::move(built.front().impl));
     return std::make_unique<LinearLayer>(std::move(built), rt_.max_step_tokens, staging_);
@@ -154,18 +156,25 @@ class LinearBuilder {
   // Whether `plugin` computes on t as stored: ggml blocks are offered only
   // to plugins built against linear API 3.1 or later.
   bool takes(const Plugin& plugin, const std::string& name, const TensorView& t) const {
-    if (LLMK_API_VERSION_MINOR(plugin.info().api_version) < 1) return false;
+    if (LLMK_API_VERSION_MINOR(plugin.info().api_version) < (is_int_groups_dtype(t.dtype) ? 2 : 1)) return false;
     const llmk_linear_desc d = desc(name, t.data, t.dtype, t.shape[0], t.shape[1], true, plugin);
     char why[256] = {0};
     return plugin.linear().supports(&d, why, sizeof(why)) != 0;
   }
 
   std::pair<const Plugin*, DType> choose(const std::string& name, const TensorView& t) {
-    if (!is_ggml_dtype(t.dtype) || takes(main_, name, t)) return {&main_, t.dtype};
+    const bool int_groups = is_int_groups_dtype(t.dtype);
+    if ((!is_ggml_dtype(t.dtype) && !int_groups) || takes(main_, name, t)) return {&main_, t.dtype};
     const std::string& blocks = cfg_.plugins.linear_blocks;
     if (blocks != "none" && blocks != cfg_.plugins.linear) {
       if (!blocks_) blocks_ = plugins_.load(blocks, LLMK_PLUGIN_LINEAR);
       if (takes(*blocks_, name, t)) return {&*blocks_, t.dtype};
+    }
+    // A GPTQ/AWQ weight's own plugin: linear.int4 for 4 bits, linear.uint8_zp for 8 (one group per row).
+    const std::string own = t.dtype == DType::int4_groups ? "linear.int4" : "linear.uint8_zp";
+    if (int_groups && blocks != "none" && own != cfg_.plugins.linear) {
+      if (!own_.count(own)) own_.emplace(own, plugins_.load(own, LLMK_PLUGIN_LINEAR));
+      if (takes(own_.at(own), name, t)) return {&own_.at(own), t.dtype};
     }
     Dequantized& d = dequantized_[dtype_name(t.dtype)];
     d.num_tensors += 1;
@@ -197,6 +206,7 @@ class LinearBuilder {
   const LinearPlacement& placement_;
   Plugin main_;
   std::optional<Plugin> blocks_;
+  std::map<std::string, Plugin> own_;  // the plugins GPTQ/AWQ weights fall to
   std::shared_ptr<LinearWorkspace> staging_ = std::make_shared<LinearWorkspace>();
   std::map<std::string, Dequantized> dequantized_;
   std::map<std::string, std::set<std::string>> used_;  // plugin -> ggml types it serves ("" for float)
@@ -230,6 +240,8 @@ ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins,
   TensorSlices& cut = *w.slices;
   // A weight's output rows [first, first + count), or its input columns.
   auto rows = [&](const TensorView& t, int64_t first, int64_t count) {
+    if (split && is_int_groups_dtype(t.dtype))
+      throw Error(ErrorCode::unsupported, t.name + ": a GPTQ/AWQ weight is not cut for parallel.tensor");
     return split ? &cut.rows(t, first, count) : &t;
   };
   // A plugin that quantizes input columns in groups keeps its groups whole:
@@ -243,6 +255,8 @@ ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins,
                       std::to_string(t.shape[1]) + "], which " + linear.main_name() + "'s groups of " +
                       std::to_string(group) + " do not divide (set a group_size in plugins.linear_options that "
                       "divides it, or another degree)");
+    if (split && is_int_groups_dtype(t.dtype))
+      throw Error(ErrorCode::unsupported, t.name + ": a GPTQ/AWQ weight is not cut for parallel.tensor");
     return split ? &cut.columns(t, first, count) : &t;
   };
   const int64_t q_first = ts.q_head_first * hd, q_count = ts.q_heads * hd;

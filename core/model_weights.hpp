@@ -9,7 +9,10 @@
 // plugins.linear when it computes on that type, else plugins.linear_blocks
 // (linear.gguf: the file's blocks, never dequantized) when it does, else
 // the weight is dequantized to F32 at load for plugins.linear, and the load
-// logs one line naming those tensors and what that costs in memory.
+// logs one line naming those tensors and what that costs in memory. A
+// GPTQ/AWQ weight (DType::int4_groups / int8_groups, core/int_groups.hpp)
+// goes the same way, its own plugin (linear.int4, linear.uint8_zp) tried
+// after plugins.linear_blocks, each projection of a fused layer a part.
 #pragma once
 
 #include <cstddef>

@@ -33,7 +33,7 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 }
 
 SafetensorsEntry parse_entry(const std::filesystem::path& file, const std::string& name, const json& v,
-                             uint64_t data_size) {
+                             uint64_t data_size, bool integers) {
   if (!v.is_object()) fail_tensor(file, name, "entry is not a JSON object");
   for (const char* key : {"dtype", "shape", "data_offsets"})
     if (!v.contains(key)) fail_tensor(file, name, std::string("missing '") + key + "'");
@@ -41,8 +41,12 @@ SafetensorsEntry parse_entry(const std::filesystem::path& file, const std::strin
   SafetensorsEntry e;
   const json& dtype = v.at("dtype");
   if (!dtype.is_string()) fail_tensor(file, name, "dtype is not a string");
-  if (!parse_safetensors_dtype(dtype.get<std::string>(), e.dtype))
-    fail_tensor(file, name, "dtype " + dtype.dump() + " is not supported (F32, F16, BF16)");
+  const std::string d = dtype.get<std::string>();
+  const bool integer = integers && (d == "I32" || d == "I8" || d == "U8");
+  if (integer) e.dtype = d == "I32" ? DType::i32 : d == "I8" ? DType::i8 : DType::u8;
+  if (!integer && !parse_safetensors_dtype(d, e.dtype))
+    fail_tensor(file, name,
+                "dtype " + dtype.dump() + " is not supported (F32, F16, BF16" + (integers ? ", I32, I8, U8)" : ")"));
 
   const json& shape = v.at("shape");
   if (!shape.is_array()) fail_tensor(file, name, "shape is not a list");
@@ -110,7 +114,8 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& file) : file_(std::make_shared<MappedFile>(file)) {
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& file, bool integers)
+    : file_(std::make_shared<MappedFile>(file)) {
   const uint64_t size = file_->size();
   if (size < 8) fail(file, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
   uint64_t header_len = 0;
@@ -140,7 +145,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& file) : file_(std:
         metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
       continue;
     }
-    entries_.emplace(name, parse_entry(file, name, value, data_size));
+    entries_.emplace(name, parse_entry(file, name, value, data_size, integers));
   }
 
   // No two non-empty tensors may share bytes: sort by start, compare neighbours.

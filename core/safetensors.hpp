@@ -50,8 +50,9 @@ class SafetensorsFile {
   // Maps and validates the file: header length and JSON, every entry's
   // dtype (F32, F16, BF16), shape and offsets (ordered, inside the buffer,
   // size = numel x dtype size, no two tensors overlapping). Throws
-  // Error(bad_checkpoint, "<file>: tensor '<name>': <what>").
-  explicit SafetensorsFile(const std::filesystem::path& file);
+  // Error(bad_checkpoint, "<file>: tensor '<name>': <what>"). With
+  // `integers`, I32, I8 and U8 tensors too (a GPTQ/AWQ file's packed weights).
+  explicit SafetensorsFile(const std::filesystem::path& file, bool integers = false);
 
   const std::filesystem::path& path() const { return file_->path(); }
   const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }

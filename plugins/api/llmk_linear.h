@@ -34,9 +34,13 @@ extern "C" {
  * 3.1: weight_dtype may name ggml blocks (LLMK_DTYPE_GGML_*, a GGUF file's
  * quantized tensors as stored). The host offers them only to plugins built
  * against 3.1 or later; supports() refuses a block type it has no kernel
- * for, and the host then dequantizes that weight to F32 for it. */
+ * for, and the host then dequantizes that weight to F32 for it.
+ * 3.2: weight_dtype may be LLMK_DTYPE_INT4_GROUPS or LLMK_DTYPE_INT8_GROUPS
+ * (weight points at an llmk_linear_int_groups: integers already quantized,
+ * a GPTQ or AWQ checkpoint's). Offered only to plugins built against 3.2 or
+ * later, with the same fallback as ggml blocks. */
 #define LLMK_LINEAR_API_MAJOR 3u
-#define LLMK_LINEAR_API_MINOR 1u
+#define LLMK_LINEAR_API_MINOR 2u
 #ifndef LLMK_LINEAR_API_BUILD_MINOR
 #define LLMK_LINEAR_API_BUILD_MINOR LLMK_LINEAR_API_MINOR
 #endif
@@ -57,6 +61,29 @@ typedef struct llmk_linear_desc {
   uint32_t activation_dtype; /* llmk_dtype of x and y: F32 on the CPU; F32, F16 or BF16 where the plugin takes them
                                 (linear.cublas); a plugin refuses a dtype it cannot serve */
 } llmk_linear_desc;
+
+/* Weight dtypes of 3.2 (beside llmk_plugin.h's llmk_dtype values): integers
+ * quantized in groups with scales and zero points, as GPTQ and AWQ
+ * checkpoints store them; the weight is an llmk_linear_int_groups. */
+#define LLMK_DTYPE_INT4_GROUPS 0x40u
+#define LLMK_DTYPE_INT8_GROUPS 0x41u
+
+/* A weight quantized in groups along in_features (3.2):
+ *   w[n, order(k)] = scales[n, k / group_size] * (q[n, k] - zeros[n, k / group_size])
+ * with order(k) = input_order[k], or k when input_order is NULL (a GPTQ
+ * checkpoint quantized in act-order stores its columns permuted: the plugin
+ * gathers x by input_order). Everything is borrowed for the duration of
+ * create() (longer with weight_outlives). */
+typedef struct llmk_linear_int_groups {
+  uint32_t bits;                /* 4 (LLMK_DTYPE_INT4_GROUPS) or 8 (LLMK_DTYPE_INT8_GROUPS) */
+  uint32_t group_size;          /* inputs per group; divides in_features */
+  uint32_t out_features;
+  uint32_t in_features;
+  const uint8_t* q;             /* [out, in] unsigned, rows of in * bits / 8 bytes; 4 bits: low nibble first */
+  const float* scales;          /* [out, in / group_size] */
+  const uint8_t* zeros;         /* [out, in / group_size], 0 .. 2^bits - 1 */
+  const uint32_t* input_order;  /* NULL, or [in]: a permutation of 0 .. in - 1 */
+} llmk_linear_int_groups;
 
 typedef struct llmk_linear_api {
   uint32_t api_version;  /* LLMK_LINEAR_API_VERSION */

@@ -29,12 +29,20 @@
 // tiles need in_features and group_size multiples of 64 (group_size at most
 // 512); asked for by name on another shape, they are refused with the
 // reason. All four give the same bits (kernels/cpu/linear_w4.hpp).
+//
+// Linear API 3.2: a weight already quantized to 4-bit groups (a GPTQ or AWQ
+// checkpoint's, llmk_linear_int_groups) is taken as it is: its integers,
+// scales and zero points are copied into the kernel's layout, nothing is
+// re-rounded (group_size, range and float_layers do not apply to it). An
+// act-order weight's input order is a gather of x into the workspace before
+// the kernel runs.
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/linear_w4.hpp"
+#include "plugins/quant_common/int_groups.hpp"
 #include "plugins/quant_common/linear_common.hpp"
 
 namespace llmk::quant {
@@ -46,9 +54,10 @@ class LinearInt4 {
   static constexpr const char* kDescription =
       "Int4 weights: groups along in_features with scales and zero points; activations int8 per group (or f32)";
   static constexpr const char* kCapabilities =
-      R"({"weight_dtypes":["f32","f16","bf16"],"scheme":"w4a8","options":{"group_size":128,"range":"mse","activations":"int8","float_layers":[],"matmul":"auto"}})";
+      R"({"weight_dtypes":["f32","f16","bf16","int4_groups"],"scheme":"w4a8","options":{"group_size":128,"range":"mse","activations":"int8","float_layers":[],"matmul":"auto"}})";
 
   static bool supports(const llmk_linear_desc& d, std::string& why) {
+    if (is_int_groups(d)) return supports_int_groups(d, why);
     if (!check_desc(d, why)) return false;
     try {
       const auto options = parse_options(d);
@@ -64,6 +73,10 @@ class LinearInt4 {
 
   explicit LinearInt4(const llmk_linear_desc& d) : threads_(thread_count(d)) {
     const auto options = parse_options(d);
+    if (is_int_groups(d)) {
+      take_int_groups(d, options);
+      return;
+    }
     shape_ = shape_of(d, options);
     activations_ = activations_of(d, options);
     if (layer_matches(layer_name(d), float_layers(options, {}, d))) {
@@ -80,7 +93,9 @@ class LinearInt4 {
 
   // Every row's int8 activations, or (f32 rows) a padded row or per-thread dequantized panels.
   size_t workspace_bytes(uint32_t num_rows) const {
-    return float_ ? 0 : kernels::cpu::w4_scratch_size(shape_, threads_, num_rows, activations_) * sizeof(float);
+    return float_ ? 0
+                  : gather_.bytes(num_rows) +
+                        kernels::cpu::w4_scratch_size(shape_, threads_, num_rows, activations_) * sizeof(float);
   }
 
   // CPU, F32 (supports() refuses anything else): x and y are floats; no queue.
@@ -89,8 +104,10 @@ class LinearInt4 {
     auto* y = static_cast<float*>(y_out);
     if (num_rows == 0) return;
     if (float_) return float_->forward(x, y, num_rows);
-    kernels::cpu::linear_w4(x, num_rows, shape_, packed_.data(), scale_.data(), zero_.data(), y,
-                            static_cast<float*>(workspace), threads_, activations_, matmul_);
+    const float* xs = gather_.apply(x, num_rows, workspace);
+    auto* scratch = reinterpret_cast<float*>(static_cast<char*>(workspace) + gather_.bytes(num_rows));
+    kernels::cpu::linear_w4(xs, num_rows, shape_, packed_.data(), scale_.data(), zero_.data(), y, scratch, threads_,
+                            activations_, matmul_);
   }
 
   size_t weight_bytes() const {
@@ -98,6 +115,58 @@ class LinearInt4 {
   }
 
  private:
+  static bool supports_int_groups(const llmk_linear_desc& d, std::string& why) {
+    if (!plugin::cpu_f32_linear(d, why)) return false;
+    const llmk_linear_int_groups* w = int_groups_of(d, 4, why);
+    if (w == nullptr) return false;
+    try {
+      const auto options = parse_options(d);
+      check_option_keys(options, {"group_size", "range", "activations", "float_layers", "matmul"}, d);
+      activations_of(d, options);
+      const kernels::cpu::W4Shape s{d.in_features, d.out_features, w->group_size};
+      if (!s.valid()) {
+        why = layer_name(d) + ": group_size " + std::to_string(w->group_size) +
+              " is not a multiple of 8 (the kernel's groups start on an octet)";
+        return false;
+      }
+      matmul_of(d, options, s);
+    } catch (const std::exception& e) {
+      why = e.what();
+      return false;
+    }
+    return true;
+  }
+
+  // The checkpoint's integers in the kernel's layout (linear_w4.hpp); padding channels stay zero.
+  void take_int_groups(const llmk_linear_desc& d, const nlohmann::json& options) {
+    std::string why;
+    const llmk_linear_int_groups* w = int_groups_of(d, 4, why);
+    if (w == nullptr) throw plugin::Error(LLMK_ERR_INVALID_ARGUMENT, why);
+    shape_ = kernels::cpu::W4Shape{d.in_features, d.out_features, w->group_size};
+    if (!shape_.valid())
+      throw plugin::Error(LLMK_ERR_UNSUPPORTED, layer_name(d) + ": group_size " + std::to_string(w->group_size) +
+                                                    " is not a multiple of 8");
+    activations_ = activations_of(d, options);
+    matmul_ = matmul_of(d, options, shape_);
+    gather_ = InputGather(*w);
+    packed_ = StreamArray<uint32_t>(kernels::cpu::w4_size(shape_));
+    scale_ = StreamArray<float>(shape_.group_params());
+    zero_ = StreamArray<uint8_t>(shape_.group_params());
+    std::memset(packed_.data(), 0, packed_.bytes());
+    std::memset(scale_.data(), 0, scale_.bytes());
+    std::memset(zero_.data(), 0, zero_.bytes());
+    const int64_t width = kernels::cpu::kPanels16Width, octets = shape_.k_pad() / 8, groups = shape_.num_groups();
+    for (int64_t n = 0; n < shape_.out_features; ++n) {
+      for (int64_t k = 0; k < shape_.in_features; ++k)
+        packed_.data()[((n / width) * octets + k / 8) * width + n % width] |= int_groups_q(*w, n, k) << (4 * (k % 8));
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t i = kernels::cpu::w4_param_index(shape_, n, g);
+        scale_.data()[i] = w->scales[n * groups + g];
+        zero_.data()[i] = w->zeros[n * groups + g];
+      }
+    }
+  }
+
   static kernels::cpu::W4Shape shape_of(const llmk_linear_desc& d, const nlohmann::json& options) {
     check_option_keys(options, {"group_size", "range", "activations", "float_layers", "matmul"}, d);
     float_layers(options, {}, d);
@@ -166,6 +235,7 @@ class LinearInt4 {
   kernels::cpu::W4Activations activations_ = kernels::cpu::W4Activations::int8;
   kernels::cpu::W4Matmul matmul_ = kernels::cpu::W4Matmul::vector;
   std::unique_ptr<FloatLayer> float_;
+  InputGather gather_;  // act-order weights: x gathered by the input order first
   StreamArray<uint32_t> packed_;  // [num_panels16(out), k_pad / 8, 16], 8 nibbles per word
   StreamArray<float> scale_;      // [num_panels16(out), num_groups, 16]
   StreamArray<uint8_t> zero_;     // [num_panels16(out), num_groups, 16]

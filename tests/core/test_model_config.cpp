@@ -231,7 +231,7 @@ TEST_CASE("features the engine does not implement are refused, never ignored", "
            {"mlp_bias", true, "mlp_bias=true is not supported"},
            {"torch_dtype", "float8_e4m3fn", "torch_dtype=\"float8_e4m3fn\" is not supported"},
            {"architectures", json::array({"GPT2LMHeadModel"}), "'GPT2LMHeadModel' is not supported"},
-           {"quantization_config", json::object({{"quant_method", "awq"}}), "quantization_config"},
+           {"quantization_config", json::object({{"quant_method", "fp8"}}), "quant_method 'fp8' is not supported"},
        }) {
     json k = base_config();
     k[key] = value;

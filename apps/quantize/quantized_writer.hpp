@@ -1,0 +1,29 @@
+// Writes what `llmk quantize` computed as a Hugging Face folder other
+// engines read: config.json (with quantization_config), model.safetensors
+// with each quantized projection packed as GPTQ (v1: checkpoint_format
+// "gptq", zero points stored minus one; qweight/qzeros/scales/g_idx, plus
+// quantize_config.json) or AWQ (GEMM packing), the layouts
+// core/gptq_checkpoint.hpp reads; every other tensor in F32. The tokenizer
+// files of a source folder are copied; a GGUF source's tokenizer stays in
+// the GGUF (load the folder with --tokenizer SOURCE.gguf).
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/quantize/quantizer.hpp"
+#include "core/checkpoint.hpp"
+
+namespace llmk::quantize {
+
+// The config.json object of a ModelConfig (architecture, shape, rope, ids, tie).
+nlohmann::json config_json(const ModelConfig& config);
+
+// Returns a note for the user ("" when none): how to load the folder.
+std::string write_quantized(const Checkpoint& source, const std::filesystem::path& source_path,
+                            const QuantizeResult& result, const QuantizeOptions& options,
+                            const std::filesystem::path& out_dir);
+
+}  // namespace llmk::quantize

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/draft_proposer.hpp"
 #include "core/error.hpp"
 
 namespace llmk {
@@ -64,6 +65,9 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
   const auto chosen = static_cast<int32_t>(config.parallel.steps_in_flight);
   options.max_steps_in_flight = chosen > 0 ? std::min(chosen, stages) : stages;
   options.speculative = config.speculative;
+  // A draft model's cache holds as many tokens as the target's.
+  if (config.speculative.method == "draft")
+    options.proposer = make_draft_proposer(config, *checkpoint, runtime.num_kv_slots, plugins);
   const SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   scheduling->scheduler = std::make_unique<Scheduler>(config.scheduler, limits, *scheduling->kv, options);
   scheduling->overlap = config.scheduler.overlap && stages == 1 && !scheduling->handoffs;

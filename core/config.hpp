@@ -162,10 +162,13 @@ struct DisaggregationSection {
 // num_tokens drafted tokens besides its own, greedy or sampled (n = 1, or
 // each sample after a fork), the output exactly the model's.
 struct SpeculativeSection {
-  std::string method = "none";     // none | ngram (prompt lookup)
+  std::string method = "none";     // none | ngram (prompt lookup) | draft (a draft model)
   uint32_t num_tokens = 4;         // drafts per step (k)
   uint32_t prompt_lookup_min = 2;  // ngram: shortest suffix matched
   uint32_t prompt_lookup_max = 4;  // ngram: longest suffix matched (tried first)
+  std::string draft_model;         // draft: HF directory or .gguf sharing the target's tokenizer
+  std::string draft_linear;        // draft: its linear plugin ("" = plugins.linear)
+  uint32_t max_batch_size = 0;     // steps with more decodes than this do not speculate (0: no limit)
 
   bool operator==(const SpeculativeSection&) const = default;
 };

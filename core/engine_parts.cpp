@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/draft_proposer.hpp"
 #include "core/error.hpp"
 
 namespace llmk {
@@ -67,6 +68,9 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
   options.stream = StreamWindow{static_cast<int32_t>(config.kv_cache.window),
                                 static_cast<int32_t>(config.kv_cache.sink_tokens),
                                 static_cast<int32_t>(config.kv_cache.block_size)};
+  // A draft model's cache holds as many tokens as the target's.
+  if (config.speculative.method == "draft")
+    options.proposer = make_draft_proposer(config, *checkpoint, runtime.num_kv_slots, plugins);
   const SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   scheduling->scheduler = std::make_unique<Scheduler>(config.scheduler, limits, *scheduling->kv, options);
   scheduling->overlap = config.scheduler.overlap && stages == 1 && !scheduling->handoffs;

@@ -41,7 +41,7 @@ Scheduler::Scheduler(const SchedulerSection& config, const SchedulerLimits& limi
     throw Error(ErrorCode::invalid_config, "scheduler: max_steps_in_flight must be at least 1, got " +
                                                std::to_string(options.max_steps_in_flight));
   max_steps_in_flight_ = is_static_ ? 1 : options.max_steps_in_flight;
-  init_speculation(options.speculative);
+  init_speculation(options.speculative, options.proposer);
   init_stream(options.stream);
 }
 
@@ -235,6 +235,7 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, std::optional<int32_t
     seq.pending_row = -1;
   }
   if (!seq.kv_export_key.empty()) export_handoff(seq, reason, error);
+  if (proposer_) proposer_->release(seq.seq_id);
   if (seq.status == SequenceStatus::running) {
     remove_running(&seq);
     // A static batch keeps a member that ends early as padding until the

@@ -134,6 +134,9 @@ struct SchedulerOptions {
   // allocator that can roll back (KvAllocator::can_truncate) and the
   // continuous policy with one step in flight.
   SpeculativeSection speculative{};
+  // The proposer of a method that needs a model (speculative.method draft:
+  // build_engine_parts makes it); null: make_proposer(speculative).
+  std::shared_ptr<Proposer> proposer;
   // Prefill/decode disaggregation (core/kv_handoff.hpp): saves the K/V a
   // finished prefill hands off and restores what a handed-off sequence
   // brings (the executor; nullptr: no handoffs), and where exports go.
@@ -335,7 +338,7 @@ class Scheduler {
   void insert_running(Sequence* seq);
   void remove_running(Sequence* seq);
   // scheduler_speculation.cpp: drafts, their rows, their verification.
-  void init_speculation(const SpeculativeSection& config);
+  void init_speculation(const SpeculativeSection& config, std::shared_ptr<Proposer> proposer);
   // StreamingLLM (core/scheduler_stream.cpp).
   void init_stream(const StreamWindow& stream);
   bool streaming() const { return stream_.window > 0; }
@@ -347,7 +350,8 @@ class Scheduler {
   bool may_speculate(const Sequence& seq) const;
   bool any_may_speculate(const StepPlan& plan);
   int32_t num_pending_decodes() const;
-  void propose_drafts(const Sequence& seq, int32_t max_drafts, std::vector<int32_t>& drafts) const;
+  void draft_for_step(int32_t max_drafts);
+  void propose_drafts(const Sequence& seq, int32_t max_drafts, std::vector<int32_t>& drafts);
   void add_draft_rows(StepPlan& plan, Sequence& seq, const std::vector<int32_t>& drafts);
   void apply_verified(const StepPlan& plan, const ScheduledSeq& s, size_t first_row, Sequence& seq,
                       const int32_t* sampled, TimePoint t, std::vector<TokenEvent>& events);
@@ -370,9 +374,11 @@ class Scheduler {
   int32_t max_num_seqs_ = 0;             // min(max_num_seqs, max_num_batched_tokens): decodes always fit
   int32_t max_num_batched_tokens_ = 0;
   int32_t max_steps_in_flight_ = 1;
-  std::unique_ptr<Proposer> proposer_;   // null: no speculation
+  std::shared_ptr<Proposer> proposer_;   // null: no speculation
   StreamWindow stream_{};                // window 0: every row kept
   int32_t num_speculative_tokens_ = 0;
+  uint32_t spec_max_batch_size_ = 0;     // speculative.max_batch_size
+  std::unordered_map<uint64_t, std::vector<int32_t>> step_drafts_;  // the plan's drafts, by sequence
 
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // live sequences
   std::unordered_map<std::string, RequestState> requests_;         // live requests

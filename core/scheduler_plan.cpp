@@ -149,6 +149,7 @@ bool Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
                                              static_cast<size_t>(max_steps_in_flight_));
   // Drafts take only the budget the decodes still to plan leave.
   int32_t num_decodes_left = proposer_ ? num_pending_decodes() : 0;
+  if (proposer_) draft_for_step(budget - num_decodes_left);
   std::vector<int32_t> drafts;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* seq = running_[i];

@@ -10,8 +10,11 @@
 
 namespace llmk {
 
-void Scheduler::init_speculation(const SpeculativeSection& config) {
-  proposer_ = make_proposer(config);
+void Scheduler::init_speculation(const SpeculativeSection& config, std::shared_ptr<Proposer> proposer) {
+  proposer_ = proposer ? std::move(proposer) : std::shared_ptr<Proposer>(make_proposer(config));
+  if (!proposer_ && config.method == "draft")
+    throw Error(ErrorCode::invalid_config, "speculative.method: 'draft' needs the draft model's proposer "
+                                           "(build_engine_parts makes it from speculative.draft_model)");
   if (!proposer_) return;
   const std::string method = "speculative.method: '" + config.method + "'";
   if (is_static_)
@@ -24,6 +27,7 @@ void Scheduler::init_speculation(const SpeculativeSection& config) {
                                                     "(truncate_seq, KV allocator API 2.3); plugins.kv_allocator's "
                                                     "cannot");
   num_speculative_tokens_ = static_cast<int32_t>(config.num_tokens);
+  spec_max_batch_size_ = config.max_batch_size;
 }
 
 int32_t Scheduler::num_pending_decodes() const {
@@ -49,16 +53,40 @@ bool Scheduler::any_may_speculate(const StepPlan& plan) {
   });
 }
 
-// Drafts for a decode that may speculate, never planning ahead, and never
-// past the tokens it may still generate: the step emits at most drafts + 1.
-void Scheduler::propose_drafts(const Sequence& seq, int32_t max_drafts, std::vector<int32_t>& drafts) const {
-  if (planning_ahead_ || seq.pending_row >= 0 || !may_speculate(seq)) return;
-  const int32_t room = seq.max_total_tokens() - seq.num_tokens() - 1;
-  const int32_t wanted = seq.sampling->num_speculative_tokens;  // -1: the engine's
-  const int32_t k = std::min({wanted >= 0 ? std::min(wanted, num_speculative_tokens_) : num_speculative_tokens_,
-                              max_drafts, room});
-  if (k <= 0) return;
-  proposer_->propose(seq.tokens, k, drafts);
+// The drafts of every decode that may speculate in the step being planned,
+// asked of the proposer at once (a draft model batches them): never planning
+// ahead, never past the tokens a sequence may still generate (the step
+// emits at most drafts + 1), at most max_drafts each, and none at all when
+// the step has more decodes than speculative.max_batch_size (where
+// verification rows cost more than the steps they save).
+void Scheduler::draft_for_step(int32_t max_drafts) {
+  step_drafts_.clear();
+  if (planning_ahead_ || max_drafts <= 0) return;
+  std::vector<DraftRequest> requests;
+  if (!speculation_pays(spec_max_batch_size_, num_pending_decodes())) return;
+  for (const Sequence* seq : running_) {
+    if (seq->num_kv_tokens >= seq->num_tokens() || seq->in_flight) continue;  // no decode this step
+    if (seq->pending_row >= 0 || !may_speculate(*seq)) continue;
+    const int32_t room = seq->max_total_tokens() - seq->num_tokens() - 1;
+    const int32_t wanted = seq->sampling->num_speculative_tokens;  // -1: the engine's
+    const int32_t k = std::min({wanted >= 0 ? std::min(wanted, num_speculative_tokens_) : num_speculative_tokens_,
+                                max_drafts, room});
+    if (k <= 0) continue;
+    requests.push_back(DraftRequest{seq->seq_id, seq->tokens, k, seq->max_total_tokens()});
+  }
+  if (requests.empty()) return;
+  std::vector<std::vector<int32_t>> out;
+  proposer_->propose(requests, out);
+  for (size_t i = 0; i < requests.size(); ++i)
+    if (!out[i].empty()) step_drafts_[requests[i].seq_id] = std::move(out[i]);
+}
+
+// This step's drafts for seq, at most max_drafts of them (the budget the
+// decodes planned before it left).
+void Scheduler::propose_drafts(const Sequence& seq, int32_t max_drafts, std::vector<int32_t>& drafts) {
+  const auto it = step_drafts_.find(seq.seq_id);
+  if (it == step_drafts_.end() || max_drafts <= 0) return;
+  drafts.assign(it->second.begin(), it->second.begin() + std::min<std::ptrdiff_t>(max_drafts, std::ssize(it->second)));
 }
 
 // The drafts follow the sequence's decode row, which add_to_batch has just

@@ -30,12 +30,17 @@ void NgramProposer::propose(std::span<const int32_t> tokens, int32_t max_tokens,
   }
 }
 
+void NgramProposer::propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) {
+  out.resize(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) propose(requests[i].tokens, requests[i].max_tokens, out[i]);
+}
+
 std::unique_ptr<Proposer> make_proposer(const SpeculativeSection& config) {
   if (config.method == "ngram")
     return std::make_unique<NgramProposer>(static_cast<int32_t>(config.prompt_lookup_min),
                                            static_cast<int32_t>(config.prompt_lookup_max));
-  if (config.method == "none") return nullptr;
-  throw Error(ErrorCode::invalid_config, "speculative.method: '" + config.method + "' is not one of none, ngram");
+  if (config.method == "none" || config.method == "draft") return nullptr;
+  throw Error(ErrorCode::invalid_config, "speculative.method: '" + config.method + "' is not one of none, ngram, draft");
 }
 
 int32_t num_accepted_greedy(std::span<const int32_t> drafts, std::span<const int32_t> choices) {
@@ -53,7 +58,12 @@ void validate_speculative(const EngineConfig& c) {
   auto fail = [](const std::string& key, const std::string& why) {
     throw Error(ErrorCode::invalid_config, key + ": " + why);
   };
-  if (s.method != "none" && s.method != "ngram") fail("speculative.method", "'" + s.method + "' is not one of none, ngram");
+  if (s.method != "none" && s.method != "ngram" && s.method != "draft")
+    fail("speculative.method", "'" + s.method + "' is not one of none, ngram, draft");
+  if (s.method == "draft" && s.draft_model.empty())
+    fail("speculative.draft_model", "is empty; speculative.method draft needs the draft model's path");
+  if (s.method != "draft" && !s.draft_model.empty())
+    fail("speculative.draft_model", "is set but speculative.method is '" + s.method + "' (set it to draft)");
   if (s.num_tokens < 1 || s.num_tokens > static_cast<uint32_t>(sampling_limits::max_speculative_tokens))
     fail("speculative.num_tokens", std::to_string(s.num_tokens) + " is out of range (allowed: 1 to " +
                                        std::to_string(sampling_limits::max_speculative_tokens) + ")");

@@ -15,9 +15,11 @@
 // equality decides acceptance and every emitted token is distributed as
 // plain sampling's (Leviathan et al. 2023; Chen et al. 2023).
 //
-// Proposers are an internal interface for now: prompt lookup needs nothing
-// but the sequence's tokens; a draft model will need the executor, and with
-// it a plugin kind of its own.
+// Proposers: the scheduler asks once per planned step for the drafts of
+// every decode that may speculate, so a proposer that runs a model runs
+// them as one batch (core/draft_proposer.hpp). Drafts are proposed with
+// certainty (a draft model's are its greedy choices), which is what the
+// verification rule above assumes of q.
 #pragma once
 
 #include <cstdint>
@@ -29,12 +31,23 @@
 
 namespace llmk {
 
+// One decode's wish for drafts in the step being planned.
+struct DraftRequest {
+  uint64_t seq_id = 0;
+  std::span<const int32_t> tokens;  // prompt, then generated; the newest last
+  int32_t max_tokens = 0;           // drafts wanted (> 0)
+  int32_t max_total_tokens = 0;     // the sequence never grows past this
+};
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
-  // Appends up to max_tokens drafts to follow `tokens` (prompt, then
-  // generated) to out; none when it has no guess.
-  virtual void propose(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const = 0;
+  // out[i] receives up to requests[i].max_tokens drafts to follow
+  // requests[i].tokens; none where the proposer has no guess. out is
+  // resized to requests.size().
+  virtual void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) = 0;
+  // The sequence has ended: what the proposer keeps for it goes.
+  virtual void release(uint64_t /*seq_id*/) {}
 };
 
 // Prompt lookup (n-gram): the last n tokens, for n from max_n down to min_n,
@@ -45,14 +58,27 @@ class NgramProposer final : public Proposer {
  public:
   // Throws Error(invalid_config) unless 1 <= min_n <= max_n.
   NgramProposer(int32_t min_n, int32_t max_n);
-  void propose(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const override;
+  void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) override;
+  // One sequence's drafts, appended to out.
+  void propose(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const;
 
  private:
   int32_t min_n_, max_n_;
 };
 
-// The proposer speculative.method names; null for "none".
+// The proposer speculative.method names when it needs no model (ngram);
+// null for "none" and "draft" (build_engine_parts makes the draft model's,
+// core/draft_proposer.hpp, and hands it over in SchedulerOptions::proposer).
 std::unique_ptr<Proposer> make_proposer(const SpeculativeSection& config);
+
+// The speculation policy: whether a step with num_decodes decodes
+// speculates under speculative.max_batch_size (0 never turns it down). The
+// threshold is the batch size where a verification row stops costing less
+// than the decode steps it saves, measured for the model and machine with
+// `llmk bench` at growing concurrency (docs/speculative.md, "Policy").
+inline bool speculation_pays(uint32_t max_batch_size, int32_t num_decodes) {
+  return max_batch_size == 0 || num_decodes <= static_cast<int32_t>(max_batch_size);
+}
 
 // Greedy verification: choices[i] is row i's choice (i = 0..drafts.size()).
 // Returns how many drafts are accepted: the emitted tokens are choices[0..a].

@@ -109,7 +109,7 @@ struct SamplerOpen {
   std::vector<int32_t> prompt_ids;  // only when the repetition penalty is on
   // Tokens sample 0 generated before its first row here (a request handed
   // off by a prefill replica, with its first token).
-  std::vector<int32_t> generated_ids;
+  std::vector<int32_t> generated_ids{};
 };
 
 struct SampleRow {  // one logits row of the step

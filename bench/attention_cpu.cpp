@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
                                  1.0f / std::sqrt(static_cast<float>(o.head_dim)),
                                  i8 ? LLMK_DTYPE_I8 : f16 ? LLMK_DTYPE_F16 : LLMK_DTYPE_F32, i8 ? o.group : 0, o.context, o.batch,
                                  o.threads, "{}", 0,  // no sliding window
-                                 LLMK_DEVICE_CPU, LLMK_DTYPE_F32, o.batch, o.block_size};
+                                 LLMK_DEVICE_CPU, LLMK_DTYPE_F32, o.batch, o.block_size, 0};  // no sinks
   llmk::AttentionImpl attention(registry.load(o.plugin, LLMK_PLUGIN_ATTENTION), desc);
   void* k_cache = i8 ? static_cast<void*>(kq.data()) : f16 ? static_cast<void*>(kh.data()) : kf.data();
   void* v_cache = i8 ? static_cast<void*>(vq.data()) : f16 ? static_cast<void*>(vh.data()) : vf.data();
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   const llmk_attention_step step{sizeof(llmk_attention_step), o.batch, o.batch, blocks_per_seq, o.block_size,
                                   num_slots, query_start.data(), context_lens.data(), slots.data(), tables.data(),
                                   query_start.data(), context_lens.data(), slots.data(), tables.data()};
-  const llmk_attention_layer layer{sizeof(llmk_attention_layer), q.data(), k.data(), v.data(), out.data(), kv};
+  const llmk_attention_layer layer{sizeof(llmk_attention_layer), q.data(), k.data(), v.data(), out.data(), kv, nullptr};
 
   const double bandwidth = llmk::bench::read_bandwidth_gbs(static_cast<int>(o.threads));
   // The plan is made once per step and serves every layer: time it apart

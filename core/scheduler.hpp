@@ -136,7 +136,7 @@ struct SchedulerOptions {
   SpeculativeSection speculative{};
   // The proposer of a method that needs a model (speculative.method draft:
   // build_engine_parts makes it); null: make_proposer(speculative).
-  std::shared_ptr<Proposer> proposer;
+  std::shared_ptr<Proposer> proposer{};
   // Prefill/decode disaggregation (core/kv_handoff.hpp): saves the K/V a
   // finished prefill hands off and restores what a handed-off sequence
   // brings (the executor; nullptr: no handoffs), and where exports go.

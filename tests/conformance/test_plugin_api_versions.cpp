@@ -53,7 +53,7 @@ TEST_CASE("an attention plugin built against API 3.0 loads, lacks 3.1's workspac
   CHECK(plugin.attention().struct_size == offsetof(llmk_attention_api, workspace_bound));
   CHECK(plugin.attention().workspace_bound == nullptr);
   const llmk_attention_desc desc{sizeof(llmk_attention_desc), 4, 2, 16, 0.25f, LLMK_DTYPE_F32, 0, 64, 64, 1, "{}",
-                                 0, LLMK_DEVICE_CPU, LLMK_DTYPE_F32, 4, 16};
+                                 0, LLMK_DEVICE_CPU, LLMK_DTYPE_F32, 4, 16, 0};
   AttentionImpl attention(plugin, desc);
   CHECK_FALSE(attention.workspace_bound().has_value());
   // 3.0 knows nothing of sinks (3.2): the host refuses to hand it any.

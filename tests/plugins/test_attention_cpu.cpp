@@ -217,7 +217,7 @@ TEST_CASE("attention.cpu refuses configurations it cannot serve, with a reason",
   CHECK(std::string(lib.info().name) == "attention.cpu");
   char why[256] = {};
   llmk_attention_desc d{sizeof(llmk_attention_desc), 6, 4, 64, 0.125f, LLMK_DTYPE_F32, 0, 128, 16, 1, "{}", 0,
-                        LLMK_DEVICE_CPU, LLMK_DTYPE_F32, 4, 16};
+                        LLMK_DEVICE_CPU, LLMK_DTYPE_F32, 4, 16, 0};
   CHECK(api.supports(&d, why, sizeof(why)) == 0);
   CHECK(std::string(why).find("divide") != std::string::npos);
   d.device = LLMK_DEVICE_CUDA;

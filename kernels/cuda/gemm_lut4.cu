@@ -38,8 +38,9 @@ __device__ __forceinline__ void unit_scales(const uint8_t* b, bool f16, float& s
 
 // A warp per output channel, a unit per lane at a time. x: [num_rows,
 // in_features], packed: [out, num_units] units, y: [num_rows, out].
-__global__ void lut4_gemv_kernel(const float* __restrict__ x, int num_rows, Lut4DeviceShape s,
-                                 const uint8_t* __restrict__ packed, float* __restrict__ y) {
+__global__ void __launch_bounds__(kGemvWarps * 32, 1)
+    lut4_gemv_kernel(const float* __restrict__ x, int num_rows, Lut4DeviceShape s, const uint8_t* __restrict__ packed,
+                     float* __restrict__ y) {
   __shared__ float table[16];
   if (threadIdx.x < 16) table[threadIdx.x] = codebook_value(static_cast<int>(s.codebook), threadIdx.x);
   __syncthreads();
@@ -75,8 +76,9 @@ __global__ void lut4_gemv_kernel(const float* __restrict__ x, int num_rows, Lut4
 }
 
 // w: [num_channels, in_features] bf16 from channels c0.. of the packed weight.
-__global__ void lut4_dequantize_kernel(Lut4DeviceShape s, const uint8_t* __restrict__ packed, int64_t c0,
-                                       int64_t num_channels, __nv_bfloat16* __restrict__ w) {
+__global__ void __launch_bounds__(kDequantThreads, 1)
+    lut4_dequantize_kernel(Lut4DeviceShape s, const uint8_t* __restrict__ packed, int64_t c0, int64_t num_channels,
+                           __nv_bfloat16* __restrict__ w) {
   __shared__ float table[16];
   if (threadIdx.x < 16) table[threadIdx.x] = codebook_value(static_cast<int>(s.codebook), threadIdx.x);
   __syncthreads();

@@ -62,7 +62,7 @@ TEST_CASE("attention.cuda's workspace_bound covers every step within its desc, a
     const uint32_t max_context = 4096, max_tokens = 48, max_seqs = 32;
     const llmk_attention_desc desc{sizeof(llmk_attention_desc), 8, 2, 64, 0.125f, LLMK_DTYPE_BF16, 0, max_context,
                                    max_tokens, 1, "{}", window, LLMK_DEVICE_CUDA, LLMK_DTYPE_BF16, max_seqs,
-                                   kBlockSize};
+                                   kBlockSize, 0};
     llmk_error err{};
     void* self = api.create(&desc, &err);
     REQUIRE(self != nullptr);

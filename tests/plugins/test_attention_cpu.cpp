@@ -246,7 +246,7 @@ TEST_CASE("attention.cpu rejects a block table that points outside the cache whe
   PluginLibrary lib("llmk_attention_cpu");
   const auto& api = lib.api<llmk_attention_api>();
   llmk_attention_desc d{sizeof(llmk_attention_desc), 2, 1, 16, 0.25f, LLMK_DTYPE_F32, 0, 64, 16, 1, "{}", 0,
-                        LLMK_DEVICE_CPU, LLMK_DTYPE_F32, 1, 4};
+                        LLMK_DEVICE_CPU, LLMK_DTYPE_F32, 1, 4, 0};
   llmk_error err{};
   void* self = api.create(&d, &err);
   REQUIRE(self);
@@ -265,7 +265,7 @@ TEST_CASE("attention.cpu declares the standard KV layout and holds run() to its 
   const auto& api = lib.api<llmk_attention_api>();
   // I8, group 8: 1 byte per element plus one float scale per 8 elements.
   llmk_attention_desc d{sizeof(llmk_attention_desc), 4, 2, 16, 0.25f, LLMK_DTYPE_I8, 8, 64, 16, 2, "{}", 0,
-                        LLMK_DEVICE_CPU, LLMK_DTYPE_F32, 1, 4};
+                        LLMK_DEVICE_CPU, LLMK_DTYPE_F32, 1, 4, 0};
   llmk_error err{};
   void* self = api.create(&d, &err);
   REQUIRE(self);
@@ -280,7 +280,7 @@ TEST_CASE("attention.cpu declares the standard KV layout and holds run() to its 
   std::vector<float> q(4 * 16, 1.0f), k(2 * 16, 1.0f), v(2 * 16, 1.0f), out(4 * 16), ks(8 * 4), vs(8 * 4);
   std::vector<int8_t> kc(8 * 32), vc(8 * 32);
   const llmk_attention_layer layer{sizeof(llmk_attention_layer), q.data(), k.data(), v.data(), out.data(),
-                                   {kc.data(), vc.data(), ks.data(), vs.data(), 8}};
+                                   {kc.data(), vc.data(), ks.data(), vs.data(), 8}, nullptr};
   // No plan yet: run() refuses.
   CHECK(api.run(self, &layer, nullptr, 0, nullptr, &err) == LLMK_ERR_INVALID_ARGUMENT);
   std::vector<int32_t> qs{0, 1}, ctx{1}, slots{0}, table{0};

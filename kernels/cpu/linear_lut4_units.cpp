@@ -90,8 +90,11 @@ struct F32 {
     const __m512 s0 = _mm512_permutexvar_ps(_mm512_setzero_si512(), s);
     const __m512 s1 = _mm512_permutexvar_ps(_mm512_set1_epi32(8), s);
     const __m512i idx = unit_indices(b);
+    // The lane index must be an immediate, unrolled or not (-O1 builds).
+    const __m128i quarters[4] = {_mm512_extracti32x4_epi32(idx, 0), _mm512_extracti32x4_epi32(idx, 1),
+                                 _mm512_extracti32x4_epi32(idx, 2), _mm512_extracti32x4_epi32(idx, 3)};
     LLMK_UNROLL for (int j = 0; j < 4; ++j) {
-      const __m512i i32 = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(idx, j));
+      const __m512i i32 = _mm512_cvtepu8_epi32(quarters[j]);
       u.w[j] = _mm512_mul_ps(_mm512_permutexvar_ps(i32, table), j < 2 ? s0 : s1);
     }
     return u;

@@ -94,6 +94,41 @@ void refuse_unsupported(const ParallelJob& job) {
                                             "pipeline stages run on executor.device=cpu");
 }
 
+// What cudaGetDeviceCount says: the count, or minus its error.
+int32_t probe_devices() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  return status == cudaSuccess ? count : -static_cast<int32_t>(status);
+}
+
+std::string probe_text(int32_t seen) {
+  return seen < 0 ? cudaGetErrorName(static_cast<cudaError_t>(-seen)) : std::to_string(seen) + " devices";
+}
+
+// The devices this process sees. In a job every rank probes and the ranks
+// agree before any of them goes on (one collective, before the executor's
+// first), so the error names every rank without a device, whichever rank
+// reports it first.
+int visible_devices(ParallelJob* job) {
+  const int32_t seen = probe_devices();
+  std::vector<int32_t> all{seen};
+  if (job) {
+    all.resize(static_cast<size_t>(job->size()));
+    job->world().all_gather(&seen, all.data(), 1, DType::i32);
+  }
+  std::string missing;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r] > 0) continue;
+    if (!missing.empty()) missing += ", ";
+    missing += (job ? "rank " + std::to_string(r) + " " : std::string()) + "(cudaGetDeviceCount: " + probe_text(all[r]) + ")";
+  }
+  if (!missing.empty())
+    throw Error(ErrorCode::unsupported, "executor.device is cuda, but no CUDA device is visible " +
+                                            (job ? "to " + missing + " of " + std::to_string(job->size()) : missing) +
+                                            "; executor.device=cpu serves on this machine");
+  return seen;
+}
+
 class CudaExecutor final : public Executor {
  public:
   // With a job: this rank's tensor shard (core/parallel.hpp).
@@ -105,13 +140,7 @@ class CudaExecutor final : public Executor {
       shard_ = model_shard(cfg_, job_->tensor(), job_->pipeline(), job_->rank());
       local_ = local_model_config(cfg_, shard_);
     }
-    int count = 0;
-    const cudaError_t status = cudaGetDeviceCount(&count);
-    if (status != cudaSuccess || count == 0)
-      throw Error(ErrorCode::unsupported,
-                  std::string("executor.device is cuda, but no CUDA device is visible (cudaGetDeviceCount: ") +
-                      (status != cudaSuccess ? cudaGetErrorName(status) : "0 devices") +
-                      "); executor.device=cpu serves on this machine");
+    const int count = visible_devices(job_.get());
     // A rank takes its node's GPU as comm.nccl does (its index on the node).
     device_index_ = job_ ? local_rank() % count : 0;
     check_cuda(cudaSetDevice(device_index_), "selecting the device");

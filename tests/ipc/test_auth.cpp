@@ -37,29 +37,6 @@ struct TempFile {
 
 std::string bearer(const std::string& secret) { return "-H " + test::shell_quote("Authorization: Bearer " + secret); }
 
-// Status, body and headers (lower-cased names) of one request.
-struct Reply {
-  test::HttpResult http;
-  std::map<std::string, std::string> headers;
-};
-Reply request(int port, const std::string& method, const std::string& path, const std::string& body,
-              const std::string& args) {
-  TempFile headers("");
-  Reply r;
-  r.http = curl(port, method, path, body, args + " -D " + headers.path.string());
-  std::ifstream in(headers.path);
-  for (std::string line; std::getline(in, line);) {
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = line.substr(0, colon);
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    std::string value = line.substr(colon + 1);
-    while (!value.empty() && (value.back() == '\r' || value.back() == ' ')) value.pop_back();
-    r.headers[name] = value.substr(value.find_first_not_of(' '));
-  }
-  return r;
-}
-
 std::string expected(const std::string& prompt, int32_t n) {
   return FakeBackend::expected_text(FakeBackend::tokenize(prompt, true), n);
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "support.hpp"
+#include "support/command.hpp"
 
 namespace llmk::test {
 
@@ -65,17 +66,7 @@ class ServeProcess {
         args.insert(args.begin() + 1, options.begin(), options.end());
       }
     }
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execvp(argv[0], argv.data());
-      ::_exit(127);
-    }
+    pid_ = spawn_logged(std::move(args), log_.string());
   }
   ~ServeProcess() {
     if (pid_ > 0 && !exited_) {

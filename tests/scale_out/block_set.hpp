@@ -65,7 +65,7 @@ inline std::vector<Job> shared_prefix_jobs(uint32_t seed, int num) {
   std::vector<Job> jobs;
   for (int i = 0; i < num; ++i) {
     Job j;
-    j.id = "j" + std::to_string(i);
+    j.id = std::string("j").append(std::to_string(i));  // not "j" + ...: GCC 12 warns (-Wrestrict) on that form
     if (pick(rng) < 7) j.prompt = prefixes[pick(rng) % prefixes.size()];
     for (int32_t k = len(rng); k > 0; --k) j.prompt.push_back(tok(rng));
     j.sp.max_tokens = gen(rng);

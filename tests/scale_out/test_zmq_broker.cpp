@@ -46,17 +46,7 @@ class BrokerProcess {
     std::vector<std::string> args = {LLMK_BINARY_DIR "/bin/llmk", "broker", "--clients", clients_, "--workers",
                                      workers_, "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "2000"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
+    pid_ = test::spawn_logged(std::move(args), log_.string());
   }
   ~BrokerProcess() {
     if (!exited_) {
@@ -138,6 +128,22 @@ bool wait_registered(Client& client, std::set<std::string> names) {
   return test::eventually([&] { return registered(client) == names; }, std::chrono::seconds(60));
 }
 
+// A broker with two replicas, a and b, and a probe client on the broker's
+// endpoint.
+struct TwoReplicas {
+  BrokerProcess broker;
+  ServeProcess a, b;
+  Client probe;
+  TwoReplicas()
+      : a({"--zmq-broker", broker.workers()}), b({"--zmq-broker", broker.workers()}), probe(broker.clients()) {}
+  // Both replicas up and registered with the broker.
+  bool ready() {
+    return a.wait_ready() && b.wait_ready() && wait_registered(probe, {replica_name(a), replica_name(b)});
+  }
+  ServeProcess& named(const std::string& name) { return name == replica_name(a) ? a : b; }
+  ServeProcess& other_than(const std::string& name) { return name == replica_name(a) ? b : a; }
+};
+
 // A request that runs long enough to act on while it is live: 8 samples of
 // 480 tokens each, EOS ignored.
 json long_submit(const std::string& id) {
@@ -161,14 +167,10 @@ std::string serving_replica(Client& client) {
 }  // namespace
 
 TEST_CASE("two llmk serve replicas behind llmk broker serve the ZeroMQ clients unchanged", "[serve][broker]") {
-  BrokerProcess broker;
-  ServeProcess a({"--zmq-broker", broker.workers()});
-  ServeProcess b({"--zmq-broker", broker.workers()});
-  REQUIRE(a.wait_ready());
-  REQUIRE(b.wait_ready());
+  TwoReplicas two;
+  auto& [broker, a, b, probe] = two;
   INFO("broker log:\n" << broker.log() << "\nreplica a:\n" << a.log() << "\nreplica b:\n" << b.log());
-  Client probe(broker.clients());
-  REQUIRE(wait_registered(probe, {replica_name(a), replica_name(b)}));
+  REQUIRE(two.ready());
   const json health = broker_health(probe);
   CHECK(health["status"] == "ok");
   CHECK(health["num_replicas"] == 2);
@@ -256,13 +258,9 @@ TEST_CASE("two llmk serve replicas behind llmk broker serve the ZeroMQ clients u
 
 TEST_CASE("a replica killed behind the broker gets no more requests and the other serves them all",
           "[serve][broker]") {
-  BrokerProcess broker;
-  ServeProcess a({"--zmq-broker", broker.workers()});
-  ServeProcess b({"--zmq-broker", broker.workers()});
-  REQUIRE(a.wait_ready());
-  REQUIRE(b.wait_ready());
-  Client probe(broker.clients());
-  REQUIRE(wait_registered(probe, {replica_name(a), replica_name(b)}));
+  TwoReplicas two;
+  auto& [broker, a, b, probe] = two;
+  REQUIRE(two.ready());
   a.signal(SIGKILL);
   REQUIRE(a.wait_exit(std::chrono::seconds(10)) != -1);
   // The broker drops the dead replica (its connection closed, or silent for 2 s).
@@ -284,14 +282,10 @@ TEST_CASE("a replica killed behind the broker gets no more requests and the othe
 }
 
 TEST_CASE("a cancel through the broker reaches the replica serving the request, and only it", "[serve][broker]") {
-  BrokerProcess broker;
-  ServeProcess a({"--zmq-broker", broker.workers()});
-  ServeProcess b({"--zmq-broker", broker.workers()});
-  REQUIRE(a.wait_ready());
-  REQUIRE(b.wait_ready());
+  TwoReplicas two;
+  auto& [broker, a, b, probe] = two;
   INFO("broker log:\n" << broker.log());
-  Client probe(broker.clients());
-  REQUIRE(wait_registered(probe, {replica_name(a), replica_name(b)}));
+  REQUIRE(two.ready());
   RawPeer peer(broker.clients());
   peer.send_json(long_submit("long-1"));
   const json first = peer.recv_json(std::chrono::seconds(30));
@@ -310,8 +304,8 @@ TEST_CASE("a cancel through the broker reaches the replica serving the request, 
     if (m["done"] == true) break;
   }
   CHECK(cancelled.size() == 8);
-  ServeProcess& served = serving == replica_name(a) ? a : b;
-  ServeProcess& other = serving == replica_name(a) ? b : a;
+  ServeProcess& served = two.named(serving);
+  ServeProcess& other = two.other_than(serving);
   CHECK(metric(served.http_port(), R"(llmk_requests_total{frontend="zmq",finish_reason="cancelled")") == 1);
   CHECK(metric(other.http_port(), "llmk_requests_total") == 0);
   CHECK(metric(other.http_port(), "llmk_prompt_tokens_total") == 0);
@@ -323,14 +317,10 @@ TEST_CASE("a cancel through the broker reaches the replica serving the request, 
 }
 
 TEST_CASE("a client that vanishes behind the broker has its request cancelled on its replica", "[serve][broker]") {
-  BrokerProcess broker;
-  ServeProcess a({"--zmq-broker", broker.workers()});
-  ServeProcess b({"--zmq-broker", broker.workers()});
-  REQUIRE(a.wait_ready());
-  REQUIRE(b.wait_ready());
+  TwoReplicas two;
+  auto& [broker, a, b, probe] = two;
   INFO("broker log:\n" << broker.log());
-  Client probe(broker.clients());
-  REQUIRE(wait_registered(probe, {replica_name(a), replica_name(b)}));
+  REQUIRE(two.ready());
   std::string serving;
   {
     RawPeer peer(broker.clients());
@@ -342,7 +332,7 @@ TEST_CASE("a client that vanishes behind the broker has its request cancelled on
     REQUIRE((serving == replica_name(a) || serving == replica_name(b)));
     peer.close();  // no bye: the client just goes away
   }
-  ServeProcess& served = serving == replica_name(a) ? a : b;
+  ServeProcess& served = two.named(serving);
   const std::string cancelled = R"(llmk_requests_total{frontend="zmq",finish_reason="cancelled")";
   CHECK(test::eventually([&] { return metric(served.http_port(), cancelled) == 1; }, std::chrono::seconds(30)));
   CHECK(test::eventually([&] { return metric(served.http_port(), "llmk_num_requests_running") == 0; },
@@ -353,14 +343,10 @@ TEST_CASE("a client that vanishes behind the broker has its request cancelled on
 }
 
 TEST_CASE("killing the replica serving a request gives its client a peer_lost error naming it", "[serve][broker]") {
-  BrokerProcess broker;
-  ServeProcess a({"--zmq-broker", broker.workers()});
-  ServeProcess b({"--zmq-broker", broker.workers()});
-  REQUIRE(a.wait_ready());
-  REQUIRE(b.wait_ready());
+  TwoReplicas two;
+  auto& [broker, a, b, probe] = two;
   INFO("broker log:\n" << broker.log());
-  Client probe(broker.clients());
-  REQUIRE(wait_registered(probe, {replica_name(a), replica_name(b)}));
+  REQUIRE(two.ready());
   // The client's own silence limit is far away: the error must come from the broker.
   Client client(broker.clients(), {.server_timeout = std::chrono::seconds(120)});
   Request request;
@@ -376,7 +362,7 @@ TEST_CASE("killing the replica serving a request gives its client a peer_lost er
   REQUIRE(first->finish_reason != FinishReason::error);
   const std::string serving = serving_replica(probe);
   REQUIRE((serving == replica_name(a) || serving == replica_name(b)));
-  ServeProcess& served = serving == replica_name(a) ? a : b;
+  ServeProcess& served = two.named(serving);
   served.signal(SIGKILL);
   std::optional<RequestEvent> last;
   for (auto ev = events->next(std::chrono::seconds(60)); ev; ev = events->next(std::chrono::seconds(60))) last = ev;
@@ -385,7 +371,7 @@ TEST_CASE("killing the replica serving a request gives its client a peer_lost er
   CHECK(last->error_code == ErrorCode::peer_lost);
   CHECK_THAT(last->error, Catch::Contains(serving));
   // The other replica is still registered and serves.
-  ServeProcess& other = serving == replica_name(a) ? b : a;
+  ServeProcess& other = two.other_than(serving);
   REQUIRE(wait_registered(probe, {replica_name(other)}));
   Request next = request;
   next.id = "after";
@@ -420,14 +406,10 @@ TEST_CASE("replicas register again with a broker that restarts on the same endpo
 }
 
 TEST_CASE("a hung replica is dropped, and registers again when it runs on", "[serve][broker]") {
-  BrokerProcess broker;
-  ServeProcess a({"--zmq-broker", broker.workers()});
-  ServeProcess b({"--zmq-broker", broker.workers()});
-  REQUIRE(a.wait_ready());
-  REQUIRE(b.wait_ready());
+  TwoReplicas two;
+  auto& [broker, a, b, probe] = two;
   INFO("broker log:\n" << broker.log() << "\nreplica a:\n" << a.log());
-  Client probe(broker.clients());
-  REQUIRE(wait_registered(probe, {replica_name(a), replica_name(b)}));
+  REQUIRE(two.ready());
   a.signal(SIGSTOP);
   REQUIRE(wait_registered(probe, {replica_name(b)}));  // silent past the 2 s heartbeat timeout
   a.signal(SIGCONT);

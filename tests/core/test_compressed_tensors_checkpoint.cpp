@@ -2,7 +2,8 @@
 // against fixtures written by tests/core/compressed_tensors_pack.py from the
 // format's definition: the loaded weights equal the packer's own
 // dequantization bit for bit (int4 pack-quantized, symmetric and with packed
-// zero points; int8 naive-quantized), and bad input is refused naming the
+// zero points; int8 naive-quantized; int8 int-quantized with BF16 channel
+// scales, llm-compressor's W8A8), and bad input is refused naming the
 // tensor or the config key.
 #include <catch2/catch.hpp>
 
@@ -29,10 +30,10 @@ void pack(const TempDir& dir, const std::string& mode) {
 
 }  // namespace
 
-TEST_CASE("compressed-tensors int4 and int8 checkpoints load to the packer's own dequantized weights, bit for bit",
+TEST_CASE("compressed-tensors int4, int8 and W8A8 checkpoints load to the packer's own dequantized weights, bit for bit",
           "[checkpoint][compressed_tensors]") {
   if (!llmk::test::have_venv_python()) LLMK_SKIP("the project venv with numpy is absent");
-  for (const char* mode : {"int4_group", "int4_group_asym", "int8_naive"}) {
+  for (const char* mode : {"int4_group", "int4_group_asym", "int8_naive", "int8_w8a8"}) {
     INFO(mode);
     TempDir dir;
     pack(dir, mode);

@@ -88,6 +88,7 @@ class CompressedTensorsCheckpoint final : public Checkpoint {
     scheme_ = scheme_of(cfg.at("quantization_config"), config_file);
     cfg.erase("quantization_config");
     config_ = parse_model_config_json(cfg.dump(), config_file.string());
+    apply_folder_configs(config_, dir);
     if (fs::exists(dir / "model.safetensors.index.json"))
       throw Error(ErrorCode::unsupported, (dir / "model.safetensors.index.json").string() +
                                               ": sharded compressed-tensors checkpoints are not supported");

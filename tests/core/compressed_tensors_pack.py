@@ -107,6 +107,11 @@ def main():
                                       "ignore": ["lm_head"]}}
     with open(f"{out_dir}/config.json", "w") as f:
         json.dump(config, f)
+    if w8a8:  # the folder's own files beside config.json: no BOS, another EOS
+        with open(f"{out_dir}/tokenizer_config.json", "w") as f:
+            json.dump({"add_bos_token": False}, f)
+        with open(f"{out_dir}/generation_config.json", "w") as f:
+            json.dump({"bos_token_id": 1, "eos_token_id": [2, 7]}, f)
     head = HIDDEN // HEADS
     shapes = {"self_attn.q_proj": (HIDDEN, HIDDEN), "self_attn.k_proj": (KV_HEADS * head, HIDDEN),
               "self_attn.v_proj": (KV_HEADS * head, HIDDEN), "self_attn.o_proj": (HIDDEN, HIDDEN),

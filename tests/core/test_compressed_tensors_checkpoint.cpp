@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
@@ -38,6 +39,10 @@ TEST_CASE("compressed-tensors int4, int8 and W8A8 checkpoints load to the packer
     TempDir dir;
     pack(dir, mode);
     const auto ckpt = llmk::load_checkpoint(dir.path());
+    if (std::string(mode) == "int8_w8a8") {  // tokenizer_config.json and generation_config.json apply
+      CHECK_FALSE(ckpt->config().add_bos_token);
+      CHECK(ckpt->config().eos_token_ids == std::vector<int32_t>{2, 7});
+    }
     const llmk::SafetensorsFile expected(dir.path() / "expected.safetensors");
     REQUIRE(expected.entries().size() == ckpt->tensors().size());
     for (const auto& [name, e] : expected.entries()) {

@@ -44,8 +44,6 @@ int run_quantize(QuantizeCommand& c) {
     c.options.spec.bits = 8;
     c.options.spec.group_size = -1;
   }
-  if (!(c.options.alpha >= 0.0 && c.options.alpha <= 1.0))
-    throw Error(ErrorCode::invalid_argument, "quantize: --alpha " + std::to_string(c.options.alpha) + " is outside [0, 1]");
   if (c.options.method == quantize::Method::awq && c.options.spec.bits != 4)
     throw Error(ErrorCode::invalid_argument, "quantize: --method awq writes 4-bit weights (--bits 4)");
   c.options.spec.min_zero = c.options.method == quantize::Method::awq ? 0 : 1;  // GPTQ v1 stores zero - 1
@@ -67,6 +65,8 @@ int run_quantize(QuantizeCommand& c) {
   progress.finish();
   const std::string note = quantize::write_quantized(*checkpoint, cfg.model.path, result, c.options, c.out_dir);
 
+  // SmoothQuant's baseline is the same W8A8 rounding without smoothing.
+  const char* baseline = c.options.method == quantize::Method::smoothquant ? "unsmoothed W8A8" : "RTN";
   int kept = 0, better = 0, quantized = 0;
   double err = 0, rtn = 0;
   for (const auto& r : result.report) {
@@ -78,7 +78,7 @@ int run_quantize(QuantizeCommand& c) {
     better += r.error < r.rtn_error ? 1 : 0;
     err += r.error;
     rtn += r.rtn_error;
-    if (c.report) std::printf("%-44s error %.6g  rtn %.6g\n", r.name.c_str(), r.error, r.rtn_error);
+    if (c.report) std::printf("%-44s error %.6g  %s %.6g\n", r.name.c_str(), r.error, baseline, r.rtn_error);
   }
   double ratio = 0, smoothed_ratio = 0;
   for (const auto& s : result.smoothing) {
@@ -92,10 +92,11 @@ int run_quantize(QuantizeCommand& c) {
     std::printf("quantize: smoothquant, alpha %.3g: %zu inputs smoothed; largest outlier ratio (channel max / median "
                 "channel max) %.4g -> %.4g\n",
                 c.options.alpha, result.smoothing.size(), ratio, smoothed_ratio);
-  std::printf("quantize: %s, %d bits, group %lld%s: %d projections quantized (%d below RTN's output error; summed "
-              "error %.6g vs RTN %.6g), %d kept in float; wrote %s\n",
+  std::printf("quantize: %s, %d bits, group %lld%s: %d projections quantized (%d below %s's output error; summed "
+              "error %.6g vs %s %.6g), %d kept in float; wrote %s\n",
               c.method.c_str(), c.options.spec.bits, static_cast<long long>(c.options.spec.group_size),
-              c.options.spec.act_order ? ", act-order" : "", quantized, better, err, rtn, kept, c.out_dir.c_str());
+              c.options.spec.act_order ? ", act-order" : "", quantized, better, baseline, err, baseline, rtn, kept,
+              c.out_dir.c_str());
   if (!note.empty()) std::printf("quantize: %s\n", note.c_str());
   return 0;
 }
@@ -121,7 +122,9 @@ const CommandRegistration registration{
       cmd.add_option("--samples", c->options.num_samples, "calibration sequences")->capture_default_str();
       cmd.add_option("--seq-len", c->options.seq_len, "tokens per calibration sequence")->capture_default_str();
       cmd.add_option("--awq-grid", c->options.awq_grid, "AWQ: scale exponents tried in [0, 1)")->capture_default_str();
-      cmd.add_option("--alpha", c->options.alpha, "SmoothQuant: migration strength in [0, 1]")->capture_default_str();
+      cmd.add_option("--alpha", c->options.alpha, "SmoothQuant: migration strength in [0, 1]")
+          ->check(CLI::Range(0.0, 1.0))
+          ->capture_default_str();
       cmd.add_flag("--report", c->report, "print every projection's output error beside RTN's");
       return [c]() -> int { return run_quantize(*c); };
     }};

@@ -96,7 +96,7 @@ float max_of(const std::vector<float>& v) { return *std::max_element(v.begin(), 
 
 }  // namespace
 
-TEST_CASE("SmoothQuant's folded scales leave the float model's output unchanged and flatten every input they smooth",
+TEST_CASE("SmoothQuant's folded scales leave the float model's output unchanged and lower every smoothed input's largest activation",
           "[quantize][smoothquant]") {
   const auto checkpoint = load_checkpoint(kStories);
   const ModelConfig& cfg = checkpoint->config();

@@ -88,6 +88,7 @@ class CompressedTensorsCheckpoint final : public Checkpoint {
     scheme_ = scheme_of(cfg.at("quantization_config"), config_file);
     cfg.erase("quantization_config");
     config_ = parse_model_config_json(cfg.dump(), config_file.string());
+    apply_folder_configs(config_, dir);
     if (fs::exists(dir / "model.safetensors.index.json"))
       throw Error(ErrorCode::unsupported, (dir / "model.safetensors.index.json").string() +
                                               ": sharded compressed-tensors checkpoints are not supported");
@@ -121,8 +122,8 @@ class CompressedTensorsCheckpoint final : public Checkpoint {
     };
     Scheme s;
     s.format = q.value("format", "");
-    if (s.format != "pack-quantized" && s.format != "naive-quantized")
-      refuse("format '" + s.format + "' is not supported (pack-quantized, naive-quantized)");
+    if (s.format != "pack-quantized" && s.format != "naive-quantized" && s.format != "int-quantized")
+      refuse("format '" + s.format + "' is not supported (pack-quantized, int-quantized, naive-quantized)");
     if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].size() != 1)
       refuse("config_groups must hold exactly one group");
     const json& w = q["config_groups"].begin().value().value("weights", json::object());
@@ -132,7 +133,7 @@ class CompressedTensorsCheckpoint final : public Checkpoint {
     s.strategy = w.value("strategy", "");
     s.group_size = w.contains("group_size") && w["group_size"].is_number_integer() ? w["group_size"].get<int64_t>() : 0;
     if (s.bits != 4 && s.bits != 8) refuse("config_groups weights.num_bits " + std::to_string(s.bits) + " (4 or 8)");
-    if (s.format == "naive-quantized" && s.bits != 8) refuse("naive-quantized with num_bits 4 (8 only)");
+    if (s.format != "pack-quantized" && s.bits != 8) refuse(s.format + " with num_bits 4 (8 only)");
     if (s.strategy != "channel" && s.strategy != "group" && s.strategy != "tensor")
       refuse("config_groups weights.strategy '" + s.strategy + "' (channel, group, tensor)");
     if (s.strategy == "group" && s.group_size <= 0) refuse("config_groups weights.group_size must be positive");

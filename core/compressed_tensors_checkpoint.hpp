@@ -5,7 +5,10 @@
 //       (q signed); X.weight_scale [out, num_groups] (F32, F16 or BF16); X.weight_shape I64/I32 [2];
 //       asymmetric: X.weight_zero_point I32 [ceil(out * bits / 32), num_groups], packed the same way
 //       along the output dimension
-//   format "naive-quantized" (8 bits): X.weight I8 [out, in], X.weight_scale, [X.weight_zero_point I8]
+//   format "int-quantized" or "naive-quantized" (8 bits): X.weight I8 [out, in], X.weight_scale,
+//       [X.weight_zero_point I8]; int-quantized is what llm-compressor writes for W8A8 (channel
+//       scales [out, 1]; its input_activations, int8 per token and dynamic, need no tensor: serve
+//       such a checkpoint with linear.int8, which quantizes activations that way)
 // one config group (weights: num_bits, symmetric, strategy "channel" or
 // "group" with group_size, or "tensor"). A weight value is
 // (q - zero_point) * scale of its group, computed in f32 (one rounding);

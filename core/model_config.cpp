@@ -279,7 +279,12 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   const fs::path config_file = model_dir / "config.json";
   if (!fs::exists(config_file)) fail(ErrorCode::bad_checkpoint, config_file.string(), "not found");
   ModelConfig c = parse_model_config_json(read_text_file(config_file), config_file.string());
+  apply_folder_configs(c, model_dir);
+  return c;
+}
 
+void apply_folder_configs(ModelConfig& c, const std::filesystem::path& model_dir) {
+  namespace fs = std::filesystem;
   const fs::path generation_file = model_dir / "generation_config.json";
   if (fs::exists(generation_file)) {
     const json j = parse_json_object(read_text_file(generation_file), generation_file.string());
@@ -291,7 +296,6 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
     const json j = parse_json_object(read_text_file(tokenizer_file), tokenizer_file.string());
     c.add_bos_token = get_bool(j, "add_bos_token", tokenizer_file.string(), c.add_bos_token);
   }
-  return c;
 }
 
 int64_t ModelConfig::num_parameters() const {

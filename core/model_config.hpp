@@ -77,6 +77,9 @@ struct ModelConfig {
 // generation_config.json's bos/eos ids win over config.json's;
 // tokenizer_config.json supplies add_bos_token.
 ModelConfig load_model_config(const std::filesystem::path& model_dir);
+// What load_model_config takes from the folder beside config.json (generation_config.json's ids,
+// tokenizer_config.json's add_bos_token), for loaders that parse config.json themselves.
+void apply_folder_configs(ModelConfig& config, const std::filesystem::path& model_dir);
 // Parses one config.json file; `source` names it in errors. Absent keys take
 // transformers' defaults (num_key_value_heads = heads, head_dim = hidden /
 // heads, rms_norm_eps 1e-6, rope_theta 10000, untied, float32). Qwen2 has

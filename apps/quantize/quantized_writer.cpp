@@ -108,6 +108,34 @@ void add_awq(SafetensorsOut& st, const std::string& prefix, const IntGroupsWeigh
   st.add(prefix + ".scales", "F16", {groups, out}, scales_f16(w));
 }
 
+// compressed-tensors int-quantized: X.weight I8 [out, in] (q - 128 of the one-group-per-row weight),
+// X.weight_scale F32 [out, 1].
+void add_int8_channel(SafetensorsOut& st, const std::string& prefix, const IntGroupsWeight& w) {
+  const int64_t out = w.out_features, in = w.in_features;
+  std::vector<uint8_t> q(static_cast<size_t>(out * in));
+  for (int64_t n = 0; n < out; ++n)
+    for (int64_t k = 0; k < in; ++k)
+      q[static_cast<size_t>(n * in + k)] = static_cast<uint8_t>(static_cast<int8_t>(int{w.q_at(n, k)} - 128));
+  st.add(prefix + ".weight", "I8", {out, in}, std::move(q));
+  st.add_f32(prefix + ".weight_scale", {out, 1}, w.scales.data(), w.scales.size());
+}
+
+// llm-compressor's W8A8 scheme: int8 weights per output channel, int8 activations per token, dynamic.
+json w8a8_config() {
+  const json weights = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"},
+                        {"group_size", nullptr}, {"dynamic", false}, {"observer", "minmax"}};
+  const json activations = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"},
+                            {"group_size", nullptr}, {"dynamic", true}, {"observer", nullptr}};
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "int-quantized"},
+          {"quantization_status", "compressed"},
+          {"config_groups",
+           {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", activations},
+                         {"output_activations", nullptr}}}}},
+          {"ignore", {"lm_head"}},
+          {"kv_cache_scheme", nullptr}};
+}
+
 void write_json(const fs::path& file, const json& j) {
   std::ofstream out(file);
   out << j.dump(2) << "\n";
@@ -151,6 +179,8 @@ json config_json(const ModelConfig& c) {
 
 std::string write_quantized(const Checkpoint& source, const fs::path& source_path, const QuantizeResult& result,
                             const QuantizeOptions& o, const fs::path& out_dir) {
+  if (!o.round_weights)
+    throw Error(ErrorCode::invalid_argument, "quantize: weights left unrounded have no quantized format to write");
   fs::create_directories(out_dir);
   const ModelConfig& cfg = source.config();
   SafetensorsOut st;
@@ -158,6 +188,7 @@ std::string write_quantized(const Checkpoint& source, const fs::path& source_pat
     const std::string prefix = name.size() > 7 ? name.substr(0, name.size() - 7) : name;
     if (const auto q = result.linears.find(prefix); q != result.linears.end() && name.ends_with(".weight")) {
       if (o.method == Method::awq) add_awq(st, prefix, q->second.weight);
+      else if (o.method == Method::smoothquant) add_int8_channel(st, prefix, q->second.weight);
       else add_gptq(st, prefix, q->second.weight);
       continue;
     }
@@ -174,7 +205,9 @@ std::string write_quantized(const Checkpoint& source, const fs::path& source_pat
 
   const int64_t group = o.spec.group_size <= 0 ? -1 : o.spec.group_size;
   json qc;
-  if (o.method == Method::awq) {
+  if (o.method == Method::smoothquant) {
+    qc = w8a8_config();
+  } else if (o.method == Method::awq) {
     qc = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", group}, {"zero_point", true}, {"version", "gemm"}};
   } else {
     qc = {{"quant_method", "gptq"}, {"bits", o.spec.bits}, {"group_size", group}, {"desc_act", o.spec.act_order},

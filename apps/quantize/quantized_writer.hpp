@@ -3,7 +3,10 @@
 // with each quantized projection packed as GPTQ (v1: checkpoint_format
 // "gptq", zero points stored minus one; qweight/qzeros/scales/g_idx, plus
 // quantize_config.json) or AWQ (GEMM packing), the layouts
-// core/gptq_checkpoint.hpp reads; every other tensor in F32. The tokenizer
+// core/gptq_checkpoint.hpp reads, or SmoothQuant's W8A8 as compressed-tensors
+// "int-quantized" (int8 weights with channel scales, activations int8 per
+// token, dynamic: llm-compressor's W8A8 scheme, which
+// core/compressed_tensors_checkpoint.hpp reads); every other tensor in F32. The tokenizer
 // files of a source folder are copied; a GGUF source's tokenizer stays in
 // the GGUF (load the folder with --tokenizer SOURCE.gguf).
 #pragma once

@@ -1,10 +1,11 @@
 // `llmk quantize`'s driver: runs the float model over calibration samples
 // layer by layer and quantizes each decoder layer's seven projections with
-// RTN, GPTQ or AWQ, the inputs of layer i (and of each projection inside
+// RTN, GPTQ, AWQ or SmoothQuant (W8A8), the inputs of layer i (and of each projection inside
 // it) computed with everything before it already quantized, as the GPTQ
-// paper does (AWQ searches a layer's scales on its float outputs, then
-// rounds). The embedding, norms and lm_head stay float; AWQ rescales the
-// norms (and up_proj / v_proj rows) its scales fold into.
+// paper does (AWQ and SmoothQuant compute a layer's scales on its float
+// inputs, then round). The embedding, norms and lm_head stay float; AWQ and
+// SmoothQuant rescale the norms (and up_proj / v_proj rows) their scales
+// fold into (scale_fold.hpp).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@
 
 namespace llmk::quantize {
 
-enum class Method { rtn, gptq, awq };
+enum class Method { rtn, gptq, awq, smoothquant };
 
 struct QuantizeOptions {
   Method method = Method::gptq;
@@ -26,12 +27,16 @@ struct QuantizeOptions {
   int64_t num_samples = 8;   // calibration sequences
   int64_t seq_len = 256;     // tokens each
   int awq_grid = 20;
+  double alpha = 0.5;         // SmoothQuant's migration strength (smoothquant.hpp)
+  bool round_weights = true;  // false: SmoothQuant only smooths; result.floats holds every changed tensor
 };
 
 // One projection's output error on its calibration inputs (per row, summed
 // over outputs), quantized by the method and by plain rounding (RTN) of the
 // same weights; for AWQ, error and rtn_error are the fused group's (q/k/v,
-// gate/up) and repeat on each member.
+// gate/up) and repeat on each member. SmoothQuant: the group's W8A8 error
+// (weights per channel, activations per token) with smoothing, and without
+// (rtn_error).
 struct LinearReport {
   std::string name;  // "model.layers.3.self_attn.q_proj"
   double error = 0.0;
@@ -39,10 +44,19 @@ struct LinearReport {
   bool kept_float = false;  // its shape does not pack in the format: left in float
 };
 
+// One input SmoothQuant smoothed, over its calibration rows: the largest |x| and the outlier ratio (the
+// largest channel max over the median channel max), before and after dividing by the scales.
+struct SmoothReport {
+  std::string input;  // "model.layers.3.self_attn.qkv"
+  double abs_max = 0.0, smoothed_abs_max = 0.0;
+  double outlier_ratio = 0.0, smoothed_outlier_ratio = 0.0;
+};
+
 struct QuantizeResult {
   std::map<std::string, QuantizedLinear> linears;       // by projection name
-  std::map<std::string, std::vector<float>> floats;     // float tensors the output stores changed (AWQ), by tensor name
+  std::map<std::string, std::vector<float>> floats;     // float tensors the output stores changed (AWQ, SmoothQuant)
   std::vector<LinearReport> report;
+  std::vector<SmoothReport> smoothing;                  // SmoothQuant
 };
 
 // Whether the method's file format can store an [out, in] projection in these groups.

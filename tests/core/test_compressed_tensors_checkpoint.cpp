@@ -2,13 +2,15 @@
 // against fixtures written by tests/core/compressed_tensors_pack.py from the
 // format's definition: the loaded weights equal the packer's own
 // dequantization bit for bit (int4 pack-quantized, symmetric and with packed
-// zero points; int8 naive-quantized), and bad input is refused naming the
+// zero points; int8 naive-quantized; int8 int-quantized with BF16 channel
+// scales, llm-compressor's W8A8), and bad input is refused naming the
 // tensor or the config key.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
@@ -29,14 +31,18 @@ void pack(const TempDir& dir, const std::string& mode) {
 
 }  // namespace
 
-TEST_CASE("compressed-tensors int4 and int8 checkpoints load to the packer's own dequantized weights, bit for bit",
+TEST_CASE("compressed-tensors int4, int8 and W8A8 checkpoints load to the packer's own dequantized weights, bit for bit",
           "[checkpoint][compressed_tensors]") {
   if (!llmk::test::have_venv_python()) LLMK_SKIP("the project venv with numpy is absent");
-  for (const char* mode : {"int4_group", "int4_group_asym", "int8_naive"}) {
+  for (const char* mode : {"int4_group", "int4_group_asym", "int8_naive", "int8_w8a8"}) {
     INFO(mode);
     TempDir dir;
     pack(dir, mode);
     const auto ckpt = llmk::load_checkpoint(dir.path());
+    if (std::string(mode) == "int8_w8a8") {  // tokenizer_config.json and generation_config.json apply
+      CHECK_FALSE(ckpt->config().add_bos_token);
+      CHECK(ckpt->config().eos_token_ids == std::vector<int32_t>{2, 7});
+    }
     const llmk::SafetensorsFile expected(dir.path() / "expected.safetensors");
     REQUIRE(expected.entries().size() == ckpt->tensors().size());
     for (const auto& [name, e] : expected.entries()) {

@@ -17,45 +17,12 @@
 #include "core/checkpoint.hpp"
 #include "core/model_weights.hpp"
 #include "core/safetensors_writer.hpp"
-#include "core/tokenizer.hpp"
+#include "quant/quantize_test_data.hpp"
 
 using namespace llmk;
 using namespace llmk::quantize;
 using namespace llmk::test;
 namespace fs = std::filesystem;
-
-namespace {
-
-const fs::path kStories = fs::path(LLMK_SHARED_DIR) / "models" / "stories260K";
-
-// Calibration text in the model's own register (not one of the golden prompts).
-const char* kCalibration =
-    "Once upon a time, there was a small dog named Max. Max liked to run in the big green park with his friend Sam. "
-    "One day, Max found a shiny red box under a tree. He barked and wagged his tail. Sam came and opened the box. "
-    "Inside there was a little toy car! Max and Sam played with the car all day. When the sun went down, they went "
-    "home and had a warm dinner. Mom said, \"You two look so happy today.\" Max was tired but he felt very good. "
-    "The next morning, a girl named Amy came to the park. She was sad because she lost her doll. Max wanted to help. "
-    "He ran around the park and looked under every bush. At last he found the doll near the pond. Amy hugged Max "
-    "and said thank you. They became good friends and played together every day after that.";
-
-std::vector<int32_t> calibration_tokens() {
-  const Tokenizer tok(kStories / "tokenizer.model");
-  return tok.encode(kCalibration, false);
-}
-
-QuantizeOptions options(Method method, int bits, int64_t group, bool act_order = false) {
-  QuantizeOptions o;
-  o.method = method;
-  o.spec.bits = bits;
-  o.spec.group_size = group;
-  o.spec.act_order = act_order;
-  o.spec.min_zero = method == Method::awq ? 0 : 1;
-  o.num_samples = 4;
-  o.seq_len = 64;
-  return o;
-}
-
-}  // namespace
 
 TEST_CASE("the calibration forward gives stories260K's golden last-position logits", "[quantize]") {
   const auto checkpoint = load_checkpoint(kStories);

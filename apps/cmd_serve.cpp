@@ -82,6 +82,11 @@ int serve(const ServeOptions& o) {
   server_options.auth = auth;
   server_options.request_timeout_s = config.server.request_timeout_s;
   server_options.tls = tls;
+  const auto ms = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
+  server_options.http_io_timeout = ms(config.server.io_timeout_s);
+  server_options.poll = {.keep = ms(config.server.poll_keep_s),
+                         .max_finished = config.server.poll_max_finished,
+                         .max_wait = ms(config.server.poll_max_wait_s)};
   ipc::Server server(backend, server_options);
   spdlog::info("ready: model '{}', context {} tokens, chat template {}", backend.model_info().name,
                backend.model_info().max_context,

@@ -106,6 +106,16 @@ struct ServerSection {
   // read by ipc::parse_auth_options (ipc/auth.hpp); "{}" = open to all.
   std::string auth = "{}";
   double request_timeout_s = 0;           // a request's deadline unless it sends "timeout"; 0 = none
+  // HTTP: a request must arrive whole, and each write to a client complete,
+  // within this many seconds, or the connection is closed (> 0).
+  double io_timeout_s = 30.0;
+  // Polling (POST /v1/poll/...): a finished result is kept this long, and a
+  // live one nobody fetches this long is cancelled; at most poll_max_finished
+  // finished results are kept (the oldest go first); a long poll waits at
+  // most poll_max_wait_s whatever its ?wait= asks (0: fetches never wait).
+  double poll_keep_s = 300.0;
+  uint32_t poll_max_finished = 1000;
+  double poll_max_wait_s = 60.0;
   // HTTPS: {"cert_file": PEM, "key_file": PEM} kept as a JSON object, read by
   // ipc::parse_tls_options (ipc/http_server.hpp); "{}" = plain HTTP.
   std::string tls = "{}";

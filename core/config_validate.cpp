@@ -99,6 +99,12 @@ void validate(const EngineConfig& c) {
   require_range("server.max_body_bytes", static_cast<double>(sv.max_body_bytes), 1, 1e18, ">= 1");
   require_range("server.drain_timeout_s", sv.drain_timeout_s, 0, 1e9, ">= 0 seconds");
   require_range("server.request_timeout_s", sv.request_timeout_s, 0, 1e9, ">= 0 seconds (0: no deadline)");
+  // Zero would let a stalled client hold a connection thread for ever, or
+  // drop a polled result before anyone could fetch it.
+  require_range("server.io_timeout_s", sv.io_timeout_s, 0.001, 1e9, "> 0 seconds (at least 0.001)");
+  require_range("server.poll_keep_s", sv.poll_keep_s, 0.001, 1e9, "> 0 seconds (at least 0.001)");
+  require_range("server.poll_max_finished", sv.poll_max_finished, 1, 1e9, ">= 1");
+  require_range("server.poll_max_wait_s", sv.poll_max_wait_s, 0, 1e9, ">= 0 seconds (0: fetches never wait)");
 
   const auto& p = c.parallel;
   require_range("parallel.tensor", p.tensor, 1, 4096, "1 to 4096");

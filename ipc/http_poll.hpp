@@ -21,8 +21,9 @@
 namespace llmk::ipc {
 
 struct PollLimits {
-  std::chrono::milliseconds keep{300000};  // a finished result's lifetime, and a live one's without a fetch
-  size_t max_finished = 1000;              // finished results kept at most
+  std::chrono::milliseconds keep{300000};     // a finished result's lifetime, and a live one's without a fetch
+  size_t max_finished = 1000;                 // finished results kept at most
+  std::chrono::milliseconds max_wait{60000};  // a long poll's wait at most, whatever it asks
 };
 
 class PollStore {

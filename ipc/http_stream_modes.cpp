@@ -15,11 +15,9 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::chrono::milliseconds kMaxPollWait{60000};
-
 // ?from=N&wait=S: the index to fetch from and how long to wait (seconds,
-// fractions allowed, at most 60); a bad value is a ParamError naming it.
-std::pair<size_t, std::chrono::milliseconds> poll_params(const HttpRequest& req) {
+// fractions allowed, cut to `max_wait`); a bad value is a ParamError naming it.
+std::pair<size_t, std::chrono::milliseconds> poll_params(const HttpRequest& req, std::chrono::milliseconds max_wait) {
   size_t from = 0;
   if (const auto text = req.query_param("from")) {
     const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), from);
@@ -33,8 +31,9 @@ std::pair<size_t, std::chrono::milliseconds> poll_params(const HttpRequest& req)
     if (text->empty() || end != text->c_str() + text->size() || !std::isfinite(wait_s) || wait_s < 0)
       throw ParamError("wait", "wait = '" + *text + "' is not a number of seconds >= 0");
   }
-  const auto wait = std::chrono::milliseconds(static_cast<int64_t>(std::min(wait_s, 60.0) * 1000));
-  return {from, std::min(wait, kMaxPollWait)};
+  const double max_wait_s = std::chrono::duration<double>(max_wait).count();
+  const auto wait = std::chrono::milliseconds(static_cast<int64_t>(std::min(wait_s, max_wait_s) * 1000));
+  return {from, std::min(wait, max_wait)};
 }
 
 }  // namespace
@@ -139,7 +138,7 @@ void HttpServer::Impl::handle_poll_fetch(const std::string& id, HttpExchange& ex
   expire_polls();
   std::pair<size_t, std::chrono::milliseconds> params;
   try {
-    params = poll_params(ex.request());
+    params = poll_params(ex.request(), options.poll.max_wait);
   } catch (const std::exception& e) {
     return write_error(ex, error_reply(e));
   }

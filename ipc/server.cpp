@@ -33,6 +33,8 @@ Server::Server(Backend& backend, ServerOptions options) : backend_(backend), opt
     h.request_timeout_s = options_.request_timeout_s;
     h.tls_cert_file = options_.tls.cert_file;
     h.tls_key_file = options_.tls.key_file;
+    h.io_timeout = options_.http_io_timeout;
+    h.poll = options_.poll;
     http_ = std::make_unique<HttpServer>(backend_, metrics_, h);
     spdlog::info("serving the OpenAI-compatible HTTP API on {}://{}:{}", h.tls_cert_file.empty() ? "http" : "https",
                  http_->host(), http_->port());

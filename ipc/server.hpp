@@ -24,6 +24,9 @@ struct ServerOptions {
   AuthOptions auth{};             // server.auth: HTTP keys and limits, ZeroMQ CURVE
   double request_timeout_s = 0;   // server.request_timeout_s
   TlsFiles tls{};                 // server.tls: HTTPS when both files are set
+  // server.io_timeout_s: a stalled HTTP connection is closed after this long.
+  std::chrono::milliseconds http_io_timeout{30000};
+  PollLimits poll{};  // server.poll_keep_s, poll_max_finished, poll_max_wait_s
 };
 
 class Server {

@@ -210,6 +210,11 @@ TEST_CASE("every validation error names its key and what is allowed", "[config]"
       {{"server.zmq=localhost:5555"}, {"server.zmq", "tcp://"}},
       {{"server.max_body_bytes=0"}, {"server.max_body_bytes", ">= 1"}},
       {{"server.drain_timeout_s=-1"}, {"server.drain_timeout_s", ">= 0"}},
+      {{"server.io_timeout_s=0"}, {"server.io_timeout_s", "> 0 seconds"}},
+      {{"server.io_timeout_s=-5"}, {"server.io_timeout_s", "> 0 seconds"}},
+      {{"server.poll_keep_s=0"}, {"server.poll_keep_s", "> 0 seconds"}},
+      {{"server.poll_max_finished=0"}, {"server.poll_max_finished", ">= 1"}},
+      {{"server.poll_max_wait_s=-1"}, {"server.poll_max_wait_s", ">= 0"}},
       {{"parallel.steps_in_flight=3"}, {"parallel.steps_in_flight", "exceeds the 1 pipeline stages"}},
   };
   // A device is refused only by a build without its executor.
@@ -232,6 +237,7 @@ TEST_CASE("valid non-default settings pass validation", "[config]") {
                                "kv_cache.dtype=i8", "kv_cache.group_size=32", "kv_cache.block_size=256",
                                "kv_cache.capacity_fraction=1", "scheduler.policy=static",
                                "scheduler.preemption=offload", "server.http=", "server.zmq=ipc:///tmp/llmk",
+                               "server.io_timeout_s=0.25", "server.poll_max_wait_s=0", "server.poll_max_finished=1",
                                "model.chat_template=chatml"})));
 }
 

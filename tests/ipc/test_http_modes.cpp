@@ -292,3 +292,22 @@ TEST_CASE("The poll store keeps finished results for a bounded time and count, a
   store.append("live", {}, true);
   CHECK(store.fetch("live", "key", 1, 0ms)->done);
 }
+
+TEST_CASE("A long poll waits no longer than the server's poll limit whatever its wait asks", "[http][modes]") {
+  // No token for 30 s: a fetch held to its asked 60 s would see one.
+  FakeBackend backend({.prefill_delay = std::chrono::seconds(30)});
+  Metrics metrics;
+  HttpServer server{backend, metrics,
+                    {.address = "127.0.0.1:0", .first_event_wait = std::chrono::milliseconds(100),
+                     .poll = {.max_wait = std::chrono::milliseconds(200)}}};
+  const auto submitted = curl(server.port(), "POST", "/v1/poll/completions",
+                              json({{"prompt", "late"}, {"max_tokens", 4}}).dump());
+  REQUIRE(submitted.status == 202);
+  const std::string id = submitted.json()["id"];
+  const auto r = curl(server.port(), "GET", "/v1/poll/" + id + "?wait=60", "", "--max-time 90");
+  REQUIRE(r.status == 200);
+  CHECK(r.json()["events"].empty());
+  CHECK(r.json()["done"] == false);
+  CHECK(curl(server.port(), "DELETE", "/v1/poll/" + id).status == 200);
+  CHECK(eventually([&] { return server.num_live() == 0; }, std::chrono::seconds(30)));
+}

@@ -2,9 +2,16 @@
 // (curl, python3, llmk), polling for a condition with a deadline.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +38,33 @@ inline bool eventually(const std::function<bool()>& pred, std::chrono::milliseco
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
+}
+
+// A raw TCP connection to 127.0.0.1:port (the caller closes it).
+inline int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("cannot connect to 127.0.0.1:" + std::to_string(port));
+  }
+  return fd;
+}
+
+// Whether the server closed `fd` (EOF or reset) within `timeout`, reading
+// and dropping whatever it sent before.
+inline bool closed_by_server(int fd, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  char scratch[65536];
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    if (::recv(fd, scratch, sizeof scratch, 0) <= 0) return true;
+  }
+  return false;
 }
 
 // A DEALER socket speaking raw frames, for malformed-input tests.

@@ -21,6 +21,7 @@
 
 using namespace llmk;
 using namespace llmk::ipc;
+using llmk::test::connect_to;
 using llmk::test::curl;
 using llmk::test::eventually;
 using llmk::test::sse_data;
@@ -113,17 +114,6 @@ std::vector<std::string> poll_payloads(int port, const std::string& route, const
     }
   }
   return out;
-}
-
-// A raw TCP connection to the server.
-int connect_to(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  return fd;
 }
 
 }  // namespace

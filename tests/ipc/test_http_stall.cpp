@@ -16,37 +16,11 @@
 
 using namespace llmk;
 using namespace llmk::ipc;
+using llmk::test::closed_by_server;
+using llmk::test::connect_to;
 using llmk::test::curl;
 using llmk::test::eventually;
 using nlohmann::json;
-
-namespace {
-
-int connect_to(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  return fd;
-}
-
-// Whether the server closed `fd` (EOF or reset) within `timeout`, reading
-// and dropping whatever it sent before.
-bool closed_by_server(int fd, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  char scratch[65536];
-  while (std::chrono::steady_clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    const ssize_t n = ::recv(fd, scratch, sizeof scratch, 0);
-    if (n <= 0) return true;
-  }
-  return false;
-}
-
-}  // namespace
 
 TEST_CASE("A client that sends half a request and stalls is closed after io_timeout, freeing its thread",
           "[http][stall]") {

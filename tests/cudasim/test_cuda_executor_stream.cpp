@@ -1,6 +1,7 @@
 // StreamingLLM on the simulated CUDA executor (kv_cache.window,
-// sink_tokens): stories260K driven by the scheduler through a KV allocator
-// plugin, greedy, for a stream that passes both the window (rows evicted,
+// sink_tokens): stories260K driven by the scheduler through kv.paged (whole
+// blocks leave the table) and kv.contiguous (the rows move down: copies the
+// executor applies), greedy, for a stream that passes both the window (rows evicted,
 // cache positions behind text positions, the sinks scored with q_sink) and
 // the context length (text positions past the rotary tables), against the
 // CPU executor on the same schedule: the same tokens, and every step's
@@ -45,12 +46,12 @@ struct StreamRun {
 // One request of `prompt` + `num_generated` tokens through `executor` with
 // the config's window, greedy, plan by plan as the engine's actors run it.
 StreamRun run_stream(Executor& executor, const EngineConfig& cfg, PluginRegistry& kv_plugins,
-                     const std::vector<int32_t>& prompt, int32_t num_generated) {
+                     const std::string& allocator, const std::vector<int32_t>& prompt, int32_t num_generated) {
   const ModelRuntime& rt = executor.runtime();
   const int32_t vocab = executor.model_config().vocab_size;
   const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), rt.num_kv_slots, cfg.kv_cache.block_size,
                                     rt.max_seq_len, 0, "{}", nullptr, nullptr};
-  KvAllocatorImpl kv(kv_plugins.load("kv.contiguous", LLMK_PLUGIN_KV_ALLOCATOR), desc);
+  KvAllocatorImpl kv(kv_plugins.load(allocator, LLMK_PLUGIN_KV_ALLOCATOR), desc);
   SchedulerSection section;
   section.max_num_seqs = 2;
   section.max_num_batched_tokens = 16;  // the prompt takes two chunks
@@ -96,6 +97,8 @@ TEST_CASE("StreamingLLM on the simulated CUDA executor: a stream past the window
           "[cuda_executor][stream]") {
   // Context 48, a window of 32 rows with 8 sinks, evicted 8 at a time: 84
   // tokens evict 48 rows and rotate the last ones at positions up to 83.
+  const std::string allocator = GENERATE(as<std::string>{}, "kv.paged", "kv.contiguous");
+  INFO(allocator);
   cudasim_test::reset_simulator(1);
   std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(test::stories_dir());
   EngineConfig cfg;
@@ -113,7 +116,7 @@ TEST_CASE("StreamingLLM on the simulated CUDA executor: a stream past the window
 
   PluginRegistry cpu_plugins({LLMK_PLUGIN_BUILD_DIR});
   const std::unique_ptr<Executor> cpu = make_executor(cfg, checkpoint, cpu_plugins);
-  const StreamRun want = run_stream(*cpu, cfg, cpu_plugins, prompt, num_generated);
+  const StreamRun want = run_stream(*cpu, cfg, cpu_plugins, allocator, prompt, num_generated);
 
   EngineConfig cuda_cfg = cfg;
   cuda_cfg.executor.device = "cuda";
@@ -121,7 +124,7 @@ TEST_CASE("StreamingLLM on the simulated CUDA executor: a stream past the window
   cuda_cfg.plugins.attention = "attention.cuda";
   PluginRegistry cuda_plugins({LLMK_CUDASIM_PLUGIN_DIR});
   const std::unique_ptr<Executor> gpu = make_cuda_executor(cuda_cfg, checkpoint, cuda_plugins);
-  const StreamRun got = run_stream(*gpu, cuda_cfg, cpu_plugins, prompt, num_generated);
+  const StreamRun got = run_stream(*gpu, cuda_cfg, cpu_plugins, allocator, prompt, num_generated);
 
   // The stream really shifted and passed the rotary tables.
   CHECK(want.max_position >= 48);

@@ -22,6 +22,9 @@ constexpr int kHeadsPerWarp = (kDecodeMaxHeadsPerBlock + kWarps - 1) / kWarps;
 constexpr int kKeyRowPad = 4;
 static_assert(kDecodeTileKeys == 32, "the softmax gives each key of a tile one lane of a warp");
 static_assert(kDecodeThreads % 32 == 0 && 32 % kLanesPerKey == 0, "a key's lanes lie in one warp");
+// Dynamic shared memory a launch takes without raising the kernel's limit:
+// 48 KiB less room for the static arrays.
+constexpr size_t kDecodeDefaultDynamicShared = 44 * 1024;
 
 struct DecodeArgs {
   const int32_t* query_start;   // [num_seqs + 1]
@@ -388,6 +391,14 @@ cudaError_t attention_decode(const PagedAttentionShape& shape, const PagedAttent
     using T = typename decltype(activation)::type;
     const cudaError_t status = with_kv_type(shape.kv_dtype, [&](auto element) {
       using C = typename decltype(element)::type;
+      // q_sink beside q at head_dim 256 passes the 48 KiB a launch gets by
+      // default (the static arrays take ~1.5 KiB of it): raise the limit.
+      if (dynamic_bytes > kDecodeDefaultDynamicShared)
+        if (const cudaError_t raised =
+                cudaFuncSetAttribute(reinterpret_cast<const void*>(&attention_decode_kernel<T, C>),
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic_bytes));
+            raised != cudaSuccess)
+          return raised;
       LLMK_LAUNCH(grid, kDecodeThreads, dynamic_bytes, stream, attention_decode_kernel<T, C>)(
           static_cast<const T*>(q), static_cast<const T*>(q_sink),
           kv_reader<C>(cache.k, cache.k_scale, shape.kv_group_size),

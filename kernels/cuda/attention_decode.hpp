@@ -32,9 +32,11 @@
 //
 // Everything is f32 inside; q and out are F32, F16 or BF16, the cache F32,
 // F16, BF16 or I8 (group-quantized, read through kv_access.hpp). head_dim up
-// to kAttentionMaxHeadDim. No allocation, no synchronization: the workspace
-// comes from the caller, sized by attention_decode_workspace_bytes, so the
-// launches can be captured in a CUDA graph. The metadata is trusted as in
+// to kAttentionMaxHeadDim (with sinks at the widest heads the launch raises
+// the kernel's dynamic shared memory limit). No allocation, no
+// synchronization: the workspace comes from the caller, sized by
+// attention_decode_workspace_bytes, so the launches can be captured in a
+// CUDA graph. The metadata is trusted as in
 // attention_paged.hpp.
 #pragma once
 

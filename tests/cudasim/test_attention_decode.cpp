@@ -108,6 +108,21 @@ TEST_CASE("Decode attention splits long contexts with sinks before a window: the
   }
 }
 
+// The K tile, q and q_sink of eight heads at head_dim 256 take 49,664 bytes
+// of dynamic shared memory, past the 48 KiB a launch gets by default.
+TEST_CASE("Decode attention with sinks at head_dim 256 and eight query heads a block raises its shared memory limit") {
+  attention_case c;
+  c.num_heads = 8;
+  c.num_kv_heads = 1;
+  c.head_dim = 256;
+  c.block_size = 16;
+  c.kv_dtype = LLMK_DTYPE_BF16;
+  c.sink_tokens = 4;
+  c.seqs = {{40, 1}, {3, 1}};
+  c.data_seed = 1990;
+  check_decode_case(c, 1);
+}
+
 // A few keys of one split outscore every other key by more than 88, so the
 // other splits' weights are below f32's smallest exp(-x) and a merge that
 // rescales against any maximum but the largest overflows exp().

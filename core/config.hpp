@@ -72,7 +72,7 @@ struct KvCacheSection {
   // StreamingLLM (Xiao et al. 2023): a sequence keeps its first sink_tokens
   // K/V rows and the newest window - sink_tokens; positions are assigned
   // within that cache, and the sequence may run past max_seq_len. 0: off.
-  // Needs a KV allocator that evicts (API 2.4) and the CPU executor.
+  // Needs a KV allocator that evicts (API 2.4) and one process.
   uint32_t sink_tokens = 0;         // < window
   uint32_t window = 0;              // K/V rows a sequence keeps, sinks included; <= max_seq_len
 

@@ -114,9 +114,6 @@ void validate(const EngineConfig& c) {
   require_range("parallel.timeout_s", p.timeout_s, 0, 1e9, ">= 0 seconds (0: never)");
   if (kv.window > 0 && p.tensor * p.pipeline > 1)
     fail("kv_cache.window", "a streaming window runs in one process (parallel.tensor and parallel.pipeline 1)");
-  if (kv.window > 0 && c.executor.device != "cpu")
-    fail("kv_cache.window", "a streaming window runs on the CPU executor only (executor.device is '" +
-                                c.executor.device + "')");
   if (p.steps_in_flight > p.pipeline)
     fail("parallel.steps_in_flight", std::to_string(p.steps_in_flight) + " exceeds the " +
                                          std::to_string(p.pipeline) + " pipeline stages (0: one per stage)");

@@ -43,6 +43,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -177,7 +178,11 @@ class CudaExecutor final : public Executor {
 
   using Executor::execute;
   LogitsView execute(const StepBatch& batch, const SampledIds& previous) override {
-    validate_step(batch, cfg_.vocab_size, rt_.max_seq_len, rt_.max_step_tokens);
+    // A streaming sequence's text positions may pass the context length; its
+    // cache positions (context_lens) may not, which the plugin checks.
+    const uint32_t max_position =
+        streaming_ ? static_cast<uint32_t>(std::numeric_limits<int32_t>::max()) : rt_.max_seq_len;
+    validate_step(batch, cfg_.vocab_size, max_position, rt_.max_step_tokens);
     validate_fed_back(batch, previous, Device::cuda);
     check_cuda(cudaSetDevice(device_index_), "selecting the device");  // this thread's, for the calls below
     const StepBatch& b = tp_ ? local_step(batch) : batch;
@@ -242,10 +247,9 @@ class CudaExecutor final : public Executor {
   void build(const EngineConfig& ecfg, PluginRegistry& plugins) {
     const ModelConfig& c = local_;  // this rank's share (all of the model outside a job)
     if (c.head_dim % 2 != 0) throw Error(ErrorCode::unsupported, "head_dim must be even for rotary embeddings");
-    // Text positions past the context and the sinks' second query rotation
-    // live in the CPU forward only (core/model.cpp).
-    if (ecfg.kv_cache.window > 0)
-      throw Error(ErrorCode::invalid_config, "kv_cache.window: a streaming window runs on the CPU executor only");
+    // StreamingLLM: text positions past the context, the sinks' second query
+    // rotation (core/cuda/cuda_forward.hpp); one process only (config_validate).
+    streaming_ = ecfg.kv_cache.window > 0;
     size_t free_bytes = 0, total_bytes = 0;
     check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the device's memory");
     // Provisional: the KV share of memory is settled after the weights.
@@ -275,7 +279,7 @@ class CudaExecutor final : public Executor {
         kv_slots_for(ecfg, rt_.max_seq_len, ranks * kv_bytes_per_token(layout, c.num_layers), ranks * free_bytes);
     agree_with_rank0({&rt_.num_kv_slots});
     kv_ = CudaKvMemory(c.num_layers, rt_.num_kv_slots, layout);
-    act_ = CudaActivations(c, rt_);
+    act_ = CudaActivations(c, rt_, ecfg.kv_cache.window, ecfg.kv_cache.window > 0 ? ecfg.kv_cache.sink_tokens : 0);
 
     spdlog::info("cuda executor: {}; {} layers; linear {} {}, attention {} {}; KV {} x {} slots ({} MiB)",
                  device_name_, c.num_layers, weights_.host.lm_head->info().name,
@@ -426,6 +430,7 @@ class CudaExecutor final : public Executor {
   std::map<int32_t, MetaBuffers> graph_meta_;           // by bucket: what its graphs read
   std::map<std::pair<int32_t, size_t>, Graph> graphs_;  // by (bucket, attention workspace bytes)
   bool graphs_enabled_ = true;
+  bool streaming_ = false;  // kv_cache.window: text positions may pass max_seq_len
   size_t graph_replays_ = 0;
 };
 

@@ -12,12 +12,16 @@
 
 namespace llmk {
 
-CudaActivations::CudaActivations(const ModelConfig& c, const ModelRuntime& rt) {
+CudaActivations::CudaActivations(const ModelConfig& c, const ModelRuntime& rt, uint32_t window, uint32_t sink_tokens) {
   const int64_t half = c.head_dim / 2;
   std::vector<float> cos_table(static_cast<size_t>(rt.max_seq_len) * half), sin_table(cos_table.size());
   rope_tables(c, rt.max_seq_len, cos_table.data(), sin_table.data());
   rope_cos = upload(cos_table, "the rotary tables");
   rope_sin = upload(sin_table, "the rotary tables");
+  if (window > 0) {
+    const std::vector<double> freq = rope_inv_freq(c);
+    inv_freq = upload(freq.data(), freq.size() * sizeof(double), "the rotary frequencies");
+  }
 
   q_dim = static_cast<int64_t>(c.num_heads) * c.head_dim;
   kv_dim = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
@@ -33,6 +37,7 @@ CudaActivations::CudaActivations(const ModelConfig& c, const ModelRuntime& rt) {
   proj = device_buffer(t * c.hidden_size * f, "activations");
   gate_up = device_buffer(t * 2 * c.intermediate_size * f, "activations");
   act = device_buffer(t * c.intermediate_size * f, "activations");
+  if (window > 0 && sink_tokens > 0) q_sink = device_buffer(t * q_dim * f, "activations");
   logits = std::make_shared<cuda::DeviceBuffer>(device_buffer(t * static_cast<size_t>(c.vocab_size) * f, "the logits"));
 }
 
@@ -50,6 +55,7 @@ void enqueue_forward(const CudaForward& f, const StepBatch& b, const MetaBuffers
   float* proj = a.proj.f32();
   float* attn = a.attn.f32();
   float* q = a.q.f32();
+  float* q_sink = a.q_sink.bytes() != 0 ? a.q_sink.f32() : nullptr;  // with attention sinks
 
   CudaTensorParallel* tp = f.tensor_parallel;
   if (tp != nullptr) {
@@ -77,8 +83,18 @@ void enqueue_forward(const CudaForward& f, const StepBatch& b, const MetaBuffers
       check_cuda(cuda::add_bias_rows(qkv, qkv_dim, dl.qkv_bias.f32(), static_cast<int32_t>(n),
                                      static_cast<int32_t>(qkv_dim), stream),
                  "q/k/v bias");
+    if (q_sink != nullptr) {  // q before its rotation, rotated by its cache position
+      check_cuda(cuda::copy_rows(qkv, qkv_dim, q_sink, q_dim, static_cast<int32_t>(n), static_cast<int32_t>(q_dim),
+                                 stream),
+                 "copying q for the sinks");
+      check_cuda(cuda::rope(q_sink, q_dim, c.num_heads, nullptr, 0, 0, n, hd, m.at(m.layout.cache_positions),
+                            a.rope_cos.f32(), a.rope_sin.f32(), stream),
+                 "rope for the sinks");
+    }
+    // Text positions may pass the tables under a streaming window.
     check_cuda(cuda::rope(qkv, qkv_dim, c.num_heads, qkv + q_dim, qkv_dim, c.num_kv_heads, n, hd,
-                          m.at(m.layout.positions), a.rope_cos.f32(), a.rope_sin.f32(), stream),
+                          m.at(m.layout.positions), a.rope_cos.f32(), a.rope_sin.f32(), f.rt.max_seq_len,
+                          a.inv_freq.bytes() != 0 ? a.inv_freq.as<const double>() : nullptr, stream),
                "rope");
     check_cuda(cuda::copy_rows(qkv, qkv_dim, q, q_dim, static_cast<int32_t>(n), static_cast<int32_t>(q_dim), stream),
                "splitting q");
@@ -93,6 +109,8 @@ void enqueue_forward(const CudaForward& f, const StepBatch& b, const MetaBuffers
       // An int8 cache holds rotated keys; rotated queries give the same scores.
       check_cuda(cuda::hadamard_blocks(q, n * q_dim, f.rt.key_rotation, stream), "rotating q");
       check_cuda(cuda::hadamard_blocks(a.k.f32(), n * kv_dim, f.rt.key_rotation, stream), "rotating k");
+      if (q_sink != nullptr)
+        check_cuda(cuda::hadamard_blocks(q_sink, n * q_dim, f.rt.key_rotation, stream), "rotating q for the sinks");
     }
 
     llmk_attention_layer al{};
@@ -102,6 +120,7 @@ void enqueue_forward(const CudaForward& f, const StepBatch& b, const MetaBuffers
     al.v = a.v.data();
     al.out = attn;
     al.kv = f.kv.layer(li);
+    al.q_sink = q_sink;
     f.attention.run(al, f.attention_workspace.data(), f.attention_workspace.bytes(), stream);
 
     int64_t rows = n;

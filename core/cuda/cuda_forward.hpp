@@ -10,6 +10,15 @@
 // Nothing here waits for the device, allocates, or plans: the step's
 // attention plan and metadata upload come first (core/cuda/cuda_executor.cpp),
 // so that the same calls can be captured into a CUDA graph.
+//
+// StreamingLLM (kv_cache.window, sink_tokens), as core/model.cpp does it:
+// keys and queries are rotated by their text positions (which may pass the
+// rotary tables: those rows' angles are computed from the frequencies), and
+// with sinks every query row is also rotated by its cache position into
+// q_sink, which the attention plugin scores the sinks with. Unlike the CPU,
+// which rotates q_sink only in steps where some row is shifted, q_sink is
+// rotated in every step (a row not shifted gets q's bits), so the forward's
+// calls, and a captured graph's, do not depend on the step's positions.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,10 +49,13 @@ struct CudaActivations {
   cuda::DeviceBuffer gate_up;               // [rows, 2 * intermediate]
   cuda::DeviceBuffer act;                   // [rows, intermediate]
   cuda::DeviceBuffer rope_cos, rope_sin;    // [max_seq_len, head_dim / 2]
+  cuda::DeviceBuffer q_sink;                // [rows, q_dim]: with attention sinks, q rotated by its cache position
+  cuda::DeviceBuffer inv_freq;              // [head_dim / 2] double: with a streaming window, positions past the tables
   std::shared_ptr<cuda::DeviceBuffer> logits;  // [max_step_tokens, vocab]; shared with the views handed out
 
   CudaActivations() = default;
-  CudaActivations(const ModelConfig& model, const ModelRuntime& rt);
+  // window, sink_tokens: kv_cache.window and kv_cache.sink_tokens (0: no streaming window).
+  CudaActivations(const ModelConfig& model, const ModelRuntime& rt, uint32_t window = 0, uint32_t sink_tokens = 0);
 };
 
 // What one forward reads and writes.

@@ -16,6 +16,7 @@ MetaLayout meta_layout(const StepBatch& b) {
   };
   m.token_ids = take(b.token_ids.size());
   m.positions = take(b.positions.size());
+  m.cache_positions = take(b.positions.size());
   m.query_start = take(b.query_start.size());
   m.context_lens = take(b.context_lens.size());
   m.slot_mapping = take(b.slot_mapping.size());
@@ -40,6 +41,10 @@ void stage_meta(const StepBatch& b, MetaBuffers& m) {
   };
   put(m.layout.token_ids, b.token_ids);
   put(m.layout.positions, b.positions);
+  for (int32_t s = 0; s < b.num_seqs(); ++s) {
+    const int32_t end = b.query_start[s + 1];
+    for (int32_t t = b.query_start[s]; t < end; ++t) host[m.layout.cache_positions + t] = b.context_lens[s] - (end - t);
+  }
   put(m.layout.query_start, b.query_start);
   put(m.layout.context_lens, b.context_lens);
   put(m.layout.slot_mapping, b.slot_mapping);

@@ -12,9 +12,12 @@
 namespace llmk {
 
 // The offsets of the step's arrays inside the metadata buffer, in int32s,
-// each array 64-byte aligned.
+// each array 64-byte aligned. cache_positions: [num_tokens], each row's
+// position within its sequence's cache (context_lens[s] minus the rows of s
+// from it on), which differs from its text position (positions) once a
+// streaming window has evicted rows.
 struct MetaLayout {
-  size_t token_ids, positions, query_start, context_lens, slot_mapping, block_tables, logits_rows;
+  size_t token_ids, positions, cache_positions, query_start, context_lens, slot_mapping, block_tables, logits_rows;
   size_t fed_back_rows, fed_back_previous;  // [fed_back.size()] each
   size_t total;
 };

@@ -22,6 +22,9 @@ constexpr int kHeadsPerWarp = (kDecodeMaxHeadsPerBlock + kWarps - 1) / kWarps;
 constexpr int kKeyRowPad = 4;
 static_assert(kDecodeTileKeys == 32, "the softmax gives each key of a tile one lane of a warp");
 static_assert(kDecodeThreads % 32 == 0 && 32 % kLanesPerKey == 0, "a key's lanes lie in one warp");
+// Dynamic shared memory a launch takes without raising the kernel's limit:
+// 48 KiB less room for the static arrays.
+constexpr size_t kDecodeDefaultDynamicShared = 44 * 1024;
 
 struct DecodeArgs {
   const int32_t* query_start;   // [num_seqs + 1]
@@ -32,6 +35,7 @@ struct DecodeArgs {
   float* partial_sum;           // [num_seqs, num_heads, num_splits]
   int32_t num_seqs, max_blocks_per_seq, block_size;
   int32_t num_heads, num_kv_heads, head_dim, sliding_window;
+  int32_t sink_tokens;  // positions below it: seen by every later query, scored with q_sink
   int32_t num_splits, head_chunks;
   float scale;
 };
@@ -40,9 +44,24 @@ __device__ __forceinline__ bool is_decode(const DecodeArgs& a, int seq) {
   return a.query_start[seq + 1] - a.query_start[seq] == 1;
 }
 
-// Keys the one query of a decode sees: its last min(context_len, W) positions.
+// The keys the one query of a decode sees, in split order: its sinks
+// [0, num_sinks), then [rest_first, context_len): the last W positions under
+// a window W, less any sinks among them.
+struct DecodeKeys {
+  int num_sinks, rest_first;
+  __host__ __device__ int visible(int context_len) const { return num_sinks + context_len - rest_first; }
+  // The position of the i-th visible key.
+  __host__ __device__ int position(int i) const { return i < num_sinks ? i : rest_first + (i - num_sinks); }
+};
+
+__host__ __device__ inline DecodeKeys decode_keys(int sliding_window, int sink_tokens, int context_len) {
+  const int num_sinks = sink_tokens < context_len ? sink_tokens : context_len;
+  const int window_first = sliding_window > 0 && context_len > sliding_window ? context_len - sliding_window : 0;
+  return {num_sinks, window_first > num_sinks ? window_first : num_sinks};
+}
+
 __device__ __forceinline__ int visible_keys(const DecodeArgs& a, int context_len) {
-  return a.sliding_window > 0 ? min(context_len, a.sliding_window) : context_len;
+  return decode_keys(a.sliding_window, a.sink_tokens, context_len).visible(context_len);
 }
 
 // P, the keys per split in this step: the longest decode's visible keys over
@@ -66,23 +85,26 @@ __device__ int partition_keys(const DecodeArgs& a, float* scratch) {
 __device__ __forceinline__ int used_splits(int visible, int partition) { return 1 + (visible - 1) / partition; }
 
 // q, out: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_slots, num_kv_heads, head_dim].
+// q_sink: as q, or null (q scores the sinks).
 // Block (split, KV head * head_chunks + chunk, sequence); blockDim.x == kDecodeThreads.
 // Dynamic shared memory: the K tile [kDecodeTileKeys, head_dim + kKeyRowPad],
-// then q [heads of the block, head_dim], f32.
+// then q [heads of the block, head_dim], then with sinks q_sink (the same), f32.
 //
 // Per tile of kDecodeTileKeys keys, three barriers:
 //   1. the K rows go to shared memory as f32 (consecutive threads read
 //      consecutive elements of a row);
 //   2. scores: kLanesPerKey lanes per key, each summing every
 //      kLanesPerKey-th element for all the block's heads at once (each K
-//      element read once), then a shuffle sum across those lanes;
+//      element read once; a sink's with the q_sink rows), then a shuffle
+//      sum across those lanes;
 //   3. online softmax, one warp per head and one lane per key; warp 0 also
 //      looks up the next tile's slots;
 //   4. each thread rescales its accumulators and adds the weighted V rows
 //      for its columns (tid, tid + kDecodeThreads) and every head: V is read
 //      once, coalesced, straight from the cache.
 template <class T, class C>
-__global__ void __launch_bounds__(kDecodeThreads, 1) attention_decode_kernel(const T* __restrict__ q, device::KvRead<C> k_cache,
+__global__ void __launch_bounds__(kDecodeThreads, 1) attention_decode_kernel(const T* __restrict__ q,
+                                        const T* __restrict__ q_sink, device::KvRead<C> k_cache,
                                         device::KvRead<C> v_cache, T* __restrict__ out, DecodeArgs a) {
   __shared__ float probs[kDecodeMaxHeadsPerBlock][kDecodeTileKeys];  // scores, then exp(score - running max)
   __shared__ float rescales[kDecodeMaxHeadsPerBlock];                // exp(previous max - new max) of the tile
@@ -95,11 +117,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) attention_decode_kernel(con
   if (!is_decode(a, seq)) return;  // the whole block leaves: a prefill's rows are another kernel's
   const int partition = partition_keys(a, scratch);
   const int context_len = a.context_lens[seq];
-  const int visible = visible_keys(a, context_len);
+  const DecodeKeys keys_seen = decode_keys(a.sliding_window, a.sink_tokens, context_len);
+  const int visible = keys_seen.visible(context_len);
   const int num_used = used_splits(visible, partition);
   if (split >= num_used) return;
-  const int begin = context_len - visible + split * partition;  // positions [begin, end)
-  const int end = begin + min(partition, context_len - begin);
+  const int begin = split * partition;  // visible keys [begin, end), in split order
+  const int end = begin + min(partition, visible - begin);
 
   const int head_dim = a.head_dim, key_stride = head_dim + kKeyRowPad;
   const int group = a.num_heads / a.num_kv_heads;
@@ -112,11 +135,18 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) attention_decode_kernel(con
   const int64_t head_offset = static_cast<int64_t>(kv_head) * head_dim;
   float* keys = dynamic;                                  // [kDecodeTileKeys][key_stride]
   float* q_rows = dynamic + kDecodeTileKeys * key_stride;  // [num_heads_here][head_dim], q * scale
+  float* q_sink_rows = q_rows + num_heads_here * head_dim;  // the same of q_sink, when there are sinks
 
-  const T* q_in = q + (static_cast<int64_t>(token) * a.num_heads + first_head) * head_dim;
-  for (int e = tid; e < num_heads_here * head_dim; e += kDecodeThreads) q_rows[e] = device::to_float(q_in[e]) * a.scale;
-  const auto slot_of = [&](int position) {
-    return position < end ? table[position / a.block_size] + position % a.block_size : -1;
+  const int64_t q_offset = (static_cast<int64_t>(token) * a.num_heads + first_head) * head_dim;
+  for (int e = tid; e < num_heads_here * head_dim; e += kDecodeThreads) {
+    q_rows[e] = device::to_float(q[q_offset + e]) * a.scale;
+    if (keys_seen.num_sinks > 0)
+      q_sink_rows[e] = device::to_float((q_sink != nullptr ? q_sink : q)[q_offset + e]) * a.scale;
+  }
+  const auto slot_of = [&](int i) {  // the i-th visible key's slot
+    if (i >= end) return -1;
+    const int position = keys_seen.position(i);
+    return table[position / a.block_size] + position % a.block_size;
   };
   if (tid < kDecodeTileKeys) slots[0][tid] = slot_of(begin + tid);
   __syncthreads();
@@ -158,10 +188,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 1) attention_decode_kernel(con
     for (int g = 0; g < kDecodeMaxHeadsPerBlock; ++g) dot[g] = 0.0f;
     if (key < num_keys) {
       const float* k_row = keys + key * key_stride;
+      const float* q_key = tile + key < keys_seen.num_sinks ? q_sink_rows : q_rows;
       for (int d = part; d < head_dim; d += kLanesPerKey) {
         const float kd = k_row[d];
         for (int g = 0; g < kDecodeMaxHeadsPerBlock; ++g)
-          if (g < num_heads_here) dot[g] += q_rows[g * head_dim + d] * kd;
+          if (g < num_heads_here) dot[g] += q_key[g * head_dim + d] * kd;
       }
     }
     for (int g = 0; g < kDecodeMaxHeadsPerBlock; ++g) {
@@ -270,6 +301,10 @@ int32_t head_chunks(const PagedAttentionShape& shape) {
 
 }  // namespace
 
+int32_t attention_decode_visible_keys(const PagedAttentionShape& shape, int32_t context_len) {
+  return decode_keys(shape.sliding_window, shape.sink_tokens, context_len).visible(context_len);
+}
+
 size_t attention_decode_workspace_bytes(const PagedAttentionShape& shape, int32_t num_seqs, int32_t num_splits) {
   if (num_splits <= 1 || num_seqs <= 0 || shape.num_heads <= 0 || shape.head_dim <= 0) return 0;
   return static_cast<size_t>(num_seqs) * static_cast<size_t>(shape.num_heads) * static_cast<size_t>(num_splits) *
@@ -308,7 +343,7 @@ int32_t attention_decode_num_splits(int32_t max_context_len, int32_t num_seqs, i
 
 cudaError_t attention_decode(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
                              const PagedKvCache& cache, void* out, void* workspace, size_t workspace_bytes,
-                             int32_t num_splits, cudaStream_t stream) {
+                             int32_t num_splits, cudaStream_t stream, const void* q_sink) {
   if (const cudaError_t status = check_paged_attention_shape(shape); status != cudaSuccess) return status;
   if (step.num_seqs < 0 || step.block_size <= 0 || num_splits < 1) return cudaErrorInvalidValue;
   if (shape.kv_dtype == DType::i8 && (cache.k_scale == nullptr || cache.v_scale == nullptr))
@@ -339,14 +374,16 @@ cudaError_t attention_decode(const PagedAttentionShape& shape, const PagedAttent
   args.num_kv_heads = shape.num_kv_heads;
   args.head_dim = shape.head_dim;
   args.sliding_window = shape.sliding_window;
+  args.sink_tokens = shape.sink_tokens;
   args.num_splits = num_splits;
   args.head_chunks = chunks;
   args.scale = shape.scale;
 
   const int32_t group = shape.num_heads / shape.num_kv_heads;
+  const size_t q_copies = shape.sink_tokens > 0 ? 2 : 1;  // q, and q_sink for the sinks
   const size_t dynamic_bytes =
       (static_cast<size_t>(kDecodeTileKeys) * (shape.head_dim + kKeyRowPad) +
-       static_cast<size_t>(std::min(group, kDecodeMaxHeadsPerBlock)) * shape.head_dim) *
+       q_copies * static_cast<size_t>(std::min(group, kDecodeMaxHeadsPerBlock)) * shape.head_dim) *
       sizeof(float);
   const dim3 grid(static_cast<unsigned>(num_splits), static_cast<unsigned>(shape.num_kv_heads * chunks),
                   static_cast<unsigned>(step.num_seqs));
@@ -354,8 +391,17 @@ cudaError_t attention_decode(const PagedAttentionShape& shape, const PagedAttent
     using T = typename decltype(activation)::type;
     const cudaError_t status = with_kv_type(shape.kv_dtype, [&](auto element) {
       using C = typename decltype(element)::type;
+      // q_sink beside q at head_dim 256 passes the 48 KiB a launch gets by
+      // default (the static arrays take ~1.5 KiB of it): raise the limit.
+      if (dynamic_bytes > kDecodeDefaultDynamicShared)
+        if (const cudaError_t raised =
+                cudaFuncSetAttribute(reinterpret_cast<const void*>(&attention_decode_kernel<T, C>),
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic_bytes));
+            raised != cudaSuccess)
+          return raised;
       LLMK_LAUNCH(grid, kDecodeThreads, dynamic_bytes, stream, attention_decode_kernel<T, C>)(
-          static_cast<const T*>(q), kv_reader<C>(cache.k, cache.k_scale, shape.kv_group_size),
+          static_cast<const T*>(q), static_cast<const T*>(q_sink),
+          kv_reader<C>(cache.k, cache.k_scale, shape.kv_group_size),
           kv_reader<C>(cache.v, cache.v_scale, shape.kv_group_size), static_cast<T*>(out), args);
       return cudaGetLastError();
     });

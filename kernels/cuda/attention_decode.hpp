@@ -9,9 +9,11 @@
 //      threads. The block serves up to kDecodeMaxHeadsPerBlock query heads of
 //      its KV head (more heads per KV head: head_chunks =
 //      ceil(group / kDecodeMaxHeadsPerBlock) blocks, each reading the rows).
-//      Split i covers the visible keys [first + i * P, first + (i + 1) * P),
-//      where first = context_len - min(context_len, W) under a sliding window
-//      W (0 otherwise). P, the partition, is the same for every sequence of
+//      Split i covers the visible keys [i * P, (i + 1) * P) of the sequence,
+//      counted in order: its sinks first (positions 0 .. min(S, context_len)
+//      - 1 with sink_tokens S > 0, scored with the q_sink row), then its last
+//      keys from max(context_len - W, S) on under a sliding window W (from S
+//      on without one). P, the partition, is the same for every sequence of
 //      the step: the longest visible context among the step's decodes divided
 //      by num_splits, rounded up to whole tiles of kDecodeTileKeys. Each block
 //      derives P on the device from the step's arrays, so P is not a launch
@@ -30,9 +32,11 @@
 //
 // Everything is f32 inside; q and out are F32, F16 or BF16, the cache F32,
 // F16, BF16 or I8 (group-quantized, read through kv_access.hpp). head_dim up
-// to kAttentionMaxHeadDim. No allocation, no synchronization: the workspace
-// comes from the caller, sized by attention_decode_workspace_bytes, so the
-// launches can be captured in a CUDA graph. The metadata is trusted as in
+// to kAttentionMaxHeadDim (with sinks at the widest heads the launch raises
+// the kernel's dynamic shared memory limit). No allocation, no
+// synchronization: the workspace comes from the caller, sized by
+// attention_decode_workspace_bytes, so the launches can be captured in a
+// CUDA graph. The metadata is trusted as in
 // attention_paged.hpp.
 #pragma once
 
@@ -55,8 +59,12 @@ constexpr int kDecodeDefaultSmCount = 132;   // an H100 SXM, when the caller giv
 // (the accumulators, then the maxima, then the sums).
 size_t attention_decode_workspace_bytes(const PagedAttentionShape& shape, int32_t num_seqs, int32_t num_splits);
 
+// Keys a decode of a context_len-token context sees under the shape's
+// window and sinks (what attention_decode_num_splits' max_context_len means).
+int32_t attention_decode_visible_keys(const PagedAttentionShape& shape, int32_t context_len);
+
 // The number of splits for a step whose longest decode sees max_context_len
-// keys (min(context_len, sliding_window) with a window), with num_seqs
+// keys (attention_decode_visible_keys), with num_seqs
 // sequences and num_kv_heads KV heads, on a device of num_sms SMs (<= 0:
 // kDecodeDefaultSmCount). A power of two: enough blocks for
 // kDecodeBlocksPerSm per SM, but no split shorter than
@@ -70,10 +78,12 @@ int32_t attention_decode_num_splits(int32_t max_context_len, int32_t num_seqs, i
 // at least attention_decode_workspace_bytes(shape, step.num_seqs,
 // num_splits) bytes (workspace_bytes says how many it has), 4-byte aligned;
 // may be null with one split. num_splits >= 1, any value: splits beyond a
-// sequence's needs exit at once. Returns cudaErrorInvalidValue, launching
-// nothing, for a shape, step or workspace it cannot serve.
+// sequence's needs exit at once. q_sink: as q, the queries that score the
+// sinks (shape.sink_tokens > 0); null: q scores them. Returns
+// cudaErrorInvalidValue, launching nothing, for a shape, step or workspace
+// it cannot serve.
 cudaError_t attention_decode(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
                              const PagedKvCache& cache, void* out, void* workspace, size_t workspace_bytes,
-                             int32_t num_splits, cudaStream_t stream);
+                             int32_t num_splits, cudaStream_t stream, const void* q_sink = nullptr);
 
 }  // namespace llmk::cuda

@@ -30,6 +30,7 @@ struct FlashArgs {
   const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq]
   int32_t num_seqs, max_blocks_per_seq, block_size;
   int32_t num_heads, num_kv_heads, head_dim, sliding_window;
+  int32_t sink_tokens;       // positions below it: seen by every later query, scored with q_sink
   int32_t padded_dim;        // head_dim rounded up to kTile
   int32_t group;             // query heads per KV head
   int32_t heads_per_block;   // min(group, kFlashRows)
@@ -82,11 +83,13 @@ __device__ __forceinline__ int first_visible(int position, int sliding_window) {
 
 // q, out: [num_tokens, num_heads, head_dim] of T; the caches: [num_slots,
 // num_kv_heads, head_dim] read through KvRead<C>; Op: the WMMA operand type.
+// q_sink: as q, or null (q scores the sinks).
 // kHeadTiles: padded_dim / 16 at most (the fragment arrays' size); kKeys:
 // keys per tile. Block (tile, kv head x head chunk), kFlashThreads threads.
 template <class T, class C, class Op, int kHeadTiles, int kKeys>
-__global__ void __launch_bounds__(kFlashThreads, 1) attention_flash_kernel(const T* __restrict__ q, device::KvRead<C> k_cache, device::KvRead<C> v_cache,
-                                       T* __restrict__ out, FlashArgs args) {
+__global__ void __launch_bounds__(kFlashThreads, 1) attention_flash_kernel(const T* __restrict__ q,
+                                       const T* __restrict__ q_sink, device::KvRead<C> k_cache,
+                                       device::KvRead<C> v_cache, T* __restrict__ out, FlashArgs args) {
   // Which sequence and tile: sequence s owns tiles [s + query_start[s] / tpb, s + 1 + query_start[s+1] / tpb).
   const int tpb = args.tokens_per_block;
   int seq = 0;
@@ -141,18 +144,10 @@ __global__ void __launch_bounds__(kFlashThreads, 1) attention_flash_kernel(const
   float* row_alpha = reinterpret_cast<float*>(smem + layout.row_alpha);
   int32_t* slots = reinterpret_cast<int32_t*>(smem + layout.slots);
 
-  // Scaled q rows into the operand type; padding rows and columns are zero.
-  for (int i = tid; i < kFlashRows * dp; i += kFlashThreads) {
-    const int r = i / dp, d = i % dp;
-    float x = 0.0f;
-    if (d < head_dim && row_valid(r)) x = device::to_float(q[row_offset(r) + d]) * args.q_scale;
-    q_stage[i] = device::from_float<Op>(x);
-  }
   if (tid < kFlashRows) {
     row_max[tid] = -INFINITY;
     row_sum[tid] = 0.0f;
   }
-  __syncthreads();
 
   // This warp's rows: 16 from warp * 16; the positions they span and the keys they see.
   const int warp_row = warp * kTile;
@@ -166,7 +161,6 @@ __global__ void __launch_bounds__(kFlashThreads, 1) attention_flash_kernel(const
   LLMK_UNROLL
   for (int d = 0; d < kHeadTiles; ++d) {
     if (d >= num_head_tiles) break;
-    wmma::load_matrix_sync(q_frag[d], q_stage + warp_row * dp + d * kTile, dp);
     wmma::fill_fragment(o_frag[d], 0.0f);
   }
 
@@ -177,109 +171,141 @@ __global__ void __launch_bounds__(kFlashThreads, 1) attention_flash_kernel(const
   const int my_first_key = first_visible(my_position, args.sliding_window);
 
   const int block_first_key = first_visible(first_position, args.sliding_window);
-  for (int key0 = block_first_key; key0 <= last_position; key0 += kKeys) {
-    // 1. The tile's slots, then K and V. The barrier after the slots also
-    //    orders the previous tile's (or q_stage's) readers before the
-    //    writes of k_tile and v_tile, and this warp's reads of its scores
-    //    and probs before the next tile writes them.
-    if (tid < kKeys) {
-      const int key = key0 + tid;
-      slots[tid] = key <= last_position ? table[key / args.block_size] + key % args.block_size : -1;
+  const int sink_end = min(args.sink_tokens, last_position + 1);  // the sinks the block's rows see
+  // Pass 0: the sinks with the q_sink rows; pass 1: the keys from the sinks'
+  // end (or the window's start) on with the q rows. One softmax state.
+  const int first_pass = sink_end > 0 ? 0 : 1;
+  for (int pass = first_pass; pass < 2; ++pass) {
+    const bool sinks = pass == 0;
+    const int key_begin = sinks ? 0 : max(block_first_key, args.sink_tokens);
+    const int key_end = sinks ? sink_end : last_position + 1;  // keys [key_begin, key_end)
+    if (key_begin >= key_end) break;  // only pass 1 can be empty: every row among the sinks
+    // This lane's row and this warp's rows see keys [first, last] of the pass.
+    const int row_first = sinks ? 0 : max(my_first_key, args.sink_tokens);
+    const int row_last = sinks ? min(args.sink_tokens - 1, my_position) : my_position;
+    const int warp_first = sinks ? 0 : max(warp_first_key, args.sink_tokens);
+    const T* q_in = sinks && q_sink != nullptr ? q_sink : q;
+    // Pass 1 after pass 0: every warp is done with the tiles q_stage overlays.
+    if (pass != first_pass) __syncthreads();
+
+    // Scaled q rows into the operand type; padding rows and columns are zero.
+    for (int i = tid; i < kFlashRows * dp; i += kFlashThreads) {
+      const int r = i / dp, d = i % dp;
+      float x = 0.0f;
+      if (d < head_dim && row_valid(r)) x = device::to_float(q_in[row_offset(r) + d]) * args.q_scale;
+      q_stage[i] = device::from_float<Op>(x);
     }
     __syncthreads();
-    for (int i = tid; i < kKeys * dp; i += kFlashThreads) {
-      const int j = i / dp, d = i % dp;
-      const int32_t slot = slots[j];
-      float kx = 0.0f, vx = 0.0f;
-      if (slot >= 0 && d < head_dim) {
-        const int64_t e = static_cast<int64_t>(slot) * kv_stride + kv_offset + d;
-        kx = k_cache.at(e);
-        vx = v_cache.at(e);
-      }
-      k_tile[i] = device::from_float<Op>(kx);
-      v_tile[i] = device::from_float<Op>(vx);
-    }
-    __syncthreads();
-
-    // 2. This warp's rows against the tile, when it holds a key they see.
-    if (!warp_active || key0 > warp_last_key || key0 + kKeys - 1 < warp_first_key) continue;
-
-    // S = Q K^T: k_tile as a col-major [padded_dim, num_keys] B operand.
     LLMK_UNROLL
-    for (int n = 0; n < kKeys / kTile; ++n) {
-      wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float> s_frag;
-      wmma::fill_fragment(s_frag, 0.0f);
-      LLMK_UNROLL
-      for (int d = 0; d < kHeadTiles; ++d) {
-        if (d >= num_head_tiles) break;
-        wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, Op, wmma::col_major> k_frag;
-        wmma::load_matrix_sync(k_frag, k_tile + n * kTile * dp + d * kTile, dp);
-        wmma::mma_sync(s_frag, q_frag[d], k_frag, s_frag);
-      }
-      wmma::store_matrix_sync(scores + n * kTile, s_frag, kKeys, wmma::mem_row_major);
-    }
-    __syncwarp();
-
-    // Online softmax of this lane's half row.
-    const float* s_row = scores + (lane / 2) * kKeys;
-    Op* p_row = probs + (lane / 2) * kKeys;
-    const float old_max = row_max[my_row];
-    float tile_max = -INFINITY;
-    for (int c = half; c < kKeys; c += 2) {
-      const int key = key0 + c;
-      if (my_row_valid && key >= my_first_key && key <= my_position) tile_max = fmaxf(tile_max, s_row[c]);
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(device::kFullWarpMask, tile_max, 1));
-    const float new_max = fmaxf(old_max, tile_max);
-    // exp2(-inf) = 0 rescales a row that had no key yet (its O is zero);
-    // a row that still has none keeps alpha 1.
-    const float alpha = new_max == -INFINITY ? 1.0f : exp2f(old_max - new_max);
-    float tile_sum = 0.0f;
-    for (int c = half; c < kKeys; c += 2) {
-      const int key = key0 + c;
-      float p = 0.0f;
-      if (my_row_valid && key >= my_first_key && key <= my_position) p = exp2f(s_row[c] - new_max);
-      const Op rounded = device::from_float<Op>(p);
-      p_row[c] = rounded;
-      tile_sum += device::to_float(rounded);  // the sum of exactly the weights P V multiplies
-    }
-    tile_sum += __shfl_xor_sync(device::kFullWarpMask, tile_sum, 1);
-    // Both lanes of the row read row_max above; a shuffle orders no memory,
-    // so the write below waits for a __syncwarp.
-    __syncwarp();
-    if (half == 0) {
-      row_max[my_row] = new_max;
-      row_sum[my_row] = row_sum[my_row] * alpha + tile_sum;
-      row_alpha[my_row] = alpha;
-    }
-    // Rescale O only when some row that already had keys saw its max move.
-    const bool rescale = __any_sync(device::kFullWarpMask, old_max != -INFINITY && alpha != 1.0f);
-    __syncwarp();
-    if (rescale) {
-      LLMK_UNROLL
-      for (int d = 0; d < kHeadTiles; ++d) {
-        if (d >= num_head_tiles) break;
-        wmma::store_matrix_sync(o_scratch, o_frag[d], kTile, wmma::mem_row_major);
-        __syncwarp();
-        for (int e = lane; e < kTile * kTile; e += 32) o_scratch[e] *= row_alpha[warp_row + e / kTile];
-        __syncwarp();
-        wmma::load_matrix_sync(o_frag[d], o_scratch, kTile, wmma::mem_row_major);
-        __syncwarp();
-      }
+    for (int d = 0; d < kHeadTiles; ++d) {
+      if (d >= num_head_tiles) break;
+      wmma::load_matrix_sync(q_frag[d], q_stage + warp_row * dp + d * kTile, dp);
     }
 
-    // O += P V: probs as a row-major [16, num_keys] A operand, v_tile as a
-    // row-major [num_keys, padded_dim] B operand.
-    LLMK_UNROLL
-    for (int n = 0; n < kKeys / kTile; ++n) {
-      wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, Op, wmma::row_major> p_frag;
-      wmma::load_matrix_sync(p_frag, probs + n * kTile, kKeys);
+    for (int key0 = key_begin; key0 < key_end; key0 += kKeys) {
+      // 1. The tile's slots, then K and V. The barrier after the slots also
+      //    orders the previous tile's (or q_stage's) readers before the
+      //    writes of k_tile and v_tile, and this warp's reads of its scores
+      //    and probs before the next tile writes them.
+      if (tid < kKeys) {
+        const int key = key0 + tid;
+        slots[tid] = key < key_end ? table[key / args.block_size] + key % args.block_size : -1;
+      }
+      __syncthreads();
+      for (int i = tid; i < kKeys * dp; i += kFlashThreads) {
+        const int j = i / dp, d = i % dp;
+        const int32_t slot = slots[j];
+        float kx = 0.0f, vx = 0.0f;
+        if (slot >= 0 && d < head_dim) {
+          const int64_t e = static_cast<int64_t>(slot) * kv_stride + kv_offset + d;
+          kx = k_cache.at(e);
+          vx = v_cache.at(e);
+        }
+        k_tile[i] = device::from_float<Op>(kx);
+        v_tile[i] = device::from_float<Op>(vx);
+      }
+      __syncthreads();
+
+      // 2. This warp's rows against the tile, when it holds a key they see.
+      if (!warp_active || key0 > warp_last_key || key0 + kKeys - 1 < warp_first) continue;
+
+      // S = Q K^T: k_tile as a col-major [padded_dim, num_keys] B operand.
       LLMK_UNROLL
-      for (int d = 0; d < kHeadTiles; ++d) {
-        if (d >= num_head_tiles) break;
-        wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, Op, wmma::row_major> v_frag;
-        wmma::load_matrix_sync(v_frag, v_tile + n * kTile * dp + d * kTile, dp);
-        wmma::mma_sync(o_frag[d], p_frag, v_frag, o_frag[d]);
+      for (int n = 0; n < kKeys / kTile; ++n) {
+        wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float> s_frag;
+        wmma::fill_fragment(s_frag, 0.0f);
+        LLMK_UNROLL
+        for (int d = 0; d < kHeadTiles; ++d) {
+          if (d >= num_head_tiles) break;
+          wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, Op, wmma::col_major> k_frag;
+          wmma::load_matrix_sync(k_frag, k_tile + n * kTile * dp + d * kTile, dp);
+          wmma::mma_sync(s_frag, q_frag[d], k_frag, s_frag);
+        }
+        wmma::store_matrix_sync(scores + n * kTile, s_frag, kKeys, wmma::mem_row_major);
+      }
+      __syncwarp();
+
+      // Online softmax of this lane's half row.
+      const float* s_row = scores + (lane / 2) * kKeys;
+      Op* p_row = probs + (lane / 2) * kKeys;
+      const float old_max = row_max[my_row];
+      float tile_max = -INFINITY;
+      for (int c = half; c < kKeys; c += 2) {
+        const int key = key0 + c;
+        if (my_row_valid && key >= row_first && key <= row_last) tile_max = fmaxf(tile_max, s_row[c]);
+      }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(device::kFullWarpMask, tile_max, 1));
+      const float new_max = fmaxf(old_max, tile_max);
+      // exp2(-inf) = 0 rescales a row that had no key yet (its O is zero);
+      // a row that still has none keeps alpha 1.
+      const float alpha = new_max == -INFINITY ? 1.0f : exp2f(old_max - new_max);
+      float tile_sum = 0.0f;
+      for (int c = half; c < kKeys; c += 2) {
+        const int key = key0 + c;
+        float p = 0.0f;
+        if (my_row_valid && key >= row_first && key <= row_last) p = exp2f(s_row[c] - new_max);
+        const Op rounded = device::from_float<Op>(p);
+        p_row[c] = rounded;
+        tile_sum += device::to_float(rounded);  // the sum of exactly the weights P V multiplies
+      }
+      tile_sum += __shfl_xor_sync(device::kFullWarpMask, tile_sum, 1);
+      // Both lanes of the row read row_max above; a shuffle orders no memory,
+      // so the write below waits for a __syncwarp.
+      __syncwarp();
+      if (half == 0) {
+        row_max[my_row] = new_max;
+        row_sum[my_row] = row_sum[my_row] * alpha + tile_sum;
+        row_alpha[my_row] = alpha;
+      }
+      // Rescale O only when some row that already had keys saw its max move.
+      const bool rescale = __any_sync(device::kFullWarpMask, old_max != -INFINITY && alpha != 1.0f);
+      __syncwarp();
+      if (rescale) {
+        LLMK_UNROLL
+        for (int d = 0; d < kHeadTiles; ++d) {
+          if (d >= num_head_tiles) break;
+          wmma::store_matrix_sync(o_scratch, o_frag[d], kTile, wmma::mem_row_major);
+          __syncwarp();
+          for (int e = lane; e < kTile * kTile; e += 32) o_scratch[e] *= row_alpha[warp_row + e / kTile];
+          __syncwarp();
+          wmma::load_matrix_sync(o_frag[d], o_scratch, kTile, wmma::mem_row_major);
+          __syncwarp();
+        }
+      }
+
+      // O += P V: probs as a row-major [16, num_keys] A operand, v_tile as a
+      // row-major [num_keys, padded_dim] B operand.
+      LLMK_UNROLL
+      for (int n = 0; n < kKeys / kTile; ++n) {
+        wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, Op, wmma::row_major> p_frag;
+        wmma::load_matrix_sync(p_frag, probs + n * kTile, kKeys);
+        LLMK_UNROLL
+        for (int d = 0; d < kHeadTiles; ++d) {
+          if (d >= num_head_tiles) break;
+          wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, Op, wmma::row_major> v_frag;
+          wmma::load_matrix_sync(v_frag, v_tile + n * kTile * dp + d * kTile, dp);
+          wmma::mma_sync(o_frag[d], p_frag, v_frag, o_frag[d]);
+        }
       }
     }
   }
@@ -330,12 +356,12 @@ cudaError_t with_flash_types(DType activation, DType kv, F&& f) {
 
 
 template <class T, class C, class Op, int kHeadTiles, int kKeys>
-cudaError_t launch_flash(dim3 grid, const void* q, const PagedKvCache& cache, void* out, const FlashArgs& args,
-                         int32_t group_size, cudaStream_t stream) {
+cudaError_t launch_flash(dim3 grid, const void* q, const void* q_sink, const PagedKvCache& cache, void* out,
+                         const FlashArgs& args, int32_t group_size, cudaStream_t stream) {
   const int64_t smem = flash_layout(args.padded_dim, kKeys, sizeof(Op)).total + kAlignSlack;
   LLMK_LAUNCH(grid, kFlashThreads, static_cast<std::size_t>(smem), stream,
               attention_flash_kernel<T, C, Op, kHeadTiles, kKeys>)(
-      static_cast<const T*>(q), kv_reader<C>(cache.k, cache.k_scale, group_size),
+      static_cast<const T*>(q), static_cast<const T*>(q_sink), kv_reader<C>(cache.k, cache.k_scale, group_size),
       kv_reader<C>(cache.v, cache.v_scale, group_size), static_cast<T*>(out), args);
   return cudaGetLastError();
 }
@@ -348,7 +374,8 @@ cudaError_t check_flash_attention_shape(const PagedAttentionShape& shape) {
 }
 
 cudaError_t attention_flash(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
-                            const PagedKvCache& cache, void* out, cudaStream_t stream, int32_t min_query_len) {
+                            const PagedKvCache& cache, void* out, cudaStream_t stream, int32_t min_query_len,
+                            const void* q_sink) {
   if (const cudaError_t status = check_flash_attention_shape(shape); status != cudaSuccess) return status;
   if (step.num_tokens < 0 || step.block_size <= 0 || (step.num_tokens > 0 && step.num_seqs <= 0) ||
       min_query_len < 1)
@@ -368,6 +395,7 @@ cudaError_t attention_flash(const PagedAttentionShape& shape, const PagedAttenti
   args.num_kv_heads = shape.num_kv_heads;
   args.head_dim = shape.head_dim;
   args.sliding_window = shape.sliding_window;
+  args.sink_tokens = shape.sink_tokens;
   args.padded_dim = (shape.head_dim + kTile - 1) / kTile * kTile;
   args.group = shape.num_heads / shape.num_kv_heads;
   args.heads_per_block = args.group < kFlashRows ? args.group : kFlashRows;
@@ -384,9 +412,9 @@ cudaError_t attention_flash(const PagedAttentionShape& shape, const PagedAttenti
     using Op = typename decltype(op)::type;
     // Keys per tile shrink as head_dim grows, keeping shared memory under 48 KiB.
     const int32_t group_size = shape.kv_group_size;
-    if (args.padded_dim <= 64) return launch_flash<T, C, Op, 4, 64>(grid, q, cache, out, args, group_size, stream);
-    if (args.padded_dim <= 128) return launch_flash<T, C, Op, 8, 32>(grid, q, cache, out, args, group_size, stream);
-    return launch_flash<T, C, Op, 16, 16>(grid, q, cache, out, args, group_size, stream);
+    if (args.padded_dim <= 64) return launch_flash<T, C, Op, 4, 64>(grid, q, q_sink, cache, out, args, group_size, stream);
+    if (args.padded_dim <= 128) return launch_flash<T, C, Op, 8, 32>(grid, q, q_sink, cache, out, args, group_size, stream);
+    return launch_flash<T, C, Op, 16, 16>(grid, q, q_sink, cache, out, args, group_size, stream);
   });
 }
 

@@ -38,6 +38,10 @@
 //      and add those rounded values to the running sum; the O accumulators
 //      are rescaled by exp2(m_old - m_new) through shared memory, only when
 //      some row's max moved; O += P V on tensor cores.
+// Attention sinks (sink_tokens S > 0): the loop above runs twice with one
+// softmax state, first over the sinks [0, min(S, last position + 1)) with
+// the q_sink rows staged and loaded as q was (each row masks keys past its
+// position), then over the keys from S on with q (the window's mask on top).
 // Finally O / sum goes to `out` in the activation dtype.
 //
 // Operands: F16 for an F16 cache, BF16 for BF16, I8 and F32 caches (I8 and
@@ -69,9 +73,10 @@ cudaError_t check_flash_attention_shape(const PagedAttentionShape& shape);
 // q, out: [num_tokens, num_heads, head_dim] of activation_dtype, device (not
 // overlapping); cache: already holding this step's rows. Writes the output
 // rows of the sequences with query_len >= min_query_len (>= 1) and no others.
-// The step's metadata is trusted as in attention_paged.
+// q_sink: as q, the queries that score the sinks (shape.sink_tokens > 0);
+// null: q scores them. The step's metadata is trusted as in attention_paged.
 cudaError_t attention_flash(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
                             const PagedKvCache& cache, void* out, cudaStream_t stream,
-                            int32_t min_query_len = kFlashDefaultMinQueryLen);
+                            int32_t min_query_len = kFlashDefaultMinQueryLen, const void* q_sink = nullptr);
 
 }  // namespace llmk::cuda

@@ -75,13 +75,17 @@ struct AttentionArgs {
   int32_t num_heads, num_kv_heads, head_dim, sliding_window;
   float scale;
   int32_t min_query_len;  // sequences with fewer new rows are not served
+  int32_t sink_tokens;    // positions below it: seen by every later query, scored with q_sink
 };
 
 // q, out: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_slots, num_kv_heads, head_dim].
+// q_sink: [num_tokens, num_heads, head_dim] or null (q scores the sinks).
 // Block (token, head); blockDim.x == kAttentionThreads. acc[] has a constant
-// size, so it stays in registers.
+// size, so it stays in registers. Two passes over the keys, one softmax: the
+// sinks [0, sink_end) with the q_sink row, then [rest_first, position] with q.
 template <class T, class C>
-__global__ void __launch_bounds__(kAttentionThreads, 1) attention_paged_kernel(const T* __restrict__ q, device::KvRead<C> k_cache, device::KvRead<C> v_cache,
+__global__ void __launch_bounds__(kAttentionThreads, 1) attention_paged_kernel(const T* __restrict__ q, const T* __restrict__ q_sink,
+                                       device::KvRead<C> k_cache, device::KvRead<C> v_cache,
                                        T* __restrict__ out, AttentionArgs args) {
   __shared__ float q_row[kAttentionMaxHeadDim];  // q * scale, f32
   __shared__ float weights[kAttentionThreads];   // this tile's exp(score - running max)
@@ -95,50 +99,58 @@ __global__ void __launch_bounds__(kAttentionThreads, 1) attention_paged_kernel(c
   if (query_len < args.min_query_len) return;  // the whole block: no barrier is left waiting
   const int position = args.context_lens[seq] - query_len + (token - args.query_start[seq]);
   const int first = args.sliding_window > 0 ? max(0, position - args.sliding_window + 1) : 0;
+  const int sink_end = min(args.sink_tokens, position + 1);  // the sinks this query sees
+  const int rest_first = max(first, args.sink_tokens);
   const int kv_head = head / (args.num_heads / args.num_kv_heads);
   const int32_t* table = args.block_tables + static_cast<int64_t>(seq) * args.max_blocks_per_seq;
   const int64_t kv_stride = static_cast<int64_t>(args.num_kv_heads) * head_dim;  // elements per slot
   const int64_t head_offset = static_cast<int64_t>(kv_head) * head_dim;
 
-  const T* q_in = q + (static_cast<int64_t>(token) * args.num_heads + head) * head_dim;
-  for (int d = tid; d < head_dim; d += blockDim.x) q_row[d] = device::to_float(q_in[d]) * args.scale;
-  __syncthreads();
-
   float running_max = -INFINITY, running_sum = 0.0f;
   float acc[kDimsPerThread];
   for (int i = 0; i < kDimsPerThread; ++i) acc[i] = 0.0f;
 
-  for (int tile = first; tile <= position; tile += kAttentionThreads) {
-    // Score one key per thread.
-    const int key = tile + tid;
-    float score = -INFINITY;
-    int32_t slot = -1;
-    if (key <= position) {
-      slot = table[key / args.block_size] + key % args.block_size;
-      const int64_t k_row = static_cast<int64_t>(slot) * kv_stride + head_offset;
-      score = 0.0f;
-      for (int d = 0; d < head_dim; ++d) score += q_row[d] * k_cache.at(k_row + d);
-    }
-    slots[tid] = slot;
-    const float new_max = fmaxf(running_max, device::block_max(score, scratch));
-    const float weight = key <= position ? __expf(score - new_max) : 0.0f;
-    weights[tid] = weight;
-    const float tile_sum = device::block_sum(weight, scratch);  // its barriers publish slots and weights
-    const float rescale = __expf(running_max - new_max);        // 0 on the first tile (running_max = -inf)
-    running_sum = running_sum * rescale + tile_sum;
-    running_max = new_max;
+  const int64_t q_offset = (static_cast<int64_t>(token) * args.num_heads + head) * head_dim;
+  for (int pass = sink_end > 0 ? 0 : 1; pass < 2; ++pass) {
+    const bool sinks = pass == 0;
+    const int key_begin = sinks ? 0 : rest_first, key_end = sinks ? sink_end : position + 1;  // [begin, end)
+    if (key_begin >= key_end) break;  // only the second pass can be empty (a query among the sinks)
+    const T* q_in = (sinks && q_sink != nullptr ? q_sink : q) + q_offset;
+    for (int d = tid; d < head_dim; d += blockDim.x) q_row[d] = device::to_float(q_in[d]) * args.scale;
+    __syncthreads();
 
-    // Weighted V sum, one head_dim element per thread (coalesced rows).
-    const int num_keys = min(kAttentionThreads, position - tile + 1);
-    for (int i = 0; i < kDimsPerThread; ++i) {
-      const int d = tid + i * kAttentionThreads;
-      if (d >= head_dim) continue;
-      float a = acc[i] * rescale;
-      for (int j = 0; j < num_keys; ++j)
-        a += weights[j] * v_cache.at(static_cast<int64_t>(slots[j]) * kv_stride + head_offset + d);
-      acc[i] = a;
+    for (int tile = key_begin; tile < key_end; tile += kAttentionThreads) {
+      // Score one key per thread.
+      const int key = tile + tid;
+      float score = -INFINITY;
+      int32_t slot = -1;
+      if (key < key_end) {
+        slot = table[key / args.block_size] + key % args.block_size;
+        const int64_t k_row = static_cast<int64_t>(slot) * kv_stride + head_offset;
+        score = 0.0f;
+        for (int d = 0; d < head_dim; ++d) score += q_row[d] * k_cache.at(k_row + d);
+      }
+      slots[tid] = slot;
+      const float new_max = fmaxf(running_max, device::block_max(score, scratch));
+      const float weight = key < key_end ? __expf(score - new_max) : 0.0f;
+      weights[tid] = weight;
+      const float tile_sum = device::block_sum(weight, scratch);  // its barriers publish slots and weights
+      const float rescale = __expf(running_max - new_max);        // 0 on the first tile (running_max = -inf)
+      running_sum = running_sum * rescale + tile_sum;
+      running_max = new_max;
+
+      // Weighted V sum, one head_dim element per thread (coalesced rows).
+      const int num_keys = min(kAttentionThreads, key_end - tile);
+      for (int i = 0; i < kDimsPerThread; ++i) {
+        const int d = tid + i * kAttentionThreads;
+        if (d >= head_dim) continue;
+        float a = acc[i] * rescale;
+        for (int j = 0; j < num_keys; ++j)
+          a += weights[j] * v_cache.at(static_cast<int64_t>(slots[j]) * kv_stride + head_offset + d);
+        acc[i] = a;
+      }
+      __syncthreads();  // the next tile overwrites slots and weights (the next pass, q_row)
     }
-    __syncthreads();  // the next tile overwrites slots and weights
   }
 
   T* out_row = out + (static_cast<int64_t>(token) * args.num_heads + head) * head_dim;
@@ -158,6 +170,7 @@ bool is_element_type(DType dtype) {
 cudaError_t check_paged_attention_shape(const PagedAttentionShape& shape) {
   const bool ok = shape.num_heads > 0 && shape.num_kv_heads > 0 && shape.num_heads % shape.num_kv_heads == 0 &&
                   shape.head_dim > 0 && shape.head_dim <= kAttentionMaxHeadDim && shape.sliding_window >= 0 &&
+                  shape.sink_tokens >= 0 &&
                   is_element_type(shape.activation_dtype) &&
                   (is_element_type(shape.kv_dtype) ||
                    (shape.kv_dtype == DType::i8 && shape.kv_group_size > 0 &&
@@ -192,7 +205,8 @@ cudaError_t kv_cache_write(const PagedAttentionShape& shape, const PagedAttentio
 }
 
 cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
-                            const PagedKvCache& cache, void* out, cudaStream_t stream, int32_t min_query_len) {
+                            const PagedKvCache& cache, void* out, cudaStream_t stream, int32_t min_query_len,
+                            const void* q_sink) {
   if (const cudaError_t status = check_paged_attention_shape(shape); status != cudaSuccess) return status;
   if (step.num_tokens < 0 || step.block_size <= 0 || (step.num_tokens > 0 && step.num_seqs <= 0))
     return cudaErrorInvalidValue;
@@ -202,14 +216,16 @@ cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttenti
   const AttentionArgs args{step.query_start,       step.context_lens,      step.block_tables,
                            step.num_seqs,          step.max_blocks_per_seq, step.block_size,
                            shape.num_heads,        shape.num_kv_heads,     shape.head_dim,
-                           shape.sliding_window,   shape.scale,            min_query_len};
+                           shape.sliding_window,   shape.scale,            min_query_len,
+                           shape.sink_tokens};
   const dim3 grid(static_cast<unsigned>(step.num_tokens), static_cast<unsigned>(shape.num_heads));
   return with_element_type(shape.activation_dtype, [&](auto activation) {
     using T = typename decltype(activation)::type;
     return with_kv_type(shape.kv_dtype, [&](auto element) {
       using C = typename decltype(element)::type;
       LLMK_LAUNCH(grid, kAttentionThreads, 0, stream, attention_paged_kernel<T, C>)(
-          static_cast<const T*>(q), kv_reader<C>(cache.k, cache.k_scale, shape.kv_group_size),
+          static_cast<const T*>(q), static_cast<const T*>(q_sink),
+          kv_reader<C>(cache.k, cache.k_scale, shape.kv_group_size),
           kv_reader<C>(cache.v, cache.v_scale, shape.kv_group_size), static_cast<T*>(out), args);
       return cudaGetLastError();
     });
@@ -218,10 +234,10 @@ cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttenti
 
 cudaError_t attention_paged_run(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
                                 const void* k, const void* v, const PagedKvCache& cache, void* out,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, const void* q_sink) {
   if (const cudaError_t status = kv_cache_write(shape, step, k, v, cache, stream); status != cudaSuccess)
     return status;
-  return attention_paged(shape, step, q, cache, out, stream);
+  return attention_paged(shape, step, q, cache, out, stream, 1, q_sink);
 }
 
 }  // namespace llmk::cuda

@@ -14,8 +14,12 @@
 //      lives at slot block_tables[s * max_blocks_per_seq + p / block_size]
 //      + p % block_size. Query head h reads KV head h / (num_heads / num_kv_heads).
 //      With sliding_window W > 0 the query at position p sees positions
-//      max(0, p - W + 1) .. p. Softmax is online (a running max and running
-//      sum, rescaled per tile of keys) with f32 accumulation throughout.
+//      max(0, p - W + 1) .. p. Attention sinks (sink_tokens S > 0,
+//      StreamingLLM): positions 0 .. min(S, p + 1) - 1 are seen whatever the
+//      window, scored with the row's q_sink (the query rotated by its cache
+//      position; null: q), the window then covering positions S and later.
+//      Softmax is online (a running max and running sum, rescaled per tile
+//      of keys, the sinks first) with f32 accumulation throughout.
 //
 // Launch shapes: kv_cache_write one block per new token, kKvWriteThreads
 // threads across num_kv_heads * head_dim; attention_paged one block per
@@ -54,6 +58,7 @@ struct PagedAttentionShape {
   DType activation_dtype = DType::f32;  // q, k, v, out: F32, F16 or BF16
   DType kv_dtype = DType::f32;          // the cache: F32, F16, BF16 or I8 (group-quantized)
   int32_t kv_group_size = 0;                     // I8: elements sharing one scale, divides head_dim
+  int32_t sink_tokens = 0;       // cache positions always visible, scored with q_sink; 0 = none
 };
 
 // One layer's cache in the standard layout (kv_access.hpp): k, v
@@ -92,12 +97,15 @@ cudaError_t kv_cache_write(const PagedAttentionShape& shape, const PagedAttentio
 // cache: already holding this step's rows. Only sequences with at least
 // min_query_len new rows are served (2: every prefill, none of the decodes,
 // whose rows are left for attention_decode); the others' rows are not written.
+// q_sink: [num_tokens, num_heads, head_dim] of activation_dtype, the queries
+// that score the sinks (shape.sink_tokens > 0); null: q scores them.
 cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
-                            const PagedKvCache& cache, void* out, cudaStream_t stream, int32_t min_query_len = 1);
+                            const PagedKvCache& cache, void* out, cudaStream_t stream, int32_t min_query_len = 1,
+                            const void* q_sink = nullptr);
 
 // Both, in order: one layer of one step.
 cudaError_t attention_paged_run(const PagedAttentionShape& shape, const PagedAttentionStep& step, const void* q,
                                 const void* k, const void* v, const PagedKvCache& cache, void* out,
-                                cudaStream_t stream);
+                                cudaStream_t stream, const void* q_sink = nullptr);
 
 }  // namespace llmk::cuda

@@ -36,4 +36,13 @@ cudaError_t rope(float* q, int64_t q_stride, int64_t num_heads, float* k, int64_
                  int64_t num_tokens, int64_t head_dim, const int32_t* positions, const float* cos_table,
                  const float* sin_table, cudaStream_t stream);
 
+// The same where positions may pass the tables (a StreamingLLM stream's text
+// positions): a row at max_positions or later takes cos and sin of
+// position * inv_freq[i], in double, rounded to f32, as core/rope_scaling.hpp
+// fills the tables (so a computed row equals the table's would-be row).
+// inv_freq: [head_dim / 2] double, device.
+cudaError_t rope(float* q, int64_t q_stride, int64_t num_heads, float* k, int64_t k_stride, int64_t num_kv_heads,
+                 int64_t num_tokens, int64_t head_dim, const int32_t* positions, const float* cos_table,
+                 const float* sin_table, int64_t max_positions, const double* inv_freq, cudaStream_t stream);
+
 }  // namespace llmk::cuda

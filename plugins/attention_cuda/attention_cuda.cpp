@@ -17,6 +17,10 @@
 //     conformance grid measured up to 3.4), which the conformance suite
 //     holds the plugin to.
 // Both read the cache after kv_cache_write has stored the step's rows.
+// Attention sinks (API 3.2, StreamingLLM): every kernel scores the first
+// sink_tokens cache positions with the layer's q_sink rows, the other keys
+// with q, in one softmax (a decode's sinks lead its split order; the prefill
+// kernels take the sinks in a pass of their own first).
 // run() only enqueues work on the caller's stream: no allocation, no
 // synchronization and no host reads of device memory, so a step can be
 // captured into a CUDA graph; workspace_bound() says the most workspace any
@@ -66,6 +70,9 @@ cuda::PagedAttentionShape shape_of(const llmk_attention_desc& d) {
   s.activation_dtype = static_cast<cuda::DType>(d.activation_dtype);
   s.kv_dtype = static_cast<cuda::DType>(d.kv_dtype);
   s.kv_group_size = d.kv_dtype == LLMK_DTYPE_I8 ? static_cast<int32_t>(d.kv_group_size) : 0;
+  s.sink_tokens = d.struct_size >= offsetof(llmk_attention_desc, sink_tokens) + sizeof(uint32_t)
+                      ? static_cast<int32_t>(d.sink_tokens)
+                      : 0;
   return s;
 }
 
@@ -108,7 +115,7 @@ class AttentionCuda {
   static constexpr const char* kDescription =
       "CUDA paged causal GQA attention: split-K decode attention grouped by KV head, flash prefill on tensor cores (WMMA) or in f32; F32/F16/BF16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
-      R"({"kv_dtypes":["f32","f16","bf16","i8"],"devices":["cuda"],"activation_dtypes":["f32","f16","bf16"],"paged":true,"gqa":true,"sliding_window":true,"options":["prefill"],"kv_rounding_ulp":{"f16":8,"bf16":8}})";
+      R"({"kv_dtypes":["f32","f16","bf16","i8"],"devices":["cuda"],"activation_dtypes":["f32","f16","bf16"],"paged":true,"gqa":true,"sliding_window":true,"attention_sinks":true,"options":["prefill"],"kv_rounding_ulp":{"f16":8,"bf16":8}})";
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
     if (d.device != LLMK_DEVICE_CUDA) {
@@ -117,10 +124,6 @@ class AttentionCuda {
     }
     if (!served_dtype(d.activation_dtype)) {
       why = "activation dtype " + std::to_string(d.activation_dtype) + " is not f32, f16 or bf16";
-      return false;
-    }
-    if (d.struct_size >= offsetof(llmk_attention_desc, sink_tokens) + sizeof(uint32_t) && d.sink_tokens > 0) {
-      why = "attention sinks (sink_tokens " + std::to_string(d.sink_tokens) + ") are not implemented on CUDA";
       return false;
     }
     if (!served_dtype(d.kv_dtype) && d.kv_dtype != LLMK_DTYPE_I8) {
@@ -195,9 +198,8 @@ class AttentionCuda {
       const int32_t query_len = step.query_start[s + 1] - step.query_start[s];
       if (query_len == 1) {
         ++num_decodes;
-        int32_t visible = step.context_lens[s];
-        if (desc_.sliding_window > 0) visible = std::min<int32_t>(visible, static_cast<int32_t>(desc_.sliding_window));
-        longest_decode = std::max(longest_decode, visible);
+        longest_decode =
+            std::max(longest_decode, cuda::attention_decode_visible_keys(shape_, step.context_lens[s]));
       } else if (query_len > 1) {
         has_prefill_ = true;
       }
@@ -212,15 +214,14 @@ class AttentionCuda {
 
   // The most plan() asks for on a step within the desc: the workspace holds
   // num_seqs x the decodes' split count, and the split count grows with the
-  // longest visible context (max_context, or the window) and shrinks as
-  // decodes are added. With d decodes a step of max_tokens tokens holds at
-  // most (max_tokens + d) / 2 sequences (every other one takes two rows or
-  // more), and at most max_seqs.
+  // longest visible context (max_context, or the window plus the sinks) and
+  // shrinks as decodes are added. With d decodes a step of max_tokens tokens
+  // holds at most (max_tokens + d) / 2 sequences (every other one takes two
+  // rows or more), and at most max_seqs.
   size_t workspace_bound() const {
     const int32_t max_tokens = static_cast<int32_t>(std::max<uint32_t>(desc_.max_tokens, 1));
     const int32_t max_seqs = desc_.max_seqs > 0 ? static_cast<int32_t>(desc_.max_seqs) : max_tokens;
-    int32_t longest = static_cast<int32_t>(desc_.max_context);
-    if (desc_.sliding_window > 0) longest = std::min(longest, static_cast<int32_t>(desc_.sliding_window));
+    const int32_t longest = cuda::attention_decode_visible_keys(shape_, static_cast<int32_t>(desc_.max_context));
     size_t most = 0;
     for (int32_t d = 1; d <= std::min(max_seqs, max_tokens); ++d) {
       const int32_t num_seqs = std::min(max_seqs, (max_tokens + d) / 2);
@@ -240,17 +241,19 @@ class AttentionCuda {
                                                  " bytes, the step's plan needs " + std::to_string(workspace_bytes_));
     if (step_.num_tokens == 0) return;
     const auto s = static_cast<cudaStream_t>(stream);
+    const void* q_sink =
+        layer.struct_size >= offsetof(llmk_attention_layer, q_sink) + sizeof(void*) ? layer.q_sink : nullptr;
     const cuda::PagedKvCache cache{layer.kv.k, layer.kv.v, layer.kv.k_scale, layer.kv.v_scale};
     check_cuda(cuda::kv_cache_write(shape_, step_, layer.k, layer.v, cache, s), "attention.cuda K/V write");
     if (has_prefill_ && flash_prefill_)
-      check_cuda(cuda::attention_flash(shape_, step_, layer.q, cache, layer.out, s, /*min_query_len=*/2),
+      check_cuda(cuda::attention_flash(shape_, step_, layer.q, cache, layer.out, s, /*min_query_len=*/2, q_sink),
                  "attention.cuda flash prefill attention");
     else if (has_prefill_)
-      check_cuda(cuda::attention_paged(shape_, step_, layer.q, cache, layer.out, s, /*min_query_len=*/2),
+      check_cuda(cuda::attention_paged(shape_, step_, layer.q, cache, layer.out, s, /*min_query_len=*/2, q_sink),
                  "attention.cuda prefill attention");
     if (num_splits_ > 0)
       check_cuda(cuda::attention_decode(shape_, step_, layer.q, cache, layer.out, workspace, workspace_size,
-                                        num_splits_, s),
+                                        num_splits_, s, q_sink),
                  "attention.cuda decode attention");
   }
 

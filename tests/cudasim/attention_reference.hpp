@@ -178,6 +178,11 @@ struct attention_case {
   int kv_group_size = 0;  // I8 caches
   llmk_dtype activation_dtype = LLMK_DTYPE_F32;
   int sliding_window = 0;
+  // Attention sinks: positions [0, sink_tokens) seen by every later query
+  // whatever the window, scored with q_sink, random values of their own
+  // (sink_queries false: no q_sink, q scores them).
+  int sink_tokens = 0;
+  bool sink_queries = true;
   std::vector<seq_spec> seqs;
   std::uint64_t data_seed = 1;
   // Keys [boost_first, boost_first + boost_count) of every sequence's cached
@@ -238,6 +243,48 @@ void for_each_kv_heads_case(const std::vector<seq_spec>& seqs, int head_dim,
       }
 }
 
+// Attention sinks (StreamingLLM): 4 sinks, without a window and with one of
+// 6, over GQA 1 (block size 3, both) and 4 on one KV head, 8/4, 16/2 and
+// 32/8 (block size 16, one each), cache dtypes taken in turn from kv_dtypes
+// (I8 with groups of 8), each with its own q_sink; then one case whose q
+// scores the sinks (no q_sink). The mixed step `seqs` should hold rows among
+// the sinks, and contexts past the sinks plus the window.
+template <class Check>
+void for_each_sink_case(const std::vector<seq_spec>& seqs, int head_dim, std::initializer_list<llmk_dtype> kv_dtypes,
+                        std::uint64_t data_seed, const Check& check) {
+  struct layout {
+    int num_heads, num_kv_heads, block_size, window;
+  };
+  std::size_t next_dtype = 0;
+  for (const layout h : {layout{1, 1, 3, 0}, layout{1, 1, 3, 6}, layout{4, 1, 16, 6}, layout{8, 4, 16, 0},
+                         layout{16, 2, 16, 6}, layout{32, 8, 16, 0}}) {
+    attention_case c;
+    c.num_heads = h.num_heads;
+    c.num_kv_heads = h.num_kv_heads;
+    c.head_dim = head_dim;
+    c.block_size = h.block_size;
+    c.kv_dtype = *(kv_dtypes.begin() + next_dtype++ % kv_dtypes.size());
+    c.kv_group_size = c.kv_dtype == LLMK_DTYPE_I8 ? 8 : 0;
+    c.sliding_window = h.window;
+    c.sink_tokens = 4;
+    c.seqs = seqs;
+    c.data_seed = ++data_seed;
+    check(c);
+  }
+  attention_case c;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = head_dim;
+  c.kv_dtype = *kv_dtypes.begin();
+  c.kv_group_size = c.kv_dtype == LLMK_DTYPE_I8 ? 8 : 0;
+  c.sliding_window = 6;
+  c.sink_tokens = 4;
+  c.sink_queries = false;
+  c.seqs = seqs;
+  c.data_seed = ++data_seed;
+  check(c);
+}
+
 // Poison in slots no query may read (unused table entries point at a spare
 // block, and the tail of each sequence's last block): large enough that
 // reading one shows in the output.
@@ -251,6 +298,7 @@ struct attention_problem {
   std::vector<int32_t> query_start, context_lens, slot_mapping, block_tables;
   std::vector<bool> is_new_slot;
   typed_values q, k, v;  // q: [num_tokens, num_heads, head_dim]; k, v: [num_tokens, row]
+  typed_values q_sink;   // as q, with sinks and sink_queries; empty otherwise
   kv_cache_image cache_before, cache_after;
 
   int slot_of(int s, int p) const { return block_tables[s * max_blocks_per_seq + p / block_size] + p % block_size; }
@@ -302,6 +350,8 @@ inline attention_problem make_attention_problem(const attention_case& c) {
   pb.q = make_typed(c.activation_dtype, random_floats(q_count, c.data_seed + 1, -4.0f, 4.0f));
   pb.k = make_typed(c.activation_dtype, random_floats(kv_count, c.data_seed + 2));
   pb.v = make_typed(c.activation_dtype, random_floats(kv_count, c.data_seed + 3));
+  if (c.sink_tokens > 0 && c.sink_queries)
+    pb.q_sink = make_typed(c.activation_dtype, random_floats(q_count, c.data_seed + 6, -4.0f, 4.0f));
 
   // The cache before the step: poison everywhere, the cached prefixes random.
   std::vector<float> k_cache_f(static_cast<std::size_t>(pb.num_slots) * row, kPoisonK);
@@ -392,18 +442,27 @@ inline attention_expectation reference_attention(const attention_case& c, const 
     for (int i = 0; i < c.seqs[s].query_len; ++i) {
       const int t = pb.query_start[s] + i;
       const int p = c.seqs[s].context_len - c.seqs[s].query_len + i;
+      // The keys the query sees: the sinks (below min(sink_tokens, p + 1)),
+      // then the window's from the sinks' end on.
       const int first = c.sliding_window > 0 ? std::max(0, p - c.sliding_window + 1) : 0;
-      const int num_keys = p - first + 1;
+      const int num_sinks = std::min(c.sink_tokens, p + 1);
+      const int rest_first = std::max(first, c.sink_tokens);
+      const int num_keys = num_sinks + std::max(0, p - rest_first + 1);
+      const auto key_position = [&](int j) { return j < num_sinks ? j : rest_first + (j - num_sinks); };
       for (int h = 0; h < c.num_heads; ++h) {
         const int kv_head = h / group;
-        const double* qh = &pb.q.value[(static_cast<std::size_t>(t) * c.num_heads + h) * c.head_dim];
+        const std::size_t q_at = (static_cast<std::size_t>(t) * c.num_heads + h) * c.head_dim;
+        const double* q_row = &pb.q.value[q_at];
+        const double* q_sink_row = pb.q_sink.value.empty() ? q_row : &pb.q_sink.value[q_at];
         weights.assign(num_keys, 0.0);
         eta.assign(num_keys, 0.0);
         v_rows.assign(num_keys, 0);
         double max_score = -INFINITY, max_eta = 0.0;
         for (int j = 0; j < num_keys; ++j) {
-          const std::size_t slot_row = static_cast<std::size_t>(pb.slot_of(s, first + j)) * row + kv_head * c.head_dim;
+          const std::size_t slot_row =
+              static_cast<std::size_t>(pb.slot_of(s, key_position(j))) * row + kv_head * c.head_dim;
           const double* kj = &k_cache[slot_row];
+          const double* qh = j < num_sinks ? q_sink_row : q_row;
           double dot = 0.0, magnitude = 0.0;
           for (int d = 0; d < c.head_dim; ++d) {
             dot += qh[d] * kj[d];
@@ -445,12 +504,18 @@ using attention_launch = std::function<cudaError_t(
     const llmk::cuda::PagedAttentionShape& shape, const llmk::cuda::PagedAttentionStep& step, const void* q,
     const void* k, const void* v, const llmk::cuda::PagedKvCache& cache, void* out, cudaStream_t stream)>;
 
+// The same with the queries that score the sinks (null without them).
+using attention_sink_launch = std::function<cudaError_t(
+    const llmk::cuda::PagedAttentionShape& shape, const llmk::cuda::PagedAttentionStep& step, const void* q,
+    const void* q_sink, const void* k, const void* v, const llmk::cuda::PagedKvCache& cache, void* out,
+    cudaStream_t stream)>;
+
 // Whether the launch writes the output rows of a sequence; the rows of the
 // others must keep their bytes. Empty: every sequence.
 using attention_serves = std::function<bool(const seq_spec& seq)>;
 
 // Builds the step, runs `launch` under every seed and checks the cache and the output.
-inline void check_attention_case(const attention_case& c, const attention_launch& launch,
+inline void check_attention_case(const attention_case& c, const attention_sink_launch& launch,
                                  const attention_tolerance& tolerance, const attention_serves& serves = {}) {
   const attention_problem pb = make_attention_problem(c);
   const attention_expectation expected = reference_attention(c, pb, tolerance);
@@ -463,7 +528,8 @@ inline void check_attention_case(const attention_case& c, const attention_launch
                                               c.sliding_window,
                                               kernel_dtype(c.activation_dtype),
                                               kernel_dtype(c.kv_dtype),
-                                              c.kv_group_size};
+                                              c.kv_group_size,
+                                              c.sink_tokens};
   const std::size_t act_size = element_size(c.activation_dtype);
   const std::size_t row_elements = static_cast<std::size_t>(c.num_heads) * c.head_dim;
   // The output before the launch: a byte pattern no result is likely to equal.
@@ -477,8 +543,12 @@ inline void check_attention_case(const attention_case& c, const attention_launch
     reset_simulator(seed);
     INFO("heads " << c.num_heads << "/" << c.num_kv_heads << " head_dim " << c.head_dim << " block " << pb.block_size
                   << " kv dtype " << c.kv_dtype << " group " << c.kv_group_size << " activation dtype "
-                  << c.activation_dtype << " window " << c.sliding_window << " seed " << seed);
+                  << c.activation_dtype << " window " << c.sliding_window << " sinks " << c.sink_tokens
+                  << (c.sink_queries ? "" : " (no q_sink)") << " seed " << seed);
     device_buffer<uint8_t> dq(pb.q.bytes), dk(pb.k.bytes), dv(pb.v.bytes);
+    // q_sink's buffer (one unused byte without one: the pointer stays null).
+    const bool has_q_sink = !pb.q_sink.bytes.empty();
+    device_buffer<uint8_t> dq_sink(has_q_sink ? pb.q_sink.bytes : std::vector<uint8_t>(1));
     device_buffer<uint8_t> dk_cache(pb.cache_before.k), dv_cache(pb.cache_before.v), dout(out_before);
     // An I8 cache's scales; one unused float otherwise (the pointers stay null).
     device_buffer<float> dk_scale(quantized ? pb.cache_before.k_scale : std::vector<float>(1));
@@ -490,7 +560,8 @@ inline void check_attention_case(const attention_case& c, const attention_launch
                                               dslots.get(),       dtables.get()};
     const llmk::cuda::PagedKvCache cache{dk_cache.get(), dv_cache.get(), quantized ? dk_scale.get() : nullptr,
                                          quantized ? dv_scale.get() : nullptr};
-    CUDA_REQUIRE(launch(shape, step, dq.get(), dk.get(), dv.get(), cache, dout.get(), nullptr));
+    CUDA_REQUIRE(launch(shape, step, dq.get(), has_q_sink ? dq_sink.get() : nullptr, dk.get(), dv.get(), cache,
+                        dout.get(), nullptr));
     CUDA_REQUIRE(cudaDeviceSynchronize());
     REQUIRE_NO_SIMULATED_RACES();
 
@@ -520,6 +591,19 @@ inline void check_attention_case(const attention_case& c, const attention_launch
     }
     SUCCEED("every output element within its bound");
   }
+}
+
+// A launch that takes no q_sink (cases without sinks).
+inline void check_attention_case(const attention_case& c, const attention_launch& launch,
+                                 const attention_tolerance& tolerance, const attention_serves& serves = {}) {
+  check_attention_case(
+      c,
+      [&launch](const llmk::cuda::PagedAttentionShape& shape, const llmk::cuda::PagedAttentionStep& step,
+                const void* q, const void* /*q_sink*/, const void* k, const void* v,
+                const llmk::cuda::PagedKvCache& cache, void* out, cudaStream_t stream) {
+        return launch(shape, step, q, k, v, cache, out, stream);
+      },
+      tolerance, serves);
 }
 
 }  // namespace llmk::cudasim_test

@@ -33,11 +33,11 @@ bool is_decode(const seq_spec& s) { return s.query_len == 1; }
 // The KV write, then the decode kernel with num_splits. The workspace lives
 // as long as the launch object and is filled with NaN bytes before every
 // launch, so a merge reading a split that was not written this time fails.
-attention_launch decode_launch(int32_t num_splits) {
+attention_sink_launch decode_launch(int32_t num_splits) {
   auto workspace = std::make_shared<std::unique_ptr<device_buffer<uint8_t>>>();
   return [num_splits, workspace](const cuda::PagedAttentionShape& shape, const cuda::PagedAttentionStep& step,
-                                 const void* q, const void* k, const void* v, const cuda::PagedKvCache& cache,
-                                 void* out, cudaStream_t stream) -> cudaError_t {
+                                 const void* q, const void* q_sink, const void* k, const void* v,
+                                 const cuda::PagedKvCache& cache, void* out, cudaStream_t stream) -> cudaError_t {
     const size_t bytes = cuda::attention_decode_workspace_bytes(shape, step.num_seqs, num_splits);
     if (bytes > 0 && *workspace == nullptr) *workspace = std::make_unique<device_buffer<uint8_t>>(bytes);
     void* ws = bytes > 0 ? (*workspace)->get() : nullptr;
@@ -45,7 +45,7 @@ attention_launch decode_launch(int32_t num_splits) {
       if (const cudaError_t status = cudaMemsetAsync(ws, 0xff, bytes, stream); status != cudaSuccess) return status;
     if (const cudaError_t status = cuda::kv_cache_write(shape, step, k, v, cache, stream); status != cudaSuccess)
       return status;
-    return cuda::attention_decode(shape, step, q, cache, out, ws, bytes, num_splits, stream);
+    return cuda::attention_decode(shape, step, q, cache, out, ws, bytes, num_splits, stream, q_sink);
   };
 }
 
@@ -79,6 +79,48 @@ TEST_CASE("Decode attention matches float64 with several KV heads: GQA 8/4, 16/2
                            check_decode_case(c, 1);
                            check_decode_case(c, 3);
                          });
+}
+
+TEST_CASE("Decode attention scores the sinks with q_sink, with and without a window, GQA up to 32/8") {
+  for_each_sink_case(mixed_short_step(), 16, {LLMK_DTYPE_F32, LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, 1900,
+                     [](const attention_case& c) {
+                       // Three splits: without a window the 70-key decode's first split
+                       // holds the sinks and positions 4..31.
+                       check_decode_case(c, 1);
+                       check_decode_case(c, 3);
+                     });
+}
+
+TEST_CASE("Decode attention splits long contexts with sinks before a window: the sinks lead the first split") {
+  std::uint64_t data_seed = 1950;
+  for (const int window : {0, 500}) {
+    attention_case c;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 32;
+    c.block_size = 16;
+    c.kv_dtype = LLMK_DTYPE_BF16;
+    c.sliding_window = window;
+    c.sink_tokens = 5;
+    c.seqs = {{1501, 1}, {600, 1}, {3, 1}};
+    c.data_seed = ++data_seed;
+    check_decode_case(c, 4);
+  }
+}
+
+// The K tile, q and q_sink of eight heads at head_dim 256 take 49,664 bytes
+// of dynamic shared memory, past the 48 KiB a launch gets by default.
+TEST_CASE("Decode attention with sinks at head_dim 256 and eight query heads a block raises its shared memory limit") {
+  attention_case c;
+  c.num_heads = 8;
+  c.num_kv_heads = 1;
+  c.head_dim = 256;
+  c.block_size = 16;
+  c.kv_dtype = LLMK_DTYPE_BF16;
+  c.sink_tokens = 4;
+  c.seqs = {{40, 1}, {3, 1}};
+  c.data_seed = 1990;
+  check_decode_case(c, 1);
 }
 
 // A few keys of one split outscore every other key by more than 88, so the

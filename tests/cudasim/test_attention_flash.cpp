@@ -19,13 +19,13 @@ namespace cuda = llmk::cuda;
 namespace {
 
 // The write, then the flash kernel with the given routing threshold.
-attention_launch flash_launch(int32_t min_query_len) {
+attention_sink_launch flash_launch(int32_t min_query_len) {
   return [min_query_len](const cuda::PagedAttentionShape& shape, const cuda::PagedAttentionStep& step, const void* q,
-                         const void* k, const void* v, const cuda::PagedKvCache& cache, void* out,
+                         const void* q_sink, const void* k, const void* v, const cuda::PagedKvCache& cache, void* out,
                          cudaStream_t stream) {
     if (const cudaError_t status = cuda::kv_cache_write(shape, step, k, v, cache, stream); status != cudaSuccess)
       return status;
-    return cuda::attention_flash(shape, step, q, cache, out, stream, min_query_len);
+    return cuda::attention_flash(shape, step, q, cache, out, stream, min_query_len, q_sink);
   };
 }
 
@@ -85,6 +85,15 @@ TEST_CASE("Flash attention matches float64 over GQA ratios, block sizes, KV dtyp
 TEST_CASE("Flash attention matches float64 with several KV heads: GQA 8/4, 16/2 and 32/8") {
   for_each_kv_heads_case(mixed_short_step(), 16, {LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, {0, 13}, 1150,
                          [](const attention_case& c) { check_flash_case(c); });
+}
+
+TEST_CASE("Flash attention scores the sinks with q_sink, with and without a window, GQA up to 32/8") {
+  // A fresh 3-token prefill lies among the sinks (no keys after them), the
+  // 21-token one starts there; the chunks on cached prefixes see the sinks
+  // and then keys from the window's start (several tiles under GQA).
+  for_each_sink_case({{37, 1}, {50, 7}, {21, 21}, {3, 3}, {60, 40}}, 16,
+                     {LLMK_DTYPE_F16, LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, 1700,
+                     [](const attention_case& c) { check_flash_case(c); });
 }
 
 TEST_CASE("Flash attention handles head_dim 64, 80, 128 and 256 on F16, BF16 and I8 caches") {

@@ -24,8 +24,9 @@ constexpr attention_tolerance kAttentionF32Tolerance{5e-5, 0.0, 0.0, 0.0};
 
 // Both launches, as the plugin runs them.
 cudaError_t run_paged(const cuda::PagedAttentionShape& shape, const cuda::PagedAttentionStep& step, const void* q,
-                      const void* k, const void* v, const cuda::PagedKvCache& cache, void* out, cudaStream_t stream) {
-  return cuda::attention_paged_run(shape, step, q, k, v, cache, out, stream);
+                      const void* q_sink, const void* k, const void* v, const cuda::PagedKvCache& cache, void* out,
+                      cudaStream_t stream) {
+  return cuda::attention_paged_run(shape, step, q, k, v, cache, out, stream, q_sink);
 }
 
 void check_attention_case(const attention_case& c) { check_attention_case(c, run_paged, kAttentionF32Tolerance); }
@@ -45,6 +46,13 @@ TEST_CASE("Paged attention matches float64 over GQA ratios, block sizes, KV dtyp
 TEST_CASE("Paged attention matches float64 with several KV heads: GQA 8/4, 16/2 and 32/8") {
   for_each_kv_heads_case(mixed_short_step(), 16, {LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, {0, 6}, 150,
                          [](const attention_case& c) { check_attention_case(c); });
+}
+
+TEST_CASE("Paged attention scores the sinks with q_sink, with and without a window, GQA up to 32/8") {
+  // Rows among the sinks (a fresh 3-token prefill, a one-token context) and
+  // contexts past the sinks and the window.
+  for_each_sink_case({{37, 1}, {50, 7}, {3, 3}, {1, 1}}, 24, {LLMK_DTYPE_F32, LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, 500,
+                     [](const attention_case& c) { check_attention_case(c); });
 }
 
 TEST_CASE("Paged attention handles head_dim 8 to 256 with two KV heads") {

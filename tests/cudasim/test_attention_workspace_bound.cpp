@@ -14,6 +14,7 @@ TEST_CASE("attention.cuda's workspace bound needs the simulated plugins", "[atte
 
 #include <algorithm>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/plugin_loader.hpp"
@@ -57,12 +58,15 @@ TEST_CASE("attention.cuda's workspace_bound covers every step within its desc, a
   const llmk_attention_api& api = plugin.attention();
   REQUIRE(api.workspace_bound != nullptr);
 
-  for (const uint32_t window : {0u, 1000u, 300u}) {
-    CAPTURE(window);
+  // With sinks the visible keys are the sinks plus the window: 224 + 300
+  // keys split where 300 alone do not.
+  for (const auto& [window, sinks] :
+       {std::pair{0u, 0u}, std::pair{1000u, 0u}, std::pair{300u, 0u}, std::pair{300u, 224u}}) {
+    CAPTURE(window, sinks);
     const uint32_t max_context = 4096, max_tokens = 48, max_seqs = 32;
     const llmk_attention_desc desc{sizeof(llmk_attention_desc), 8, 2, 64, 0.125f, LLMK_DTYPE_BF16, 0, max_context,
                                    max_tokens, 1, "{}", window, LLMK_DEVICE_CUDA, LLMK_DTYPE_BF16, max_seqs,
-                                   kBlockSize, 0};
+                                   kBlockSize, sinks};
     llmk_error err{};
     void* self = api.create(&desc, &err);
     REQUIRE(self != nullptr);
@@ -83,10 +87,10 @@ TEST_CASE("attention.cuda's workspace_bound covers every step within its desc, a
     }
     CHECK(most == bound);
     // A long window splits decodes (a workspace); one of 300 keys never does.
-    CHECK((bound > 0) == (window != 300));
+    CHECK((bound > 0) == (window != 300 || sinks > 0));
 
     // Random steps within the limits.
-    std::mt19937 rng(window + 7);
+    std::mt19937 rng(window + sinks + 7);
     for (int i = 0; i < 300; ++i) {
       const uint32_t num_seqs = std::uniform_int_distribution<uint32_t>(1, max_seqs)(rng);
       std::vector<int32_t> new_tokens(num_seqs, 1), context(num_seqs);

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "core/model_config.hpp"
+#include "core/rope_scaling.hpp"
 #include "float_formats.hpp"
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/rope.hpp"
@@ -296,6 +298,45 @@ TEST_CASE("RoPE in place on strided q and k matches float64 and the CPU engine's
     }
   }
   REQUIRE(cuda::rope(nullptr, 0, 1, nullptr, 0, 0, 1, 5, nullptr, nullptr, nullptr, nullptr) == cudaErrorInvalidValue);
+}
+
+TEST_CASE("RoPE past its tables rotates by the angles core's tables would hold there (StreamingLLM positions)") {
+  // Tables of 8 positions; rows at 0..7 read them, rows at 8 and far past
+  // compute their angles from the frequencies (llama3 scaling here, so the
+  // scaled frequencies are the ones used). Want: the rows rotated through
+  // tables long enough to hold every position, bit for bit (both round the
+  // same double cos and sin to f32).
+  llmk::ModelConfig model;
+  model.head_dim = 16;
+  model.rope_theta = 500000.0f;
+  model.rope_scaling.type = llmk::RopeScalingType::llama3;
+  model.rope_scaling.factor = 8.0;
+  model.rope_scaling.original_max_position_embeddings = 64;
+  const int64_t num_tokens = 6, num_heads = 2, num_kv_heads = 1, head_dim = 16, half = 8, table_positions = 8;
+  const std::vector<int32_t> positions{0, 7, 8, 9, 300, 20000};
+  const int64_t all_positions = 20001;
+  std::vector<float> short_cos(table_positions * half), short_sin(short_cos.size());
+  std::vector<float> long_cos(all_positions * half), long_sin(long_cos.size());
+  llmk::rope_tables(model, table_positions, short_cos.data(), short_sin.data());
+  llmk::rope_tables(model, all_positions, long_cos.data(), long_sin.data());
+  const std::vector<double> inv_freq = llmk::rope_inv_freq(model);
+  const int64_t row = (num_heads + num_kv_heads) * head_dim;
+  const auto qk = random_floats(static_cast<std::size_t>(num_tokens * row), 71, -2.0f, 2.0f);
+  for (auto seed : seeds) {
+    reset_simulator(seed);
+    device_buffer<float> dwant(qk), dgot(qk), dlong_cos(long_cos), dlong_sin(long_sin), dcos(short_cos),
+        dsin(short_sin);
+    device_buffer<int32_t> dpositions(positions);
+    device_buffer<double> dinv_freq(inv_freq);
+    CUDA_REQUIRE(cuda::rope(dwant.get(), row, num_heads, dwant.get() + num_heads * head_dim, row, num_kv_heads,
+                            num_tokens, head_dim, dpositions.get(), dlong_cos.get(), dlong_sin.get(), nullptr));
+    CUDA_REQUIRE(cuda::rope(dgot.get(), row, num_heads, dgot.get() + num_heads * head_dim, row, num_kv_heads,
+                            num_tokens, head_dim, dpositions.get(), dcos.get(), dsin.get(), table_positions,
+                            dinv_freq.get(), nullptr));
+    const auto want = dwant.download(), got = dgot.download();
+    REQUIRE(got == want);
+    REQUIRE(got != qk);  // it rotated
+  }
 }
 
 TEST_CASE("silu_mul over a fused gate/up buffer matches float64 and the CPU engine's silu_mul") {

@@ -88,6 +88,7 @@ TEST_CASE("A step's arrays go into one buffer, each at a 64-byte aligned offset 
   const MetaLayout m = meta_layout(b);
   const std::vector<std::pair<size_t, size_t>> arrays = {
       {m.token_ids, b.token_ids.size()},       {m.positions, b.positions.size()},
+      {m.cache_positions, b.positions.size()},
       {m.query_start, b.query_start.size()},   {m.context_lens, b.context_lens.size()},
       {m.slot_mapping, b.slot_mapping.size()}, {m.block_tables, b.block_tables.size()},
       {m.logits_rows, b.logits_rows.size()},   {m.fed_back_rows, b.fed_back.size()},
@@ -123,4 +124,24 @@ TEST_CASE("A step's arrays go into one buffer, each at a 64-byte aligned offset 
   CHECK(buffers.host.data() == first);
   stage_meta(decodes(40), buffers);
   CHECK(buffers.host.bytes() >= meta_layout(decodes(40)).total * sizeof(int32_t));
+}
+
+TEST_CASE("Each row's cache position is its sequence's context length less the rows from it on, whatever its "
+          "text position") {
+  // A shifted prefill chunk (text 40..42, cache 17..19), a shifted decode
+  // (text 100, cache 29) and one not shifted (text and cache 5).
+  StepBatch b;
+  b.token_ids = {1, 2, 3, 4, 5};
+  b.positions = {40, 41, 42, 100, 5};
+  b.slot_mapping = {17, 18, 19, 93, 133};
+  b.query_start = {0, 3, 4, 5};
+  b.context_lens = {20, 30, 6};
+  b.block_size = 64;
+  b.max_blocks_per_seq = 1;
+  b.block_tables = {0, 64, 128};
+  b.logits_rows = {2, 3, 4};
+  MetaBuffers buffers;
+  stage_meta(b, buffers);
+  const int32_t* staged = buffers.host.as<int32_t>() + buffers.layout.cache_positions;
+  CHECK(std::vector<int32_t>(staged, staged + 5) == std::vector<int32_t>{17, 18, 19, 29, 5});
 }

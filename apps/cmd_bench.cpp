@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -30,6 +31,8 @@ struct BenchCommandOptions {
   std::string backend = "engine";           // engine | zmq | http
   std::string endpoint = "tcp://127.0.0.1:5555";
   std::string url = "127.0.0.1:8000";
+  std::string api_key;                      // http: else LLMK_API_KEY
+  std::string ca_file;                      // http: https only
   std::string served_model;
   int32_t vocab_size = 32000;               // serving mode: token ids of synthetic prompts
   int32_t bos_token_id = 1;
@@ -65,7 +68,14 @@ const CommandRegistration registration{
       add_bench_options(cmd, o->flags);
       cmd.add_option("--backend", o->backend, "engine (in process), zmq or http")->capture_default_str();
       cmd.add_option("--endpoint", o->endpoint, "zmq: the server's endpoint")->capture_default_str();
-      cmd.add_option("--url", o->url, "http: HOST:PORT of the server")->capture_default_str();
+      cmd.add_option("--url", o->url, "http: HOST:PORT, http://HOST:PORT or https://HOST:PORT of the server")
+          ->capture_default_str();
+      cmd.add_option("--api-key", o->api_key,
+                     "http: sent as 'Authorization: Bearer KEY' (default: the environment variable LLMK_API_KEY)");
+      cmd.add_option("--ca-file", o->ca_file,
+                     "http: PEM of the CAs that sign an https:// server's certificate (default: the system's trust "
+                     "store)")
+          ->check(CLI::ExistingFile);
       cmd.add_option("--served-model", o->served_model, "http: the \"model\" field");
       cmd.add_option("--vocab-size", o->vocab_size, "zmq/http: synthetic token ids are below this")->capture_default_str();
       cmd.add_option("--bos-token-id", o->bos_token_id, "zmq/http: first token of synthetic prompts (-1: none)")
@@ -93,10 +103,16 @@ const CommandRegistration registration{
 #endif
         }
         if (o->backend == "http") {
-          const size_t colon = o->url.rfind(':');
-          if (colon == std::string::npos) throw Error(ErrorCode::invalid_argument, "bench: --url must be HOST:PORT");
-          auto target = bench::make_http_target(o->url.substr(0, colon), std::stoi(o->url.substr(colon + 1)),
-                                                o->served_model);
+          bench::HttpEndpoint endpoint = bench::parse_http_url(o->url);
+          if (!o->ca_file.empty() && !endpoint.tls) {
+            throw Error(ErrorCode::invalid_argument, "bench: --ca-file needs an https:// --url (got '" + o->url + "')");
+          }
+          endpoint.ca_file = o->ca_file;
+          endpoint.api_key = o->api_key;
+          if (const char* env = std::getenv("LLMK_API_KEY"); endpoint.api_key.empty() && env != nullptr) {
+            endpoint.api_key = env;
+          }
+          auto target = bench::make_http_target(endpoint, o->served_model);
           return run_bench(*target, *o, o->vocab_size, o->bos_token_id);
         }
         throw Error(ErrorCode::invalid_argument, "bench: --backend '" + o->backend + "' (allowed: engine, zmq, http)");

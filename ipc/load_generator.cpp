@@ -32,6 +32,60 @@ struct Outcome {
   std::vector<double> gaps_s;
 };
 
+// The worker's connection: plain, or TLS verifying the server's certificate
+// against ca_file (else the system's trust store); the key on every request.
+std::unique_ptr<httplib::Client> make_http_client(const LoadOptions& o) {
+  std::unique_ptr<httplib::Client> http;
+  if (o.http_tls) {
+    const bool ipv6 = o.http_host.find(':') != std::string::npos;
+    const std::string host = ipv6 ? "[" + o.http_host + "]" : o.http_host;
+    http = std::make_unique<httplib::Client>("https://" + host + ":" + std::to_string(o.http_port));
+    http->enable_server_certificate_verification(true);
+    if (!o.ca_file.empty()) http->set_ca_cert_path(o.ca_file);
+  } else {
+    http = std::make_unique<httplib::Client>(o.http_host, o.http_port);
+  }
+  if (!o.api_key.empty()) http->set_bearer_token_auth(o.api_key);
+  http->set_read_timeout(static_cast<time_t>(o.timeout_s), 0);
+  http->set_keep_alive(true);
+  http->set_tcp_nodelay(true);
+  return http;
+}
+
+// Why a request got no HTTP answer. TLS failures say what to change: most
+// often a self-signed certificate and no ca_file.
+std::string connection_error(const httplib::Client& http, httplib::Error e, const LoadOptions& o) {
+  if (e == httplib::Error::SSLServerVerification) {
+    const long result = http.get_openssl_verify_result();
+    std::string what = "OpenSSL verify result " + std::to_string(result);
+    if (result == X509_V_OK) what = "it does not name host " + o.http_host;
+    if (result == X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT || result == X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN ||
+        result == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY) {
+      what += ": signed by a CA that is not trusted";
+    }
+    return "TLS: the server's certificate failed verification (" + what + "); " +
+           (o.ca_file.empty() ? "no ca_file was given, so only the system's trust store was used"
+                              : "trusted CAs: " + o.ca_file);
+  }
+  if (e == httplib::Error::SSLLoadingCerts) return "TLS: cannot load the CA certificates of ca_file '" + o.ca_file + "'";
+  if (e == httplib::Error::SSLConnection) return "TLS: the handshake failed (is the server serving HTTPS?)";
+  return "HTTP: " + httplib::to_string(e);
+}
+
+// An answer other than 200. A 401 names the key problem; the server's
+// message is kept, the key itself never appears.
+std::string status_error(int status, const std::string& body, const LoadOptions& o) {
+  std::string message = body;
+  const json j = json::parse(body, nullptr, false);
+  if (!j.is_discarded() && j.contains("error") && j["error"].is_object()) message = j["error"].value("message", body);
+  if (status == 401) {
+    return std::string("HTTP 401: the server refused ") +
+           (o.api_key.empty() ? "a request without an API key (api_key is empty)" : "the API key (api_key)") + ": " +
+           message;
+  }
+  return "HTTP " + std::to_string(status) + ": " + message;
+}
+
 Outcome http_request(httplib::Client& http, const LoadOptions& o, const std::string& prompt) {
   Outcome out;
   const json body = {{"prompt", prompt},   {"max_tokens", o.max_tokens}, {"temperature", 0},
@@ -45,7 +99,17 @@ Outcome http_request(httplib::Client& http, const LoadOptions& o, const std::str
   bool done = false;
   const auto t0 = Clock::now();
   auto last = t0;
+  int status = 0;
+  std::string error_body;  // the answer when it is not a stream
+  req.response_handler = [&](const httplib::Response& res) {
+    status = res.status;
+    return true;
+  };
   req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    if (status != 200) {
+      error_body.append(data, len);
+      return true;
+    }
     buffer.append(data, len);
     size_t end;
     while ((end = buffer.find("\n\n")) != std::string::npos) {
@@ -82,9 +146,9 @@ Outcome http_request(httplib::Client& http, const LoadOptions& o, const std::str
   const auto res = http.send(req);
   out.e2e_s = since(t0, Clock::now());
   if (!res) {
-    out.error = "HTTP: " + httplib::to_string(res.error());
+    out.error = connection_error(http, res.error(), o);
   } else if (res->status != 200) {
-    out.error = "HTTP " + std::to_string(res->status) + ": " + res->body;
+    out.error = status_error(res->status, error_body, o);
   } else if (!done && out.error.empty()) {
     out.error = "the stream ended without [DONE]";
   }
@@ -165,12 +229,7 @@ LoadReport run_load(const LoadOptions& o) {
   for (int32_t w = 0; w < std::max(1, o.concurrency); ++w) {
     workers.emplace_back([&] {
       std::unique_ptr<httplib::Client> http;
-      if (o.protocol != "zmq") {
-        http = std::make_unique<httplib::Client>(o.http_host, o.http_port);
-        http->set_read_timeout(static_cast<time_t>(o.timeout_s), 0);
-        http->set_keep_alive(true);
-        http->set_tcp_nodelay(true);
-      }
+      if (o.protocol != "zmq") http = make_http_client(o);
       for (int32_t i; (i = next.fetch_add(1)) < o.num_requests;) {
         const std::string& prompt = o.prompts[static_cast<size_t>(i) % o.prompts.size()];
         Outcome out = http ? http_request(*http, o, prompt) : zmq_request(*client, o, prompt, "load-" + std::to_string(i));

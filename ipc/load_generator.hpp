@@ -15,6 +15,9 @@ struct LoadOptions {
   std::string protocol = "http";        // http | zmq
   std::string http_host = "127.0.0.1";
   int http_port = 8000;
+  bool http_tls = false;                // https: the server's certificate is verified
+  std::string ca_file;                  // http_tls: PEM of the CAs to trust; empty: the system's store
+  std::string api_key;                  // sent as "Authorization: Bearer"; empty: none
   std::string zmq_endpoint = "tcp://127.0.0.1:5555";
   int32_t num_requests = 200;
   int32_t concurrency = 32;
@@ -31,7 +34,9 @@ struct LoadReport {
   int32_t num_ok = 0;
   int32_t num_errors = 0;
   int32_t num_token_mismatches = 0;     // streamed tokens != usage, or text != expected
-  std::vector<std::string> first_errors;  // up to 5
+  // Up to 5. A refused key (401) and a certificate that fails verification
+  // are named as such.
+  std::vector<std::string> first_errors;
   uint64_t num_tokens = 0;              // streamed
   double wall_s = 0;
   double ttft_p50_s = 0, ttft_p99_s = 0;    // client side: send to first token

@@ -1,16 +1,74 @@
-// `llmk serve` over its OpenAI-compatible HTTP API with SSE streaming. One
-// connection (and thread) per request, as independent clients would do.
+// `llmk serve` over its OpenAI-compatible HTTP API with SSE streaming, plain
+// or over TLS, with an API key or without. One connection (and thread) per
+// request, as independent clients would do.
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <charconv>
 #include <mutex>
 #include <thread>
 
 #include "apps/bench/targets.hpp"
+#include "core/error.hpp"
 
 namespace llmk::bench {
 namespace {
+
+std::string host_port(const HttpEndpoint& e) {
+  const bool ipv6 = e.host.find(':') != std::string::npos;
+  return (ipv6 ? "[" + e.host + "]" : e.host) + ":" + std::to_string(e.port);
+}
+
+// A connection to the server: TLS verifies its certificate against ca_file
+// (else the system's trust store); the key goes with every request.
+std::unique_ptr<httplib::Client> make_client(const HttpEndpoint& e) {
+  std::unique_ptr<httplib::Client> cli;
+  if (e.tls) {
+    cli = std::make_unique<httplib::Client>("https://" + host_port(e));
+    cli->enable_server_certificate_verification(true);
+    if (!e.ca_file.empty()) cli->set_ca_cert_path(e.ca_file);
+  } else {
+    cli = std::make_unique<httplib::Client>(e.host, e.port);
+  }
+  if (!e.api_key.empty()) cli->set_bearer_token_auth(e.api_key);
+  return cli;
+}
+
+// Why the server gave no HTTP answer. TLS failures say what to change: most
+// often a self-signed certificate and no --ca-file.
+std::string connection_error(const httplib::Client& cli, httplib::Error error, const HttpEndpoint& e) {
+  if (error == httplib::Error::SSLServerVerification) {
+    const long result = cli.get_openssl_verify_result();
+    std::string what = "OpenSSL verify result " + std::to_string(result);
+    if (result == X509_V_OK) what = "it does not name host " + e.host;
+    if (result == X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT || result == X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN ||
+        result == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY) {
+      what += ": signed by a CA that is not trusted";
+    }
+    return "TLS: the server's certificate failed verification (" + what + "); " +
+           (e.ca_file.empty() ? "without --ca-file only the system's trust store is used"
+                              : "trusted CAs: --ca-file " + e.ca_file);
+  }
+  if (error == httplib::Error::SSLLoadingCerts) return "TLS: cannot load the CA certificates of --ca-file " + e.ca_file;
+  if (error == httplib::Error::SSLConnection) return "TLS: the handshake failed (is the server serving HTTPS?)";
+  return "HTTP request failed: " + httplib::to_string(error);
+}
+
+// An answer other than 200. A 401 names the key problem; the server's
+// message is kept, the key itself never appears.
+std::string status_error(int status, const std::string& body, const HttpEndpoint& e) {
+  std::string message = body;
+  const auto j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_discarded() && j.contains("error") && j["error"].is_object()) message = j["error"].value("message", body);
+  if (status == 401) {
+    return std::string("HTTP 401: the server refused ") +
+           (e.api_key.empty() ? "a request without an API key (give --api-key or LLMK_API_KEY)"
+                              : "the API key (--api-key or LLMK_API_KEY)") +
+           ": " + message;
+  }
+  return "HTTP " + std::to_string(status) + ": " + message;
+}
 
 FinishReason finish_from(const std::string& s) {
   if (s == "stop") return FinishReason::stop;
@@ -21,15 +79,18 @@ FinishReason finish_from(const std::string& s) {
 
 class HttpTarget : public Target {
  public:
-  // An empty model name is asked of the server (GET /v1/models, the first).
-  HttpTarget(std::string host, int port, std::string model) : host_(std::move(host)), port_(port), model_(std::move(model)) {
-    if (!model_.empty()) return;
-    httplib::Client cli(host_, port_);
-    if (auto res = cli.Get("/v1/models"); res && res->status == 200) {
-      const auto j = nlohmann::json::parse(res->body, nullptr, false);
-      if (!j.is_discarded() && j.contains("data") && j["data"].is_array() && !j["data"].empty()) {
-        model_ = j["data"][0].value("id", "");
-      }
+  // GET /v1/models checks the connection, the certificate and the key; an
+  // empty model name becomes the server's first model.
+  HttpTarget(HttpEndpoint endpoint, std::string model) : endpoint_(std::move(endpoint)), model_(std::move(model)) {
+    const auto cli = make_client(endpoint_);
+    cli->set_connection_timeout(30, 0);
+    const auto res = cli->Get("/v1/models");
+    if (!res) throw Error(ErrorCode::peer_lost, "bench: " + name() + ": " + connection_error(*cli, res.error(), endpoint_));
+    if (res->status == 401) throw Error(ErrorCode::invalid_argument, "bench: " + name() + ": " + status_error(401, res->body, endpoint_));
+    if (res->status != 200 || !model_.empty()) return;
+    const auto j = nlohmann::json::parse(res->body, nullptr, false);
+    if (!j.is_discarded() && j.contains("data") && j["data"].is_array() && !j["data"].empty()) {
+      model_ = j["data"][0].value("id", "");
     }
   }
   ~HttpTarget() override {
@@ -48,7 +109,7 @@ class HttpTarget : public Target {
     });
   }
   std::optional<EngineStats> stats() override { return std::nullopt; }
-  std::string name() const override { return "http " + host_ + ":" + std::to_string(port_); }
+  std::string name() const override { return (endpoint_.tls ? "https://" : "http://") + host_port(endpoint_); }
 
  private:
   void run(const Request& request, const EventCallback& on_event) {
@@ -98,8 +159,8 @@ class HttpTarget : public Target {
         if (!ev.token_ids.empty()) on_event(ev);
       }
     };
-    httplib::Client cli(host_, port_);
-    cli.set_read_timeout(600, 0);
+    const auto cli = make_client(endpoint_);
+    cli->set_read_timeout(600, 0);
     httplib::Request req;
     req.method = "POST";
     req.path = "/v1/completions";
@@ -125,13 +186,13 @@ class HttpTarget : public Target {
       }
       return true;
     };
-    auto res = cli.send(req);
+    auto res = cli->send(req);
     if (!res) {
       final_event.finish_reason = FinishReason::error;
-      final_event.error = "HTTP request failed: " + httplib::to_string(res.error());
+      final_event.error = connection_error(*cli, res.error(), endpoint_);
     } else if (status != 200) {
       final_event.finish_reason = FinishReason::error;
-      final_event.error = "HTTP " + std::to_string(status) + ": " + error_body;
+      final_event.error = status_error(status, error_body, endpoint_);
     } else if (!finished && final_event.finish_reason != FinishReason::error) {
       final_event.finish_reason = FinishReason::error;
       final_event.error = "stream ended without finish_reason";
@@ -139,8 +200,7 @@ class HttpTarget : public Target {
     on_event(final_event);
   }
 
-  std::string host_;
-  int port_;
+  HttpEndpoint endpoint_;
   std::string model_;
   std::mutex mutex_;
   std::vector<std::thread> threads_;
@@ -148,8 +208,40 @@ class HttpTarget : public Target {
 
 }  // namespace
 
-std::unique_ptr<Target> make_http_target(const std::string& host, int port, const std::string& model) {
-  return std::make_unique<HttpTarget>(host, port, model);
+HttpEndpoint parse_http_url(const std::string& url) {
+  const auto bad = [&](const std::string& why) {
+    return Error(ErrorCode::invalid_argument, "bench: --url '" + url + "' " + why +
+                                                  " (expected HOST:PORT, http://HOST:PORT or https://HOST:PORT)");
+  };
+  HttpEndpoint e;
+  std::string rest = url;
+  if (const size_t scheme_end = rest.find("://"); scheme_end != std::string::npos) {
+    const std::string scheme = rest.substr(0, scheme_end);
+    if (scheme != "http" && scheme != "https") throw bad("has scheme '" + scheme + "'");
+    e.tls = scheme == "https";
+    rest.erase(0, scheme_end + 3);
+  }
+  if (!rest.empty() && rest.back() == '/') rest.pop_back();
+  if (rest.find('/') != std::string::npos) throw bad("has a path");
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) throw bad("has no HOST:PORT");
+  e.host = rest.substr(0, colon);
+  if (e.host.front() == '[') {
+    if (e.host.size() < 3 || e.host.back() != ']') throw bad("has an unclosed IPv6 host");
+    e.host = e.host.substr(1, e.host.size() - 2);
+  } else if (e.host.find(':') != std::string::npos) {
+    throw bad("has an IPv6 host outside brackets");
+  }
+  const std::string port = rest.substr(colon + 1);
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), e.port);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || e.port < 1 || e.port > 65535) {
+    throw bad("has port '" + port + "' (1 to 65535)");
+  }
+  return e;
+}
+
+std::unique_ptr<Target> make_http_target(const HttpEndpoint& endpoint, const std::string& model) {
+  return std::make_unique<HttpTarget>(endpoint, model);
 }
 
 }  // namespace llmk::bench

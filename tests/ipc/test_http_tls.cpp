@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "ipc/http_server.hpp"
 #include "ipc/testing/fake_backend.hpp"
+#include "self_signed.hpp"
 #include "support.hpp"
 #include "support/skip.hpp"
 #include "support/venv.hpp"
@@ -20,30 +21,7 @@ using nlohmann::json;
 
 namespace {
 
-// A directory with a self-signed certificate for 127.0.0.1 (cert.pem) and
-// its key (key.pem); empty paths when openssl is not installed.
-struct SelfSigned {
-  std::filesystem::path dir;
-  std::string cert, key;
-  SelfSigned() {
-    if (test::run_command("command -v openssl >/dev/null 2>&1 && echo yes").out.find("yes") == std::string::npos)
-      return;
-    dir = std::filesystem::temp_directory_path() / ("llmk_tls_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
-    cert = (dir / "cert.pem").string();
-    key = (dir / "key.pem").string();
-    const auto r = test::run_command(
-        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=127.0.0.1 "
-        "-addext subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert + " 2>&1");
-    INFO(r.out);
-    REQUIRE(r.status == 0);
-  }
-  ~SelfSigned() {
-    std::error_code ec;
-    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
-  }
-  bool available() const { return !cert.empty(); }
-};
+using test::SelfSigned;
 
 std::string error_of(const std::function<void()>& f) {
   try {

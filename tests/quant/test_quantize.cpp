@@ -29,7 +29,8 @@ TEST_CASE("the calibration forward gives stories260K's golden last-position logi
   const ModelConfig& cfg = checkpoint->config();
   std::ifstream in(std::string(LLMK_SHARED_DIR) + "/golden/stories260K.json");
   REQUIRE(in);
-  for (const auto& c : nlohmann::json::parse(in).at("cases")) {
+  const nlohmann::json golden = nlohmann::json::parse(in);  // outlives the loop (a temporary's .at() would not)
+  for (const auto& c : golden.at("cases")) {
     const std::vector<int32_t> ids = c.at("input_ids");
     const std::vector<double> want = c.at("last_logits");
     const auto n = static_cast<int64_t>(ids.size());

@@ -13,10 +13,11 @@ nested_absmax + offset).
 usage: bnb_pack.py DIR [good|no_absmax|quant_map_15|shape_mismatch|nested_missing]
 """
 import json
-import struct
 import sys
 
 import numpy as np
+
+from tiny_llama_files import float_tensors, llama_config, projection_shapes, write_safetensors
 
 # NF4 (QLoRA, Dettmers et al. 2023, appendix E; bitsandbytes' quant_map).
 NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
@@ -25,22 +26,6 @@ NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.3949174880981
                 0.7229568362236023, 1.0], dtype=np.float32)
 HIDDEN, INTER, HEADS, KV_HEADS, VOCAB = 64, 128, 4, 2, 96
 BLOCK, NESTED_BLOCK = 64, 256
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name, (dtype, arr) in tensors.items():
-        data = np.ascontiguousarray(arr).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    text = json.dumps(header).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
 
 
 def nearest(values, table):
@@ -86,29 +71,15 @@ def quantize_nf4(w, double, rng):
 def main():
     out_dir, mode = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "good"
     rng = np.random.default_rng(43)
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": HIDDEN,
-              "intermediate_size": INTER, "num_hidden_layers": 1, "num_attention_heads": HEADS,
-              "num_key_value_heads": KV_HEADS, "vocab_size": VOCAB, "max_position_embeddings": 128,
-              "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-              "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True,
-                                      "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True}}
+    config = llama_config(HIDDEN, INTER, HEADS, KV_HEADS, VOCAB, torch_dtype="bfloat16",
+                          quantization_config={"quant_method": "bitsandbytes", "load_in_4bit": True,
+                                               "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True})
     with open(f"{out_dir}/config.json", "w") as f:
         json.dump(config, f)
-    head = HIDDEN // HEADS
-    shapes = {"self_attn.q_proj": (HIDDEN, HIDDEN), "self_attn.k_proj": (KV_HEADS * head, HIDDEN),
-              "self_attn.v_proj": (KV_HEADS * head, HIDDEN), "self_attn.o_proj": (HIDDEN, HIDDEN),
-              "mlp.gate_proj": (INTER, HIDDEN), "mlp.up_proj": (INTER, HIDDEN), "mlp.down_proj": (HIDDEN, INTER)}
+    shapes = projection_shapes(HIDDEN, INTER, HEADS, KV_HEADS)
     tensors, expected = {}, {}
-
-    def plain(name, arr):
-        tensors[name] = ("F32", arr.astype(np.float32))
-        expected[name] = ("F32", arr.astype(np.float32))
-
-    plain("model.embed_tokens.weight", rng.normal(0, 0.02, (VOCAB, HIDDEN)))
-    plain("lm_head.weight", rng.normal(0, 0.05, (VOCAB, HIDDEN)))
-    plain("model.norm.weight", 1 + rng.normal(0, 0.1, HIDDEN))
-    plain("model.layers.0.input_layernorm.weight", 1 + rng.normal(0, 0.1, HIDDEN))
-    plain("model.layers.0.post_attention_layernorm.weight", 1 + rng.normal(0, 0.1, HIDDEN))
+    for name, arr in float_tensors(rng, HIDDEN, VOCAB).items():
+        tensors[name] = expected[name] = ("F32", arr)
     for i, (part, shape) in enumerate(shapes.items()):
         name = f"model.layers.0.{part}.weight"
         w = rng.normal(0, 1 / np.sqrt(shape[1]), shape).astype(np.float32)

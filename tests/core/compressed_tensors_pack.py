@@ -14,28 +14,13 @@ usage: compressed_tensors_pack.py DIR MODE
   MODE: int4_group | int4_group_asym | int8_naive | int8_w8a8 | missing_scale | shape_mismatch | unknown_format
 """
 import json
-import struct
 import sys
 
 import numpy as np
 
+from tiny_llama_files import float_tensors, llama_config, projection_shapes, write_safetensors
+
 HIDDEN, INTER, HEADS, KV_HEADS, VOCAB = 64, 96, 4, 2, 80
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name, (dtype, arr) in tensors.items():
-        data = np.ascontiguousarray(arr).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    text = json.dumps(header).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
 
 
 def pack_rows(values, bits):
@@ -98,13 +83,9 @@ def main():
     if w8a8:
         group_0["input_activations"] = {"num_bits": 8, "type": "int", "symmetric": True, "dynamic": True,
                                         "strategy": "token"}
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": HIDDEN,
-              "intermediate_size": INTER, "num_hidden_layers": 1, "num_attention_heads": HEADS,
-              "num_key_value_heads": KV_HEADS, "vocab_size": VOCAB, "max_position_embeddings": 128,
-              "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": False,
-              "quantization_config": {"quant_method": "compressed-tensors", "format": fmt,
-                                      "config_groups": {"group_0": group_0},
-                                      "ignore": ["lm_head"]}}
+    config = llama_config(HIDDEN, INTER, HEADS, KV_HEADS, VOCAB,
+                          quantization_config={"quant_method": "compressed-tensors", "format": fmt,
+                                               "config_groups": {"group_0": group_0}, "ignore": ["lm_head"]})
     with open(f"{out_dir}/config.json", "w") as f:
         json.dump(config, f)
     if w8a8:  # the folder's own files beside config.json: no BOS, another EOS
@@ -112,21 +93,10 @@ def main():
             json.dump({"add_bos_token": False}, f)
         with open(f"{out_dir}/generation_config.json", "w") as f:
             json.dump({"bos_token_id": 1, "eos_token_id": [2, 7]}, f)
-    head = HIDDEN // HEADS
-    shapes = {"self_attn.q_proj": (HIDDEN, HIDDEN), "self_attn.k_proj": (KV_HEADS * head, HIDDEN),
-              "self_attn.v_proj": (KV_HEADS * head, HIDDEN), "self_attn.o_proj": (HIDDEN, HIDDEN),
-              "mlp.gate_proj": (INTER, HIDDEN), "mlp.up_proj": (INTER, HIDDEN), "mlp.down_proj": (HIDDEN, INTER)}
+    shapes = projection_shapes(HIDDEN, INTER, HEADS, KV_HEADS)
     tensors, expected = {}, {}
-
-    def plain(name, arr):
-        tensors[name] = ("F32", arr.astype(np.float32))
-        expected[name] = ("F32", arr.astype(np.float32))
-
-    plain("model.embed_tokens.weight", rng.normal(0, 0.02, (VOCAB, HIDDEN)))
-    plain("lm_head.weight", rng.normal(0, 0.05, (VOCAB, HIDDEN)))
-    plain("model.norm.weight", 1 + rng.normal(0, 0.1, HIDDEN))
-    plain("model.layers.0.input_layernorm.weight", 1 + rng.normal(0, 0.1, HIDDEN))
-    plain("model.layers.0.post_attention_layernorm.weight", 1 + rng.normal(0, 0.1, HIDDEN))
+    for name, arr in float_tensors(rng, HIDDEN, VOCAB).items():
+        tensors[name] = expected[name] = ("F32", arr)
     for part, shape in shapes.items():
         base = f"model.layers.0.{part}."
         w = rng.normal(0, 1 / np.sqrt(shape[1]), shape).astype(np.float32)

@@ -26,15 +26,12 @@
 #include <vector>
 
 #include "kernels/cpu/linear_w4.hpp"
-#include "kernels/cuda/convert.hpp"
 #include "kernels/cuda/gemm_w4.hpp"
-#include "plugins/quant_common/cuda_lt_matmul.hpp"
+#include "plugins/quant_common/cuda_sliced_prefill.hpp"
 
 namespace llmk::cuda_quant {
 
 namespace {
-
-constexpr int64_t kDefaultPrefillWeights = int64_t{16} << 20;  // dequantized bf16 weights per slice
 
 struct Int4Options {
   int64_t group_size = 128;
@@ -64,8 +61,7 @@ Int4Options options_of(const llmk_linear_desc& d) {
                                           std::to_string(d.in_features) + ")");
   o.range = choice_option(options, "range", "mse", {"mse", "min_max"}, d) == "mse" ? kernels::cpu::W4Range::mse
                                                                                  : kernels::cpu::W4Range::min_max;
-  const int64_t fitting = std::max<int64_t>(1, kDefaultPrefillWeights / d.in_features);
-  o.prefill_channels = std::min<int64_t>(positive_int_option(options, "prefill_channels", fitting, d), d.out_features);
+  o.prefill_channels = prefill_channels_option(options, d);
   return o;
 }
 
@@ -97,7 +93,6 @@ class LinearCudaInt4 {
     if (!supports(d, why)) throw Error(LLMK_ERR_UNSUPPORTED, layer_name(d) + ": " + why);
     const Int4Options o = options_of(d);
     shape_ = {d.in_features, d.out_features, o.group_size};
-    prefill_channels_ = o.prefill_channels;
     const std::vector<float> w = weight_as_f32(d);
     const int64_t in = shape_.in_features, k_words = shape_.k_words(), num_groups = shape_.num_groups();
     std::vector<uint32_t> packed(static_cast<size_t>(shape_.out_features * k_words), 0u);
@@ -119,13 +114,14 @@ class LinearCudaInt4 {
     packed_ = upload_array(packed, layer_name(d) + "'s int4 weight");
     scale_ = upload_array(scale, layer_name(d) + "'s group scales");
     zero_ = upload_array(zero, layer_name(d) + "'s zero points");
-    if (max_rows_ > cuda::kW4GemvMaxRows) lt_ = std::make_unique<LtMatmul>();
+    if (max_rows_ > cuda::kW4GemvMaxRows)
+      prefill_ = std::make_unique<SlicedPrefill>(d.in_features, d.out_features, o.prefill_channels);
   }
 
   // Decode needs none; prefill: bf16 activations, a bf16 weight slice, cuBLASLt's own.
   size_t workspace_bytes(uint32_t rows) const {
     if (rows <= cuda::kW4GemvMaxRows) return 0;
-    return x_bytes(rows) + slice_bytes() + kLtWorkspaceBytes;
+    return prefill_->workspace_bytes(rows);
   }
 
   void forward(const void* x_in, void* y_in, uint32_t rows, void* workspace, void* stream_ptr) {
@@ -143,33 +139,23 @@ class LinearCudaInt4 {
       check_cuda(cuda::w4_gemv(x, rows, shape_, packed, scale, zero, y, stream), "the int4 GEMV");
       return;
     }
-    auto* ws = static_cast<unsigned char*>(workspace);
-    auto* x_bf16 = reinterpret_cast<__nv_bfloat16*>(ws);
-    auto* w_bf16 = reinterpret_cast<__nv_bfloat16*>(ws + x_bytes(rows));
-    void* lt_workspace = ws + x_bytes(rows) + slice_bytes();
-    const int64_t in = shape_.in_features, out = shape_.out_features;
-    check_cuda(cuda::convert_f32_to_bf16(x, x_bf16, rows * in, stream), "rounding the activations to bf16");
-    for (int64_t c0 = 0; c0 < out; c0 += prefill_channels_) {
-      const int64_t num_channels = std::min(prefill_channels_, out - c0);
-      check_cuda(cuda::w4_dequantize_bf16(shape_, packed, scale, zero, c0, num_channels, w_bf16, stream),
-                 "dequantizing the int4 weight");
-      lt_->run(CUDA_R_16BF, w_bf16, in, x_bf16, in, y + c0, out, num_channels, rows, in, lt_workspace, stream);
-    }
+    prefill_->run(
+        x, y, rows, workspace, stream,
+        [&](int64_t c0, int64_t count, __nv_bfloat16* w, cudaStream_t s) {
+          return cuda::w4_dequantize_bf16(shape_, packed, scale, zero, c0, count, w, s);
+        },
+        "the int4 weight");
   }
 
   size_t weight_bytes() const { return packed_.bytes() + scale_.bytes() + zero_.bytes(); }
 
  private:
-  size_t x_bytes(uint32_t rows) const { return align_up(static_cast<size_t>(rows) * shape_.in_features * 2); }
-  size_t slice_bytes() const { return align_up(static_cast<size_t>(prefill_channels_ * shape_.in_features) * 2); }
-
   uint32_t max_rows_;
   cuda::W4DeviceShape shape_;
-  int64_t prefill_channels_ = 1;
   DeviceBuffer packed_;  // [out_features, k_words] uint32, 8 nibbles a word
   DeviceBuffer scale_;   // [out_features, num_groups] f32
   DeviceBuffer zero_;    // [out_features, num_groups] u8
-  std::unique_ptr<LtMatmul> lt_;  // prefill only (max_rows above the GEMV's)
+  std::unique_ptr<SlicedPrefill> prefill_;  // only with max_rows above the GEMV's
 };
 
 }  // namespace llmk::cuda_quant

@@ -24,15 +24,13 @@
 #include <vector>
 
 #include "kernels/cpu/linear_lut4.hpp"
-#include "kernels/cuda/convert.hpp"
 #include "kernels/cuda/gemm_lut4.hpp"
-#include "plugins/quant_common/cuda_lt_matmul.hpp"
+#include "plugins/quant_common/cuda_sliced_prefill.hpp"
 
 namespace llmk::cuda_quant {
 
 namespace {
 
-constexpr int64_t kDefaultPrefillWeights = int64_t{16} << 20;  // dequantized bf16 weights per slice
 constexpr uint32_t kIq4NlDtype = LLMK_DTYPE_GGML_BASE + 20;    // ggml type id of IQ4_NL
 
 struct Lut4Options {
@@ -60,15 +58,7 @@ Lut4Options options_of(const llmk_linear_desc& d) {
   o.scale = choice_option(options, "scale", nf4 ? "absmax" : "search", {"absmax", "search"}, d) == "absmax"
                 ? Lut4Scale::absmax
                 : Lut4Scale::search;
-  int64_t channels = std::max<int64_t>(1, kDefaultPrefillWeights / d.in_features);
-  if (options.contains("prefill_channels")) {
-    const auto& v = options["prefill_channels"];
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0)
-      throw Error(LLMK_ERR_INVALID_ARGUMENT,
-                  layer_name(d) + ": option prefill_channels must be a positive integer, got " + v.dump());
-    channels = v.get<int64_t>();
-  }
-  o.prefill_channels = std::min<int64_t>(channels, d.out_features);
+  o.prefill_channels = prefill_channels_option(options, d);
   if (d.weight_dtype == kIq4NlDtype) {  // the blocks carry their codebook and block size
     o.book = Lut4Book::iq4_nl;
     o.block_size = 32;
@@ -116,7 +106,6 @@ class LinearCudaLut4 {
     const kernels::cpu::Lut4Shape host{d.in_features, d.out_features, o.block_size};
     shape_ = {d.in_features, d.out_features, host.f16_scales(),
               o.book == kernels::cpu::Lut4Book::nf4 ? cuda::Lut4Codebook::nf4 : cuda::Lut4Codebook::iq4_nl};
-    prefill_channels_ = o.prefill_channels;
     std::vector<uint8_t> packed(kernels::cpu::lut4_size(host));
     if (d.weight_dtype == kIq4NlDtype) {
       kernels::cpu::pack_lut4_iq4_nl(d.weight, host, packed.data(), 1);
@@ -128,13 +117,14 @@ class LinearCudaLut4 {
       kernels::cpu::pack_lut4(q.data(), scale.data(), host, packed.data());
     }
     packed_ = upload_array(packed, layer_name(d) + "'s lut4 weight");
-    if (max_rows_ > cuda::kLut4GemvMaxRows) lt_ = std::make_unique<LtMatmul>();
+    if (max_rows_ > cuda::kLut4GemvMaxRows)
+      prefill_ = std::make_unique<SlicedPrefill>(d.in_features, d.out_features, o.prefill_channels);
   }
 
   // Decode needs none; prefill: bf16 activations, a bf16 weight slice, cuBLASLt's own.
   size_t workspace_bytes(uint32_t rows) const {
     if (rows <= cuda::kLut4GemvMaxRows) return 0;
-    return x_bytes(rows) + slice_bytes() + kLtWorkspaceBytes;
+    return prefill_->workspace_bytes(rows);
   }
 
   void forward(const void* x_in, void* y_in, uint32_t rows, void* workspace, void* stream_ptr) {
@@ -150,31 +140,21 @@ class LinearCudaLut4 {
       check_cuda(cuda::lut4_gemv(x, rows, shape_, packed, y, stream), "the lut4 GEMV");
       return;
     }
-    auto* ws = static_cast<unsigned char*>(workspace);
-    auto* x_bf16 = reinterpret_cast<__nv_bfloat16*>(ws);
-    auto* w_bf16 = reinterpret_cast<__nv_bfloat16*>(ws + x_bytes(rows));
-    void* lt_workspace = ws + x_bytes(rows) + slice_bytes();
-    const int64_t in = shape_.in_features, out = shape_.out_features;
-    check_cuda(cuda::convert_f32_to_bf16(x, x_bf16, rows * in, stream), "rounding the activations to bf16");
-    for (int64_t c0 = 0; c0 < out; c0 += prefill_channels_) {
-      const int64_t num_channels = std::min(prefill_channels_, out - c0);
-      check_cuda(cuda::lut4_dequantize_bf16(shape_, packed, c0, num_channels, w_bf16, stream),
-                 "dequantizing the lut4 weight");
-      lt_->run(CUDA_R_16BF, w_bf16, in, x_bf16, in, y + c0, out, num_channels, rows, in, lt_workspace, stream);
-    }
+    prefill_->run(
+        x, y, rows, workspace, stream,
+        [&](int64_t c0, int64_t count, __nv_bfloat16* w, cudaStream_t s) {
+          return cuda::lut4_dequantize_bf16(shape_, packed, c0, count, w, s);
+        },
+        "the lut4 weight");
   }
 
   size_t weight_bytes() const { return packed_.bytes(); }
 
  private:
-  size_t x_bytes(uint32_t rows) const { return align_up(static_cast<size_t>(rows) * shape_.in_features * 2); }
-  size_t slice_bytes() const { return align_up(static_cast<size_t>(prefill_channels_ * shape_.in_features) * 2); }
-
   uint32_t max_rows_;
   cuda::Lut4DeviceShape shape_;
-  int64_t prefill_channels_ = 1;
   DeviceBuffer packed_;  // [out_features, num_units] units of 36 bytes
-  std::unique_ptr<LtMatmul> lt_;  // prefill only (max_rows above the GEMV's)
+  std::unique_ptr<SlicedPrefill> prefill_;  // only with max_rows above the GEMV's
 };
 
 }  // namespace llmk::cuda_quant

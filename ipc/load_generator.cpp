@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ipc/client.hpp"
+#include "ipc/http_client_tls.hpp"
 
 namespace llmk::ipc {
 namespace {
@@ -32,44 +33,17 @@ struct Outcome {
   std::vector<double> gaps_s;
 };
 
-// The worker's connection: plain, or TLS verifying the server's certificate
-// against ca_file (else the system's trust store); the key on every request.
+// The worker's connection (ipc/http_client_tls.hpp), kept alive between requests.
 std::unique_ptr<httplib::Client> make_http_client(const LoadOptions& o) {
-  std::unique_ptr<httplib::Client> http;
-  if (o.http_tls) {
-    const bool ipv6 = o.http_host.find(':') != std::string::npos;
-    const std::string host = ipv6 ? "[" + o.http_host + "]" : o.http_host;
-    http = std::make_unique<httplib::Client>("https://" + host + ":" + std::to_string(o.http_port));
-    http->enable_server_certificate_verification(true);
-    if (!o.ca_file.empty()) http->set_ca_cert_path(o.ca_file);
-  } else {
-    http = std::make_unique<httplib::Client>(o.http_host, o.http_port);
-  }
-  if (!o.api_key.empty()) http->set_bearer_token_auth(o.api_key);
+  auto http = open_http_client(o.http_host, o.http_port, o.http_tls, o.ca_file, o.api_key);
   http->set_read_timeout(static_cast<time_t>(o.timeout_s), 0);
   http->set_keep_alive(true);
   http->set_tcp_nodelay(true);
   return http;
 }
 
-// Why a request got no HTTP answer. TLS failures say what to change: most
-// often a self-signed certificate and no ca_file.
 std::string connection_error(const httplib::Client& http, httplib::Error e, const LoadOptions& o) {
-  if (e == httplib::Error::SSLServerVerification) {
-    const long result = http.get_openssl_verify_result();
-    std::string what = "OpenSSL verify result " + std::to_string(result);
-    if (result == X509_V_OK) what = "it does not name host " + o.http_host;
-    if (result == X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT || result == X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN ||
-        result == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY) {
-      what += ": signed by a CA that is not trusted";
-    }
-    return "TLS: the server's certificate failed verification (" + what + "); " +
-           (o.ca_file.empty() ? "no ca_file was given, so only the system's trust store was used"
-                              : "trusted CAs: " + o.ca_file);
-  }
-  if (e == httplib::Error::SSLLoadingCerts) return "TLS: cannot load the CA certificates of ca_file '" + o.ca_file + "'";
-  if (e == httplib::Error::SSLConnection) return "TLS: the handshake failed (is the server serving HTTPS?)";
-  return "HTTP: " + httplib::to_string(e);
+  return http_connection_error(http, e, o.http_host, o.ca_file, "ca_file");
 }
 
 // An answer other than 200. A 401 names the key problem; the server's

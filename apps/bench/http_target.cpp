@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "apps/bench/targets.hpp"
+#include "ipc/http_client_tls.hpp"
 #include "core/error.hpp"
 
 namespace llmk::bench {
@@ -20,39 +21,12 @@ std::string host_port(const HttpEndpoint& e) {
   return (ipv6 ? "[" + e.host + "]" : e.host) + ":" + std::to_string(e.port);
 }
 
-// A connection to the server: TLS verifies its certificate against ca_file
-// (else the system's trust store); the key goes with every request.
 std::unique_ptr<httplib::Client> make_client(const HttpEndpoint& e) {
-  std::unique_ptr<httplib::Client> cli;
-  if (e.tls) {
-    cli = std::make_unique<httplib::Client>("https://" + host_port(e));
-    cli->enable_server_certificate_verification(true);
-    if (!e.ca_file.empty()) cli->set_ca_cert_path(e.ca_file);
-  } else {
-    cli = std::make_unique<httplib::Client>(e.host, e.port);
-  }
-  if (!e.api_key.empty()) cli->set_bearer_token_auth(e.api_key);
-  return cli;
+  return ipc::open_http_client(e.host, e.port, e.tls, e.ca_file, e.api_key);
 }
 
-// Why the server gave no HTTP answer. TLS failures say what to change: most
-// often a self-signed certificate and no --ca-file.
 std::string connection_error(const httplib::Client& cli, httplib::Error error, const HttpEndpoint& e) {
-  if (error == httplib::Error::SSLServerVerification) {
-    const long result = cli.get_openssl_verify_result();
-    std::string what = "OpenSSL verify result " + std::to_string(result);
-    if (result == X509_V_OK) what = "it does not name host " + e.host;
-    if (result == X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT || result == X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN ||
-        result == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY) {
-      what += ": signed by a CA that is not trusted";
-    }
-    return "TLS: the server's certificate failed verification (" + what + "); " +
-           (e.ca_file.empty() ? "without --ca-file only the system's trust store is used"
-                              : "trusted CAs: --ca-file " + e.ca_file);
-  }
-  if (error == httplib::Error::SSLLoadingCerts) return "TLS: cannot load the CA certificates of --ca-file " + e.ca_file;
-  if (error == httplib::Error::SSLConnection) return "TLS: the handshake failed (is the server serving HTTPS?)";
-  return "HTTP request failed: " + httplib::to_string(error);
+  return ipc::http_connection_error(cli, error, e.host, e.ca_file, "--ca-file");
 }
 
 // An answer other than 200. A 401 names the key problem; the server's

@@ -19,6 +19,7 @@ Fleet class below.
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -180,11 +181,14 @@ class Fleet:
     """Replicas plus (optionally) a router; a context manager that stops all."""
 
     def __init__(self, llmk, model, num_replicas=3, router="sglang", policy="cache_aware", router_port=None,
-                 serve_args=(), router_args=(), python=None, roles=None, launcher=()):
+                 serve_args=(), router_args=(), python=None, roles=None, launcher=(),
+                 keep_logs=False):
         """roles: None, or one of "prefill"/"decode" per replica for a
         disaggregated fleet (sglang-router --pd-disaggregation). launcher:
-        a command each replica runs under (e.g. mpirun -np 2 for tensor 2)."""
+        a command each replica runs under (e.g. mpirun -np 2 for tensor 2).
+        keep_logs: leave the log folder in place after a clean exit too."""
         self.log_dir = tempfile.mkdtemp(prefix="llmk_fleet_")
+        self.keep_logs = keep_logs
         roles = list(roles) if roles else [None] * num_replicas
         if len(roles) != num_replicas:
             raise ValueError(f"{len(roles)} roles for {num_replicas} replicas")
@@ -265,8 +269,12 @@ class Fleet:
             self.stop()
             raise
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         self.stop()
+        # The logs are kept only where something went wrong (the block
+        # raised), so a fleet that ends cleanly leaves nothing in /tmp.
+        if exc_type is None and not self.keep_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
 def main():
@@ -292,7 +300,7 @@ def main():
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     fleet = Fleet(a.llmk, a.model, len(roles) if roles else a.replicas, a.router, a.policy, a.port, serve_args,
-                  roles=roles)
+                  roles=roles, keep_logs=True)
     with fleet:
         for r in fleet.replicas:
             print(f"{r.name}: {r.url} (log {r.log_path})", flush=True)

@@ -3,7 +3,7 @@
 // event (ids, text, logprobs, endings) equals what plain decoding gives,
 // alone and in mixed continuous batches (chunked prefill, preemption,
 // sampled requests beside speculating ones), under every KV allocator and
-// with the dense and int8 linear plugins.
+// with every CPU linear plugin.
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -149,7 +149,11 @@ TEST_CASE("stop strings, max_tokens, EOS and logprobs end and report speculative
     auto results = run(engine, requests);
     return std::make_pair(results, engine.stats());
   };
-  for (const char* linear : {"linear.dense", "linear.int8"}) {
+  // Every CPU linear plugin that serves stories260K's shapes: dense, W8A8,
+  // int4 groups, the lookup-table codebook and uint8 with zero points. Each
+  // quantized plugin's own greedy text is the reference, so verification rows
+  // (a many-row product) must give a decode row's choices exactly.
+  for (const char* linear : {"linear.dense", "linear.int8", "linear.int4", "linear.lut4", "linear.uint8_zp"}) {
     INFO(linear);
     EngineConfig cfg = stories_config();
     cfg.plugins.linear = linear;

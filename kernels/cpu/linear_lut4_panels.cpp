@@ -22,6 +22,8 @@ namespace llmk::kernels::cpu {
 namespace {
 
 int64_t num_octets(const Lut4Shape& s) { return s.k32() / 8; }
+// One thread's decoded panel (the VNNI many-row pass), a multiple of 64 bytes.
+size_t decoded_bytes(const Lut4Shape& s) { return static_cast<size_t>(num_octets(s) * 128); }
 int64_t scale_width(const Lut4Shape& s) { return s.f16_scales() ? 2 : 4; }
 
 // The rows' rounding: linear_w4's int8 rows in groups of 32 over k32 inputs.
@@ -114,7 +116,7 @@ void row_panel(const W4RowA8& r, const Lut4Shape& s, const PanelPointers& pp, __
         _mm_prefetch(reinterpret_cast<const char*>(words) + kPrefetchBytes, _MM_HINT_T0);
         __m512i even, odd;
         lookup(words, table, even, odd);
-        const __m512i start = j == 0 ? _mm512_set1_epi32(-kLevelOffset * r.x_sum[c]) : _mm512_setzero_si512();
+        const __m512i start = j == 0 ? _mm512_set1_epi32(r.x_sum[c]) : _mm512_setzero_si512();
         acc[j] = _mm512_dpbusd_epi32(start, even, _mm512_set1_epi32(r.quads[2 * o]));
         acc[j] = _mm512_dpbusd_epi32(acc[j], odd, _mm512_set1_epi32(r.quads[2 * o + 1]));
       }
@@ -126,11 +128,22 @@ void row_panel(const W4RowA8& r, const Lut4Shape& s, const PanelPointers& pp, __
   _mm512_mask_storeu_ps(y, tail_mask(num_cols), _mm512_mul_ps(total, _mm512_set1_ps(unit)));
 }
 
-// R rows, one panel: each octet looked up once, then two vpdpbusd per row
+// The panel's levels + 127, looked up once for every row tile of a many-row
+// pass: per octet the even inputs' 64 bytes, then the odd ones'.
+void decode_panel(const Lut4Shape& s, const PanelPointers& pp, __m512i table, uint8_t* out) {
+  for (int64_t o = 0; o < num_octets(s); ++o) {
+    __m512i even, odd;
+    lookup(pp.words + o * kPanels16Width, table, even, odd);
+    _mm512_store_si512(out + 128 * o, even);
+    _mm512_store_si512(out + 128 * o + 64, odd);
+  }
+}
+
+// R rows, one panel decoded by decode_panel: two vpdpbusd per row and octet
 // (even and odd inputs in accumulators of their own); the same integer sums
 // and the same f32 steps as row_panel, so a row's outputs are its bits.
 template <int R, bool F16>
-void rows_panel(const W4RowA8* rows, const Lut4Shape& s, const PanelPointers& pp, __m512i table, float unit,
+void rows_panel(const W4RowA8* rows, const Lut4Shape& s, const PanelPointers& pp, const uint8_t* decoded, float unit,
                 int64_t num_cols, float* y, int64_t ldy) {
   const int64_t chunks = s.k32() / 32, per_block = F16 ? 1 : s.block_size / 32;
   __m512 total[R];
@@ -141,13 +154,12 @@ void rows_panel(const W4RowA8* rows, const Lut4Shape& s, const PanelPointers& pp
     for (const int64_t c1 = std::min(chunks, c + per_block); c < c1; ++c) {
       __m512i lo[R], hi[R];
       LLMK_UNROLL for (int m = 0; m < R; ++m) {
-        lo[m] = _mm512_set1_epi32(-kLevelOffset * rows[m].x_sum[c]);
+        lo[m] = _mm512_set1_epi32(rows[m].x_sum[c]);
         hi[m] = _mm512_setzero_si512();
       }
       LLMK_UNROLL for (int j = 0; j < 4; ++j) {
         const int64_t o = 4 * c + j;
-        __m512i even, odd;
-        lookup(pp.words + o * kPanels16Width, table, even, odd);
+        const __m512i even = _mm512_load_si512(decoded + 128 * o), odd = _mm512_load_si512(decoded + 128 * o + 64);
         LLMK_UNROLL for (int m = 0; m < R; ++m) {
           lo[m] = _mm512_dpbusd_epi32(lo[m], even, _mm512_set1_epi32(rows[m].quads[2 * o]));
           hi[m] = _mm512_dpbusd_epi32(hi[m], odd, _mm512_set1_epi32(rows[m].quads[2 * o + 1]));
@@ -247,10 +259,17 @@ struct Table {
 #endif
 
 #if defined(__AVX2__)
-// The rows rounded in scratch (row_shape's records, back to back).
+// The rows rounded in scratch (row_shape's records, back to back). Rows per
+// pass over a panel: the VNNI pass keeps 4 accumulators a row in registers.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+constexpr int kMaxRows = 6;
+#else
+constexpr int kMaxRows = 4;
+#endif
+
 template <bool F16>
-void native_rows(float* scratch, int64_t num_rows, const Lut4Shape& s, Lut4Book book, const uint8_t* panels,
-                 float* y, int num_threads) {
+void native_rows(float* scratch, uint8_t* decoded, int64_t num_rows, const Lut4Shape& s, Lut4Book book,
+                 const uint8_t* panels, float* y, int num_threads) {
   const W4Shape rs = row_shape(s);
   const Table table(book);
   const float unit = lut4_codebook(book).unit;
@@ -265,14 +284,21 @@ void native_rows(float* scratch, int64_t num_rows, const Lut4Shape& s, Lut4Book 
     });
     return;
   }
-  for_each_item(num_panels16(s.out_features), num_threads, [&](int64_t p, int) {
+  for_each_item(num_panels16(s.out_features), num_threads, [&](int64_t p, int thread) {
     const int64_t n0 = p * kPanels16Width, cols = std::min<int64_t>(kPanels16Width, s.out_features - n0);
     const PanelPointers pp = panel_at(panels, s, p);
-    for_tiles_of_at_most<4>(num_rows, [&](auto rows_in_tile, int64_t m0) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    uint8_t* own = decoded + thread * decoded_bytes(s);
+    decode_panel(s, pp, table.v, own);
+    const auto& from = own;
+#else
+    const auto& from = table.v;
+#endif
+    for_tiles_of_at_most<kMaxRows>(num_rows, [&](auto rows_in_tile, int64_t m0) {
       constexpr int R = decltype(rows_in_tile)::value;
       W4RowA8 rows[R];
       for (int m = 0; m < R; ++m) rows[m] = row_a8_at(scratch, rs, m0 + m);
-      rows_panel<R, F16>(rows, s, pp, table.v, unit, cols, y + m0 * s.out_features + n0, s.out_features);
+      rows_panel<R, F16>(rows, s, pp, from, unit, cols, y + m0 * s.out_features + n0, s.out_features);
     });
   });
 }
@@ -331,11 +357,18 @@ float lut4_panels_scale_at(const uint8_t* panels, const Lut4Shape& s, int64_t n,
   return v;
 }
 
-// Every row's quads, scales and sums, then x padded to k32 where in_features is not a multiple of 32.
-size_t lut4_panels_scratch_size(const Lut4Shape& s, int64_t max_rows) {
+// Every row's quads, scales and sums, then x padded to k32 where in_features
+// is not a multiple of 32, then (more than one row) a decoded panel per thread.
+namespace {
+size_t rows_bytes(const Lut4Shape& s, int64_t num_rows) {
+  const int64_t padded = s.k32() == s.in_features ? 0 : num_rows * s.k32();
+  return (static_cast<size_t>(num_rows * w4a8_row_floats(row_shape(s)) + padded) * sizeof(float) + 63) / 64 * 64;
+}
+}  // namespace
+
+size_t lut4_panels_scratch_size(const Lut4Shape& s, int64_t max_rows, int num_threads) {
   const int64_t rows = std::max<int64_t>(1, max_rows);
-  const int64_t padded = s.k32() == s.in_features ? 0 : rows * s.k32();
-  return static_cast<size_t>(rows * w4a8_row_floats(row_shape(s)) + padded) * sizeof(float);
+  return rows_bytes(s, rows) + (rows > 1 ? static_cast<size_t>(std::max(1, num_threads)) * decoded_bytes(s) : 0);
 }
 
 void linear_lut4_panels(const float* x, int64_t num_rows, const Lut4Shape& s, Lut4Book book, const uint8_t* panels,
@@ -355,12 +388,16 @@ void linear_lut4_panels(const float* x, int64_t num_rows, const Lut4Shape& s, Lu
   for (int64_t m = 0; m < num_rows; ++m) {
     const W4RowA8 r = row_a8_at(rows, rs, m);
     quantize_row_a8(x + m * s.k32(), rs, r);
-    for (int64_t c = 0; c < rs.num_groups(); ++c) r.x_scale[c] = f16_to_f32(f32_to_f16(r.x_scale[c]));
+    for (int64_t c = 0; c < rs.num_groups(); ++c) {
+      r.x_scale[c] = f16_to_f32(f32_to_f16(r.x_scale[c]));
+      r.x_sum[c] *= -kLevelOffset;  // what the VNNI sums of level + 127 take back out
+    }
   }
 #if defined(__AVX2__)
   if (kernels == Lut4Kernels::native) {
-    if (s.f16_scales()) native_rows<true>(rows, num_rows, s, book, panels, y, num_threads);
-    else native_rows<false>(rows, num_rows, s, book, panels, y, num_threads);
+    uint8_t* decoded = static_cast<uint8_t*>(scratch) + rows_bytes(s, num_rows);
+    if (s.f16_scales()) native_rows<true>(rows, decoded, num_rows, s, book, panels, y, num_threads);
+    else native_rows<false>(rows, decoded, num_rows, s, book, panels, y, num_threads);
     return;
   }
 #endif

@@ -29,8 +29,10 @@
 //   portable      the same sums one channel at a time (off x86 and the
 //                 tests' reference path).
 // One row (decode) runs register tiles of panels across threads; more rows
-// (prefill, batches) take the panels across threads and up to four rows per
-// pass over a panel, each octet's levels looked up once for all of them.
+// (prefill, batches) take the panels across threads and several rows per
+// pass over a panel (AVX-512 VNNI: up to six, the panel's levels looked up
+// once into scratch for all of its passes; AVX2: up to four, each octet
+// looked up once per pass).
 // A row's outputs are the same integers in either, scaled in the same order.
 #pragma once
 
@@ -55,8 +57,8 @@ void pack_lut4_panels(const uint8_t* packed, const Lut4Shape& s, uint8_t* panels
 uint8_t lut4_panels_index_at(const uint8_t* panels, const Lut4Shape& s, int64_t n, int64_t k);
 float lut4_panels_scale_at(const uint8_t* panels, const Lut4Shape& s, int64_t n, int64_t k);
 
-// Bytes of scratch linear_lut4_panels needs for up to max_rows rows, 64-byte aligned.
-size_t lut4_panels_scratch_size(const Lut4Shape& s, int64_t max_rows);
+// Bytes of scratch linear_lut4_panels needs for up to max_rows rows on num_threads, 64-byte aligned.
+size_t lut4_panels_scratch_size(const Lut4Shape& s, int64_t max_rows, int num_threads);
 
 // y: [num_rows, out_features] = x: [num_rows, in_features] times the panels,
 // int8 activations. kernels: this build's CPU level, or the portable sums.

@@ -101,7 +101,7 @@ class LinearLut4 {
   size_t workspace_bytes(uint32_t num_rows) const {
     if (float_) return 0;
     if (activations_ == kernels::cpu::Lut4Activations::int8)
-      return kernels::cpu::lut4_panels_scratch_size(shape_, std::max<uint32_t>(num_rows, 1));
+      return kernels::cpu::lut4_panels_scratch_size(shape_, std::max<uint32_t>(num_rows, 1), threads_);
     return kernels::cpu::lut4_scratch_size(shape_, std::max<uint32_t>(num_rows, 1), activations_, threads_);
   }
 

@@ -89,7 +89,7 @@ std::vector<uint8_t> panels_of(const Packed& p) {
 
 std::vector<float> run_panels(const Packed& p, const std::vector<uint8_t>& panels, Lut4Book book,
                               const std::vector<float>& x, int64_t rows, Lut4Kernels k, int threads = 2) {
-  auto scratch = llmk::test::aligned_buffer<uint8_t>(lut4_panels_scratch_size(p.shape, rows));
+  auto scratch = llmk::test::aligned_buffer<uint8_t>(lut4_panels_scratch_size(p.shape, rows, threads));
   std::vector<float> y(static_cast<size_t>(rows * p.shape.out_features), NAN);
   linear_lut4_panels(x.data(), rows, p.shape, book, panels.data(), y.data(), scratch.get(), threads, k);
   return y;

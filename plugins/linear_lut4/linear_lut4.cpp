@@ -38,7 +38,7 @@ namespace llmk::quant {
 class LinearLut4 {
  public:
   static constexpr const char* kName = "linear.lut4";
-  static constexpr const char* kVersion = "1.0.0";
+  static constexpr const char* kVersion = "1.1.0";
   static constexpr const char* kDescription =
       "Lookup-table 4-bit weights (NF4 or IQ4_NL codebook, block scales; GGUF IQ4_NL as stored); activations int8 "
       "per 32 (or f32)";

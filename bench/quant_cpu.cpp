@@ -6,7 +6,8 @@
 //
 // lut4 is linear.lut4 with its defaults (IQ4_NL, blocks of 32), lut4_nf4 the
 // same with {"codebook":"nf4"} (blocks of 64), lut4_f32 and int4_f32 with
-// {"activations":"f32"}. --model takes a real
+// {"activations":"f32"}, int4_g32 linear.int4 with {"group_size":32} (int8
+// rows rounded per 32 inputs, as lut4's). --model takes a real
 // checkpoint (a GGUF file or a model directory) instead of the preset's dummy
 // weights. --prefill N also times one N-token prompt at batch 1 (the median
 // of three, after one untimed).
@@ -102,7 +103,9 @@ Linear plugin_of(const std::string& mode) {
   if (mode == "lut4_nf4") return {"linear.lut4", R"({"codebook":"nf4"})"};
   if (mode == "lut4_f32") return {"linear.lut4", R"({"activations":"f32"})"};
   if (mode == "int4_f32") return {"linear.int4", R"({"activations":"f32"})"};
-  std::fprintf(stderr, "unknown mode %s (dense, int8, int4, int4_f32, uint8_zp, lut4, lut4_nf4, lut4_f32)\n", mode.c_str());
+  if (mode == "int4_g32") return {"linear.int4", R"({"group_size":32})"};
+  std::fprintf(stderr, "unknown mode %s (dense, int8, int4, int4_f32, int4_g32, uint8_zp, lut4, lut4_nf4, lut4_f32)\n",
+               mode.c_str());
   std::exit(2);
 }
 

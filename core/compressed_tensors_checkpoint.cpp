@@ -4,11 +4,13 @@
 
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/int_groups.hpp"
 #include "core/model_config.hpp"
 #include "core/raw_safetensors.hpp"
 
@@ -100,7 +102,15 @@ class CompressedTensorsCheckpoint final : public Checkpoint {
       const bool quantized = entries.count(base + "weight_scale") || entries.count(base + "weight_packed") ||
                              (entries.count(name) && entries.at(name).dtype == "I8");
       if (ends_with(name, ".weight") && quantized) {
-        adopt(name, dequantize(file, entries, base, name, want), want);
+        const Integers ints = integers_of(file, entries, base, name, want);
+        if (scheme_.format == "pack-quantized" && scheme_.bits == 4 && want[1] % ints.group == 0) {
+          for (const int64_t z : ints.zero)
+            if (z < -8 || z > 7)
+              fail_tensor(file, base + "weight_zero_point", "zero point " + std::to_string(z) + " is outside -8..7 (4 bits)");
+          adopt_groups(name, int4_groups(ints, want), want);
+        }
+        else
+          adopt(name, dequantize(ints, want), want);
         continue;
       }
       auto it = entries.find(name);
@@ -140,8 +150,16 @@ class CompressedTensorsCheckpoint final : public Checkpoint {
     return s;
   }
 
-  std::vector<float> dequantize(const fs::path& file, const std::map<std::string, RawEntry>& entries,
-                                const std::string& base, const std::string& name, const std::vector<int64_t>& want) {
+  // A weight's integers as stored: q [out, in] and zero [scale_rows, num_groups] signed, and the scales.
+  struct Integers {
+    std::vector<int64_t> q, zero;
+    std::vector<float> scale;
+    int64_t group = 0, num_groups = 0;
+    bool per_tensor = false;  // one scale and zero point for every row
+  };
+
+  Integers integers_of(const fs::path& file, const std::map<std::string, RawEntry>& entries, const std::string& base,
+                       const std::string& name, const std::vector<int64_t>& want) {
     const int64_t out = want[0], in = want[1];
     const int64_t group = scheme_.strategy == "group" ? scheme_.group_size : in;
     const int64_t num_groups = scheme_.strategy == "tensor" ? 1 : (in + group - 1) / group;
@@ -194,13 +212,46 @@ class CompressedTensorsCheckpoint final : public Checkpoint {
         zero = raw;
       }
     }
-    std::vector<float> v(q.size());
+    return Integers{std::move(q), std::move(zero), scale, group, num_groups, scheme_.strategy == "tensor"};
+  }
+
+  static std::vector<float> dequantize(const Integers& w, const std::vector<int64_t>& want) {
+    const int64_t out = want[0], in = want[1];
+    std::vector<float> v(w.q.size());
     for (int64_t n = 0; n < out; ++n)
       for (int64_t k = 0; k < in; ++k) {
-        const int64_t at = (scheme_.strategy == "tensor" ? 0 : n * num_groups) + k / group;
-        v[n * in + k] = static_cast<float>(q[n * in + k] - zero[at]) * scale[at];
+        const int64_t at = (w.per_tensor ? 0 : n * w.num_groups) + k / w.group;
+        v[n * in + k] = static_cast<float>(w.q[n * in + k] - w.zero[at]) * w.scale[at];
       }
     return v;
+  }
+
+  // 4-bit pack-quantized as linear API 3.2's integer groups (core/int_groups.hpp), exactly: stored q + 8 and
+  // zero point + 8 are both 0..15, and (q + 8) - (zero + 8) is the format's q - zero; a per-tensor scale
+  // repeats on every row. Needs group_size to divide in_features.
+  static std::unique_ptr<IntGroupsWeight> int4_groups(const Integers& w, const std::vector<int64_t>& want) {
+    const int64_t out = want[0], in = want[1];
+    auto g = std::make_unique<IntGroupsWeight>(4, static_cast<uint32_t>(w.group), static_cast<uint32_t>(out),
+                                               static_cast<uint32_t>(in));
+    for (int64_t n = 0; n < out; ++n) {
+      for (int64_t j = 0; j < w.num_groups; ++j) {
+        const int64_t at = (w.per_tensor ? 0 : n * w.num_groups) + j;
+        g->scales[static_cast<size_t>(n * w.num_groups + j)] = w.scale[at];
+        g->zeros[static_cast<size_t>(n * w.num_groups + j)] = static_cast<uint8_t>(w.zero[at] + 8);
+      }
+      for (int64_t k = 0; k < in; ++k) g->set_q(n, k, static_cast<uint32_t>(w.q[n * in + k] + 8));
+    }
+    return g;
+  }
+
+  void adopt_groups(const std::string& name, std::unique_ptr<IntGroupsWeight> w, const std::vector<int64_t>& shape) {
+    TensorView v;
+    v.name = name;
+    v.dtype = DType::int4_groups;
+    v.shape = shape;
+    v.data = w->header();
+    groups_.push_back(std::move(w));
+    tensors_.emplace(name, std::move(v));
   }
 
   void adopt(const std::string& name, std::vector<float> values, const std::vector<int64_t>& shape) {
@@ -216,6 +267,7 @@ class CompressedTensorsCheckpoint final : public Checkpoint {
   Scheme scheme_;
   std::unique_ptr<MappedFile> file_;
   std::vector<std::vector<float>> owned_;
+  std::vector<std::unique_ptr<IntGroupsWeight>> groups_;  // 4-bit pack-quantized weights as stored
 };
 
 }  // namespace

@@ -14,8 +14,12 @@
 // (q - zero_point) * scale of its group, computed in f32 (one rounding);
 // tensors outside the group (ignore: lm_head) are F32, F16 or BF16.
 //
-// Loaded weights are dequantized that way to F32 for plugins.linear. One
-// file (model.safetensors). Errors name the file and tensor
+// 4-bit pack-quantized weights whose group size divides in_features load as
+// stored, as linear API 3.2's integer groups (DType::int4_groups, core/
+// int_groups.hpp: q + 8 with zero point + 8, the same values exactly), which
+// plugins.linear computes on where it takes them, else linear.int4 (as GPTQ
+// checkpoints' are); other weights are dequantized that way to F32 for
+// plugins.linear. One file (model.safetensors). Errors name the file and tensor
 // (Error(bad_checkpoint)) or the config key (Error(unsupported): another
 // format such as float-quantized or marlin-24, another strategy, more than
 // one config group).

@@ -36,6 +36,10 @@
 // lookup is vpshufb per 128-bit lane: a 16-entry table is what it holds, so
 // VBMI's 64-entry vpermb has nothing to add.
 //
+// linear.lut4's int8 rows run on the weight repacked into 16-channel panels
+// (linear_lut4_panels.hpp, the same integer sums); this layout serves its f32
+// rows, the CUDA twin, and is what the panels are made from.
+//
 // One of the linear family; its naming: kernels/cpu/linear.hpp.
 #pragma once
 

@@ -21,11 +21,16 @@
 //               search for iq4_nl, absmax for nf4;
 //   activations "int8" (rows rounded per 32 inputs, integer dot products
 //               with the codebook's int8 levels; nf4's levels are its values
-//               on a 1/127 grid) or "f32" (the exact values);
+//               on a 1/127 grid; the weight repacked into 16-channel panels,
+//               kernels/cpu/linear_lut4_panels.hpp) or "f32" (the exact
+//               values, on the units);
 //   float_layers as linear.int4's: layers kept in the checkpoint's precision.
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/linear_lut4.hpp"
+#include "kernels/cpu/linear_lut4_panels.hpp"
 #include "plugins/quant_common/linear_common.hpp"
 
 namespace llmk::quant {
@@ -33,7 +38,7 @@ namespace llmk::quant {
 class LinearLut4 {
  public:
   static constexpr const char* kName = "linear.lut4";
-  static constexpr const char* kVersion = "1.0.0";
+  static constexpr const char* kVersion = "1.1.0";
   static constexpr const char* kDescription =
       "Lookup-table 4-bit weights (NF4 or IQ4_NL codebook, block scales; GGUF IQ4_NL as stored); activations int8 "
       "per 32 (or f32)";
@@ -73,21 +78,31 @@ class LinearLut4 {
     book_ = c.book;
     activations_ = c.activations;
     shape_ = kernels::cpu::Lut4Shape{d.in_features, d.out_features, c.block_size};
-    packed_ = StreamArray<uint8_t>(kernels::cpu::lut4_size(shape_));
+    std::vector<uint8_t> units(kernels::cpu::lut4_size(shape_));
     if (d.weight_dtype == kIq4NlDtype) {
-      kernels::cpu::pack_lut4_iq4_nl(d.weight, shape_, packed_.data(), threads_);
-      return;
+      kernels::cpu::pack_lut4_iq4_nl(d.weight, shape_, units.data(), threads_);
+    } else {
+      const std::vector<float> w = weight_as_f32(d);
+      std::vector<uint8_t> q(w.size());
+      std::vector<float> scale(static_cast<size_t>(shape_.out_features * shape_.num_blocks()));
+      kernels::cpu::quantize_lut4(w.data(), shape_, book_, c.scale, q.data(), scale.data(), threads_);
+      kernels::cpu::pack_lut4(q.data(), scale.data(), shape_, units.data());
     }
-    const std::vector<float> w = weight_as_f32(d);
-    std::vector<uint8_t> q(w.size());
-    std::vector<float> scale(static_cast<size_t>(shape_.out_features * shape_.num_blocks()));
-    kernels::cpu::quantize_lut4(w.data(), shape_, book_, c.scale, q.data(), scale.data(), threads_);
-    kernels::cpu::pack_lut4(q.data(), scale.data(), shape_, packed_.data());
+    // int8 rows run on 16-channel panels (kernels/cpu/linear_lut4_panels.hpp); f32 rows on the units.
+    if (activations_ == kernels::cpu::Lut4Activations::int8) {
+      packed_ = StreamArray<uint8_t>(kernels::cpu::lut4_panels_size(shape_));
+      kernels::cpu::pack_lut4_panels(units.data(), shape_, packed_.data(), threads_);
+    } else {
+      packed_ = StreamArray<uint8_t>(units.size());
+      std::memcpy(packed_.data(), units.data(), units.size());
+    }
   }
 
   size_t workspace_bytes(uint32_t num_rows) const {
-    return float_ ? 0
-                  : kernels::cpu::lut4_scratch_size(shape_, std::max<uint32_t>(num_rows, 1), activations_, threads_);
+    if (float_) return 0;
+    if (activations_ == kernels::cpu::Lut4Activations::int8)
+      return kernels::cpu::lut4_panels_scratch_size(shape_, std::max<uint32_t>(num_rows, 1), threads_);
+    return kernels::cpu::lut4_scratch_size(shape_, std::max<uint32_t>(num_rows, 1), activations_, threads_);
   }
 
   // CPU, F32 (supports() refuses anything else): x and y are floats; no queue.
@@ -96,6 +111,8 @@ class LinearLut4 {
     auto* y = static_cast<float*>(y_out);
     if (num_rows == 0) return;
     if (float_) return float_->forward(x, y, num_rows);
+    if (activations_ == kernels::cpu::Lut4Activations::int8)
+      return kernels::cpu::linear_lut4_panels(x, num_rows, shape_, book_, packed_.data(), y, workspace, threads_);
     kernels::cpu::linear_lut4(x, num_rows, shape_, book_, packed_.data(), y, workspace, threads_, activations_);
   }
 
@@ -147,7 +164,9 @@ class LinearLut4 {
   kernels::cpu::Lut4Activations activations_ = kernels::cpu::Lut4Activations::int8;
   kernels::cpu::Lut4Shape shape_;
   std::unique_ptr<FloatLayer> float_;
-  StreamArray<uint8_t> packed_;  // [out_features][num_units] units of 36 bytes (kernels/cpu/linear_lut4.hpp)
+  // int8 activations: lut4 panels (kernels/cpu/linear_lut4_panels.hpp); f32: [out_features][num_units]
+  // units of 36 bytes (kernels/cpu/linear_lut4.hpp).
+  StreamArray<uint8_t> packed_;
 };
 
 }  // namespace llmk::quant

@@ -15,6 +15,7 @@
 #include "core/gguf_types.hpp"
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/linear_lut4.hpp"
+#include "kernels/cpu/linear_lut4_panels.hpp"
 #include "quant/quant_test_util.hpp"
 
 namespace {
@@ -76,6 +77,21 @@ std::vector<float> run(const Packed& p, Lut4Book book, const std::vector<float>&
   auto scratch = llmk::test::aligned_buffer<uint8_t>(lut4_scratch_size(p.shape, rows, a, 2));
   std::vector<float> y(static_cast<size_t>(rows * p.shape.out_features), NAN);
   linear_lut4(x.data(), rows, p.shape, book, p.bytes.data(), y.data(), scratch.get(), 2, a, k);
+  return y;
+}
+
+// The same weight repacked into 16-channel panels (the int8 path's layout).
+std::vector<uint8_t> panels_of(const Packed& p) {
+  std::vector<uint8_t> panels(lut4_panels_size(p.shape));
+  pack_lut4_panels(p.bytes.data(), p.shape, panels.data(), 2);
+  return panels;
+}
+
+std::vector<float> run_panels(const Packed& p, const std::vector<uint8_t>& panels, Lut4Book book,
+                              const std::vector<float>& x, int64_t rows, Lut4Kernels k, int threads = 2) {
+  auto scratch = llmk::test::aligned_buffer<uint8_t>(lut4_panels_scratch_size(p.shape, rows, threads));
+  std::vector<float> y(static_cast<size_t>(rows * p.shape.out_features), NAN);
+  linear_lut4_panels(x.data(), rows, p.shape, book, panels.data(), y.data(), scratch.get(), threads, k);
   return y;
 }
 
@@ -198,10 +214,14 @@ TEST_CASE("LUT4 with int8 activations sums exactly the levels and int8 rows its 
             for (int64_t m = 0; m < rows; m += 2)
               for (int64_t kk = 32; kk < 64; ++kk) x[m * in + kk] *= 64;
             const std::vector<double> xq = rounded_int8(x, rows, in);
+            const std::vector<uint8_t> panels = panels_of(p);
+            for (const bool on_panels : {false, true})
             for (const Lut4Kernels k : {Lut4Kernels::native, Lut4Kernels::portable}) {
               INFO(book_name(book) << " block " << block << " " << rows << "x" << in << " -> " << out
-                                   << (k == Lut4Kernels::native ? " native" : " portable"));
-              const std::vector<float> y = run(p, book, x, rows, Lut4Activations::int8, k);
+                                   << (k == Lut4Kernels::native ? " native" : " portable")
+                                   << (on_panels ? " panels" : " units"));
+              const std::vector<float> y = on_panels ? run_panels(p, panels, book, x, rows, k)
+                                                     : run(p, book, x, rows, Lut4Activations::int8, k);
               for (int64_t m = 0; m < rows; ++m)
                 for (int64_t n = 0; n < out; ++n) {
                   // Its definition: levels on the unit grid times int8 rows, f32 accumulation only.
@@ -227,4 +247,40 @@ TEST_CASE("LUT4 with int8 activations sums exactly the levels and int8 rows its 
             }
           }
         }
+}
+
+TEST_CASE("LUT4 panels hold every index and scale of the unit layout, as stored", "[kernels][lut4]") {
+  for (const Lut4Book book : {Lut4Book::nf4, Lut4Book::iq4_nl})
+    for (const int64_t block : {32, 64, 256})
+      for (const int64_t in : {40, 172, 512})
+        for (const int64_t out : {1, 17, 33}) {
+          INFO(book_name(book) << " block " << block << " " << in << " -> " << out);
+          const std::vector<float> w = llmk::test::random_matrix(out, in, static_cast<uint32_t>(in + 5 * out + block));
+          const Packed p = quantized(w, out, in, block, book, Lut4Scale::search);
+          const std::vector<uint8_t> panels = panels_of(p);
+          for (int64_t n = 0; n < out; ++n)
+            for (int64_t k = 0; k < in; ++k) {
+              REQUIRE(lut4_panels_index_at(panels.data(), p.shape, n, k) == lut4_index_at(p.bytes.data(), p.shape, n, k));
+              REQUIRE(lut4_panels_scale_at(panels.data(), p.shape, n, k) == lut4_scale_at(p.bytes.data(), p.shape, n, k));
+            }
+        }
+}
+
+TEST_CASE("LUT4 panels give a row the same bits alone, in a batch, and on any thread count", "[kernels][lut4]") {
+  for (const Lut4Book book : {Lut4Book::nf4, Lut4Book::iq4_nl})
+    for (const int64_t block : {32, 128}) {
+      const int64_t out = 70, in = 200, rows = 11;
+      INFO(book_name(book) << " block " << block);
+      const std::vector<float> w = llmk::test::random_matrix(out, in, static_cast<uint32_t>(block + 3));
+      const Packed p = quantized(w, out, in, block, book, Lut4Scale::absmax);
+      const std::vector<uint8_t> panels = panels_of(p);
+      const std::vector<float> x = llmk::test::random_matrix(rows, in, 29, 1);
+      const std::vector<float> batch = run_panels(p, panels, book, x, rows, Lut4Kernels::native, 2);
+      REQUIRE(run_panels(p, panels, book, x, rows, Lut4Kernels::native, 1) == batch);
+      for (int64_t m = 0; m < rows; ++m) {
+        const std::vector<float> xm(x.begin() + m * in, x.begin() + (m + 1) * in);
+        const std::vector<float> alone = run_panels(p, panels, book, xm, 1, Lut4Kernels::native, 2);
+        for (int64_t n = 0; n < out; ++n) REQUIRE(alone[n] == batch[m * out + n]);
+      }
+    }
 }

@@ -329,7 +329,10 @@ TEST_CASE("linear.lut4 keeps named layers in float and stores 4.5 bits per weigh
   for (const char* options : {"{}", R"({"codebook":"nf4"})"}) {
     INFO(options);
     const RunResult q = run(l, make_desc("m.lm_head", w, out, in, options), x, 3);
-    CHECK(q.weight_bytes == size_t(out * in / 64 * 36));
+    // 4.5 bits per weight, the 40 channels padded to three 16-channel panels (int8 rows' layout).
+    CHECK(q.weight_bytes == size_t((out + 15) / 16 * 16 * in / 64 * 36));
+    const RunResult u = run(l, make_desc("m.lm_head", w, out, in, R"({"activations":"f32"})"), x, 3);
+    CHECK(u.weight_bytes == size_t(out * in / 64 * 36));  // f32 rows: the unpadded units
     const double err = relative_error(q.y, x, w, 3, in, out);
     // 4-bit weights on heavy-tailed rows (the kernels' float64 checks are
     // tests/kernels/test_linear_lut4.cpp): quantized, and not garbage.

@@ -51,8 +51,8 @@ int32_t num_accepted_greedy(std::span<const int32_t> drafts, std::span<const int
   return a;
 }
 
-// The section's own ranges and what it cannot run beside (another executor
-// than the CPU's, pipelined steps, the static policy).
+// The section's own ranges and what it cannot run beside (pipelined steps,
+// the static policy). Both executors verify drafts.
 void validate_speculative(const EngineConfig& c) {
   const SpeculativeSection& s = c.speculative;
   auto fail = [](const std::string& key, const std::string& why) {
@@ -74,9 +74,6 @@ void validate_speculative(const EngineConfig& c) {
   if (s.prompt_lookup_max > 64)
     fail("speculative.prompt_lookup_max", std::to_string(s.prompt_lookup_max) + " is out of range (allowed: up to 64)");
   if (s.method == "none") return;
-  if (c.executor.device != "cpu")
-    fail("speculative.method", "'" + s.method + "' verifies drafts on the CPU executor only (executor.device is '" +
-                                   c.executor.device + "')");
   if (c.parallel.pipeline > 1 && c.parallel.steps_in_flight != 1)
     fail("speculative.method", "'" + s.method + "' does not run with pipelined steps in flight (parallel.pipeline " +
                                    std::to_string(c.parallel.pipeline) + ", parallel.steps_in_flight " +

@@ -36,6 +36,12 @@
 // work split gets a graph per split. The attention plugin still plans every
 // step on the host (its plan holds no device state the graph depends on
 // beyond the bucket's buffers).
+//
+// Speculative verification (docs/speculative.md): a sequence's 1 + k rows
+// with a logits row each are a chunk on the cached context, so such a step
+// runs eagerly, as a prefill does. The K/V of rejected drafts stays in
+// slots the allocator took back (truncate_seq); no step reads a slot past
+// its sequence's context before writing it again.
 #include "core/cuda/cuda_executor.hpp"
 
 #include <cuda_runtime.h>
@@ -45,6 +51,7 @@
 #include <initializer_list>
 #include <limits>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +69,7 @@
 #include "core/model_runtime.hpp"
 #include "core/parallel.hpp"
 #include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/sampling.hpp"
 
 namespace llmk {
 
@@ -219,6 +227,37 @@ class CudaExecutor final : public Executor {
       check_cuda(cudaMemcpy(out + static_cast<size_t>(r) * view.vocab_size, view.row(first_row + r), row_bytes,
                        cudaMemcpyDeviceToHost),
             "copying logits to the host");
+  }
+
+  // Greedy choices on the device (a draft model's drafts: core/draft_proposer.hpp):
+  // the sampling kernel over greedy rows, greedy_token's choice, only the ids back.
+  bool argmax_rows(const LogitsView& view, std::span<int32_t> out) override {
+    if (view.device != Device::cuda || out.size() < static_cast<size_t>(view.num_rows))
+      throw Error(ErrorCode::invalid_argument, std::string("argmax_rows: a view of device '") +
+                                                   device_name(view.device) + "' and " + std::to_string(out.size()) +
+                                                   " outputs for " + std::to_string(view.num_rows) + " rows");
+    if (view.num_rows == 0) return true;
+    check_cuda(cudaSetDevice(device_index_), "selecting the device");
+    const auto rows = static_cast<size_t>(view.num_rows);
+    cuda::SamplingRowParams greedy;
+    greedy.temperature = 0.0f;
+    greedy.num_logprobs = -1;
+    const std::vector<cuda::SamplingRowParams> params(rows, greedy);
+    check_cuda(argmax_params_.reserve(rows * sizeof(greedy)), "allocating argmax_rows' buffers");
+    check_cuda(argmax_ids_.reserve(rows * sizeof(int32_t)), "allocating argmax_rows' buffers");
+    check_cuda(argmax_workspace_.reserve(cuda::sampling_workspace_bytes(view.num_rows, view.vocab_size)),
+               "allocating argmax_rows' buffers");
+    check_cuda(cudaMemcpyAsync(argmax_params_.data(), params.data(), rows * sizeof(greedy), cudaMemcpyHostToDevice,
+                               stream_),
+               "uploading argmax_rows' parameters");
+    check_cuda(cuda::sample_rows(view.data, view.row_stride, view.num_rows, view.vocab_size,
+                                 argmax_params_.as<cuda::SamplingRowParams>(), cuda::PenaltyState{},
+                                 argmax_workspace_.f32(), argmax_ids_.as<int32_t>(), nullptr, stream_),
+               "picking the greedy ids");
+    check_cuda(cudaMemcpyAsync(out.data(), argmax_ids_.data(), rows * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+               "copying the greedy ids back");
+    check_cuda(cudaStreamSynchronize(stream_), "picking the greedy ids");
+    return true;
   }
 
   // A parallel job's rank 0 announces overlapped steps' ids from the host
@@ -426,6 +465,7 @@ class CudaExecutor final : public Executor {
   CudaKvMemory kv_;
   CudaActivations act_;
 
+  cuda::DeviceBuffer argmax_params_, argmax_ids_, argmax_workspace_;  // argmax_rows' (grown to its largest view)
   MetaBuffers eager_meta_;                              // steps that run eagerly
   std::map<int32_t, MetaBuffers> graph_meta_;           // by bucket: what its graphs read
   std::map<std::pair<int32_t, size_t>, Graph> graphs_;  // by (bucket, attention workspace bytes)

@@ -10,6 +10,14 @@
 // counts: about 4.1 bytes per vocabulary entry) exists only for samples of
 // requests with a penalty; other rows read no history. Slots come from a
 // pool that doubles when full (a copy of the live slots, between steps).
+//
+// Speculative steps (DeviceSampler::Row::draft_token): a row verifies its
+// draft on the device (kernels/cuda/sampling.hpp) and reads the drafts of
+// its sample's rows before it as history. Every row's id goes into the
+// counts; the ids past a sample's first rejected draft are taken back by
+// truncate_history: the host keeps each penalised sample's ids of the last
+// step (a few ints), and the counts drop them at the start of the next
+// sample() (one small upload and launch, none without a rejection).
 #include "core/cuda/cuda_sampler.hpp"
 
 #include <cuda_runtime.h>
@@ -75,6 +83,9 @@ class CudaSampler final : public DeviceSampler {
     r.seed = seed;
     r.log_min_p = params.min_p > 0.0f ? std::log(params.min_p) : 0.0f;
     r.slots.assign(static_cast<size_t>(std::max(1, num_samples)), -1);
+    r.num_ids.assign(r.slots.size(), 0);
+    r.last_first.assign(r.slots.size(), 0);
+    r.last_ids.resize(r.slots.size());
     if (has_penalty(params)) {
       // One upload of the prompt; every sample's slot starts from it.
       const size_t n = prompt_ids.size();
@@ -103,14 +114,58 @@ class CudaSampler final : public DeviceSampler {
     if (!ids.empty() && has_penalty(it->second.params))
       throw Error(ErrorCode::unsupported, "CUDA sampler: a request that arrives with generated tokens (a prefill "
                                           "handoff) cannot use repetition, presence or frequency penalties");
+    it->second.num_ids[static_cast<size_t>(sample_index)] += static_cast<int32_t>(ids.size());
   }
 
   void release(uint64_t key) override {
     const auto it = requests_.find(key);
     if (it == requests_.end()) return;
-    for (int32_t slot : it->second.slots)
-      if (slot >= 0) free_slots_.push_back(slot);
+    for (int32_t slot : it->second.slots) {
+      if (slot < 0) continue;
+      free_slots_.push_back(slot);
+      // The slot is cleared when it is taken again: nothing to take back.
+      for (size_t i = 0; i < removal_slots_.size();) {
+        if (removal_slots_[i] != slot) {
+          ++i;
+          continue;
+        }
+        removal_slots_[i] = removal_slots_.back();
+        removal_ids_[i] = removal_ids_.back();
+        removal_slots_.pop_back();
+        removal_ids_.pop_back();
+      }
+    }
     requests_.erase(it);
+  }
+
+  // Ids past num_generated are the last step's (a speculative step's rows
+  // after its first rejected draft): their counts are taken back before the
+  // next step samples.
+  void truncate_history(uint64_t key, int32_t sample_index, int32_t num_generated) override {
+    const auto it = requests_.find(key);
+    if (it == requests_.end() || sample_index < 0 || static_cast<size_t>(sample_index) >= it->second.slots.size())
+      throw Error(ErrorCode::internal, "CUDA sampler: truncate_history of an unknown sample " +
+                                           std::to_string(sample_index) + " of request " + std::to_string(key));
+    Request& r = it->second;
+    const auto sample = static_cast<size_t>(sample_index);
+    // A penalised sample drops only what its counts can give back: the last step's ids.
+    const int32_t first = r.slots[sample] < 0           ? 0
+                          : r.last_ids[sample].empty() ? r.num_ids[sample]
+                                                       : r.last_first[sample];
+    if (num_generated < first || num_generated > r.num_ids[sample])
+      throw Error(ErrorCode::internal, "CUDA sampler: truncate_history to " + std::to_string(num_generated) +
+                                           " ids of a history of " + std::to_string(r.num_ids[sample]) +
+                                           (r.slots[sample] >= 0 ? " (the last step's from " + std::to_string(first) + ")"
+                                                                 : std::string()));
+    r.num_ids[sample] = num_generated;
+    if (r.slots[sample] < 0) return;
+    std::vector<int32_t>& last = r.last_ids[sample];
+    const auto keep = static_cast<size_t>(num_generated - first);
+    for (size_t i = keep; i < last.size(); ++i) {
+      removal_slots_.push_back(r.slots[sample]);
+      removal_ids_.push_back(last[i]);
+    }
+    last.resize(std::min(keep, last.size()));
   }
 
   void sample(const LogitsView& view, std::span<const Row> rows, std::span<SampledToken> out,
@@ -153,6 +208,7 @@ class CudaSampler final : public DeviceSampler {
       p.sample_index = static_cast<uint32_t>(rows[i].sample_index);
       p.num_logprobs = r.params.logprobs;
       p.penalty_slot = r.slots[static_cast<size_t>(rows[i].sample_index)];
+      p.draft_token = rows[i].draft_token;
       any_logprobs = any_logprobs || r.params.logprobs >= 0;
     }
     auto* d_params = scratch<cuda::SamplingRowParams>(params_device_, params_bytes, "the rows' parameters");
@@ -167,6 +223,7 @@ class CudaSampler final : public DeviceSampler {
 
     check(cudaMemcpyAsync(d_params, host_params, params_bytes, cudaMemcpyHostToDevice, stream_),
           "uploading the rows' parameters");
+    remove_rolled_back();
     if (view.ready.event != nullptr)
       check(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(view.ready.event), 0), "waiting for the logits");
     check(cuda::sample_rows(view.data, view.row_stride, num_rows, vocab_, d_params, penalties_, workspace, d_tokens,
@@ -200,6 +257,17 @@ class CudaSampler final : public DeviceSampler {
 
     const auto* ids = reinterpret_cast<const int32_t*>(host_back);
     const auto* records = reinterpret_cast<const cuda::SampledLogprob*>(host_back + rows.size() * sizeof(int32_t));
+    for (auto& [key, r] : requests_)
+      for (std::vector<int32_t>& last : r.last_ids) last.clear();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Request& r = requests_.at(rows[i].request_key);
+      const auto sample = static_cast<size_t>(rows[i].sample_index);
+      r.num_ids[sample] = rows[i].num_generated + 1;
+      if (r.slots[sample] >= 0) {
+        if (r.last_ids[sample].empty()) r.last_first[sample] = rows[i].num_generated;
+        r.last_ids[sample].push_back(ids[i]);
+      }
+    }
     for (size_t i = 0; i < rows.size(); ++i) {
       SampledToken& t = out[i];
       t.token_id = ids[i];
@@ -221,7 +289,27 @@ class CudaSampler final : public DeviceSampler {
     uint64_t seed = 0;
     float log_min_p = 0.0f;      // log(min_p) in float, as the CPU's threshold
     std::vector<int32_t> slots;  // per sample: its penalty slot, -1 without penalties
+    // Per sample: the ids its history holds, and for a penalised sample the
+    // ids the last sample() appended (truncate_history's), from index last_first.
+    std::vector<int32_t> num_ids, last_first;
+    std::vector<std::vector<int32_t>> last_ids;
   };
+
+  // Enqueues the pending take-backs of truncate_history on the stream.
+  void remove_rolled_back() {
+    if (removal_ids_.empty()) return;
+    const auto n = removal_ids_.size();
+    auto* host = scratch<int32_t>(removal_host_, 2 * n * sizeof(int32_t), "allocating pinned memory");
+    std::memcpy(host, removal_slots_.data(), n * sizeof(int32_t));
+    std::memcpy(host + n, removal_ids_.data(), n * sizeof(int32_t));
+    auto* device = scratch<int32_t>(removal_device_, 2 * n * sizeof(int32_t), "the rolled-back ids");
+    check(cudaMemcpyAsync(device, host, 2 * n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+          "uploading the rolled-back ids");
+    check(cuda::penalty_state_remove(penalties_, device, device + n, static_cast<int32_t>(n), stream_),
+          "taking back rolled-back ids");
+    removal_slots_.clear();
+    removal_ids_.clear();
+  }
 
   int32_t take_slot() {
     if (free_slots_.empty()) grow_penalties();
@@ -260,8 +348,9 @@ class CudaSampler final : public DeviceSampler {
   cuda::PenaltyState penalties_{nullptr, nullptr, 0, 0};  // over the two buffers
   std::vector<int32_t> free_slots_;
   std::unordered_map<uint64_t, Request> requests_;
-  cuda::PinnedBuffer params_host_, back_host_;
-  cuda::DeviceBuffer params_device_, tokens_device_, logprobs_device_, workspace_, prompt_scratch_;
+  std::vector<int32_t> removal_slots_, removal_ids_;  // truncate_history's take-backs, not yet enqueued
+  cuda::PinnedBuffer params_host_, back_host_, removal_host_;
+  cuda::DeviceBuffer params_device_, tokens_device_, logprobs_device_, workspace_, prompt_scratch_, removal_device_;
 };
 
 }  // namespace

@@ -156,6 +156,7 @@ __device__ int32_t scan_id_order(int32_t n, F f, double target, bool strict, Row
 struct Selection {
   Bound bound;
   bool found;
+  bool draft;  // the goal fell in the excluded draft's share (found is false)
 };
 
 // Walks the members of prefix `b` whose key is at least `min_key`, best
@@ -164,8 +165,13 @@ struct Selection {
 // tokens (by_mass false; goal = target) or adds exp(z - m) (by_mass true;
 // goal = target * the members' total mass). found is false when the whole
 // set falls short (rounding, or fewer members than a count).
+// Speculative verification: `exclude` (an id, -1: none) is left out of the
+// members and `extra` is its mass, taken first: the goal becomes target *
+// (the members' mass + extra) - extra, and a goal below 0 selects the
+// draft itself (draft true).
 __device__ Selection select_best_first(const float* z, int32_t n, float m, Bound b, uint32_t min_key, bool by_mass,
-                                       double target, bool strict, RowShared& sh) {
+                                       double target, bool strict, RowShared& sh, int32_t exclude = -1,
+                                       double extra = 0.0) {
   const int tid = threadIdx.x;
   uint32_t prefix = 0, prefix_mask = 0;
   for (int round = 0; round < 4; ++round) {
@@ -179,7 +185,7 @@ __device__ Selection select_best_first(const float* z, int32_t n, float m, Bound
       const float v = z[i];
       if (is_nan(v)) continue;
       const uint32_t key = order_key(v);
-      if (key < min_key || !within(key, i, b) || (key & prefix_mask) != prefix) continue;
+      if (i == exclude || key < min_key || !within(key, i, b) || (key & prefix_mask) != prefix) continue;
       const unsigned bin = (key >> shift) & 0xffu;
       atomicAdd(&sh.bin_count[bin], 1u);
       if (by_mass) atomicAdd(&sh.bin_mass[bin], static_cast<double>(sampling_exp_nonpositive(v - m)));
@@ -190,8 +196,8 @@ __device__ Selection select_best_first(const float* z, int32_t n, float m, Bound
       if (round == 0) {
         double total = 0.0;
         for (int bin = 0; bin < kRadixBins; ++bin) total += by_mass ? sh.bin_mass[bin] : sh.bin_count[bin];
-        sh.target = by_mass ? target * total : target;
-        sh.found = 1;
+        sh.target = by_mass ? target * (total + extra) - extra : target;
+        sh.found = sh.target < 0.0 ? 2 : 1;
       } else {
         above = sh.above;
       }
@@ -209,7 +215,9 @@ __device__ Selection select_best_first(const float* z, int32_t n, float m, Bound
         last = bin;
         last_size = size;
       }
-      if (chosen < 0) {
+      if (sh.found == 2) {
+        chosen = -1;  // the draft's share: no member is walked
+      } else if (chosen < 0) {
         if (round == 0 || last < 0) {
           sh.found = 0;
         } else {
@@ -224,7 +232,7 @@ __device__ Selection select_best_first(const float* z, int32_t n, float m, Bound
       sh.above = above;
     }
     __syncthreads();
-    if (!sh.found) return {b, false};
+    if (sh.found != 1) return {b, false, sh.found == 2};
     prefix |= sh.digit << shift;
     prefix_mask |= 0xffu << shift;
   }
@@ -255,10 +263,10 @@ __device__ Selection select_best_first(const float* z, int32_t n, float m, Bound
         const float v = z[i];
         if (is_nan(v)) return 0.0;
         const uint32_t key = order_key(v);
-        return key == prefix && key >= min_key && within(key, i, b) ? 1.0 : 0.0;
+        return i != exclude && key == prefix && key >= min_key && within(key, i, b) ? 1.0 : 0.0;
       },
       rank, false, sh);
-  return {{prefix, id}, id >= 0};
+  return {{prefix, id}, id >= 0, false};
 }
 
 // Steps 1-2 for a token in the history, in double as on the CPU, then step 3.
@@ -311,6 +319,39 @@ __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(cons
     if (!is_nan(v) && better(Candidate{v, i}, best)) best = {v, i};
   }
   best = block_best(best, sh);  // its barriers also publish z to the block
+  if (penalize) {
+    // A speculative row's history also holds the drafts fed before it (the
+    // rows just before it of the same slot, at consecutive steps): each
+    // distinct such token is processed again with its count, at its first
+    // occurrence, then the best is found again.
+    int32_t num_before = 0;
+    while (num_before < row && num_before < kSamplingMaxDraftsBefore) {
+      const SamplingRowParams& q = params[row - num_before - 1];
+      if (q.penalty_slot != p.penalty_slot || q.draft_token < 0 || q.step + num_before + 1 != p.step) break;
+      ++num_before;
+    }
+    if (num_before > 0) {
+      for (int32_t j = tid + 1; j <= num_before; j += blockDim.x) {
+        const int32_t d = params[row - j].draft_token;
+        if (d >= vocab) continue;
+        int32_t extra = 0;
+        bool first = true;
+        for (int32_t i = 1; i <= num_before; ++i) {
+          if (params[row - i].draft_token != d) continue;
+          ++extra;
+          first = first && i >= j;
+        }
+        if (first) z[d] = penalized(raw[d], counts[d] + extra, p, scale, count_penalties);
+      }
+      __syncthreads();
+      best = Candidate{0.0f, -1};
+      for (int32_t i = tid; i < vocab; i += blockDim.x) {
+        const float v = z[i];
+        if (!is_nan(v) && better(Candidate{v, i}, best)) best = {v, i};
+      }
+      best = block_best(best, sh);
+    }
+  }
   const float m = best.id >= 0 ? best.value : -INFINITY;
   int32_t token = best.id >= 0 ? best.id : 0;
 
@@ -321,6 +362,9 @@ __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(cons
   double total = -1.0;  // sum of exp(z - m) over the vocabulary, once computed
   if (!greedy) {
     const double u = sampling_uniform(p.seed, p.sample_index, p.step);
+    // A draft x takes the first p(x) of the draw's range (the CPU's rule):
+    // u below it returns x, else the rest of the range draws without x.
+    const int32_t x = p.draft_token >= 0 && p.draft_token < vocab && !is_nan(z[p.draft_token]) ? p.draft_token : -1;
     const bool use_top_k = p.top_k > 0 && p.top_k < vocab;
     const bool use_top_p = p.top_p < 1.0f;
     const bool use_min_p = p.min_p > 0.0f;
@@ -329,8 +373,14 @@ __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(cons
       double partial = 0.0;
       for (int32_t i = tid; i < vocab; i += blockDim.x) partial += weight(i);
       total = block_sum(partial, sh);
-      const int32_t drawn = scan_id_order(vocab, weight, u * total, true, sh);
-      if (drawn >= 0) token = drawn;
+      const double wx = x >= 0 ? weight(x) : 0.0;
+      if (u * total < wx) {
+        token = x;
+      } else {
+        const auto without_x = [=](int32_t i) { return i == x ? 0.0 : weight(i); };
+        const int32_t drawn = scan_id_order(vocab, without_x, u * total - wx, true, sh);
+        if (drawn >= 0) token = drawn;
+      }
     } else {
       Bound kept = kEverything;
       if (use_top_k) {
@@ -344,8 +394,11 @@ __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(cons
       // min-p is a logit threshold (probabilities relative to the best
       // token do not change under renormalisation); the best always passes.
       const uint32_t min_key = use_min_p ? order_key(m + p.log_min_p) : 0u;
-      const Selection s = select_best_first(z, vocab, m, kept, min_key, true, u, true, sh);
-      if (s.found) token = s.bound.id;  // else rounding left the target unreached: the argmax, as on the CPU
+      const bool x_kept = x >= 0 && order_key(z[x]) >= min_key && within(order_key(z[x]), x, kept);
+      const double wx = x_kept ? static_cast<double>(sampling_exp_nonpositive(z[x] - m)) : 0.0;
+      const Selection s = select_best_first(z, vocab, m, kept, min_key, true, u, true, sh, x_kept ? x : -1, wx);
+      if (s.draft) token = x;
+      else if (s.found) token = s.bound.id;  // else rounding left the target unreached: the argmax, as on the CPU
     }
   }
 
@@ -409,70 +462,7 @@ __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(cons
   }
 }
 
-// Threads per block of the penalty kernels (their launches below).
-constexpr int kPenaltyThreads = 256;
-constexpr int kPenaltyAppendThreads = 128;
-
-// counts: [vocab], prompt_mask: [words] of one slot.
-__global__ void __launch_bounds__(kPenaltyThreads, 1) penalty_clear_kernel(int32_t* __restrict__ counts, uint32_t* __restrict__ prompt_mask, int32_t vocab,
-                                     int64_t words) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vocab; i += stride) {
-    counts[i] = 0;
-    if (i < words) prompt_mask[i] = 0u;
-  }
-}
-
-// prompt_mask: [words] of one slot; prompt_ids: [num_ids].
-__global__ void __launch_bounds__(kPenaltyThreads, 1) penalty_mark_prompt_kernel(uint32_t* __restrict__ prompt_mask, const int32_t* __restrict__ prompt_ids,
-                                           int32_t num_ids, int32_t vocab) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= num_ids) return;
-  const int32_t id = prompt_ids[i];
-  if (id >= 0 && id < vocab) atomicOr(&prompt_mask[id >> 5], 1u << (id & 31));
-}
-
-// counts: [num_slots, vocab]; params, token_ids: [num_rows].
-__global__ void __launch_bounds__(kPenaltyAppendThreads, 1) penalty_append_kernel(int32_t* __restrict__ counts, int32_t num_slots, int32_t vocab,
-                                      const SamplingRowParams* __restrict__ params,
-                                      const int32_t* __restrict__ token_ids, int32_t num_rows) {
-  const int32_t row = blockIdx.x * blockDim.x + threadIdx.x;
-  if (row >= num_rows) return;
-  const int32_t slot = params[row].penalty_slot, id = token_ids[row];
-  if (slot < 0 || slot >= num_slots || id < 0 || id >= vocab) return;
-  atomicAdd(&counts[static_cast<int64_t>(slot) * vocab + id], 1);
-}
-
 }  // namespace
-
-cudaError_t penalty_state_init(const PenaltyState& state, int32_t slot, const int32_t* prompt_ids,
-                               int32_t num_prompt_ids, cudaStream_t stream) {
-  if (slot < 0 || slot >= state.num_slots || state.vocab <= 0 || num_prompt_ids < 0 ||
-      (num_prompt_ids > 0 && prompt_ids == nullptr)) {
-    return cudaErrorInvalidValue;
-  }
-  const int64_t words = prompt_mask_words(state.vocab);
-  int32_t* counts = state.counts + static_cast<int64_t>(slot) * state.vocab;
-  uint32_t* prompt_mask = state.prompt_mask + slot * words;
-  const int threads = kPenaltyThreads;
-  const int blocks = static_cast<int>((state.vocab + threads - 1) / threads);
-  LLMK_LAUNCH(blocks, threads, 0, stream, penalty_clear_kernel)(counts, prompt_mask, state.vocab, words);
-  if (num_prompt_ids > 0) {
-    LLMK_LAUNCH((num_prompt_ids + threads - 1) / threads, threads, 0, stream, penalty_mark_prompt_kernel)(
-        prompt_mask, prompt_ids, num_prompt_ids, state.vocab);
-  }
-  return cudaPeekAtLastError();
-}
-
-cudaError_t penalty_state_append(const PenaltyState& state, const SamplingRowParams* params, const int32_t* token_ids,
-                                 int32_t num_rows, cudaStream_t stream) {
-  if (num_rows < 0 || state.vocab <= 0) return cudaErrorInvalidValue;
-  if (num_rows == 0) return cudaSuccess;
-  const int threads = kPenaltyAppendThreads;
-  LLMK_LAUNCH((num_rows + threads - 1) / threads, threads, 0, stream, penalty_append_kernel)(
-      state.counts, state.num_slots, state.vocab, params, token_ids, num_rows);
-  return cudaPeekAtLastError();
-}
 
 cudaError_t sample_rows(const float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab,
                         const SamplingRowParams* params, const PenaltyState& penalties, float* workspace,

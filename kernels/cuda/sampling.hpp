@@ -19,7 +19,8 @@
 // Penalty state lives on the device, one slot per sample: the prompt's
 // tokens as a bit mask and the generated tokens as counts. A slot is filled
 // once from the prompt (penalty_state_init) and then grows by one token per
-// step (penalty_state_append), never re-sent whole.
+// sampled row (penalty_state_append), never re-sent whole; a speculative
+// step's rejected rows are taken back (penalty_state_remove).
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,7 @@ namespace llmk::cuda {
 // core/; a test checks they are equal).
 constexpr float kSamplingGreedyTemperature = 1e-5f;
 constexpr int32_t kSamplingMaxLogprobs = 20;
+constexpr int32_t kSamplingMaxDraftsBefore = 64;  // sampling_limits::max_speculative_tokens
 
 // One row's parameters, in device memory ([num_rows] array). Valid values
 // as core's validate_sampling_params accepts them.
@@ -52,7 +54,14 @@ struct SamplingRowParams {
   uint32_t sample_index = 0;  // 0..n-1
   int32_t num_logprobs = -1;  // -1: none; 0: the chosen token's only; up to kSamplingMaxLogprobs
   int32_t penalty_slot = -1;  // the sample's PenaltyState slot; -1: no history (penalties see nothing)
-  int32_t reserved = 0;
+  // Speculative verification: a token drafted with certainty for this row
+  // (the CPU's SamplerRow::draft_token), -1: none. A sampled row returns it
+  // with probability p(draft) and otherwise draws from p without it; a
+  // greedy row ignores it. The rows just before this one with the same
+  // penalty slot, a draft each and consecutive steps (step - 1, step - 2,
+  // ...) carry the drafts fed before it: its penalties count them as
+  // generated, as the CPU's history holds them.
+  int32_t draft_token = -1;
 };
 
 // A token and its logprob. Per row, kSamplingLogprobsPerRow entries: [0] the
@@ -95,6 +104,13 @@ cudaError_t penalty_state_init(const PenaltyState& state, int32_t slot, const in
 // Rows may share a slot (the counts add atomically).
 cudaError_t penalty_state_append(const PenaltyState& state, const SamplingRowParams* params, const int32_t* token_ids,
                                  int32_t num_rows, cudaStream_t stream);
+
+// Takes one generated token back per entry from the counts of its slot:
+// the ids a speculative step appended past its first rejected draft
+// (entries with slot -1 or an invalid token are skipped). slots,
+// token_ids: [num_ids] device memory.
+cudaError_t penalty_state_remove(const PenaltyState& state, const int32_t* slots, const int32_t* token_ids,
+                                 int32_t num_ids, cudaStream_t stream);
 
 // Bytes of the caller-owned workspace sample_rows needs: the processed logits.
 inline std::size_t sampling_workspace_bytes(int32_t num_rows, int32_t vocab) {

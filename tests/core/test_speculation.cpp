@@ -17,9 +17,12 @@
 #include "core/plugin_loader.hpp"
 #include "core/speculation.hpp"
 #include "scheduler_fakes.hpp"
+#include "support/speculation_cases.hpp"
 
 using namespace llmk;
 using namespace llmk::sched_test;
+using llmk::test::chi_square;
+using llmk::test::target_distribution;
 
 namespace {
 
@@ -110,9 +113,8 @@ TEST_CASE("speculative settings are validated once, naming the keys", "[speculat
   CHECK_THAT(refused({"speculative.method=ngram", "parallel.pipeline=2"}),
              Catch::Contains("speculative.method") && Catch::Contains("parallel.steps_in_flight"));
   CHECK(refused({"speculative.method=ngram", "parallel.pipeline=2", "parallel.steps_in_flight=1"}) == "accepted");
-  if (has_executor("cuda"))  // built here: refused for speculation, not for the build
-    CHECK_THAT(refused({"speculative.method=ngram", "executor.device=cuda"}),
-               Catch::Contains("speculative.method") && Catch::Contains("executor.device is 'cuda'"));
+  if (has_executor("cuda"))  // built here: the CUDA executor verifies drafts too
+    CHECK(refused({"speculative.method=ngram", "executor.device=cuda"}) == "accepted");
   CHECK(load_config({}, {}).speculative.method == "none");
 }
 
@@ -260,106 +262,20 @@ TEST_CASE("with speculation, every allocator gives the reference tokens under pr
   CHECK(s.kv.used_slots == 0);
 }
 
-namespace {
-
-// The target distribution of a sampled row, in double, from the raw
-// logits: repetition penalty over `history`, temperature, top-k, top-p
-// (shortest best-first run reaching top_p), min-p; as core/sampler.hpp
-// specifies the steps.
-std::vector<double> target_distribution(const std::vector<float>& raw, const SamplingParams& p,
-                                        const std::vector<int32_t>& history) {
-  const size_t n = raw.size();
-  std::vector<double> z(raw.begin(), raw.end());
-  for (size_t id = 0; id < n; ++id) {
-    if (std::find(history.begin(), history.end(), int32_t(id)) == history.end()) continue;
-    z[id] = z[id] > 0 ? z[id] / p.repetition_penalty : z[id] * p.repetition_penalty;
-  }
-  for (double& v : z) v /= p.temperature;
-  std::vector<size_t> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return z[a] > z[b]; });
-  const size_t k = p.top_k > 0 ? std::min<size_t>(size_t(p.top_k), n) : n;
-  const double m = z[order[0]];
-  double mass = 0;
-  for (size_t i = 0; i < k; ++i) mass += std::exp(z[order[i]] - m);
-  std::vector<double> prob(n, 0.0);
-  double cumulative = 0, kept = 0;
-  for (size_t i = 0; i < k; ++i) {
-    const double w = std::exp(z[order[i]] - m);
-    if (w < p.min_p) break;  // min-p: relative to the best token (weight 1)
-    prob[order[i]] = w;
-    kept += w;
-    cumulative += w / mass;
-    if (cumulative >= p.top_p) break;
-  }
-  for (double& v : prob) v /= kept;
-  return prob;
-}
-
-// Pearson's statistic of `counts` against `expected` probabilities over
-// `draws`, and the 0.999 quantile of chi-square with the categories' degrees
-// of freedom (Wilson-Hilferty). Categories expecting under 5 draws merge.
-std::pair<double, double> chi_square(const std::vector<int64_t>& counts, const std::vector<double>& expected,
-                                     int64_t draws) {
-  double stat = 0, small_expected = 0, small_observed = 0;
-  int df = -1;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    const double e = expected[i] * double(draws);
-    if (e < 5) {
-      small_expected += e;
-      small_observed += double(counts[i]);
-      continue;
-    }
-    stat += (double(counts[i]) - e) * (double(counts[i]) - e) / e;
-    ++df;
-  }
-  if (small_expected >= 5) {
-    stat += (small_observed - small_expected) * (small_observed - small_expected) / small_expected;
-    ++df;
-  }
-  REQUIRE(df >= 1);  // a distribution over at least two categories
-  const double z = 3.090232306;  // standard normal 0.999 quantile
-  const double a = 2.0 / (9.0 * df);
-  return {stat, df * std::pow(1 - a + z * std::sqrt(a), 3)};
-}
-
-}  // namespace
-
 TEST_CASE("a sampled row verifying a draft keeps the target distribution: 10^5 draws pass chi-square at p > 0.001",
           "[speculation][sampler]") {
-  const int32_t vocab = 12;
-  std::mt19937 rng(3);
-  std::normal_distribution<float> logit(0.0f, 0.7f);
-  std::vector<float> raw(vocab);
-  for (float& v : raw) v = logit(rng);
-  const std::vector<int32_t> history{2, 5, 5};
+  using namespace llmk::test;
+  const int32_t vocab = kRejectionVocab;
+  const std::vector<float> raw = rejection_logits();
+  const std::vector<int32_t> history = rejection_history();
   const std::vector<int32_t> prompt;
-  struct Case {
-    const char* name;
-    float temperature, top_p, min_p, repetition;
-    int32_t top_k;
-  };
-  const Case cases[] = {{"temperature 0.8", 0.8f, 1.0f, 0.0f, 1.0f, 0},
-                        {"top-p 0.9", 1.0f, 0.9f, 0.0f, 1.0f, 0},
-                        {"top-k 6, top-p 0.95", 1.3f, 0.95f, 0.0f, 1.0f, 6},
-                        {"min-p 0.05, repetition penalty 1.3", 1.6f, 1.0f, 0.05f, 1.3f, 0}};
   Sampler sampler(vocab, 1);
-  const int64_t draws = 100000;
-  for (const Case& c : cases) {
-    SamplingParams p;
-    p.temperature = c.temperature;
-    p.top_p = c.top_p;
-    p.top_k = c.top_k;
-    p.min_p = c.min_p;
-    p.repetition_penalty = c.repetition;
+  const int64_t draws = kRejectionDraws;
+  for (const RejectionCase& c : kRejectionCases) {
+    const SamplingParams p = c.params();
     const std::vector<double> target = target_distribution(raw, p, history);
-    // Drafts: the likeliest token, an unlikely one inside the set, and
-    // (with truncation) one outside it, which is never accepted.
-    std::vector<size_t> by_prob(vocab);
-    for (int32_t i = 0; i < vocab; ++i) by_prob[size_t(i)] = size_t(i);
-    std::sort(by_prob.begin(), by_prob.end(), [&](size_t a, size_t b) { return target[a] > target[b]; });
-    for (const size_t draft : {by_prob[0], by_prob[3], by_prob[size_t(vocab - 1)]}) {
-      INFO(c.name << ", draft " << draft << " of probability " << target[draft]);
+    for (const int32_t draft : rejection_drafts(target)) {
+      INFO(c.name << ", draft " << draft << " of probability " << target[size_t(draft)]);
       std::vector<int64_t> counts(vocab, 0);
       int64_t accepted = 0;
       SamplerRow row;
@@ -367,20 +283,21 @@ TEST_CASE("a sampled row verifying a draft keeps the target distribution: 10^5 d
       row.params = &p;
       row.prompt_ids = prompt;
       row.generated_ids = history;
-      row.draft_token = static_cast<int32_t>(draft);
+      row.draft_token = draft;
       for (int64_t d = 0; d < draws; ++d) {
         row.seed = uint64_t(d) * 7919u + 1;
         const int32_t t = sampler.sample_one(row).token_id;
         REQUIRE((t >= 0 && t < vocab));
         ++counts[size_t(t)];
-        accepted += t == int32_t(draft);
+        accepted += t == draft;
       }
       const auto [stat, critical] = chi_square(counts, target, draws);
       CHECK(stat < critical);
-      if (getenv("LLMK_PRINT_CHI2")) std::printf("%s, draft p %.3f: chi-square %.1f < %.1f\n", c.name, target[draft], stat, critical);
+      if (getenv("LLMK_PRINT_CHI2")) std::printf("%s, draft p %.3f: chi-square %.1f < %.1f\n", c.name, target[size_t(draft)], stat, critical);
       // The draft is accepted with its own probability: 4.5 standard deviations.
-      const double sd = std::sqrt(target[draft] * (1 - target[draft]) / double(draws));
-      CHECK(std::abs(double(accepted) / double(draws) - target[draft]) <= 4.5 * sd + 1e-9);
+      const double pd = target[size_t(draft)];
+      const double sd = std::sqrt(pd * (1 - pd) / double(draws));
+      CHECK(std::abs(double(accepted) / double(draws) - pd) <= 4.5 * sd + 1e-9);
     }
   }
 }

@@ -22,6 +22,15 @@ class SafetensorsOut {
     std::memcpy(b.data(), data, b.size());
     add(name, "F32", std::move(shape), std::move(b));
   }
+  bool empty() const { return tensors_.empty(); }
+  // model.safetensors.index.json for this file alone: a loader that reads the index (vLLM, transformers)
+  // then leaves the folder's other safetensors files (outliers.safetensors) alone.
+  json index(const std::string& file_name) const {
+    json map = json::object();
+    uint64_t total = 0;
+    for (const auto& [name, t] : tensors_) map[name] = file_name, total += t.bytes.size();
+    return {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+  }
   void write(const fs::path& file) const {
     json header = json::object();
     header["__metadata__"] = {{"format", "pt"}};
@@ -108,6 +117,23 @@ void add_awq(SafetensorsOut& st, const std::string& prefix, const IntGroupsWeigh
   st.add(prefix + ".scales", "F16", {groups, out}, scales_f16(w));
 }
 
+// SpQR-style outliers (core/gptq_checkpoint.hpp): <prefix>.outlier_row_ptr I32 [out + 1],
+// .outlier_cols I32 [n], .outlier_values F16 [n] (the quantizer rounded them to f16 already).
+void add_outliers(SafetensorsOut& st, const std::string& prefix, const OutlierCsr& o) {
+  auto ints = [](const std::vector<uint32_t>& v) {
+    std::vector<uint8_t> b(v.size() * 4);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  std::vector<uint16_t> h(o.values.size());
+  for (size_t j = 0; j < h.size(); ++j) h[j] = f32_to_f16(o.values[j]);
+  std::vector<uint8_t> hb(h.size() * 2);
+  std::memcpy(hb.data(), h.data(), hb.size());
+  st.add(prefix + ".outlier_row_ptr", "I32", {static_cast<int64_t>(o.row_ptr.size())}, ints(o.row_ptr));
+  st.add(prefix + ".outlier_cols", "I32", {static_cast<int64_t>(o.cols.size())}, ints(o.cols));
+  st.add(prefix + ".outlier_values", "F16", {static_cast<int64_t>(h.size())}, std::move(hb));
+}
+
 // compressed-tensors int-quantized: X.weight I8 [out, in] (q - 128 of the one-group-per-row weight),
 // X.weight_scale F32 [out, 1].
 void add_int8_channel(SafetensorsOut& st, const std::string& prefix, const IntGroupsWeight& w) {
@@ -183,13 +209,14 @@ std::string write_quantized(const Checkpoint& source, const fs::path& source_pat
     throw Error(ErrorCode::invalid_argument, "quantize: weights left unrounded have no quantized format to write");
   fs::create_directories(out_dir);
   const ModelConfig& cfg = source.config();
-  SafetensorsOut st;
+  SafetensorsOut st, outliers;
   for (const auto& [name, shape] : expected_tensors(cfg)) {
     const std::string prefix = name.size() > 7 ? name.substr(0, name.size() - 7) : name;
     if (const auto q = result.linears.find(prefix); q != result.linears.end() && name.ends_with(".weight")) {
       if (o.method == Method::awq) add_awq(st, prefix, q->second.weight);
       else if (o.method == Method::smoothquant) add_int8_channel(st, prefix, q->second.weight);
       else add_gptq(st, prefix, q->second.weight);
+      if (!q->second.outliers.row_ptr.empty()) add_outliers(outliers, prefix, q->second.outliers);
       continue;
     }
     if (const auto f = result.floats.find(name); f != result.floats.end()) {
@@ -202,6 +229,10 @@ std::string write_quantized(const Checkpoint& source, const fs::path& source_pat
     st.add_f32(name, shape, v.data(), v.size());
   }
   st.write(out_dir / "model.safetensors");
+  if (!outliers.empty()) {
+    outliers.write(out_dir / "outliers.safetensors");
+    write_json(out_dir / "model.safetensors.index.json", st.index("model.safetensors"));
+  }
 
   const int64_t group = o.spec.group_size <= 0 ? -1 : o.spec.group_size;
   json qc;
@@ -212,6 +243,9 @@ std::string write_quantized(const Checkpoint& source, const fs::path& source_pat
   } else {
     qc = {{"quant_method", "gptq"}, {"bits", o.spec.bits}, {"group_size", group}, {"desc_act", o.spec.act_order},
           {"sym", false}, {"true_sequential", true}, {"damp_percent", o.spec.damp}, {"checkpoint_format", "gptq"}};
+    if (!outliers.empty())
+      qc["outliers"] = {{"file", "outliers.safetensors"}, {"format", "csr"}, {"fraction", o.spec.outlier_fraction},
+                        {"values", "residual"}};
     write_json(out_dir / "quantize_config.json", qc);
   }
   json config = config_json(cfg);

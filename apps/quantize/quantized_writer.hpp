@@ -6,7 +6,11 @@
 // core/gptq_checkpoint.hpp reads, or SmoothQuant's W8A8 as compressed-tensors
 // "int-quantized" (int8 weights with channel scales, activations int8 per
 // token, dynamic: llm-compressor's W8A8 scheme, which
-// core/compressed_tensors_checkpoint.hpp reads); every other tensor in F32. The tokenizer
+// core/compressed_tensors_checkpoint.hpp reads); every other tensor in F32.
+// GPTQ with SpQR-style outliers adds outliers.safetensors (CSR per
+// projection, named by quantization_config's "outliers") and a
+// model.safetensors.index.json that lists model.safetensors alone, so an
+// engine that reads the index loads the folder as plain GPTQ. The tokenizer
 // files of a source folder are copied; a GGUF source's tokenizer stays in
 // the GGUF (load the folder with --tokenizer SOURCE.gguf).
 #pragma once

@@ -5,13 +5,16 @@
 // the calibration error against plain GPTQ at the same group size, the
 // folder served (linear.int4 plus the host's sparse product) against its
 // reconstruction on linear.dense, the sparse product against a float64
-// reference, and broken outlier files refused naming the tensor.
+// reference, broken outlier files refused naming the tensor, and the
+// command line's --outliers.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <random>
+
+#include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
 
@@ -312,4 +315,36 @@ TEST_CASE("broken outlier files are refused naming the tensor", "[quantize][outl
     }
     for (const std::string& e : c.expect) CHECK_THAT(err, Contains(e));
   }
+}
+
+TEST_CASE("llmk quantize --outliers takes a percentage or a fraction, prints the count kept, and refuses bad values",
+          "[quantize][outliers][cli]") {
+  TempDir tmp;
+  const std::string llmk = (fs::path(LLMK_BINARY_DIR) / "bin" / "llmk").string();
+  write_file(tmp.path() / "calibration.txt", kCalibration);
+  const std::string out = (tmp.path() / "out").string(), err = (tmp.path() / "err").string();
+  auto run = [&](const std::string& args) {
+    const std::string cmd = "'" + llmk + "' --log-level warn quantize --model '" + kStories.string() + "' --text '" +
+                            (tmp.path() / "calibration.txt").string() + "' --samples 4 --seq-len 64 --threads 2 --out '" +
+                            (tmp.path() / "q").string() + "' " + args + " >" + out + " 2>" + err;
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  // The same count as the library keeps for each projection, summed.
+  const QuantizeResult r = quantize_model(*load_checkpoint(kStories), calibration_tokens(), with_outliers(0.01));
+  size_t want = 0;
+  for (const auto& [name, q] : r.linears) want += q.outliers.size();
+  for (const std::string spelling : {"1%", "0.01"}) {
+    INFO(spelling);
+    REQUIRE(run("--method gptq --group-size 32 --outliers " + spelling) == 0);
+    CHECK_THAT(read_file(out), Contains("quantize: " + std::to_string(want) + " outliers kept"));
+    CHECK(load_checkpoint(tmp.path() / "q")->has("model.layers.4.self_attn.o_proj.outlier_values"));
+  }
+  for (const std::string bad : {"150%", "1", "half", "0.5%%"}) {
+    INFO(bad);
+    CHECK(run("--method gptq --group-size 32 --outliers " + bad) == 1);
+    CHECK_THAT(read_file(err), Contains("--outliers '" + bad + "' is not a fraction in [0, 1)"));
+  }
+  CHECK(run("--method awq --group-size 32 --outliers 1%") == 1);
+  CHECK_THAT(read_file(err), Contains("--outliers keeps SpQR-style outliers during GPTQ"));
 }

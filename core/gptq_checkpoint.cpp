@@ -63,12 +63,9 @@ QuantizedFormat parse_format(const json& q, const fs::path& file) {
   if (f.group_size <= 0 && f.group_size != -1) fail("group_size " + std::to_string(f.group_size));
   if (q.contains("outliers")) {
     const json& o = q.at("outliers");
-    if (!o.is_object() || !o.contains("file") || !o.at("file").is_string())
-      fail("outliers is not an object naming its \"file\"");
-    f.outliers_file = o.at("file").get<std::string>();
-    if (f.outliers_file.empty() || f.outliers_file.find('/') != std::string::npos)
-      fail("outliers file '" + f.outliers_file + "' is not a file name of the model directory");
-    if (o.value("format", std::string("csr")) != "csr") fail("outliers format '" + o.at("format").dump() + "' (only csr)");
+    if (!o.is_object()) fail("outliers is not an object");
+    if (o.contains("format") && o.at("format") != "csr") fail("outliers format " + o.at("format").dump() + " (only \"csr\")");
+    f.outliers = true;
   }
   return f;
 }
@@ -103,8 +100,6 @@ class QuantizedCheckpoint final : public Checkpoint {
   std::set<std::string> used_;
   std::vector<std::unique_ptr<IntGroupsWeight>> weights_;
   std::vector<std::unique_ptr<uint8_t[]>> realigned_;
-  std::unique_ptr<SafetensorsFile> outliers_;  // format_.outliers_file, opened
-  std::set<std::string> outliers_used_;
   std::vector<std::unique_ptr<OutlierCsr>> outlier_lists_;
 };
 
@@ -144,13 +139,6 @@ QuantizedCheckpoint::QuantizedCheckpoint(const fs::path& model_dir, const Quanti
   config_ = load_model_config(model_dir);
   source_ = model_dir.string();
   open(model_dir);
-  if (!format_.outliers_file.empty()) {
-    const fs::path file = model_dir / format_.outliers_file;
-    if (!fs::is_regular_file(file))
-      throw Error(ErrorCode::bad_checkpoint, source_ + ": quantization_config names the outliers file '" +
-                                                 format_.outliers_file + "', which is not there");
-    outliers_ = std::make_unique<SafetensorsFile>(file, true);
-  }
   for (const auto& [name, shape] : expected_tensors(config_)) {
     const std::string prefix = name.size() > 7 ? name.substr(0, name.size() - 7) : name;  // drop ".weight"
     const bool quantized = shape.size() == 2 && name.ends_with(".weight") && found_.count(prefix + ".qweight");
@@ -171,60 +159,44 @@ QuantizedCheckpoint::QuantizedCheckpoint(const fs::path& model_dir, const Quanti
     fail(name, "unexpected tensor (a " + config_.architecture + " with " + std::to_string(config_.num_layers) +
                    " layers quantized by " + format_.method + " has no such tensor)");
   }
-  if (outliers_)
-    for (const auto& [name, e] : outliers_->entries())
-      if (!outliers_used_.count(name))
-        throw Error(ErrorCode::bad_checkpoint, outliers_->path().string() + ": tensor '" + name +
-                                                   "': unexpected (no quantized projection of the model has it)");
   tokenizer_path_ = find_tokenizer(model_dir);
 }
 
 void QuantizedCheckpoint::adopt_outliers(const std::string& prefix, int64_t out, int64_t in) {
-  if (!outliers_) return;
-  const auto& entries = outliers_->entries();
-  const std::string file = outliers_->path().string();
-  auto tensor = [&](const char* part) -> const SafetensorsEntry* {
-    const auto it = entries.find(prefix + ".outlier_" + part);
-    if (it != entries.end()) outliers_used_.insert(it->first);
-    return it != entries.end() ? &it->second : nullptr;
-  };
-  const SafetensorsEntry *rp = tensor("row_ptr"), *cols = tensor("cols"), *values = tensor("values");
-  if (rp == nullptr && cols == nullptr && values == nullptr) return;
-  auto fail_part = [&](const std::string& part, const std::string& what) {
-    throw Error(ErrorCode::bad_checkpoint, file + ": tensor '" + prefix + ".outlier_" + part + "': " + what);
-  };
-  for (const auto& [part, e] : {std::pair{"row_ptr", rp}, std::pair{"cols", cols}, std::pair{"values", values}}) {
-    if (e == nullptr) fail_part(part, "missing (the other outlier tensors of " + prefix + " are there)");
-    if (e->shape.size() != 1) fail_part(part, "shape " + shape_string(e->shape) + ", expected one dimension");
-    const bool is_values = std::string(part) == "values";
-    if (is_values ? (e->dtype != DType::f16 && e->dtype != DType::f32) : e->dtype != DType::i32)
-      fail_part(part, std::string("dtype ") + dtype_name(e->dtype) + ", expected " + (is_values ? "F16 or F32" : "I32"));
+  const std::string names[3] = {prefix + ".outlier_row_ptr", prefix + ".outlier_cols", prefix + ".outlier_values"};
+  if (!found_.count(names[0]) && !found_.count(names[1]) && !found_.count(names[2])) return;
+  for (const std::string& name : names) {
+    const auto it = found_.find(name);
+    if (it == found_.end()) fail(name, "missing (the other outlier tensors of " + prefix + " are there)");
+    const SafetensorsEntry& e = *it->second.entry;
+    if (e.shape.size() != 1) fail(name, "shape " + shape_string(e.shape) + ", expected one dimension");
+    const bool values = &name == &names[2];
+    if (values ? (e.dtype != DType::f16 && e.dtype != DType::f32) : e.dtype != DType::i32)
+      fail(name, std::string("dtype ") + dtype_name(e.dtype) + ", expected " + (values ? "F16 or F32" : "I32"));
+    used_.insert(name);
   }
   auto csr = std::make_unique<OutlierCsr>();
   csr->in_features = in;
-  auto words = [&](const SafetensorsEntry& e) {
-    std::vector<uint32_t> v((e.end - e.begin) / 4);
-    std::memcpy(v.data(), outliers_->data(e), v.size() * 4);
+  auto words = [&](const Found& f) {
+    std::vector<uint32_t> v((f.entry->end - f.entry->begin) / 4);
+    std::memcpy(v.data(), f.file->data(*f.entry), v.size() * 4);
     return v;
   };
-  csr->row_ptr = words(*rp);
-  csr->cols = words(*cols);
-  csr->values.resize(static_cast<size_t>(values->shape[0]));
-  std::vector<uint8_t> bytes(values->end - values->begin);
-  std::memcpy(bytes.data(), outliers_->data(*values), bytes.size());
-  convert_to_f32(values->dtype, bytes.data(), csr->values.data(), csr->values.size());
+  csr->row_ptr = words(found_.at(names[0]));
+  csr->cols = words(found_.at(names[1]));
+  csr->values = floats(found_.at(names[2]));
   std::string which;
   const std::string problem = csr->problem(out, which);
-  if (!problem.empty()) fail_part(which, problem + " (the outliers of a [" + std::to_string(out) + ", " +
-                                             std::to_string(in) + "] projection)");
-  const std::pair<const char*, const void*> parts[] = {
-      {"row_ptr", csr->row_ptr.data()}, {"cols", csr->cols.data()}, {"values", csr->values.data()}};
-  for (const auto& [part, data] : parts) {
+  if (!problem.empty())
+    fail(prefix + ".outlier_" + which,
+         problem + " (the outliers of a [" + std::to_string(out) + ", " + std::to_string(in) + "] projection)");
+  const void* data[3] = {csr->row_ptr.data(), csr->cols.data(), csr->values.data()};
+  for (int i = 0; i < 3; ++i) {
     TensorView view;
-    view.name = prefix + ".outlier_" + part;
-    view.dtype = std::string(part) == "values" ? DType::f32 : DType::i32;
-    view.shape = {std::string(part) == "row_ptr" ? out + 1 : static_cast<int64_t>(csr->size())};
-    view.data = data;
+    view.name = names[i];
+    view.dtype = i == 2 ? DType::f32 : DType::i32;
+    view.shape = {i == 0 ? out + 1 : static_cast<int64_t>(csr->size())};
+    view.data = data[i];
     tensors_.emplace(view.name, std::move(view));
   }
   outlier_lists_.push_back(std::move(csr));

@@ -22,15 +22,6 @@ class SafetensorsOut {
     std::memcpy(b.data(), data, b.size());
     add(name, "F32", std::move(shape), std::move(b));
   }
-  bool empty() const { return tensors_.empty(); }
-  // model.safetensors.index.json for this file alone: a loader that reads the index (vLLM, transformers)
-  // then leaves the folder's other safetensors files (outliers.safetensors) alone.
-  json index(const std::string& file_name) const {
-    json map = json::object();
-    uint64_t total = 0;
-    for (const auto& [name, t] : tensors_) map[name] = file_name, total += t.bytes.size();
-    return {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
-  }
   void write(const fs::path& file) const {
     json header = json::object();
     header["__metadata__"] = {{"format", "pt"}};
@@ -209,14 +200,14 @@ std::string write_quantized(const Checkpoint& source, const fs::path& source_pat
     throw Error(ErrorCode::invalid_argument, "quantize: weights left unrounded have no quantized format to write");
   fs::create_directories(out_dir);
   const ModelConfig& cfg = source.config();
-  SafetensorsOut st, outliers;
+  SafetensorsOut st;
   for (const auto& [name, shape] : expected_tensors(cfg)) {
     const std::string prefix = name.size() > 7 ? name.substr(0, name.size() - 7) : name;
     if (const auto q = result.linears.find(prefix); q != result.linears.end() && name.ends_with(".weight")) {
       if (o.method == Method::awq) add_awq(st, prefix, q->second.weight);
       else if (o.method == Method::smoothquant) add_int8_channel(st, prefix, q->second.weight);
       else add_gptq(st, prefix, q->second.weight);
-      if (!q->second.outliers.row_ptr.empty()) add_outliers(outliers, prefix, q->second.outliers);
+      if (!q->second.outliers.row_ptr.empty()) add_outliers(st, prefix, q->second.outliers);
       continue;
     }
     if (const auto f = result.floats.find(name); f != result.floats.end()) {
@@ -229,10 +220,6 @@ std::string write_quantized(const Checkpoint& source, const fs::path& source_pat
     st.add_f32(name, shape, v.data(), v.size());
   }
   st.write(out_dir / "model.safetensors");
-  if (!outliers.empty()) {
-    outliers.write(out_dir / "outliers.safetensors");
-    write_json(out_dir / "model.safetensors.index.json", st.index("model.safetensors"));
-  }
 
   const int64_t group = o.spec.group_size <= 0 ? -1 : o.spec.group_size;
   json qc;
@@ -243,9 +230,8 @@ std::string write_quantized(const Checkpoint& source, const fs::path& source_pat
   } else {
     qc = {{"quant_method", "gptq"}, {"bits", o.spec.bits}, {"group_size", group}, {"desc_act", o.spec.act_order},
           {"sym", false}, {"true_sequential", true}, {"damp_percent", o.spec.damp}, {"checkpoint_format", "gptq"}};
-    if (!outliers.empty())
-      qc["outliers"] = {{"file", "outliers.safetensors"}, {"format", "csr"}, {"fraction", o.spec.outlier_fraction},
-                        {"values", "residual"}};
+    if (o.spec.outlier_fraction > 0.0)
+      qc["outliers"] = {{"format", "csr"}, {"fraction", o.spec.outlier_fraction}, {"values", "residual"}};
     write_json(out_dir / "quantize_config.json", qc);
   }
   json config = config_json(cfg);

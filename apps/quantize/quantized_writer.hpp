@@ -7,10 +7,11 @@
 // "int-quantized" (int8 weights with channel scales, activations int8 per
 // token, dynamic: llm-compressor's W8A8 scheme, which
 // core/compressed_tensors_checkpoint.hpp reads); every other tensor in F32.
-// GPTQ with SpQR-style outliers adds outliers.safetensors (CSR per
-// projection, named by quantization_config's "outliers") and a
-// model.safetensors.index.json that lists model.safetensors alone, so an
-// engine that reads the index loads the folder as plain GPTQ. The tokenizer
+// GPTQ with SpQR-style outliers adds three tensors per projection (CSR,
+// core/gptq_checkpoint.hpp) and quantization_config's "outliers", in the
+// same file: an engine that does not know them fails on names that are
+// none of its parameters rather than serving the integers alone, which are
+// no model without them (docs/PERFORMANCE.md). The tokenizer
 // files of a source folder are copied; a GGUF source's tokenizer stays in
 // the GGUF (load the folder with --tokenizer SOURCE.gguf).
 #pragma once

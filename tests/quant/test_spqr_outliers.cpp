@@ -104,20 +104,22 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num / den);
 }
 
-// The folder's outlier file with one tensor's bytes (and shape) replaced.
-void rewrite_outlier(const fs::path& dir, const std::string& name, const std::vector<int64_t>& shape,
-                     const std::string& bytes) {
+// The folder's model.safetensors with one tensor's bytes (and shape) replaced; dropped when shape is empty.
+void rewrite_tensor(const fs::path& dir, const std::string& name, const std::vector<int64_t>& shape,
+                    const std::string& bytes) {
   std::vector<TensorSpec> tensors;
   {
-    const SafetensorsFile file(dir / "outliers.safetensors", true);
+    const SafetensorsFile file(dir / "model.safetensors", true);
     for (const auto& [n, e] : file.entries()) {
       const auto* data = static_cast<const char*>(file.data(e));
-      tensors.push_back({n, e.dtype == DType::i32 ? "I32" : "F16", e.shape, std::string(data, e.end - e.begin)});
+      const char* dtype = e.dtype == DType::i32 ? "I32" : e.dtype == DType::f16 ? "F16" : "F32";
+      tensors.push_back({n, dtype, e.shape, std::string(data, e.end - e.begin)});
     }
   }
   for (TensorSpec& t : tensors)
     if (t.name == name) t.shape = shape, t.data = bytes;
-  write_safetensors(dir / "outliers.safetensors", tensors);
+  std::erase_if(tensors, [](const TensorSpec& t) { return t.shape.empty(); });
+  write_safetensors(dir / "model.safetensors", tensors);
 }
 
 const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378, 430, 271, 395, 285, 275, 300, 268, 400};
@@ -146,13 +148,10 @@ TEST_CASE("GPTQ keeps round(fraction x weights) outliers per projection, and its
     }
     TempDir dir;
     write_quantized(*checkpoint, kStories, r, o, dir.path());
-    REQUIRE(fs::exists(dir.path() / "outliers.safetensors"));
-    // The index lists model.safetensors alone: an engine that reads it skips the outlier file.
-    std::ifstream index(dir.path() / "model.safetensors.index.json");
-    for (const auto& [tensor, file] : nlohmann::json::parse(index).at("weight_map").items()) {
-      CHECK(file == "model.safetensors");
-      CHECK(tensor.find("outlier") == std::string::npos);
-    }
+    std::ifstream config(dir.path() / "config.json");
+    const nlohmann::json qc = nlohmann::json::parse(config).at("quantization_config");
+    CHECK(qc.at("outliers").at("format") == "csr");
+    CHECK(qc.at("outliers").at("fraction") == fraction);
     const auto loaded = load_checkpoint(dir.path());
     for (const auto& [name, q] : r.linears) {
       INFO(name);
@@ -302,11 +301,12 @@ TEST_CASE("broken outlier files are refused naming the tensor", "[quantize][outl
             {"'" + q + ".outlier_cols'", "length " + std::to_string(shorter.size())}},
            {q + ".outlier_values", {static_cast<int64_t>(csr.size() + 1)}, std::string((csr.size() + 1) * 2, '\0'),
             {"'" + q + ".outlier_values'", "length " + std::to_string(csr.size() + 1)}},
+           {q + ".outlier_values", {}, "", {"'" + q + ".outlier_values'", "missing"}},
        }) {
     INFO(c.tensor << ": " << c.expect.back());
     TempDir dir;
     write_quantized(*checkpoint, kStories, r, o, dir.path());
-    rewrite_outlier(dir.path(), c.tensor, c.shape, c.bytes);
+    rewrite_tensor(dir.path(), c.tensor, c.shape, c.bytes);
     std::string err = "(loaded)";
     try {
       load_checkpoint(dir.path());

@@ -3,8 +3,11 @@
 // on a text: RTN (plain rounding, the baseline), GPTQ (Hessian-based error
 // compensation, optional act-order), AWQ (activation-aware per-channel
 // scales) or SmoothQuant (activation outliers migrated into the weights,
-// then int8 weights per channel for int8 activations per token). Prints each
-// projection's output error on its calibration inputs against RTN's.
+// then int8 weights per channel for int8 activations per token); GPTQ may
+// keep SpQR-style outliers (--outliers 0.5%: the most sensitive weights as
+// f16 residuals in a sparse list, apps/quantize/group_quant.hpp). Prints
+// each projection's output error on its calibration inputs against RTN's,
+// and the bits per weight the file stores.
 #include <CLI/CLI.hpp>
 
 #include <omp.h>
@@ -22,6 +25,7 @@
 #include "apps/quantize/quantized_writer.hpp"
 #include "apps/quantize/quantizer.hpp"
 #include "core/error.hpp"
+#include "core/int_groups.hpp"
 #include "core/tokenizer.hpp"
 
 namespace llmk::app {
@@ -29,10 +33,44 @@ namespace {
 
 struct QuantizeCommand {
   ModelOptions model;
-  std::string text_file, out_dir, method = "gptq";
+  std::string text_file, out_dir, method = "gptq", outliers = "0";
   quantize::QuantizeOptions options;
   bool report = false;
 };
+
+// "0.5%" or "0.005": a fraction in [0, 1).
+double parse_fraction(const std::string& text) {
+  const bool percent = !text.empty() && text.back() == '%';
+  const std::string number = percent ? text.substr(0, text.size() - 1) : text;
+  size_t used = 0;
+  double v = -1.0;
+  try {
+    v = std::stod(number, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != number.size() || number.empty()) v = -1.0;
+  if (percent) v /= 100.0;
+  if (!(v >= 0.0 && v < 1.0))
+    throw Error(ErrorCode::invalid_argument,
+                "quantize: --outliers '" + text + "' is not a fraction in [0, 1) (write 0.5% or 0.005)");
+  return v;
+}
+
+// Bits per weight of the quantized projections as the folder stores them: the integers, an f16 scale and
+// a zero point of `bits` per group, and per outlier an I32 column and an f16 value, plus an I32 row_ptr
+// per output row (g_idx, I32 per input column, is left out: a loader may drop it without act-order).
+double stored_bits_per_weight(const quantize::QuantizeResult& result) {
+  double bits = 0.0, weights = 0.0;
+  for (const auto& [name, q] : result.linears) {
+    const IntGroupsWeight& w = q.weight;
+    const double n = static_cast<double>(w.out_features) * w.in_features;
+    weights += n;
+    bits += n * w.bits + static_cast<double>(w.out_features) * w.num_groups() * (16 + w.bits);
+    if (!q.outliers.row_ptr.empty()) bits += q.outliers.size() * 48.0 + q.outliers.row_ptr.size() * 32.0;
+  }
+  return weights > 0 ? bits / weights : 0.0;
+}
 
 int run_quantize(QuantizeCommand& c) {
   EngineConfig cfg = build_engine_config(c.model);
@@ -47,6 +85,9 @@ int run_quantize(QuantizeCommand& c) {
   if (c.options.method == quantize::Method::awq && c.options.spec.bits != 4)
     throw Error(ErrorCode::invalid_argument, "quantize: --method awq writes 4-bit weights (--bits 4)");
   c.options.spec.min_zero = c.options.method == quantize::Method::awq ? 0 : 1;  // GPTQ v1 stores zero - 1
+  c.options.spec.outlier_fraction = parse_fraction(c.outliers);
+  if (c.options.spec.outlier_fraction > 0.0 && c.options.method != quantize::Method::gptq)
+    throw Error(ErrorCode::invalid_argument, "quantize: --outliers keeps SpQR-style outliers during GPTQ (--method gptq)");
   if (cfg.executor.num_threads > 0) omp_set_num_threads(cfg.executor.num_threads);
   const std::shared_ptr<const Checkpoint> checkpoint = open_model(cfg.model);
   std::ifstream in(c.text_file, std::ios::binary);
@@ -97,6 +138,16 @@ int run_quantize(QuantizeCommand& c) {
               c.method.c_str(), c.options.spec.bits, static_cast<long long>(c.options.spec.group_size),
               c.options.spec.act_order ? ", act-order" : "", quantized, better, baseline, err, baseline, rtn, kept,
               c.out_dir.c_str());
+  size_t num_outliers = 0, num_weights = 0;
+  for (const auto& [name, q] : result.linears)
+    num_outliers += q.outliers.size(), num_weights += static_cast<size_t>(q.weight.out_features) * q.weight.in_features;
+  if (c.options.spec.outlier_fraction > 0.0)
+    std::printf("quantize: %zu outliers kept (%.4g%% of %zu quantized weights)\n", num_outliers,
+                100.0 * static_cast<double>(num_outliers) / static_cast<double>(std::max<size_t>(num_weights, 1)),
+                num_weights);
+  if (c.options.method != quantize::Method::smoothquant)
+    std::printf("quantize: %.4g bits per quantized weight as stored (integers, f16 scales, zero points%s)\n",
+                stored_bits_per_weight(result), num_outliers > 0 ? ", outliers at 48 bits each and row pointers" : "");
   if (!note.empty()) std::printf("quantize: %s\n", note.c_str());
   return 0;
 }
@@ -124,6 +175,10 @@ const CommandRegistration registration{
       cmd.add_option("--awq-grid", c->options.awq_grid, "AWQ: scale exponents tried in [0, 1)")->capture_default_str();
       cmd.add_option("--alpha", c->options.alpha, "SmoothQuant: migration strength in [0, 1]")
           ->check(CLI::Range(0.0, 1.0))
+          ->capture_default_str();
+      cmd.add_option("--outliers", c->outliers,
+                     "GPTQ: the share of each projection's weights kept as SpQR-style outliers (f16, sparse), "
+                     "e.g. 0.5% or 0.005")
           ->capture_default_str();
       cmd.add_flag("--report", c->report, "print every projection's output error beside RTN's");
       return [c]() -> int { return run_quantize(*c); };

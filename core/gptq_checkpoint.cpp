@@ -61,6 +61,12 @@ QuantizedFormat parse_format(const json& q, const fs::path& file) {
     if (!q.value("zero_point", true)) fail("AWQ without zero points is not supported");
   }
   if (f.group_size <= 0 && f.group_size != -1) fail("group_size " + std::to_string(f.group_size));
+  if (q.contains("outliers")) {
+    const json& o = q.at("outliers");
+    if (!o.is_object()) fail("outliers is not an object");
+    if (o.contains("format") && o.at("format") != "csr") fail("outliers format " + o.at("format").dump() + " (only \"csr\")");
+    f.outliers = true;
+  }
   return f;
 }
 
@@ -84,6 +90,7 @@ class QuantizedCheckpoint final : public Checkpoint {
   void open(const fs::path& model_dir);
   void adopt_plain(const std::string& name, const std::vector<int64_t>& shape);
   void adopt_quantized(const std::string& prefix, const std::vector<int64_t>& shape);
+  void adopt_outliers(const std::string& prefix, int64_t out, int64_t in);
   std::vector<float> floats(const Found& f) const;
   std::vector<int32_t> ints(const Found& f) const;
 
@@ -93,6 +100,7 @@ class QuantizedCheckpoint final : public Checkpoint {
   std::set<std::string> used_;
   std::vector<std::unique_ptr<IntGroupsWeight>> weights_;
   std::vector<std::unique_ptr<uint8_t[]>> realigned_;
+  std::vector<std::unique_ptr<OutlierCsr>> outlier_lists_;
 };
 
 void QuantizedCheckpoint::open(const fs::path& model_dir) {
@@ -152,6 +160,46 @@ QuantizedCheckpoint::QuantizedCheckpoint(const fs::path& model_dir, const Quanti
                    " layers quantized by " + format_.method + " has no such tensor)");
   }
   tokenizer_path_ = find_tokenizer(model_dir);
+}
+
+void QuantizedCheckpoint::adopt_outliers(const std::string& prefix, int64_t out, int64_t in) {
+  const std::string names[3] = {prefix + ".outlier_row_ptr", prefix + ".outlier_cols", prefix + ".outlier_values"};
+  if (!found_.count(names[0]) && !found_.count(names[1]) && !found_.count(names[2])) return;
+  for (const std::string& name : names) {
+    const auto it = found_.find(name);
+    if (it == found_.end()) fail(name, "missing (the other outlier tensors of " + prefix + " are there)");
+    const SafetensorsEntry& e = *it->second.entry;
+    if (e.shape.size() != 1) fail(name, "shape " + shape_string(e.shape) + ", expected one dimension");
+    const bool values = &name == &names[2];
+    if (values ? (e.dtype != DType::f16 && e.dtype != DType::f32) : e.dtype != DType::i32)
+      fail(name, std::string("dtype ") + dtype_name(e.dtype) + ", expected " + (values ? "F16 or F32" : "I32"));
+    used_.insert(name);
+  }
+  auto csr = std::make_unique<OutlierCsr>();
+  csr->in_features = in;
+  auto words = [&](const Found& f) {
+    std::vector<uint32_t> v((f.entry->end - f.entry->begin) / 4);
+    std::memcpy(v.data(), f.file->data(*f.entry), v.size() * 4);
+    return v;
+  };
+  csr->row_ptr = words(found_.at(names[0]));
+  csr->cols = words(found_.at(names[1]));
+  csr->values = floats(found_.at(names[2]));
+  std::string which;
+  const std::string problem = csr->problem(out, which);
+  if (!problem.empty())
+    fail(prefix + ".outlier_" + which,
+         problem + " (the outliers of a [" + std::to_string(out) + ", " + std::to_string(in) + "] projection)");
+  const void* data[3] = {csr->row_ptr.data(), csr->cols.data(), csr->values.data()};
+  for (int i = 0; i < 3; ++i) {
+    TensorView view;
+    view.name = names[i];
+    view.dtype = i == 2 ? DType::f32 : DType::i32;
+    view.shape = {i == 0 ? out + 1 : static_cast<int64_t>(csr->size())};
+    view.data = data[i];
+    tensors_.emplace(view.name, std::move(view));
+  }
+  outlier_lists_.push_back(std::move(csr));
 }
 
 const Found& QuantizedCheckpoint::need(const std::string& name, DType dtype_class, const std::vector<int64_t>& shape,
@@ -276,6 +324,7 @@ void QuantizedCheckpoint::adopt_quantized(const std::string& prefix, const std::
   view.data = w->header();
   weights_.push_back(std::move(w));
   tensors_.emplace(view.name, std::move(view));
+  adopt_outliers(prefix, out, in);
 }
 
 }  // namespace

@@ -21,6 +21,18 @@
 // bits 4 * [0, 4, 1, 5, 2, 6, 3, 7][j]; scales f16 [groups, out]; no g_idx,
 // zero points stored as is.
 //
+// SpQR-style outliers (`llmk quantize --outliers`, quantization_config's
+// "outliers": {"format": "csr", ...}): beside a projection's qweight,
+//   <name>.outlier_row_ptr I32 [out + 1], <name>.outlier_cols I32 [n],
+//   <name>.outlier_values F16 or F32 [n]:
+// CSR by output row, w[r, cols[j]] += values[j] (core/int_groups.hpp's
+// OutlierCsr, the model's input columns). They become plain TensorViews of
+// the checkpoint under those names (I32, I32, F32), which the linear layers
+// add (core/model_weights.cpp). Refused, naming the tensor: a row_ptr that
+// does not start at 0, is not monotonic or does not end at the number of
+// columns, values and cols of different lengths, a column out of range or
+// out of order, one of the three without the others.
+//
 // Tensors without a qweight (embeddings, norms, an unquantized lm_head) are
 // read as in a plain checkpoint. Refused, naming the tensor: a missing
 // qzeros or scales, shapes that do not match the config, a group size that
@@ -43,6 +55,7 @@ struct QuantizedFormat {
   int group_size = 128;   // -1: one group per row
   bool desc_act = false;  // GPTQ act-order (the g_idx says; this is informational)
   bool v2 = false;        // GPTQ zero points stored without the off-by-one
+  bool outliers = false;  // quantization_config declares SpQR-style outliers (informational: the tensors say)
 };
 
 // The folder's quantization, from config.json's quantization_config or

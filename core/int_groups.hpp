@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "plugins/api/llmk_linear.h"
@@ -44,6 +45,31 @@ struct IntGroupsWeight {
 
  private:
   llmk_linear_int_groups header_{};
+};
+
+// SpQR-style outliers of one [out, in] weight (`llmk quantize --outliers`),
+// kept beside its integer groups in higher precision and added to them:
+// w[n, cols[j]] += values[j] for j in [row_ptr[n], row_ptr[n + 1]). cols are
+// the model's input columns (x's, whatever the groups' input order),
+// strictly increasing within a row. The linear layer adds the sparse product
+// x * outliers^T to the plugin's output (core/linear_layer.hpp).
+struct OutlierCsr {
+  int64_t in_features = 0;
+  std::vector<uint32_t> row_ptr;  // [out + 1], row_ptr[0] = 0, non-decreasing, row_ptr[out] = size()
+  std::vector<uint32_t> cols;     // [size()], each < in
+  std::vector<float> values;      // [size()]
+
+  size_t size() const { return cols.size(); }
+  int64_t num_rows() const { return row_ptr.empty() ? 0 : static_cast<int64_t>(row_ptr.size()) - 1; }
+  size_t bytes() const { return (row_ptr.size() + cols.size() + values.size()) * 4; }
+  // What is wrong with it as the outliers of an [out, in_features] weight, "" when nothing; `which`
+  // is set to "row_ptr", "cols" or "values", the part at fault.
+  std::string problem(int64_t out, std::string& which) const;
+  // w [out, in_features]: each outlier added to its weight.
+  void add_to(float* w) const;
+  // y[r, n] += sum_j values[j] * x[r, cols[j]] over n's outliers; x [rows, in_features], y [rows,
+  // ld_y] (its first num_rows() columns), the output rows split over OpenMP's threads.
+  void add_product(const float* x, int64_t rows, float* y, int64_t ld_y) const;
 };
 
 // out: [out_features, in_features] floats in the model's column order:

@@ -7,8 +7,8 @@
 
 namespace llmk {
 
-LinearLayer::LinearLayer(std::unique_ptr<LinearImpl> whole) {
-  parts_.push_back(Part{std::move(whole), 0});
+LinearLayer::LinearLayer(std::unique_ptr<LinearImpl> whole, std::shared_ptr<const OutlierCsr> outliers) {
+  parts_.push_back(Part{std::move(whole), 0, std::move(outliers)});
 }
 
 LinearLayer::LinearLayer(std::vector<Part> parts, uint32_t max_rows, std::shared_ptr<LinearWorkspace> staging)
@@ -24,7 +24,10 @@ LinearLayer::LinearLayer(std::vector<Part> parts, uint32_t max_rows, std::shared
 
 void LinearLayer::forward(const void* x, void* y, uint32_t num_rows, void* stream) {
   if (parts_.size() == 1) {
-    parts_.front().impl->forward(x, y, num_rows, stream);
+    const Part& p = parts_.front();
+    p.impl->forward(x, y, num_rows, stream);
+    if (p.outliers)
+      p.outliers->add_product(static_cast<const float*>(x), num_rows, static_cast<float*>(y), p.outliers->num_rows());
     return;
   }
   auto* out = static_cast<float*>(y);
@@ -32,6 +35,7 @@ void LinearLayer::forward(const void* x, void* y, uint32_t num_rows, void* strea
   size_t column = 0;
   for (Part& p : parts_) {
     p.impl->forward(x, part_y, num_rows, stream);
+    if (p.outliers) p.outliers->add_product(static_cast<const float*>(x), num_rows, part_y, p.out_features);
     for (uint32_t r = 0; r < num_rows; ++r)
       std::memcpy(out + static_cast<size_t>(r) * out_features_ + column, part_y + static_cast<size_t>(r) * p.out_features,
                   p.out_features * sizeof(float));
@@ -41,7 +45,7 @@ void LinearLayer::forward(const void* x, void* y, uint32_t num_rows, void* strea
 
 size_t LinearLayer::weight_bytes() const {
   size_t total = 0;
-  for (const Part& p : parts_) total += p.impl->weight_bytes();
+  for (const Part& p : parts_) total += p.impl->weight_bytes() + (p.outliers ? p.outliers->bytes() : 0);
   return total;
 }
 

@@ -3,7 +3,11 @@
 // features, each writing its columns of y. Several parts appear where a
 // fused weight (q/k/v, gate/up) is stored in more than one type, as
 // llama.cpp's Q4_K_M files store v_proj in Q6_K beside a Q4_K q_proj, and
-// each type is served by the plugin that computes on it.
+// each type is served by the plugin that computes on it. A part whose
+// weight carries SpQR-style outliers (core/int_groups.hpp's OutlierCsr, a
+// GPTQ folder written with `llmk quantize --outliers`) gets their sparse
+// product added to what its plugin computed (CPU, F32 activations only:
+// core/model_weights.cpp refuses them elsewhere).
 #pragma once
 
 #include <cstddef>
@@ -11,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/int_groups.hpp"
 #include "core/plugin_loader.hpp"
 
 namespace llmk {
@@ -20,9 +25,10 @@ class LinearLayer {
   struct Part {
     std::unique_ptr<LinearImpl> impl;
     uint32_t out_features = 0;
+    std::shared_ptr<const OutlierCsr> outliers;  // nullptr: none; else one row per output of the part
   };
-  // One part: the plugin's object as it is, on any device.
-  explicit LinearLayer(std::unique_ptr<LinearImpl> whole);
+  // One part: the plugin's object as it is, on any device (outliers: CPU only).
+  explicit LinearLayer(std::unique_ptr<LinearImpl> whole, std::shared_ptr<const OutlierCsr> outliers = nullptr);
   // Several parts (CPU, F32 activations): each part's rows go to `staging`
   // (shared by the layers of a model, grown here to max_rows rows of the
   // widest part) and are copied into their columns of y.

@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "core/gguf_types.hpp"
+#include "core/int_groups.hpp"
 #include "kernels/cpu/embedding.hpp"
 
 namespace llmk {
@@ -30,9 +31,9 @@ std::vector<float> to_f32(const TensorView& t) {
 // share a plugin and a type, and remembers what it dequantized for the log.
 class LinearBuilder {
  public:
-  LinearBuilder(PluginRegistry& plugins, const EngineConfig& cfg, const ModelRuntime& rt,
-                const LinearPlacement& placement)
-      : plugins_(plugins), cfg_(cfg), rt_(rt), placement_(placement),
+  LinearBuilder(const Checkpoint& checkpoint, PluginRegistry& plugins, const EngineConfig& cfg,
+                const ModelRuntime& rt, const LinearPlacement& placement)
+      : checkpoint_(checkpoint), plugins_(plugins), cfg_(cfg), rt_(rt), placement_(placement),
         main_(plugins.load(cfg.plugins.linear, LLMK_PLUGIN_LINEAR)) {}
 
   // One layer over the rows of `parts` stacked ([sum of their rows, in]).
@@ -43,6 +44,12 @@ class LinearBuilder {
       std::vector<const TensorView*> tensors;
     };
     std::vector<Run> runs;
+    for (const TensorView* t : parts)
+      if (placement_.device != LLMK_DEVICE_CPU && checkpoint_.has(outlier_name(*t, "row_ptr")))
+        throw Error(ErrorCode::unsupported,
+                    outlier_name(*t, "row_ptr") + ": SpQR-style outliers are added on the CPU only (on another "
+                                                  "device the linear plugins multiply the integer groups alone); "
+                                                  "quantize without --outliers for this executor");
     for (const TensorView* t : parts) {
       auto [plugin, dtype] = choose(name, *t);
       // Integer groups do not stack (each part has its own groups and input order): one part each.
@@ -72,11 +79,12 @@ class LinearBuilder {
       // Weights stacked here live only until the plugin has taken what it needs.
       llmk_linear_desc d = desc(part_name, data, run.dtype, out, in, borrowed, *run.plugin);
       built.push_back(LinearLayer::Part{std::make_unique<LinearImpl>(*run.plugin, d, placement_.workspace),
-                                        static_cast<uint32_t>(out)});
+                                        static_cast<uint32_t>(out), outliers(run.tensors, in)});
       const bool quantized = is_ggml_dtype(run.dtype) || is_int_groups_dtype(run.dtype);
       used_[run.plugin->info().name].insert(quantized ? dtype_name(run.dtype) : "");
     }
-    if (built.size() == 1) return std::make_unique<LinearLayer>(std::move(built.front().impl));
+    if (built.size() == 1)
+      return std::make_unique<LinearLayer>(std::move(built.front().impl), std::move(built.front().outliers));
     return std::make_unique<LinearLayer>(std::move(built), rt_.max_step_tokens, staging_);
   }
 
@@ -183,6 +191,40 @@ class LinearBuilder {
     return {&main_, DType::f32};
   }
 
+  // "<projection>.outlier_<part>" beside a "<projection>.weight".
+  static std::string outlier_name(const TensorView& t, const char* part) {
+    const std::string prefix = t.name.ends_with(".weight") ? t.name.substr(0, t.name.size() - 7) : t.name;
+    return prefix + ".outlier_" + part;
+  }
+
+  // The SpQR-style outliers stored beside the tensors (core/gptq_checkpoint.hpp, checked there), their
+  // rows one after another; nullptr when none has any.
+  std::shared_ptr<const OutlierCsr> outliers(const std::vector<const TensorView*>& tensors, int64_t in) const {
+    bool any = false;
+    for (const TensorView* t : tensors) any = any || checkpoint_.has(outlier_name(*t, "row_ptr"));
+    if (!any) return nullptr;
+    auto csr = std::make_shared<OutlierCsr>();
+    csr->in_features = in;
+    csr->row_ptr.push_back(0);
+    for (const TensorView* t : tensors) {
+      const uint32_t base = csr->row_ptr.back();
+      if (!checkpoint_.has(outlier_name(*t, "row_ptr"))) {
+        csr->row_ptr.insert(csr->row_ptr.end(), static_cast<size_t>(t->shape[0]), base);
+        continue;
+      }
+      const TensorView& rp = checkpoint_.tensor(outlier_name(*t, "row_ptr"));
+      const TensorView& cols = checkpoint_.tensor(outlier_name(*t, "cols"));
+      const TensorView& values = checkpoint_.tensor(outlier_name(*t, "values"));
+      const auto* r = static_cast<const uint32_t*>(rp.data);
+      for (int64_t n = 1; n < rp.numel(); ++n) csr->row_ptr.push_back(base + r[n]);
+      const auto* c = static_cast<const uint32_t*>(cols.data);
+      csr->cols.insert(csr->cols.end(), c, c + cols.numel());
+      const auto* v = static_cast<const float*>(values.data);
+      csr->values.insert(csr->values.end(), v, v + values.numel());
+    }
+    return csr;
+  }
+
   // The tensors' rows one after another, as `dtype` (their own, or F32).
   static std::vector<uint8_t> stack(const std::vector<const TensorView*>& tensors, DType dtype) {
     size_t total = 0;
@@ -200,6 +242,7 @@ class LinearBuilder {
     return out;
   }
 
+  const Checkpoint& checkpoint_;
   PluginRegistry& plugins_;
   const EngineConfig& cfg_;
   const ModelRuntime& rt_;
@@ -229,7 +272,7 @@ size_t ModelWeights::bytes() const {
 ModelWeights load_weights(const Checkpoint& checkpoint, PluginRegistry& plugins, const EngineConfig& ecfg,
                           const ModelRuntime& rt, const LinearPlacement& placement, const ModelShard* shard) {
   const ModelConfig& cfg = checkpoint.config();
-  LinearBuilder linear(plugins, ecfg, rt, placement);
+  LinearBuilder linear(checkpoint, plugins, ecfg, rt, placement);
   ModelWeights w;
   w.slices = std::make_shared<TensorSlices>();
   const ModelShard whole = model_shard(cfg, 1, 1, 0);

@@ -13,6 +13,11 @@
 // GPTQ/AWQ weight (DType::int4_groups / int8_groups, core/int_groups.hpp)
 // goes the same way, its own plugin (linear.int4, linear.uint8_zp) tried
 // after plugins.linear_blocks, each projection of a fused layer a part.
+// A GPTQ weight with SpQR-style outliers (the checkpoint's
+// <projection>.outlier_row_ptr/_cols/_values) has their sparse product added
+// by the linear layer to what the plugin computed (core/linear_layer.hpp),
+// whichever plugin that is; on the CPU only: another device is refused,
+// naming the tensor.
 #pragma once
 
 #include <cstddef>

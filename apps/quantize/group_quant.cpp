@@ -43,6 +43,33 @@ float dequant(const Group& g, uint32_t q) {
   return g.scale * static_cast<float>(static_cast<int32_t>(q) - static_cast<int32_t>(g.zero));
 }
 
+// Leave-one-out sensitivities of the weights of one group of one output (group_quant.hpp): v the
+// group's weights, c[k] = 1 / [H^-1]_kk; s[k] the drop in the group's weighted error without v[k].
+void group_sensitivity(const double* v, const double* c, int64_t n, uint32_t maxq, uint32_t min_zero, double* s) {
+  auto error_without = [&](int64_t skip, double& total) {
+    double lo = 0.0, hi = 0.0;  // fit() takes the range over zero anyway
+    for (int64_t k = 0; k < n; ++k)
+      if (k != skip) lo = std::min(lo, v[k]), hi = std::max(hi, v[k]);
+    const Group p = fit(lo, hi, maxq, min_zero);
+    total = 0.0;
+    for (int64_t k = 0; k < n; ++k) {
+      if (k == skip) continue;
+      const double e = v[k] - dequant(p, round_q(v[k], p, maxq));
+      if (skip < 0) s[k] = e * e * c[k];
+      total += e * e * c[k];
+    }
+  };
+  double all = 0.0;
+  error_without(-1, all);  // s[k]: each weight's own term
+  const int64_t lo = std::min_element(v, v + n) - v, hi = std::max_element(v, v + n) - v;
+  for (const int64_t k : {lo, hi}) {  // only the extremes move the range when they leave
+    if (n < 2) break;
+    double rest = 0.0;
+    error_without(k, rest);
+    s[k] = all - rest;
+  }
+}
+
 void check_shape(int64_t out, int64_t in, const QuantSpec& spec) {
   if (spec.bits != 4 && spec.bits != 8) throw std::invalid_argument("bits must be 4 or 8");
   const int64_t group = spec.group_for(in);
@@ -50,9 +77,15 @@ void check_shape(int64_t out, int64_t in, const QuantSpec& spec) {
     throw std::invalid_argument("group size " + std::to_string(group) + " does not divide in_features " +
                                 std::to_string(in));
   if (out <= 0 || in <= 0) throw std::invalid_argument("empty weight");
+  if (!(spec.outlier_fraction >= 0.0 && spec.outlier_fraction < 1.0))
+    throw std::invalid_argument("the outlier fraction " + std::to_string(spec.outlier_fraction) + " is not in [0, 1)");
 }
 
 }  // namespace
+
+int64_t num_outliers(double fraction, int64_t numel) {
+  return static_cast<int64_t>(std::floor(fraction * static_cast<double>(numel) + 0.5));
+}
 
 Hessian::Hessian(int64_t in_features) : in_(in_features), sum_(static_cast<size_t>(in_features * in_features), 0.0f) {}
 
@@ -77,7 +110,7 @@ QuantizedLinear rtn_quantize(const float* w, int64_t out, int64_t in, const Quan
   const uint32_t maxq = (1u << spec.bits) - 1;
   QuantizedLinear r{IntGroupsWeight(spec.bits, static_cast<uint32_t>(group), static_cast<uint32_t>(out),
                                     static_cast<uint32_t>(in)),
-                    std::vector<float>(static_cast<size_t>(out * in))};
+                    std::vector<float>(static_cast<size_t>(out * in)), OutlierCsr{}};
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < out; ++n)
     for (int64_t g = 0; g < groups; ++g) {
@@ -133,6 +166,8 @@ QuantizedLinear gptq_quantize(const float* w, int64_t out, int64_t in, const Hes
   dpotrf_("U", &n, hp.data(), &n, &info);
   if (info == 0) dpotri_("U", &n, hp.data(), &n, &info);
   if (info != 0) throw std::runtime_error("the damped Hessian is not positive definite (raise the damping)");
+  std::vector<double> hinv_diag(static_cast<size_t>(in));  // [H^-1]_ii, quantization order
+  for (int64_t i = 0; i < in; ++i) hinv_diag[static_cast<size_t>(i)] = hp[static_cast<size_t>(i + i * in)];
   for (int64_t j = 0; j < in; ++j)  // column-major upper triangle -> full symmetric
     for (int64_t i = 0; i < j; ++i) hp[static_cast<size_t>(j + i * in)] = hp[static_cast<size_t>(i + j * in)];
   dpotrf_("U", &n, hp.data(), &n, &info);
@@ -143,7 +178,35 @@ QuantizedLinear gptq_quantize(const float* w, int64_t out, int64_t in, const Hes
 
   QuantizedLinear r{IntGroupsWeight(spec.bits, static_cast<uint32_t>(group), static_cast<uint32_t>(out),
                                     static_cast<uint32_t>(in)),
-                    std::vector<float>(static_cast<size_t>(out * in))};
+                    std::vector<float>(static_cast<size_t>(out * in)), OutlierCsr{}};
+  // SpQR-style outliers (group_quant.hpp): chosen on the weights before the pass; outlier[i * out + o].
+  std::vector<uint8_t> outlier(wp.size(), 0);
+  const int64_t num_kept = num_outliers(spec.outlier_fraction, out * in);
+  if (num_kept > 0) {
+    std::vector<double> sens(wp.size()), v(static_cast<size_t>(group)), c(static_cast<size_t>(group)),
+        sv(static_cast<size_t>(group));
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t o = 0; o < out; ++o) {
+        for (int64_t k = 0; k < group; ++k) {
+          const int64_t i = g * group + k;
+          v[static_cast<size_t>(k)] = wp[static_cast<size_t>(i * out + o)];
+          c[static_cast<size_t>(k)] = 1.0 / hinv_diag[static_cast<size_t>(i)];
+        }
+        group_sensitivity(v.data(), c.data(), group, maxq, spec.min_zero, sv.data());
+        for (int64_t k = 0; k < group; ++k) sens[static_cast<size_t>((g * group + k) * out + o)] = sv[static_cast<size_t>(k)];
+      }
+    std::vector<uint32_t> order(wp.size());
+    std::iota(order.begin(), order.end(), 0u);
+    auto before = [&](uint32_t a, uint32_t b) {  // more sensitive first; ties to the lower row, then column
+      if (sens[a] != sens[b]) return sens[a] > sens[b];
+      const uint32_t ra = a % out, rb = b % out;
+      return ra != rb ? ra < rb : perm[a / out] < perm[b / out];
+    };
+    std::nth_element(order.begin(), order.begin() + (num_kept - 1), order.end(), before);
+    for (int64_t j = 0; j < num_kept; ++j) outlier[order[static_cast<size_t>(j)]] = 1;
+  }
+  std::vector<std::vector<std::pair<uint32_t, float>>> kept(static_cast<size_t>(out));  // per row: (column, residual)
+
   std::vector<Group> params(static_cast<size_t>(out));
   const int64_t block = std::max<int64_t>(1, spec.block);
   std::vector<double> err(static_cast<size_t>(block * out));
@@ -154,9 +217,11 @@ QuantizedLinear gptq_quantize(const float* w, int64_t out, int64_t in, const Hes
       if (i % group == 0) {
         const int64_t g = i / group;
         for (int64_t o = 0; o < out; ++o) {
-          double lo = col[o], hi = col[o];
-          for (int64_t k = i; k < i + group; ++k) lo = std::min(lo, wp[static_cast<size_t>(k * out + o)]),
-                                                  hi = std::max(hi, wp[static_cast<size_t>(k * out + o)]);
+          double lo = 0.0, hi = 0.0;  // over the group's weights that are not outliers
+          for (int64_t k = i; k < i + group; ++k) {
+            const size_t at = static_cast<size_t>(k * out + o);
+            if (!outlier[at]) lo = std::min(lo, wp[at]), hi = std::max(hi, wp[at]);
+          }
           params[static_cast<size_t>(o)] = fit(lo, hi, maxq, spec.min_zero);
           r.weight.scales[static_cast<size_t>(o * groups + g)] = params[static_cast<size_t>(o)].scale;
           r.weight.zeros[static_cast<size_t>(o * groups + g)] = static_cast<uint8_t>(params[static_cast<size_t>(o)].zero);
@@ -167,7 +232,12 @@ QuantizedLinear gptq_quantize(const float* w, int64_t out, int64_t in, const Hes
       for (int64_t o = 0; o < out; ++o) {
         const Group& p = params[static_cast<size_t>(o)];
         const uint32_t q = round_q(col[o], p, maxq);
-        const float dq = dequant(p, q);
+        float dq = dequant(p, q);
+        if (outlier[static_cast<size_t>(i * out + o)]) {  // the residual kept in f16, added to the integers
+          const float residual = f16_to_f32(f32_to_f16(static_cast<float>(col[o] - dq)));
+          kept[static_cast<size_t>(o)].emplace_back(perm[i], residual);
+          dq = dq + residual;
+        }
         r.weight.set_q(o, i, q);
         r.dequantized[static_cast<size_t>(o * in + perm[i])] = dq;
         e[o] = (col[o] - dq) / d;
@@ -186,6 +256,15 @@ QuantizedLinear gptq_quantize(const float* w, int64_t out, int64_t in, const Hes
   bool permuted = false;
   for (int64_t i = 0; i < in; ++i) permuted = permuted || perm[i] != static_cast<uint32_t>(i);
   if (permuted) r.weight.input_order = perm;
+  if (num_kept > 0) {
+    r.outliers.in_features = in;
+    r.outliers.row_ptr.push_back(0);
+    for (auto& row : kept) {
+      std::sort(row.begin(), row.end());
+      for (const auto& [col, value] : row) r.outliers.cols.push_back(col), r.outliers.values.push_back(value);
+      r.outliers.row_ptr.push_back(static_cast<uint32_t>(r.outliers.cols.size()));
+    }
+  }
   return r;
 }
 

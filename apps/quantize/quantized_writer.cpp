@@ -108,6 +108,23 @@ void add_awq(SafetensorsOut& st, const std::string& prefix, const IntGroupsWeigh
   st.add(prefix + ".scales", "F16", {groups, out}, scales_f16(w));
 }
 
+// SpQR-style outliers (core/gptq_checkpoint.hpp): <prefix>.outlier_row_ptr I32 [out + 1],
+// .outlier_cols I32 [n], .outlier_values F16 [n] (the quantizer rounded them to f16 already).
+void add_outliers(SafetensorsOut& st, const std::string& prefix, const OutlierCsr& o) {
+  auto ints = [](const std::vector<uint32_t>& v) {
+    std::vector<uint8_t> b(v.size() * 4);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  std::vector<uint16_t> h(o.values.size());
+  for (size_t j = 0; j < h.size(); ++j) h[j] = f32_to_f16(o.values[j]);
+  std::vector<uint8_t> hb(h.size() * 2);
+  std::memcpy(hb.data(), h.data(), hb.size());
+  st.add(prefix + ".outlier_row_ptr", "I32", {static_cast<int64_t>(o.row_ptr.size())}, ints(o.row_ptr));
+  st.add(prefix + ".outlier_cols", "I32", {static_cast<int64_t>(o.cols.size())}, ints(o.cols));
+  st.add(prefix + ".outlier_values", "F16", {static_cast<int64_t>(h.size())}, std::move(hb));
+}
+
 // compressed-tensors int-quantized: X.weight I8 [out, in] (q - 128 of the one-group-per-row weight),
 // X.weight_scale F32 [out, 1].
 void add_int8_channel(SafetensorsOut& st, const std::string& prefix, const IntGroupsWeight& w) {
@@ -190,6 +207,7 @@ std::string write_quantized(const Checkpoint& source, const fs::path& source_pat
       if (o.method == Method::awq) add_awq(st, prefix, q->second.weight);
       else if (o.method == Method::smoothquant) add_int8_channel(st, prefix, q->second.weight);
       else add_gptq(st, prefix, q->second.weight);
+      if (!q->second.outliers.row_ptr.empty()) add_outliers(st, prefix, q->second.outliers);
       continue;
     }
     if (const auto f = result.floats.find(name); f != result.floats.end()) {
@@ -212,6 +230,8 @@ std::string write_quantized(const Checkpoint& source, const fs::path& source_pat
   } else {
     qc = {{"quant_method", "gptq"}, {"bits", o.spec.bits}, {"group_size", group}, {"desc_act", o.spec.act_order},
           {"sym", false}, {"true_sequential", true}, {"damp_percent", o.spec.damp}, {"checkpoint_format", "gptq"}};
+    if (o.spec.outlier_fraction > 0.0)
+      qc["outliers"] = {{"format", "csr"}, {"fraction", o.spec.outlier_fraction}, {"values", "residual"}};
     write_json(out_dir / "quantize_config.json", qc);
   }
   json config = config_json(cfg);

@@ -6,7 +6,12 @@
 // core/gptq_checkpoint.hpp reads, or SmoothQuant's W8A8 as compressed-tensors
 // "int-quantized" (int8 weights with channel scales, activations int8 per
 // token, dynamic: llm-compressor's W8A8 scheme, which
-// core/compressed_tensors_checkpoint.hpp reads); every other tensor in F32. The tokenizer
+// core/compressed_tensors_checkpoint.hpp reads); every other tensor in F32.
+// GPTQ with SpQR-style outliers adds three tensors per projection (CSR,
+// core/gptq_checkpoint.hpp) and quantization_config's "outliers", in the
+// same file: an engine that does not know them fails on names that are
+// none of its parameters rather than serving the integers alone, which are
+// no model without them (docs/PERFORMANCE.md). The tokenizer
 // files of a source folder are copied; a GGUF source's tokenizer stays in
 // the GGUF (load the folder with --tokenizer SOURCE.gguf).
 #pragma once

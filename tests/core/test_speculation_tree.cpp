@@ -9,6 +9,8 @@
 #include <map>
 #include <random>
 
+#include "core/config.hpp"
+#include "core/error.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/sampler.hpp"
 #include "core/speculation.hpp"
@@ -335,4 +337,50 @@ TEST_CASE("sampled token trees emit the target's distribution: 10^5 two-token dr
   const double a = 2.0 / (9.0 * df), critical = df * std::pow(1 - a + 3.090232306 * std::sqrt(a), 3);  // 0.999
   INFO("chi-square " << stat << " with " << df << " degrees of freedom, critical " << critical);
   CHECK(stat < critical);
+}
+
+TEST_CASE("token tree settings are validated once, naming the keys", "[speculation][tree][config]") {
+  auto refused = [](const std::vector<std::string>& overrides) {
+    try {
+      load_config({}, overrides);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(refused({"speculative.method=ngram", "speculative.tree_width=4", "speculative.tree_nodes=12"}) == "accepted");
+  CHECK(refused({"speculative.method=ngram", "speculative.tree_width=4"}) == "accepted");
+  CHECK_THAT(refused({"speculative.method=ngram", "speculative.tree_width=0"}),
+             Catch::Contains("speculative.tree_width") && Catch::Contains("out of range"));
+  CHECK_THAT(refused({"speculative.method=ngram", "speculative.tree_width=17"}), Catch::Contains("speculative.tree_width"));
+  CHECK_THAT(refused({"speculative.method=none", "speculative.tree_width=2"}),
+             Catch::Contains("speculative.tree_width") && Catch::Contains("ngram"));
+  CHECK_THAT(refused({"speculative.method=ngram", "speculative.num_tokens=6", "speculative.tree_nodes=5"}),
+             Catch::Contains("speculative.tree_nodes") && Catch::Contains("num_tokens (6)"));
+  CHECK_THAT(refused({"speculative.method=ngram", "speculative.tree_nodes=65"}), Catch::Contains("speculative.tree_nodes"));
+  const EngineConfig defaults = load_config({}, {});
+  CHECK(defaults.speculative.tree_width == 1);
+  CHECK(defaults.speculative.tree_nodes == 0);
+}
+
+TEST_CASE("without an attention plugin that reads trees, a tree_width above 1 verifies chains",
+          "[speculation][tree][scheduler]") {
+  PluginRegistry registry;
+  const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), 512, 8, 128, 1, "{}", nullptr, nullptr};
+  KvAllocatorImpl kv(registry.load("kv.paged", LLMK_PLUGIN_KV_ALLOCATOR), desc);
+  SchedulerOptions options;
+  options.speculative = ngram_tree(3, 2);
+  options.token_trees = false;
+  Scheduler sched(scheduler_section(4, 64), SchedulerLimits{128, {}, 0}, kv, options);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 20;
+  sched.add_request("r", {1, 2, 3, 4, 1, 2, 5, 6, 1}, sp);
+  StepPlan prefill = sched.schedule();
+  sched.update_from_output(prefill, {2});
+  const StepPlan step = sched.schedule();
+  REQUIRE(step.seqs.size() == 1);
+  CHECK(step.seqs[0].draft_parents.empty());
+  CHECK(step.batch.tree_parents.empty());
+  CHECK(step.batch.token_ids == std::vector<int32_t>{2, 5, 6, 1});  // the latest occurrence's chain
 }

@@ -119,6 +119,11 @@ struct SampleRow {  // one logits row of the step
   // Speculative: the draft fed on the next row; that row and the sample's
   // later rows of the step count only if this row's id equals it. -1: none.
   int32_t draft_token = -1;
+  // Speculative token trees (LogitsTarget::tree_parent): the row of this
+  // node's parent, whose id must equal tree_token for this row's id to
+  // count; -1 outside trees.
+  int32_t tree_parent = -1;
+  int32_t tree_token = -1;
 };
 
 struct SampleWork {
@@ -280,7 +285,8 @@ typename Inspector::result_type inspect(Inspector& f, SamplerOpen& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SampleRow& x) {
-  return f(caf::meta::type_name("SampleRow"), x.request_key, x.sample_index, x.num_generated, x.draft_token);
+  return f(caf::meta::type_name("SampleRow"), x.request_key, x.sample_index, x.num_generated, x.draft_token,
+           x.tree_parent, x.tree_token);
 }
 
 template <class Inspector>

@@ -12,9 +12,13 @@
 // history, which the penalties and the draw's counter read. A speculative
 // step's rows of one sample (SampleRow::draft_token) extend its history
 // only up to the first row whose id rejects the next row's draft, as the
-// scheduler's update keeps only those ids (core/speculation.hpp).
+// scheduler's update keeps only those ids (core/speculation.hpp). A token
+// tree's rows (SampleRow::tree_parent) each sit one id past their parent's
+// history, and the history moves on along the path the ids choose.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <span>
 #include <unordered_map>
 
 #include "actors/pipeline.hpp"
@@ -47,6 +51,7 @@ struct SamplerState {
   std::vector<const RequestSampling*> row_requests;
   std::vector<std::vector<int32_t>*> row_histories;
   std::vector<int32_t> row_offsets;  // a speculative row's place after its sample's first row of the step; else 0
+  std::vector<bool> on_path;         // rows whose ids the sample's history takes
   uint64_t last_sampled_step = 0;
   // Histories of rows whose sequence a failed step ended (see SampleWork::fed_from).
   std::vector<std::vector<int32_t>> orphan_histories;
@@ -93,7 +98,12 @@ caf::error resolve_rows(SamplerState& st, const SampleWork& work) {
   st.orphan_histories.clear();
   for (size_t i = 0; i < work.rows.size(); ++i) {
     const SampleRow& r = work.rows[i];
-    const int32_t offset = i > 0 && work.rows[i - 1].draft_token >= 0 ? st.row_offsets[i - 1] + 1 : 0;
+    const int32_t parent = r.tree_parent;
+    if (parent >= static_cast<int32_t>(i)) return internal_error("row " + std::to_string(i) + "'s tree parent is " +
+                                                                 std::to_string(parent) + ", not a row before it");
+    const int32_t offset = parent >= 0 ? st.row_offsets[static_cast<size_t>(parent)] + 1
+                           : i > 0 && work.rows[i - 1].draft_token >= 0 ? st.row_offsets[i - 1] + 1
+                                                                        : 0;
     st.row_offsets[i] = offset;
     auto it = st.requests.find(r.request_key);
     if (it == st.requests.end()) return internal_error("no state for request " + std::to_string(r.request_key));
@@ -190,10 +200,19 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
       // The ids the scheduler will append: the histories move on by one each,
       // a speculative sample's up to its first rejected draft.
       bool rejected = false;
+      st.on_path.assign(work.rows.size(), false);
       for (size_t i = 0; i < work.rows.size(); ++i) {
+        const SampleRow& r = work.rows[i];
+        if (r.tree_parent >= 0) {  // a tree's node: counts on the path its parent's id chooses
+          const auto parent = static_cast<size_t>(r.tree_parent);
+          if (!st.on_path[parent] || result.tokens[parent].token_id != r.tree_token) continue;
+          st.on_path[i] = true;
+          st.row_histories[i]->push_back(result.tokens[i].token_id);
+          continue;
+        }
         if (st.row_offsets[i] == 0) rejected = false;
         if (rejected) continue;
-        const SampleRow& r = work.rows[i];
+        st.on_path[i] = true;
         const int32_t id = result.tokens[i].token_id;
         st.row_histories[i]->push_back(id);
         if (r.draft_token >= 0 && id != r.draft_token) {
@@ -201,6 +220,20 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
           st.sampler->truncate_history(r.request_key, r.sample_index,
                                        static_cast<int32_t>(st.row_histories[i]->size()));
         }
+      }
+      // A tree's sample: the device's sampler kept ids of rows off the path;
+      // it takes the step's ids from the tree's root row on again.
+      for (size_t i = 0; i < work.rows.size(); ++i) {
+        const bool root = work.rows[i].tree_parent < 0 && i + 1 < work.rows.size() &&
+                          std::any_of(work.rows.begin() + static_cast<std::ptrdiff_t>(i) + 1, work.rows.end(),
+                                      [i](const SampleRow& r) { return r.tree_parent == static_cast<int32_t>(i); });
+        if (!root) continue;
+        const SampleRow& r = work.rows[i];
+        const std::vector<int32_t>& history = *st.row_histories[i];
+        const auto before = static_cast<size_t>(st.sampler_rows[i].num_generated);
+        st.sampler->truncate_history(r.request_key, r.sample_index, static_cast<int32_t>(before));
+        st.sampler->seed_history(r.request_key, r.sample_index,
+                                 std::span<const int32_t>(history.data() + before, history.size() - before));
       }
     } catch (const std::exception& e) {
       return internal_error(std::string("sampling failed: ") + e.what());

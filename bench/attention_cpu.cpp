@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
                          i8 ? ks.data() : nullptr, i8 ? vs.data() : nullptr, num_slots};
   const llmk_attention_step step{sizeof(llmk_attention_step), o.batch, o.batch, blocks_per_seq, o.block_size,
                                   num_slots, query_start.data(), context_lens.data(), slots.data(), tables.data(),
-                                  query_start.data(), context_lens.data(), slots.data(), tables.data()};
+                                  query_start.data(), context_lens.data(), slots.data(), tables.data(), nullptr,
+                                  nullptr};
   const llmk_attention_layer layer{sizeof(llmk_attention_layer), q.data(), k.data(), v.data(), out.data(), kv, nullptr};
 
   const double bandwidth = llmk::bench::read_bandwidth_gbs(static_cast<int>(o.threads));

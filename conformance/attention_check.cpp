@@ -164,6 +164,16 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
     cached[s] = p.context[s] - p.new_tokens[s];
     fresh[s] = p.new_tokens[s];
   }
+  // Token trees: each new token's parent (-1: the cached context) and depth.
+  const bool trees = std::any_of(p.tree_parents.begin(), p.tree_parents.end(), [](const auto& t) { return !t.empty(); });
+  std::vector<std::vector<int32_t>> parents(num_seqs), depths(num_seqs);
+  for (uint32_t s = 0; s < num_seqs; ++s) {
+    for (int32_t t = 0; t < fresh[s]; ++t) {
+      const bool given = s < p.tree_parents.size() && !p.tree_parents[s].empty();
+      parents[s].push_back(given ? p.tree_parents[s].at(t) : t - 1);
+      depths[s].push_back(parents[s][t] < 0 ? 0 : depths[s][parents[s][t]] + 1);
+    }
+  }
   std::vector<float> q, q_sink, out;
   try {
     cache.k.assign(elems * cache.elem_bytes, 0);
@@ -177,7 +187,7 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
 
     auto run_step = [&](const std::vector<int32_t>& first_pos, const std::vector<int32_t>& count,
                         std::vector<float>* q_out, std::vector<float>* out) {
-      std::vector<int32_t> qs{0}, ctx, slots;
+      std::vector<int32_t> qs{0}, ctx, slots, step_parents;
       std::vector<float> k, v, q, qk;
       for (uint32_t s = 0; s < num_seqs; ++s) {
         std::mt19937_64 q_rng = seq_rng(s, first_pos[s] == 0 ? 1 : 2);
@@ -197,12 +207,13 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
         }
         qs.push_back(qs.back() + count[s]);
         ctx.push_back(first_pos[s] + count[s]);
+        if (trees && &count == &fresh) step_parents.insert(step_parents.end(), parents[s].begin(), parents[s].end());
       }
       const uint32_t n = static_cast<uint32_t>(slots.size());
       out->assign(q.size(), NAN);
       const DeviceBuffer d_qs(*device, qs), d_ctx(*device, ctx), d_slots(*device, slots), d_tables(*device, tables);
       const DeviceBuffer d_q(*device, q), d_k(*device, k), d_v(*device, v), d_out(*device, *out);
-      const DeviceBuffer d_qk(*device, qk);
+      const DeviceBuffer d_qk(*device, qk), d_parents(*device, step_parents);
       // On the CPU the step's device arrays are its host arrays (the contract).
       const bool on_host = device->device() == LLMK_DEVICE_CPU;
       auto device_array = [&](const DeviceBuffer& d, const std::vector<int32_t>& h) {
@@ -211,7 +222,9 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
       const llmk_attention_step step{sizeof(llmk_attention_step), n, num_seqs, static_cast<uint32_t>(max_blocks),
                                      p.block_size, num_slots, qs.data(), ctx.data(), slots.data(), tables.data(),
                                      device_array(d_qs, qs), device_array(d_ctx, ctx), device_array(d_slots, slots),
-                                     device_array(d_tables, tables)};
+                                     device_array(d_tables, tables),
+                                     step_parents.empty() ? nullptr : step_parents.data(),
+                                     step_parents.empty() ? nullptr : device_array(d_parents, step_parents)};
       const llmk_attention_layer layer{sizeof(llmk_attention_layer), d_q.data(), d_k.data(), d_v.data(),
                                        d_out.data(), kv, p.sink_tokens > 0 ? d_qk.data() : nullptr};
       *q_out = q;
@@ -306,12 +319,20 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
   int64_t row = 0;
   for (uint32_t s = 0; s < num_seqs; ++s) {
     for (int32_t t = 0; t < p.new_tokens[s]; ++t, ++row) {
-      const int64_t pos = cached[s] + t;
+      // The query's place in the text: the cached length plus its depth
+      // (its row among the new tokens unless they form a tree).
+      const int64_t pos = cached[s] + depths[s][t];
       const int64_t low = p.sliding_window == 0 ? 0 : std::max<int64_t>(0, pos - p.sliding_window + 1);
-      // The keys the query sees: the sinks, then the window (or the rest).
+      // The keys the query sees: the sinks, then the window (or the rest),
+      // of the cached positions and of its ancestors and itself.
       std::vector<int64_t> keys;
-      for (int64_t j = 0; j <= pos; ++j)
-        if (j < static_cast<int64_t>(p.sink_tokens) || j >= low) keys.push_back(j);
+      const int64_t sinks = p.sink_tokens;
+      for (int64_t j = 0; j < cached[s]; ++j)
+        if (j < sinks || j >= low) keys.push_back(j);
+      std::vector<int64_t> line;  // the new tokens it sees, root first
+      for (int32_t x = t; x >= 0; x = parents[s][x]) line.insert(line.begin(), x);
+      for (int64_t x : line)
+        if (cached[s] + x < sinks || cached[s] + depths[s][x] >= low) keys.push_back(cached[s] + x);
       for (int64_t h = 0; h < nh; ++h) {
         const int64_t g = h / (nh / kvh);
         std::vector<double> w(keys.size());

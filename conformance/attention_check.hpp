@@ -7,7 +7,8 @@
 // The reference is softmax(q k^T * scale) v in double over what the cache
 // holds after the step (only the last `sliding_window` positions up to the
 // query's own when the problem sets a window, and the first `sink_tokens`
-// scored with the step's q_sink rows; dequantized for I8, widened for
+// scored with the step's q_sink rows; of a token tree's new tokens only the
+// query's ancestors and itself; dequantized for I8, widened for
 // F16 and BF16), so it checks the plugin's arithmetic exactly up to F32
 // rounding; what the plugin wrote for the new tokens is checked separately
 // against the inputs, within the rounding its cache type allows (half a unit
@@ -32,6 +33,12 @@ struct AttentionProblem {
   // API 3.2: positions [0, sink_tokens) are visible to every later query
   // (whatever the window) and scored with q_sink rows of their own.
   uint32_t sink_tokens = 0;
+  // API 3.3: per sequence, its new tokens' tree parents (index among its new
+  // tokens, -1 for the cached context; empty: causal). A token sees the
+  // cached positions and its ancestors among the new tokens; its depth
+  // places it in the text for the window. Sent only when some sequence has
+  // one.
+  std::vector<std::vector<int32_t>> tree_parents{};
 };
 
 struct AttentionOutcome {

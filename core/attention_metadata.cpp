@@ -52,12 +52,17 @@ llmk_attention_step attention_step(const StepBatch& b, uint32_t num_slots, const
   step.device_context_lens = device.context_lens;
   step.device_slot_mapping = device.slot_mapping;
   step.device_block_tables = device.block_tables;
+  if (!b.tree_parents.empty()) {
+    step.tree_parents = b.tree_parents.data();
+    step.device_tree_parents = device.tree_parents;
+  }
   return step;
 }
 
 llmk_attention_step attention_step(const StepBatch& b, uint32_t num_slots) {
   return attention_step(b, num_slots,
-                        {b.query_start.data(), b.context_lens.data(), b.slot_mapping.data(), b.block_tables.data()});
+                        {b.query_start.data(), b.context_lens.data(), b.slot_mapping.data(), b.block_tables.data(),
+                         b.tree_parents.empty() ? nullptr : b.tree_parents.data()});
 }
 
 }  // namespace llmk

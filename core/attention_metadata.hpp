@@ -27,6 +27,7 @@ struct AttentionStepArrays {
   const int32_t* context_lens = nullptr;  // [num_seqs]
   const int32_t* slot_mapping = nullptr;  // [num_tokens]
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  const int32_t* tree_parents = nullptr;  // [num_tokens] when the batch has trees (API 3.3), else null
 };
 
 // The step's metadata for plan(): the batch's host arrays, `device` for the

@@ -179,6 +179,8 @@ struct SpeculativeSection {
   std::string draft_model;         // draft: HF directory or .gguf sharing the target's tokenizer
   std::string draft_linear;        // draft: its linear plugin ("" = plugins.linear)
   uint32_t max_batch_size = 0;     // steps with more decodes than this do not speculate (0: no limit)
+  uint32_t tree_width = 1;         // ngram: candidate continuations merged into a token tree (1: a chain)
+  uint32_t tree_nodes = 0;         // most draft nodes of a tree (0: num_tokens x tree_width)
 
   bool operator==(const SpeculativeSection&) const = default;
 };

@@ -32,6 +32,7 @@ class CpuExecutor final : public Executor {
   size_t weight_bytes() const override { return model_->weight_bytes(); }
   size_t kv_cache_bytes() const override { return model_->kv_cache_bytes(); }
   std::string describe() const override;
+  bool attends_token_trees() const override { return model_->attends_token_trees(); }
   int32_t views_kept() const override { return 2; }
   bool argmax_rows(const LogitsView& view, std::span<int32_t> out) override;
   const ModelShard& shard() const { return model_->shard(); }

@@ -65,6 +65,11 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
   const auto chosen = static_cast<int32_t>(config.parallel.steps_in_flight);
   options.max_steps_in_flight = chosen > 0 ? std::min(chosen, stages) : stages;
   options.speculative = config.speculative;
+  options.token_trees = parts.executor->attends_token_trees();
+  if (config.speculative.tree_width > 1 && !options.token_trees)
+    spdlog::warn("speculative.tree_width {}: plugin {} reads no token trees (attention API 3.3): drafts are "
+                 "verified as chains",
+                 config.speculative.tree_width, config.plugins.attention);
   options.stream = StreamWindow{static_cast<int32_t>(config.kv_cache.window),
                                 static_cast<int32_t>(config.kv_cache.sink_tokens),
                                 static_cast<int32_t>(config.kv_cache.block_size)};

@@ -161,6 +161,10 @@ class Executor : public KvOffloader {
 
   virtual size_t weight_bytes() const = 0;    // as the device holds them (quantized, packed)
   virtual size_t kv_cache_bytes() const = 0;  // KV memory reserved on the device
+  // Whether its steps may carry token trees (StepBatch::tree_parents): its
+  // attention plugin reads them (attention API 3.3). Where not, speculation
+  // verifies chains of drafts.
+  virtual bool attends_token_trees() const { return false; }
   // A line for logs: the device, threads or stream, the plugins chosen.
   virtual std::string describe() const = 0;
   // Later forwards add their operations' wall time to *timings (nullptr:

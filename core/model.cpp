@@ -176,6 +176,10 @@ const ModelConfig& Model::config() const { return impl_->cfg; }
 const ModelShard& Model::shard() const { return impl_->shard; }
 const ModelRuntime& Model::runtime() const { return impl_->rt; }
 size_t Model::weight_bytes() const { return impl_->weights.bytes(); }
+
+bool Model::attends_token_trees() const {
+  return LLMK_API_VERSION_MINOR(impl_->attention->info().api_version) >= 3;
+}
 size_t Model::kv_cache_bytes() const { return impl_->kv->bytes(); }
 
 void Model::forward(const StepBatch& batch, float* logits) { impl_->forward(batch, logits); }

@@ -60,6 +60,8 @@ class Model {
   // slots [first, first + n) in an opaque buffer, and back.
   std::vector<uint8_t> save_kv(const std::vector<int32_t>& slots) const;
   void restore_kv(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data);
+  // The attention plugin reads token trees (attention API 3.3 or later).
+  bool attends_token_trees() const;
 
  private:
   struct Impl;

@@ -41,7 +41,7 @@ Scheduler::Scheduler(const SchedulerSection& config, const SchedulerLimits& limi
     throw Error(ErrorCode::invalid_config, "scheduler: max_steps_in_flight must be at least 1, got " +
                                                std::to_string(options.max_steps_in_flight));
   max_steps_in_flight_ = is_static_ ? 1 : options.max_steps_in_flight;
-  init_speculation(options.speculative, options.proposer);
+  init_speculation(options.speculative, options.proposer, options.token_trees);
   init_stream(options.stream);
 }
 

@@ -103,6 +103,7 @@
 #include "core/kv_offloader.hpp"
 #include "core/request.hpp"
 #include "core/sequence.hpp"
+#include "core/speculation.hpp"
 #include "core/step.hpp"
 
 namespace llmk {
@@ -137,6 +138,9 @@ struct SchedulerOptions {
   // The proposer of a method that needs a model (speculative.method draft:
   // build_engine_parts makes it); null: make_proposer(speculative).
   std::shared_ptr<Proposer> proposer{};
+  // The executor's attention reads token trees (Executor::attends_token_trees):
+  // with speculative.tree_width > 1 drafts are verified as trees, else chains.
+  bool token_trees = false;
   // Prefill/decode disaggregation (core/kv_handoff.hpp): saves the K/V a
   // finished prefill hands off and restores what a handed-off sequence
   // brings (the executor; nullptr: no handoffs), and where exports go.
@@ -172,6 +176,9 @@ struct ScheduledSeq {
   // Speculative: drafted tokens after the decode row, each a row with logits
   // (num_new_tokens = 1 + num_draft_tokens).
   int32_t num_draft_tokens = 0;
+  // A token tree's drafts (num_draft_tokens of them): each node's parent,
+  // -1 for the newest token (DraftTree); empty for a chain.
+  std::vector<int32_t> draft_parents;
   int32_t num_logits_rows() const { return num_samples + num_draft_tokens; }
 };
 
@@ -202,6 +209,13 @@ struct LogitsTarget {
   // Speculative: the draft fed on the next row, which (with every later row
   // of its sequence) counts only if this row's id equals it; -1 otherwise.
   int32_t draft_token = -1;
+  // Speculative token trees: the logits row (in this plan's logits) of this
+  // node's parent, whose id must equal tree_token (the node's own token) for
+  // the node's id to count; -1 outside trees. Tree rows verify no draft
+  // (draft_token -1): each draws from its row as plain decoding does, and
+  // the path follows the drawn ids (core/speculation.hpp, accepted_path).
+  int32_t tree_parent = -1;
+  int32_t tree_token = -1;
 };
 
 struct StepPlan {
@@ -338,7 +352,7 @@ class Scheduler {
   void insert_running(Sequence* seq);
   void remove_running(Sequence* seq);
   // scheduler_speculation.cpp: drafts, their rows, their verification.
-  void init_speculation(const SpeculativeSection& config, std::shared_ptr<Proposer> proposer);
+  void init_speculation(const SpeculativeSection& config, std::shared_ptr<Proposer> proposer, bool token_trees);
   // StreamingLLM (core/scheduler_stream.cpp).
   void init_stream(const StreamWindow& stream);
   bool streaming() const { return stream_.window > 0; }
@@ -350,11 +364,16 @@ class Scheduler {
   bool may_speculate(const Sequence& seq) const;
   bool any_may_speculate(const StepPlan& plan);
   int32_t num_pending_decodes() const;
+  bool may_draft_tree(const Sequence& seq) const;
   void draft_for_step(int32_t max_drafts);
-  void propose_drafts(const Sequence& seq, int32_t max_drafts, std::vector<int32_t>& drafts);
-  void add_draft_rows(StepPlan& plan, Sequence& seq, const std::vector<int32_t>& drafts);
+  void propose_drafts(const Sequence& seq, int32_t max_drafts, DraftTree& drafts);
+  void add_draft_rows(StepPlan& plan, Sequence& seq, const DraftTree& drafts);
+  void add_tree_rows(StepPlan& plan, Sequence& seq, const DraftTree& tree);
+  void set_tree_parents(StepPlan& plan);
   void apply_verified(const StepPlan& plan, const ScheduledSeq& s, size_t first_row, Sequence& seq,
                       const int32_t* sampled, TimePoint t, std::vector<TokenEvent>& events);
+  void apply_verified_tree(const StepPlan& plan, const ScheduledSeq& s, size_t first_row, Sequence& seq,
+                           const int32_t* sampled, TimePoint t, std::vector<TokenEvent>& events);
   // scheduler.cpp: tokens and endings.
   void apply_token(Sequence& seq, int32_t token, TimePoint t, std::vector<TokenEvent>& events);
   void fork_samples(Sequence& parent, const int32_t* tokens, TimePoint t, std::vector<TokenEvent>& events);
@@ -378,7 +397,8 @@ class Scheduler {
   StreamWindow stream_{};                // window 0: every row kept
   int32_t num_speculative_tokens_ = 0;
   uint32_t spec_max_batch_size_ = 0;     // speculative.max_batch_size
-  std::unordered_map<uint64_t, std::vector<int32_t>> step_drafts_;  // the plan's drafts, by sequence
+  int32_t spec_tree_nodes_ = 0;          // most nodes of a draft tree; 0: chains only
+  std::unordered_map<uint64_t, DraftTree> step_drafts_;  // the plan's drafts, by sequence
 
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // live sequences
   std::unordered_map<std::string, RequestState> requests_;         // live requests
@@ -402,6 +422,9 @@ class Scheduler {
   // KV copies of extends made for an ahead plan that was then given up: the
   // next plan applies them first (the allocator has already moved the slots).
   std::vector<llmk_kv_copy> carried_copies_;
+  // Sequences whose verified tree K/V the carried copies still move: an
+  // offload preemption before a plan applies them resumes by recompute.
+  std::vector<uint64_t> kv_moved_seqs_;
   bool planning_ahead_ = false;          // inside schedule_ahead()
   int32_t static_batch_size_ = 0;        // static policy: samples in the current batch
   SchedulerStats stats_;

@@ -124,6 +124,7 @@ StepPlan Scheduler::begin_plan() {
 void Scheduler::end_plan(StepPlan& plan) {
   finalize_batch(plan);
   if (!plan.empty()) {
+    kv_moved_seqs_.clear();  // this plan applies the copies that move them
     in_flight_.push_back(plan.step_id);
     stats_.num_steps += 1;
     stats_.num_batch_seqs += static_cast<uint64_t>(plan.seqs.size());
@@ -150,7 +151,7 @@ bool Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
   // Drafts take only the budget the decodes still to plan leave.
   int32_t num_decodes_left = proposer_ ? num_pending_decodes() : 0;
   if (proposer_) draft_for_step(budget - num_decodes_left);
-  std::vector<int32_t> drafts;
+  DraftTree drafts;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* seq = running_[i];
     if (!needs_decode(*seq) || seq->in_flight) continue;
@@ -161,7 +162,7 @@ bool Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
     bool fits = false;
     auto grow = [&] {
       if (streaming()) return make_room(*seq, seq->num_tokens(), copies);
-      return kv_.extend(seq->seq_id, static_cast<uint32_t>(seq->num_tokens() + std::ssize(drafts)), copies);
+      return kv_.extend(seq->seq_id, static_cast<uint32_t>(seq->num_tokens() + drafts.size()), copies);
     };
     while (!(fits = grow())) {
       copies.clear();
@@ -194,7 +195,7 @@ bool Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
     num_decodes += 1;
     if (!drafts.empty()) {
       add_draft_rows(plan, *seq, drafts);
-      budget -= static_cast<int32_t>(drafts.size());
+      budget -= drafts.size();
     }
   }
   if (is_static_) stats_.num_padded_slots += static_cast<uint64_t>(std::max(0, static_batch_size_ - num_decodes));
@@ -336,7 +337,9 @@ void Scheduler::restore_offloaded(Sequence& seq, uint32_t num_cached_tokens) {
 // the head of the queue with its generated tokens.
 void Scheduler::preempt(Sequence& seq) {
   // A shifted sequence's rows are not its positions: it resumes by recompute.
-  if (offloader_ != nullptr && seq.num_computed_tokens > 0 && seq.num_evicted_tokens == 0) {
+  const bool kv_moving =
+      std::find(kv_moved_seqs_.begin(), kv_moved_seqs_.end(), seq.seq_id) != kv_moved_seqs_.end();
+  if (offloader_ != nullptr && seq.num_computed_tokens > 0 && seq.num_evicted_tokens == 0 && !kv_moving) {
     const auto start = SteadyClock::now();
     const int32_t block = static_cast<int32_t>(kv_.block_size());
     std::vector<int32_t> table;
@@ -444,6 +447,7 @@ void Scheduler::release_static_padding() {
 void Scheduler::finalize_batch(StepPlan& plan) {
   size_t width = 0;
   for (const auto& t : step_tables_) width = std::max(width, t.size());
+  set_tree_parents(plan);
   plan.batch.max_blocks_per_seq = static_cast<int32_t>(width);
   plan.batch.block_tables.assign(step_tables_.size() * width, 0);
   for (size_t s = 0; s < step_tables_.size(); ++s)

@@ -10,7 +10,8 @@
 
 namespace llmk {
 
-void Scheduler::init_speculation(const SpeculativeSection& config, std::shared_ptr<Proposer> proposer) {
+void Scheduler::init_speculation(const SpeculativeSection& config, std::shared_ptr<Proposer> proposer,
+                                 bool token_trees) {
   proposer_ = proposer ? std::move(proposer) : std::shared_ptr<Proposer>(make_proposer(config));
   if (!proposer_ && config.method == "draft")
     throw Error(ErrorCode::invalid_config, "speculative.method: 'draft' needs the draft model's proposer "
@@ -28,6 +29,19 @@ void Scheduler::init_speculation(const SpeculativeSection& config, std::shared_p
                                                     "cannot");
   num_speculative_tokens_ = static_cast<int32_t>(config.num_tokens);
   spec_max_batch_size_ = config.max_batch_size;
+  // Trees need an attention plugin that reads them; without one, chains.
+  if (config.tree_width > 1 && token_trees)
+    spec_tree_nodes_ = static_cast<int32_t>(config.tree_nodes != 0 ? config.tree_nodes
+                                                                   : config.num_tokens * config.tree_width);
+}
+
+// A tree's rows draw each from its own row; penalties would read the drafts
+// before a row as its history, which in a tree are not its ancestors: such
+// requests verify chains.
+bool Scheduler::may_draft_tree(const Sequence& seq) const {
+  const SamplingParams& p = *seq.sampling;
+  return spec_tree_nodes_ > 0 && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f;
 }
 
 int32_t Scheduler::num_pending_decodes() const {
@@ -72,26 +86,34 @@ void Scheduler::draft_for_step(int32_t max_drafts) {
     const int32_t k = std::min({wanted >= 0 ? std::min(wanted, num_speculative_tokens_) : num_speculative_tokens_,
                                 max_drafts, room});
     if (k <= 0) continue;
-    requests.push_back(DraftRequest{seq->seq_id, seq->tokens, k, seq->max_total_tokens()});
+    // A tree's nodes all take KV slots: at most the room the sequence has.
+    const int32_t nodes = may_draft_tree(*seq) ? std::min({spec_tree_nodes_, max_drafts, room}) : 0;
+    requests.push_back(DraftRequest{seq->seq_id, seq->tokens, k, seq->max_total_tokens(), nodes > k ? nodes : 0});
   }
   if (requests.empty()) return;
-  std::vector<std::vector<int32_t>> out;
-  proposer_->propose(requests, out);
+  std::vector<DraftTree> out;
+  proposer_->propose_trees(requests, out);
   for (size_t i = 0; i < requests.size(); ++i)
     if (!out[i].empty()) step_drafts_[requests[i].seq_id] = std::move(out[i]);
 }
 
 // This step's drafts for seq, at most max_drafts of them (the budget the
 // decodes planned before it left).
-void Scheduler::propose_drafts(const Sequence& seq, int32_t max_drafts, std::vector<int32_t>& drafts) {
+void Scheduler::propose_drafts(const Sequence& seq, int32_t max_drafts, DraftTree& drafts) {
   const auto it = step_drafts_.find(seq.seq_id);
   if (it == step_drafts_.end() || max_drafts <= 0) return;
-  drafts.assign(it->second.begin(), it->second.begin() + std::min<std::ptrdiff_t>(max_drafts, std::ssize(it->second)));
+  drafts = it->second;
+  drafts.keep(max_drafts);
 }
 
 // The drafts follow the sequence's decode row, which add_to_batch has just
 // appended: its rows, context and logits grow by one per draft.
-void Scheduler::add_draft_rows(StepPlan& plan, Sequence& seq, const std::vector<int32_t>& drafts) {
+void Scheduler::add_draft_rows(StepPlan& plan, Sequence& seq, const DraftTree& tree) {
+  if (!tree.is_chain()) {
+    add_tree_rows(plan, seq, tree);
+    return;
+  }
+  const std::vector<int32_t>& drafts = tree.tokens;
   StepBatch& batch = plan.batch;
   const std::vector<int32_t>& table = step_tables_.back();
   const int32_t block = batch.block_size;
@@ -123,6 +145,10 @@ void Scheduler::add_draft_rows(StepPlan& plan, Sequence& seq, const std::vector<
 // accepted drafts is committed, that of the rejected drafts rolled back.
 void Scheduler::apply_verified(const StepPlan& plan, const ScheduledSeq& s, size_t first_row, Sequence& seq,
                                const int32_t* sampled, TimePoint t, std::vector<TokenEvent>& events) {
+  if (!s.draft_parents.empty()) {
+    apply_verified_tree(plan, s, first_row, seq, sampled, t, events);
+    return;
+  }
   const int32_t k = s.num_draft_tokens;
   const auto row0 = static_cast<size_t>(plan.batch.query_start[static_cast<size_t>(&s - plan.seqs.data())]);
   const int32_t* fed = plan.batch.token_ids.data() + row0;  // newest token, then the drafts

@@ -8,11 +8,46 @@
 
 namespace llmk {
 
-NgramProposer::NgramProposer(int32_t min_n, int32_t max_n) : min_n_(min_n), max_n_(max_n) {
+bool DraftTree::is_chain() const {
+  for (int32_t j = 0; j < size(); ++j)
+    if (parents[static_cast<size_t>(j)] != j - 1) return false;
+  return true;
+}
+
+void DraftTree::keep(int32_t num_nodes) {
+  const auto n = static_cast<size_t>(std::clamp(num_nodes, 0, size()));
+  tokens.resize(n);
+  parents.resize(n);
+}
+
+void DraftTree::depths(std::vector<int32_t>& out) const {
+  out.resize(tokens.size());
+  for (size_t j = 0; j < tokens.size(); ++j)
+    out[j] = parents[j] < 0 ? 1 : out[static_cast<size_t>(parents[j])] + 1;
+}
+
+DraftTree DraftTree::chain(std::span<const int32_t> tokens) {
+  DraftTree t;
+  t.tokens.assign(tokens.begin(), tokens.end());
+  for (int32_t j = 0; j < t.size(); ++j) t.parents.push_back(j - 1);
+  return t;
+}
+
+void Proposer::propose_trees(std::span<const DraftRequest> requests, std::vector<DraftTree>& out) {
+  std::vector<std::vector<int32_t>> chains;
+  propose(requests, chains);
+  out.resize(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) out[i] = DraftTree::chain(chains[i]);
+}
+
+NgramProposer::NgramProposer(int32_t min_n, int32_t max_n, int32_t width)
+    : min_n_(min_n), max_n_(max_n), width_(width) {
   if (min_n < 1 || max_n < min_n)
     throw Error(ErrorCode::invalid_config, "speculative: prompt_lookup_min " + std::to_string(min_n) +
                                                " and prompt_lookup_max " + std::to_string(max_n) +
                                                " must satisfy 1 <= min <= max");
+  if (width < 1)
+    throw Error(ErrorCode::invalid_config, "speculative: tree_width " + std::to_string(width) + " must be at least 1");
 }
 
 void NgramProposer::propose(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const {
@@ -35,10 +70,59 @@ void NgramProposer::propose(std::span<const DraftRequest> requests, std::vector<
   for (size_t i = 0; i < requests.size(); ++i) propose(requests[i].tokens, requests[i].max_tokens, out[i]);
 }
 
+void NgramProposer::propose_tree(std::span<const int32_t> tokens, int32_t max_depth, int32_t max_nodes,
+                                 DraftTree& out) const {
+  out.clear();
+  const auto len = static_cast<int64_t>(tokens.size());
+  if (max_depth <= 0 || max_nodes <= 0) return;
+  int32_t num_candidates = 0;
+  for (int64_t n = std::min<int64_t>(max_n_, len - 1); n >= min_n_ && num_candidates < width_; --n) {
+    const int32_t* suffix = tokens.data() + (len - n);
+    for (int64_t start = len - n - 1; start >= 0 && num_candidates < width_; --start) {
+      if (!std::equal(suffix, suffix + n, tokens.data() + start)) continue;
+      // Merge the continuation in: follow the nodes it shares, then add the rest.
+      const int64_t from = start + n, to = std::min<int64_t>(len, from + max_depth);
+      int32_t at = -1;
+      bool added = false;
+      for (int64_t p = from; p < to; ++p) {
+        int32_t child = -1;
+        for (int32_t j = at + 1; j < out.size() && child < 0; ++j)
+          if (out.parents[static_cast<size_t>(j)] == at && out.tokens[static_cast<size_t>(j)] == tokens[p]) child = j;
+        if (child < 0) {
+          if (out.size() == max_nodes) break;
+          out.tokens.push_back(tokens[p]);
+          out.parents.push_back(at);
+          child = out.size() - 1;
+          added = true;
+        }
+        at = child;
+      }
+      if (added) ++num_candidates;
+      if (out.size() == max_nodes) return;
+    }
+  }
+}
+
+void NgramProposer::propose_trees(std::span<const DraftRequest> requests, std::vector<DraftTree>& out) {
+  out.resize(requests.size());
+  std::vector<int32_t> chain;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const DraftRequest& r = requests[i];
+    if (width_ > 1 && r.max_nodes > 0) {
+      propose_tree(r.tokens, r.max_tokens, r.max_nodes, out[i]);
+    } else {
+      chain.clear();
+      propose(r.tokens, r.max_tokens, chain);
+      out[i] = DraftTree::chain(chain);
+    }
+  }
+}
+
 std::unique_ptr<Proposer> make_proposer(const SpeculativeSection& config) {
   if (config.method == "ngram")
     return std::make_unique<NgramProposer>(static_cast<int32_t>(config.prompt_lookup_min),
-                                           static_cast<int32_t>(config.prompt_lookup_max));
+                                           static_cast<int32_t>(config.prompt_lookup_max),
+                                           static_cast<int32_t>(config.tree_width));
   if (config.method == "none" || config.method == "draft") return nullptr;
   throw Error(ErrorCode::invalid_config, "speculative.method: '" + config.method + "' is not one of none, ngram, draft");
 }
@@ -49,6 +133,20 @@ int32_t num_accepted_greedy(std::span<const int32_t> drafts, std::span<const int
          drafts[static_cast<size_t>(a)] == choices[static_cast<size_t>(a)])
     ++a;
   return a;
+}
+
+std::vector<int32_t> accepted_path(const DraftTree& tree, std::span<const int32_t> choices) {
+  std::vector<int32_t> path;
+  int32_t at = -1;  // the newest token
+  for (;;) {
+    const int32_t choice = choices[static_cast<size_t>(at + 1)];
+    int32_t next = -1;
+    for (int32_t j = at + 1; j < tree.size() && next < 0; ++j)
+      if (tree.parents[static_cast<size_t>(j)] == at && tree.tokens[static_cast<size_t>(j)] == choice) next = j;
+    if (next < 0) return path;
+    path.push_back(next);
+    at = next;
+  }
 }
 
 // The section's own ranges and what it cannot run beside (pipelined steps,
@@ -71,6 +169,16 @@ void validate_speculative(const EngineConfig& c) {
     fail("speculative.prompt_lookup_min", std::to_string(s.prompt_lookup_min) +
                                               " must be at least 1 and at most speculative.prompt_lookup_max (" +
                                               std::to_string(s.prompt_lookup_max) + ")");
+  if (s.tree_width < 1 || s.tree_width > 16)
+    fail("speculative.tree_width", std::to_string(s.tree_width) + " is out of range (allowed: 1 to 16)");
+  if (s.tree_width > 1 && s.method != "ngram")
+    fail("speculative.tree_width", std::to_string(s.tree_width) + " needs speculative.method ngram (it is '" +
+                                       s.method + "')");
+  if (s.tree_nodes != 0 && (s.tree_nodes < s.num_tokens ||
+                            s.tree_nodes > static_cast<uint32_t>(sampling_limits::max_speculative_tokens)))
+    fail("speculative.tree_nodes", std::to_string(s.tree_nodes) + " is out of range (allowed: 0, or speculative." +
+                                       "num_tokens (" + std::to_string(s.num_tokens) + ") to " +
+                                       std::to_string(sampling_limits::max_speculative_tokens) + ")");
   if (s.prompt_lookup_max > 64)
     fail("speculative.prompt_lookup_max", std::to_string(s.prompt_lookup_max) + " is out of range (allowed: up to 64)");
   if (s.method == "none") return;

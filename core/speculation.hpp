@@ -37,6 +37,33 @@ struct DraftRequest {
   std::span<const int32_t> tokens;  // prompt, then generated; the newest last
   int32_t max_tokens = 0;           // drafts wanted (> 0)
   int32_t max_total_tokens = 0;     // the sequence never grows past this
+  // Token trees (propose_trees): most draft nodes; max_tokens is then the
+  // most depth. 0: a chain of up to max_tokens.
+  int32_t max_nodes = 0;
+};
+
+// Drafts as a tree, in tree order: node j is tokens[j], a child of node
+// parents[j] (< j), or of the sequence's newest token where that is -1. A
+// chain of k drafts has parents -1, 0, ..., k - 2. Verification walks it
+// from the newest token: each row's choice (core/speculation.hpp, top)
+// picks the child holding that token, if any, to descend into; the emitted
+// tokens are the choices along the path.
+struct DraftTree {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> parents;
+
+  int32_t size() const { return static_cast<int32_t>(tokens.size()); }
+  bool empty() const { return tokens.empty(); }
+  void clear() {
+    tokens.clear();
+    parents.clear();
+  }
+  bool is_chain() const;
+  // The first num_nodes nodes (a tree again: parents come first).
+  void keep(int32_t num_nodes);
+  // depths[j] = 1 + depth of node j's parent (the newest token's children: 1).
+  void depths(std::vector<int32_t>& out) const;
+  static DraftTree chain(std::span<const int32_t> tokens);
 };
 
 class Proposer {
@@ -46,6 +73,10 @@ class Proposer {
   // requests[i].tokens; none where the proposer has no guess. out is
   // resized to requests.size().
   virtual void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) = 0;
+  // Trees: out[i] holds up to requests[i].max_nodes nodes no deeper than
+  // max_tokens (a chain of up to max_tokens where max_nodes is 0). This
+  // default proposes propose()'s chains.
+  virtual void propose_trees(std::span<const DraftRequest> requests, std::vector<DraftTree>& out);
   // The sequence has ended: what the proposer keeps for it goes.
   virtual void release(uint64_t /*seq_id*/) {}
 };
@@ -54,16 +85,25 @@ class Proposer {
 // are looked for earlier in the sequence (prompt and output alike); at the
 // latest earlier occurrence found, the tokens that followed it are the
 // drafts, as many as there are up to max_tokens.
+//
+// As a tree (width > 1, a request's max_nodes > 0): the continuations after
+// the `width` latest earlier occurrences (the longest suffix's first, latest
+// first, then shorter suffixes'), each up to max_tokens long, merged by
+// common prefix, the first one whole first, until max_nodes nodes. A
+// continuation that adds no node (it repeats an earlier one) does not count.
 class NgramProposer final : public Proposer {
  public:
-  // Throws Error(invalid_config) unless 1 <= min_n <= max_n.
-  NgramProposer(int32_t min_n, int32_t max_n);
+  // Throws Error(invalid_config) unless 1 <= min_n <= max_n and width >= 1.
+  NgramProposer(int32_t min_n, int32_t max_n, int32_t width = 1);
   void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) override;
+  void propose_trees(std::span<const DraftRequest> requests, std::vector<DraftTree>& out) override;
   // One sequence's drafts, appended to out.
   void propose(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const;
+  // One sequence's tree; out is cleared first.
+  void propose_tree(std::span<const int32_t> tokens, int32_t max_depth, int32_t max_nodes, DraftTree& out) const;
 
  private:
-  int32_t min_n_, max_n_;
+  int32_t min_n_, max_n_, width_;
 };
 
 // The proposer speculative.method names when it needs no model (ngram);
@@ -83,5 +123,12 @@ inline bool speculation_pays(uint32_t max_batch_size, int32_t num_decodes) {
 // Greedy verification: choices[i] is row i's choice (i = 0..drafts.size()).
 // Returns how many drafts are accepted: the emitted tokens are choices[0..a].
 int32_t num_accepted_greedy(std::span<const int32_t> drafts, std::span<const int32_t> choices);
+
+// Tree verification: choices[0] is the newest token's row's choice,
+// choices[1 + j] node j's. From the newest token, the child whose token
+// equals the current row's choice is descended into while there is one.
+// Returns the accepted nodes, root side first: the emitted tokens are the
+// choices of the newest token's row and of each accepted node's row.
+std::vector<int32_t> accepted_path(const DraftTree& tree, std::span<const int32_t> choices);
 
 }  // namespace llmk

@@ -30,6 +30,13 @@ void validate_step(const StepBatch& b, int32_t vocab_size, uint32_t max_seq_len,
     bad(std::to_string(b.num_logits()) + " logits rows exceed max_step_tokens " + std::to_string(max_step_tokens));
   for (int32_t r : b.logits_rows)
     if (r < 0 || r >= n) bad("logits row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
+  if (b.tree_parents.empty()) return;
+  if (b.tree_parents.size() != static_cast<size_t>(n)) bad("tree_parents must be empty or have one entry per token");
+  for (int32_t s = 0; s < b.num_seqs(); ++s)
+    for (int32_t t = b.query_start[s]; t < b.query_start[s + 1]; ++t)
+      if (b.tree_parents[t] < -1 || b.tree_parents[t] >= t - b.query_start[s])
+        bad("tree parent " + std::to_string(b.tree_parents[t]) + " of row " + std::to_string(t) +
+            " is not -1 or one of its sequence's rows before it");
 }
 
 }  // namespace llmk

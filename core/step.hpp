@@ -43,6 +43,12 @@ struct StepBatch {
   std::vector<llmk_kv_copy> kv_copies;
   // Rows whose token the previous step samples (see above); empty otherwise.
   std::vector<FedBackToken> fed_back;
+  // Token trees (a speculating decode's drafts, core/speculation.hpp): empty
+  // when every sequence's rows are causal; else [num_tokens], each row's
+  // parent as an index among its sequence's rows (-1: the cached context),
+  // as llmk_attention_step.tree_parents (attention API 3.3) reads it. A
+  // tree row's position is the sequence's first new position plus its depth.
+  std::vector<int32_t> tree_parents;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }

@@ -39,11 +39,19 @@ extern "C" {
  * 3.2: attention sinks (StreamingLLM): llmk_attention_desc.sink_tokens and
  *      llmk_attention_layer.q_sink, read only when struct_size covers them.
  *      The host gives a desc with sink_tokens > 0 only to plugins of 3.2 or
- *      later; an older plugin never sees one. */
+ *      later; an older plugin never sees one.
+ * 3.3: token trees: llmk_attention_step.tree_parents (and its device copy),
+ *      read only when struct_size covers them. The host sends a step with
+ *      tree_parents only to plugins of 3.3 or later; with an older one it
+ *      verifies chains of drafts instead. The table is 3.2's.
+ *
+ * A plugin claims 3.3 only by defining LLMK_ATTENTION_API_BUILD_MINOR to 3
+ * before including this header: the default stays 3.2, so a plugin that does
+ * not read tree_parents is never sent a tree. */
 #define LLMK_ATTENTION_API_MAJOR 3u
-#define LLMK_ATTENTION_API_MINOR 2u
+#define LLMK_ATTENTION_API_MINOR 3u
 #ifndef LLMK_ATTENTION_API_BUILD_MINOR
-#define LLMK_ATTENTION_API_BUILD_MINOR LLMK_ATTENTION_API_MINOR
+#define LLMK_ATTENTION_API_BUILD_MINOR 2u
 #endif
 #define LLMK_ATTENTION_API_VERSION LLMK_API_VERSION(LLMK_ATTENTION_API_MAJOR, LLMK_ATTENTION_API_BUILD_MINOR)
 
@@ -130,6 +138,19 @@ typedef struct llmk_attention_step {
   const int32_t* device_context_lens;
   const int32_t* device_slot_mapping;
   const int32_t* device_block_tables;
+  /* 3.3: token trees. NULL: every new token attends causally (it sees the
+   * sequence's new tokens before it). Else [num_tokens]: tree_parents[t] is
+   * the parent of new token t as an index among its sequence's new tokens
+   * (0 for the sequence's first, query_start[s]), smaller than t's own, or
+   * -1 for a token whose parent is the last cached position. Token t sees
+   * the cached positions (context_lens[s] minus its new tokens) and, of the
+   * new tokens, only its ancestors and itself. Its K/V still lives at the
+   * next cache position in row order (slot_mapping). Its depth (ancestors
+   * among the new tokens) places it in the text: position cached + depth,
+   * which the sliding window counts from; a causal chunk is the chain
+   * parent = t - 1 (first token -1), where depth and row agree. */
+  const int32_t* tree_parents;
+  const int32_t* device_tree_parents;
 } llmk_attention_step;
 
 /* One layer of the planned step. Activations in desc.activation_dtype on

@@ -26,6 +26,14 @@
 // address order. Where a span ends depends on the position alone, so a
 // sequence's output is the same bits whatever runs beside it and on however
 // many threads.
+//
+// Token trees (API 3.3): a sequence whose new tokens form a tree is cut into
+// query blocks as a prefill chunk is; its rows first see the cached context
+// together (per row from its own window start), then each new token's key in
+// turn joins the rows it is an ancestor of (or is), one key at a time.
+//
+// This plugin reads llmk_attention_step.tree_parents, so it claims 3.3.
+#define LLMK_ATTENTION_API_BUILD_MINOR 3u
 #include <omp.h>
 
 #include <algorithm>
@@ -41,83 +49,20 @@
 #include "plugins/attention_cpu/attend_decode.hpp"
 #include "plugins/attention_cpu/attend_tile.hpp"
 #include "plugins/attention_cpu/kv_rows.hpp"
+#include "plugins/attention_cpu/work_items.hpp"
 
 namespace llmk::attention_cpu {
 
-namespace {
-
-constexpr int kChunk = kTileKeys;   // keys per online-softmax step
-constexpr int kTileMinRows = 4;     // from this many query rows on, the register-tiled kernel
-constexpr int kRowsPerItem = 64;    // query rows (tokens x heads of a group) per work item
-constexpr size_t kAlign = 64;       // every scratch array starts on a cache line
-
 using plugin::Error;
-
-// One thread's scratch: arrays carved from its share of the workspace.
-struct Scratch {
-  const float** q_rows;
-  float** out_rows;
-  const float** k_rows;
-  const float** v_rows;
-  int64_t* low_key;   // per query row: visible keys [low_key, last_key]
-  int64_t* last_key;
-  float *scores, *m, *l, *acc, *alpha;
-  float* k_t;           // tiled kernel: [head_dim, kTileKeys]; null when the head size has no tiled kernel
-  float *k_buf, *v_buf; // converted caches (F16, I8): [kChunk, head_dim]; null for F32
-  DecodeScratch decode;
-};
-
-// Hands out 64-byte-aligned arrays from one region; with a null base it only
-// measures (every pointer stays null and offset() is the size needed).
-class Carver {
- public:
-  explicit Carver(void* base) : base_(static_cast<unsigned char*>(base)) {}
-  template <class T>
-  T* take(size_t count) {
-    if (count == 0) return nullptr;
-    T* at = base_ ? reinterpret_cast<T*>(base_ + offset_) : nullptr;
-    offset_ += (count * sizeof(T) + kAlign - 1) / kAlign * kAlign;
-    return at;
-  }
-  size_t offset() const { return offset_; }
-
- private:
-  unsigned char* base_;
-  size_t offset_ = 0;
-};
-
-struct WorkItem {
-  uint32_t seq;
-  uint32_t kv_head;
-  int32_t first_token;  // batch row of the item's first query token
-  int32_t num_tokens;
-  uint32_t kv_head_end = 0;  // decode items: KV heads [kv_head, kv_head_end); 0 otherwise
-  // Decode items: positions [pos_begin, pos_end), the whole visible context
-  // (span < 0: straight to the output) or one span of it (attend_decode.hpp),
-  // whose state goes to float offset `span` of the partials area.
-  int64_t pos_begin = 0, pos_end = 0;
-  int64_t span = -1;
-  bool sinks = false;  // decode items: positions below sink_tokens, scored with q_sink
-};
-
-// A decode whose spans are merged after the items: the token's batch row and
-// its first span state (num_spans consecutive ones).
-struct SpanMerge {
-  int32_t row;
-  int32_t num_spans;
-  int64_t first_span;
-};
-
-}  // namespace
 
 class AttentionCpu {
  public:
   static constexpr const char* kName = "attention.cpu";
-  static constexpr const char* kVersion = "1.5.0";
+  static constexpr const char* kVersion = "1.6.0";
   static constexpr const char* kDescription =
       "CPU causal GQA attention over a paged KV cache (online softmax, OpenMP), F32, F16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
-      R"({"kv_dtypes":["f32","f16","i8"],"devices":["cpu"],"activation_dtypes":["f32"],"paged":true,"gqa":true,"sliding_window":true,"attention_sinks":true})";
+      R"({"kv_dtypes":["f32","f16","i8"],"devices":["cpu"],"activation_dtypes":["f32"],"paged":true,"gqa":true,"sliding_window":true,"attention_sinks":true,"token_trees":true})";
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
     if (d.device != LLMK_DEVICE_CPU) {
@@ -196,6 +141,8 @@ class AttentionCpu {
     validate(step);
     step_ = step;
     planned_ = true;
+    tree_parents_ = tree_parents(step);
+    if (tree_parents_ != nullptr) depths_.assign(step.num_tokens, 0);
     items_.clear();
     decode_items_.clear();
     merges_.clear();
@@ -210,6 +157,7 @@ class AttentionCpu {
     for (uint32_t s = 0; s < step.num_seqs; ++s) {
       const int32_t begin = step.query_start[s], end = step.query_start[s + 1];
       if (end <= begin) continue;
+      const bool tree = is_tree(begin, end);
       if (end - begin == 1 && decode_kernel_) {
         // Sinks [0, sink_end) are one span; the rest of the visible context
         // starts after them.
@@ -246,7 +194,7 @@ class AttentionCpu {
       for (int32_t t = begin + ((end - begin - 1) / tokens_per_item_) * tokens_per_item_; t >= begin;
            t -= tokens_per_item_)
         for (uint32_t h = 0; h < shape_.num_kv_heads; ++h)
-          items_.push_back({s, h, t, std::min(tokens_per_item_, end - t)});
+          items_.push_back({s, h, t, std::min(tokens_per_item_, end - t), 0, 0, 0, -1, false, tree});
     }
     // Prefill blocks first: the many small decode items then fill the gaps.
     items_.insert(items_.end(), decode_items_.begin(), decode_items_.end());
@@ -349,6 +297,36 @@ class AttentionCpu {
                                 a.device_slot_mapping == a.slot_mapping && a.device_block_tables == a.block_tables;
     if (!host_is_device)
       throw Error(LLMK_ERR_INVALID_ARGUMENT, "on the CPU the step's device arrays must be its host arrays");
+    const int32_t* parents = tree_parents(a);
+    if (parents == nullptr) return;
+    if (a.device_tree_parents != parents)
+      throw Error(LLMK_ERR_INVALID_ARGUMENT, "on the CPU the step's device_tree_parents must be its tree_parents");
+    for (uint32_t s = 0; s < a.num_seqs; ++s)
+      for (int32_t t = a.query_start[s]; t < a.query_start[s + 1]; ++t)
+        if (parents[t] < -1 || parents[t] >= t - a.query_start[s])
+          throw Error(LLMK_ERR_INVALID_ARGUMENT,
+                      "tree_parents[" + std::to_string(t) + "] = " + std::to_string(parents[t]) + " of sequence " +
+                          std::to_string(s) + " is not -1 or one of the sequence's " +
+                          std::to_string(t - a.query_start[s]) + " new tokens before it");
+  }
+
+  // The step's tree parents when its struct has them (3.3) and sets them.
+  static const int32_t* tree_parents(const llmk_attention_step& a) {
+    return a.struct_size >= offsetof(llmk_attention_step, device_tree_parents) + sizeof(void*) ? a.tree_parents
+                                                                                                : nullptr;
+  }
+
+  // Whether the sequence's new tokens [begin, end) are a tree other than the
+  // causal chain; fills their depths (ancestors among the new tokens).
+  bool is_tree(int32_t begin, int32_t end) {
+    if (tree_parents_ == nullptr) return false;
+    bool chain = true;
+    for (int32_t t = begin; t < end; ++t) {
+      const int32_t parent = tree_parents_[t];
+      chain = chain && parent == t - begin - 1;
+      depths_[t] = parent < 0 ? 0 : depths_[begin + parent] + 1;
+    }
+    return !chain;
   }
 
   // The first position a query at `pos` may see.
@@ -388,6 +366,9 @@ class AttentionCpu {
     const int64_t num_new = a.device_query_start[item.seq + 1] - seq_begin;
     const int64_t first_pos = a.device_context_lens[item.seq] - num_new;  // position of the sequence's first new token
     const int num_rows = item.num_tokens * static_cast<int>(group_);
+    // A row's place in the text: its cache position, or in a tree the cached
+    // length plus its depth; the window counts from it.
+    auto text_position = [&](int64_t row) { return first_pos + (item.tree ? depths_[row] : row - seq_begin); };
     for (int t = 0; t < item.num_tokens; ++t) {
       const int64_t row = item.first_token + t;
       for (uint32_t g = 0; g < group_; ++g) {
@@ -395,8 +376,9 @@ class AttentionCpu {
         const int64_t head = static_cast<int64_t>(item.kv_head) * group_ + g;
         s.q_rows[r] = q + (row * num_heads_ + head) * head_dim;
         s.out_rows[r] = out + (row * num_heads_ + head) * head_dim;
-        s.last_key[r] = first_pos + (row - seq_begin);
-        s.low_key[r] = first_visible(s.last_key[r]);
+        // A tree's rows see the cached context first; their new keys later.
+        s.last_key[r] = item.tree ? first_pos - 1 : first_pos + (row - seq_begin);
+        s.low_key[r] = first_visible(text_position(row));
         s.m[r] = -std::numeric_limits<float>::infinity();
         s.l[r] = 0.0f;
       }
@@ -409,11 +391,11 @@ class AttentionCpu {
     // (two small GEMMs per chunk), measured 2-4x faster there; fewer rows
     // (multi-head decode): one dot product per (row, key), no transposition.
     const bool tiled = num_rows >= kTileMinRows && s.k_t != nullptr;
-    auto attend_keys = [&](int64_t begin_key, int64_t end_key) {
+    auto attend_keys = [&](int64_t begin_key, int64_t end_key, bool rowwise) {
       for (int64_t first = begin_key; first < end_key; first += kChunk) {
         const int count = static_cast<int>(std::min<int64_t>(kChunk, end_key - first));
         read_kv(kv, shape_, table, a.block_size, item.kv_head, first, count, s.k_rows, s.v_rows, s.k_buf, s.v_buf);
-        if (tiled)
+        if (tiled && !rowwise)
           attend_chunk_tiled(s.q_rows, s.low_key, s.last_key, num_rows, s.k_rows, s.v_rows, first, count,
                              static_cast<int>(head_dim), scale_, s.scores, state, s.k_t, s.alpha);
         else
@@ -430,13 +412,36 @@ class AttentionCpu {
         s.q_rows[r] = q_sink + at;
         s.low_key[r] = 0;
       }
-      attend_keys(0, sink_end);
+      attend_keys(0, sink_end, false);
       for (int r = 0; r < num_rows; ++r) {
         s.q_rows[r] = q + (s.q_rows[r] - q_sink);
-        s.low_key[r] = std::max(first_visible(s.last_key[r]), sink_end);
+        s.low_key[r] = std::max(first_visible(text_position(item.first_token + r / group_)), sink_end);
       }
     }
-    attend_keys(s.low_key[0], num_keys);
+    attend_keys(*std::min_element(s.low_key, s.low_key + num_rows), num_keys, false);
+    if (item.tree) {
+      // Each new token j (cache position first_pos + j) joins the rows that
+      // descend from it or are it, where their window (or the sinks) reach it.
+      const int32_t* parents = tree_parents_ + seq_begin;
+      const int64_t last = item.first_token + item.num_tokens - 1 - seq_begin;
+      for (int64_t j = 0; j <= last; ++j) {
+        const int64_t key = first_pos + j;
+        bool any = false;
+        for (int r = 0; r < num_rows; ++r) {
+          const int64_t row = item.first_token + r / static_cast<int>(group_);
+          const int64_t head = static_cast<int64_t>(item.kv_head) * group_ + r % static_cast<int>(group_);
+          int64_t x = row - seq_begin;  // the row's ancestor (or itself) at or below j
+          while (x > j) x = parents[x];
+          const bool sink = key < static_cast<int64_t>(sinks_);
+          const bool seen = x == j && (sink || text_position(seq_begin + j) >= first_visible(text_position(row)));
+          s.q_rows[r] = (sink ? q_sink : q) + (row * num_heads_ + head) * head_dim;
+          s.low_key[r] = key;
+          s.last_key[r] = seen ? key : key - 1;
+          any = any || seen;
+        }
+        if (any) attend_keys(key, key + 1, true);
+      }
+    }
     finish_rows(state, num_rows, static_cast<int>(head_dim), s.out_rows);
   }
 
@@ -457,6 +462,8 @@ class AttentionCpu {
   int threads_ = 1;
   std::vector<WorkItem> items_, decode_items_;
   std::vector<SpanMerge> merges_;  // decodes cut into spans
+  const int32_t* tree_parents_ = nullptr;  // the step's (API 3.3); null: every sequence causal
+  std::vector<int32_t> depths_;            // with tree_parents_: [num_tokens], ancestors among the new tokens
   size_t span_floats_ = 0;         // the partials area: every span state of the step
 };
 

@@ -82,3 +82,15 @@ TEST_CASE("an attention plugin built against a newer minor than the engine's is 
                              std::to_string(LLMK_ATTENTION_API_MINOR + 1) + ", engine has " + kEngine +
                              " (a newer minor version than the engine's))"));
 }
+
+TEST_CASE("attention.cpu claims 3.3 (token trees); a plugin built with the header's default claims 3.2",
+          "[conformance][api_version][tree]") {
+  // The host sends tree_parents only to plugins of 3.3 or later
+  // (Model::attends_token_trees); a plugin claims 3.3 only by defining
+  // LLMK_ATTENTION_API_BUILD_MINOR, so one that never reads the parents
+  // (here attention.nosinks, built against the header as it is) gets chains.
+  PluginRegistry registry({LLMK_CONFORMANCE_FIXTURE_DIR});
+  CHECK(registry.load("attention.cpu", LLMK_PLUGIN_ATTENTION).info().api_version == LLMK_API_VERSION(3, 3));
+  CHECK(registry.load("attention.nosinks", LLMK_PLUGIN_ATTENTION).info().api_version == LLMK_API_VERSION(3, 2));
+  CHECK(engine_api_version(LLMK_PLUGIN_ATTENTION) == LLMK_API_VERSION(3, 3));
+}

@@ -305,10 +305,23 @@ class FakeModel final : public KvOffloader {
         token_.at(c.dst_slot + i) = token_.at(c.src_slot + i);
         position_.at(c.dst_slot + i) = position_.at(c.src_slot + i);
       }
+    // Token trees: a row's parent among its sequence's rows (-1: none); a
+    // row sits at the next cache position, its position is the first new
+    // one plus its depth, and it reads the cached tokens and its ancestors.
+    require(b.tree_parents.empty() || b.tree_parents.size() == b.token_ids.size(), "tree_parents size");
+    auto parent_of = [&](int32_t s, int32_t r) {
+      return b.tree_parents.empty() ? r - b.query_start[s] - 1 : b.tree_parents[size_t(r)];
+    };
+    std::vector<int32_t> depth(b.token_ids.size(), 0);
     for (int32_t s = 0; s < b.num_seqs(); ++s) {
       for (int32_t r = b.query_start[s]; r < b.query_start[s + 1]; ++r) {
-        const int32_t pos = b.context_lens[s] - (b.query_start[s + 1] - r);
-        require(b.positions[r] == pos, "positions are the context's last tokens");
+        const int32_t parent = parent_of(s, r);
+        require(parent >= -1 && parent < r - b.query_start[s], "a tree parent is an earlier row of the sequence");
+        depth[size_t(r)] = parent < 0 ? 0 : depth[size_t(b.query_start[s] + parent)] + 1;
+        const int32_t first_new = b.context_lens[s] - (b.query_start[s + 1] - b.query_start[s]);
+        const int32_t pos = first_new + depth[size_t(r)];
+        const int32_t cache_pos = b.context_lens[s] - (b.query_start[s + 1] - r);
+        require(b.positions[r] == pos, "positions are the context's last tokens (a tree's: by depth)");
         if (b.slot_mapping[r] < 0) {  // a static batch's padding row: reads its context, writes nothing
           require(plan.seqs[static_cast<size_t>(s)].is_padding, "only padding rows skip their KV write");
           for (int32_t p = 0; p <= pos; ++p)
@@ -316,7 +329,7 @@ class FakeModel final : public KvOffloader {
           ++num_padding_rows;
           continue;
         }
-        require(b.slot_mapping[r] == slot(b, s, pos), "slot_mapping follows the block table");
+        require(b.slot_mapping[r] == slot(b, s, cache_pos), "slot_mapping follows the block table");
         token_.at(b.slot_mapping[r]) = b.token_ids[r];
         position_.at(b.slot_mapping[r]) = pos;
       }
@@ -326,11 +339,18 @@ class FakeModel final : public KvOffloader {
       const int32_t row = b.logits_rows[i];
       int32_t s = 0;
       while (b.query_start[s + 1] <= row) ++s;
-      std::vector<int32_t> context;
-      for (int32_t p = 0; p <= b.positions[row]; ++p) {
+      std::vector<int32_t> context, line;
+      for (int32_t x = row - b.query_start[s]; x >= 0; x = parent_of(s, b.query_start[s] + x))
+        line.insert(line.begin(), b.query_start[s] + x);
+      const int32_t first_new = b.context_lens[s] - (b.query_start[s + 1] - b.query_start[s]);
+      for (int32_t p = 0; p < first_new; ++p) {
         const int32_t sl = slot(b, s, p);
         require(position_.at(sl) == p, "KV slot holds the position it should (stale or lost KV)");
         context.push_back(token_.at(sl));
+      }
+      for (int32_t r : line) {
+        require(position_.at(b.slot_mapping[r]) == b.positions[r], "a new row's KV slot holds its position");
+        context.push_back(token_.at(b.slot_mapping[r]));
       }
       out.push_back(next_token(context, plan.logits[i].sample_index));
     }

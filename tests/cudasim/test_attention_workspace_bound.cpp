@@ -41,7 +41,7 @@ size_t plan_bytes(const llmk_attention_api& api, void* self, const llmk_attentio
   const llmk_attention_step step{sizeof(llmk_attention_step), static_cast<uint32_t>(query_start.back()), num_seqs,
                                  max_blocks, kBlockSize, desc.max_context, query_start.data(), context.data(),
                                  slots.data(), tables.data(), query_start.data(), context.data(), slots.data(),
-                                 tables.data()};
+                                 tables.data(), nullptr, nullptr};
   size_t bytes = 0;
   llmk_error err{};
   REQUIRE(api.plan(self, &step, &bytes, &err) == LLMK_OK);

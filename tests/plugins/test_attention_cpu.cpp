@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -252,7 +253,7 @@ TEST_CASE("attention.cpu rejects a block table that points outside the cache whe
   REQUIRE(self);
   std::vector<int32_t> qs{0, 1}, ctx{3}, slots{2}, table{6};  // block of 4 starting at slot 6: past 8 slots
   const llmk_attention_step step{sizeof(llmk_attention_step), 1, 1, 1, 4, 8, qs.data(), ctx.data(), slots.data(),
-                                 table.data(), qs.data(), ctx.data(), slots.data(), table.data()};
+                                 table.data(), qs.data(), ctx.data(), slots.data(), table.data(), nullptr, nullptr};
   size_t bytes = 0;
   CHECK(api.plan(self, &step, &bytes, &err) == LLMK_ERR_INVALID_ARGUMENT);
   CHECK(std::string(err.message).find("outside") != std::string::npos);
@@ -285,7 +286,7 @@ TEST_CASE("attention.cpu declares the standard KV layout and holds run() to its 
   CHECK(api.run(self, &layer, nullptr, 0, nullptr, &err) == LLMK_ERR_INVALID_ARGUMENT);
   std::vector<int32_t> qs{0, 1}, ctx{1}, slots{0}, table{0};
   const llmk_attention_step step{sizeof(llmk_attention_step), 1, 1, 1, 4, 8, qs.data(), ctx.data(), slots.data(),
-                                 table.data(), qs.data(), ctx.data(), slots.data(), table.data()};
+                                 table.data(), qs.data(), ctx.data(), slots.data(), table.data(), nullptr, nullptr};
   size_t bytes = 0;
   REQUIRE(api.plan(self, &step, &bytes, &err) == LLMK_OK);
   REQUIRE(bytes > 0);
@@ -300,4 +301,37 @@ TEST_CASE("attention.cpu declares the standard KV layout and holds run() to its 
   other.kv.num_slots = 4;
   CHECK(api.run(self, &other, workspace.data(), bytes, nullptr, &err) == LLMK_ERR_INVALID_ARGUMENT);
   api.destroy(self);
+}
+
+TEST_CASE("attention.cpu masks a token tree's rows to their ancestors, on every path, cache type and level",
+          "[attention][tree]") {
+  // API 3.3: a speculating decode's newest token and its draft tree beside a
+  // prefill chunk, a decode and a causal chunk. Trees: a branching one, a
+  // wide one of 40 nodes (several query blocks), a chain sent as a tree, and
+  // trees on contexts shorter than the sinks and the window.
+  const auto [head_dim, threads, block_size] =
+      GENERATE(table<uint32_t, uint32_t, uint32_t>({{64, 2, 16}, {40, 1, 7}, {64, 1, 1}}));
+  const uint32_t window = GENERATE(0u, 5u, 300u);
+  const uint32_t sinks = GENERATE(0u, 4u);
+  std::vector<int32_t> wide{-1};
+  for (int32_t t = 1; t < 40; ++t) wide.push_back(t < 6 ? 0 : t % 3 == 0 ? (t - 1) / 3 : t / 2);
+  Problem p{8, 2, head_dim, block_size, {9, 13, 1, 40, 5, 6, 3}, {60, 13, 77, 140, 5, 9, 300}, window};
+  p.sink_tokens = sinks;
+  p.tree_parents = {{-1, 0, 0, 1, 1, 2, 3, 5, 5}, {}, {}, wide, {-1, 0, 1, 2, 3}, {-1, 0, 0, 0, 2, 4}, {}};
+  for (const std::string& file : plugin_files()) {
+    INFO("head_dim " << head_dim << ", threads " << threads << ", block " << block_size << ", window " << window
+                     << ", sinks " << sinks << ", " << file);
+    CHECK(run_case(p, LLMK_DTYPE_F32, threads, 81 + head_dim, 8, file) < 2e-5);
+    CHECK(run_case(p, LLMK_DTYPE_F16, threads, 82 + head_dim, 8, file) < 2e-5);
+    CHECK(run_case(p, LLMK_DTYPE_I8, threads, 83 + head_dim, 8, file) < 2e-5);
+  }
+}
+
+TEST_CASE("attention.cpu refuses tree parents that do not point to an earlier new token of the sequence",
+          "[attention][tree]") {
+  Problem p{4, 2, 16, 16, {3, 4}, {10, 4}};
+  p.tree_parents = {{-1, 0, 0}, {-1, 0, 2, 1}};  // the second sequence's token 2 names itself
+  const auto r = llmk::test::check_attention_step(plugin_api("llmk_attention_cpu"), p, LLMK_DTYPE_F32, 1, 5);
+  CHECK(r.max_err == std::numeric_limits<double>::infinity());
+  CHECK_THAT(r.why, Catch::Contains("tree_parents[5] = 2 of sequence 1"));
 }

@@ -29,9 +29,18 @@
 #include "kernels/cpu/convert.hpp"
 #include "kernels/cpu/kv_quant.hpp"
 #include "kernels/cuda/attention_paged.hpp"
+#include "support/skip.hpp"
 #include "test_support.hpp"
 
 namespace llmk::cudasim_test {
+
+// The large shape grids of the attention kernels run in the release build
+// only (LLMK_SKIP_WHEN_SANITIZED): the kernels are compiled without the
+// sanitizers (the simulation's own bounds and race checks cover them there),
+// and the smaller cases of each kernel still take the host side of a launch
+// through the sanitized build.
+inline constexpr const char* kSanitizedGridReason =
+    "a grid through kernels the sanitizers do not instrument; smaller cases sanitize the launch path";
 
 // Values held in one of F32, F16, BF16: the bytes the device sees and the
 // exact float64 value of each element.

@@ -62,6 +62,7 @@ std::vector<seq_spec> mixed_short_step() { return {{37, 1}, {50, 7}, {5, 5}, {1,
 }  // namespace
 
 TEST_CASE("Decode attention matches float64 over GQA ratios, block sizes, KV dtypes and sliding windows") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   // head_dim 24: small, as the simulation tracks every shared-memory access; head_dims have their own test.
   for_each_grid_case(mixed_short_step(), 24, {LLMK_DTYPE_F32, LLMK_DTYPE_F16, LLMK_DTYPE_BF16, LLMK_DTYPE_I8},
                      {0, 6}, 1100, [](const attention_case& c) {
@@ -74,6 +75,7 @@ TEST_CASE("Decode attention matches float64 over GQA ratios, block sizes, KV dty
 }
 
 TEST_CASE("Decode attention matches float64 with several KV heads: GQA 8/4, 16/2 and 32/8") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   for_each_kv_heads_case(mixed_short_step(), 16, {LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, {0, 6}, 1150,
                          [](const attention_case& c) {
                            check_decode_case(c, 1);
@@ -127,6 +129,7 @@ TEST_CASE("Decode attention with sinks at head_dim 256 and eight query heads a b
 // other splits' weights are below f32's smallest exp(-x) and a merge that
 // rescales against any maximum but the largest overflows exp().
 TEST_CASE("Decode attention merges splits whose maxima lie more than 88 apart") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   attention_case c;
   c.num_heads = 2;
   c.num_kv_heads = 2;
@@ -166,6 +169,7 @@ TEST_CASE("Decode attention merges splits whose maxima lie more than 88 apart") 
 }
 
 TEST_CASE("Decode attention gives the float64 result for 1, 2, 7 and many splits, and more splits than tiles") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   std::uint64_t data_seed = 1200;
   attention_case c;
   c.num_heads = 4;
@@ -247,6 +251,7 @@ TEST_CASE("Decode attention reads I8 caches with groups of 8, 16, 32 and a whole
 }
 
 TEST_CASE("Decode attention over contexts of ~3000 tokens, window on and off, one block or many") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   std::uint64_t data_seed = 1600;
   for (const int block_size : {16, 0})
     for (const int window : {0, 1000}) {

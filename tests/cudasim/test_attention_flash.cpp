@@ -77,17 +77,20 @@ std::vector<seq_spec> mixed_short_step() { return {{37, 1}, {50, 7}, {21, 21}, {
 }  // namespace
 
 TEST_CASE("Flash attention matches float64 over GQA ratios, block sizes, KV dtypes and sliding windows") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   // head_dim 16: small, as the simulation runs every WMMA product in every lane; head_dims have their own test.
   for_each_grid_case(mixed_short_step(), 16, {LLMK_DTYPE_F16, LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, {0, 13}, 1100,
                      [](const attention_case& c) { check_flash_case(c); });
 }
 
 TEST_CASE("Flash attention matches float64 with several KV heads: GQA 8/4, 16/2 and 32/8") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   for_each_kv_heads_case(mixed_short_step(), 16, {LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, {0, 13}, 1150,
                          [](const attention_case& c) { check_flash_case(c); });
 }
 
 TEST_CASE("Flash attention scores the sinks with q_sink, with and without a window, GQA up to 32/8") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   // A fresh 3-token prefill lies among the sinks (no keys after them), the
   // 21-token one starts there; the chunks on cached prefixes see the sinks
   // and then keys from the window's start (several tiles under GQA).
@@ -97,6 +100,7 @@ TEST_CASE("Flash attention scores the sinks with q_sink, with and without a wind
 }
 
 TEST_CASE("Flash attention handles head_dim 64, 80, 128 and 256 on F16, BF16 and I8 caches") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   std::uint64_t data_seed = 1200;
   for (const int head_dim : {64, 80, 128, 256})
     for (const llmk_dtype kv_dtype : {LLMK_DTYPE_F16, LLMK_DTYPE_BF16, LLMK_DTYPE_I8}) {
@@ -155,6 +159,7 @@ TEST_CASE("Flash attention over odd GQA ratios and a group wider than a block's 
 }
 
 TEST_CASE("Flash attention with sliding windows of 1 to 24 keys over tiles of 16 keys") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   // head_dim 144 takes tiles of 16 keys: the windows' first keys fall on
   // every offset of a tile, for the rows of each warp.
   std::uint64_t data_seed = 1450;
@@ -173,6 +178,7 @@ TEST_CASE("Flash attention with sliding windows of 1 to 24 keys over tiles of 16
 }
 
 TEST_CASE("Flash attention over a ~2600-token context: a prefill chunk on a long prefix, window on and off") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   std::uint64_t data_seed = 1500;
   for (const int window : {0, 1000}) {
     attention_case c;

@@ -38,12 +38,14 @@ std::vector<seq_spec> mixed_short_step() { return {{37, 1}, {50, 7}, {5, 5}, {1,
 }  // namespace
 
 TEST_CASE("Paged attention matches float64 over GQA ratios, block sizes, KV dtypes and sliding windows") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   // head_dim 24: small, as the simulation tracks every shared-memory read; head_dims have their own test.
   for_each_grid_case(mixed_short_step(), 24, {LLMK_DTYPE_F32, LLMK_DTYPE_F16, LLMK_DTYPE_BF16, LLMK_DTYPE_I8},
                      {0, 6}, 100, [](const attention_case& c) { check_attention_case(c); });
 }
 
 TEST_CASE("Paged attention matches float64 with several KV heads: GQA 8/4, 16/2 and 32/8") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   for_each_kv_heads_case(mixed_short_step(), 16, {LLMK_DTYPE_BF16, LLMK_DTYPE_I8}, {0, 6}, 150,
                          [](const attention_case& c) { check_attention_case(c); });
 }
@@ -108,6 +110,7 @@ TEST_CASE("Paged attention reads I8 caches with groups of 8, 16, 32 and a whole 
 }
 
 TEST_CASE("Paged attention over contexts of ~3000 tokens, decode and a prefill chunk, window on and off") {
+  LLMK_SKIP_WHEN_SANITIZED(kSanitizedGridReason);
   std::uint64_t data_seed = 400;
   for (const int block_size : {16, 0})
     for (const int window : {0, 1000}) {

@@ -28,3 +28,14 @@ inline void announce_skip(const std::string& reason) {
     ::llmk::test::announce_skip(reason);   \
     return;                                \
   } while (0)
+
+// A case the sanitized suite (scripts/test.sh sets LLMK_TEST_SANITIZED) leaves
+// to the release build, because the sanitizers would add nothing to what
+// the release run checks: e.g. a grid of shapes through code that is not
+// instrumented (the simulated CUDA kernels) or that smaller cases of the
+// same program already sanitize. `why` says which.
+#define LLMK_SKIP_WHEN_SANITIZED(why)                                       \
+  do {                                                                      \
+    if (std::getenv("LLMK_TEST_SANITIZED") != nullptr)                      \
+      LLMK_SKIP(std::string("left to the release build under the sanitizers: ") + (why)); \
+  } while (0)

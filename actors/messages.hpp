@@ -119,6 +119,10 @@ struct SampleRow {  // one logits row of the step
   // Speculative: the draft fed on the next row; that row and the sample's
   // later rows of the step count only if this row's id equals it. -1: none.
   int32_t draft_token = -1;
+  // The distribution the draft was drawn from (SamplerRow::draft_probs),
+  // null when proposed with certainty. Host memory shared with the plan,
+  // so the row goes only to an actor of this process (not serialised).
+  DraftProbs draft_probs = nullptr;
 };
 
 struct SampleWork {

@@ -179,6 +179,7 @@ struct SpeculativeSection {
   std::string draft_model;         // draft: HF directory or .gguf sharing the target's tokenizer
   std::string draft_linear;        // draft: its linear plugin ("" = plugins.linear)
   uint32_t max_batch_size = 0;     // steps with more decodes than this do not speculate (0: no limit)
+  std::string draft_sampling = "greedy";  // draft: greedy | sampled (sampled requests draw drafts from q)
 
   bool operator==(const SpeculativeSection&) const = default;
 };

@@ -103,6 +103,7 @@
 #include "core/kv_offloader.hpp"
 #include "core/request.hpp"
 #include "core/sequence.hpp"
+#include "core/speculation.hpp"
 #include "core/step.hpp"
 
 namespace llmk {
@@ -202,6 +203,7 @@ struct LogitsTarget {
   // Speculative: the draft fed on the next row, which (with every later row
   // of its sequence) counts only if this row's id equals it; -1 otherwise.
   int32_t draft_token = -1;
+  DraftProbs draft_probs = nullptr;  // the distribution draft_token was drawn from; null: proposed with certainty
 };
 
 struct StepPlan {
@@ -378,7 +380,9 @@ class Scheduler {
   StreamWindow stream_{};                // window 0: every row kept
   int32_t num_speculative_tokens_ = 0;
   uint32_t spec_max_batch_size_ = 0;     // speculative.max_batch_size
+  bool spec_sampled_drafts_ = false;     // speculative.draft_sampling sampled
   std::unordered_map<uint64_t, std::vector<int32_t>> step_drafts_;  // the plan's drafts, by sequence
+  std::unordered_map<uint64_t, std::vector<DraftProbs>> step_draft_probs_;  // their q where drawn, by sequence
 
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // live sequences
   std::unordered_map<std::string, RequestState> requests_;         // live requests

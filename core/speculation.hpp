@@ -18,8 +18,10 @@
 // Proposers: the scheduler asks once per planned step for the drafts of
 // every decode that may speculate, so a proposer that runs a model runs
 // them as one batch (core/draft_proposer.hpp). Drafts are proposed with
-// certainty (a draft model's are its greedy choices), which is what the
-// verification rule above assumes of q.
+// certainty (prompt lookup; a draft model's greedy choices), or drawn from
+// the draft model's distribution q (speculative.draft_sampling sampled),
+// which then goes with each draft to the rule for a full q
+// (SamplerRow::draft_probs): the same equality still decides acceptance.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,8 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/request.hpp"
+#include "core/sampler.hpp"
 
 namespace llmk {
 
@@ -37,7 +41,18 @@ struct DraftRequest {
   std::span<const int32_t> tokens;  // prompt, then generated; the newest last
   int32_t max_tokens = 0;           // drafts wanted (> 0)
   int32_t max_total_tokens = 0;     // the sequence never grows past this
+  // Set where drafts are drawn from the proposer's own distribution
+  // (speculative.draft_sampling sampled, a sampled request): its sampling
+  // parameters and seed; tokens[0, num_prompt_tokens) is the prompt.
+  const SamplingParams* sampling = nullptr;
+  uint64_t seed = 0;
+  uint32_t sample_index = 0;
+  int32_t num_prompt_tokens = 0;
 };
+
+// A draft's distribution q (SamplerRow::draft_probs), shared by the plan's
+// rows until the step is verified.
+using DraftProbs = std::shared_ptr<const std::vector<TokenProb>>;
 
 class Proposer {
  public:
@@ -46,6 +61,13 @@ class Proposer {
   // requests[i].tokens; none where the proposer has no guess. out is
   // resized to requests.size().
   virtual void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) = 0;
+  // The same, and probs[i][j] the distribution draft j of requests[i] was
+  // drawn from, null where it was proposed with certainty (the default).
+  virtual void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out,
+                       std::vector<std::vector<DraftProbs>>& probs) {
+    propose(requests, out);
+    probs.assign(requests.size(), {});
+  }
   // The sequence has ended: what the proposer keeps for it goes.
   virtual void release(uint64_t /*seq_id*/) {}
 };
@@ -58,6 +80,7 @@ class NgramProposer final : public Proposer {
  public:
   // Throws Error(invalid_config) unless 1 <= min_n <= max_n.
   NgramProposer(int32_t min_n, int32_t max_n);
+  using Proposer::propose;
   void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) override;
   // One sequence's drafts, appended to out.
   void propose(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const;

@@ -124,6 +124,10 @@ struct SampleRow {  // one logits row of the step
   // count; -1 outside trees.
   int32_t tree_parent = -1;
   int32_t tree_token = -1;
+  // The distribution the draft was drawn from (SamplerRow::draft_probs),
+  // null when proposed with certainty. Host memory shared with the plan,
+  // so the row goes only to an actor of this process (not serialised).
+  DraftProbs draft_probs = nullptr;
 };
 
 struct SampleWork {

@@ -157,7 +157,9 @@ caf::error sample_rows(SamplerState& st, const SampleWork& work, const LogitsVie
   for (size_t i = 0; i < work.rows.size(); ++i)
     st.sampler_rows[i] = {work.rows[i].request_key, work.rows[i].sample_index,
                           static_cast<int32_t>(st.row_histories[i]->size()) + st.row_offsets[i],
-                          work.rows[i].draft_token};
+                          work.rows[i].draft_token,
+                          work.rows[i].draft_probs ? std::span<const TokenProb>(*work.rows[i].draft_probs)
+                                                   : std::span<const TokenProb>{}};
   result.tokens.resize(work.rows.size());
   st.sampler->sample(view, st.sampler_rows, result.tokens, [&](const SampledIds& ids) {
     if (published) return;

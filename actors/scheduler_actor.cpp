@@ -127,7 +127,7 @@ StepWork make_work(SchedulerActorState& st, const StepPlan& plan, std::vector<ui
   sample.raw_argmax = st.parts->overlap && !plan.logits.empty();
   for (const auto& target : plan.logits) {
     sample.rows.push_back(SampleRow{target.request_key, target.sample_index, target.num_generated, target.draft_token,
-                                    target.tree_parent, target.tree_token});
+                                    target.tree_parent, target.tree_token, target.draft_probs});
     sample.raw_argmax = sample.raw_argmax && target.sampling && chooses_raw_argmax(*target.sampling);
     if (!st.sampler_keys.insert(target.request_key).second) continue;
     SamplerOpen open;

@@ -154,7 +154,7 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(speculative, prompt_lookup_min), LLMK_FIELD(speculative, prompt_lookup_max),
       LLMK_FIELD(speculative, draft_model), LLMK_FIELD(speculative, draft_linear),
       LLMK_FIELD(speculative, max_batch_size), LLMK_FIELD(speculative, tree_width),
-      LLMK_FIELD(speculative, tree_nodes),
+      LLMK_FIELD(speculative, tree_nodes), LLMK_FIELD(speculative, draft_sampling),
   };
   return all;
 }

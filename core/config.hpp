@@ -181,6 +181,7 @@ struct SpeculativeSection {
   uint32_t max_batch_size = 0;     // steps with more decodes than this do not speculate (0: no limit)
   uint32_t tree_width = 1;         // ngram: candidate continuations merged into a token tree (1: a chain)
   uint32_t tree_nodes = 0;         // most draft nodes of a tree (0: num_tokens x tree_width)
+  std::string draft_sampling = "greedy";  // draft: greedy | sampled (sampled requests draw drafts from q)
 
   bool operator==(const SpeculativeSection&) const = default;
 };

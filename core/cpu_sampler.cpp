@@ -81,6 +81,7 @@ void CpuSampler::sample(const LogitsView& view, std::span<const Row> rows, std::
     row.seed = req.seed;
     row.sample_index = static_cast<uint32_t>(r.sample_index);
     row.draft_token = r.draft_token;
+    row.draft_probs = r.draft_probs;
   }
   sampler_.sample(rows_, out);
   ids_.resize(rows.size());

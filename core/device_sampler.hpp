@@ -48,6 +48,10 @@ class DeviceSampler {
     // the sample's rows just before it in `rows` carry the drafts fed
     // before it, which its history (penalties) includes. -1: none.
     int32_t draft_token = -1;
+    // The distribution the draft was drawn from (SamplerRow::draft_probs),
+    // valid during sample(); empty: proposed with certainty. Only the CPU
+    // sampler applies it (config validation keeps it off other devices).
+    std::span<const TokenProb> draft_probs = {};
   };
   // Samples view row i for rows[i] (out.size() >= rows.size()) and appends
   // each sampled id to its sample's history. Waits for view.ready first (on

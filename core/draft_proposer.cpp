@@ -69,7 +69,14 @@ bool DraftModelProposer::make_room(uint64_t seq_id, const DraftRequest& r, uint3
 }
 
 void DraftModelProposer::propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) {
+  std::vector<std::vector<DraftProbs>> probs;
+  propose(requests, out, probs);
+}
+
+void DraftModelProposer::propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out,
+                                 std::vector<std::vector<DraftProbs>>& probs) {
   out.assign(requests.size(), {});
+  probs.assign(requests.size(), {});
   const ModelRuntime& runtime = executor_->runtime();
   const auto max_seq_len = static_cast<int32_t>(runtime.max_seq_len);
   const auto block = static_cast<int32_t>(kv_->block_size());
@@ -165,10 +172,40 @@ void DraftModelProposer::propose(std::span<const DraftRequest> requests, std::ve
     for (size_t r = 0; r < with_logits.size(); ++r) {
       Work& w = *with_logits[r];
       std::vector<int32_t>& drafts = out[w.index];
-      drafts.push_back(choices[r]);
-      if (static_cast<int32_t>(drafts.size()) < w.wanted) w.feed.push_back(choices[r]);
+      const DraftRequest& q = requests[w.index];
+      int32_t next = choices[r];
+      if (q.sampling != nullptr) {
+        logits_.resize(static_cast<size_t>(view.vocab_size));
+        executor_->copy_logits_to_host(view, static_cast<int32_t>(r), 1, logits_.data());
+        next = draw(q, logits_.data(), view.vocab_size, drafts, probs[w.index]);
+      }
+      drafts.push_back(next);
+      if (static_cast<int32_t>(drafts.size()) < w.wanted) w.feed.push_back(next);
     }
   }
+}
+
+// A draft drawn from q, the draft's processed distribution after the
+// sequence and the drafts before it (their history for the penalties), with
+// the draft's own uniform stream at the generated index it would take.
+int32_t DraftModelProposer::draw(const DraftRequest& r, const float* logits, int32_t vocab_size,
+                                 const std::vector<int32_t>& drafts, std::vector<DraftProbs>& probs) {
+  if (!sampler_) sampler_ = std::make_unique<Sampler>(vocab_size, 1);
+  const auto num_prompt = static_cast<size_t>(r.num_prompt_tokens);
+  history_.assign(r.tokens.begin() + static_cast<std::ptrdiff_t>(num_prompt), r.tokens.end());
+  history_.insert(history_.end(), drafts.begin(), drafts.end());
+  SamplerRow row;
+  row.logits = logits;
+  row.params = r.sampling;
+  row.prompt_ids = r.tokens.first(num_prompt);
+  row.generated_ids = history_;
+  row.seed = r.seed;
+  row.sample_index = r.sample_index;
+  auto q = std::make_shared<std::vector<TokenProb>>();
+  sampler_->distribution(row, *q);
+  const int32_t id = draw_from(*q, draft_uniform(r.seed, r.sample_index, history_.size()));
+  probs.push_back(std::move(q));
+  return id;
 }
 
 namespace {

@@ -1,7 +1,10 @@
 // A draft model as a Proposer (speculative.method draft): a second, cheaper
 // model (any model llmk loads, e.g. a quantized copy of the target through
 // speculative.draft_linear, or a smaller model of the family) drafts k
-// tokens by k greedy steps, all speculating sequences in one batch per step.
+// tokens by k steps, all speculating sequences in one batch per step: its
+// greedy choices, or (a request with DraftRequest::sampling) draws from its
+// own processed distribution q under the request's sampling parameters,
+// each returned with its q (tokens with q > 0) for the rejection rule.
 //
 // Where its steps run: on the scheduler's thread, inside the planning of the
 // target's step, on an executor of its own (its weights, its KV memory, its
@@ -29,6 +32,7 @@
 #include "core/executor.hpp"
 #include "core/kv_allocator.hpp"
 #include "core/plugin_loader.hpp"
+#include "core/sampler.hpp"
 #include "core/speculation.hpp"
 
 namespace llmk {
@@ -42,6 +46,8 @@ class DraftModelProposer final : public Proposer {
   ~DraftModelProposer() override;
 
   void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) override;
+  void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out,
+               std::vector<std::vector<DraftProbs>>& probs) override;
   void release(uint64_t seq_id) override;
 
   // Draft forwards run and sequences whose cache was dropped for room.
@@ -54,10 +60,15 @@ class DraftModelProposer final : public Proposer {
   bool make_room(uint64_t seq_id, const DraftRequest& r, uint32_t num_tokens, std::vector<llmk_kv_copy>& copies,
                  std::span<const DraftRequest> requests);
   void drop(uint64_t seq_id);
+  int32_t draw(const DraftRequest& r, const float* logits, int32_t vocab_size, const std::vector<int32_t>& drafts,
+               std::vector<DraftProbs>& probs);
 
   std::shared_ptr<const Checkpoint> checkpoint_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<KvAllocator> kv_;
+  std::unique_ptr<Sampler> sampler_;  // over the draft's logits, made when first drawn from
+  std::vector<int32_t> history_;  // scratch: a draw's generated ids
+  std::vector<float> logits_;     // scratch: a drawn row's logits on the host [vocab_size]
   std::unordered_map<uint64_t, std::vector<int32_t>> cached_;  // per sequence: the tokens its K/V holds
   uint64_t num_steps_ = 0, num_evictions_ = 0;
 };

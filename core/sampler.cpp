@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/sampler_draft.hpp"
 #include "core/sampler_math.hpp"
 
 namespace llmk {
@@ -54,8 +55,9 @@ struct Sampler::Scratch {
   std::vector<uint8_t> seen;     // [vocab] all zero between rows
   std::vector<Weighted> candidates;
   std::vector<Scored> top;       // top-k selection, logprob listing
+  std::vector<float> q;          // [vocab] all zero between rows (a draft's q, spread out)
 
-  explicit Scratch(int32_t vocab) : logits(vocab), weights(vocab), counts(vocab, 0), seen(vocab, 0) {}
+  explicit Scratch(int32_t vocab) : logits(vocab), weights(vocab), counts(vocab, 0), seen(vocab, 0), q(vocab, 0.0f) {}
 };
 
 Sampler::Sampler(int32_t vocab_size, int32_t max_threads) : vocab_size_(vocab_size) {
@@ -337,6 +339,13 @@ int32_t greedy_token(const float* logits, int32_t vocab_size) {
   return argmax_token(argmax_part(logits, 0, vocab_size));
 }
 
+// Every token of positive weight, when no truncation applies.
+void Sampler::all_candidates(const float* z, Scratch& s, int32_t vocab) {
+  s.candidates.clear();
+  for (int32_t i = 0; i < vocab; ++i)
+    if (s.weights[i] > 0.0f) s.candidates.push_back({z[i], s.weights[i], i});
+}
+
 void Sampler::sample_row(const SamplerRow& row, Scratch& s, SampledToken& out) const {
   const SamplingParams& p = *row.params;
   const int32_t vocab = vocab_size_;
@@ -364,7 +373,11 @@ void Sampler::sample_row(const SamplerRow& row, Scratch& s, SampledToken& out) c
     // range: accepted with probability p(x), else the rest of the range
     // draws from p without x. Every token keeps probability p.
     const int32_t x = row.draft_token;
-    if (truncate(p, z, s.weights.data(), vocab, m, total, s.top, s.candidates)) {
+    if (!row.draft_probs.empty()) {
+      ensure_weights();  // a draft drawn from q: sampler_draft.hpp
+      if (!truncate(p, z, s.weights.data(), vocab, m, total, s.top, s.candidates)) all_candidates(z, s, vocab);
+      out.token_id = sampler_detail::verify_against_q(s.candidates, x, row.draft_probs, u, s.q);
+    } else if (truncate(p, z, s.weights.data(), vocab, m, total, s.top, s.candidates)) {
       double mass = 0.0, wx = 0.0;
       for (const auto& c : s.candidates) {
         mass += c.weight;
@@ -446,27 +459,37 @@ void Sampler::processed_logits(const SamplerRow& row, std::span<float> out) {
   std::copy_n(z, std::min<size_t>(out.size(), static_cast<size_t>(vocab_size_)), out.begin());
 }
 
-std::vector<int32_t> Sampler::candidates(const SamplerRow& row) {
-  Scratch& s = *scratch_[0];
+// Step 7's candidates into s.candidates, best first; weights filled.
+void Sampler::fill_candidates(const SamplerRow& row, Scratch& s) const {
   const int32_t vocab = vocab_size_;
   const float* z = process(row, vocab, s.logits, s.counts, s.seen);  // [vocab]
-  std::vector<int32_t> ids;
   const float m = max_of(z, vocab);
+  s.candidates.clear();
   if (is_greedy(*row.params)) {
-    ids.push_back(argmax(z, vocab, m));
-    return ids;
+    const int32_t id = argmax(z, vocab, m);
+    s.candidates.push_back({z[id], 1.0f, id});
+    return;
   }
   const double total = fill_weights(z, vocab, m, s.weights.data());
-  if (!truncate(*row.params, z, s.weights.data(), vocab, m, total, s.top, s.candidates)) {
-    s.candidates.clear();
-    for (int32_t i = 0; i < vocab; ++i) {
-      if (s.weights[i] > 0.0f) s.candidates.push_back({z[i], s.weights[i], i});
-    }
-  }
+  if (!truncate(*row.params, z, s.weights.data(), vocab, m, total, s.top, s.candidates)) all_candidates(z, s, vocab);
   std::sort(s.candidates.begin(), s.candidates.end(),
             [](const Weighted& a, const Weighted& b) { return sampler_detail::better(a, b); });
-  for (const auto& c : s.candidates) ids.push_back(c.id);
+}
+
+std::vector<int32_t> Sampler::candidates(const SamplerRow& row) {
+  fill_candidates(row, *scratch_[0]);
+  std::vector<int32_t> ids;
+  for (const auto& c : scratch_[0]->candidates) ids.push_back(c.id);
   return ids;
+}
+
+void Sampler::distribution(const SamplerRow& row, std::vector<TokenProb>& out) {
+  fill_candidates(row, *scratch_[0]);
+  double mass = 0.0;
+  for (const auto& c : scratch_[0]->candidates) mass += c.weight;
+  out.clear();
+  for (const auto& c : scratch_[0]->candidates)
+    if (c.weight > 0.0f) out.push_back({c.id, static_cast<float>(c.weight / mass)});
 }
 
 }  // namespace llmk

@@ -48,6 +48,20 @@ uint64_t resolve_seed(const std::optional<uint64_t>& seed);
 
 // The uniform number in [0, 1) behind a sample's draw at `step`.
 double sampler_uniform(uint64_t seed, uint32_t sample_index, uint64_t step);
+// The same for a draft model's draws (speculative.draft_sampling sampled):
+// a stream of its own, independent of the target's draws at every step.
+double draft_uniform(uint64_t seed, uint32_t sample_index, uint64_t step);
+
+// One token's probability in a processed distribution (step 7's: after
+// penalties, temperature and truncation, normalised).
+struct TokenProb {
+  int32_t id = -1;
+  float prob = 0.0f;
+};
+// A draw from such a distribution with uniform u: the first token, in the
+// order given, whose cumulative probability exceeds u times the total (the
+// last token with probability > 0 should rounding leave it unreached).
+int32_t draw_from(std::span<const TokenProb> dist, double u);
 
 // True when the sampler's choice for `params` is the argmax of the raw
 // logits: greedy, and no penalty changes a logit. Such a row's token can be
@@ -83,6 +97,13 @@ struct SamplerRow {
   // modified rejection rule for a point-mass draft). A greedy row returns
   // its argmax as always. -1: none.
   int32_t draft_token = -1;
+  // The distribution q the draft was drawn from (a draft model sampling,
+  // core/draft_proposer.hpp), its tokens with q > 0; empty: proposed with
+  // certainty. A sampled row then accepts the draft x with probability
+  // min(1, p(x)/q(x)) and otherwise draws from the normalised max(0, p - q),
+  // which is 0 at x whenever x can be rejected (p(x) < q(x)): the row's id
+  // equals the draft exactly when it is accepted, and is distributed as p.
+  std::span<const TokenProb> draft_probs;
 };
 
 struct SampledToken {
@@ -110,12 +131,17 @@ class Sampler {
   void processed_logits(const SamplerRow& row, std::span<float> out);
   // The tokens step 7 draws from, best first (the argmax alone when greedy).
   std::vector<int32_t> candidates(const SamplerRow& row);
+  // Those tokens with their probabilities (normalised over them; the argmax
+  // with 1 when greedy), best first, tokens of probability 0 left out.
+  void distribution(const SamplerRow& row, std::vector<TokenProb>& out);
 
   int32_t vocab_size() const { return vocab_size_; }
 
  private:
   struct Scratch;
   void sample_row(const SamplerRow& row, Scratch& scratch, SampledToken& out) const;
+  void fill_candidates(const SamplerRow& row, Scratch& scratch) const;
+  static void all_candidates(const float* z, Scratch& scratch, int32_t vocab);
 
   int32_t vocab_size_;
   int32_t num_threads_;

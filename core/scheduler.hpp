@@ -216,6 +216,7 @@ struct LogitsTarget {
   // the path follows the drawn ids (core/speculation.hpp, accepted_path).
   int32_t tree_parent = -1;
   int32_t tree_token = -1;
+  DraftProbs draft_probs = nullptr;  // the distribution draft_token was drawn from; null: proposed with certainty
 };
 
 struct StepPlan {
@@ -398,7 +399,9 @@ class Scheduler {
   int32_t num_speculative_tokens_ = 0;
   uint32_t spec_max_batch_size_ = 0;     // speculative.max_batch_size
   int32_t spec_tree_nodes_ = 0;          // most nodes of a draft tree; 0: chains only
+  bool spec_sampled_drafts_ = false;     // speculative.draft_sampling sampled
   std::unordered_map<uint64_t, DraftTree> step_drafts_;  // the plan's drafts, by sequence
+  std::unordered_map<uint64_t, std::vector<DraftProbs>> step_draft_probs_;  // their q where drawn (chains), by sequence
 
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // live sequences
   std::unordered_map<std::string, RequestState> requests_;         // live requests

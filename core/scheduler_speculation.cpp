@@ -29,6 +29,7 @@ void Scheduler::init_speculation(const SpeculativeSection& config, std::shared_p
                                                     "cannot");
   num_speculative_tokens_ = static_cast<int32_t>(config.num_tokens);
   spec_max_batch_size_ = config.max_batch_size;
+  spec_sampled_drafts_ = config.draft_sampling == "sampled";
   // Trees need an attention plugin that reads them; without one, chains.
   if (config.tree_width > 1 && token_trees)
     spec_tree_nodes_ = static_cast<int32_t>(config.tree_nodes != 0 ? config.tree_nodes
@@ -52,8 +53,9 @@ int32_t Scheduler::num_pending_decodes() const {
 
 // One sample (after a fork each sample may). A greedy row's id is its
 // argmax and a sampled row's follows the rejection rule (SamplerRow::
-// draft_token): either way a draft is accepted exactly when its row's id
-// equals it, and the ids are distributed as plain decoding's.
+// draft_token, or draft_probs for a draft drawn from q, whose residual is
+// 0 at a draft it can reject): either way a draft is accepted exactly when
+// its row's id equals it, and the ids are distributed as plain decoding's.
 bool Scheduler::may_speculate(const Sequence& seq) const {
   return proposer_ && seq.num_unforked_samples == 1 && seq.sampling != nullptr;
 }
@@ -75,6 +77,7 @@ bool Scheduler::any_may_speculate(const StepPlan& plan) {
 // verification rows cost more than the steps they save).
 void Scheduler::draft_for_step(int32_t max_drafts) {
   step_drafts_.clear();
+  step_draft_probs_.clear();
   if (planning_ahead_ || max_drafts <= 0) return;
   std::vector<DraftRequest> requests;
   if (!speculation_pays(spec_max_batch_size_, num_pending_decodes())) return;
@@ -88,13 +91,31 @@ void Scheduler::draft_for_step(int32_t max_drafts) {
     if (k <= 0) continue;
     // A tree's nodes all take KV slots: at most the room the sequence has.
     const int32_t nodes = may_draft_tree(*seq) ? std::min({spec_tree_nodes_, max_drafts, room}) : 0;
-    requests.push_back(DraftRequest{seq->seq_id, seq->tokens, k, seq->max_total_tokens(), nodes > k ? nodes : 0});
+    DraftRequest& r = requests.emplace_back(
+        DraftRequest{seq->seq_id, seq->tokens, k, seq->max_total_tokens(), nodes > k ? nodes : 0});
+    if (spec_sampled_drafts_ && seq->sampling->temperature >= kGreedyTemperature) {
+      r.sampling = seq->sampling.get();
+      r.seed = seq->sampling->seed.value_or(0);
+      r.sample_index = static_cast<uint32_t>(seq->index);
+      r.num_prompt_tokens = seq->num_prompt_tokens;
+    }
   }
   if (requests.empty()) return;
-  std::vector<DraftTree> out;
-  proposer_->propose_trees(requests, out);
-  for (size_t i = 0; i < requests.size(); ++i)
-    if (!out[i].empty()) step_drafts_[requests[i].seq_id] = std::move(out[i]);
+  if (spec_tree_nodes_ > 0) {  // prompt lookup's trees: proposed with certainty
+    std::vector<DraftTree> out;
+    proposer_->propose_trees(requests, out);
+    for (size_t i = 0; i < requests.size(); ++i)
+      if (!out[i].empty()) step_drafts_[requests[i].seq_id] = std::move(out[i]);
+    return;
+  }
+  std::vector<std::vector<int32_t>> out;
+  std::vector<std::vector<DraftProbs>> probs;
+  proposer_->propose(requests, out, probs);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (out[i].empty()) continue;
+    step_drafts_[requests[i].seq_id] = DraftTree::chain(out[i]);
+    if (!probs[i].empty()) step_draft_probs_[requests[i].seq_id] = std::move(probs[i]);
+  }
 }
 
 // This step's drafts for seq, at most max_drafts of them (the budget the
@@ -118,7 +139,12 @@ void Scheduler::add_draft_rows(StepPlan& plan, Sequence& seq, const DraftTree& t
   const std::vector<int32_t>& table = step_tables_.back();
   const int32_t block = batch.block_size;
   const auto k = static_cast<int32_t>(drafts.size());
+  const auto probs = step_draft_probs_.find(seq.seq_id);
+  auto probs_of = [&](int32_t i) {  // row i verifies draft i with its q, if drawn
+    return probs == step_draft_probs_.end() ? DraftProbs{} : probs->second.at(static_cast<size_t>(i));
+  };
   plan.logits.back().draft_token = drafts[0];
+  plan.logits.back().draft_probs = probs_of(0);
   const LogitsTarget decode_target = plan.logits.back();
   for (int32_t i = 0; i < k; ++i) {
     const int32_t p = seq.num_tokens() + i;
@@ -129,6 +155,7 @@ void Scheduler::add_draft_rows(StepPlan& plan, Sequence& seq, const DraftTree& t
     LogitsTarget target = decode_target;
     target.num_generated = seq.num_generated_tokens() + 1 + i;
     target.draft_token = i + 1 < k ? drafts[static_cast<size_t>(i + 1)] : -1;
+    target.draft_probs = i + 1 < k ? probs_of(i + 1) : DraftProbs{};
     plan.logits.push_back(std::move(target));
   }
   batch.query_start.back() += k;

@@ -18,8 +18,10 @@
 // Proposers: the scheduler asks once per planned step for the drafts of
 // every decode that may speculate, so a proposer that runs a model runs
 // them as one batch (core/draft_proposer.hpp). Drafts are proposed with
-// certainty (a draft model's are its greedy choices), which is what the
-// verification rule above assumes of q.
+// certainty (prompt lookup; a draft model's greedy choices), or drawn from
+// the draft model's distribution q (speculative.draft_sampling sampled),
+// which then goes with each draft to the rule for a full q
+// (SamplerRow::draft_probs): the same equality still decides acceptance.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,8 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/request.hpp"
+#include "core/sampler.hpp"
 
 namespace llmk {
 
@@ -40,6 +44,13 @@ struct DraftRequest {
   // Token trees (propose_trees): most draft nodes; max_tokens is then the
   // most depth. 0: a chain of up to max_tokens.
   int32_t max_nodes = 0;
+  // Set where drafts are drawn from the proposer's own distribution
+  // (speculative.draft_sampling sampled, a sampled request): its sampling
+  // parameters and seed; tokens[0, num_prompt_tokens) is the prompt.
+  const SamplingParams* sampling = nullptr;
+  uint64_t seed = 0;
+  uint32_t sample_index = 0;
+  int32_t num_prompt_tokens = 0;
 };
 
 // Drafts as a tree, in tree order: node j is tokens[j], a child of node
@@ -66,6 +77,10 @@ struct DraftTree {
   static DraftTree chain(std::span<const int32_t> tokens);
 };
 
+// A draft's distribution q (SamplerRow::draft_probs), shared by the plan's
+// rows until the step is verified.
+using DraftProbs = std::shared_ptr<const std::vector<TokenProb>>;
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
@@ -77,6 +92,13 @@ class Proposer {
   // max_tokens (a chain of up to max_tokens where max_nodes is 0). This
   // default proposes propose()'s chains.
   virtual void propose_trees(std::span<const DraftRequest> requests, std::vector<DraftTree>& out);
+  // The same, and probs[i][j] the distribution draft j of requests[i] was
+  // drawn from, null where it was proposed with certainty (the default).
+  virtual void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out,
+                       std::vector<std::vector<DraftProbs>>& probs) {
+    propose(requests, out);
+    probs.assign(requests.size(), {});
+  }
   // The sequence has ended: what the proposer keeps for it goes.
   virtual void release(uint64_t /*seq_id*/) {}
 };
@@ -95,6 +117,7 @@ class NgramProposer final : public Proposer {
  public:
   // Throws Error(invalid_config) unless 1 <= min_n <= max_n and width >= 1.
   NgramProposer(int32_t min_n, int32_t max_n, int32_t width = 1);
+  using Proposer::propose;
   void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) override;
   void propose_trees(std::span<const DraftRequest> requests, std::vector<DraftTree>& out) override;
   // One sequence's drafts, appended to out.

@@ -209,6 +209,9 @@ class CudaSampler final : public DeviceSampler {
       p.num_logprobs = r.params.logprobs;
       p.penalty_slot = r.slots[static_cast<size_t>(rows[i].sample_index)];
       p.draft_token = rows[i].draft_token;
+      if (!rows[i].draft_probs.empty())
+        throw Error(ErrorCode::internal, "CUDA sampler: a draft drawn from a distribution "
+                                         "(speculative.draft_sampling sampled) is verified by the CPU sampler only");
       any_logprobs = any_logprobs || r.params.logprobs >= 0;
     }
     auto* d_params = scratch<cuda::SamplingRowParams>(params_device_, params_bytes, "the rows' parameters");

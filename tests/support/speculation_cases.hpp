@@ -121,4 +121,46 @@ inline std::vector<int32_t> rejection_drafts(const std::vector<double>& target) 
   return {by_prob[0], by_prob[3], by_prob.back()};
 }
 
+// Drafts drawn from a distribution (SamplerRow::draft_probs): target and
+// draft pairs, each a row of logits under its own parameters. The draft's
+// logits are the target's, or another row (`other_logits`), or the
+// target's negated (`negated`: with top-k 3 on both, disjoint supports).
+struct DraftPairCase {
+  const char* name;
+  RejectionCase target, draft;
+  enum class Logits { same, other, negated } draft_logits;
+};
+inline constexpr DraftPairCase kDraftPairCases[] = {
+    {"q equal to p", {"", 0.8f, 1.0f, 0.0f, 1.0f, 0}, {"", 0.8f, 1.0f, 0.0f, 1.0f, 0}, DraftPairCase::Logits::same},
+    {"q wider than p", {"", 0.8f, 1.0f, 0.0f, 1.0f, 0}, {"", 1.7f, 1.0f, 0.0f, 1.0f, 0}, DraftPairCase::Logits::same},
+    {"q narrower than p", {"", 1.2f, 1.0f, 0.0f, 1.0f, 0}, {"", 0.4f, 1.0f, 0.0f, 1.0f, 0},
+     DraftPairCase::Logits::other},
+    {"top-p p and q", {"", 1.0f, 0.9f, 0.0f, 1.0f, 0}, {"", 0.9f, 0.8f, 0.0f, 1.0f, 0}, DraftPairCase::Logits::other},
+    {"top-k, top-p p against wide q", {"", 1.3f, 0.95f, 0.0f, 1.0f, 6}, {"", 1.5f, 1.0f, 0.0f, 1.0f, 0},
+     DraftPairCase::Logits::other},
+    {"penalised p and q", {"", 1.6f, 1.0f, 0.05f, 1.3f, 0}, {"", 1.1f, 0.95f, 0.0f, 1.8f, 0},
+     DraftPairCase::Logits::other},
+    {"disjoint supports", {"", 1.0f, 1.0f, 0.0f, 1.0f, 3}, {"", 1.0f, 1.0f, 0.0f, 1.0f, 3},
+     DraftPairCase::Logits::negated},
+};
+
+inline std::vector<float> draft_pair_logits(const DraftPairCase& c) {
+  std::vector<float> raw = rejection_logits();
+  if (c.draft_logits == DraftPairCase::Logits::negated) {
+    for (float& v : raw) v = -v;
+  } else if (c.draft_logits == DraftPairCase::Logits::other) {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> noise(0.0f, 0.8f);
+    for (float& v : raw) v += noise(rng);
+  }
+  return raw;
+}
+
+// The acceptance rate the rule must show: sum over x of min(p(x), q(x)).
+inline double expected_acceptance(const std::vector<double>& p, const std::vector<double>& q) {
+  double a = 0;
+  for (size_t i = 0; i < p.size(); ++i) a += std::min(p[i], q[i]);
+  return a;
+}
+
 }  // namespace llmk::test

@@ -73,6 +73,7 @@ struct Engine::Impl {
   std::shared_ptr<KvHandoffBox> kv_handoffs;         // disaggregation.mode prefill
   std::string chat_template_error;                    // then: why
   std::shared_ptr<Tracer> tracer;
+  ModelRuntime runtime;  // the executor's: context limit and step size (embeddings' chunks)
   std::unique_ptr<caf::actor_system_config> caf_config;
   std::unique_ptr<caf::actor_system> system;
   caf::actor tokenizer_handle, scheduler_handle, executor_handle, sampler_handle, detokenizer_handle, sink;
@@ -112,6 +113,7 @@ struct Engine::Impl {
 };
 
 void Engine::Impl::start_actors(std::shared_ptr<Executor> executor_object, std::shared_ptr<SchedulerParts> parts) {
+  runtime = executor_object->runtime();
   caf_config = std::make_unique<caf::actor_system_config>();
   caf_config->set("scheduler.policy", caf::atom("sharing"));
   caf_config->set("scheduler.max-threads", static_cast<size_t>(std::max(options.num_actor_threads, 1)));
@@ -288,6 +290,37 @@ uint32_t Engine::flush_cache() {
       .receive([&](uint32_t n) { num_dropped = n; }, [&](caf::error& err) { failure = std::move(err); });
   if (failure) throw Error(error_code_of(*failure), "flush_cache: " + describe(*failure));
   return num_dropped;
+}
+
+std::vector<int32_t> Engine::embedding_ids(const std::string& text) const {
+  if (text.empty()) throw FieldError("input", "an embedding input is an empty string");
+  return impl_->tokenizer->encode(text, impl_->checkpoint->config().add_bos_token);
+}
+
+std::vector<float> Engine::embed(const std::vector<int32_t>& token_ids, const EmbeddingParams& params) {
+  const ModelConfig& model = impl_->checkpoint->config();
+  validate_embedding_params(params, model.hidden_size);
+  const auto n = static_cast<int64_t>(token_ids.size());
+  if (n == 0) throw FieldError("input", "an embedding input has no tokens");
+  if (n > static_cast<int64_t>(impl_->runtime.max_seq_len))
+    throw FieldError("input", "an embedding input has " + std::to_string(n) + " tokens, more than the context of " +
+                                  std::to_string(impl_->runtime.max_seq_len));
+  for (int32_t id : token_ids) {
+    if (id < 0 || id >= model.vocab_size)
+      throw FieldError("input", "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                    std::to_string(model.vocab_size) + ")");
+  }
+  EmbedJob job{token_ids, params, static_cast<int32_t>(impl_->runtime.max_step_tokens)};
+  const int64_t chunks = (n + job.chunk_tokens - 1) / job.chunk_tokens;
+  // The steps already queued at the executor run first (two at most), then the chunks.
+  const auto timeout = impl_->options.message_timeout + impl_->options.step_timeout * (chunks + 2);
+  std::vector<float> vector;
+  std::optional<caf::error> failure;
+  caf::scoped_actor self{*impl_->system};
+  self->request(impl_->scheduler_typed, timeout, embed_atom::value, std::move(job))
+      .receive([&](EmbedResult& r) { vector = std::move(r.vector); }, [&](caf::error& err) { failure = std::move(err); });
+  if (failure) throw Error(error_code_of(*failure), describe(*failure));
+  return vector;
 }
 
 const EngineConfig& Engine::config() const { return impl_->config; }

@@ -13,6 +13,7 @@
 
 #include "actors/trace.hpp"
 #include "core/config.hpp"
+#include "core/embedding.hpp"
 #include "core/engine_stats.hpp"
 #include "core/model_config.hpp"
 #include "core/request.hpp"
@@ -79,6 +80,18 @@ class Engine {
   // and first token for a decode replica (ipc/kv_transfer.hpp serves it);
   // nullptr in the other modes.
   std::shared_ptr<KvHandoffBox> kv_handoffs() const;
+
+  // Embeddings (core/embedding.hpp): one input's pooled final hidden state,
+  // its prefill run on the executor between steps (the scheduler lends it
+  // KV, freed at once, never cached; actors/messages.hpp, embed). Blocks
+  // until done. Throws FieldError naming "input" (no tokens, more than the
+  // context, an id outside the vocabulary) or "dimensions" (above the
+  // hidden size), Error(overloaded) when no KV is free now,
+  // Error(unsupported) from an executor without hidden states (CUDA).
+  std::vector<float> embed(const std::vector<int32_t>& token_ids, const EmbeddingParams& params);
+  // A text input's ids, tokenized as a text prompt is (BOS when the model's
+  // tokenizer adds one). FieldError naming "input" for an empty text.
+  std::vector<int32_t> embedding_ids(const std::string& text) const;
 
   const EngineConfig& config() const;
   const ModelConfig& model_config() const;

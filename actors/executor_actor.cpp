@@ -21,6 +21,7 @@
 // come back while a later step starts (the pipeline full), or when the
 // scheduler has nothing to start and asks for them (flush_atom). Such steps
 // carry no fed-back rows (the scheduler plans them disjoint instead).
+#include <algorithm>
 #include <deque>
 
 #include <spdlog/spdlog.h>
@@ -193,6 +194,32 @@ void flush(ExecutorPointer self, uint64_t last_sent, uint64_t last_result) {
   }
 }
 
+// Embeddings: the input's prefill chunks, back to back inside this one
+// message (so between steps, never beside one), each chunk's rows pooled as
+// they come. The logits views handed out stay untouched: the rows go to a
+// buffer of their own.
+caf::result<EmbedResult> embed(ExecutorPointer self, EmbedWork& work) {
+  auto& st = self->state;
+  try {
+    const int32_t hidden_size = st.executor->model_config().hidden_size;
+    validate_embedding_params(work.params, hidden_size);
+    EmbeddingPooler pooler(hidden_size, work.params);
+    std::vector<float> rows;
+    for (const StepBatch& chunk : work.chunks) {
+      ScopedSpan span(st.context.tracer.get(), "embed", "executor", 0, chunk.num_tokens());
+      // Never empty: a chunk without rows to pool (last pooling's early chunks) still names an output.
+      rows.resize(static_cast<size_t>(std::max(chunk.num_logits(), 1)) * static_cast<size_t>(hidden_size));
+      st.executor->embed_rows(chunk, rows.data());
+      if (chunk.num_logits() > 0) pooler.add(rows.data(), chunk.num_logits());
+    }
+    return EmbedResult{pooler.finish()};
+  } catch (const Error& e) {
+    return make_actor_error(static_cast<int>(e.code()), e.what());
+  } catch (const std::exception& e) {
+    return make_actor_error(static_cast<int>(ErrorCode::internal), std::string("embeddings: ") + e.what());
+  }
+}
+
 }  // namespace
 
 executor_actor spawn_executor(caf::actor_system& system, std::shared_ptr<Executor> executor, sampler_actor sampler,
@@ -212,6 +239,7 @@ executor_actor spawn_executor(caf::actor_system& system, std::shared_ptr<Executo
           return execute(self, work);
         },
         [self](flush_atom, uint64_t last_sent, uint64_t last_result) { flush(self, last_sent, last_result); },
+        [self](embed_atom, EmbedWork& work) -> caf::result<EmbedResult> { return embed(self, work); },
     };
   }, std::move(executor), std::move(sampler), std::move(context), num_sampleable_tokens);
 }

@@ -8,7 +8,8 @@
 //   scheduler ─tokens─▶ detokenizer ─RequestEvent─▶ client
 //             ◀─StopHits─  (samples whose text hit a stop string)
 //
-// plus the side channels: cancel (client → tokenizer → scheduler), stats
+// plus the side channels: embed (client → scheduler → executor: a prefill
+// that returns one pooled vector, run between steps), cancel (client → tokenizer → scheduler), stats
 // and flush_cache (client → scheduler: drops the prefix-cache blocks no live
 // sequence holds, answers how many) and shutdown (client → tokenizer → scheduler →
 // detokenizer). The actors' typed interfaces are at the end of this file.
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "actors/engine.hpp"
+#include "core/embedding.hpp"
 #include "core/error.hpp"
 #include "core/executor.hpp"
 #include "core/request.hpp"
@@ -64,6 +66,7 @@ using tokens_atom = caf::atom_constant<caf::atom("tokens")>;      // scheduler �
 using stats_atom = caf::atom_constant<caf::atom("stats")>;        // client → scheduler
 using flush_cache_atom = caf::atom_constant<caf::atom("flushcache")>;  // client → scheduler
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;  // client → tokenizer → scheduler → detokenizer
+using embed_atom = caf::atom_constant<caf::atom("embed")>;        // client → scheduler → executor
 
 // ---------------------------------------------------------------------------
 // 1. client → tokenizer: (submit_atom, Request, caf::actor sink)
@@ -198,6 +201,30 @@ struct StopHits {
 
 // 7. detokenizer → client: RequestEvent (core/request.hpp), in order per
 //    request; the finished event of each sample carries usage and timings.
+
+// Embeddings, a side channel:
+//    client → scheduler: (embed_atom, EmbedJob) → EmbedResult
+//    The scheduler reserves KV for the input as a sequence of its own (no
+//    prefix-cache lookup, never committed), answers Error(overloaded) when
+//    there is no room, and sends the whole input's prefill chunks at once:
+//    scheduler → executor: (embed_atom, EmbedWork) → EmbedResult
+//    The executor actor runs the chunks back to back inside that one
+//    message, so they never run beside a step; the scheduler frees the KV
+//    when the answer (or the failure) comes back.
+struct EmbedJob {
+  std::vector<int32_t> token_ids;
+  EmbeddingParams params;
+  int32_t chunk_tokens = 0;  // the most tokens one prefill chunk holds (the runtime's max_step_tokens)
+};
+
+struct EmbedWork {
+  std::vector<StepBatch> chunks;  // in position order; the rows to pool are each chunk's logits_rows
+  EmbeddingParams params;
+};
+
+struct EmbedResult {
+  std::vector<float> vector;  // pooled, truncated and normalised as the params ask
+};
 
 // ---------------------------------------------------------------------------
 // Errors that cross actors: a caf::error in category "llmk" whose code is an
@@ -357,6 +384,26 @@ typename Inspector::result_type inspect(Inspector& f, SampleRef& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EmbeddingParams& x) {
+  return f(caf::meta::type_name("EmbeddingParams"), x.pooling, x.normalize, x.dimensions);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EmbedJob& x) {
+  return f(caf::meta::type_name("EmbedJob"), x.token_ids, x.params, x.chunk_tokens);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EmbedWork& x) {
+  return f(caf::meta::type_name("EmbedWork"), x.chunks, x.params);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EmbedResult& x) {
+  return f(caf::meta::type_name("EmbedResult"), x.vector);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StopHits& x) {
   return f(caf::meta::type_name("StopHits"), x.samples);
 }
@@ -382,6 +429,7 @@ using scheduler_actor = caf::typed_actor<               //
     caf::reacts_to<cancel_atom, std::string>,
     caf::replies_to<stats_atom>::with<EngineStats>,
     caf::replies_to<flush_cache_atom>::with<uint32_t>,  // blocks dropped
+    caf::replies_to<embed_atom, EmbedJob>::with<EmbedResult>,
     caf::replies_to<shutdown_atom>::with<bool>>;
 
 using sampler_actor = caf::typed_actor<  //
@@ -389,6 +437,7 @@ using sampler_actor = caf::typed_actor<  //
 
 using executor_actor = caf::typed_actor<  //
     caf::replies_to<execute_atom, StepWork>::with<StepResult>,
+    caf::replies_to<embed_atom, EmbedWork>::with<EmbedResult>,
     // pipelined executors: the last step sent, the last result seen
     caf::reacts_to<flush_atom, uint64_t, uint64_t>>;
 
@@ -413,4 +462,7 @@ CAF_ADD_TYPE_ID(llmk, (llmk::StepResult))
 CAF_ADD_TYPE_ID(llmk, (llmk::StepTokens))
 CAF_ADD_TYPE_ID(llmk, (llmk::StopHits))
 CAF_ADD_TYPE_ID(llmk, (llmk::EngineStats))
+CAF_ADD_TYPE_ID(llmk, (llmk::EmbedJob))
+CAF_ADD_TYPE_ID(llmk, (llmk::EmbedWork))
+CAF_ADD_TYPE_ID(llmk, (llmk::EmbedResult))
 CAF_END_TYPE_ID_BLOCK(llmk)

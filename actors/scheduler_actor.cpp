@@ -57,6 +57,7 @@ struct SchedulerActorState {
   std::unordered_set<uint64_t> sampler_keys;
   std::vector<uint64_t> pending_releases;
   bool shutting_down = false;
+  uint64_t embed_seqs = 0;  // embedding inputs so far (their KV sequence ids)
   static inline const char* name = "scheduler";
 
   Scheduler& scheduler() { return *parts->scheduler; }
@@ -350,6 +351,75 @@ EngineStats engine_stats(const SchedulerStats& s) {
   return e;
 }
 
+// Embeddings (actors/messages.hpp): the input gets KV of its own, as a
+// sequence the Scheduler never sees (ids from the top half of the range, no
+// prefix-cache lookup, nothing committed), and its prefill chunks go to the
+// executor as one message behind the steps already sent. Freed when the
+// executor answers: every step sent later runs after the embedding, so it
+// never meets these slots in use.
+caf::result<EmbedResult> embed(SchedulerPointer self, EmbedJob& job) {
+  auto& st = self->state;
+  st.observe("embed");
+  auto promise = self->make_response_promise<EmbedResult>();
+  const auto n = static_cast<int32_t>(job.token_ids.size());
+  if (n == 0 || job.chunk_tokens <= 0) {
+    promise.deliver(make_actor_error(static_cast<int>(ErrorCode::invalid_argument),
+                                     "embeddings: an input needs at least one token"));
+    return promise;
+  }
+  KvAllocator& kv = *st.parts->kv;
+  const uint64_t seq_id = (uint64_t{1} << 63) + ++st.embed_seqs;
+  EmbedWork work;
+  work.params = job.params;
+  try {
+    llmk_kv_reserve_args args{seq_id, nullptr, static_cast<uint32_t>(n), static_cast<uint32_t>(n)};
+    if (!kv.reserve(args, nullptr)) {
+      promise.deliver(make_actor_error(static_cast<int>(ErrorCode::overloaded),
+                                       "embeddings: no KV memory free for an input of " + std::to_string(n) +
+                                           " tokens; retry later"));
+      return promise;
+    }
+    std::vector<int32_t> table;
+    kv.block_table(seq_id, table);
+    const auto block = static_cast<int32_t>(kv.block_size());
+    for (int32_t begin = 0; begin < n; begin += job.chunk_tokens) {
+      const int32_t end = std::min(n, begin + job.chunk_tokens);
+      StepBatch b;
+      b.query_start = {0, end - begin};
+      b.context_lens = {end};
+      b.block_tables = table;
+      b.max_blocks_per_seq = static_cast<int32_t>(table.size());
+      b.block_size = block;
+      for (int32_t p = begin; p < end; ++p) {
+        b.token_ids.push_back(job.token_ids[static_cast<size_t>(p)]);
+        b.positions.push_back(p);
+        b.slot_mapping.push_back(table.at(static_cast<size_t>(p / block)) + p % block);
+        if (job.params.pooling == Pooling::mean || p == n - 1) b.logits_rows.push_back(p - begin);
+      }
+      work.chunks.push_back(std::move(b));
+    }
+  } catch (const Error& e) {
+    kv.free_seq(seq_id);
+    promise.deliver(make_actor_error(static_cast<int>(e.code()), std::string("embeddings: ") + e.what()));
+    return promise;
+  }
+  // The steps already queued at the executor (two at most) run first. A
+  // timeout frees the KV early, still safely: whatever uses it later is
+  // queued behind these chunks.
+  const auto timeout = st.context.timeouts.step * static_cast<int64_t>(work.chunks.size() + 2);
+  self->request(st.executor, timeout, embed_atom::value, std::move(work))
+      .then(
+          [self, promise, seq_id](EmbedResult& result) mutable {
+            self->state.parts->kv->free_seq(seq_id);
+            promise.deliver(std::move(result));
+          },
+          [self, promise, seq_id](caf::error& err) mutable {
+            self->state.parts->kv->free_seq(seq_id);
+            promise.deliver(std::move(err));
+          });
+  return promise;
+}
+
 }  // namespace
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<SchedulerParts> parts,
@@ -375,6 +445,7 @@ scheduler_actor spawn_scheduler(caf::actor_system& system, std::shared_ptr<Sched
         [self](stats_atom) { return engine_stats(self->state.scheduler().stats()); },
         // Safe between any two messages: live sequences, those of steps in
         // flight included, hold their blocks, and only unheld ones are dropped.
+        [self](embed_atom, EmbedJob& job) -> caf::result<EmbedResult> { return embed(self, job); },
         [self](flush_cache_atom) -> caf::result<uint32_t> {
           self->state.observe("flush_cache");
           try {

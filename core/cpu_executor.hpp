@@ -35,6 +35,7 @@ class CpuExecutor final : public Executor {
   bool attends_token_trees() const override { return model_->attends_token_trees(); }
   int32_t views_kept() const override { return 2; }
   bool argmax_rows(const LogitsView& view, std::span<int32_t> out) override;
+  void embed_rows(const StepBatch& batch, float* hidden) override { model_->forward_hidden(batch, hidden); }
   const ModelShard& shard() const { return model_->shard(); }
   bool time_forwards(ForwardTimings* timings) override {
     model_->time_forwards(timings);

@@ -22,6 +22,7 @@
 #include "core/checkpoint.hpp"
 #include "core/config.hpp"
 #include "core/device.hpp"
+#include "core/error.hpp"
 #include "core/forward_timings.hpp"
 #include "core/kv_offloader.hpp"
 #include "core/model_runtime.hpp"
@@ -122,6 +123,16 @@ class Executor : public KvOffloader {
   // executor's own threads. False where the executor has no such path (the
   // sampler then picks every id). `view` is its latest execute()'s.
   virtual bool argmax_rows(const LogitsView& /*view*/, std::span<int32_t> /*out*/) { return false; }
+  // Embeddings (core/embedding.hpp): the same forward as execute() for a
+  // prefill-only batch without fed-back rows, ending at the final RMSNorm:
+  // hidden[batch.num_logits(), hidden_size] on the host, row i that of
+  // batch.logits_rows[i]. The executor actor runs it between steps, never
+  // beside one. Executors without it (a CUDA device, a parallel job) refuse
+  // with Error(unsupported).
+  virtual void embed_rows(const StepBatch& /*batch*/, float* /*hidden*/) {
+    throw Error(ErrorCode::unsupported, "embeddings: this executor (" + describe() +
+                                            ") does not compute hidden states; they are served with executor.device cpu");
+  }
   // Copies rows [first_row, first_row + num_rows) of `view` (its latest
   // execute()'s) to host memory, out[num_rows, view.vocab_size], waiting
   // for them first: for programs that read whole distributions (llmk eval),

@@ -84,7 +84,8 @@ struct Model::Impl {
   std::vector<float> hidden, x_norm, qkv, q, k, v, attn, proj, gate_up, act;
   std::vector<float> head_out, head_gather;  // tensor parallelism: this rank's logits columns, every rank's
 
-  void forward(const StepBatch& b, float* logits);
+  // hidden_out set: the final-normed rows go there instead of through lm_head.
+  void forward(const StepBatch& b, float* logits, float* hidden_out = nullptr);
   // Tensor parallelism: the sum of every rank's partial rows (in place).
   void reduce(float* rows, int64_t count) {
     if (shard.tensor.degree > 1) job->tensor_group().all_reduce(rows, static_cast<size_t>(count));
@@ -183,6 +184,11 @@ bool Model::attends_token_trees() const {
 size_t Model::kv_cache_bytes() const { return impl_->kv->bytes(); }
 
 void Model::forward(const StepBatch& batch, float* logits) { impl_->forward(batch, logits); }
+void Model::forward_hidden(const StepBatch& batch, float* hidden) {
+  if (impl_->shard.stages > 1)
+    throw Error(ErrorCode::unsupported, "embeddings: a pipeline-parallel model does not return hidden states yet");
+  impl_->forward(batch, nullptr, hidden);
+}
 void Model::time_forwards(ForwardTimings* timings) { impl_->timings = timings; }
 void Model::set_stage_handover(StageHandover handover) { impl_->handover = std::move(handover); }
 
@@ -192,7 +198,7 @@ void Model::restore_kv(const std::vector<int32_t>& slots, const std::vector<uint
   impl_->kv->restore(slots, data);
 }
 
-void Model::Impl::forward(const StepBatch& b, float* logits) {
+void Model::Impl::forward(const StepBatch& b, float* logits, float* hidden_out) {
   // A streaming sequence's text positions may pass the context length; its
   // cache positions (context_lens) may not, which the plugin checks.
   const uint32_t max_position = streaming ? static_cast<uint32_t>(std::numeric_limits<int32_t>::max()) : rt.max_seq_len;
@@ -343,6 +349,10 @@ void Model::Impl::forward(const StepBatch& b, float* logits) {
   }
   kc::add_rmsnorm(hidden.data(), proj.data(), weights.final_norm.data(), x_norm.data(), num_logits, h, eps);
   laps.lap(ForwardOp::other);
+  if (hidden_out) {
+    std::memcpy(hidden_out, x_norm.data(), static_cast<size_t>(num_logits * h) * sizeof(float));
+    return;
+  }
   lm_head(num_logits, logits);
   laps.lap(ForwardOp::lm_head);
 }

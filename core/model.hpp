@@ -38,6 +38,12 @@ class Model {
   // logits: [batch.num_logits(), vocab_size], row i for batch.logits_rows[i]
   // (written at world rank 0 only; other ranks of a job may pass nullptr).
   void forward(const StepBatch& batch, float* logits);
+  // The same forward ending before lm_head: hidden: [batch.num_logits(),
+  // hidden_size], row i the final-RMSNorm output of batch.logits_rows[i]
+  // (core/embedding.hpp pools them). Skips the lm_head product, the
+  // [rows, hidden] x [hidden, vocab] matmul that dominates a small model's
+  // prefill rows. Error(unsupported) on a pipeline-parallel model.
+  void forward_hidden(const StepBatch& batch, float* hidden);
   // This rank's share of the model (the whole model outside a parallel job).
   const ModelShard& shard() const;
   // Every later forward adds its operations' wall time to *timings (nullptr:

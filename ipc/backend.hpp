@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "core/embedding.hpp"
 #include "core/engine_stats.hpp"
+#include "core/error.hpp"
 #include "core/chat_template.hpp"
 #include "core/request.hpp"
 
@@ -50,6 +52,18 @@ class Backend {
   virtual ModelInfo model_info() const = 0;
   // The text of one token (for logprobs); "" for special tokens.
   virtual std::string token_text(int32_t token_id) const = 0;
+  // /v1/embeddings (ipc/embeddings.hpp): a text input's token ids, and one
+  // input's pooled vector; blocking. Throw as Engine::embed and
+  // Engine::embedding_ids do; a backend without embeddings refuses with
+  // Error(unsupported).
+  virtual std::vector<int32_t> embedding_ids(const std::string& /*text*/) const {
+    throw Error(ErrorCode::unsupported, "this server does not compute embeddings");
+  }
+  virtual std::vector<float> embed(const std::vector<int32_t>& /*token_ids*/, const EmbeddingParams& /*params*/) {
+    throw Error(ErrorCode::unsupported, "this server does not compute embeddings");
+  }
+  // The pooling of a request that names none (core/embedding.hpp).
+  virtual Pooling default_pooling() const { return Pooling::last; }
 };
 
 }  // namespace llmk::ipc

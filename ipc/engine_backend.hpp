@@ -29,6 +29,11 @@ class EngineBackend : public Backend {
   uint32_t flush_cache() override { return engine_.flush_cache(); }
   ModelInfo model_info() const override { return info_; }
   std::string token_text(int32_t token_id) const override;
+  std::vector<int32_t> embedding_ids(const std::string& text) const override { return engine_.embedding_ids(text); }
+  std::vector<float> embed(const std::vector<int32_t>& token_ids, const EmbeddingParams& params) override {
+    return engine_.embed(token_ids, params);
+  }
+  Pooling default_pooling() const override { return llmk::default_pooling(engine_.model_config()); }
 
  private:
   Engine& engine_;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "ipc/embeddings.hpp"
 #include "ipc/http_server_impl.hpp"
 #include "ipc/openai.hpp"
 #include "ipc/sglang_api.hpp"
@@ -189,6 +190,37 @@ void HttpServer::Impl::handle_generation(GenerationRoute route, HttpExchange& ex
   serve_plain(g, *pending, ex);
 }
 
+// POST /v1/embeddings: every input's vector in turn, each a prefill the
+// engine runs between its steps (Backend::embed), in one JSON body. The
+// key's limits apply as to a generation request (one concurrency slot while
+// it runs).
+void HttpServer::Impl::handle_embeddings(HttpExchange& ex, const std::string& key_name) {
+  if (draining) return reject(ex, error_reply(ProtocolFailure::shutting_down, "the server is shutting down"));
+  EmbeddingsRequest request;
+  try {
+    request = parse_embeddings_request(ex.request().body, backend, backend.default_pooling());
+  } catch (const std::exception& e) {
+    return reject(ex, error_reply(e));
+  }
+  const auto ticket = admit(ex, key_name, ex.request().body);
+  if (!ticket) return;
+  try {
+    std::vector<std::vector<float>> vectors;
+    int64_t prompt_tokens = 0;
+    for (const EmbeddingInput& input : request.inputs) {
+      const std::vector<int32_t> ids = input.token_ids.empty() ? backend.embedding_ids(input.text) : input.token_ids;
+      prompt_tokens += static_cast<int64_t>(ids.size());
+      vectors.push_back(backend.embed(ids, request.params));
+    }
+    access.release(*ticket);
+    write_json(ex, 200, embeddings_response(vectors, request.base64, backend.model_info().name,
+                                            static_cast<int32_t>(prompt_tokens)));
+  } catch (const std::exception& e) {
+    access.release(*ticket);
+    reject(ex, error_reply(e));
+  }
+}
+
 // One JSON body once the request is done. The client's socket is watched
 // meanwhile: a client that hangs up gets its request cancelled at once.
 void HttpServer::Impl::serve_plain(Generation& g, Pending& pending, HttpExchange& ex) {
@@ -359,6 +391,8 @@ void HttpServer::Impl::handle(HttpExchange& ex) {
     } else if (polled && (req.method == "GET" || req.method == "DELETE")) {
       const std::string id = req.path.substr(poll_prefix.size());
       return req.method == "GET" ? handle_poll_fetch(id, ex, key_name) : handle_poll_delete(id, ex, key_name);
+    } else if (req.path == "/v1/embeddings" && req.method == "POST") {
+      return handle_embeddings(ex, key_name);
     } else if (req.path == "/flush_cache" && (req.method == "POST" || req.method == "GET")) {
       // GET too, as SGLang's worker does.
       return write_json(ex, 200, sglang_flush_cache(backend));

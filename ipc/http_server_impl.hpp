@@ -91,6 +91,7 @@ struct HttpServer::Impl {
   void submit_to(Request request, const HttpAccess::Ticket& ticket, Backend::EventCallback on_event);
   StreamStep stream_step(const std::vector<RequestEvent>& events, Generation& generation);
   void handle_generation(GenerationRoute route, HttpExchange& ex, const std::string& key_name);
+  void handle_embeddings(HttpExchange& ex, const std::string& key_name);
   void serve_plain(Generation& generation, Pending& pending, HttpExchange& ex);
   void serve_sse(Generation& generation, Pending& pending, HttpExchange& ex);
   void handle_health_generate(HttpExchange& ex);

@@ -171,7 +171,10 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
     for (int32_t t = 0; t < fresh[s]; ++t) {
       const bool given = s < p.tree_parents.size() && !p.tree_parents[s].empty();
       parents[s].push_back(given ? p.tree_parents[s].at(t) : t - 1);
-      depths[s].push_back(parents[s][t] < 0 ? 0 : depths[s][parents[s][t]] + 1);
+      // A parent that is not an earlier new token is the plugin's to refuse
+      // (the refusal cases give such trees); its depth here is only a placeholder.
+      const int32_t parent = parents[s][t];
+      depths[s].push_back(parent < 0 || parent >= t ? 0 : depths[s][parent] + 1);
     }
   }
   std::vector<float> q, q_sink, out;

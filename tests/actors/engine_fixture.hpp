@@ -172,4 +172,13 @@ inline RequestResult run_one(Engine& engine, Request r) {
   return result;
 }
 
+// Submits every request and waits for all of them to end; results by id.
+inline std::map<std::string, RequestResult> run_all(Engine& engine, const std::vector<Request>& requests,
+                                                    std::chrono::seconds timeout = std::chrono::seconds(180)) {
+  Collector collector;
+  for (const Request& r : requests) engine.submit(r, collector.callback());
+  REQUIRE(collector.wait_done(requests.size(), timeout));
+  return collector.results();
+}
+
 }  // namespace llmk::test

@@ -23,13 +23,6 @@ EngineConfig speculative(EngineConfig cfg, uint32_t k = 4) {
   return cfg;
 }
 
-std::map<std::string, RequestResult> run(Engine& engine, const std::vector<Request>& requests) {
-  Collector collector;
-  for (const Request& r : requests) engine.submit(r, collector.callback());
-  REQUIRE(collector.wait_done(requests.size(), std::chrono::seconds(120)));
-  return collector.results();
-}
-
 // The golden requests and `num_others` fillers, shuffled by `seed`.
 std::vector<Request> mixed(const std::vector<GoldenCase>& golden, int num_others, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -100,11 +93,11 @@ TEST_CASE("with ngram speculation the golden prompts give the float64 golden gre
     Engine engine(cfg);
     for (size_t i = 0; i < golden.size(); ++i) {
       INFO("golden case " << i << " alone");
-      const auto alone = run(engine, {golden_request(golden[i], "alone")});
+      const auto alone = run_all(engine, {golden_request(golden[i], "alone")});
       CHECK(alone.at("alone").sample().token_ids == golden[i].greedy_ids);
       CHECK(alone.at("alone").sample().finish_reason == FinishReason::length);
     }
-    check_golden(golden, run(engine, mixed(golden, 12, 31)));
+    check_golden(golden, run_all(engine, mixed(golden, 12, 31)));
     check_accepted(engine.stats());
   }
 }
@@ -120,7 +113,7 @@ TEST_CASE("with ngram speculation a KV budget that forces preemption still gives
     cfg.scheduler.preemption = mode;
     cfg.scheduler.max_num_batched_tokens = 64;
     Engine engine(cfg);
-    check_golden(golden, run(engine, mixed(golden, 8, 7)));
+    check_golden(golden, run_all(engine, mixed(golden, 8, 7)));
     const EngineStats stats = engine.stats();
     CHECK(stats.num_preemptions > 0);
     check_accepted(stats);
@@ -146,7 +139,7 @@ TEST_CASE("stop strings, max_tokens, EOS and logprobs end and report speculative
   }
   auto outputs = [&](const EngineConfig& cfg) {
     Engine engine(cfg);
-    auto results = run(engine, requests);
+    auto results = run_all(engine, requests);
     return std::make_pair(results, engine.stats());
   };
   // Every CPU linear plugin that serves stories260K's shapes: dense, W8A8,
@@ -181,11 +174,11 @@ TEST_CASE("with the int8 linear plugin, a mixed batch decodes the same greedy id
   std::map<std::string, RequestResult> plain, spec;
   {
     Engine engine(cfg);
-    plain = run(engine, mixed(golden, 12, 5));
+    plain = run_all(engine, mixed(golden, 12, 5));
   }
   {
     Engine engine(speculative(cfg));
-    spec = run(engine, mixed(golden, 12, 5));
+    spec = run_all(engine, mixed(golden, 12, 5));
     check_accepted(engine.stats());
   }
   for (size_t i = 0; i < golden.size(); ++i) {
@@ -212,7 +205,7 @@ TEST_CASE("sampled requests speculate too, and a seed gives the same output alon
   }
   Engine engine(speculative(stories_config()));
   std::map<std::string, RequestResult> alone;
-  for (const Request& r : sampled) alone.insert(*run(engine, {r}).begin());
+  for (const Request& r : sampled) alone.insert(*run_all(engine, {r}).begin());
   const EngineStats after_alone = engine.stats();
   CHECK(after_alone.num_spec_drafts > 0);
   CHECK(after_alone.num_spec_accepted_tokens > 0);
@@ -220,7 +213,7 @@ TEST_CASE("sampled requests speculate too, and a seed gives the same output alon
   std::vector<Request> crowd = sampled;
   for (int i = 0; i < 12; ++i) crowd.push_back(filler_request(rng, "other-" + std::to_string(i)));
   std::shuffle(crowd.begin(), crowd.end(), rng);
-  const auto together = run(engine, crowd);
+  const auto together = run_all(engine, crowd);
   for (const Request& r : sampled) {
     INFO(r.id);
     CHECK(together.at(r.id).sample().token_ids == alone.at(r.id).sample().token_ids);

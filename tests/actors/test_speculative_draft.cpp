@@ -26,13 +26,6 @@ EngineConfig with_draft(EngineConfig cfg, const std::string& draft_linear, uint3
   return cfg;
 }
 
-std::map<std::string, RequestResult> run(Engine& engine, const std::vector<Request>& requests) {
-  Collector collector;
-  for (const Request& r : requests) engine.submit(r, collector.callback());
-  REQUIRE(collector.wait_done(requests.size(), std::chrono::seconds(180)));
-  return collector.results();
-}
-
 void check_golden_ids(const std::vector<GoldenCase>& golden, const std::map<std::string, RequestResult>& results) {
   for (size_t i = 0; i < golden.size(); ++i) {
     INFO("golden case " << i << ": '" << golden[i].prompt << "'");
@@ -88,7 +81,7 @@ TEST_CASE("a draft model that is the target has every draft accepted, and greedy
     Engine engine(cfg);
     for (size_t i = 0; i < golden.size(); ++i) {
       INFO("golden case " << i << " alone");
-      const auto alone = run(engine, {golden_request(golden[i], "golden-" + std::to_string(i))});
+      const auto alone = run_all(engine, {golden_request(golden[i], "golden-" + std::to_string(i))});
       CHECK(alone.at("golden-" + std::to_string(i)).sample().token_ids == golden[i].greedy_ids);
     }
     // Greedy requests only so far: the draft's greedy choices are the
@@ -98,7 +91,7 @@ TEST_CASE("a draft model that is the target has every draft accepted, and greedy
     CHECK(greedy.num_spec_draft_tokens > 0);
     CHECK(acceptance(greedy) == 1.0);
     std::mt19937 rng(31);
-    check_golden_ids(golden, run(engine, golden_and_fillers(golden, 12, rng)));
+    check_golden_ids(golden, run_all(engine, golden_and_fillers(golden, 12, rng)));
     const EngineStats after = engine.stats();
     CHECK(after.kv.used_slots == 0);
     CHECK(after.num_running == 0);
@@ -130,12 +123,12 @@ TEST_CASE("a quantized copy of the target as draft is rejected sometimes, yet ev
     std::map<std::string, RequestResult> plain;
     {
       Engine engine(cfg);
-      plain = run(engine, requests);
+      plain = run_all(engine, requests);
     }
     for (const char* draft_linear : {"linear.int8", "linear.int4"}) {
       INFO("draft " << draft_linear);
       Engine engine(with_draft(cfg, draft_linear));
-      check_same(requests, plain, run(engine, requests));
+      check_same(requests, plain, run_all(engine, requests));
       const EngineStats s = engine.stats();
       CHECK(s.num_spec_drafts > 0);
       CHECK(acceptance(s) > 0.3);  // a close copy mostly agrees...
@@ -161,13 +154,13 @@ TEST_CASE("sampled requests verify a draft model's drafts, and a seed gives the 
   }
   Engine engine(with_draft(stories_config(), "linear.int8"));
   std::map<std::string, RequestResult> alone;
-  for (const Request& r : sampled) alone.insert(*run(engine, {r}).begin());
+  for (const Request& r : sampled) alone.insert(*run_all(engine, {r}).begin());
   CHECK(engine.stats().num_spec_accepted_tokens > 0);
   std::mt19937 rng(9);
   std::vector<Request> crowd = sampled;
   for (int i = 0; i < 10; ++i) crowd.push_back(filler_request(rng, "other-" + std::to_string(i)));
   std::shuffle(crowd.begin(), crowd.end(), rng);
-  const auto together = run(engine, crowd);
+  const auto together = run_all(engine, crowd);
   for (const Request& r : sampled) {
     INFO(r.id);
     CHECK(together.at(r.id).sample().token_ids == alone.at(r.id).sample().token_ids);

@@ -24,13 +24,6 @@ EngineConfig with_sampled_draft(EngineConfig cfg, const std::string& draft_linea
   return cfg;
 }
 
-std::map<std::string, RequestResult> run(Engine& engine, const std::vector<Request>& requests) {
-  Collector collector;
-  for (const Request& r : requests) engine.submit(r, collector.callback());
-  REQUIRE(collector.wait_done(requests.size(), std::chrono::seconds(180)));
-  return collector.results();
-}
-
 std::vector<Request> sampled_requests(const std::vector<GoldenCase>& golden) {
   std::vector<Request> out;
   for (size_t i = 0; i < golden.size(); ++i) {
@@ -58,7 +51,7 @@ TEST_CASE("sampled drafts: a seed gives the same output alone and among others, 
   const std::vector<Request> sampled = sampled_requests(golden);
   Engine engine(with_sampled_draft(stories_config(), "linear.int8", "sampled"));
   std::map<std::string, RequestResult> alone;
-  for (const Request& r : sampled) alone.insert(*run(engine, {r}).begin());
+  for (const Request& r : sampled) alone.insert(*run_all(engine, {r}).begin());
   const EngineStats first = engine.stats();
   CHECK(first.num_spec_drafts > 0);
   CHECK(acceptance(first) > 0.3);
@@ -67,7 +60,7 @@ TEST_CASE("sampled drafts: a seed gives the same output alone and among others, 
   for (size_t i = 0; i < golden.size(); ++i) crowd.push_back(golden_request(golden[i], "golden-" + std::to_string(i)));
   for (int i = 0; i < 8; ++i) crowd.push_back(filler_request(rng, "other-" + std::to_string(i)));
   std::shuffle(crowd.begin(), crowd.end(), rng);
-  const auto together = run(engine, crowd);
+  const auto together = run_all(engine, crowd);
   for (const Request& r : sampled) {
     INFO(r.id);
     CHECK(together.at(r.id).violations.empty());
@@ -88,10 +81,10 @@ TEST_CASE("sampled drafts from the target itself (q = p) are all accepted; greed
   // min(1, p/q) rejects next to never; with greedy drafts a sampled row
   // accepts the argmax with its probability only, well below 1 at T = 0.7.
   Engine with_q(with_sampled_draft(stories_config(), "", "sampled"));
-  run(with_q, sampled);
+  run_all(with_q, sampled);
   const double a_sampled = acceptance(with_q.stats());
   Engine point(with_sampled_draft(stories_config(), "", "greedy"));
-  run(point, sampled);
+  run_all(point, sampled);
   const double a_greedy = acceptance(point.stats());
   INFO("acceptance: sampled drafts " << a_sampled << ", greedy drafts " << a_greedy);
   CHECK(a_sampled > 0.99);

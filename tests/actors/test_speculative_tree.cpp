@@ -26,13 +26,6 @@ EngineConfig tree_config(EngineConfig cfg, uint32_t width) {
   return cfg;
 }
 
-std::map<std::string, RequestResult> run(Engine& engine, const std::vector<Request>& requests) {
-  Collector collector;
-  for (const Request& r : requests) engine.submit(r, collector.callback());
-  REQUIRE(collector.wait_done(requests.size(), std::chrono::seconds(180)));
-  return collector.results();
-}
-
 // The golden requests, fillers (greedy and sampled), and golden prompts
 // with a repetition penalty (which verify chains), shuffled.
 std::vector<Request> mixed(const std::vector<GoldenCase>& golden, uint32_t seed) {
@@ -63,12 +56,12 @@ TEST_CASE("with token trees every request decodes as with speculation off, under
     std::map<std::string, RequestResult> plain;
     {
       Engine engine(base);
-      plain = run(engine, requests);
+      plain = run_all(engine, requests);
     }
     uint64_t chain_nodes = 0;
     {
       Engine engine(tree_config(base, 1));
-      run(engine, requests);
+      run_all(engine, requests);
       chain_nodes = engine.stats().num_spec_draft_tokens;
     }
     for (const char* allocator : {"kv.contiguous", "kv.paged", "kv.vm"}) {
@@ -79,11 +72,11 @@ TEST_CASE("with token trees every request decodes as with speculation off, under
       if (std::string(linear) == "linear.dense") {
         for (size_t i = 0; i < golden.size(); ++i) {
           INFO("golden case " << i << " alone");
-          const auto alone = run(engine, {golden_request(golden[i], "alone")});
+          const auto alone = run_all(engine, {golden_request(golden[i], "alone")});
           CHECK(alone.at("alone").sample().token_ids == golden[i].greedy_ids);
         }
       }
-      const auto spec = run(engine, requests);
+      const auto spec = run_all(engine, requests);
       REQUIRE(spec.size() == plain.size());
       for (const auto& [id, a] : plain) {
         INFO("request " << id);
@@ -123,13 +116,13 @@ TEST_CASE("sampled requests draft trees too, and a seed gives the same output al
   }
   Engine engine(tree_config(stories_config(), 3));
   std::map<std::string, RequestResult> alone;
-  for (const Request& r : sampled) alone.insert(*run(engine, {r}).begin());
+  for (const Request& r : sampled) alone.insert(*run_all(engine, {r}).begin());
   CHECK(engine.stats().num_spec_accepted_tokens > 0);
   std::mt19937 rng(4);
   std::vector<Request> crowd = sampled;
   for (int i = 0; i < 10; ++i) crowd.push_back(filler_request(rng, "other-" + std::to_string(i)));
   std::shuffle(crowd.begin(), crowd.end(), rng);
-  const auto together = run(engine, crowd);
+  const auto together = run_all(engine, crowd);
   for (const Request& r : sampled) {
     INFO(r.id);
     CHECK(together.at(r.id).violations.empty());

@@ -172,7 +172,8 @@ AttentionOutcome check_attention_step(const llmk_attention_api& api, const Atten
       const bool given = s < p.tree_parents.size() && !p.tree_parents[s].empty();
       parents[s].push_back(given ? p.tree_parents[s].at(t) : t - 1);
       // A parent that is not an earlier new token is the plugin's to refuse
-      // (the refusal cases give such trees); its depth here is only a placeholder.
+      // (the refusal cases give such trees); such a node is given depth 0,
+      // which no reference output reads because the step is refused.
       const int32_t parent = parents[s][t];
       depths[s].push_back(parent < 0 || parent >= t ? 0 : depths[s][parent] + 1);
     }

@@ -148,8 +148,8 @@ void validate_speculative(const EngineConfig& c) {
   const auto options = nlohmann::json::parse(s.proposer_options);
   for (const char* key : {"prompt_lookup_min", "prompt_lookup_max"})
     if (options.contains(key))
-      fail("speculative.proposer_options", std::string("sets '") + key + "', which the engine passes from speculative." +
-                                               key + " (set it there)");
+      fail("speculative.proposer_options",
+           std::string("sets '") + key + "', which the engine passes from speculative." + key + " (set it there)");
   if (s.method == "none") return;
   if (c.parallel.pipeline > 1 && c.parallel.steps_in_flight != 1)
     fail("speculative.method", "'" + s.method + "' does not run with pipelined steps in flight (parallel.pipeline " +

@@ -129,8 +129,8 @@ TEST_CASE("the host drops a proposer's answers that break a rule and decodes tho
   REQUIRE(plugin != nullptr);
   const std::vector<int32_t> tokens{3, 1, 4, 1, 5};
   std::vector<DraftTree> trees;
-  plugin->propose_trees(std::vector<DraftRequest>{DraftRequest{9, tokens, 3, 100, 16}, DraftRequest{10, tokens, 3, 100, 0}},
-                        trees);
+  const std::vector<DraftRequest> requests{DraftRequest{9, tokens, 3, 100, 16}, DraftRequest{10, tokens, 3, 100, 0}};
+  plugin->propose_trees(requests, trees);
   REQUIRE(trees.size() == 2);
   CHECK(trees[0].empty());  // the tree put a child first: dropped
   CHECK(trees[1].tokens == std::vector<int32_t>{5, 1, 4});  // the chain kept the rules

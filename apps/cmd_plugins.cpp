@@ -147,7 +147,8 @@ const CommandRegistration kPlugins{
       cmd.add_flag("--conformance", *conformance,
                    "run the conformance suite of each plugin's kind on the plugin files given, or on every plugin "
                    "found; exits 1 when any case fails");
-      cmd.add_option("paths", *paths, "plugin files to check (with --conformance)");
+      cmd.add_option("paths", *paths,
+                     "plugin files, or plugin names on the search path, to check (with --conformance)");
       return std::function<int()>([dirs, config_file, overrides, as_json, conformance, paths] {
         const EngineConfig cfg = load_config(*config_file, *overrides);
         std::vector<std::filesystem::path> search(dirs->begin(), dirs->end());

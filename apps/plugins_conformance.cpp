@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "conformance/suite.hpp"
 #include "core/error.hpp"
@@ -88,6 +90,18 @@ bool check_file(PluginRegistry& registry, const fs::path& file) {
   return false;
 }
 
+// A plugin name instead of a file: every file of that plugin in the first
+// search-path directory that holds one (one per CPU level).
+std::vector<fs::path> files_named(PluginRegistry& registry, const std::string& name) {
+  std::vector<fs::path> files;
+  for (const auto& found : registry.discover()) {
+    if (found.info.name != name || !found.error.empty()) continue;
+    if (!files.empty() && found.info.file.parent_path() != files.front().parent_path()) break;
+    files.push_back(found.info.file);
+  }
+  return files;
+}
+
 }  // namespace
 
 int run_conformance(PluginRegistry& registry, const std::vector<std::string>& paths) {
@@ -98,7 +112,20 @@ int run_conformance(PluginRegistry& registry, const std::vector<std::string>& pa
     std::cout << "\n";
   };
   if (!paths.empty()) {
-    for (const auto& p : paths) check(p);
+    for (const auto& p : paths) {
+      std::error_code ec;
+      if (fs::exists(p, ec) || p.find('/') != std::string::npos) {
+        check(p);
+        continue;
+      }
+      const std::vector<fs::path> files = files_named(registry, p);
+      if (files.empty()) {
+        ++num_checked;
+        ++num_failed;
+        std::cout << p << "\n  FAIL  no such file, and no plugin of that name on the search path\n\n";
+      }
+      for (const auto& file : files) check(file);
+    }
   } else {
     for (const auto& found : registry.discover()) {
       if (!found.cpu_lacks.empty()) {

@@ -55,7 +55,7 @@ SuiteResult new_result(const Plugin& plugin, const Device& device) {
 
 bool has_suite(llmk_plugin_kind kind, std::string& why) {
   if (kind == LLMK_PLUGIN_ATTENTION || kind == LLMK_PLUGIN_LINEAR || kind == LLMK_PLUGIN_KV_ALLOCATOR ||
-      kind == LLMK_PLUGIN_COMM)
+      kind == LLMK_PLUGIN_COMM || kind == LLMK_PLUGIN_PROPOSER)
     return true;
   why = std::string("no conformance suite for ") + plugin_kind_name(kind) + " plugins";
   return false;
@@ -67,6 +67,7 @@ SuiteResult run_suite(const Plugin& plugin, const SuiteOptions& options) {
     case LLMK_PLUGIN_LINEAR: return run_linear_suite(plugin, options);
     case LLMK_PLUGIN_KV_ALLOCATOR: return run_kv_allocator_suite(plugin, options);
     case LLMK_PLUGIN_COMM: return run_comm_suite(plugin, options);
+    case LLMK_PLUGIN_PROPOSER: return run_proposer_suite(plugin, options);
   }
   SuiteResult result;
   result.plugin = plugin.info().name;

@@ -65,6 +65,11 @@ SuiteResult run_kv_allocator_suite(const Plugin& plugin, const SuiteOptions& opt
 // under mpirun; alone, a world of one); each rank reports its own results.
 // `reduced`: the large all-reduce at 65537 elements instead of 300007.
 SuiteResult run_comm_suite(const Plugin& plugin, const SuiteOptions& options = {});
+// Proposers: batches of sequences whose answers must keep llmk_proposer.h's
+// rules (well-formed trees within the requests' limits and the
+// vocabulary), be deterministic (again, on a second proposer, one sequence
+// at a time) and survive releases of any id (conformance/proposer_suite.cpp).
+SuiteResult run_proposer_suite(const Plugin& plugin, const SuiteOptions& options = {});
 
 // The suite for the plugin's kind; false (with why) for a kind that has none.
 bool has_suite(llmk_plugin_kind kind, std::string& why);

@@ -172,7 +172,7 @@ struct DisaggregationSection {
 // num_tokens drafted tokens besides its own, greedy or sampled (n = 1, or
 // each sample after a fork), the output exactly the model's.
 struct SpeculativeSection {
-  std::string method = "none";     // none | ngram (prompt lookup) | draft (a draft model)
+  std::string method = "none";     // none | ngram (a proposer plugin, prompt lookup by default) | draft (a draft model)
   uint32_t num_tokens = 4;         // drafts per step (k)
   uint32_t prompt_lookup_min = 2;  // ngram: shortest suffix matched
   uint32_t prompt_lookup_max = 4;  // ngram: longest suffix matched (tried first)
@@ -182,6 +182,8 @@ struct SpeculativeSection {
   uint32_t tree_width = 1;         // ngram: candidate continuations merged into a token tree (1: a chain)
   uint32_t tree_nodes = 0;         // most draft nodes of a tree (0: num_tokens x tree_width)
   std::string draft_sampling = "greedy";  // draft: greedy | sampled (sampled requests draw drafts from q)
+  std::string proposer = "proposer.ngram";  // ngram: the proposer plugin (plugins/api/llmk_proposer.h)
+  std::string proposer_options = "{}";      // ngram: JSON object passed to it
 
   bool operator==(const SpeculativeSection&) const = default;
 };

@@ -6,6 +6,8 @@
 
 #include "core/draft_proposer.hpp"
 #include "core/error.hpp"
+#include "core/plugin_proposer.hpp"
+#include "core/speculation.hpp"
 
 namespace llmk {
 
@@ -76,6 +78,10 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
   // A draft model's cache holds as many tokens as the target's.
   if (config.speculative.method == "draft")
     options.proposer = make_draft_proposer(config, *checkpoint, runtime.num_kv_slots, plugins);
+  else  // a proposer plugin from the engine's search path (plugins.search_path too)
+    options.proposer = make_proposer(config.speculative, &plugins, static_cast<uint32_t>(mc.vocab_size));
+  if (const auto* p = dynamic_cast<const PluginProposer*>(options.proposer.get()))
+    spdlog::info("speculative: proposer {} {} ({})", p->info().name, p->info().version, p->info().file.string());
   const SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   scheduling->scheduler = std::make_unique<Scheduler>(config.scheduler, limits, *scheduling->kv, options);
   scheduling->overlap = config.scheduler.overlap && stages == 1 && !scheduling->handoffs;

@@ -10,6 +10,7 @@
 #include "plugins/api/llmk_kv_allocator.h"
 #include "plugins/api/llmk_linear.h"
 #include "plugins/api/llmk_plugin.h"
+#include "plugins/api/llmk_proposer.h"
 
 namespace llmk {
 namespace {
@@ -35,6 +36,7 @@ size_t table_size_at_minor(uint32_t kind, uint32_t minor) {
              : minor == 3 ? offsetof(llmk_kv_allocator_api, evict_tokens)
                           : sizeof(llmk_kv_allocator_api);
     case LLMK_PLUGIN_COMM: return sizeof(llmk_comm_api);
+    case LLMK_PLUGIN_PROPOSER: return sizeof(llmk_proposer_api);
   }
   return 0;
 }
@@ -59,6 +61,10 @@ bool table_complete(uint32_t kind, const void* api) {
     return t->supports && t->create && t->destroy && t->rank && t->split && t->all_reduce && t->all_gather &&
            t->broadcast && t->send && t->recv && t->group_start && t->group_end && t->barrier && t->abort;
   }
+  if (kind == LLMK_PLUGIN_PROPOSER) {
+    auto* t = static_cast<const llmk_proposer_api*>(api);
+    return t->supports && t->create && t->destroy && t->propose && t->release;
+  }
   auto* t = static_cast<const llmk_kv_allocator_api*>(api);
   return t->supports && t->create && t->destroy && t->reserve && t->extend && t->fork && t->free_seq &&
          t->commit_tokens && t->block_table && t->block_size && t->usage;
@@ -72,6 +78,7 @@ const char* plugin_kind_name(uint32_t kind) {
     case LLMK_PLUGIN_LINEAR: return "linear";
     case LLMK_PLUGIN_KV_ALLOCATOR: return "kv_allocator";
     case LLMK_PLUGIN_COMM: return "comm";
+    case LLMK_PLUGIN_PROPOSER: return "proposer";
   }
   return "unknown";
 }
@@ -86,6 +93,7 @@ uint32_t engine_api_version(uint32_t kind) {
     case LLMK_PLUGIN_LINEAR: return LLMK_API_VERSION(LLMK_LINEAR_API_MAJOR, LLMK_LINEAR_API_MINOR);
     case LLMK_PLUGIN_KV_ALLOCATOR: return LLMK_API_VERSION(LLMK_KV_ALLOCATOR_API_MAJOR, LLMK_KV_ALLOCATOR_API_MINOR);
     case LLMK_PLUGIN_COMM: return LLMK_API_VERSION(LLMK_COMM_API_MAJOR, LLMK_COMM_API_MINOR);
+    case LLMK_PLUGIN_PROPOSER: return LLMK_API_VERSION(LLMK_PROPOSER_API_MAJOR, LLMK_PROPOSER_API_MINOR);
   }
   return 0;
 }

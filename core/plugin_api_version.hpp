@@ -10,7 +10,8 @@
 
 namespace llmk {
 
-// "attention", "linear", "kv_allocator" ("unknown" for anything else).
+// "attention", "linear", "kv_allocator", "comm", "proposer" ("unknown" for
+// anything else).
 const char* plugin_kind_name(uint32_t kind);
 
 // "3.1" for LLMK_API_VERSION(3, 1).

@@ -189,6 +189,13 @@ const llmk_comm_api& Plugin::comm() const {
   return *static_cast<const llmk_comm_api*>(api_.get());
 }
 
+const llmk_proposer_api& Plugin::proposer() const {
+  if (info_.kind != LLMK_PLUGIN_PROPOSER || api_ == nullptr) {
+    throw Error(ErrorCode::plugin, "plugin '" + info_.name + "' is not a proposer plugin");
+  }
+  return *static_cast<const llmk_proposer_api*>(api_.get());
+}
+
 PluginRegistry::PluginRegistry(std::vector<fs::path> extra_search_path) {
   if (const char* env = std::getenv("LLMK_PLUGIN_PATH")) {
     std::stringstream ss(env);

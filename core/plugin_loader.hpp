@@ -26,6 +26,7 @@
 #include "plugins/api/llmk_kv_allocator.h"
 #include "plugins/api/llmk_linear.h"
 #include "plugins/api/llmk_plugin.h"
+#include "plugins/api/llmk_proposer.h"
 
 namespace llmk {
 
@@ -55,6 +56,7 @@ class Plugin {
   const llmk_linear_api& linear() const;
   const llmk_kv_allocator_api& kv_allocator() const;
   const llmk_comm_api& comm() const;
+  const llmk_proposer_api& proposer() const;
   const std::shared_ptr<LoadedLibrary>& library() const { return library_; }
 
  private:

@@ -12,7 +12,9 @@ namespace llmk {
 
 void Scheduler::init_speculation(const SpeculativeSection& config, std::shared_ptr<Proposer> proposer,
                                  bool token_trees) {
-  proposer_ = proposer ? std::move(proposer) : std::shared_ptr<Proposer>(make_proposer(config));
+  proposer_ = proposer ? std::move(proposer)
+                      : std::shared_ptr<Proposer>(make_proposer(
+                            config, nullptr, static_cast<uint32_t>(std::max<int32_t>(limits_.vocab_size, 0))));
   if (!proposer_ && config.method == "draft")
     throw Error(ErrorCode::invalid_config, "speculative.method: 'draft' needs the draft model's proposer "
                                            "(build_engine_parts makes it from speculative.draft_model)");

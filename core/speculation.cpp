@@ -1,9 +1,13 @@
 #include "core/speculation.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <string>
 
+#include "core/config_checks.hpp"
 #include "core/error.hpp"
+#include "core/prompt_lookup.hpp"
 #include "core/request.hpp"
 
 namespace llmk {
@@ -51,18 +55,7 @@ NgramProposer::NgramProposer(int32_t min_n, int32_t max_n, int32_t width)
 }
 
 void NgramProposer::propose(std::span<const int32_t> tokens, int32_t max_tokens, std::vector<int32_t>& out) const {
-  const auto len = static_cast<int64_t>(tokens.size());
-  if (max_tokens <= 0) return;
-  for (int64_t n = std::min<int64_t>(max_n_, len - 1); n >= min_n_; --n) {
-    const int32_t* suffix = tokens.data() + (len - n);
-    // Latest earlier occurrence first: [start, start + n) with start + n < len.
-    for (int64_t start = len - n - 1; start >= 0; --start) {
-      if (!std::equal(suffix, suffix + n, tokens.data() + start)) continue;
-      const int64_t from = start + n, to = std::min<int64_t>(len, from + max_tokens);
-      out.insert(out.end(), tokens.begin() + from, tokens.begin() + to);
-      return;
-    }
-  }
+  prompt_lookup::chain({min_n_, max_n_, width_}, tokens, max_tokens, out);
 }
 
 void NgramProposer::propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) {
@@ -72,35 +65,7 @@ void NgramProposer::propose(std::span<const DraftRequest> requests, std::vector<
 
 void NgramProposer::propose_tree(std::span<const int32_t> tokens, int32_t max_depth, int32_t max_nodes,
                                  DraftTree& out) const {
-  out.clear();
-  const auto len = static_cast<int64_t>(tokens.size());
-  if (max_depth <= 0 || max_nodes <= 0) return;
-  int32_t num_candidates = 0;
-  for (int64_t n = std::min<int64_t>(max_n_, len - 1); n >= min_n_ && num_candidates < width_; --n) {
-    const int32_t* suffix = tokens.data() + (len - n);
-    for (int64_t start = len - n - 1; start >= 0 && num_candidates < width_; --start) {
-      if (!std::equal(suffix, suffix + n, tokens.data() + start)) continue;
-      // Merge the continuation in: follow the nodes it shares, then add the rest.
-      const int64_t from = start + n, to = std::min<int64_t>(len, from + max_depth);
-      int32_t at = -1;
-      bool added = false;
-      for (int64_t p = from; p < to; ++p) {
-        int32_t child = -1;
-        for (int32_t j = at + 1; j < out.size() && child < 0; ++j)
-          if (out.parents[static_cast<size_t>(j)] == at && out.tokens[static_cast<size_t>(j)] == tokens[p]) child = j;
-        if (child < 0) {
-          if (out.size() == max_nodes) break;
-          out.tokens.push_back(tokens[p]);
-          out.parents.push_back(at);
-          child = out.size() - 1;
-          added = true;
-        }
-        at = child;
-      }
-      if (added) ++num_candidates;
-      if (out.size() == max_nodes) return;
-    }
-  }
+  prompt_lookup::tree({min_n_, max_n_, width_}, tokens, max_depth, max_nodes, out.tokens, out.parents);
 }
 
 void NgramProposer::propose_trees(std::span<const DraftRequest> requests, std::vector<DraftTree>& out) {
@@ -116,15 +81,6 @@ void NgramProposer::propose_trees(std::span<const DraftRequest> requests, std::v
       out[i] = DraftTree::chain(chain);
     }
   }
-}
-
-std::unique_ptr<Proposer> make_proposer(const SpeculativeSection& config) {
-  if (config.method == "ngram")
-    return std::make_unique<NgramProposer>(static_cast<int32_t>(config.prompt_lookup_min),
-                                           static_cast<int32_t>(config.prompt_lookup_max),
-                                           static_cast<int32_t>(config.tree_width));
-  if (config.method == "none" || config.method == "draft") return nullptr;
-  throw Error(ErrorCode::invalid_config, "speculative.method: '" + config.method + "' is not one of none, ngram, draft");
 }
 
 int32_t num_accepted_greedy(std::span<const int32_t> drafts, std::span<const int32_t> choices) {
@@ -186,6 +142,14 @@ void validate_speculative(const EngineConfig& c) {
                                        std::to_string(sampling_limits::max_speculative_tokens) + ")");
   if (s.prompt_lookup_max > 64)
     fail("speculative.prompt_lookup_max", std::to_string(s.prompt_lookup_max) + " is out of range (allowed: up to 64)");
+  if (s.method == "ngram" && s.proposer.empty())
+    fail("speculative.proposer", "must name a proposer plugin (e.g. proposer.ngram)");
+  config_detail::check_json_object(s.proposer_options, "speculative.proposer_options");
+  const auto options = nlohmann::json::parse(s.proposer_options);
+  for (const char* key : {"prompt_lookup_min", "prompt_lookup_max"})
+    if (options.contains(key))
+      fail("speculative.proposer_options",
+           std::string("sets '") + key + "', which the engine passes from speculative." + key + " (set it there)");
   if (s.method == "none") return;
   if (c.parallel.pipeline > 1 && c.parallel.steps_in_flight != 1)
     fail("speculative.method", "'" + s.method + "' does not run with pipelined steps in flight (parallel.pipeline " +

@@ -103,16 +103,10 @@ class Proposer {
   virtual void release(uint64_t /*seq_id*/) {}
 };
 
-// Prompt lookup (n-gram): the last n tokens, for n from max_n down to min_n,
-// are looked for earlier in the sequence (prompt and output alike); at the
-// latest earlier occurrence found, the tokens that followed it are the
-// drafts, as many as there are up to max_tokens.
-//
-// As a tree (width > 1, a request's max_nodes > 0): the continuations after
-// the `width` latest earlier occurrences (the longest suffix's first, latest
-// first, then shorter suffixes'), each up to max_tokens long, merged by
-// common prefix, the first one whole first, until max_nodes nodes. A
-// continuation that adds no node (it repeats an earlier one) does not count.
+// Prompt lookup (n-gram) in process (core/prompt_lookup.hpp): the algorithm
+// the plugin proposer.ngram runs, which make_proposer loads instead; kept as
+// the reference its answers are checked against. As a tree where width > 1
+// and a request's max_nodes > 0; a chain otherwise.
 class NgramProposer final : public Proposer {
  public:
   // Throws Error(invalid_config) unless 1 <= min_n <= max_n and width >= 1.
@@ -129,10 +123,18 @@ class NgramProposer final : public Proposer {
   int32_t min_n_, max_n_, width_;
 };
 
-// The proposer speculative.method names when it needs no model (ngram);
-// null for "none" and "draft" (build_engine_parts makes the draft model's,
-// core/draft_proposer.hpp, and hands it over in SchedulerOptions::proposer).
-std::unique_ptr<Proposer> make_proposer(const SpeculativeSection& config);
+class PluginRegistry;
+
+// The proposer speculative.method names when it needs no model (ngram): the
+// plugin speculative.proposer names (core/plugin_proposer.hpp), loaded from
+// `plugins` (a registry of the default search path when null), told the
+// vocabulary size (0: unknown). Null for "none" and "draft"
+// (build_engine_parts makes the draft model's, core/draft_proposer.hpp, and
+// hands it over in SchedulerOptions::proposer). A plugin that is missing, of
+// another kind or of another API version is refused naming
+// speculative.proposer.
+std::unique_ptr<Proposer> make_proposer(const SpeculativeSection& config, PluginRegistry* plugins = nullptr,
+                                        uint32_t vocab_size = 0);
 
 // The speculation policy: whether a step with num_decodes decodes
 // speculates under speculative.max_batch_size (0 never turns it down). The

@@ -39,7 +39,8 @@ typedef enum llmk_plugin_kind {
   LLMK_PLUGIN_ATTENTION = 1,
   LLMK_PLUGIN_LINEAR = 2,
   LLMK_PLUGIN_KV_ALLOCATOR = 3,
-  LLMK_PLUGIN_COMM = 4
+  LLMK_PLUGIN_COMM = 4,
+  LLMK_PLUGIN_PROPOSER = 5
 } llmk_plugin_kind;
 
 /* Status codes returned by every plugin call that can fail. */
@@ -129,7 +130,7 @@ typedef struct llmk_plugin_info {
   const char* version;       /* the implementation's own semantic version, "1.0.0" */
   const char* description;   /* one line */
   const char* capabilities;  /* JSON object describing what it serves, e.g. {"kv_dtypes":["f32"]} */
-  const void* api;           /* the kind's table: llmk_attention_api, llmk_linear_api, ... */
+  const void* api;           /* the kind's table: llmk_attention_api, llmk_linear_api, ..., llmk_proposer_api */
 } llmk_plugin_info;
 
 typedef const llmk_plugin_info* (*llmk_plugin_entry_fn)(void);

@@ -35,6 +35,10 @@
 // new Impl*, all_reduce/all_gather/broadcast/send/recv/group_start/group_end/
 // barrier with the C signatures minus self and err, and abort(code).
 //
+// Proposers provide supports/ctor(const llmk_proposer_desc&),
+// propose(const llmk_propose_batch&) (fills each drafts[i]) and
+// release(uint64_t seq_id).
+//
 // A plugin built against an older minor of a kind's API defines
 // LLMK_<KIND>_API_BUILD_MINOR before including this header; the table then
 // has that minor's fields and version.
@@ -58,6 +62,7 @@
 #include "llmk_kv_allocator.h"
 #include "llmk_linear.h"
 #include "llmk_plugin.h"
+#include "llmk_proposer.h"
 
 namespace llmk::plugin {
 
@@ -473,6 +478,29 @@ const llmk_plugin_info* comm_info() {
   return make_info<Impl>(LLMK_PLUGIN_COMM, LLMK_COMM_API_VERSION, &api);
 }
 
+template <class Impl>
+const llmk_plugin_info* proposer_info() {
+  static const llmk_proposer_api api{
+      LLMK_PROPOSER_API_VERSION,
+      sizeof(llmk_proposer_api),
+      &supports_thunk<Impl, llmk_proposer_desc>,
+      &create_thunk<Impl, llmk_proposer_desc>,
+      &destroy_thunk<Impl>,
+      [](void* self, const llmk_propose_batch* batch, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->propose(*batch);
+          return static_cast<int>(LLMK_OK);
+        });
+      },
+      [](void* self, uint64_t seq_id, llmk_error* err) noexcept -> int {
+        return guarded(err, [&] {
+          static_cast<Impl*>(self)->release(seq_id);
+          return static_cast<int>(LLMK_OK);
+        });
+      }};
+  return make_info<Impl>(LLMK_PLUGIN_PROPOSER, LLMK_PROPOSER_API_VERSION, &api);
+}
+
 }  // namespace llmk::plugin
 
 #define LLMK_DETAIL_EXPORT_PLUGIN(Impl, info_fn)                                                  \
@@ -485,3 +513,4 @@ const llmk_plugin_info* comm_info() {
 #define LLMK_EXPORT_LINEAR_PLUGIN(Impl) LLMK_DETAIL_EXPORT_PLUGIN(Impl, linear_info)
 #define LLMK_EXPORT_KV_ALLOCATOR_PLUGIN(Impl) LLMK_DETAIL_EXPORT_PLUGIN(Impl, kv_allocator_info)
 #define LLMK_EXPORT_COMM_PLUGIN(Impl) LLMK_DETAIL_EXPORT_PLUGIN(Impl, comm_info)
+#define LLMK_EXPORT_PROPOSER_PLUGIN(Impl) LLMK_DETAIL_EXPORT_PLUGIN(Impl, proposer_info)

@@ -40,11 +40,15 @@ TEST_CASE("llmk plugins --json lists each plugin's info and each broken library'
   CHECK(by_name["kv.vm"]["abi_version"] == 1);
   CHECK(by_name["kv.paged"]["capabilities"]["prefix_caching"] == true);
   CHECK(by_file["libllmk_kv_badabi.so"]["error"] == "ABI version 7, engine expects 1");
+  REQUIRE(by_name.count("proposer.ngram"));
+  CHECK(by_name["proposer.ngram"]["kind"] == "proposer");
+  CHECK(by_name["proposer.ngram"]["api_version"] == "1.0");
 }
 
 TEST_CASE("llmk plugins prints a readable listing", "[cmd]") {
   const std::string out = run(llmk_plugins(""));
   CHECK_THAT(out, Catch::Contains("kv.paged (kv_allocator) 1.0.0"));
+  CHECK_THAT(out, Catch::Contains("proposer.ngram (proposer) 1.0.0"));
   CHECK_THAT(out, Catch::Contains("libllmk_kv_nosymbol.so\n  error: no entry symbol"));
 }
 

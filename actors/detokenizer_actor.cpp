@@ -112,6 +112,7 @@ bool take(DetokenizerPointer self, SampleOutput& out) {
     if (ev.finish_reason == FinishReason::error) event.error_code = ev.error_code;
     event.usage = ev.usage;
     event.timings = ev.timings;
+    event.beam = ev.beam;
     if (sample.stopped) {
       // Count only what the client saw: tokens up to the match.
       event.usage.completion_tokens = sample.num_tokens;

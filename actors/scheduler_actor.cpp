@@ -160,7 +160,7 @@ void on_step_done(SchedulerPointer self, StepPlan& plan, StepResult& result) {
     sampled.reserve(result.tokens.size());
     for (const auto& t : result.tokens) sampled.push_back(t.token_id);
     try {
-      events = st.scheduler().update_from_output(plan, sampled);
+      events = st.scheduler().update_from_output(plan, sampled, &result.tokens);
     } catch (const std::exception& e) {
       spdlog::error("scheduler: step {} update failed: {}", plan.step_id, e.what());
       events = st.scheduler().fail_step(plan, std::string("internal error: ") + e.what());

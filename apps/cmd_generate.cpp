@@ -34,6 +34,9 @@ struct GenerateOptions {
   int64_t seed = -1;
   bool ignore_eos = false;
   std::vector<std::string> stop;
+  int32_t beam_width = 0;
+  float length_penalty = 1.0f;
+  std::string early_stopping = "false";
   std::string batch_file;
   std::string trace_file;
 };
@@ -46,6 +49,12 @@ Request default_request(const GenerateOptions& o) {
   r.sampling.max_tokens = o.max_tokens;
   r.sampling.ignore_eos = o.ignore_eos;
   r.sampling.stop = o.stop;
+  r.sampling.beam_width = o.beam_width;
+  r.sampling.length_penalty = o.length_penalty;
+  r.sampling.early_stopping = o.early_stopping == "true"    ? EarlyStopping::immediate
+                              : o.early_stopping == "never" ? EarlyStopping::never
+                                                            : EarlyStopping::heuristic;
+  // Beam search reads raw log-probabilities; the default temperature stands.
   if (o.seed >= 0) r.sampling.seed = static_cast<uint64_t>(o.seed);
   return r;
 }
@@ -58,6 +67,7 @@ int run_single(Engine& engine, const GenerateOptions& o) {
   auto stream = engine.submit(std::move(r));
   std::optional<RequestEvent> last;
   while (auto ev = stream->next(std::chrono::hours(24))) {
+    if (ev->index != 0) continue;  // one text: a beam search's best hypothesis is sample 0
     std::fwrite(ev->text_delta.data(), 1, ev->text_delta.size(), stdout);
     std::fflush(stdout);
     if (ev->request_done) last = std::move(ev);
@@ -75,6 +85,9 @@ int run_single(Engine& engine, const GenerateOptions& o) {
   spdlog::info("prompt {} tokens, time to first token {:.3f} s; generated {} tokens, decode {:.1f} tok/s; finish: {}",
                last->usage.prompt_tokens, t.time_to_first_token_s, n,
                n > 1 && decode_s > 0 ? (n - 1) / decode_s : 0.0, to_string(last->finish_reason));
+  if (last->beam)
+    spdlog::info("beam search: cumulative log-probability {:.6f}, score {:.6f}", last->beam->cumulative_logprob,
+                 last->beam->score);
   return 0;
 }
 
@@ -150,6 +163,14 @@ const CommandRegistration registration(
       cmd.add_option("--seed", o->seed, "sampling seed (-1: random)")->capture_default_str();
       cmd.add_flag("--ignore-eos", o->ignore_eos, "keep generating past EOS");
       cmd.add_option("--stop", o->stop, "stop string (repeatable); not part of the output");
+      cmd.add_option("--beam-width", o->beam_width,
+                     "beam search of this width (0: off); prints the best hypothesis (docs/beam_search.md)")
+          ->capture_default_str();
+      cmd.add_option("--length-penalty", o->length_penalty, "beam search: score = logprob / length^penalty")
+          ->capture_default_str();
+      cmd.add_option("--early-stopping", o->early_stopping, "beam search: false, true or never")
+          ->check(CLI::IsMember({"false", "true", "never"}))
+          ->capture_default_str();
       cmd.add_option("--batch-file", o->batch_file,
                      "JSONL requests {id, prompt, max_tokens, temperature, top_p, seed, stop, n}, run concurrently; "
                      "one JSON result per line on stdout (flags above are the defaults)");

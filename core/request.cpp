@@ -16,6 +16,15 @@ const char* to_string(FinishReason r) noexcept {
   return "unknown";
 }
 
+const char* to_string(EarlyStopping e) noexcept {
+  switch (e) {
+    case EarlyStopping::heuristic: return "false";
+    case EarlyStopping::immediate: return "true";
+    case EarlyStopping::never: return "never";
+  }
+  return "unknown";
+}
+
 namespace {
 
 // Shortest text that reads back as the same float ("0.01", not "0.010000").
@@ -58,6 +67,35 @@ void validate_sampling_params(const SamplingParams& p) {
                                  std::to_string(p.stop.size()));
   for (const auto& stop : p.stop)
     if (stop.empty()) throw FieldError("stop", "'stop' strings must not be empty");
+  require(p.beam_width >= 0 && p.beam_width <= max_beam_width, "beam_width", closed(0, max_beam_width) + " (0: off)",
+          p.beam_width);
+  if (p.beam_width > 0) validate_beam_search(p);
+}
+
+// Beam search scores the model's raw log-probabilities and draws nothing:
+// every parameter that would change a row's distribution, or that needs a
+// token at a time, is refused by name.
+void validate_beam_search(const SamplingParams& p) {
+  using namespace sampling_limits;
+  const std::string width = std::to_string(p.beam_width);
+  auto refuse = [](const char* field, const std::string& why) {
+    throw FieldError(field, std::string("'") + field + "' " + why);
+  };
+  if (p.n > p.beam_width) refuse("n", "must not exceed the beam width (" + width + "), got " + std::to_string(p.n));
+  if (p.temperature != 0.0f && p.temperature != 1.0f)
+    refuse("temperature", "must be 0 or 1 with beam search (it scores the model's raw log-probabilities), got " +
+                              number_text(p.temperature));
+  if (p.top_k > 0) refuse("top_k", "is not supported with beam search (leave it at 0 or -1)");
+  if (p.top_p != 1.0f) refuse("top_p", "is not supported with beam search (leave it at 1)");
+  if (p.min_p != 0.0f) refuse("min_p", "is not supported with beam search (leave it at 0)");
+  if (p.repetition_penalty != 1.0f) refuse("repetition_penalty", "is not supported with beam search (leave it at 1)");
+  if (p.presence_penalty != 0.0f) refuse("presence_penalty", "is not supported with beam search (leave it at 0)");
+  if (p.frequency_penalty != 0.0f) refuse("frequency_penalty", "is not supported with beam search (leave it at 0)");
+  if (p.logprobs >= 0) refuse("logprobs", "is not supported with beam search");
+  if (!p.stop.empty()) refuse("stop", "strings are not supported with beam search (stop_token_ids are)");
+  if (p.num_speculative_tokens > 0) refuse("num_speculative_tokens", "must be 0 or -1 with beam search (no drafts)");
+  require(std::isfinite(p.length_penalty) && std::fabs(p.length_penalty) <= max_abs_length_penalty, "length_penalty",
+          closed(-max_abs_length_penalty, max_abs_length_penalty), p.length_penalty);
 }
 
 }  // namespace llmk

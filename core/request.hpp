@@ -16,6 +16,15 @@ namespace llmk {
 
 struct ChatInput;  // core/chat_template.hpp: a chat's messages and render options
 
+// When a beam search stops (Hugging Face's early_stopping; docs/beam_search.md):
+//  heuristic (false): once width hypotheses have finished and the best running
+//    beam, scored at its current length, cannot beat the worst of them;
+//  immediate (true): as soon as width hypotheses have finished;
+//  never ("never"): only when no running beam can beat the worst finished one
+//    at any length up to max_tokens (the exact bound), or at max_tokens.
+enum class EarlyStopping { heuristic, immediate, never };
+const char* to_string(EarlyStopping e) noexcept;
+
 struct SamplingParams {
   float temperature = 1.0f;         // 0 = greedy
   int32_t top_k = 0;                // 0 = off
@@ -34,6 +43,15 @@ struct SamplingParams {
   // Speculative decoding (speculative.*): at most this many drafted tokens a
   // step for this request; 0 turns it off, -1 takes speculative.num_tokens.
   int32_t num_speculative_tokens = -1;
+  // Beam search (core/scheduler_beam.cpp, docs/beam_search.md): 0 = off; W >=
+  // 1 keeps W hypotheses on the model's raw log-probabilities and returns the
+  // best n (n <= W) as samples 0..n-1, best first, once the search ends. A
+  // hypothesis scores cumulative_logprob / generated_tokens^length_penalty.
+  // Needs temperature 0 (or 1), no truncation, no penalties, no logprobs, no
+  // stop strings and no speculative drafts (validate_sampling_params).
+  int32_t beam_width = 0;
+  float length_penalty = 1.0f;
+  EarlyStopping early_stopping = EarlyStopping::heuristic;
 };
 
 // The one set of bounds on sampling parameters, for every front end (the
@@ -48,6 +66,8 @@ inline constexpr int32_t max_logprobs = 20;     // top alternatives a request ma
 inline constexpr int32_t max_samples = 16;      // n
 inline constexpr size_t max_stop_strings = 16;
 inline constexpr int32_t max_speculative_tokens = 64;  // drafts a step (speculative.num_tokens too)
+inline constexpr int32_t max_beam_width = max_logprobs / 2;  // each beam's row lists its best 2 * width tokens
+inline constexpr float max_abs_length_penalty = 10.0f;
 }  // namespace sampling_limits
 
 // Throws FieldError(invalid_argument) naming the first field out of its
@@ -55,6 +75,9 @@ inline constexpr int32_t max_speculative_tokens = 64;  // drafts a step (specula
 // max_tokens >= 1, stop strings non-empty). Called where a request enters
 // the engine (the scheduler's admission) and by the front ends as they parse.
 void validate_sampling_params(const SamplingParams& params);
+// The beam search part of it (beam_width > 0): n within the width, and no
+// parameter that changes the rows' distributions (temperature 0 or 1).
+void validate_beam_search(const SamplingParams& params);
 
 struct KvHandoff;  // core/kv_handoff.hpp
 
@@ -95,6 +118,14 @@ struct Request {
 enum class FinishReason { none, stop, length, cancelled, error };
 const char* to_string(FinishReason r) noexcept;
 
+// A beam search hypothesis' scores (SamplingParams::beam_width), on its
+// sample's final event: the sum of its tokens' log-probabilities (the final
+// EOS or stop token included) and that sum over generated_tokens^length_penalty.
+struct BeamScore {
+  double cumulative_logprob = 0;
+  double score = 0;
+};
+
 struct TokenLogprob {
   int32_t token_id = 0;
   float logprob = 0.0f;
@@ -129,6 +160,7 @@ struct RequestEvent {
   ErrorCode error_code = ErrorCode::internal;  // finish_reason == error: its category (invalid_argument, overloaded...)
   Usage usage;                       // on the finished event
   Timings timings;                   // on the finished event
+  std::optional<BeamScore> beam;     // on the finished event of a beam search's hypothesis
   bool request_done = false;         // the last event of the whole request
 };
 

@@ -63,9 +63,10 @@ void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> 
   } catch (const Error& e) {
     refuse(e.what());
   }
-  if (sampling.n > max_num_seqs_)
-    refuse("n = " + std::to_string(sampling.n) + " exceeds the batch limit of " + std::to_string(max_num_seqs_) +
-           " sequences");
+  if (std::max(sampling.n, sampling.beam_width) > max_num_seqs_)
+    refuse((sampling.beam_width > sampling.n ? "beam_width = " + std::to_string(sampling.beam_width)
+                                             : "n = " + std::to_string(sampling.n)) +
+           " exceeds the batch limit of " + std::to_string(max_num_seqs_) + " sequences");
   if (strict_context && !streaming() && num_prompt + sampling.max_tokens > limits_.max_seq_len)
     refuse("this model's context holds " + std::to_string(limits_.max_seq_len) + " tokens, but " +
            std::to_string(num_prompt + sampling.max_tokens) + " were requested (" + std::to_string(num_prompt) +
@@ -95,6 +96,7 @@ void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> 
   seq->stop = make_stop_conditions(sampling, limits_.eos_token_ids,
                                    streaming() ? std::numeric_limits<int32_t>::max() : limits_.max_seq_len);
   seq->arrival_time = now();
+  if (sampling.beam_width > 0) add_beam_request(request_id, *seq, sampling, handoff);
   if (!handoff.export_key.empty() || handoff.import) {
     check_handoff(*seq, handoff);
     seq->kv_export_key = std::move(handoff.export_key);
@@ -128,7 +130,8 @@ std::vector<TokenEvent> Scheduler::finish_request(const std::string& request_id,
   return events;
 }
 
-std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled) {
+std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled,
+                                                      const std::vector<SampledToken>* details) {
   if (in_flight_.empty() || plan.step_id != in_flight_.front())
     throw Error(ErrorCode::internal, "Scheduler::update_from_output: step " + std::to_string(plan.step_id) +
                                          " is not the oldest plan in flight");
@@ -140,6 +143,7 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
   std::vector<TokenEvent> events;
   const TimePoint t = now();
   size_t next_logit = 0;
+  std::vector<BeamRow> beam_rows;  // updated together once every row is in
   for (const ScheduledSeq& s : plan.seqs) {
     const size_t first_row = next_logit;
     const int32_t* tokens = sampled.data() + next_logit;
@@ -161,6 +165,10 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
       seq->tokens.pop_back();
       seq->pending_row = -1;
     }
+    if (is_beam(*seq)) {
+      if (s.num_samples > 0) beam_rows.push_back({seq->seq_id, first_row});
+      continue;
+    }
     if (s.num_samples == 1) apply_token(*seq, tokens[0], t, events);
     else if (s.num_samples > 1) fork_samples(*seq, tokens, t, events);
     // Sample k of a forking row took row first_row + k (plan.logits' order).
@@ -168,6 +176,7 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
       if (events[i].token_id)
         events[i].logits_row = static_cast<int32_t>(first_row) + (s.num_samples > 1 ? events[i].index : 0);
   }
+  if (!beam_rows.empty()) update_beams(beam_rows, details, t, events);
   return events;
 }
 
@@ -230,6 +239,10 @@ void Scheduler::fork_samples(Sequence& parent, const int32_t* tokens, TimePoint 
 
 void Scheduler::finish(Sequence& seq, FinishReason reason, std::optional<int32_t> token, const std::string& error,
                        std::vector<TokenEvent>& events) {
+  if (beam_groups_.count(seq.request_id)) {  // a beam ends with its whole search
+    end_beam_group(seq.request_id, reason, error, events);
+    return;
+  }
   if (seq.pending_row >= 0) {  // ended before the token planned ahead was sampled
     seq.tokens.pop_back();
     seq.pending_row = -1;

@@ -87,6 +87,21 @@
 // A fork the allocator refuses sends that sample to the head of the queue; it
 // is prefilled on its own later (prefix caching makes that cheap). The
 // request is done when every sample has finished.
+//
+// Beam search (SamplingParams::beam_width = W, core/scheduler_beam.cpp,
+// docs/beam_search.md): the prompt is prefilled once and its W logits rows
+// list the best 2W tokens each; from then on the request's W beams are
+// sequences forked from each other (KvAllocator::fork: shared K/V,
+// copy-on-write where the allocator has it) that decode together, all in
+// the same step or none. Each update keeps the best W continuations by
+// cumulative log-probability: a beam no continuation chose is freed, one
+// chosen k times goes on with one and forks k - 1 children. Finished
+// hypotheses are kept by length-penalised score; when the search ends the
+// best n come out as samples 0..n-1, all their tokens at once. A beam
+// search is never preempted beam by beam: it restarts from its prompt
+// (every beam freed, the search recomputed; its choices are deterministic).
+// It needs the continuous policy, one step in flight, no speculation and no
+// streaming window; a step with beams is never followed by a plan made ahead.
 #pragma once
 
 #include <cstdint>
@@ -109,6 +124,7 @@
 namespace llmk {
 
 class Proposer;
+struct SampledToken;  // core/sampler.hpp
 
 // Values the scheduler needs besides its config section.
 struct SchedulerLimits {
@@ -191,6 +207,7 @@ struct TokenEvent {
   bool finished = false;
   FinishReason finish_reason = FinishReason::none;
   bool is_stop_token = false;            // the token is an EOS / stop id: not part of the text
+  std::optional<BeamScore> beam;         // a beam search hypothesis' final event: its scores
   std::string error;                     // finish_reason == error
   ErrorCode error_code = ErrorCode::internal;  // finish_reason == error: its category (peer_lost: 503)
   Usage usage;                           // on finished events
@@ -306,7 +323,10 @@ class Scheduler {
   StepPlan schedule_ahead(const StepPlan& in_flight);
   // sampled[i] is the token for plan.logits[i]. Advances KV, appends tokens,
   // applies stop conditions, frees finished sequences, returns their events.
-  std::vector<TokenEvent> update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled);
+  // A plan with beam search rows needs `details` (the sampler's output for
+  // every row, [plan.logits.size()]): each beam row's top log-probabilities.
+  std::vector<TokenEvent> update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled,
+                                             const std::vector<SampledToken>* details = nullptr);
   // The forward or the sampler failed: every sequence of the plan finishes
   // with an error of category `code`.
   std::vector<TokenEvent> fail_step(const StepPlan& plan, const std::string& error,
@@ -325,6 +345,34 @@ class Scheduler {
     int32_t num_finished_samples = 0;
     std::vector<uint64_t> seq_ids;       // every sequence it ever had
   };
+
+  // A beam search (scheduler_beam.cpp).
+  struct BeamHypothesis {
+    std::vector<int32_t> tokens;         // generated, the final EOS / stop id included
+    double cumulative_logprob = 0;
+    double score = 0;
+    FinishReason reason = FinishReason::none;
+    Usage usage;
+    Timings timings;
+  };
+  struct BeamGroup {
+    int32_t width = 1;
+    int32_t num_outputs = 1;             // the request's n
+    float length_penalty = 1.0f;
+    EarlyStopping early_stopping = EarlyStopping::heuristic;
+    StopConditions stop;
+    std::vector<uint64_t> beams;         // live beam sequences; the prompt's alone before the first step
+    std::vector<double> cumulative;      // [beams] cumulative log-probability
+    std::vector<BeamHypothesis> finished;  // the best `width` so far, unordered
+    // Rows the sampler has seen per sample slot 0..width-1 (its history's
+    // length, which it checks; a beam's row takes its slot's count).
+    std::vector<int32_t> slot_rows;
+  };
+  struct BeamRow {
+    uint64_t seq_id;
+    size_t first_row;                    // its first logits row in the plan
+  };
+  enum class BeamDecode { planned, stop, wait };
 
   TimePoint now() const { return clock_(); }
   Sequence* find(uint64_t seq_id);
@@ -375,6 +423,26 @@ class Scheduler {
                       const int32_t* sampled, TimePoint t, std::vector<TokenEvent>& events);
   void apply_verified_tree(const StepPlan& plan, const ScheduledSeq& s, size_t first_row, Sequence& seq,
                            const int32_t* sampled, TimePoint t, std::vector<TokenEvent>& events);
+  // scheduler_beam.cpp: beam search.
+  bool is_beam(const Sequence& seq) const { return seq.sampling && seq.sampling->beam_width > 0; }
+  void add_beam_request(const std::string& request_id, Sequence& root, const SamplingParams& sampling,
+                        const SequenceHandoff& handoff);
+  int32_t logits_row_history(const Sequence& seq, int32_t sample_index) const;
+  BeamDecode schedule_beam_decodes(StepPlan& plan, int32_t& budget, bool& preempted, bool may_preempt,
+                                   Sequence& first);
+  void update_beams(const std::vector<BeamRow>& rows, const std::vector<SampledToken>* details, TimePoint t,
+                    std::vector<TokenEvent>& events);
+  void step_beam_group(BeamGroup& group, const std::string& request_id, const std::vector<const BeamRow*>& rows,
+                       const std::vector<SampledToken>& details, TimePoint t, std::vector<TokenEvent>& events);
+  void add_hypothesis(BeamGroup& group, const Sequence& beam, std::optional<int32_t> token, double cumulative,
+                      FinishReason reason, TimePoint t);
+  bool beam_search_done(const BeamGroup& group, double best_cumulative, int32_t generated) const;
+  void drop_beam(Sequence& seq);
+  void restart_beam_group(const std::string& request_id);
+  // Ends a beam search: its best hypotheses as events (reason none), or one
+  // ending of `reason` per output (a cancel, an error).
+  void end_beam_group(const std::string& request_id, FinishReason reason, const std::string& error,
+                      std::vector<TokenEvent>& events);
   // scheduler.cpp: tokens and endings.
   void apply_token(Sequence& seq, int32_t token, TimePoint t, std::vector<TokenEvent>& events);
   void fork_samples(Sequence& parent, const int32_t* tokens, TimePoint t, std::vector<TokenEvent>& events);
@@ -405,6 +473,7 @@ class Scheduler {
 
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // live sequences
   std::unordered_map<std::string, RequestState> requests_;         // live requests
+  std::unordered_map<std::string, BeamGroup> beam_groups_;         // live beam searches, by request
   std::deque<Sequence*> waiting_;        // admission order (preempted ones at the head)
   std::vector<Sequence*> running_;       // oldest first: (arrival_order, index)
   std::vector<std::vector<int32_t>> step_tables_;  // block tables of the plan being built

@@ -49,8 +49,11 @@ StepPlan Scheduler::schedule() {
 
 StepPlan Scheduler::schedule_ahead(const StepPlan& in_flight) {
   if (is_static_ || in_flight_.size() != 1 || in_flight_.front() != in_flight.step_id) return {};
-  for (const ScheduledSeq& s : in_flight.seqs)
+  for (const ScheduledSeq& s : in_flight.seqs) {
     if (s.num_samples > 1 || s.is_padding || s.num_draft_tokens > 0) return {};
+    // A beam's next token is the beam search's choice, made at the update.
+    if (const Sequence* seq = find(s.seq_id); seq != nullptr && is_beam(*seq)) return {};
+  }
   // A sequence that may draft decodes in a plan made after its update.
   if (proposer_ && any_may_speculate(in_flight)) return {};
   // A KV restore writes the device's KV memory from the host: it waits for
@@ -156,6 +159,15 @@ bool Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget, bool& preempte
     Sequence* seq = running_[i];
     if (!needs_decode(*seq) || seq->in_flight) continue;
     if (num_decodes == per_step) break;
+    if (is_beam(*seq)) {  // a beam search's beams decode together (scheduler_beam.cpp)
+      if (seq->last_step_id == plan.step_id) continue;
+      const int32_t before = plan.batch.num_seqs();
+      const BeamDecode r = schedule_beam_decodes(plan, budget, preempted, may_preempt, *seq);
+      if (r == BeamDecode::wait) return false;
+      if (r == BeamDecode::stop) break;  // the search left running_, the youngest there
+      num_decodes += plan.batch.num_seqs() - before;
+      continue;
+    }
     drafts.clear();
     if (proposer_) propose_drafts(*seq, budget - num_decodes_left--, drafts);
     std::vector<llmk_kv_copy> copies;
@@ -336,6 +348,10 @@ void Scheduler::restore_offloaded(Sequence& seq, uint32_t num_cached_tokens) {
 // Frees the sequence's KV (saving it first in offload mode) and puts it at
 // the head of the queue with its generated tokens.
 void Scheduler::preempt(Sequence& seq) {
+  if (is_beam(seq)) {  // a beam search restarts whole
+    restart_beam_group(seq.request_id);
+    return;
+  }
   // A shifted sequence's rows are not its positions: it resumes by recompute.
   const bool kv_moving =
       std::find(kv_moved_seqs_.begin(), kv_moved_seqs_.end(), seq.seq_id) != kv_moved_seqs_.end();
@@ -402,9 +418,10 @@ void Scheduler::add_to_batch(StepPlan& plan, Sequence& seq, int32_t num_new_toke
   // Reaching the last token produces the next one: n rows when it forks.
   s.num_samples = end == seq.num_tokens() ? seq.num_unforked_samples : 0;
   for (int32_t k = 0; k < s.num_samples; ++k) {
+    const int32_t index = s.num_samples > 1 ? k : seq.index;
     batch.logits_rows.push_back(batch.num_tokens() - 1);
-    plan.logits.push_back({seq.seq_id, seq.request_id, s.num_samples > 1 ? k : seq.index, seq.sampling,
-                           seq.request_key, seq.num_generated_tokens()});
+    plan.logits.push_back({seq.seq_id, seq.request_id, index, seq.sampling, seq.request_key,
+                           is_beam(seq) ? logits_row_history(seq, index) : seq.num_generated_tokens()});
   }
   plan.seqs.push_back(s);
   seq.last_step_id = plan.step_id;

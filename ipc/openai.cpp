@@ -167,7 +167,10 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
       out.request.strict_context = true;
     }
   }
-  if (auto best_of = body.find("best_of"); best_of != body.end() && !best_of->is_null() && *best_of != 1) {
+  if (out.stream && out.request.sampling.beam_width > 0)
+    throw ParamError("stream", "'stream' is not supported with beam search (its beams are ranked only at the end)");
+  if (auto best_of = body.find("best_of"); best_of != body.end() && !best_of->is_null() && *best_of != 1 &&
+                                            out.request.sampling.beam_width == 0) {
     throw ParamError("best_of", "'best_of' other than 1 is not supported", ErrorCode::unsupported);
   }
   refuse_unimplemented(body);

@@ -44,6 +44,39 @@ float get_float(const json& obj, const std::string& key, float fallback) {
   return static_cast<float>(v);
 }
 
+// Beam search, as vLLM's OpenAI server spells it: use_beam_search with the
+// width in best_of (older vLLM) or n (newer), length_penalty and
+// early_stopping (true, false or "never"); or llmk's beam_width alone.
+void parse_beam_search(const json& body, SamplingParams& p) {
+  const bool use = get_bool(body, "use_beam_search", false);
+  const int32_t width = get_int32(body, "beam_width", 0);
+  if (!use && width == 0) {
+    for (const char* key : {"length_penalty", "early_stopping"})
+      if (body.contains(key) && !body[key].is_null())
+        throw ParamError(key, std::string("'") + key + "' needs beam search ('use_beam_search': true)");
+    return;
+  }
+  const int32_t best_of = get_int32(body, "best_of", 0);
+  if (width > 0 && best_of > 0 && best_of != width)
+    throw ParamError("best_of", "'best_of' (" + std::to_string(best_of) + ") and 'beam_width' (" +
+                                    std::to_string(width) + ") name different beam widths");
+  // The width's bound, named as the request gave the width.
+  const char* key = width != 0 ? "beam_width" : best_of != 0 ? "best_of" : "n";
+  p.beam_width = width != 0 ? width : best_of != 0 ? best_of : p.n;
+  if (p.beam_width < 1 || p.beam_width > sampling_limits::max_beam_width)
+    throw ParamError(key, std::string("'") + key + "' must be in [1, " +
+                              std::to_string(sampling_limits::max_beam_width) + "] as a beam width, got " +
+                              std::to_string(p.beam_width));
+  p.length_penalty = get_float(body, "length_penalty", p.length_penalty);
+  if (auto it = body.find("early_stopping"); it != body.end() && !it->is_null()) {
+    if (it->is_boolean()) p.early_stopping = it->get<bool>() ? EarlyStopping::immediate : EarlyStopping::heuristic;
+    else if (it->is_string() && it->get<std::string>() == "never") p.early_stopping = EarlyStopping::never;
+    else throw ParamError("early_stopping", "'early_stopping' must be true, false or \"never\", got " + it->dump());
+  }
+  // Unset, temperature is 1, which beam search accepts (it reads the raw
+  // log-probabilities either way).
+}
+
 }  // namespace
 
 std::string get_string(const json& obj, const std::string& key, const std::string& fallback) {
@@ -134,6 +167,7 @@ SamplingParams parse_sampling(const json& body, LogprobsStyle style, int32_t max
     }
   }
   if (p.top_k == -1) p.top_k = 0;  // -1 also means "off"
+  parse_beam_search(body, p);
   try {
     validate_sampling_params(p);
   } catch (const FieldError& e) {

@@ -20,7 +20,9 @@ enum class LogprobsStyle {
 
 // Reads max_tokens (or max_completion_tokens), temperature, top_p, top_k,
 // min_p, stop, stop_token_ids, n, seed, logprobs, presence_penalty,
-// frequency_penalty, repetition_penalty and ignore_eos from `body` with
+// frequency_penalty, repetition_penalty, ignore_eos and beam search
+// (use_beam_search, beam_width or best_of, length_penalty, early_stopping:
+// docs/beam_search.md) from `body` with
 // strict types; absent keys keep the defaults (max_tokens:
 // default_max_tokens). max_tokens must fit in max_context; every other bound
 // is validate_sampling_params' (core/request.hpp), applied here so that the

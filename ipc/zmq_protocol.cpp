@@ -15,7 +15,8 @@ const std::vector<std::string> submit_keys = {"v", "type", "id", "prompt", "prom
 const std::vector<std::string> param_keys = {
     "max_tokens",      "temperature",       "top_p",          "top_k",    "min_p", "stop", "stop_token_ids", "n",
     "seed",            "logprobs",          "presence_penalty", "frequency_penalty", "repetition_penalty",
-    "ignore_eos",      "num_speculative_tokens"};
+    "ignore_eos",      "num_speculative_tokens", "use_beam_search", "beam_width",
+    "length_penalty",  "early_stopping"};
 
 void reject_unknown_keys(const json& obj, const std::vector<std::string>& known, const std::string& where) {
   for (const auto& [key, value] : obj.items()) {
@@ -134,22 +135,24 @@ json token_message(const std::string& id, const RequestEvent& ev) {
 
 json final_message(const std::string& id, const RequestEvent& ev, const std::string& text,
                    const std::vector<int32_t>& token_ids) {
-  return {{"v", 1},
-          {"type", "final"},
-          {"id", id},
-          {"index", ev.index},
-          {"finish_reason", finish_reason_string(ev.finish_reason)},
-          {"text", text},
-          {"token_ids", token_ids},
-          {"usage",
-           {{"prompt_tokens", ev.usage.prompt_tokens},
-            {"completion_tokens", ev.usage.completion_tokens},
-            {"cached_prompt_tokens", ev.usage.cached_prompt_tokens}}},
-          {"timings",
-           {{"queue_s", ev.timings.queue_s},
-            {"time_to_first_token_s", ev.timings.time_to_first_token_s},
-            {"e2e_s", ev.timings.e2e_s}}},
-          {"done", ev.request_done}};
+  json msg = {{"v", 1},
+              {"type", "final"},
+              {"id", id},
+              {"index", ev.index},
+              {"finish_reason", finish_reason_string(ev.finish_reason)},
+              {"text", text},
+              {"token_ids", token_ids},
+              {"usage",
+               {{"prompt_tokens", ev.usage.prompt_tokens},
+                {"completion_tokens", ev.usage.completion_tokens},
+                {"cached_prompt_tokens", ev.usage.cached_prompt_tokens}}},
+              {"timings",
+               {{"queue_s", ev.timings.queue_s},
+                {"time_to_first_token_s", ev.timings.time_to_first_token_s},
+                {"e2e_s", ev.timings.e2e_s}}},
+              {"done", ev.request_done}};
+  if (ev.beam) msg["beam"] = {{"cumulative_logprob", ev.beam->cumulative_logprob}, {"score", ev.beam->score}};
+  return msg;
 }
 
 json health_message(const json& ref, bool draining) {
@@ -232,6 +235,8 @@ RequestEvent event_from_message(const json& msg, bool streamed) {
     ev.timings.queue_s = timings.value("queue_s", 0.0);
     ev.timings.time_to_first_token_s = timings.value("time_to_first_token_s", 0.0);
     ev.timings.e2e_s = timings.value("e2e_s", 0.0);
+    if (auto beam = msg.find("beam"); beam != msg.end() && beam->is_object())
+      ev.beam = BeamScore{beam->value("cumulative_logprob", 0.0), beam->value("score", 0.0)};
     ev.request_done = msg.value("done", false);
   } else if (type == "error") {
     ev.finished = ev.request_done = true;

@@ -7,8 +7,8 @@ scripted prints, per prompt, {"whole": ..., "streamed": ..., "accumulated": ...}
 the message of a non-streaming request; the chunks joined by hand (content,
 and tool_calls by index: id, type and name once, arguments appended); and
 the SDK's own stream accumulator's final message (ChatCompletionStreamState).
-Each message is {"content", "tool_calls": [{"id", "type", "name",
-"arguments"}], "finish_reason"}.
+Each message is {"content" (null when empty), "tool_calls": [{"id", "type",
+"name", "arguments"}], "finish_reason"}.
 
 serve prints {"auto": message, "auto_streamed": message, "bad": [{"status",
 "param", "message"}], "after": message}: tools with tool_choice auto,
@@ -27,7 +27,8 @@ def message_json(message, finish_reason):
         {"id": c.id, "type": c.type, "name": c.function.name, "arguments": c.function.arguments}
         for c in (message.tool_calls or [])
     ]
-    return {"content": message.content, "tool_calls": calls, "finish_reason": finish_reason}
+    # An empty content is no content (a stream's chunks may carry "" before calls).
+    return {"content": message.content or None, "tool_calls": calls, "finish_reason": finish_reason}
 
 
 def whole(client, model, messages, tools, **kw):

@@ -56,7 +56,10 @@ def streamed(client, model, messages, tools, **kw):
             calls[tc.index]["arguments"] += tc.function.arguments or ""
         if choice.finish_reason is not None:
             finish = choice.finish_reason
-    final = state.get_final_completion().choices[0]
+    try:
+        final = state.get_final_completion().choices[0]
+    except openai.LengthFinishReasonError:  # the SDK refuses to finish a stream cut by max_tokens
+        final = state.current_completion_snapshot.choices[0]
     return (
         {"content": content, "tool_calls": calls, "finish_reason": finish},
         message_json(final.message, final.finish_reason),

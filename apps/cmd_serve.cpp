@@ -37,6 +37,7 @@ struct ServeOptions {
   bool no_http = false;
   bool no_zmq = false;
   int http_threads = 64;
+  std::string tool_parser = "auto";
 };
 
 int serve(const ServeOptions& o) {
@@ -70,7 +71,8 @@ int serve(const ServeOptions& o) {
                  kv_events->replay_endpoint().empty() ? "" : ", replay on " + kv_events->replay_endpoint());
   }
   Engine engine(config, engine_options);
-  ipc::EngineBackend backend(engine);
+  ipc::EngineBackend backend(engine, o.tool_parser == "auto" ? std::nullopt
+                                                            : ipc::tool_parser_from_name(o.tool_parser));
   ipc::ServerOptions server_options;
   server_options.http = config.server.http;
   server_options.zmq = config.server.zmq;
@@ -118,6 +120,11 @@ const CommandRegistration kServe{
       cmd.add_flag("--no-http", o->no_http, "do not serve HTTP");
       cmd.add_flag("--no-zmq", o->no_zmq, "do not serve ZeroMQ");
       cmd.add_option("--http-threads", o->http_threads, "HTTP connections served at once (each stream holds one)")
+          ->capture_default_str();
+      cmd.add_option("--tool-parser", o->tool_parser,
+                     "how chat completions read tool calls in the output (docs/tool_calls.md): auto (the format "
+                     "the chat template writes), llama3_json, hermes, mistral or none")
+          ->check(CLI::IsMember({"auto", "llama3_json", "hermes", "mistral", "none"}))
           ->capture_default_str();
       return std::function<int()>([o] { return serve(*o); });
     }};

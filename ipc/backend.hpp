@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/chat_template.hpp"
 #include "core/request.hpp"
+#include "ipc/tool_call_parser.hpp"
 
 namespace llmk::ipc {
 
@@ -26,6 +27,7 @@ struct ModelInfo {
   std::string chat_template;    // "" when the model has none
   uint32_t max_queue = 0;       // waiting requests beyond this are refused
   std::string model_path;       // where it was loaded from ("" when not from a path)
+  ToolParser tool_parser = ToolParser::none;  // how chat outputs are read for tool calls
 };
 
 class Backend {

@@ -9,7 +9,7 @@
 
 namespace llmk::ipc {
 
-EngineBackend::EngineBackend(Engine& engine) : engine_(engine) {
+EngineBackend::EngineBackend(Engine& engine, std::optional<ToolParser> tool_parser) : engine_(engine) {
   const EngineConfig& config = engine.config();
   const ModelConfig& model = engine.model_config();
   info_.name = config.server.served_model_name;
@@ -26,6 +26,15 @@ EngineBackend::EngineBackend(Engine& engine) : engine_(engine) {
   info_.vocab_size = engine.tokenizer().vocab_size();
   info_.max_queue = config.scheduler.max_queue;
   if (const ChatTemplate* chat = engine.chat_template()) info_.chat_template = std::string(chat->name());
+  if (tool_parser) {
+    info_.tool_parser = *tool_parser;
+  } else if (const ChatTemplate* chat = engine.chat_template()) {
+    info_.tool_parser = detect_tool_parser(*chat);
+  }
+  if (engine.chat_template()) {
+    spdlog::info("chat: tool calls read as {}{}", tool_parser_name(info_.tool_parser),
+                 tool_parser ? " (--tool-parser)" : "");
+  }
 
   const DisaggregationSection& pd = config.disaggregation;
   disaggregation_ = pd.mode;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "actors/engine.hpp"
 #include "ipc/backend.hpp"
@@ -17,10 +18,12 @@ namespace llmk::ipc {
 
 class EngineBackend : public Backend {
  public:
-  // The engine must outlive this adapter.
+  // The engine must outlive this adapter. tool_parser: how chat outputs are
+  // read for tool calls (llmk serve --tool-parser); by default the family
+  // whose format the chat template writes (detect_tool_parser).
   // Throws Error(invalid_config) when a prefill replica cannot bind its
   // transfer endpoint.
-  explicit EngineBackend(Engine& engine);
+  explicit EngineBackend(Engine& engine, std::optional<ToolParser> tool_parser = std::nullopt);
   ~EngineBackend() override;
 
   void submit(Request request, EventCallback on_event) override;

@@ -150,7 +150,7 @@ Generation HttpServer::Impl::parse_generation(GenerationRoute route, const std::
   g.id = (route == GenerationRoute::chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id);
   g.shaper = shaper_of(std::make_shared<OpenAiResponse>(endpoint, g.id, backend.model_info().name, backend,
                                                         parsed.request.sampling.n,
-                                                        parsed.request.sampling.logprobs >= 0));
+                                                        parsed.request.sampling.logprobs >= 0, parsed.tool_format));
   g.request = std::move(parsed.request);
   g.stream = parsed.stream;
   g.include_usage = parsed.include_usage;

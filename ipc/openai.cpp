@@ -5,6 +5,8 @@
 #include "core/error.hpp"
 #include "ipc/errors.hpp"
 #include "ipc/request_json.hpp"
+#include "ipc/tool_call_json.hpp"
+#include "ipc/tool_choice.hpp"
 
 namespace llmk::ipc {
 namespace {
@@ -73,17 +75,11 @@ std::vector<ChatMessage> parse_messages(const json& body, const nlohmann::ordere
   return messages;
 }
 
-// The request's "tools" (OpenAI's function schemas), key order kept.
-ChatRenderOptions parse_chat_options(const nlohmann::ordered_json& ordered) {
+// The tools the template is given (OpenAI's function schemas, key order
+// kept): none under tool_choice "none".
+ChatRenderOptions chat_options(const ToolRequest& tools) {
   ChatRenderOptions options;
-  auto tools = ordered.find("tools");
-  if (tools != ordered.end() && !tools->is_null()) {
-    if (!tools->is_array()) throw ParamError("tools", "'tools' must be a list of tool objects");
-    for (const auto& tool : *tools) {
-      if (!tool.is_object()) throw ParamError("tools", "each tool must be an object");
-    }
-    if (!tools->empty()) options.tools = jinja::Value::from_json(*tools);
-  }
+  if (tools.offered()) options.tools = jinja::Value::from_json(tools.tools);
   return options;
 }
 
@@ -101,7 +97,7 @@ namespace {
 // not implement: a request that uses one is refused with 400 naming it,
 // never answered as if the field were absent (a client asking for JSON
 // must not get free text with a 200). Their neutral values pass.
-void refuse_unimplemented(const json& body) {
+void refuse_unimplemented(const json& body, OpenAiEndpoint endpoint) {
   auto refuse = [](const std::string& field, const std::string& what) {
     throw ParamError(field, "'" + field + "'" + (what.empty() ? "" : " " + what) + " is not supported by this server",
                      ErrorCode::unsupported);
@@ -111,11 +107,14 @@ void refuse_unimplemented(const json& body) {
     const json& f = body["response_format"];
     if (!(f.is_object() && f.value("type", json()) == "text")) refuse("response_format", "other than {\"type\": \"text\"}");
   }
+  // Chat reads tools and tool_choice itself (ipc/tool_choice.hpp).
+  const bool chat = endpoint == OpenAiEndpoint::chat;
   for (const char* field : {"tools", "functions", "logit_bias"}) {
-    const json& v = present(field) ? body[field] : json();
+    const json& v = present(field) && !(chat && std::string(field) == "tools") ? body[field] : json();
     if (!v.is_null() && !v.empty()) refuse(field, "(non-empty)");
   }
   for (const char* field : {"tool_choice", "function_call"}) {
+    if (chat && std::string(field) == "tool_choice") continue;
     if (present(field) && body[field] != "none" && body[field] != "auto") refuse(field, "other than \"none\" or \"auto\"");
   }
   if (present("suffix")) refuse("suffix", "");
@@ -156,8 +155,19 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
   } else {
     // The backend renders the chat with the model's template and tokenizes it.
     const auto ordered = nlohmann::ordered_json::parse(body_text);
-    out.request.chat = std::make_shared<const ChatInput>(
-        ChatInput{parse_messages(body, ordered), parse_chat_options(ordered)});
+    const ToolRequest tools = parse_tool_request(ordered);
+    std::vector<ChatMessage> messages = parse_messages(body, ordered);
+    check_tool_messages(messages, model.tool_parser);
+    if (tools.constrained()) {
+      throw ParamError("tool_choice",
+                       std::string("'tool_choice' ") +
+                           (tools.choice == ToolChoiceMode::required ? "\"required\"" : "naming a function") +
+                           " needs the structured-output engine to hold the output to the tools' schemas, which "
+                           "this server does not have; use \"auto\"",
+                       ErrorCode::unsupported);
+    }
+    out.tool_format = tool_output_format(tools, model.tool_parser);
+    out.request.chat = std::make_shared<const ChatInput>(ChatInput{std::move(messages), chat_options(tools)});
     out.request.sampling = parse_sampling(body, LogprobsStyle::chat, model.max_context);
     if (!body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
       // As OpenAI: without a limit, a chat reply may fill the context (and
@@ -173,13 +183,13 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
                                             out.request.sampling.beam_width == 0) {
     throw ParamError("best_of", "'best_of' other than 1 is not supported", ErrorCode::unsupported);
   }
-  refuse_unimplemented(body);
+  refuse_unimplemented(body, endpoint);
   parse_bootstrap(body, out.request);
   return out;
 }
 
 OpenAiResponse::OpenAiResponse(OpenAiEndpoint endpoint, std::string id, std::string model, const Backend& backend,
-                               int32_t num_samples, bool logprobs)
+                               int32_t num_samples, bool logprobs, ToolOutputFormat tool_format)
     : endpoint_(endpoint),
       id_(std::move(id)),
       model_(std::move(model)),
@@ -187,6 +197,7 @@ OpenAiResponse::OpenAiResponse(OpenAiEndpoint endpoint, std::string id, std::str
       logprobs_(logprobs),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()),
+      tool_format_(std::move(tool_format)),
       choices_(static_cast<size_t>(std::max(1, num_samples))) {}
 
 json OpenAiResponse::logprobs_delta(const RequestEvent& ev, size_t text_offset) const {
@@ -265,18 +276,37 @@ std::vector<json> OpenAiResponse::chunks(const RequestEvent& ev) {
   choice.started = true;
   const json logprobs = logprobs_delta(ev, choice.text.size());
   choice.text += ev.text_delta;
-  const json finish = ev.finished ? json(finish_reason_string(ev.finish_reason)) : json(nullptr);
+  json finish = ev.finished ? json(finish_reason_string(ev.finish_reason)) : json(nullptr);
   if (!ev.text_delta.empty() || !ev.token_ids.empty() || ev.finished) {
-    json c = chat ? json{{"index", ev.index},
-                         {"delta", ev.text_delta.empty() && ev.finished ? json::object()
-                                                                        : json{{"content", ev.text_delta}}},
-                         {"logprobs", logprobs},
-                         {"finish_reason", finish}}
+    const json delta = chat ? chat_delta(choice, ev) : json();
+    if (ev.finished && choice.tool_calls)
+      finish = tool_finish_reason(finish.get<std::string>(), !choice.tool_calls->calls().empty());
+    json c = chat ? json{{"index", ev.index}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish}}
                   : json{{"index", ev.index}, {"text", ev.text_delta}, {"logprobs", logprobs},
                          {"finish_reason", finish}};
     out.push_back(chunk(std::move(c)));
   }
   return out;
+}
+
+// A chat chunk's delta: the text as content, or with tools read through the
+// parser (content and delta.tool_calls; text that may be a call's start waits).
+json OpenAiResponse::chat_delta(Choice& choice, const RequestEvent& ev) {
+  if (tool_format_.parser == ToolParser::none) {
+    return ev.text_delta.empty() && ev.finished ? json::object() : json{{"content", ev.text_delta}};
+  }
+  if (!choice.tool_calls) choice.tool_calls = std::make_shared<ToolCallParser>(tool_format_);
+  ToolCallStep step = choice.tool_calls->feed(ev.text_delta);
+  if (ev.finished) {
+    ToolCallStep last = choice.tool_calls->finish();
+    step.content += last.content;
+    step.calls.insert(step.calls.end(), last.calls.begin(), last.calls.end());
+  }
+  json delta = json::object();
+  if (!step.content.empty()) delta["content"] = step.content;
+  if (!step.calls.empty()) delta["tool_calls"] = tool_call_deltas_json(step.calls);
+  if (delta.empty() && !ev.finished) delta["content"] = "";
+  return delta;
 }
 
 json OpenAiResponse::usage_chunk() const {
@@ -303,7 +333,15 @@ json OpenAiResponse::response() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     json logprobs = logprobs_ ? c.logprobs : json(nullptr);
-    if (chat) {
+    if (chat && tool_format_.parser != ToolParser::none) {
+      const ParsedToolOutput parsed = parse_tool_output(tool_format_, c.text);
+      json message = {{"role", "assistant"}, {"content", parsed.content ? json(*parsed.content) : json(nullptr)}};
+      if (!parsed.calls.empty()) message["tool_calls"] = tool_calls_json(parsed.calls);
+      choices.push_back({{"index", i},
+                         {"message", message},
+                         {"logprobs", logprobs},
+                         {"finish_reason", tool_finish_reason(c.finish_reason, !parsed.calls.empty())}});
+    } else if (chat) {
       choices.push_back({{"index", i},
                          {"message", {{"role", "assistant"}, {"content", c.text}}},
                          {"logprobs", logprobs},

@@ -224,7 +224,8 @@ uint32_t FakeBackend::flush_cache() {
 }
 
 ModelInfo FakeBackend::model_info() const {
-  return {options_.model_name, options_.max_context, vocab_size, options_.chat_template, options_.max_queue, ""};
+  return {options_.model_name, options_.max_context, vocab_size, options_.chat_template, options_.max_queue, "",
+          options_.tool_parser};
 }
 
 void FakeBackend::run() {

@@ -41,6 +41,7 @@ struct FakeBackendOptions {
   uint64_t kv_capacity_tokens = 65536;
   std::string model_name = "fake-model";
   std::string chat_template = "chatml";  // chatml | llama-2 | "" (none)
+  ToolParser tool_parser = ToolParser::none;  // ModelInfo::tool_parser
 };
 
 class FakeBackend : public Backend {

@@ -43,12 +43,13 @@ inline int free_port() {
 // One `llmk serve` process; killed (SIGKILL) if still running at the end.
 class ServeProcess {
  public:
-  explicit ServeProcess(std::vector<std::string> extra_args = {}, int http_port = 0)
+  // model: a model directory or .gguf file (default stories260K).
+  explicit ServeProcess(std::vector<std::string> extra_args = {}, int http_port = 0,
+                        const std::string& model = LLMK_SHARED_DIR "/models/stories260K")
       : http_port_(http_port ? http_port : free_port()), zmq_port_(free_port()) {
     log_ = std::filesystem::temp_directory_path() / ("llmk_serve_" + std::to_string(::getpid()) + "_" +
                                                      std::to_string(http_port_) + ".log");
-    std::vector<std::string> args = {LLMK_BINARY_DIR "/bin/llmk", "serve", "--model",
-                                     LLMK_SHARED_DIR "/models/stories260K",
+    std::vector<std::string> args = {LLMK_BINARY_DIR "/bin/llmk", "serve", "--model", model,
                                      "--http", "127.0.0.1:" + std::to_string(http_port_),
                                      "--zmq", zmq_endpoint(), "--set", "kv_cache.capacity_tokens=4096",
                                      "--set", "executor.num_threads=1"};

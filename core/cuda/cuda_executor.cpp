@@ -41,7 +41,11 @@
 // with a logits row each are a chunk on the cached context, so such a step
 // runs eagerly, as a prefill does. The K/V of rejected drafts stays in
 // slots the allocator took back (truncate_seq); no step reads a slot past
-// its sequence's context before writing it again.
+// its sequence's context before writing it again. Token trees: the step's
+// tree_parents go up with its metadata and reach an attention plugin of
+// API 3.3 or later (attends_token_trees); the accepted path's K/V moves
+// arrive as the next step's kv_copies, applied on the stream before its
+// forward like any row move.
 #include "core/cuda/cuda_executor.hpp"
 
 #include <cuda_runtime.h>
@@ -95,12 +99,20 @@ int local_rank() {
   return 0;
 }
 
-// What a parallel job asks of the CUDA executor that it does not do.
-void refuse_unsupported(const ParallelJob& job) {
+// What a parallel job asks of the CUDA executor that it does not do. Every
+// rank refuses alike, before any collective.
+void refuse_unsupported(const ParallelJob& job, const EngineConfig& cfg) {
   if (job.pipeline() > 1)
     throw Error(ErrorCode::unsupported, "parallel.pipeline " + std::to_string(job.pipeline()) +
                                             ": the CUDA executor runs tensor parallelism only (parallel.tensor); "
                                             "pipeline stages run on executor.device=cpu");
+  // Verification steps across tensor ranks have not been checked on this
+  // executor (not even in the simulation): refused rather than untested.
+  if (job.tensor() > 1 && cfg.speculative.method != "none")
+    throw Error(ErrorCode::unsupported, "speculative.method '" + cfg.speculative.method + "' with parallel.tensor " +
+                                            std::to_string(job.tensor()) +
+                                            ": the CUDA executor verifies drafts in one process only; set "
+                                            "speculative.method none, or parallel.tensor 1");
 }
 
 // What cudaGetDeviceCount says: the count, or minus its error.
@@ -145,7 +157,7 @@ class CudaExecutor final : public Executor {
                std::shared_ptr<ParallelJob> job = nullptr)
       : checkpoint_(std::move(checkpoint)), cfg_(checkpoint_->config()), local_(cfg_), job_(std::move(job)) {
     if (job_) {
-      refuse_unsupported(*job_);
+      refuse_unsupported(*job_, cfg);
       shard_ = model_shard(cfg_, job_->tensor(), job_->pipeline(), job_->rank());
       local_ = local_model_config(cfg_, shard_);
     }
@@ -275,6 +287,11 @@ class CudaExecutor final : public Executor {
   // Steps run so far from a replayed graph, and graphs captured (for tests and logs).
   size_t graph_replays() const { return graph_replays_; }
   size_t graphs_captured() const { return graphs_.size(); }
+
+  // Token trees reach the plugin only where it reads them (attention API 3.3).
+  bool attends_token_trees() const override {
+    return LLMK_API_VERSION_MINOR(attention_->info().api_version) >= 3;
+  }
 
   std::vector<uint8_t> save_kv(const std::vector<int32_t>& slots) override { return kv_.save(slots, stream_); }
 
@@ -434,7 +451,8 @@ class CudaExecutor final : public Executor {
     const llmk_attention_step step =
         attention_step(b, rt_.num_kv_slots,
                        {m.at(m.layout.query_start), m.at(m.layout.context_lens), m.at(m.layout.slot_mapping),
-                        m.at(m.layout.block_tables)});
+                        m.at(m.layout.block_tables),
+                        b.tree_parents.empty() ? nullptr : m.at(m.layout.tree_parents)});
     const size_t workspace_bytes = attention_->plan(step);
     if (workspace_bytes > attention_workspace_.bytes()) {
       // Graphs hold the old workspace's address: they go with it.

@@ -8,7 +8,10 @@
 // fed-back ids). Against plain decoding on the same executor (the same
 // greedy tokens, and the same seeded samples of a request that does not
 // speculate), and against the CPU executor running the same speculation
-// (the same tokens, and the same draft and acceptance counts).
+// (the same tokens, and the same draft and acceptance counts). Token trees
+// from prompt lookup (attention.cuda reads them, API 3.3) likewise, under
+// kv.paged, kv.contiguous and kv.vm (the accepted path's K/V moved by the
+// next step's kv_copies).
 #include "test_support.hpp"
 
 #if !defined(LLMK_CUDASIM_PLUGIN_DIR)
@@ -52,6 +55,8 @@ struct Run {
   SchedulerStats stats;
   int32_t num_verification_steps = 0;  // steps holding a decode with drafts beside another sequence's rows
   int32_t num_planned_ahead = 0;       // steps run with fed-back ids
+  int32_t num_tree_steps = 0;          // steps holding a token tree other than a chain
+  int32_t num_kv_copies = 0;           // KV copies the steps applied (a tree's accepted path moved)
 };
 
 // The jobs through `executor` and `sampler`, as the engine's actors run
@@ -69,6 +74,7 @@ Run run_jobs(Executor& executor, DeviceSampler& sampler, const EngineConfig& cfg
   SchedulerOptions options;
   options.speculative = cfg.speculative;
   options.proposer = std::move(proposer);
+  options.token_trees = executor.attends_token_trees();
   Scheduler sched(cfg.scheduler, SchedulerLimits{int32_t(rt.max_seq_len), {}, vocab}, kv, options);
 
   Run run;
@@ -98,6 +104,12 @@ Run run_jobs(Executor& executor, DeviceSampler& sampler, const EngineConfig& cfg
     for (const ScheduledSeq& s : plan.seqs) drafts = drafts || s.num_draft_tokens > 0;
     if (drafts && plan.seqs.size() > 1) ++run.num_verification_steps;
     if (!plan.batch.fed_back.empty()) ++run.num_planned_ahead;
+    bool branching = false;  // a node whose parent is not the row before it
+    for (int32_t s = 0; s < plan.batch.num_seqs() && !plan.batch.tree_parents.empty(); ++s)
+      for (int32_t t = plan.batch.query_start[s]; t < plan.batch.query_start[s + 1]; ++t)
+        branching = branching || plan.batch.tree_parents[size_t(t)] != t - plan.batch.query_start[s] - 1;
+    run.num_tree_steps += branching;
+    run.num_kv_copies += static_cast<int32_t>(plan.batch.kv_copies.size());
 
     const LogitsView view = executor.execute(plan.batch, previous);
     std::vector<DeviceSampler::Row> rows;
@@ -122,10 +134,25 @@ Run run_jobs(Executor& executor, DeviceSampler& sampler, const EngineConfig& cfg
         sampler.truncate_history(rows[i].request_key, rows[i].sample_index, rows[i].num_generated + 1);
       }
     }
+    // A tree's sample: the sampler kept the ids of rows off the accepted
+    // path; as the sampler actor does, it takes the step's ids from the
+    // tree's root row on and is given the path's (the emitted tokens).
+    std::map<std::string, std::pair<uint64_t, int32_t>> trees;  // request id: key, the root row's num_generated
+    for (const LogitsTarget& t : plan.logits)
+      if (t.tree_parent >= 0) {
+        const LogitsTarget& root = plan.logits[size_t(t.tree_parent)];
+        trees.emplace(t.request_id, std::make_pair(t.request_key, root.num_generated));
+      }
+    std::map<std::string, std::vector<int32_t>> emitted;
     StepPlan ahead = overlap ? sched.schedule_ahead(plan) : StepPlan{};
     for (const TokenEvent& e : sched.update_from_output(plan, ids)) {
       REQUIRE(e.error == "");
       if (e.token_id) run.tokens[e.request_id].push_back(*e.token_id);
+      if (e.token_id) emitted[e.request_id].push_back(*e.token_id);
+    }
+    for (const auto& [id, tree] : trees) {
+      sampler.truncate_history(tree.first, 0, tree.second);
+      sampler.seed_history(tree.first, 0, emitted[id]);
     }
     plan = std::move(ahead);
     previous = enqueued;
@@ -266,6 +293,58 @@ TEST_CASE("speculation on the simulated CUDA executor: prompt lookup and a CUDA 
     CHECK(on_cpu.stats.num_spec_drafts == ngram.stats.num_spec_drafts);
     CHECK(on_cpu.stats.num_spec_draft_tokens == ngram.stats.num_spec_draft_tokens);
     CHECK(on_cpu.stats.num_spec_accepted_tokens == ngram.stats.num_spec_accepted_tokens);
+  }
+}
+
+TEST_CASE("token trees on the simulated CUDA executor: prompt lookup trees give plain decoding's tokens alone and "
+          "in a mixed batch under every KV allocator, and the CPU executor's tokens and counts",
+          "[cuda_executor][speculation][tree]") {
+  cudasim_test::reset_simulator(1);
+  std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(test::stories_dir());
+  PluginRegistry plugins({LLMK_CUDASIM_PLUGIN_DIR});  // then the build's (KV allocators, CPU plugins)
+  const EngineConfig cuda_cfg = cuda_config(base_config(), "linear.cublas");
+  const std::unique_ptr<Executor> gpu = make_cuda_executor(cuda_cfg, checkpoint, plugins);
+  REQUIRE(gpu->attends_token_trees());  // attention.cuda reads trees (API 3.3)
+  const int32_t vocab = checkpoint->config().vocab_size;
+  auto trees = [](EngineConfig cfg) {
+    cfg = with_ngram(cfg);
+    cfg.speculative.num_tokens = 4;
+    cfg.speculative.tree_width = 3;
+    cfg.speculative.tree_nodes = 12;
+    return cfg;
+  };
+  const std::vector<Job> alone{{"alone", test::golden_cases()[3].input_ids, greedy(24), 0}};
+  const std::vector<Job> mixed = mixed_jobs();
+  for (const bool in_batch : {false, true}) {
+    const std::vector<Job>& jobs = in_batch ? mixed : alone;
+    INFO((in_batch ? "in a mixed batch" : "alone"));
+    const std::unique_ptr<DeviceSampler> plain_sampler = make_cuda_sampler(vocab);
+    const Run plain = run_jobs(*gpu, *plain_sampler, cuda_cfg, plugins, jobs, nullptr, true);
+    Run paged;
+    for (const char* allocator : {"kv.paged", "kv.contiguous", "kv.vm"}) {
+      INFO(allocator);
+      EngineConfig cfg = trees(cuda_cfg);
+      cfg.plugins.kv_allocator = allocator;
+      const std::unique_ptr<DeviceSampler> sampler = make_cuda_sampler(vocab);
+      const Run tree = run_jobs(*gpu, *sampler, cfg, plugins, jobs, make_proposer(cfg.speculative), true);
+      CHECK(tree.tokens == plain.tokens);
+      CHECK(tree.num_tree_steps > 0);
+      CHECK(tree.num_kv_copies > 0);  // some accepted path left its row order
+      CHECK(tree.stats.num_spec_drafts > 0);
+      CHECK(tree.stats.num_spec_accepted_tokens > 0);
+      CHECK(tree.stats.num_spec_accepted_tokens < tree.stats.num_spec_draft_tokens);
+      if (std::string(allocator) == "kv.paged") paged = tree;
+    }
+    // The CPU executor running the same trees: the same tokens and counts.
+    EngineConfig cpu_cfg = trees(base_config());
+    cpu_cfg.plugins.kv_allocator = "kv.paged";
+    const std::unique_ptr<Executor> cpu = make_executor(cpu_cfg, checkpoint, plugins);
+    const std::unique_ptr<DeviceSampler> cpu_sampler = make_cpu_sampler(vocab);
+    const Run on_cpu = run_jobs(*cpu, *cpu_sampler, cpu_cfg, plugins, jobs, make_proposer(cpu_cfg.speculative), true);
+    CHECK(on_cpu.tokens == paged.tokens);
+    CHECK(on_cpu.num_tree_steps == paged.num_tree_steps);
+    CHECK(on_cpu.stats.num_spec_draft_tokens == paged.stats.num_spec_draft_tokens);
+    CHECK(on_cpu.stats.num_spec_accepted_tokens == paged.stats.num_spec_accepted_tokens);
   }
 }
 #endif

@@ -408,12 +408,17 @@ class CudaExecutor final : public Executor {
     // uploads run in stream order) has left it.
     check_cuda(cudaEventSynchronize(meta_uploaded_), "waiting for the previous step's upload");
     const size_t old_bytes = meta.host.bytes();
+    const std::pair<int32_t, int32_t> shape{p.block_size, p.max_blocks_per_seq};
     stage_meta(p, meta);
-    if (meta.host.bytes() != old_bytes) {
-      // New buffers: every graph of the bucket points at the old ones.
+    // New buffers: every graph of the bucket points at the old ones. Another
+    // block size or table width (steps from an allocator of another block
+    // size on the same executor): the graphs hold the old ones, and the
+    // offsets of the arrays after the block tables.
+    if (meta.host.bytes() != old_bytes || shape != graph_shapes_[bucket]) {
       for (auto it = graphs_.begin(); it != graphs_.end();)
         it = it->first.first == bucket ? graphs_.erase(it) : std::next(it);
     }
+    graph_shapes_[bucket] = shape;
     const size_t workspace_bytes = plan_attention(p, meta);
     // The upload and the gather stay outside the graph: it holds the forward
     // alone, over the bucket's device buffer.
@@ -487,6 +492,7 @@ class CudaExecutor final : public Executor {
   MetaBuffers eager_meta_;                              // steps that run eagerly
   std::map<int32_t, MetaBuffers> graph_meta_;           // by bucket: what its graphs read
   std::map<std::pair<int32_t, size_t>, Graph> graphs_;  // by (bucket, attention workspace bytes)
+  std::map<int32_t, std::pair<int32_t, int32_t>> graph_shapes_;  // by bucket: the block size and table width its graphs hold
   bool graphs_enabled_ = true;
   bool streaming_ = false;  // kv_cache.window: text positions may pass max_seq_len
   size_t graph_replays_ = 0;

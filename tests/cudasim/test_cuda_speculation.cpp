@@ -20,6 +20,7 @@ TEST_CASE("speculation on the simulated CUDA executor needs the simulated plugin
   LLMK_SKIP("this build has no simulated CUDA plugins (tests/cudasim_plugins)");
 }
 #else
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -220,6 +221,82 @@ EngineConfig cuda_config(EngineConfig cfg, const std::string& linear) {
   return cfg;
 }
 
+// Trees whose accepted path leaves row order: knowing each job's plain
+// greedy tokens, it proposes for a sequence a tree whose first branch is
+// wrong (at its first, or after its second token) and whose second branch
+// holds the right continuation; every third call the right branch comes
+// first. The verified path then runs through later rows of the tree, whose
+// K/V the next step moves next to the newest token (kv_copies).
+class OracleTreeProposer final : public Proposer {
+ public:
+  OracleTreeProposer(const std::vector<Job>& jobs, const std::map<std::string, std::vector<int32_t>>& answers,
+                     int32_t vocab)
+      : jobs_(jobs), answers_(answers), vocab_(vocab) {}
+
+  void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) override {
+    out.assign(requests.size(), {});
+    for (size_t i = 0; i < requests.size(); ++i) out[i] = right(requests[i]);
+  }
+
+  void propose_trees(std::span<const DraftRequest> requests, std::vector<DraftTree>& out) override {
+    out.assign(requests.size(), DraftTree{});
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const std::vector<int32_t> good = right(requests[i]);
+      if (good.empty()) continue;
+      if (requests[i].max_nodes == 0) {  // a chain wanted (a request with penalties)
+        out[i] = DraftTree::chain(good);
+        continue;
+      }
+      std::vector<int32_t> bad = good;
+      const size_t at = calls_ % 2 == 0 || good.size() < 3 ? 0 : 2;  // where the wrong branch departs
+      bad[at] = (bad[at] + 1) % vocab_;
+      DraftTree& tree = out[i];
+      add_branch(tree, calls_ % 3 == 2 ? good : bad);
+      add_branch(tree, calls_ % 3 == 2 ? bad : good);
+      if (requests[i].max_nodes > 0) tree.keep(std::min(tree.size(), requests[i].max_nodes));
+      ++calls_;
+    }
+  }
+
+ private:
+  // The right drafts: the job's next plain tokens, within what the request allows.
+  std::vector<int32_t> right(const DraftRequest& r) const {
+    for (const Job& j : jobs_) {
+      if (r.tokens.size() < j.prompt.size() || !std::equal(j.prompt.begin(), j.prompt.end(), r.tokens.begin()))
+        continue;
+      const std::vector<int32_t>& answer = answers_.at(j.id);
+      const size_t done = r.tokens.size() - j.prompt.size();
+      size_t n = std::min<size_t>(static_cast<size_t>(r.max_tokens), answer.size() > done ? answer.size() - done : 0);
+      if (r.max_total_tokens > 0)
+        n = std::min<size_t>(n, static_cast<size_t>(std::max<int64_t>(0, r.max_total_tokens - int64_t(r.tokens.size()))));
+      return {answer.begin() + static_cast<std::ptrdiff_t>(done),
+              answer.begin() + static_cast<std::ptrdiff_t>(done + n)};
+    }
+    return {};
+  }
+
+  // Merges a branch into the tree by common prefix.
+  static void add_branch(DraftTree& tree, const std::vector<int32_t>& branch) {
+    int32_t parent = -1;
+    for (const int32_t token : branch) {
+      int32_t found = -1;
+      for (int32_t j = 0; j < tree.size() && found < 0; ++j)
+        if (tree.parents[size_t(j)] == parent && tree.tokens[size_t(j)] == token) found = j;
+      if (found < 0) {
+        tree.tokens.push_back(token);
+        tree.parents.push_back(parent);
+        found = tree.size() - 1;
+      }
+      parent = found;
+    }
+  }
+
+  std::vector<Job> jobs_;
+  std::map<std::string, std::vector<int32_t>> answers_;
+  int32_t vocab_;
+  int64_t calls_ = 0;
+};
+
 }  // namespace
 
 TEST_CASE("speculation on the simulated CUDA executor: prompt lookup and a CUDA draft model give plain decoding's "
@@ -296,8 +373,9 @@ TEST_CASE("speculation on the simulated CUDA executor: prompt lookup and a CUDA 
   }
 }
 
-TEST_CASE("token trees on the simulated CUDA executor: prompt lookup trees give plain decoding's tokens alone and "
-          "in a mixed batch under every KV allocator, and the CPU executor's tokens and counts",
+// Prompt lookup trees (and the CPU executor running them), and trees whose
+// accepted path is moved under kv.paged, kv.contiguous and kv.vm.
+TEST_CASE("token trees on the simulated CUDA executor give plain decoding's tokens alone and in a mixed batch",
           "[cuda_executor][speculation][tree]") {
   cudasim_test::reset_simulator(1);
   std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(test::stories_dir());
@@ -306,45 +384,54 @@ TEST_CASE("token trees on the simulated CUDA executor: prompt lookup trees give 
   const std::unique_ptr<Executor> gpu = make_cuda_executor(cuda_cfg, checkpoint, plugins);
   REQUIRE(gpu->attends_token_trees());  // attention.cuda reads trees (API 3.3)
   const int32_t vocab = checkpoint->config().vocab_size;
-  auto trees = [](EngineConfig cfg) {
+  auto trees = [](EngineConfig cfg, const std::string& allocator) {
     cfg = with_ngram(cfg);
     cfg.speculative.num_tokens = 4;
     cfg.speculative.tree_width = 3;
     cfg.speculative.tree_nodes = 12;
+    cfg.plugins.kv_allocator = allocator;
     return cfg;
   };
   const std::vector<Job> alone{{"alone", test::golden_cases()[3].input_ids, greedy(24), 0}};
   const std::vector<Job> mixed = mixed_jobs();
+  int32_t ngram_tree_steps = 0;
   for (const bool in_batch : {false, true}) {
     const std::vector<Job>& jobs = in_batch ? mixed : alone;
     INFO((in_batch ? "in a mixed batch" : "alone"));
     const std::unique_ptr<DeviceSampler> plain_sampler = make_cuda_sampler(vocab);
     const Run plain = run_jobs(*gpu, *plain_sampler, cuda_cfg, plugins, jobs, nullptr, true);
-    Run paged;
-    for (const char* allocator : {"kv.paged", "kv.contiguous", "kv.vm"}) {
-      INFO(allocator);
-      EngineConfig cfg = trees(cuda_cfg);
-      cfg.plugins.kv_allocator = allocator;
-      const std::unique_ptr<DeviceSampler> sampler = make_cuda_sampler(vocab);
-      const Run tree = run_jobs(*gpu, *sampler, cfg, plugins, jobs, make_proposer(cfg.speculative), true);
-      CHECK(tree.tokens == plain.tokens);
-      CHECK(tree.num_tree_steps > 0);
-      CHECK(tree.num_kv_copies > 0);  // some accepted path left its row order
-      CHECK(tree.stats.num_spec_drafts > 0);
-      CHECK(tree.stats.num_spec_accepted_tokens > 0);
-      CHECK(tree.stats.num_spec_accepted_tokens < tree.stats.num_spec_draft_tokens);
-      if (std::string(allocator) == "kv.paged") paged = tree;
-    }
-    // The CPU executor running the same trees: the same tokens and counts.
-    EngineConfig cpu_cfg = trees(base_config());
-    cpu_cfg.plugins.kv_allocator = "kv.paged";
+
+    // Prompt lookup trees, and the CPU executor running the same trees.
+    const EngineConfig ngram_cfg = trees(cuda_cfg, "kv.paged");
+    const std::unique_ptr<DeviceSampler> sampler = make_cuda_sampler(vocab);
+    const Run ngram = run_jobs(*gpu, *sampler, ngram_cfg, plugins, jobs, make_proposer(ngram_cfg.speculative), true);
+    CHECK(ngram.tokens == plain.tokens);
+    CHECK(ngram.stats.num_spec_accepted_tokens > 0);
+    ngram_tree_steps += ngram.num_tree_steps;
+    const EngineConfig cpu_cfg = trees(base_config(), "kv.paged");
     const std::unique_ptr<Executor> cpu = make_executor(cpu_cfg, checkpoint, plugins);
     const std::unique_ptr<DeviceSampler> cpu_sampler = make_cpu_sampler(vocab);
     const Run on_cpu = run_jobs(*cpu, *cpu_sampler, cpu_cfg, plugins, jobs, make_proposer(cpu_cfg.speculative), true);
-    CHECK(on_cpu.tokens == paged.tokens);
-    CHECK(on_cpu.num_tree_steps == paged.num_tree_steps);
-    CHECK(on_cpu.stats.num_spec_draft_tokens == paged.stats.num_spec_draft_tokens);
-    CHECK(on_cpu.stats.num_spec_accepted_tokens == paged.stats.num_spec_accepted_tokens);
+    CHECK(on_cpu.tokens == ngram.tokens);
+    CHECK(on_cpu.num_tree_steps == ngram.num_tree_steps);
+    CHECK(on_cpu.stats.num_spec_draft_tokens == ngram.stats.num_spec_draft_tokens);
+    CHECK(on_cpu.stats.num_spec_accepted_tokens == ngram.stats.num_spec_accepted_tokens);
+
+    // Trees whose right branch is mostly not the first: the accepted K/V
+    // moves, under every allocator.
+    for (const char* allocator : {"kv.paged", "kv.contiguous", "kv.vm"}) {
+      INFO(allocator);
+      const EngineConfig cfg = trees(cuda_cfg, allocator);
+      const std::unique_ptr<DeviceSampler> oracle_sampler = make_cuda_sampler(vocab);
+      const Run moved = run_jobs(*gpu, *oracle_sampler, cfg, plugins, jobs,
+                                 std::make_shared<OracleTreeProposer>(jobs, plain.tokens, vocab), true);
+      CHECK(moved.tokens == plain.tokens);
+      CHECK(moved.num_tree_steps > 0);
+      CHECK(moved.num_kv_copies > 0);
+      CHECK(moved.stats.num_spec_accepted_tokens > 0);
+      CHECK(moved.stats.num_spec_accepted_tokens < moved.stats.num_spec_draft_tokens);
+    }
   }
+  CHECK(ngram_tree_steps > 0);  // prompt lookup drafted trees that branch
 }
 #endif

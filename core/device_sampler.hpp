@@ -49,8 +49,8 @@ class DeviceSampler {
     // before it, which its history (penalties) includes. -1: none.
     int32_t draft_token = -1;
     // The distribution the draft was drawn from (SamplerRow::draft_probs),
-    // valid during sample(); empty: proposed with certainty. Only the CPU
-    // sampler applies it (config validation keeps it off other devices).
+    // valid during sample(); empty: proposed with certainty. The CPU and
+    // CUDA samplers both apply it.
     std::span<const TokenProb> draft_probs = {};
   };
   // Samples view row i for rows[i] (out.size() >= rows.size()) and appends

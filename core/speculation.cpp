@@ -116,9 +116,6 @@ void validate_speculative(const EngineConfig& c) {
     fail("speculative.method", "'" + s.method + "' is not one of none, ngram, draft");
   if (s.draft_sampling != "greedy" && s.draft_sampling != "sampled")
     fail("speculative.draft_sampling", "'" + s.draft_sampling + "' is not one of greedy, sampled");
-  if (s.draft_sampling == "sampled" && c.executor.device != "cpu")
-    fail("speculative.draft_sampling", "sampled drafts are verified by the CPU sampler only; executor.device is '" +
-                                           c.executor.device + "' (use greedy)");
   if (s.method == "draft" && s.draft_model.empty())
     fail("speculative.draft_model", "is empty; speculative.method draft needs the draft model's path");
   if (s.method != "draft" && !s.draft_model.empty())

@@ -41,7 +41,11 @@
 // with a logits row each are a chunk on the cached context, so such a step
 // runs eagerly, as a prefill does. The K/V of rejected drafts stays in
 // slots the allocator took back (truncate_seq); no step reads a slot past
-// its sequence's context before writing it again.
+// its sequence's context before writing it again. Token trees: the step's
+// tree_parents go up with its metadata and reach an attention plugin of
+// API 3.3 or later (attends_token_trees); the accepted path's K/V moves
+// arrive as the next step's kv_copies, applied on the stream before its
+// forward like any row move.
 #include "core/cuda/cuda_executor.hpp"
 
 #include <cuda_runtime.h>
@@ -95,12 +99,20 @@ int local_rank() {
   return 0;
 }
 
-// What a parallel job asks of the CUDA executor that it does not do.
-void refuse_unsupported(const ParallelJob& job) {
+// What a parallel job asks of the CUDA executor that it does not do. Every
+// rank refuses alike, before any collective.
+void refuse_unsupported(const ParallelJob& job, const EngineConfig& cfg) {
   if (job.pipeline() > 1)
     throw Error(ErrorCode::unsupported, "parallel.pipeline " + std::to_string(job.pipeline()) +
                                             ": the CUDA executor runs tensor parallelism only (parallel.tensor); "
                                             "pipeline stages run on executor.device=cpu");
+  // Verification steps across tensor ranks have not been checked on this
+  // executor (not even in the simulation): refused rather than untested.
+  if (job.tensor() > 1 && cfg.speculative.method != "none")
+    throw Error(ErrorCode::unsupported, "speculative.method '" + cfg.speculative.method + "' with parallel.tensor " +
+                                            std::to_string(job.tensor()) +
+                                            ": the CUDA executor verifies drafts in one process only; set "
+                                            "speculative.method none, or parallel.tensor 1");
 }
 
 // What cudaGetDeviceCount says: the count, or minus its error.
@@ -145,7 +157,7 @@ class CudaExecutor final : public Executor {
                std::shared_ptr<ParallelJob> job = nullptr)
       : checkpoint_(std::move(checkpoint)), cfg_(checkpoint_->config()), local_(cfg_), job_(std::move(job)) {
     if (job_) {
-      refuse_unsupported(*job_);
+      refuse_unsupported(*job_, cfg);
       shard_ = model_shard(cfg_, job_->tensor(), job_->pipeline(), job_->rank());
       local_ = local_model_config(cfg_, shard_);
     }
@@ -276,6 +288,11 @@ class CudaExecutor final : public Executor {
   size_t graph_replays() const { return graph_replays_; }
   size_t graphs_captured() const { return graphs_.size(); }
 
+  // Token trees reach the plugin only where it reads them (attention API 3.3).
+  bool attends_token_trees() const override {
+    return LLMK_API_VERSION_MINOR(attention_->info().api_version) >= 3;
+  }
+
   std::vector<uint8_t> save_kv(const std::vector<int32_t>& slots) override { return kv_.save(slots, stream_); }
 
   void restore_kv(const std::vector<int32_t>& slots, const std::vector<uint8_t>& data) override {
@@ -391,12 +408,17 @@ class CudaExecutor final : public Executor {
     // uploads run in stream order) has left it.
     check_cuda(cudaEventSynchronize(meta_uploaded_), "waiting for the previous step's upload");
     const size_t old_bytes = meta.host.bytes();
+    const std::pair<int32_t, int32_t> shape{p.block_size, p.max_blocks_per_seq};
     stage_meta(p, meta);
-    if (meta.host.bytes() != old_bytes) {
-      // New buffers: every graph of the bucket points at the old ones.
+    // New buffers: every graph of the bucket points at the old ones. Another
+    // block size or table width (steps from an allocator of another block
+    // size on the same executor): the graphs hold the old ones, and the
+    // offsets of the arrays after the block tables.
+    if (meta.host.bytes() != old_bytes || shape != graph_shapes_[bucket]) {
       for (auto it = graphs_.begin(); it != graphs_.end();)
         it = it->first.first == bucket ? graphs_.erase(it) : std::next(it);
     }
+    graph_shapes_[bucket] = shape;
     const size_t workspace_bytes = plan_attention(p, meta);
     // The upload and the gather stay outside the graph: it holds the forward
     // alone, over the bucket's device buffer.
@@ -434,7 +456,8 @@ class CudaExecutor final : public Executor {
     const llmk_attention_step step =
         attention_step(b, rt_.num_kv_slots,
                        {m.at(m.layout.query_start), m.at(m.layout.context_lens), m.at(m.layout.slot_mapping),
-                        m.at(m.layout.block_tables)});
+                        m.at(m.layout.block_tables),
+                        b.tree_parents.empty() ? nullptr : m.at(m.layout.tree_parents)});
     const size_t workspace_bytes = attention_->plan(step);
     if (workspace_bytes > attention_workspace_.bytes()) {
       // Graphs hold the old workspace's address: they go with it.
@@ -469,6 +492,7 @@ class CudaExecutor final : public Executor {
   MetaBuffers eager_meta_;                              // steps that run eagerly
   std::map<int32_t, MetaBuffers> graph_meta_;           // by bucket: what its graphs read
   std::map<std::pair<int32_t, size_t>, Graph> graphs_;  // by (bucket, attention workspace bytes)
+  std::map<int32_t, std::pair<int32_t, int32_t>> graph_shapes_;  // by bucket: the block size and table width its graphs hold
   bool graphs_enabled_ = true;
   bool streaming_ = false;  // kv_cache.window: text positions may pass max_seq_len
   size_t graph_replays_ = 0;

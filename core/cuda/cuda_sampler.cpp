@@ -18,6 +18,12 @@
 // truncate_history: the host keeps each penalised sample's ids of the last
 // step (a few ints), and the counts drop them at the start of the next
 // sample() (one small upload and launch, none without a rejection).
+//
+// Drafts drawn from a distribution (DeviceSampler::Row::draft_probs,
+// speculative.draft_sampling sampled): each draft's q goes up sparse, as
+// its (id, prob) pairs, and is spread into a dense [drafts, vocab] array
+// that the sampling kernel reads (the full-q rule, kernels/cuda/sampling.hpp)
+// and that is cleared again after it, so it stays zero between steps.
 #include "core/cuda/cuda_sampler.hpp"
 
 #include <cuda_runtime.h>
@@ -184,6 +190,8 @@ class CudaSampler final : public DeviceSampler {
     // Host staging: [num_rows] params, then [num_rows] ids and logprob records coming back.
     const size_t params_bytes = rows.size() * sizeof(cuda::SamplingRowParams);
     bool any_logprobs = false;
+    int32_t num_q_rows = 0;  // rows verifying a draft drawn from q
+    q_entries_.clear();
     auto* host_params = scratch<cuda::SamplingRowParams>(params_host_, params_bytes, "allocating pinned memory");
     for (size_t i = 0; i < rows.size(); ++i) {
       const auto it = requests_.find(rows[i].request_key);
@@ -209,9 +217,10 @@ class CudaSampler final : public DeviceSampler {
       p.num_logprobs = r.params.logprobs;
       p.penalty_slot = r.slots[static_cast<size_t>(rows[i].sample_index)];
       p.draft_token = rows[i].draft_token;
-      if (!rows[i].draft_probs.empty())
-        throw Error(ErrorCode::internal, "CUDA sampler: a draft drawn from a distribution "
-                                         "(speculative.draft_sampling sampled) is verified by the CPU sampler only");
+      if (!rows[i].draft_probs.empty()) {
+        p.draft_q_row = num_q_rows++;
+        for (const TokenProb& t : rows[i].draft_probs) q_entries_.push_back({p.draft_q_row, t.id, t.prob});
+      }
       any_logprobs = any_logprobs || r.params.logprobs >= 0;
     }
     auto* d_params = scratch<cuda::SamplingRowParams>(params_device_, params_bytes, "the rows' parameters");
@@ -229,9 +238,14 @@ class CudaSampler final : public DeviceSampler {
     remove_rolled_back();
     if (view.ready.event != nullptr)
       check(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(view.ready.event), 0), "waiting for the logits");
+    const float* draft_q = num_q_rows > 0 ? spread_draft_probs(num_q_rows) : nullptr;
     check(cuda::sample_rows(view.data, view.row_stride, num_rows, vocab_, d_params, penalties_, workspace, d_tokens,
-                            d_logprobs, stream_),
+                            d_logprobs, stream_, draft_q),
           "sampling");
+    if (draft_q != nullptr)
+      check(cuda::scatter_draft_probs(draft_q_.f32(), vocab_, q_entries_device_.as<cuda::DraftProbEntry>(),
+                                      static_cast<int32_t>(q_entries_.size()), true, stream_),
+            "clearing the drafts' q");
     // Histories exist only once a request with a penalty opened a slot.
     if (penalties_.num_slots > 0)
       check(cuda::penalty_state_append(penalties_, d_params, d_tokens, num_rows, stream_), "recording the ids");
@@ -298,6 +312,25 @@ class CudaSampler final : public DeviceSampler {
     std::vector<std::vector<int32_t>> last_ids;
   };
 
+  // The step's q entries (q_entries_) up and into the dense rows, which
+  // grow (cleared once) to hold num_q_rows; returns them.
+  float* spread_draft_probs(int32_t num_q_rows) {
+    const size_t dense_bytes = static_cast<size_t>(num_q_rows) * static_cast<size_t>(vocab_) * sizeof(float);
+    if (dense_bytes > draft_q_.bytes()) {
+      check(draft_q_.reserve(dense_bytes), "the drafts' q");
+      check(cudaMemsetAsync(draft_q_.data(), 0, draft_q_.bytes(), stream_), "clearing the drafts' q");
+    }
+    const size_t bytes = q_entries_.size() * sizeof(cuda::DraftProbEntry);
+    auto* host = scratch<cuda::DraftProbEntry>(q_entries_host_, bytes, "allocating pinned memory");
+    std::memcpy(host, q_entries_.data(), bytes);
+    auto* device = scratch<cuda::DraftProbEntry>(q_entries_device_, bytes, "the drafts' q");
+    check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "uploading the drafts' q");
+    check(cuda::scatter_draft_probs(draft_q_.f32(), vocab_, device, static_cast<int32_t>(q_entries_.size()), false,
+                                    stream_),
+          "spreading the drafts' q");
+    return draft_q_.f32();
+  }
+
   // Enqueues the pending take-backs of truncate_history on the stream.
   void remove_rolled_back() {
     if (removal_ids_.empty()) return;
@@ -352,8 +385,11 @@ class CudaSampler final : public DeviceSampler {
   std::vector<int32_t> free_slots_;
   std::unordered_map<uint64_t, Request> requests_;
   std::vector<int32_t> removal_slots_, removal_ids_;  // truncate_history's take-backs, not yet enqueued
-  cuda::PinnedBuffer params_host_, back_host_, removal_host_;
+  cuda::PinnedBuffer params_host_, back_host_, removal_host_, q_entries_host_;
   cuda::DeviceBuffer params_device_, tokens_device_, logprobs_device_, workspace_, prompt_scratch_, removal_device_;
+  std::vector<cuda::DraftProbEntry> q_entries_;  // this step's drafts' q, sparse
+  cuda::DeviceBuffer q_entries_device_;
+  cuda::DeviceBuffer draft_q_;  // [drafts, vocab] f32, zero between steps
 };
 
 }  // namespace

@@ -24,6 +24,7 @@ MetaLayout meta_layout(const StepBatch& b) {
   m.logits_rows = take(b.logits_rows.size());
   m.fed_back_rows = take(b.fed_back.size());
   m.fed_back_previous = take(b.fed_back.size());
+  m.tree_parents = take(b.tree_parents.size());
   m.total = at;
   return m;
 }
@@ -50,6 +51,7 @@ void stage_meta(const StepBatch& b, MetaBuffers& m) {
   put(m.layout.slot_mapping, b.slot_mapping);
   put(m.layout.block_tables, b.block_tables);
   put(m.layout.logits_rows, b.logits_rows);
+  put(m.layout.tree_parents, b.tree_parents);
   for (size_t i = 0; i < b.fed_back.size(); ++i) {
     host[m.layout.fed_back_rows + i] = b.fed_back[i].row;
     host[m.layout.fed_back_previous + i] = b.fed_back[i].previous_row;

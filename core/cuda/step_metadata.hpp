@@ -19,6 +19,7 @@ namespace llmk {
 struct MetaLayout {
   size_t token_ids, positions, cache_positions, query_start, context_lens, slot_mapping, block_tables, logits_rows;
   size_t fed_back_rows, fed_back_previous;  // [fed_back.size()] each
+  size_t tree_parents;                       // [tree_parents.size()]: empty outside token trees
   size_t total;
 };
 

@@ -4,6 +4,7 @@
 
 #include <type_traits>
 
+#include "attention_tree.hpp"
 #include "device_common.hpp"
 #include "dtype_dispatch.hpp"
 #include "kv_access.hpp"
@@ -28,6 +29,7 @@ struct FlashArgs {
   const int32_t* query_start;   // [num_seqs + 1]
   const int32_t* context_lens;  // [num_seqs]
   const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq]
+  const int32_t* tree_parents;  // [num_tokens] or null (attention_tree.hpp)
   int32_t num_seqs, max_blocks_per_seq, block_size;
   int32_t num_heads, num_kv_heads, head_dim, sliding_window;
   int32_t sink_tokens;       // positions below it: seen by every later query, scored with q_sink
@@ -115,7 +117,13 @@ __global__ void __launch_bounds__(kFlashThreads, 1) attention_flash_kernel(const
   const int num_chunk_heads = min(hpb, args.group - chunk * hpb);  // the last chunk may hold fewer
   const int num_tile_tokens = min(tpb, query_len - tile * tpb);
   const int first_token = query_begin + tile * tpb;                         // row index in q / out
-  const int first_position = args.context_lens[seq] - query_len + tile * tpb;  // its position
+  const int cached = args.context_lens[seq] - query_len;                    // the sequence's first new position
+  const int first_position = cached + tile * tpb;                           // the tile's first cache position
+  // A tree's rows (attention_tree.hpp) see their ancestors among the new
+  // keys, and their window starts from their text position (cached + depth),
+  // which may lie before their cache position: the block's and warps' first
+  // keys are then bounded by the sequence's first new position.
+  const int32_t* parents = args.tree_parents == nullptr ? nullptr : args.tree_parents + query_begin;
   const int last_position = first_position + num_tile_tokens - 1;
   const int head_dim = args.head_dim, dp = args.padded_dim, num_head_tiles = dp / kTile;
   const int32_t* table = args.block_tables + static_cast<int64_t>(seq) * args.max_blocks_per_seq;
@@ -153,7 +161,8 @@ __global__ void __launch_bounds__(kFlashThreads, 1) attention_flash_kernel(const
   const int warp_row = warp * kTile;
   bool warp_active = false;
   for (int r = warp_row; r < warp_row + kTile; ++r) warp_active = warp_active || row_valid(r);
-  const int warp_first_key = first_visible(first_position + warp_row / hpb, args.sliding_window);
+  const int warp_first_key =
+      first_visible(parents == nullptr ? first_position + warp_row / hpb : cached, args.sliding_window);
   const int warp_last_key = first_position + min((warp_row + kTile - 1) / hpb, num_tile_tokens - 1);
 
   wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, Op, wmma::row_major> q_frag[kHeadTiles];
@@ -168,9 +177,11 @@ __global__ void __launch_bounds__(kFlashThreads, 1) attention_flash_kernel(const
   const int my_row = warp_row + lane / 2, half = lane % 2;
   const bool my_row_valid = row_valid(my_row);
   const int my_position = first_position + my_row / hpb;
-  const int my_first_key = first_visible(my_position, args.sliding_window);
+  const int my_new_row = tile * tpb + my_row / hpb;  // among the sequence's new tokens
+  const int my_text = parents == nullptr || !my_row_valid ? my_position : cached + device::tree_depth(parents, my_new_row);
+  const int my_first_key = first_visible(my_text, args.sliding_window);
 
-  const int block_first_key = first_visible(first_position, args.sliding_window);
+  const int block_first_key = first_visible(parents == nullptr ? first_position : cached, args.sliding_window);
   const int sink_end = min(args.sink_tokens, last_position + 1);  // the sinks the block's rows see
   // Pass 0: the sinks with the q_sink rows; pass 1: the keys from the sinks'
   // end (or the window's start) on with the q rows. One softmax state.
@@ -252,7 +263,9 @@ __global__ void __launch_bounds__(kFlashThreads, 1) attention_flash_kernel(const
       float tile_max = -INFINITY;
       for (int c = half; c < kKeys; c += 2) {
         const int key = key0 + c;
-        if (my_row_valid && key >= row_first && key <= row_last) tile_max = fmaxf(tile_max, s_row[c]);
+        if (my_row_valid && key >= row_first && key <= row_last &&
+            device::tree_visible(parents, cached, my_new_row, key, sinks, my_first_key))
+          tile_max = fmaxf(tile_max, s_row[c]);
       }
       tile_max = fmaxf(tile_max, __shfl_xor_sync(device::kFullWarpMask, tile_max, 1));
       const float new_max = fmaxf(old_max, tile_max);
@@ -263,7 +276,9 @@ __global__ void __launch_bounds__(kFlashThreads, 1) attention_flash_kernel(const
       for (int c = half; c < kKeys; c += 2) {
         const int key = key0 + c;
         float p = 0.0f;
-        if (my_row_valid && key >= row_first && key <= row_last) p = exp2f(s_row[c] - new_max);
+        if (my_row_valid && key >= row_first && key <= row_last &&
+            device::tree_visible(parents, cached, my_new_row, key, sinks, my_first_key))
+          p = exp2f(s_row[c] - new_max);
         const Op rounded = device::from_float<Op>(p);
         p_row[c] = rounded;
         tile_sum += device::to_float(rounded);  // the sum of exactly the weights P V multiplies
@@ -388,6 +403,7 @@ cudaError_t attention_flash(const PagedAttentionShape& shape, const PagedAttenti
   args.query_start = step.query_start;
   args.context_lens = step.context_lens;
   args.block_tables = step.block_tables;
+  args.tree_parents = step.tree_parents;
   args.num_seqs = step.num_seqs;
   args.max_blocks_per_seq = step.max_blocks_per_seq;
   args.block_size = step.block_size;

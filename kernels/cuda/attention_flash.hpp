@@ -42,6 +42,10 @@
 // softmax state, first over the sinks [0, min(S, last position + 1)) with
 // the q_sink rows staged and loaded as q was (each row masks keys past its
 // position), then over the keys from S on with q (the window's mask on top).
+// Token trees (step.tree_parents, attention_tree.hpp): a tree's rows mask
+// the new keys that are not their ancestors (or themselves), and count the
+// window from their text position; the block's and warps' first keys are
+// then taken from the sequence's first new position.
 // Finally O / sum goes to `out` in the activation dtype.
 //
 // Operands: F16 for an F16 cache, BF16 for BF16, I8 and F32 caches (I8 and

@@ -4,6 +4,7 @@
 
 #include <type_traits>
 
+#include "attention_tree.hpp"
 #include "device_common.hpp"
 #include "dtype_dispatch.hpp"
 #include "kv_access.hpp"
@@ -71,6 +72,7 @@ struct AttentionArgs {
   const int32_t* query_start;   // [num_seqs + 1]
   const int32_t* context_lens;  // [num_seqs]
   const int32_t* block_tables;  // [num_seqs, max_blocks_per_seq]
+  const int32_t* tree_parents;  // [num_tokens] or null (attention_tree.hpp)
   int32_t num_seqs, max_blocks_per_seq, block_size;
   int32_t num_heads, num_kv_heads, head_dim, sliding_window;
   float scale;
@@ -97,8 +99,12 @@ __global__ void __launch_bounds__(kAttentionThreads, 1) attention_paged_kernel(c
   const int seq = find_sequence(args.query_start, args.num_seqs, token);
   const int query_len = args.query_start[seq + 1] - args.query_start[seq];
   if (query_len < args.min_query_len) return;  // the whole block: no barrier is left waiting
-  const int position = args.context_lens[seq] - query_len + (token - args.query_start[seq]);
-  const int first = args.sliding_window > 0 ? max(0, position - args.sliding_window + 1) : 0;
+  // A tree's row: cache position in row order, text position cached + depth.
+  const int row = token - args.query_start[seq], cached = args.context_lens[seq] - query_len;
+  const int32_t* parents = args.tree_parents == nullptr ? nullptr : args.tree_parents + args.query_start[seq];
+  const int position = cached + row;
+  const int text = cached + device::tree_depth(parents, row);
+  const int first = args.sliding_window > 0 ? max(0, text - args.sliding_window + 1) : 0;
   const int sink_end = min(args.sink_tokens, position + 1);  // the sinks this query sees
   const int rest_first = max(first, args.sink_tokens);
   const int kv_head = head / (args.num_heads / args.num_kv_heads);
@@ -122,9 +128,10 @@ __global__ void __launch_bounds__(kAttentionThreads, 1) attention_paged_kernel(c
     for (int tile = key_begin; tile < key_end; tile += kAttentionThreads) {
       // Score one key per thread.
       const int key = tile + tid;
+      const bool seen = key < key_end && device::tree_visible(parents, cached, row, key, sinks, first);
       float score = -INFINITY;
       int32_t slot = -1;
-      if (key < key_end) {
+      if (seen) {
         slot = table[key / args.block_size] + key % args.block_size;
         const int64_t k_row = static_cast<int64_t>(slot) * kv_stride + head_offset;
         score = 0.0f;
@@ -132,10 +139,12 @@ __global__ void __launch_bounds__(kAttentionThreads, 1) attention_paged_kernel(c
       }
       slots[tid] = slot;
       const float new_max = fmaxf(running_max, device::block_max(score, scratch));
-      const float weight = key < key_end ? __expf(score - new_max) : 0.0f;
+      const float weight = seen ? __expf(score - new_max) : 0.0f;
       weights[tid] = weight;
       const float tile_sum = device::block_sum(weight, scratch);  // its barriers publish slots and weights
-      const float rescale = __expf(running_max - new_max);        // 0 on the first tile (running_max = -inf)
+      // 0 on the first tile with a key (running_max = -inf); 1 while a tree
+      // row has seen no key yet (new_max = -inf, nothing accumulated).
+      const float rescale = new_max == -INFINITY ? 1.0f : __expf(running_max - new_max);
       running_sum = running_sum * rescale + tile_sum;
       running_max = new_max;
 
@@ -146,7 +155,7 @@ __global__ void __launch_bounds__(kAttentionThreads, 1) attention_paged_kernel(c
         if (d >= head_dim) continue;
         float a = acc[i] * rescale;
         for (int j = 0; j < num_keys; ++j)
-          a += weights[j] * v_cache.at(static_cast<int64_t>(slots[j]) * kv_stride + head_offset + d);
+          if (slots[j] >= 0) a += weights[j] * v_cache.at(static_cast<int64_t>(slots[j]) * kv_stride + head_offset + d);
         acc[i] = a;
       }
       __syncthreads();  // the next tile overwrites slots and weights (the next pass, q_row)
@@ -214,7 +223,7 @@ cudaError_t attention_paged(const PagedAttentionShape& shape, const PagedAttenti
     return cudaErrorInvalidValue;
   if (step.num_tokens == 0) return cudaSuccess;
   const AttentionArgs args{step.query_start,       step.context_lens,      step.block_tables,
-                           step.num_seqs,          step.max_blocks_per_seq, step.block_size,
+                           step.tree_parents,      step.num_seqs,          step.max_blocks_per_seq, step.block_size,
                            shape.num_heads,        shape.num_kv_heads,     shape.head_dim,
                            shape.sliding_window,   shape.scale,            min_query_len,
                            shape.sink_tokens};

@@ -18,6 +18,10 @@
 //      StreamingLLM): positions 0 .. min(S, p + 1) - 1 are seen whatever the
 //      window, scored with the row's q_sink (the query rotated by its cache
 //      position; null: q), the window then covering positions S and later.
+//      Token trees (tree_parents, attention API 3.3): a tree's new rows see
+//      the cached positions and, of the new tokens, their ancestors and
+//      themselves only; the window counts from the row's text position
+//      (cached + its depth), see attention_tree.hpp.
 //      Softmax is online (a running max and running sum, rescaled per tile
 //      of keys, the sinks first) with f32 accumulation throughout.
 //
@@ -81,6 +85,9 @@ struct PagedAttentionStep {
   const int32_t* context_lens = nullptr;  // [num_seqs], new tokens included
   const int32_t* slot_mapping = nullptr;  // [num_tokens]; < 0: not stored
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]: first slot of each block
+  // [num_tokens]: each new token's parent among its sequence's new tokens
+  // (-1: the cached context), checked by the caller; null: every sequence causal.
+  const int32_t* tree_parents = nullptr;
 };
 
 // Returns cudaErrorInvalidValue (launching nothing) for a shape these

@@ -68,6 +68,7 @@ struct RowShared {
   int num_top;
   float top_value[kSamplingMaxLogprobs];
   int32_t top_id[kSamplingMaxLogprobs];
+  unsigned long long last;  // last_positive's reduction
 };
 
 __device__ __forceinline__ double warp_sum(double v) {
@@ -269,6 +270,151 @@ __device__ Selection select_best_first(const float* z, int32_t n, float m, Bound
   return {{prefix, id}, id >= 0, false};
 }
 
+// The best-first walk (logit descending, ties lowest id first) over the
+// tokens of positive weight f(i): the token at which the running sum first
+// exceeds `goal`, or -1 when the whole set falls short (rounding). The same
+// radix rounds as select_best_first with f's masses in the bins; tokens tying
+// with the boundary's logit may weigh differently here, so the last step is
+// an id-order scan of their weights.
+template <class F>
+__device__ int32_t select_weighted(const float* z, int32_t n, F f, double goal, RowShared& sh) {
+  const int tid = threadIdx.x;
+  uint32_t prefix = 0, prefix_mask = 0;
+  for (int round = 0; round < 4; ++round) {
+    const int shift = 24 - 8 * round;
+    for (int bin = tid; bin < kRadixBins; bin += blockDim.x) {
+      sh.bin_count[bin] = 0;
+      sh.bin_mass[bin] = 0.0;
+    }
+    __syncthreads();
+    for (int32_t i = tid; i < n; i += blockDim.x) {
+      const float v = z[i];
+      if (is_nan(v)) continue;
+      const uint32_t key = order_key(v);
+      if ((key & prefix_mask) != prefix) continue;
+      const double w = f(i);
+      if (!(w > 0.0)) continue;
+      const unsigned bin = (key >> shift) & 0xffu;
+      atomicAdd(&sh.bin_count[bin], 1u);
+      atomicAdd(&sh.bin_mass[bin], w);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      double above = round == 0 ? 0.0 : sh.above;
+      int chosen = -1, last = -1;
+      double last_size = 0.0;
+      for (int bin = kRadixBins - 1; bin >= 0; --bin) {
+        if (sh.bin_count[bin] == 0) continue;
+        const double size = sh.bin_mass[bin];
+        if (above + size > goal) {
+          chosen = bin;
+          break;
+        }
+        above += size;
+        last = bin;
+        last_size = size;
+      }
+      if (chosen < 0 && round > 0 && last >= 0) {
+        // This round's sums rounded below the previous round's: the
+        // crossing lies in the last (worst) bin.
+        chosen = last;
+        above -= last_size;
+      }
+      sh.found = chosen >= 0 ? 1 : 0;
+      sh.digit = chosen < 0 ? 0u : static_cast<unsigned>(chosen);
+      sh.above = above;
+    }
+    __syncthreads();
+    if (sh.found != 1) return -1;
+    prefix |= sh.digit << shift;
+    prefix_mask |= 0xffu << shift;
+  }
+  const double rest = goal - sh.above;
+  __syncthreads();  // every thread has read above and found before the scan's writes
+  return scan_id_order(
+      n,
+      [=](int32_t i) {
+        const float v = z[i];
+        return is_nan(v) || order_key(v) != prefix ? 0.0 : f(i);
+      },
+      rest, true, sh);
+}
+
+// The last token of positive weight f(i) in a walk's order (best first, or
+// id order), or -1 when none has any: what a walk returns when rounding
+// leaves its goal unreached (the CPU's draw_from and verify_against_q).
+template <class F>
+__device__ int32_t last_positive(const float* z, int32_t n, F f, bool best_first, RowShared& sh) {
+  // Smallest (key, then ~id) first: the worst key, and within it the largest id.
+  unsigned long long worst = ~0ull;
+  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    if (!(f(i) > 0.0)) continue;
+    const unsigned long long rank = best_first ? order_key(z[i]) : 0u;
+    const unsigned long long k = (rank << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(i));
+    worst = k < worst ? k : worst;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const unsigned long long other = __shfl_xor_sync(kFullMask, worst, offset);
+    worst = other < worst ? other : worst;
+  }
+  if (threadIdx.x == 0) sh.last = ~0ull;
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) atomicMin(&sh.last, worst);
+  __syncthreads();
+  const unsigned long long found = sh.last;
+  __syncthreads();
+  return found == ~0ull ? -1 : static_cast<int32_t>(~static_cast<uint32_t>(found));
+}
+
+// A draft x drawn from q (the CPU's sampler_detail::verify_against_q): x with
+// probability min(1, p(x)/q(x)) (u * q(x) < p(x)), else a draw from the
+// normalised max(0, p - q) with u rescaled from [p(x)/q(x), 1) to [0, 1),
+// walked in the draw's order (best first when truncated, id order
+// otherwise) and never returning x; where no residual is left (p equal to q
+// but for rounding), p without x. p: the row's weights over its candidate
+// set (`member`), normalised; q: the row's [vocab] dense q. Returns -1 only
+// when p has no mass.
+template <class M>
+__device__ int32_t verify_against_q(const float* z, int32_t vocab, float m, M member, bool truncated, int32_t x,
+                                    const float* q, double u, RowShared& sh) {
+  const auto weight = [=](int32_t i) {
+    const float v = z[i];
+    return is_nan(v) || !member(i) ? 0.0 : static_cast<double>(sampling_exp_nonpositive(v - m));
+  };
+  double partial = 0.0;
+  for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) partial += weight(i);
+  const double mass = block_sum(partial, sh);
+  if (!(mass > 0.0)) return -1;
+  const double wx = x >= 0 ? weight(x) : 0.0;
+  const double px = wx / mass;
+  const double qx = x >= 0 ? static_cast<double>(q[x]) : 0.0;
+  if (u * qx < px) return x;
+  // Rejected: only where p(x) < q(x), so the residual is 0 at x.
+  const double a = qx > 0.0 ? px / qx : 0.0;
+  const double v = (u - a) / (1.0 - a);
+  const auto residual = [=](int32_t i) {
+    if (i == x) return 0.0;
+    const double r = weight(i) / mass - static_cast<double>(q[i]);
+    return r > 0.0 ? r : 0.0;
+  };
+  const auto without_x = [=](int32_t i) { return i == x ? 0.0 : weight(i); };
+  partial = 0.0;
+  for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) partial += residual(i);
+  const double left = block_sum(partial, sh);
+  int32_t id = -1;
+  if (left > 0.0) {
+    const double target = v * left;
+    id = truncated ? select_weighted(z, vocab, residual, target, sh) : scan_id_order(vocab, residual, target, true, sh);
+    if (id < 0) id = last_positive(z, vocab, residual, truncated, sh);
+  } else {
+    const double target = v * (mass - wx);
+    id = truncated ? select_weighted(z, vocab, without_x, target, sh)
+                   : scan_id_order(vocab, without_x, target, true, sh);
+    if (id < 0) id = last_positive(z, vocab, without_x, truncated, sh);
+  }
+  return id >= 0 ? id : x;  // none: p holds x alone, which is then accepted
+}
+
 // Steps 1-2 for a token in the history, in double as on the CPU, then step 3.
 __device__ __forceinline__ float penalized(float raw, int32_t count, const SamplingRowParams& p, bool scale,
                                            bool count_penalties) {
@@ -289,7 +435,7 @@ constexpr int kSampleRowsMaxThreads = 1024;
 __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(const float* logits, int64_t row_stride, int32_t vocab,
                                    const SamplingRowParams* __restrict__ params, PenaltyState penalties,
                                    float* workspace, int32_t* __restrict__ token_ids,
-                                   SampledLogprob* __restrict__ logprobs) {
+                                   SampledLogprob* __restrict__ logprobs, const float* __restrict__ draft_q) {
   __shared__ RowShared sh;
   const int tid = threadIdx.x;
   const int64_t row = blockIdx.x;
@@ -368,7 +514,31 @@ __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(cons
     const bool use_top_k = p.top_k > 0 && p.top_k < vocab;
     const bool use_top_p = p.top_p < 1.0f;
     const bool use_min_p = p.min_p > 0.0f;
-    if (!use_top_k && !use_top_p && !use_min_p) {
+    const bool truncated = use_top_k || use_top_p || use_min_p;
+    if (p.draft_q_row >= 0 && draft_q != nullptr) {
+      // A draft drawn from q (SamplingRowParams::draft_q_row).
+      Bound kept = kEverything;
+      uint32_t min_key = 0u;
+      if (truncated) {
+        if (use_top_k) {
+          const Selection s = select_best_first(z, vocab, m, kept, 0u, false, p.top_k, false, sh);
+          if (s.found) kept = s.bound;
+        }
+        if (use_top_p) {
+          const Selection s = select_best_first(z, vocab, m, kept, 0u, true, p.top_p, false, sh);
+          if (s.found) kept = s.bound;
+        }
+        min_key = use_min_p ? order_key(m + p.log_min_p) : 0u;
+      }
+      const auto member = [=](int32_t i) {
+        const uint32_t key = order_key(z[i]);
+        return key >= min_key && within(key, i, kept);
+      };
+      const int32_t draft = p.draft_token >= 0 && p.draft_token < vocab ? p.draft_token : -1;
+      const int32_t id = verify_against_q(z, vocab, m, member, truncated, draft,
+                                          draft_q + static_cast<int64_t>(p.draft_q_row) * vocab, u, sh);
+      if (id >= 0) token = id;
+    } else if (!truncated) {
       // The whole vocabulary, in id order (the CPU's draw_from_all).
       double partial = 0.0;
       for (int32_t i = tid; i < vocab; i += blockDim.x) partial += weight(i);
@@ -466,7 +636,7 @@ __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(cons
 
 cudaError_t sample_rows(const float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab,
                         const SamplingRowParams* params, const PenaltyState& penalties, float* workspace,
-                        int32_t* token_ids, SampledLogprob* logprobs, cudaStream_t stream) {
+                        int32_t* token_ids, SampledLogprob* logprobs, cudaStream_t stream, const float* draft_q) {
   if (num_rows < 0 || vocab <= 0 || row_stride < vocab || logits == nullptr || params == nullptr ||
       workspace == nullptr || token_ids == nullptr) {
     return cudaErrorInvalidValue;
@@ -476,7 +646,7 @@ cudaError_t sample_rows(const float* logits, int64_t row_stride, int32_t num_row
   int threads = 32;
   while (threads < kSampleRowsMaxThreads && threads * 16 < vocab) threads *= 2;
   LLMK_LAUNCH(num_rows, threads, 0, stream, sample_rows_kernel)(logits, row_stride, vocab, params, penalties,
-                                                                  workspace, token_ids, logprobs);
+                                                                  workspace, token_ids, logprobs, draft_q);
   return cudaPeekAtLastError();
 }
 

@@ -62,6 +62,21 @@ struct SamplingRowParams {
   // ...) carry the drafts fed before it: its penalties count them as
   // generated, as the CPU's history holds them.
   int32_t draft_token = -1;
+  // A draft drawn from a distribution q instead (the CPU's
+  // SamplerRow::draft_probs): its row of sample_rows' draft_q, -1: proposed
+  // with certainty. A sampled row then returns the draft with probability
+  // min(1, p(draft)/q(draft)), else draws from the normalised max(0, p - q)
+  // (u rescaled past the acceptance), so its id equals the draft exactly when
+  // it is accepted and is distributed as p.
+  int32_t draft_q_row = -1;
+};
+
+// One entry of a draft's sparse q: q(id) = prob in row `row` of a dense
+// draft_q array (scatter_draft_probs).
+struct DraftProbEntry {
+  int32_t row;
+  int32_t id;
+  float prob;
 };
 
 // A token and its logprob. Per row, kSamplingLogprobsPerRow entries: [0] the
@@ -117,6 +132,14 @@ inline std::size_t sampling_workspace_bytes(int32_t num_rows, int32_t vocab) {
   return static_cast<std::size_t>(num_rows) * static_cast<std::size_t>(vocab) * sizeof(float);
 }
 
+// Writes each entry's prob (or 0 with clear) at draft_q[row * vocab + id]
+// (entries with an id outside [0, vocab) or a negative row are skipped):
+// the sparse q of sampled drafts spread into the dense rows sample_rows
+// reads, then cleared again so the array stays zero between steps.
+// draft_q: [rows, vocab] device memory; entries: [num_entries] device memory.
+cudaError_t scatter_draft_probs(float* draft_q, int32_t vocab, const DraftProbEntry* entries, int32_t num_entries,
+                                bool clear, cudaStream_t stream);
+
 // Samples one token per row. Enqueue-only: no allocation, no synchronisation.
 //   logits:    [num_rows, row_stride] f32, the first vocab of each row used
 //   params:    [num_rows]
@@ -126,9 +149,12 @@ inline std::size_t sampling_workspace_bytes(int32_t num_rows, int32_t vocab) {
 //              when row_stride == vocab (the logits are then overwritten)
 //   token_ids: [num_rows] out
 //   logprobs:  [num_rows, kSamplingLogprobsPerRow] out, or null
+//   draft_q:   [rows, vocab] f32, the q of rows with draft_q_row >= 0 (read
+//              at that row), or null (draft_q_row is then ignored)
 cudaError_t sample_rows(const float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab,
                         const SamplingRowParams* params, const PenaltyState& penalties, float* workspace,
-                        int32_t* token_ids, SampledLogprob* logprobs, cudaStream_t stream);
+                        int32_t* token_ids, SampledLogprob* logprobs, cudaStream_t stream,
+                        const float* draft_q = nullptr);
 
 // ---- shared with the host (and the tests) ------------------------------------
 

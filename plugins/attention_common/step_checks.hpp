@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -46,6 +47,28 @@ inline void check_step(const llmk_attention_step& a) {
                                                    std::to_string(a.num_slots) + " slots");
     }
   }
+}
+
+// The step's tree parents (API 3.3) when its struct has them and sets them;
+// null: every sequence causal.
+inline const int32_t* tree_parents(const llmk_attention_step& a) {
+  return a.struct_size >= offsetof(llmk_attention_step, device_tree_parents) + sizeof(void*) ? a.tree_parents
+                                                                                              : nullptr;
+}
+
+// Every new token's tree parent is -1 or one of its sequence's new tokens
+// before it (so walks up a tree end); throws naming the first that is not.
+inline void check_tree_parents(const llmk_attention_step& a) {
+  using plugin::Error;
+  const int32_t* parents = tree_parents(a);
+  if (parents == nullptr) return;
+  for (uint32_t s = 0; s < a.num_seqs; ++s)
+    for (int32_t t = a.query_start[s]; t < a.query_start[s + 1]; ++t)
+      if (parents[t] < -1 || parents[t] >= t - a.query_start[s])
+        throw Error(LLMK_ERR_INVALID_ARGUMENT,
+                    "tree_parents[" + std::to_string(t) + "] = " + std::to_string(parents[t]) + " of sequence " +
+                        std::to_string(s) + " is not -1 or one of the sequence's " +
+                        std::to_string(t - a.query_start[s]) + " new tokens before it");
 }
 
 }  // namespace llmk::attention_common

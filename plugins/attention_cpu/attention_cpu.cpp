@@ -297,24 +297,14 @@ class AttentionCpu {
                                 a.device_slot_mapping == a.slot_mapping && a.device_block_tables == a.block_tables;
     if (!host_is_device)
       throw Error(LLMK_ERR_INVALID_ARGUMENT, "on the CPU the step's device arrays must be its host arrays");
-    const int32_t* parents = tree_parents(a);
+    const int32_t* parents = attention_common::tree_parents(a);
     if (parents == nullptr) return;
     if (a.device_tree_parents != parents)
       throw Error(LLMK_ERR_INVALID_ARGUMENT, "on the CPU the step's device_tree_parents must be its tree_parents");
-    for (uint32_t s = 0; s < a.num_seqs; ++s)
-      for (int32_t t = a.query_start[s]; t < a.query_start[s + 1]; ++t)
-        if (parents[t] < -1 || parents[t] >= t - a.query_start[s])
-          throw Error(LLMK_ERR_INVALID_ARGUMENT,
-                      "tree_parents[" + std::to_string(t) + "] = " + std::to_string(parents[t]) + " of sequence " +
-                          std::to_string(s) + " is not -1 or one of the sequence's " +
-                          std::to_string(t - a.query_start[s]) + " new tokens before it");
+    attention_common::check_tree_parents(a);
   }
 
-  // The step's tree parents when its struct has them (3.3) and sets them.
-  static const int32_t* tree_parents(const llmk_attention_step& a) {
-    return a.struct_size >= offsetof(llmk_attention_step, device_tree_parents) + sizeof(void*) ? a.tree_parents
-                                                                                                : nullptr;
-  }
+  static const int32_t* tree_parents(const llmk_attention_step& a) { return attention_common::tree_parents(a); }
 
   // Whether the sequence's new tokens [begin, end) are a tree other than the
   // causal chain; fills their depths (ancestors among the new tokens).

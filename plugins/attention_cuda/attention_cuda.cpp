@@ -21,6 +21,12 @@
 // sink_tokens cache positions with the layer's q_sink rows, the other keys
 // with q, in one softmax (a decode's sinks lead its split order; the prefill
 // kernels take the sinks in a pass of their own first).
+// Token trees (API 3.3, llmk_attention_step.tree_parents): a speculating
+// decode's newest token and its draft tree are a chunk of several rows, so
+// they go to the prefill kernel (flash or paged), which masks each row to the
+// cached context, its ancestors and itself and counts the window from its
+// depth (kernels/cuda/attention_tree.hpp); a decode's one row is a tree's
+// root alone and needs no mask.
 // run() only enqueues work on the caller's stream: no allocation, no
 // synchronization and no host reads of device memory, so a step can be
 // captured into a CUDA graph; workspace_bound() says the most workspace any
@@ -28,6 +34,9 @@
 //
 // The same source builds against the CUDA runtime (the shipped plugin) and
 // against the CUDA simulation (the tests' copy, tests/cudasim_plugins).
+//
+// This plugin reads llmk_attention_step.tree_parents, so it claims 3.3.
+#define LLMK_ATTENTION_API_BUILD_MINOR 3u
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -111,11 +120,11 @@ void check_cuda(cudaError_t status, const char* what) {
 class AttentionCuda {
  public:
   static constexpr const char* kName = "attention.cuda";
-  static constexpr const char* kVersion = "0.1.0";
+  static constexpr const char* kVersion = "0.2.0";
   static constexpr const char* kDescription =
       "CUDA paged causal GQA attention: split-K decode attention grouped by KV head, flash prefill on tensor cores (WMMA) or in f32; F32/F16/BF16 or I8 group-quantized KV";
   static constexpr const char* kCapabilities =
-      R"({"kv_dtypes":["f32","f16","bf16","i8"],"devices":["cuda"],"activation_dtypes":["f32","f16","bf16"],"paged":true,"gqa":true,"sliding_window":true,"attention_sinks":true,"options":["prefill"],"kv_rounding_ulp":{"f16":8,"bf16":8}})";
+      R"({"kv_dtypes":["f32","f16","bf16","i8"],"devices":["cuda"],"activation_dtypes":["f32","f16","bf16"],"paged":true,"gqa":true,"sliding_window":true,"attention_sinks":true,"token_trees":true,"options":["prefill"],"kv_rounding_ulp":{"f16":8,"bf16":8}})";
 
   static bool supports(const llmk_attention_desc& d, std::string& why) {
     if (d.device != LLMK_DEVICE_CUDA) {
@@ -180,6 +189,11 @@ class AttentionCuda {
 
   size_t plan(const llmk_attention_step& step) {
     attention_common::check_step(step);
+    attention_common::check_tree_parents(step);
+    const int32_t* parents = attention_common::tree_parents(step);
+    if (parents != nullptr && step.device_tree_parents == nullptr)
+      throw Error(LLMK_ERR_INVALID_ARGUMENT, "the step has tree_parents but no device_tree_parents");
+    step_.tree_parents = parents == nullptr ? nullptr : step.device_tree_parents;
     step_.num_tokens = static_cast<int32_t>(step.num_tokens);
     step_.num_seqs = static_cast<int32_t>(step.num_seqs);
     step_.max_blocks_per_seq = static_cast<int32_t>(step.max_blocks_per_seq);

@@ -15,17 +15,6 @@
 using namespace llmk;
 using namespace llmk::test;
 
-namespace {
-
-std::vector<TokenProb> as_token_probs(const std::vector<double>& q) {
-  std::vector<TokenProb> out;
-  for (size_t i = 0; i < q.size(); ++i)
-    if (q[i] > 0) out.push_back({static_cast<int32_t>(i), static_cast<float>(q[i])});
-  return out;
-}
-
-}  // namespace
-
 TEST_CASE("Sampler::distribution is the processed distribution a draft is drawn from", "[speculation][sampler]") {
   const std::vector<int32_t> history = rejection_history();
   Sampler sampler(kRejectionVocab, 1);

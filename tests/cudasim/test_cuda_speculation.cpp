@@ -8,7 +8,10 @@
 // fed-back ids). Against plain decoding on the same executor (the same
 // greedy tokens, and the same seeded samples of a request that does not
 // speculate), and against the CPU executor running the same speculation
-// (the same tokens, and the same draft and acceptance counts).
+// (the same tokens, and the same draft and acceptance counts). Token trees
+// from prompt lookup (attention.cuda reads them, API 3.3) likewise, under
+// kv.paged, kv.contiguous and kv.vm (the accepted path's K/V moved by the
+// next step's kv_copies).
 #include "test_support.hpp"
 
 #if !defined(LLMK_CUDASIM_PLUGIN_DIR)
@@ -17,6 +20,7 @@ TEST_CASE("speculation on the simulated CUDA executor needs the simulated plugin
   LLMK_SKIP("this build has no simulated CUDA plugins (tests/cudasim_plugins)");
 }
 #else
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,6 +56,8 @@ struct Run {
   SchedulerStats stats;
   int32_t num_verification_steps = 0;  // steps holding a decode with drafts beside another sequence's rows
   int32_t num_planned_ahead = 0;       // steps run with fed-back ids
+  int32_t num_tree_steps = 0;          // steps holding a token tree other than a chain
+  int32_t num_kv_copies = 0;           // KV copies the steps applied (a tree's accepted path moved)
 };
 
 // The jobs through `executor` and `sampler`, as the engine's actors run
@@ -69,6 +75,7 @@ Run run_jobs(Executor& executor, DeviceSampler& sampler, const EngineConfig& cfg
   SchedulerOptions options;
   options.speculative = cfg.speculative;
   options.proposer = std::move(proposer);
+  options.token_trees = executor.attends_token_trees();
   Scheduler sched(cfg.scheduler, SchedulerLimits{int32_t(rt.max_seq_len), {}, vocab}, kv, options);
 
   Run run;
@@ -98,6 +105,12 @@ Run run_jobs(Executor& executor, DeviceSampler& sampler, const EngineConfig& cfg
     for (const ScheduledSeq& s : plan.seqs) drafts = drafts || s.num_draft_tokens > 0;
     if (drafts && plan.seqs.size() > 1) ++run.num_verification_steps;
     if (!plan.batch.fed_back.empty()) ++run.num_planned_ahead;
+    bool branching = false;  // a node whose parent is not the row before it
+    for (int32_t s = 0; s < plan.batch.num_seqs() && !plan.batch.tree_parents.empty(); ++s)
+      for (int32_t t = plan.batch.query_start[s]; t < plan.batch.query_start[s + 1]; ++t)
+        branching = branching || plan.batch.tree_parents[size_t(t)] != t - plan.batch.query_start[s] - 1;
+    run.num_tree_steps += branching;
+    run.num_kv_copies += static_cast<int32_t>(plan.batch.kv_copies.size());
 
     const LogitsView view = executor.execute(plan.batch, previous);
     std::vector<DeviceSampler::Row> rows;
@@ -122,10 +135,25 @@ Run run_jobs(Executor& executor, DeviceSampler& sampler, const EngineConfig& cfg
         sampler.truncate_history(rows[i].request_key, rows[i].sample_index, rows[i].num_generated + 1);
       }
     }
+    // A tree's sample: the sampler kept the ids of rows off the accepted
+    // path; as the sampler actor does, it takes the step's ids from the
+    // tree's root row on and is given the path's (the emitted tokens).
+    std::map<std::string, std::pair<uint64_t, int32_t>> trees;  // request id: key, the root row's num_generated
+    for (const LogitsTarget& t : plan.logits)
+      if (t.tree_parent >= 0) {
+        const LogitsTarget& root = plan.logits[size_t(t.tree_parent)];
+        trees.emplace(t.request_id, std::make_pair(t.request_key, root.num_generated));
+      }
+    std::map<std::string, std::vector<int32_t>> emitted;
     StepPlan ahead = overlap ? sched.schedule_ahead(plan) : StepPlan{};
     for (const TokenEvent& e : sched.update_from_output(plan, ids)) {
       REQUIRE(e.error == "");
       if (e.token_id) run.tokens[e.request_id].push_back(*e.token_id);
+      if (e.token_id) emitted[e.request_id].push_back(*e.token_id);
+    }
+    for (const auto& [id, tree] : trees) {
+      sampler.truncate_history(tree.first, 0, tree.second);
+      sampler.seed_history(tree.first, 0, emitted[id]);
     }
     plan = std::move(ahead);
     previous = enqueued;
@@ -192,6 +220,82 @@ EngineConfig cuda_config(EngineConfig cfg, const std::string& linear) {
   cfg.plugins.attention = "attention.cuda";
   return cfg;
 }
+
+// Trees whose accepted path leaves row order: knowing each job's plain
+// greedy tokens, it proposes for a sequence a tree whose first branch is
+// wrong (at its first, or after its second token) and whose second branch
+// holds the right continuation; every third call the right branch comes
+// first. The verified path then runs through later rows of the tree, whose
+// K/V the next step moves next to the newest token (kv_copies).
+class OracleTreeProposer final : public Proposer {
+ public:
+  OracleTreeProposer(const std::vector<Job>& jobs, const std::map<std::string, std::vector<int32_t>>& answers,
+                     int32_t vocab)
+      : jobs_(jobs), answers_(answers), vocab_(vocab) {}
+
+  void propose(std::span<const DraftRequest> requests, std::vector<std::vector<int32_t>>& out) override {
+    out.assign(requests.size(), {});
+    for (size_t i = 0; i < requests.size(); ++i) out[i] = right(requests[i]);
+  }
+
+  void propose_trees(std::span<const DraftRequest> requests, std::vector<DraftTree>& out) override {
+    out.assign(requests.size(), DraftTree{});
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const std::vector<int32_t> good = right(requests[i]);
+      if (good.empty()) continue;
+      if (requests[i].max_nodes == 0) {  // a chain wanted (a request with penalties)
+        out[i] = DraftTree::chain(good);
+        continue;
+      }
+      std::vector<int32_t> bad = good;
+      const size_t at = calls_ % 2 == 0 || good.size() < 3 ? 0 : 2;  // where the wrong branch departs
+      bad[at] = (bad[at] + 1) % vocab_;
+      DraftTree& tree = out[i];
+      add_branch(tree, calls_ % 3 == 2 ? good : bad);
+      add_branch(tree, calls_ % 3 == 2 ? bad : good);
+      if (requests[i].max_nodes > 0) tree.keep(std::min(tree.size(), requests[i].max_nodes));
+      ++calls_;
+    }
+  }
+
+ private:
+  // The right drafts: the job's next plain tokens, within what the request allows.
+  std::vector<int32_t> right(const DraftRequest& r) const {
+    for (const Job& j : jobs_) {
+      if (r.tokens.size() < j.prompt.size() || !std::equal(j.prompt.begin(), j.prompt.end(), r.tokens.begin()))
+        continue;
+      const std::vector<int32_t>& answer = answers_.at(j.id);
+      const size_t done = r.tokens.size() - j.prompt.size();
+      size_t n = std::min<size_t>(static_cast<size_t>(r.max_tokens), answer.size() > done ? answer.size() - done : 0);
+      if (r.max_total_tokens > 0)
+        n = std::min<size_t>(n, static_cast<size_t>(std::max<int64_t>(0, r.max_total_tokens - int64_t(r.tokens.size()))));
+      return {answer.begin() + static_cast<std::ptrdiff_t>(done),
+              answer.begin() + static_cast<std::ptrdiff_t>(done + n)};
+    }
+    return {};
+  }
+
+  // Merges a branch into the tree by common prefix.
+  static void add_branch(DraftTree& tree, const std::vector<int32_t>& branch) {
+    int32_t parent = -1;
+    for (const int32_t token : branch) {
+      int32_t found = -1;
+      for (int32_t j = 0; j < tree.size() && found < 0; ++j)
+        if (tree.parents[size_t(j)] == parent && tree.tokens[size_t(j)] == token) found = j;
+      if (found < 0) {
+        tree.tokens.push_back(token);
+        tree.parents.push_back(parent);
+        found = tree.size() - 1;
+      }
+      parent = found;
+    }
+  }
+
+  std::vector<Job> jobs_;
+  std::map<std::string, std::vector<int32_t>> answers_;
+  int32_t vocab_;
+  int64_t calls_ = 0;
+};
 
 }  // namespace
 
@@ -267,5 +371,67 @@ TEST_CASE("speculation on the simulated CUDA executor: prompt lookup and a CUDA 
     CHECK(on_cpu.stats.num_spec_draft_tokens == ngram.stats.num_spec_draft_tokens);
     CHECK(on_cpu.stats.num_spec_accepted_tokens == ngram.stats.num_spec_accepted_tokens);
   }
+}
+
+// Prompt lookup trees (and the CPU executor running them), and trees whose
+// accepted path is moved under kv.paged, kv.contiguous and kv.vm.
+TEST_CASE("token trees on the simulated CUDA executor give plain decoding's tokens alone and in a mixed batch",
+          "[cuda_executor][speculation][tree]") {
+  cudasim_test::reset_simulator(1);
+  std::shared_ptr<const Checkpoint> checkpoint = load_checkpoint(test::stories_dir());
+  PluginRegistry plugins({LLMK_CUDASIM_PLUGIN_DIR});  // then the build's (KV allocators, CPU plugins)
+  const EngineConfig cuda_cfg = cuda_config(base_config(), "linear.cublas");
+  const std::unique_ptr<Executor> gpu = make_cuda_executor(cuda_cfg, checkpoint, plugins);
+  REQUIRE(gpu->attends_token_trees());  // attention.cuda reads trees (API 3.3)
+  const int32_t vocab = checkpoint->config().vocab_size;
+  auto trees = [](EngineConfig cfg, const std::string& allocator) {
+    cfg = with_ngram(cfg);
+    cfg.speculative.num_tokens = 4;
+    cfg.speculative.tree_width = 3;
+    cfg.speculative.tree_nodes = 12;
+    cfg.plugins.kv_allocator = allocator;
+    return cfg;
+  };
+  const std::vector<Job> alone{{"alone", test::golden_cases()[3].input_ids, greedy(24), 0}};
+  const std::vector<Job> mixed = mixed_jobs();
+  int32_t ngram_tree_steps = 0;
+  for (const bool in_batch : {false, true}) {
+    const std::vector<Job>& jobs = in_batch ? mixed : alone;
+    INFO((in_batch ? "in a mixed batch" : "alone"));
+    const std::unique_ptr<DeviceSampler> plain_sampler = make_cuda_sampler(vocab);
+    const Run plain = run_jobs(*gpu, *plain_sampler, cuda_cfg, plugins, jobs, nullptr, true);
+
+    // Prompt lookup trees, and the CPU executor running the same trees.
+    const EngineConfig ngram_cfg = trees(cuda_cfg, "kv.paged");
+    const std::unique_ptr<DeviceSampler> sampler = make_cuda_sampler(vocab);
+    const Run ngram = run_jobs(*gpu, *sampler, ngram_cfg, plugins, jobs, make_proposer(ngram_cfg.speculative), true);
+    CHECK(ngram.tokens == plain.tokens);
+    CHECK(ngram.stats.num_spec_accepted_tokens > 0);
+    ngram_tree_steps += ngram.num_tree_steps;
+    const EngineConfig cpu_cfg = trees(base_config(), "kv.paged");
+    const std::unique_ptr<Executor> cpu = make_executor(cpu_cfg, checkpoint, plugins);
+    const std::unique_ptr<DeviceSampler> cpu_sampler = make_cpu_sampler(vocab);
+    const Run on_cpu = run_jobs(*cpu, *cpu_sampler, cpu_cfg, plugins, jobs, make_proposer(cpu_cfg.speculative), true);
+    CHECK(on_cpu.tokens == ngram.tokens);
+    CHECK(on_cpu.num_tree_steps == ngram.num_tree_steps);
+    CHECK(on_cpu.stats.num_spec_draft_tokens == ngram.stats.num_spec_draft_tokens);
+    CHECK(on_cpu.stats.num_spec_accepted_tokens == ngram.stats.num_spec_accepted_tokens);
+
+    // Trees whose right branch is mostly not the first: the accepted K/V
+    // moves, under every allocator.
+    for (const char* allocator : {"kv.paged", "kv.contiguous", "kv.vm"}) {
+      INFO(allocator);
+      const EngineConfig cfg = trees(cuda_cfg, allocator);
+      const std::unique_ptr<DeviceSampler> oracle_sampler = make_cuda_sampler(vocab);
+      const Run moved = run_jobs(*gpu, *oracle_sampler, cfg, plugins, jobs,
+                                 std::make_shared<OracleTreeProposer>(jobs, plain.tokens, vocab), true);
+      CHECK(moved.tokens == plain.tokens);
+      CHECK(moved.num_tree_steps > 0);
+      CHECK(moved.num_kv_copies > 0);
+      CHECK(moved.stats.num_spec_accepted_tokens > 0);
+      CHECK(moved.stats.num_spec_accepted_tokens < moved.stats.num_spec_draft_tokens);
+    }
+  }
+  CHECK(ngram_tree_steps > 0);  // prompt lookup drafted trees that branch
 }
 #endif

@@ -1,6 +1,7 @@
 // The verification sampler's statistical cases, shared by the CPU sampler's
-// test (tests/core/test_speculation.cpp) and the CUDA sampler's
-// (tests/cudasim/test_sampling_speculation.cpp): a 12-token row of logits,
+// tests (tests/core/test_speculation.cpp, test_speculation_q.cpp) and the
+// CUDA sampler's (tests/cudasim/test_sampling_speculation.cpp,
+// test_sampling_draft_q.cpp): a 12-token row of logits,
 // a history, the sampling cases, the drafts each case verifies, the float64
 // target distribution and Pearson's chi-square against it.
 #pragma once
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/request.hpp"
+#include "core/sampler.hpp"
 
 namespace llmk::test {
 
@@ -154,6 +156,15 @@ inline std::vector<float> draft_pair_logits(const DraftPairCase& c) {
     for (float& v : raw) v += noise(rng);
   }
   return raw;
+}
+
+// A distribution as the sampler takes a draft's q (SamplerRow::draft_probs):
+// the tokens of positive probability, as id and probability.
+inline std::vector<TokenProb> as_token_probs(const std::vector<double>& q) {
+  std::vector<TokenProb> out;
+  for (size_t i = 0; i < q.size(); ++i)
+    if (q[i] > 0) out.push_back({static_cast<int32_t>(i), static_cast<float>(q[i])});
+  return out;
 }
 
 // The acceptance rate the rule must show: sum over x of min(p(x), q(x)).

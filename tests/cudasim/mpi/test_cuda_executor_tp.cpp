@@ -249,6 +249,18 @@ TEST_CASE("the CUDA executor refuses pipeline stages on every rank, naming paral
   ParallelJob::leave();
 }
 
+TEST_CASE("the CUDA executor refuses speculative decoding at tensor 2 on every rank, naming the keys",
+          "[cuda_executor][speculation]") {
+  // Verification steps across tensor ranks are not checked on this
+  // executor: refused before any collective, on each rank alike.
+  EngineConfig cfg = config(true);
+  cfg.speculative.method = "ngram";
+  const std::shared_ptr<ParallelJob> job = ParallelJob::join(cfg, plugins());
+  CHECK_THROWS_WITH(make_cuda_shard_executor(cfg, stories(), plugins(), job),
+                    Catch::Contains("speculative.method 'ngram'") && Catch::Contains("parallel.tensor 2"));
+  ParallelJob::leave();
+}
+
 int main(int argc, char** argv) {
   // mpirun ... test_cuda_executor_tp comm.nccl|comm.mpi [Catch2 arguments]
   // (one test case per launch: a process joins one job)

@@ -155,6 +155,8 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(speculative, draft_model), LLMK_FIELD(speculative, draft_linear),
       LLMK_FIELD(speculative, max_batch_size), LLMK_FIELD(speculative, tree_width),
       LLMK_FIELD(speculative, tree_nodes), LLMK_FIELD(speculative, draft_sampling),
+      LLMK_FIELD(speculative, medusa_heads), LLMK_FIELD(speculative, medusa_top_k),
+      LLMK_FIELD(speculative, medusa_choices),
   };
   return all;
 }

@@ -6,6 +6,7 @@
 
 #include "core/draft_proposer.hpp"
 #include "core/error.hpp"
+#include "core/medusa_proposer.hpp"
 
 namespace llmk {
 
@@ -76,6 +77,15 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
   // A draft model's cache holds as many tokens as the target's.
   if (config.speculative.method == "draft")
     options.proposer = make_draft_proposer(config, *checkpoint, runtime.num_kv_slots, plugins);
+  if (config.speculative.method == "medusa") {
+    if (!parts.executor->keeps_hidden_rows())
+      throw Error(ErrorCode::invalid_config, "speculative.method: 'medusa' reads the target's hidden states, which "
+                                             "this executor (" + parts.executor->describe() + ") does not hand back");
+    auto medusa = make_medusa_proposer(config.speculative, mc);
+    spdlog::info("speculative: {} Medusa heads of {} layers ({:.1f} MiB) from {}", medusa->heads().num_heads(),
+                 medusa->heads().num_layers(), mib(medusa->heads().bytes()), config.speculative.medusa_heads);
+    options.proposer = std::move(medusa);
+  }
   const SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};
   scheduling->scheduler = std::make_unique<Scheduler>(config.scheduler, limits, *scheduling->kv, options);
   scheduling->overlap = config.scheduler.overlap && stages == 1 && !scheduling->handoffs;

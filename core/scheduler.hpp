@@ -93,6 +93,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -109,6 +110,7 @@
 namespace llmk {
 
 class Proposer;
+class MedusaProposer;
 
 // Values the scheduler needs besides its config section.
 struct SchedulerLimits {
@@ -307,6 +309,14 @@ class Scheduler {
   // sampled[i] is the token for plan.logits[i]. Advances KV, appends tokens,
   // applies stop conditions, frees finished sequences, returns their events.
   std::vector<TokenEvent> update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled);
+  // The same with the step's final-RMSNorm hidden rows, hidden[plan.logits
+  // .size(), hidden_size] (Executor::copy_hidden_rows; empty where the
+  // executor kept none), for a proposer that reads them (Medusa heads): each
+  // speculating sequence's row of its newest verified position goes to it.
+  std::vector<TokenEvent> update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled,
+                                             std::span<const float> hidden);
+  // Whether update_from_output wants the step's hidden rows.
+  bool reads_hidden_rows() const { return medusa_ != nullptr; }
   // The forward or the sampler failed: every sequence of the plan finishes
   // with an error of category `code`.
   std::vector<TokenEvent> fail_step(const StepPlan& plan, const std::string& error,
@@ -375,6 +385,9 @@ class Scheduler {
                       const int32_t* sampled, TimePoint t, std::vector<TokenEvent>& events);
   void apply_verified_tree(const StepPlan& plan, const ScheduledSeq& s, size_t first_row, Sequence& seq,
                            const int32_t* sampled, TimePoint t, std::vector<TokenEvent>& events);
+  // Hands the proposer seq's hidden row `row` (of the step being updated)
+  // as that of position `position`: Medusa heads read it next step.
+  void observe_hidden(const Sequence& seq, size_t row, int32_t position);
   // scheduler.cpp: tokens and endings.
   void apply_token(Sequence& seq, int32_t token, TimePoint t, std::vector<TokenEvent>& events);
   void fork_samples(Sequence& parent, const int32_t* tokens, TimePoint t, std::vector<TokenEvent>& events);
@@ -395,6 +408,9 @@ class Scheduler {
   int32_t max_num_batched_tokens_ = 0;
   int32_t max_steps_in_flight_ = 1;
   std::shared_ptr<Proposer> proposer_;   // null: no speculation
+  MedusaProposer* medusa_ = nullptr;     // proposer_ where it reads hidden rows
+  std::span<const float> step_hidden_;   // the hidden rows of the step being updated
+  size_t step_hidden_size_ = 0;          // floats per row of step_hidden_
   StreamWindow stream_{};                // window 0: every row kept
   int32_t num_speculative_tokens_ = 0;
   uint32_t spec_max_batch_size_ = 0;     // speculative.max_batch_size

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/medusa_proposer.hpp"
 #include "core/request.hpp"
 
 namespace llmk {
@@ -123,8 +124,9 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeSection& config) {
     return std::make_unique<NgramProposer>(static_cast<int32_t>(config.prompt_lookup_min),
                                            static_cast<int32_t>(config.prompt_lookup_max),
                                            static_cast<int32_t>(config.tree_width));
-  if (config.method == "none" || config.method == "draft") return nullptr;
-  throw Error(ErrorCode::invalid_config, "speculative.method: '" + config.method + "' is not one of none, ngram, draft");
+  if (config.method == "none" || config.method == "draft" || config.method == "medusa") return nullptr;
+  throw Error(ErrorCode::invalid_config,
+              "speculative.method: '" + config.method + "' is not one of none, ngram, draft, medusa");
 }
 
 int32_t num_accepted_greedy(std::span<const int32_t> drafts, std::span<const int32_t> choices) {
@@ -156,8 +158,8 @@ void validate_speculative(const EngineConfig& c) {
   auto fail = [](const std::string& key, const std::string& why) {
     throw Error(ErrorCode::invalid_config, key + ": " + why);
   };
-  if (s.method != "none" && s.method != "ngram" && s.method != "draft")
-    fail("speculative.method", "'" + s.method + "' is not one of none, ngram, draft");
+  if (s.method != "none" && s.method != "ngram" && s.method != "draft" && s.method != "medusa")
+    fail("speculative.method", "'" + s.method + "' is not one of none, ngram, draft, medusa");
   if (s.draft_sampling != "greedy" && s.draft_sampling != "sampled")
     fail("speculative.draft_sampling", "'" + s.draft_sampling + "' is not one of greedy, sampled");
   if (s.draft_sampling == "sampled" && c.executor.device != "cpu")
@@ -184,6 +186,7 @@ void validate_speculative(const EngineConfig& c) {
     fail("speculative.tree_nodes", std::to_string(s.tree_nodes) + " is out of range (allowed: 0, or speculative." +
                                        "num_tokens (" + std::to_string(s.num_tokens) + ") to " +
                                        std::to_string(sampling_limits::max_speculative_tokens) + ")");
+  validate_medusa(c);
   if (s.prompt_lookup_max > 64)
     fail("speculative.prompt_lookup_max", std::to_string(s.prompt_lookup_max) + " is out of range (allowed: up to 64)");
   if (s.method == "none") return;

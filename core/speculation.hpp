@@ -130,8 +130,9 @@ class NgramProposer final : public Proposer {
 };
 
 // The proposer speculative.method names when it needs no model (ngram);
-// null for "none" and "draft" (build_engine_parts makes the draft model's,
-// core/draft_proposer.hpp, and hands it over in SchedulerOptions::proposer).
+// null for "none", "draft" and "medusa" (build_engine_parts makes the draft
+// model's, core/draft_proposer.hpp, and the heads', core/medusa_proposer.hpp,
+// and hands it over in SchedulerOptions::proposer).
 std::unique_ptr<Proposer> make_proposer(const SpeculativeSection& config);
 
 // The speculation policy: whether a step with num_decodes decodes

@@ -151,7 +151,7 @@ TEST_CASE("Medusa head files are refused by name: missing, of another shape, wit
   std::ofstream(dir.path() / "config.json") << R"({"medusa_num_heads": 3, "medusa_num_layers": 1})";
   CHECK_THAT(load_error(dir.path(), 8, 20), Catch::Contains("medusa_num_heads 3") && Catch::Contains("holds 2 heads"));
   std::ofstream(dir.path() / "config.json") << R"({"medusa_num_heads": 2, "medusa_num_layers": 2})";
-  CHECK_THAT(load_error(dir.path(), 8, 20), Catch::Contains("'0.1.linear.weight' is missing"));
+  CHECK_THAT(load_error(dir.path(), 8, 20), Catch::Contains("'0.2.weight' is missing (head 0 ends at layer 1)"));
 }
 
 namespace {
@@ -452,8 +452,11 @@ TEST_CASE("the scheduler hands Medusa heads the hidden row of each sequence's la
     CHECK(tokens[id] == expected);
   }
   const SchedulerStats s = sched.stats();
-  // Heads that know the rule: most drafts are accepted, not all (the twists).
-  CHECK(s.num_spec_accepted_tokens > s.num_spec_drafts);
+  // Heads that know the rule: many drafts are accepted, not all (the twists:
+  // a chain's first draft is right when neither of the next two tokens
+  // twists, 9/16 of the time).
+  CHECK(2 * s.num_spec_accepted_tokens > s.num_spec_drafts);
+  if (trees) CHECK(s.num_spec_accepted_tokens > s.num_spec_drafts);
   CHECK(s.num_spec_accepted_tokens < s.num_spec_draft_tokens);
   CHECK(s.kv.used_slots == 0);
 }

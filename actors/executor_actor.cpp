@@ -96,6 +96,11 @@ caf::result<StepResult> execute(ExecutorPointer self, StepWork& work) {
     // the view here, once: neither the argmax below nor the sampler (its
     // draws, its logprob alternatives) ever sees them.
     if (st.num_sampleable > 0 && logits.vocab_size > st.num_sampleable) logits.vocab_size = st.num_sampleable;
+    if (work.sample.keep_hidden && logits.num_rows > 0) {
+      const auto h = static_cast<size_t>(st.executor->model_config().hidden_size);
+      work.sample.hidden.resize(static_cast<size_t>(logits.num_rows) * h);
+      if (!st.executor->copy_hidden_rows(logits.num_rows, work.sample.hidden.data())) work.sample.hidden.clear();
+    }
     if (work.sample.raw_argmax && two_views && logits.num_rows > 0) {
       ScopedSpan span(st.context.tracer.get(), "argmax", "executor", step, logits.num_rows);
       st.ids.resize(static_cast<size_t>(logits.num_rows));

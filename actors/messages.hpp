@@ -153,6 +153,12 @@ struct SampleWork {
   // sampler publishes nothing for the step then, and fails it if its own
   // ids differ.
   std::vector<int32_t> published_ids = {};
+  // Set by the scheduler where its proposer reads the target's hidden
+  // states (Medusa heads): the executor copies the final-RMSNorm row of
+  // every logits row into `hidden` ([rows, hidden_size]; empty where it
+  // keeps none), which the sampler passes on in its StepResult.
+  bool keep_hidden = false;
+  std::vector<float> hidden = {};
 };
 
 struct StepWork {
@@ -172,6 +178,7 @@ struct StepResult {
   std::vector<SampledToken> tokens;  // [num_logits], row order (core/sampler.hpp)
   double forward_s = 0;              // executor time
   double sample_s = 0;               // sampler time
+  std::vector<float> hidden;         // SampleWork::hidden, passed on
 };
 
 // 6. scheduler → detokenizer: (tokens_atom, StepTokens) → StopHits
@@ -323,7 +330,7 @@ typename Inspector::result_type inspect(Inspector& f, SampleRow& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SampleWork& x) {
   return f(caf::meta::type_name("SampleWork"), x.step, x.opened, x.released, x.rows, x.forward_s, x.fed_from,
-           x.raw_argmax, x.published_ids);
+           x.raw_argmax, x.published_ids, x.keep_hidden, x.hidden);
 }
 
 template <class Inspector>
@@ -353,7 +360,7 @@ typename Inspector::result_type inspect(Inspector& f, SampledToken& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepResult& x) {
-  return f(caf::meta::type_name("StepResult"), x.step, x.tokens, x.forward_s, x.sample_s);
+  return f(caf::meta::type_name("StepResult"), x.step, x.tokens, x.forward_s, x.sample_s, x.hidden);
 }
 
 template <class Inspector>

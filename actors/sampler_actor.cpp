@@ -177,6 +177,7 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
   StepResult result;
   result.step = work.step;
   result.forward_s = work.forward_s;
+  result.hidden = std::move(work.hidden);
   // The step's ids, for the executor's next step: published already when
   // the executor picked them (every row the raw argmax).
   bool published = !work.published_ids.empty();

@@ -126,6 +126,7 @@ StepWork make_work(SchedulerActorState& st, const StepPlan& plan, std::vector<ui
   // Only a step planned ahead gains from ids picked by the executor (the
   // next one may already be waiting for them).
   sample.raw_argmax = st.parts->overlap && !plan.logits.empty();
+  sample.keep_hidden = st.scheduler().reads_hidden_rows() && !plan.logits.empty();
   for (const auto& target : plan.logits) {
     sample.rows.push_back(SampleRow{target.request_key, target.sample_index, target.num_generated, target.draft_token,
                                     target.tree_parent, target.tree_token, target.draft_probs});
@@ -160,7 +161,7 @@ void on_step_done(SchedulerPointer self, StepPlan& plan, StepResult& result) {
     sampled.reserve(result.tokens.size());
     for (const auto& t : result.tokens) sampled.push_back(t.token_id);
     try {
-      events = st.scheduler().update_from_output(plan, sampled, &result.tokens);
+      events = st.scheduler().update_from_output(plan, sampled, &result.tokens, result.hidden);
     } catch (const std::exception& e) {
       spdlog::error("scheduler: step {} update failed: {}", plan.step_id, e.what());
       events = st.scheduler().fail_step(plan, std::string("internal error: ") + e.what());

@@ -156,6 +156,8 @@ const std::vector<Field>& fields() {
       LLMK_FIELD(speculative, max_batch_size), LLMK_FIELD(speculative, tree_width),
       LLMK_FIELD(speculative, tree_nodes), LLMK_FIELD(speculative, draft_sampling),
       LLMK_FIELD(speculative, proposer), LLMK_JSON_FIELD(speculative, proposer_options),
+      LLMK_FIELD(speculative, medusa_heads), LLMK_FIELD(speculative, medusa_top_k),
+      LLMK_FIELD(speculative, medusa_choices),
   };
   return all;
 }

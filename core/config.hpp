@@ -172,7 +172,7 @@ struct DisaggregationSection {
 // num_tokens drafted tokens besides its own, greedy or sampled (n = 1, or
 // each sample after a fork), the output exactly the model's.
 struct SpeculativeSection {
-  std::string method = "none";     // none | ngram (a proposer plugin, prompt lookup by default) | draft (a draft model)
+  std::string method = "none";     // none | ngram (a proposer plugin, prompt lookup by default) | draft (a draft model) | medusa (heads)
   uint32_t num_tokens = 4;         // drafts per step (k)
   uint32_t prompt_lookup_min = 2;  // ngram: shortest suffix matched
   uint32_t prompt_lookup_max = 4;  // ngram: longest suffix matched (tried first)
@@ -184,6 +184,9 @@ struct SpeculativeSection {
   std::string draft_sampling = "greedy";  // draft: greedy | sampled (sampled requests draw drafts from q)
   std::string proposer = "proposer.ngram";  // ngram: the proposer plugin (plugins/api/llmk_proposer.h)
   std::string proposer_options = "{}";      // ngram: JSON object passed to it
+  std::string medusa_heads;        // medusa: medusa_lm_head.safetensors, or the directory holding it
+  uint32_t medusa_top_k = 4;       // medusa: candidates per head in the tree (top-k product tree)
+  std::string medusa_choices;      // medusa: a fixed tree as Medusa's paths, JSON ("": the top-k tree)
 
   bool operator==(const SpeculativeSection&) const = default;
 };

@@ -36,6 +36,8 @@ class CpuExecutor final : public Executor {
   int32_t views_kept() const override { return 2; }
   bool argmax_rows(const LogitsView& view, std::span<int32_t> out) override;
   void embed_rows(const StepBatch& batch, float* hidden) override { model_->forward_hidden(batch, hidden); }
+  bool copy_hidden_rows(int32_t num_rows, float* hidden) override { return model_->copy_last_hidden(num_rows, hidden); }
+  bool keeps_hidden_rows() const override { return model_->shard().stages == 1 && model_->shard().tensor.degree == 1; }
   const ModelShard& shard() const { return model_->shard(); }
   bool time_forwards(ForwardTimings* timings) override {
     model_->time_forwards(timings);

@@ -6,6 +6,7 @@
 
 #include "core/draft_proposer.hpp"
 #include "core/error.hpp"
+#include "core/medusa_proposer.hpp"
 #include "core/plugin_proposer.hpp"
 #include "core/speculation.hpp"
 
@@ -78,8 +79,17 @@ EngineParts build_engine_parts(const EngineConfig& config, std::shared_ptr<const
   // A draft model's cache holds as many tokens as the target's.
   if (config.speculative.method == "draft")
     options.proposer = make_draft_proposer(config, *checkpoint, runtime.num_kv_slots, plugins);
-  else  // a proposer plugin from the engine's search path (plugins.search_path too)
+  else if (config.speculative.method == "medusa") {
+    if (!parts.executor->keeps_hidden_rows())
+      throw Error(ErrorCode::invalid_config, "speculative.method: 'medusa' reads the target's hidden states, which "
+                                             "this executor (" + parts.executor->describe() + ") does not hand back");
+    auto medusa = make_medusa_proposer(config.speculative, mc);
+    spdlog::info("speculative: {} Medusa heads of {} layers ({:.1f} MiB) from {}", medusa->heads().num_heads(),
+                 medusa->heads().num_layers(), mib(medusa->heads().bytes()), config.speculative.medusa_heads);
+    options.proposer = std::move(medusa);
+  } else {  // a proposer plugin from the engine's search path (plugins.search_path too)
     options.proposer = make_proposer(config.speculative, &plugins, static_cast<uint32_t>(mc.vocab_size));
+  }
   if (const auto* p = dynamic_cast<const PluginProposer*>(options.proposer.get()))
     spdlog::info("speculative: proposer {} {} ({})", p->info().name, p->info().version, p->info().file.string());
   const SchedulerLimits limits{static_cast<int32_t>(runtime.max_seq_len), mc.eos_token_ids, mc.vocab_size};

@@ -133,6 +133,13 @@ class Executor : public KvOffloader {
     throw Error(ErrorCode::unsupported, "embeddings: this executor (" + describe() +
                                             ") does not compute hidden states; they are served with executor.device cpu");
   }
+  // Medusa heads (core/medusa_proposer.hpp): the final-RMSNorm rows (what
+  // lm_head read) of the latest execute()'s logits rows, copied to
+  // hidden[num_rows, hidden_size] on the host, row i that of
+  // batch.logits_rows[i]; num_rows is that step's num_logits(). False where
+  // the executor keeps none (keeps_hidden_rows()).
+  virtual bool copy_hidden_rows(int32_t /*num_rows*/, float* /*hidden*/) { return false; }
+  virtual bool keeps_hidden_rows() const { return false; }
   // Copies rows [first_row, first_row + num_rows) of `view` (its latest
   // execute()'s) to host memory, out[num_rows, view.vocab_size], waiting
   // for them first: for programs that read whole distributions (llmk eval),

@@ -83,6 +83,7 @@ struct Model::Impl {
   // Activations for max_step_tokens rows.
   std::vector<float> hidden, x_norm, qkv, q, k, v, attn, proj, gate_up, act;
   std::vector<float> head_out, head_gather;  // tensor parallelism: this rank's logits columns, every rank's
+  int64_t last_logits = -1;  // rows of x_norm the latest forward final-normed for lm_head (-1: none)
 
   // hidden_out set: the final-normed rows go there instead of through lm_head.
   void forward(const StepBatch& b, float* logits, float* hidden_out = nullptr);
@@ -189,6 +190,12 @@ void Model::forward_hidden(const StepBatch& batch, float* hidden) {
     throw Error(ErrorCode::unsupported, "embeddings: a pipeline-parallel model does not return hidden states yet");
   impl_->forward(batch, nullptr, hidden);
 }
+bool Model::copy_last_hidden(int32_t num_rows, float* hidden) const {
+  const Impl& m = *impl_;
+  if (m.shard.stages > 1 || m.shard.tensor.degree > 1 || m.last_logits != num_rows) return false;
+  std::memcpy(hidden, m.x_norm.data(), static_cast<size_t>(num_rows) * static_cast<size_t>(m.cfg.hidden_size) * sizeof(float));
+  return true;
+}
 void Model::time_forwards(ForwardTimings* timings) { impl_->timings = timings; }
 void Model::set_stage_handover(StageHandover handover) { impl_->handover = std::move(handover); }
 
@@ -203,6 +210,7 @@ void Model::Impl::forward(const StepBatch& b, float* logits, float* hidden_out) 
   // cache positions (context_lens) may not, which the plugin checks.
   const uint32_t max_position = streaming ? static_cast<uint32_t>(std::numeric_limits<int32_t>::max()) : rt.max_seq_len;
   validate_step(b, cfg.vocab_size, max_position, rt.max_step_tokens);
+  last_logits = -1;
   kv->apply_copies(b.kv_copies);
   const int64_t n = b.num_tokens();
   const int64_t num_logits = b.num_logits();
@@ -353,6 +361,7 @@ void Model::Impl::forward(const StepBatch& b, float* logits, float* hidden_out) 
     std::memcpy(hidden_out, x_norm.data(), static_cast<size_t>(num_logits * h) * sizeof(float));
     return;
   }
+  last_logits = num_logits;
   lm_head(num_logits, logits);
   laps.lap(ForwardOp::lm_head);
 }

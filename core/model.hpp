@@ -44,6 +44,11 @@ class Model {
   // [rows, hidden] x [hidden, vocab] matmul that dominates a small model's
   // prefill rows. Error(unsupported) on a pipeline-parallel model.
   void forward_hidden(const StepBatch& batch, float* hidden);
+  // The final-RMSNorm rows of the latest forward()'s logits rows (lm_head's
+  // input), copied to hidden[num_rows, hidden_size]; valid until the next
+  // forward. False in a parallel job (no rank holds them all) or where
+  // num_rows is not that forward's num_logits().
+  bool copy_last_hidden(int32_t num_rows, float* hidden) const;
   // This rank's share of the model (the whole model outside a parallel job).
   const ModelShard& shard() const;
   // Every later forward adds its operations' wall time to *timings (nullptr:

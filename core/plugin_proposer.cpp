@@ -166,10 +166,10 @@ void PluginProposer::ask(std::span<const DraftRequest> requests, bool trees, std
 
 std::unique_ptr<Proposer> make_proposer(const SpeculativeSection& config, PluginRegistry* plugins,
                                         uint32_t vocab_size) {
-  if (config.method == "none" || config.method == "draft") return nullptr;
+  if (config.method == "none" || config.method == "draft" || config.method == "medusa") return nullptr;
   if (config.method != "ngram")
     throw Error(ErrorCode::invalid_config,
-                "speculative.method: '" + config.method + "' is not one of none, ngram, draft");
+                "speculative.method: '" + config.method + "' is not one of none, ngram, draft, medusa");
   std::optional<PluginRegistry> own;
   if (plugins == nullptr) plugins = &own.emplace();
   const std::string options = proposer_options_json(config);

@@ -131,7 +131,8 @@ std::vector<TokenEvent> Scheduler::finish_request(const std::string& request_id,
 }
 
 std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled,
-                                                      const std::vector<SampledToken>* details) {
+                                                      const std::vector<SampledToken>* details,
+                                                      std::span<const float> hidden) {
   if (in_flight_.empty() || plan.step_id != in_flight_.front())
     throw Error(ErrorCode::internal, "Scheduler::update_from_output: step " + std::to_string(plan.step_id) +
                                          " is not the oldest plan in flight");
@@ -139,7 +140,13 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
     throw Error(ErrorCode::invalid_argument, "Scheduler::update_from_output: " + std::to_string(sampled.size()) +
                                                  " sampled tokens for " + std::to_string(plan.logits.size()) +
                                                  " logits rows");
+  if (!hidden.empty() && (plan.logits.empty() || hidden.size() % plan.logits.size() != 0))
+    throw Error(ErrorCode::invalid_argument, "Scheduler::update_from_output: " + std::to_string(hidden.size()) +
+                                                 " hidden floats for " + std::to_string(plan.logits.size()) +
+                                                 " logits rows");
   in_flight_.pop_front();
+  step_hidden_ = hidden;
+  step_hidden_size_ = hidden.empty() ? 0 : hidden.size() / plan.logits.size();
   std::vector<TokenEvent> events;
   const TimePoint t = now();
   size_t next_logit = 0;
@@ -169,6 +176,7 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
       if (s.num_samples > 0) beam_rows.push_back({seq->seq_id, first_row});
       continue;
     }
+    if (s.num_samples == 1) observe_hidden(*seq, first_row, seq->num_tokens() - 1);
     if (s.num_samples == 1) apply_token(*seq, tokens[0], t, events);
     else if (s.num_samples > 1) fork_samples(*seq, tokens, t, events);
     // Sample k of a forking row took row first_row + k (plan.logits' order).
@@ -176,6 +184,7 @@ std::vector<TokenEvent> Scheduler::update_from_output(const StepPlan& plan, cons
       if (events[i].token_id)
         events[i].logits_row = static_cast<int32_t>(first_row) + (s.num_samples > 1 ? events[i].index : 0);
   }
+  step_hidden_ = {};
   if (!beam_rows.empty()) update_beams(beam_rows, details, t, events);
   return events;
 }

@@ -108,6 +108,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -125,6 +126,7 @@ namespace llmk {
 
 class Proposer;
 struct SampledToken;  // core/sampler.hpp
+class MedusaProposer;
 
 // Values the scheduler needs besides its config section.
 struct SchedulerLimits {
@@ -325,8 +327,19 @@ class Scheduler {
   // applies stop conditions, frees finished sequences, returns their events.
   // A plan with beam search rows needs `details` (the sampler's output for
   // every row, [plan.logits.size()]): each beam row's top log-probabilities.
+  // `hidden` holds the step's final-RMSNorm hidden rows, [plan.logits.size(),
+  // hidden_size] (Executor::copy_hidden_rows; empty where the executor kept
+  // none), for a proposer that reads them (Medusa heads): each speculating
+  // sequence's row of its newest verified position goes to it.
   std::vector<TokenEvent> update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled,
-                                             const std::vector<SampledToken>* details = nullptr);
+                                             const std::vector<SampledToken>* details = nullptr,
+                                             std::span<const float> hidden = {});
+  std::vector<TokenEvent> update_from_output(const StepPlan& plan, const std::vector<int32_t>& sampled,
+                                             std::span<const float> hidden) {
+    return update_from_output(plan, sampled, nullptr, hidden);
+  }
+  // Whether update_from_output wants the step's hidden rows.
+  bool reads_hidden_rows() const { return medusa_ != nullptr; }
   // The forward or the sampler failed: every sequence of the plan finishes
   // with an error of category `code`.
   std::vector<TokenEvent> fail_step(const StepPlan& plan, const std::string& error,
@@ -443,6 +456,9 @@ class Scheduler {
   // ending of `reason` per output (a cancel, an error).
   void end_beam_group(const std::string& request_id, FinishReason reason, const std::string& error,
                       std::vector<TokenEvent>& events);
+  // Hands the proposer seq's hidden row `row` (of the step being updated)
+  // as that of position `position`: Medusa heads read it next step.
+  void observe_hidden(const Sequence& seq, size_t row, int32_t position);
   // scheduler.cpp: tokens and endings.
   void apply_token(Sequence& seq, int32_t token, TimePoint t, std::vector<TokenEvent>& events);
   void fork_samples(Sequence& parent, const int32_t* tokens, TimePoint t, std::vector<TokenEvent>& events);
@@ -463,6 +479,9 @@ class Scheduler {
   int32_t max_num_batched_tokens_ = 0;
   int32_t max_steps_in_flight_ = 1;
   std::shared_ptr<Proposer> proposer_;   // null: no speculation
+  MedusaProposer* medusa_ = nullptr;     // proposer_ where it reads hidden rows
+  std::span<const float> step_hidden_;   // the hidden rows of the step being updated
+  size_t step_hidden_size_ = 0;          // floats per row of step_hidden_
   StreamWindow stream_{};                // window 0: every row kept
   int32_t num_speculative_tokens_ = 0;
   uint32_t spec_max_batch_size_ = 0;     // speculative.max_batch_size

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/medusa_proposer.hpp"
 #include "core/sampler.hpp"
 #include "core/scheduler.hpp"
 #include "core/speculation.hpp"
@@ -18,6 +19,9 @@ void Scheduler::init_speculation(const SpeculativeSection& config, std::shared_p
   if (!proposer_ && config.method == "draft")
     throw Error(ErrorCode::invalid_config, "speculative.method: 'draft' needs the draft model's proposer "
                                            "(build_engine_parts makes it from speculative.draft_model)");
+  if (!proposer_ && config.method == "medusa")
+    throw Error(ErrorCode::invalid_config, "speculative.method: 'medusa' needs the heads' proposer "
+                                           "(build_engine_parts makes it from speculative.medusa_heads)");
   if (!proposer_) return;
   const std::string method = "speculative.method: '" + config.method + "'";
   if (is_static_)
@@ -36,6 +40,20 @@ void Scheduler::init_speculation(const SpeculativeSection& config, std::shared_p
   if (config.tree_width > 1 && token_trees)
     spec_tree_nodes_ = static_cast<int32_t>(config.tree_nodes != 0 ? config.tree_nodes
                                                                    : config.num_tokens * config.tree_width);
+  // Medusa heads: a tree of the heads' candidates, or their top-1 chain.
+  medusa_ = dynamic_cast<MedusaProposer*>(proposer_.get());
+  if (medusa_ && token_trees) {
+    const uint32_t nodes = config.tree_nodes != 0 ? config.tree_nodes
+                           : medusa_->num_choices() > 0 ? static_cast<uint32_t>(medusa_->num_choices())
+                                                        : config.num_tokens * config.medusa_top_k;
+    spec_tree_nodes_ = std::min(static_cast<int32_t>(nodes), sampling_limits::max_speculative_tokens);
+  }
+}
+
+void Scheduler::observe_hidden(const Sequence& seq, size_t row, int32_t position) {
+  if (medusa_ == nullptr || step_hidden_.empty() || !may_speculate(seq)) return;
+  const size_t h = step_hidden_size_;
+  medusa_->observe(seq.seq_id, position, step_hidden_.subspan(row * h, h));
 }
 
 // A tree's rows draw each from its own row; penalties would read the drafts
@@ -186,6 +204,8 @@ void Scheduler::apply_verified(const StepPlan& plan, const ScheduledSeq& s, size
   stats_.num_spec_draft_tokens += static_cast<uint64_t>(k);
   stats_.num_spec_accepted_tokens += static_cast<uint64_t>(a);
 
+  // The heads read the row of the last accepted draft (the newest token's where none was).
+  observe_hidden(seq, first_row + static_cast<size_t>(a), seq.num_tokens() - 1 + a);
   const int32_t verified = s.first_new_position + 1 + a;  // positions holding valid K/V
   kv_.commit_tokens(seq.seq_id, static_cast<uint32_t>(s.first_new_position), fed, static_cast<uint32_t>(1 + a));
   if (verified < seq.num_kv_tokens) kv_.truncate_seq(seq.seq_id, static_cast<uint32_t>(verified));

@@ -87,6 +87,8 @@ void Scheduler::apply_verified_tree(const StepPlan& plan, const ScheduledSeq& s,
   stats_.num_spec_drafts += 1;
   stats_.num_spec_draft_tokens += static_cast<uint64_t>(n);
   stats_.num_spec_accepted_tokens += static_cast<uint64_t>(a);
+  // The heads read the row of the last accepted node (the newest token's where none was).
+  observe_hidden(seq, first_row + (a == 0 ? 0 : 1 + static_cast<size_t>(path.back())), seq.num_tokens() - 1 + a);
 
   // Node path[d] sits at cache position base + 1 + path[d] >= base + 1 + d,
   // and path[d] grows with d: copied in order, no copy overwrites a source

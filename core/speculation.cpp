@@ -7,6 +7,7 @@
 
 #include "core/config_checks.hpp"
 #include "core/error.hpp"
+#include "core/medusa_proposer.hpp"
 #include "core/prompt_lookup.hpp"
 #include "core/request.hpp"
 
@@ -112,8 +113,8 @@ void validate_speculative(const EngineConfig& c) {
   auto fail = [](const std::string& key, const std::string& why) {
     throw Error(ErrorCode::invalid_config, key + ": " + why);
   };
-  if (s.method != "none" && s.method != "ngram" && s.method != "draft")
-    fail("speculative.method", "'" + s.method + "' is not one of none, ngram, draft");
+  if (s.method != "none" && s.method != "ngram" && s.method != "draft" && s.method != "medusa")
+    fail("speculative.method", "'" + s.method + "' is not one of none, ngram, draft, medusa");
   if (s.draft_sampling != "greedy" && s.draft_sampling != "sampled")
     fail("speculative.draft_sampling", "'" + s.draft_sampling + "' is not one of greedy, sampled");
   if (s.method == "draft" && s.draft_model.empty())
@@ -137,6 +138,7 @@ void validate_speculative(const EngineConfig& c) {
     fail("speculative.tree_nodes", std::to_string(s.tree_nodes) + " is out of range (allowed: 0, or speculative." +
                                        "num_tokens (" + std::to_string(s.num_tokens) + ") to " +
                                        std::to_string(sampling_limits::max_speculative_tokens) + ")");
+  validate_medusa(c);
   if (s.prompt_lookup_max > 64)
     fail("speculative.prompt_lookup_max", std::to_string(s.prompt_lookup_max) + " is out of range (allowed: up to 64)");
   if (s.method == "ngram" && s.proposer.empty())

@@ -128,11 +128,11 @@ class PluginRegistry;
 // The proposer speculative.method names when it needs no model (ngram): the
 // plugin speculative.proposer names (core/plugin_proposer.hpp), loaded from
 // `plugins` (a registry of the default search path when null), told the
-// vocabulary size (0: unknown). Null for "none" and "draft"
+// vocabulary size (0: unknown). Null for "none", "draft" and "medusa"
 // (build_engine_parts makes the draft model's, core/draft_proposer.hpp, and
-// hands it over in SchedulerOptions::proposer). A plugin that is missing, of
-// another kind or of another API version is refused naming
-// speculative.proposer.
+// the heads', core/medusa_proposer.hpp, and hands it over in
+// SchedulerOptions::proposer). A plugin that is missing, of another kind or
+// of another API version is refused naming speculative.proposer.
 std::unique_ptr<Proposer> make_proposer(const SpeculativeSection& config, PluginRegistry* plugins = nullptr,
                                         uint32_t vocab_size = 0);
 

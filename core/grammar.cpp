@@ -33,11 +33,19 @@ const char* structured_outputs_missing() noexcept {
                               "(scripts/setup.sh builds it; then configure with LLMK_XGRAMMAR_ROOT)";
 }
 
+std::string structured_outputs_refusal(const std::string& executor_device) {
+  if (!structured_outputs_available()) return structured_outputs_missing();
+  if (executor_device != "cpu")
+    return "structured outputs are applied by the CPU sampler only; executor.device is '" + executor_device + "'";
+  return "";
+}
+
 #if LLMK_HAVE_XGRAMMAR
 
 namespace {
 
-// XGrammar's errors read "[HH:MM:SS] /path/file.cc:LINE: message\n": the message alone.
+// XGrammar's errors read "[HH:MM:SS] /path/file.cc:LINE: message\n", some
+// messages "Check failed: (cond) is false: reason": the reason alone.
 std::string xgrammar_message(const std::exception& e) {
   std::string what = e.what();
   if (!what.empty() && what.front() == '[') {
@@ -45,6 +53,9 @@ std::string xgrammar_message(const std::exception& e) {
     if (source == std::string::npos) source = what.find(".h:");
     size_t colon = source == std::string::npos ? std::string::npos : what.find(": ", source);
     if (colon != std::string::npos) what = what.substr(colon + 2);
+  }
+  if (what.rfind("Check failed: ", 0) == 0) {
+    if (size_t reason = what.find(" is false: "); reason != std::string::npos) what = what.substr(reason + 11);
   }
   while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
   return what;

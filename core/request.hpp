@@ -15,6 +15,7 @@
 namespace llmk {
 
 struct ChatInput;  // core/chat_template.hpp: a chat's messages and render options
+struct StructuredOutput;  // core/grammar.hpp: a grammar the generated text must follow
 
 struct SamplingParams {
   float temperature = 1.0f;         // 0 = greedy
@@ -34,6 +35,9 @@ struct SamplingParams {
   // Speculative decoding (speculative.*): at most this many drafted tokens a
   // step for this request; 0 turns it off, -1 takes speculative.num_tokens.
   int32_t num_speculative_tokens = -1;
+  // Structured outputs (core/grammar.hpp, docs/structured_outputs.md): every
+  // sampled token keeps the text inside this grammar. Null: free text.
+  std::shared_ptr<const StructuredOutput> structured;
 };
 
 // The one set of bounds on sampling parameters, for every front end (the

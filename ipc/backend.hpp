@@ -26,6 +26,8 @@ struct ModelInfo {
   std::string chat_template;    // "" when the model has none
   uint32_t max_queue = 0;       // waiting requests beyond this are refused
   std::string model_path;       // where it was loaded from ("" when not from a path)
+  // Why requests for structured outputs are refused (docs/structured_outputs.md); "" when served.
+  std::string structured_outputs_refusal = "structured outputs are not served by this backend";
 };
 
 class Backend {

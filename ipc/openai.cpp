@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "ipc/errors.hpp"
 #include "ipc/request_json.hpp"
+#include "ipc/structured_json.hpp"
 
 namespace llmk::ipc {
 namespace {
@@ -107,10 +108,6 @@ void refuse_unimplemented(const json& body) {
                      ErrorCode::unsupported);
   };
   auto present = [&](const char* field) { return body.contains(field) && !body[field].is_null(); };
-  if (present("response_format")) {
-    const json& f = body["response_format"];
-    if (!(f.is_object() && f.value("type", json()) == "text")) refuse("response_format", "other than {\"type\": \"text\"}");
-  }
   for (const char* field : {"tools", "functions", "logit_bias"}) {
     const json& v = present(field) ? body[field] : json();
     if (!v.is_null() && !v.empty()) refuse(field, "(non-empty)");
@@ -171,6 +168,12 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
     throw ParamError("best_of", "'best_of' other than 1 is not supported", ErrorCode::unsupported);
   }
   refuse_unimplemented(body);
+  // response_format, structured_outputs, guided_*: compiled by the engine.
+  out.request.sampling.structured = parse_structured_output(body);
+  if (const auto& so = out.request.sampling.structured; so && !model.structured_outputs_refusal.empty()) {
+    const std::string field = so->field.substr(0, so->field.find('.'));
+    throw ParamError(field, "'" + field + "': " + model.structured_outputs_refusal, ErrorCode::unsupported);
+  }
   parse_bootstrap(body, out.request);
   return out;
 }

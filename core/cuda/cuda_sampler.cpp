@@ -212,6 +212,9 @@ class CudaSampler final : public DeviceSampler {
       if (!rows[i].draft_probs.empty())
         throw Error(ErrorCode::internal, "CUDA sampler: a draft drawn from a distribution "
                                          "(speculative.draft_sampling sampled) is verified by the CPU sampler only");
+      if (!rows[i].token_bitmask.empty())
+        throw Error(ErrorCode::unsupported, "CUDA sampler: structured outputs' token masks are applied by the "
+                                            "CPU sampler only (executor.device cpu)");
       any_logprobs = any_logprobs || r.params.logprobs >= 0;
     }
     auto* d_params = scratch<cuda::SamplingRowParams>(params_device_, params_bytes, "the rows' parameters");

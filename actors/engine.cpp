@@ -28,6 +28,7 @@
 #include "core/chat_template.hpp"
 #include "core/checkpoint.hpp"
 #include "core/error.hpp"
+#include "core/grammar.hpp"
 #include "core/engine_parts.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/tokenizer.hpp"
@@ -126,7 +127,8 @@ void Engine::Impl::start_actors(std::shared_ptr<Executor> executor_object, std::
   auto executor = spawn_executor(*system, std::move(executor_object), sampler, context, tokenizer->vocab_size());
   auto detokenizer = spawn_detokenizer(*system, tokenizer, context);
   scheduler_typed = spawn_scheduler(*system, std::move(parts), executor, detokenizer, context);
-  PromptEncoding encoding{tokenizer, checkpoint->config().add_bos_token, chat_template, chat_template_error};
+  PromptEncoding encoding{tokenizer, checkpoint->config().add_bos_token, chat_template, chat_template_error,
+                          checkpoint->config().eos_token_ids, structured_outputs_refusal(config.executor.device)};
   tokenizer_typed = spawn_tokenizer(*system, std::move(encoding), scheduler_typed, context);
   sampler_handle = caf::actor_cast<caf::actor>(sampler);
   executor_handle = caf::actor_cast<caf::actor>(executor);

@@ -46,6 +46,11 @@ struct PromptEncoding {
   bool add_bos_token = true;  // the model's tokenizer_config: text prompts get BOS when the request asks too
   std::shared_ptr<const ChatTemplate> chat_template;  // null: chat requests are refused with ...
   std::string chat_template_error;                    // ... this reason
+  // Structured outputs (core/grammar.hpp): the model's end-of-sequence ids,
+  // which end a text once its grammar is complete, and why such requests
+  // are refused ("" when they are served).
+  std::vector<int32_t> eos_ids;
+  std::string structured_refusal;
 };
 
 sampler_actor spawn_sampler(caf::actor_system& system, PipelineContext context);

@@ -15,6 +15,13 @@
 // scheduler's update keeps only those ids (core/speculation.hpp). A token
 // tree's rows (SampleRow::tree_parent) each sit one id past their parent's
 // history, and the history moves on along the path the ids choose.
+//
+// Structured outputs (core/grammar.hpp): a request with a grammar has one
+// GrammarMatcher per sample, and each sample's mask for its next row. Once a
+// step is sampled (its ids published, so the executor already runs the next
+// forward under scheduler.overlap) and its logits released, each matcher
+// accepts its sample's new id and fills the next mask: that work overlaps
+// the next forward, and the next step's rows find their masks ready.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -24,6 +31,7 @@
 #include "actors/pipeline.hpp"
 #include "core/device_sampler.hpp"
 #include "core/error.hpp"
+#include "core/grammar.hpp"
 
 namespace llmk {
 
@@ -35,7 +43,22 @@ struct RequestSampling {
   uint64_t seed = 0;
   std::vector<int32_t> prompt_ids;               // only when the repetition penalty is on
   std::vector<std::vector<int32_t>> generated;   // [n] each sample's ids so far
+  // Structured outputs: [n] when params->structured, else empty.
+  struct SampleGrammar {
+    GrammarMatcher matcher;
+    std::vector<uint32_t> mask;  // [bitmask_words(vocab)] the next row's allowed tokens
+    bool restricts = false;      // the mask allows fewer than every token
+    bool stale = true;           // the matcher moved since the mask was filled
+  };
+  std::vector<SampleGrammar> grammars;
 };
+
+// Fills a sample's mask for its next row when the matcher moved.
+void refresh_mask(RequestSampling::SampleGrammar& g) {
+  if (!g.stale) return;
+  g.restricts = g.matcher.fill_next_mask(g.mask);
+  g.stale = false;
+}
 
 struct SamplerState {
   SamplerState() {}  // user-declared: CAF's stateful_pointer needs it under C++20
@@ -48,10 +71,12 @@ struct SamplerState {
   std::unordered_map<uint64_t, RequestSampling> requests;  // by request key
   PipelineContext context;
   // Per row of the current step: its request and its sample's history. Reused across steps.
-  std::vector<const RequestSampling*> row_requests;
+  std::vector<RequestSampling*> row_requests;
   std::vector<std::vector<int32_t>*> row_histories;
   std::vector<int32_t> row_offsets;  // a speculative row's place after its sample's first row of the step; else 0
   std::vector<bool> on_path;         // rows whose ids the sample's history takes
+  // Samples whose matcher accepted an id this step: (request key, sample).
+  std::vector<std::pair<uint64_t, int32_t>> moved_grammars;
   uint64_t last_sampled_step = 0;
   // Histories of rows whose sequence a failed step ended (see SampleWork::fed_from).
   std::vector<std::vector<int32_t>> orphan_histories;
@@ -79,6 +104,16 @@ caf::error apply_deltas(SamplerState& st, SampleWork& work) {
     state.prompt_ids = std::move(open.prompt_ids);
     state.generated.resize(static_cast<size_t>(open.num_samples));
     state.generated[0] = std::move(open.generated_ids);
+    if (const auto& structured = state.params->structured) {
+      if (!structured->compiled) return internal_error("a structured request without a compiled grammar");
+      for (int32_t k = 0; k < open.num_samples; ++k) {
+        GrammarMatcher matcher(structured->compiled);
+        const auto words = static_cast<size_t>(bitmask_words(matcher.vocab_size()));
+        state.grammars.push_back({std::move(matcher), std::vector<uint32_t>(words), false, true});
+      }
+      for (int32_t id : state.generated[0]) state.grammars[0].matcher.accept(id);
+      for (auto& g : state.grammars) refresh_mask(g);
+    }
     if (st.sampler) {
       st.sampler->open(open.request_key, *state.params, state.seed, state.prompt_ids, open.num_samples);
       if (!state.generated[0].empty()) st.sampler->seed_history(open.request_key, 0, state.generated[0]);
@@ -154,12 +189,23 @@ caf::error sample_rows(SamplerState& st, const SampleWork& work, const LogitsVie
                           device_name(view.device) + "')");
   }
   st.sampler_rows.resize(work.rows.size());
-  for (size_t i = 0; i < work.rows.size(); ++i)
+  for (size_t i = 0; i < work.rows.size(); ++i) {
     st.sampler_rows[i] = {work.rows[i].request_key, work.rows[i].sample_index,
                           static_cast<int32_t>(st.row_histories[i]->size()) + st.row_offsets[i],
                           work.rows[i].draft_token,
                           work.rows[i].draft_probs ? std::span<const TokenProb>(*work.rows[i].draft_probs)
                                                    : std::span<const TokenProb>{}};
+    RequestSampling* req = st.row_requests[i];
+    if (req->grammars.empty()) continue;
+    const auto sample = static_cast<size_t>(work.rows[i].sample_index);
+    if (st.row_histories[i] != &req->generated[sample]) continue;  // an orphan row: its id is dropped
+    if (st.row_offsets[i] != 0 || work.rows[i].tree_parent >= 0)
+      return internal_error("request " + std::to_string(work.rows[i].request_key) +
+                            " has a grammar and a speculative row (structured requests do not speculate)");
+    auto& g = req->grammars[sample];
+    refresh_mask(g);
+    if (g.restricts) st.sampler_rows[i].token_bitmask = g.mask;
+  }
   result.tokens.resize(work.rows.size());
   st.sampler->sample(view, st.sampler_rows, result.tokens, [&](const SampledIds& ids) {
     if (published) return;
@@ -218,6 +264,15 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
         st.on_path[i] = true;
         const int32_t id = result.tokens[i].token_id;
         st.row_histories[i]->push_back(id);
+        RequestSampling* req = st.row_requests[i];
+        if (!req->grammars.empty() && st.row_histories[i] == &req->generated[static_cast<size_t>(r.sample_index)]) {
+          auto& g = req->grammars[static_cast<size_t>(r.sample_index)];
+          if (!g.matcher.accept(id))
+            spdlog::debug("sampler: request {} sample {}: the grammar does not take token {}", r.request_key,
+                          r.sample_index, id);
+          g.stale = true;
+          st.moved_grammars.emplace_back(r.request_key, r.sample_index);
+        }
         if (r.draft_token >= 0 && id != r.draft_token) {
           rejected = true;  // the device's sampler kept every row's id: drop the rejected ones
           st.sampler->truncate_history(r.request_key, r.sample_index,
@@ -243,8 +298,19 @@ caf::result<StepResult> sample(SamplerPointer self, SampleWork& work, const Logi
     }
     return caf::none;
   };
+  st.moved_grammars.clear();
   caf::error err = run();
   st.context.feedback->sampled(work.step);  // the view is not read after this
+  // The next masks, while the executor runs the next forward.
+  for (const auto& [key, sample] : st.moved_grammars) {
+    auto it = st.requests.find(key);
+    if (it == st.requests.end()) continue;
+    try {
+      refresh_mask(it->second.grammars[static_cast<size_t>(sample)]);
+    } catch (const std::exception& e) {  // tried again before the row is sampled, where it fails the step
+      spdlog::warn("sampler: request {} sample {}: the next token mask: {}", key, sample, e.what());
+    }
+  }
   if (err) {
     if (!published) st.context.feedback->fail(work.step);
     return err;

@@ -8,6 +8,7 @@
 #include "actors/pipeline.hpp"
 #include "core/chat_template.hpp"
 #include "core/error.hpp"
+#include "core/grammar.hpp"
 #include "core/tokenizer.hpp"
 
 namespace llmk {
@@ -17,6 +18,7 @@ namespace {
 struct TokenizerState {
   TokenizerState() {}  // user-declared: CAF's stateful_pointer needs it under C++20
   PromptEncoding encoding;
+  std::unique_ptr<GrammarCompiler> grammar_compiler;  // made at the first structured request
   scheduler_actor scheduler;
   PipelineContext context;
   bool shutting_down = false;
@@ -39,6 +41,23 @@ std::vector<int32_t> prompt_ids_of(const PromptEncoding& enc, const Request& req
   return enc.tokenizer->encode(request.prompt, request.add_bos && enc.add_bos_token);
 }
 
+// A structured request's grammar, compiled over the model's vocabulary
+// (cached by text); speculation is off for it. Throws FieldError naming the
+// request field for a grammar XGrammar refuses, Error(unsupported) where
+// structured outputs are not served.
+void compile_structured(TokenizerState& st, SamplingParams& sampling) {
+  if (!st.encoding.structured_refusal.empty())
+    throw FieldError(sampling.structured->field, sampling.structured->field + ": " + st.encoding.structured_refusal,
+                     ErrorCode::unsupported);
+  if (!st.grammar_compiler)
+    st.grammar_compiler = std::make_unique<GrammarCompiler>(*st.encoding.tokenizer, st.encoding.tokenizer->vocab_size(),
+                                                            st.encoding.eos_ids);
+  auto structured = std::make_shared<StructuredOutput>(*sampling.structured);
+  structured->compiled = st.grammar_compiler->compile(*structured);
+  sampling.structured = std::move(structured);
+  sampling.num_speculative_tokens = 0;
+}
+
 void submit(TokenizerPointer self, Request& request, caf::actor& sink) {
   auto& st = self->state;
   if (st.context.tracer) st.context.tracer->observe("tokenizer", "submit", request.id);
@@ -50,6 +69,7 @@ void submit(TokenizerPointer self, Request& request, caf::actor& sink) {
   std::vector<int32_t> ids;
   try {
     ids = prompt_ids_of(st.encoding, request);
+    if (request.sampling.structured) compile_structured(st, request.sampling);
   } catch (const Error& e) {
     caf::anon_send(sink, make_error_event(request.id, e.what(), e.code()));
     return;

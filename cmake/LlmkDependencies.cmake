@@ -55,6 +55,8 @@ if(NOT TARGET llmk::concurrentqueue)
   set_target_properties(llmk::concurrentqueue PROPERTIES
     INTERFACE_INCLUDE_DIRECTORIES "${CONCURRENTQUEUE_INCLUDE_DIR}")
 endif()
+# Structured outputs: XGrammar's static core, optional (LLMK_HAVE_XGRAMMAR).
+include(${CMAKE_CURRENT_LIST_DIR}/LlmkXGrammar.cmake)
 if(LLMK_BUILD_TESTS)
   find_package(Catch2 2 REQUIRED)
   include(Catch)

@@ -34,5 +34,5 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/llmkConfig.cmake.in
   PATH_VARS LLMK_PLUGIN_INSTALL_DIR)
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/llmkConfigVersion.cmake COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/llmkConfig.cmake ${CMAKE_BINARY_DIR}/llmkConfigVersion.cmake
-  ${PROJECT_SOURCE_DIR}/cmake/LlmkDependencies.cmake
+  ${PROJECT_SOURCE_DIR}/cmake/LlmkDependencies.cmake ${PROJECT_SOURCE_DIR}/cmake/LlmkXGrammar.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/llmk)

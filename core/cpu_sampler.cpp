@@ -1,8 +1,10 @@
 #include "core/cpu_sampler.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.hpp"
+#include "core/token_bitmask.hpp"
 
 namespace llmk {
 
@@ -46,6 +48,13 @@ void CpuSampler::sample(const LogitsView& view, std::span<const Row> rows, std::
                                          std::to_string(view.num_rows) + " and " + std::to_string(out.size()) +
                                          " outputs");
   rows_.resize(rows.size());
+  // Structured outputs: a masked copy of each row that has a token bitmask
+  // (the view's logits are read only), taken before penalties and temperature.
+  const auto vocab = static_cast<size_t>(view.vocab_size);
+  const auto num_masked = static_cast<size_t>(
+      std::count_if(rows.begin(), rows.end(), [](const Row& r) { return !r.token_bitmask.empty(); }));
+  if (masked_logits_.size() < num_masked * vocab) masked_logits_.resize(num_masked * vocab);
+  size_t next_masked = 0;
   scratch_histories_.clear();
   scratch_histories_.reserve(rows.size());  // spans below point into it: no reallocation
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -75,6 +84,11 @@ void CpuSampler::sample(const LogitsView& view, std::span<const Row> rows, std::
     }
     SamplerRow& row = rows_[i];
     row.logits = view.row(static_cast<int32_t>(i));
+    if (!r.token_bitmask.empty()) {
+      float* masked = masked_logits_.data() + vocab * next_masked++;
+      apply_token_bitmask(row.logits, view.vocab_size, r.token_bitmask, masked);
+      row.logits = masked;
+    }
     row.params = &req.params;
     row.prompt_ids = req.prompt_ids;
     row.generated_ids = history;

@@ -42,6 +42,7 @@ class CpuSampler final : public DeviceSampler {
   std::vector<SamplerRow> rows_;
   std::vector<std::vector<int32_t>> scratch_histories_;
   std::vector<int32_t> ids_;
+  std::vector<float> masked_logits_;  // [rows with a token bitmask][vocab_size]
 };
 
 std::unique_ptr<DeviceSampler> make_cpu_sampler(int32_t vocab_size);

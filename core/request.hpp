@@ -15,6 +15,7 @@
 namespace llmk {
 
 struct ChatInput;  // core/chat_template.hpp: a chat's messages and render options
+struct StructuredOutput;  // core/grammar.hpp: a grammar the generated text must follow
 
 // When a beam search stops (Hugging Face's early_stopping; docs/beam_search.md):
 //  heuristic (false): once width hypotheses have finished and the best running
@@ -52,6 +53,9 @@ struct SamplingParams {
   int32_t beam_width = 0;
   float length_penalty = 1.0f;
   EarlyStopping early_stopping = EarlyStopping::heuristic;
+  // Structured outputs (core/grammar.hpp, docs/structured_outputs.md): every
+  // sampled token keeps the text inside this grammar. Null: free text.
+  std::shared_ptr<const StructuredOutput> structured;
 };
 
 // The one set of bounds on sampling parameters, for every front end (the

@@ -33,7 +33,8 @@ bool is_greedy(const SamplingParams& p) { return p.temperature < kGreedyTemperat
 }  // namespace
 
 bool chooses_raw_argmax(const SamplingParams& p) {
-  return is_greedy(p) && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;
+  return is_greedy(p) && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f &&
+         !p.structured;
 }
 
 uint64_t resolve_seed(const std::optional<uint64_t>& seed) {

@@ -64,7 +64,7 @@ struct TokenProb {
 int32_t draw_from(std::span<const TokenProb> dist, double u);
 
 // True when the sampler's choice for `params` is the argmax of the raw
-// logits: greedy, and no penalty changes a logit. Such a row's token can be
+// logits: greedy, no penalty changes a logit, and no grammar masks one. Such a row's token can be
 // picked wherever the logits are (the CPU executor does, so that the next
 // step need not wait for the sampler: actors/step_feedback.hpp).
 bool chooses_raw_argmax(const SamplingParams& params);

@@ -86,6 +86,10 @@ class Tokenizer {
   // as ' '; control and unknown pieces as written in the model ("<s>",
   // "<unk>"). Meant for logprob listings, not for building text.
   std::string id_to_piece(int32_t id) const;
+  // The bytes an id adds to a decoded text away from its start: '▁' as ' ',
+  // byte pieces as their raw bytes, "" for control pieces (the vocabulary
+  // structured outputs match text against, core/grammar.hpp).
+  const std::string& token_bytes(int32_t id) const { return surface(id); }
   int32_t vocab_size() const;
   int32_t bos_id() const;  // -1 when the model has none
   int32_t eos_id() const;  // -1 when the model has none

@@ -28,6 +28,8 @@ struct ModelInfo {
   uint32_t max_queue = 0;       // waiting requests beyond this are refused
   std::string model_path;       // where it was loaded from ("" when not from a path)
   ToolParser tool_parser = ToolParser::none;  // how chat outputs are read for tool calls
+  // Why requests for structured outputs are refused (docs/structured_outputs.md); "" when served.
+  std::string structured_outputs_refusal = "structured outputs are not served by this backend";
 };
 
 class Backend {

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/chat_template.hpp"
+#include "core/grammar.hpp"
 #include "core/tokenizer.hpp"
 
 namespace llmk::ipc {
@@ -25,6 +26,7 @@ EngineBackend::EngineBackend(Engine& engine, std::optional<ToolParser> tool_pars
                           : model.max_position_embeddings;
   info_.vocab_size = engine.tokenizer().vocab_size();
   info_.max_queue = config.scheduler.max_queue;
+  info_.structured_outputs_refusal = structured_outputs_refusal(config.executor.device);
   if (const ChatTemplate* chat = engine.chat_template()) info_.chat_template = std::string(chat->name());
   if (tool_parser) {
     info_.tool_parser = *tool_parser;

@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "ipc/errors.hpp"
 #include "ipc/request_json.hpp"
+#include "ipc/structured_json.hpp"
 #include "ipc/tool_call_json.hpp"
 #include "ipc/tool_choice.hpp"
 
@@ -103,10 +104,6 @@ void refuse_unimplemented(const json& body, OpenAiEndpoint endpoint) {
                      ErrorCode::unsupported);
   };
   auto present = [&](const char* field) { return body.contains(field) && !body[field].is_null(); };
-  if (present("response_format")) {
-    const json& f = body["response_format"];
-    if (!(f.is_object() && f.value("type", json()) == "text")) refuse("response_format", "other than {\"type\": \"text\"}");
-  }
   // Chat reads tools and tool_choice itself (ipc/tool_choice.hpp).
   const bool chat = endpoint == OpenAiEndpoint::chat;
   for (const char* field : {"tools", "functions", "logit_bias"}) {
@@ -162,8 +159,8 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
       throw ParamError("tool_choice",
                        std::string("'tool_choice' ") +
                            (tools.choice == ToolChoiceMode::required ? "\"required\"" : "naming a function") +
-                           " needs the structured-output engine to hold the output to the tools' schemas, which "
-                           "this server does not have; use \"auto\"",
+                           " is not supported yet: the output is not yet held to the tools' schemas by the "
+                           "structured-output engine; use \"auto\"",
                        ErrorCode::unsupported);
     }
     out.tool_format = tool_output_format(tools, model.tool_parser);
@@ -184,6 +181,12 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
     throw ParamError("best_of", "'best_of' other than 1 is not supported", ErrorCode::unsupported);
   }
   refuse_unimplemented(body, endpoint);
+  // response_format, structured_outputs, guided_*: compiled by the engine.
+  out.request.sampling.structured = parse_structured_output(body);
+  if (const auto& so = out.request.sampling.structured; so && !model.structured_outputs_refusal.empty()) {
+    const std::string field = so->field.substr(0, so->field.find('.'));
+    throw ParamError(field, "'" + field + "': " + model.structured_outputs_refusal, ErrorCode::unsupported);
+  }
   parse_bootstrap(body, out.request);
   return out;
 }

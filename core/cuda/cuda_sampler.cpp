@@ -221,6 +221,9 @@ class CudaSampler final : public DeviceSampler {
         p.draft_q_row = num_q_rows++;
         for (const TokenProb& t : rows[i].draft_probs) q_entries_.push_back({p.draft_q_row, t.id, t.prob});
       }
+      if (!rows[i].token_bitmask.empty())
+        throw Error(ErrorCode::unsupported, "CUDA sampler: structured outputs' token masks are applied by the "
+                                            "CPU sampler only (executor.device cpu)");
       any_logprobs = any_logprobs || r.params.logprobs >= 0;
     }
     auto* d_params = scratch<cuda::SamplingRowParams>(params_device_, params_bytes, "the rows' parameters");

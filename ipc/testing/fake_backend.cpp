@@ -127,6 +127,8 @@ void FakeBackend::submit(Request request, EventCallback on_event) {
   } catch (const Error& e) {
     return refuse(e.code(), e.what());
   }
+  if (r.sampling.structured)  // its text follows no grammar: never pass it off as following one
+    return refuse(ErrorCode::unsupported, "structured outputs are not served by this backend");
   const auto num_prompt = static_cast<int32_t>(live->prompt_ids.size());
   if (num_prompt == 0) return refuse(ErrorCode::invalid_argument, "the prompt is empty");
   for (int32_t id : live->prompt_ids) {

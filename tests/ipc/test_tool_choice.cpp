@@ -171,7 +171,7 @@ TEST_CASE("tool_choice required and named build the JSON Schema of their output,
   }
 }
 
-TEST_CASE("Without the structured-output engine, tool_choice required or named is refused naming tool_choice",
+TEST_CASE("tool_choice required or named, not yet held to the tools' schemas, is refused naming tool_choice",
           "[tool_calls]") {
   for (const ojson& choice :
        {ojson("required"), ojson({{"type", "function"}, {"function", {{"name", "get_weather"}}}})}) {

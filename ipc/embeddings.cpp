@@ -74,7 +74,10 @@ EmbeddingsRequest parse_embeddings_request(const std::string& body_text, const B
     throw ProtocolError(ProtocolFailure::malformed, std::string("malformed JSON body: ") + e.what());
   }
   if (!body.is_object()) throw ProtocolError(ProtocolFailure::malformed, "the body must be a JSON object");
-  const ModelInfo model = backend.model_info();
+  return parse_embeddings_fields(body, backend.model_info(), default_pooling);
+}
+
+EmbeddingsRequest parse_embeddings_fields(const json& body, const ModelInfo& model, Pooling default_pooling) {
   const std::string model_name = get_string(body, "model", model.name);
   if (model_name != model.name)
     throw ParamError("model", "the model '" + model_name + "' does not exist; this server serves '" + model.name + "'",

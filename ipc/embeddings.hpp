@@ -38,6 +38,11 @@ inline constexpr size_t kMaxEmbeddingInputs = 2048;
 // that is not a JSON object, ParamError naming the field otherwise,
 // Error(not_found) for another model's name.
 EmbeddingsRequest parse_embeddings_request(const std::string& body, const Backend& backend, Pooling default_pooling);
+// The same fields of a parsed JSON object (the ZeroMQ "embed" message
+// carries them beside its own): ParamError naming the field, or
+// Error(not_found) for another model's name.
+EmbeddingsRequest parse_embeddings_fields(const nlohmann::json& body, const ModelInfo& model,
+                                          Pooling default_pooling);
 
 // {"object": "list", "data": [{"object": "embedding", "index", "embedding"}],
 //  "model", "usage": {"prompt_tokens", "total_tokens"}}; each embedding a

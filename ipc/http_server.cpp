@@ -213,6 +213,7 @@ void HttpServer::Impl::handle_embeddings(HttpExchange& ex, const std::string& ke
       vectors.push_back(backend.embed(ids, request.params));
     }
     access.release(*ticket);
+    metrics.on_embeddings(Frontend::http, vectors.size(), prompt_tokens);
     write_json(ex, 200, embeddings_response(vectors, request.base64, backend.model_info().name,
                                             static_cast<int32_t>(prompt_tokens)));
   } catch (const std::exception& e) {

@@ -2,6 +2,7 @@
 
 #include "ipc/request_json.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace llmk::ipc {
@@ -117,6 +118,14 @@ void Metrics::on_rejected(Frontend frontend, const std::string& code, const std:
   ++num_rejected_[{frontend_name(frontend), code, key_name, reason}];
 }
 
+void Metrics::on_embeddings(Frontend frontend, size_t num_inputs, int64_t prompt_tokens) {
+  std::lock_guard lock(mutex_);
+  EmbeddingCounts& counts = embeddings_[frontend_name(frontend)];
+  ++counts.requests;
+  counts.inputs += num_inputs;
+  counts.prompt_tokens += static_cast<uint64_t>(std::max<int64_t>(prompt_tokens, 0));
+}
+
 std::string Metrics::render(const EngineStats& st) const {
   std::string out;
   std::lock_guard lock(mutex_);
@@ -138,6 +147,17 @@ std::string Metrics::render(const EngineStats& st) const {
          static_cast<double>(num_prompt_tokens_));
   scalar(out, "counter", "llmk_generation_tokens_total", "Tokens generated for completed samples.",
          static_cast<double>(num_generation_tokens_));
+  const auto per_frontend = [&](const char* name, const char* help, uint64_t EmbeddingCounts::*field) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
+    for (const auto& [frontend, counts] : embeddings_) {
+      out += std::string(name) + "{frontend=\"" + frontend + "\"} " + std::to_string(counts.*field) + "\n";
+    }
+  };
+  per_frontend("llmk_embedding_requests_total", "Embedding requests answered, by front end.",
+               &EmbeddingCounts::requests);
+  per_frontend("llmk_embedding_inputs_total", "Inputs embedded, by front end.", &EmbeddingCounts::inputs);
+  per_frontend("llmk_embedding_prompt_tokens_total", "Tokens of the inputs embedded, by front end.",
+               &EmbeddingCounts::prompt_tokens);
   ttft_.render("llmk_time_to_first_token_seconds", "Arrival to first token.", out);
   inter_token_.render("llmk_inter_token_latency_seconds", "Time between consecutive tokens of a request.", out);
   e2e_.render("llmk_e2e_request_latency_seconds", "Arrival to finish.", out);

@@ -45,6 +45,9 @@ class Metrics {
   // A per-key refusal also names the key (never its secret) and the limit.
   void on_rejected(Frontend frontend, const std::string& code, const std::string& key_name = "",
                    const std::string& reason = "");
+  // A request for embeddings answered (HTTP /v1/embeddings, ZeroMQ
+  // "embed"): its inputs and their prompt tokens.
+  void on_embeddings(Frontend frontend, size_t num_inputs, int64_t prompt_tokens);
   std::string render(const EngineStats& stats) const;
 
  private:
@@ -54,6 +57,10 @@ class Metrics {
   std::map<std::array<std::string, 4>, uint64_t> num_rejected_;  // (frontend, code, key, reason)
   uint64_t num_prompt_tokens_ = 0;
   uint64_t num_generation_tokens_ = 0;
+  struct EmbeddingCounts {
+    uint64_t requests = 0, inputs = 0, prompt_tokens = 0;
+  };
+  std::map<std::string, EmbeddingCounts> embeddings_;  // by front end
   Histogram ttft_;
   Histogram inter_token_;
   Histogram e2e_;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "ipc/embeddings.hpp"
 #include "ipc/errors.hpp"
 #include "ipc/request_json.hpp"
 #include "ipc/structured_json.hpp"
@@ -13,6 +14,8 @@ using nlohmann::json;
 
 const std::vector<std::string> submit_keys = {"v", "type", "id", "prompt", "prompt_token_ids", "params", "stream",
                                               "add_bos", "timeout"};
+const std::vector<std::string> embed_keys = {"v",         "type",           "id",      "input", "model",
+                                             "dimensions", "encoding_format", "pooling", "normalize"};
 const std::vector<std::string> param_keys = {
     "max_tokens",      "temperature",       "top_p",          "top_k",    "min_p", "stop", "stop_token_ids", "n",
     "seed",            "logprobs",          "presence_penalty", "frequency_penalty", "repetition_penalty",
@@ -118,9 +121,17 @@ ClientMessage parse_client_message(std::string_view payload, int32_t max_context
     out.type = ClientMessageType::ping;
   } else if (type == "bye") {
     out.type = ClientMessageType::bye;
+  } else if (type == "embed") {
+    reject_unknown_keys(msg, embed_keys, "an embed message");
+    out.type = ClientMessageType::embed;
+    out.id = require_id(msg);
+    out.embed_fields = std::move(msg);
+    out.embed_fields.erase("v");
+    out.embed_fields.erase("type");
+    out.embed_fields.erase("id");
   } else {
     throw ProtocolError(ProtocolFailure::unknown_type,
-                        "unknown message type '" + type + "' (submit, cancel, health, stats, ping, bye)");
+                        "unknown message type '" + type + "' (submit, cancel, health, stats, ping, bye, embed)");
   }
   return out;
 }
@@ -253,6 +264,17 @@ RequestEvent event_from_message(const json& msg, bool streamed) {
     ev.error = msg.value("code", "internal") + ": " + msg.value("message", "");
   }
   return ev;
+}
+
+json embedding_message(const std::string& id, const std::vector<std::vector<float>>& vectors, bool base64,
+                       const std::string& model, int32_t prompt_tokens) {
+  json reply = embeddings_response(vectors, base64, model, prompt_tokens);
+  json out = {{"v", 1}, {"type", "embedding"}, {"id", id}};
+  for (auto& [key, value] : reply.items()) {
+    if (key != "object") out[key] = std::move(value);
+  }
+  for (json& item : out["data"]) item.erase("object");
+  return out;
 }
 
 }  // namespace llmk::ipc

@@ -19,7 +19,7 @@ namespace llmk::ipc {
 constexpr int zmq_protocol_version = 1;
 constexpr size_t max_client_id_bytes = 256;
 
-enum class ClientMessageType { submit, cancel, health, stats, ping, bye };
+enum class ClientMessageType { submit, cancel, health, stats, ping, bye, embed };
 
 struct ClientMessage {
   ClientMessageType type = ClientMessageType::ping;
@@ -28,6 +28,10 @@ struct ClientMessage {
   Request request;         // submit (request.id is the client's id)
   bool stream = true;      // submit
   double timeout_s = 0;    // submit: its deadline in seconds; 0 = the server's (server.request_timeout_s)
+  // embed: the message's /v1/embeddings fields (input, dimensions,
+  // encoding_format, pooling, normalize, model), checked by the server
+  // against its model (ipc/embeddings.hpp parse_embeddings_fields).
+  nlohmann::json embed_fields;
 };
 
 // Parses one payload. Throws ProtocolError (malformed, unsupported_version,
@@ -46,6 +50,11 @@ nlohmann::json health_message(const nlohmann::json& ref, bool draining);
 nlohmann::json stats_message(const nlohmann::json& ref, const EngineStats& stats);
 nlohmann::json pong_message(const nlohmann::json& ref);
 nlohmann::json keepalive_message();
+// The answer to an "embed": {"v", "type": "embedding", "id", "data":
+// [{"index", "embedding"}], "model", "usage"}, the vectors as the HTTP
+// route gives them (floats, or base64 float32 bytes).
+nlohmann::json embedding_message(const std::string& id, const std::vector<std::vector<float>>& vectors, bool base64,
+                                 const std::string& model, int32_t prompt_tokens);
 
 // Client side: a server message about a request, as the event the engine
 // would have delivered. A "final" message carries the sample's whole text;

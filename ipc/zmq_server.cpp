@@ -2,7 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <map>
 #include <unordered_map>
 #include <zmq.hpp>
@@ -10,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "ipc/broker_link.hpp"
+#include "ipc/embeddings.hpp"
 #include "ipc/errors.hpp"
 #include "ipc/limits.hpp"
 #include "ipc/mailbox.hpp"
@@ -22,9 +26,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
+// What other threads hand the socket thread: a request's event, or (with
+// no internal id) a finished embed's reply for a peer.
 struct Posted {
   std::string internal_id;
   RequestEvent event;
+  std::string identity;  // embed replies
+  json reply;
 };
 
 // A peer's routing envelope (its identity frame; through a broker, the
@@ -58,6 +66,81 @@ bool send_envelope(zmq::socket_t& socket, const std::string& key) {
 
 }  // namespace
 
+// Embeddings are computed off the socket thread: Backend::embed blocks for
+// a prefill per input, and the socket thread must go on serving every other
+// peer meanwhile. One worker takes the embeds in arrival order (the engine
+// runs them one at a time between its steps anyway) and posts each reply to
+// the mailbox; a peer gone by then just misses it.
+class ZmqServer::EmbedWorker {
+ public:
+  struct Job {
+    std::string identity;
+    std::string client_id;
+    EmbeddingsRequest request;
+  };
+
+  EmbedWorker(Backend& backend, Metrics& metrics, std::shared_ptr<Mailbox<Posted>> mailbox)
+      : backend_(backend), metrics_(metrics), mailbox_(std::move(mailbox)), thread_([this] { run(); }) {}
+  ~EmbedWorker() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void push(Job job) {
+    {
+      std::lock_guard lock(mutex_);
+      jobs_.push_back(std::move(job));
+    }
+    wake_.notify_all();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+        if (stopping_) return;  // jobs not begun are dropped with their peers' requests
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      Posted posted;
+      posted.identity = job.identity;
+      try {
+        std::vector<std::vector<float>> vectors;
+        int64_t prompt_tokens = 0;
+        for (const EmbeddingInput& input : job.request.inputs) {
+          const std::vector<int32_t> ids =
+              input.token_ids.empty() ? backend_.embedding_ids(input.text) : input.token_ids;
+          prompt_tokens += static_cast<int64_t>(ids.size());
+          vectors.push_back(backend_.embed(ids, job.request.params));
+        }
+        metrics_.on_embeddings(Frontend::zmq, vectors.size(), prompt_tokens);
+        posted.reply = embedding_message(job.client_id, vectors, job.request.base64, backend_.model_info().name,
+                                         static_cast<int32_t>(prompt_tokens));
+      } catch (const std::exception& e) {
+        const ErrorReply error = error_reply(e);
+        metrics_.on_rejected(Frontend::zmq, error.code);
+        posted.reply = to_zmq_json(error, job.client_id);
+      }
+      mailbox_->post(std::move(posted));
+    }
+  }
+
+  Backend& backend_;
+  Metrics& metrics_;
+  std::shared_ptr<Mailbox<Posted>> mailbox_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts once the rest is built
+};
+
 // Everything the socket thread owns. The mailbox is shared with backend
 // callbacks, which may outlive the server.
 struct ZmqServer::State {
@@ -73,6 +156,7 @@ struct ZmqServer::State {
     bool delimiter = false;  // the peer frames messages as [empty][payload]
     std::map<std::string, std::string> requests;  // client id -> internal id
     Clock::time_point last_sent = Clock::now();
+    int pending_embeds = 0;  // embeds given to the worker, not yet answered
   };
 
   zmq::context_t context{1};
@@ -84,7 +168,10 @@ struct ZmqServer::State {
   std::unordered_map<std::string, LiveRequest> live;  // by internal id
   std::unordered_map<std::string, Peer> peers;        // by identity
   uint64_t next_id = 0;
+  std::unique_ptr<EmbedWorker> embedder;  // started with the first embed
 };
+
+
 
 ZmqServer::ZmqServer(Backend& backend, Metrics& metrics, ZmqServerOptions options)
     : backend_(backend), metrics_(metrics), options_(std::move(options)), state_(std::make_unique<State>()) {
@@ -249,6 +336,25 @@ void ZmqServer::run() {
       case ClientMessageType::bye:
         drop_peer(identity);
         return;
+      case ClientMessageType::embed: {
+        if (draining_) {
+          metrics_.on_rejected(Frontend::zmq, "shutting_down");
+          return reply_error(identity, error_reply(ProtocolFailure::shutting_down, "the server is shutting down"),
+                             msg.id);
+        }
+        EmbedWorker::Job job{identity, msg.id, {}};
+        try {
+          job.request = parse_embeddings_fields(msg.embed_fields, model, backend_.default_pooling());
+        } catch (const std::exception& e) {
+          const ErrorReply error = error_reply(e);
+          metrics_.on_rejected(Frontend::zmq, error.code);
+          return reply_error(identity, error, msg.id);
+        }
+        if (!st.embedder) st.embedder = std::make_unique<EmbedWorker>(backend_, metrics_, mailbox);
+        st.embedder->push(std::move(job));
+        ++peer.pending_embeds;
+        return;
+      }
     }
   };
 
@@ -329,7 +435,8 @@ void ZmqServer::run() {
     const auto now = Clock::now();
     std::vector<std::string> gone;
     // Peers without live requests are forgotten (they come back with their next message).
-    std::erase_if(st.peers, [](const auto& entry) { return entry.second.requests.empty(); });
+    std::erase_if(st.peers,
+                  [](const auto& entry) { return entry.second.requests.empty() && entry.second.pending_embeds == 0; });
     for (auto& [identity, peer] : st.peers) {
       if (now - peer.last_sent < options_.keepalive_interval) continue;
       if (!send(identity, keepalive_message())) gone.push_back(identity);
@@ -365,7 +472,14 @@ void ZmqServer::run() {
       const auto half_keepalive = std::chrono::duration_cast<std::chrono::milliseconds>(options_.keepalive_interval / 2);
       zmq::poll(items, 2, st.link ? std::min(half_keepalive, st.link->tick_interval()) : half_keepalive);
       if (items[0].revents & ZMQ_POLLIN) handle_incoming();
-      for (auto& posted : mailbox->take()) handle_event(posted.internal_id, posted.event);
+      for (auto& posted : mailbox->take()) {
+        if (!posted.internal_id.empty()) {
+          handle_event(posted.internal_id, posted.event);
+        } else if (auto peer = st.peers.find(posted.identity); peer != st.peers.end()) {
+          --peer->second.pending_embeds;  // a peer gone meanwhile misses its reply
+          if (!send(posted.identity, posted.reply)) drop_peer(posted.identity);
+        }
+      }
       if (cancel_all_.exchange(false)) {
         for (const auto& [internal_id, live] : st.live) backend_.cancel(internal_id);
       }
@@ -379,6 +493,7 @@ void ZmqServer::run() {
       spdlog::error("zmq server: {}", e.what());
     }
   }
+  st.embedder.reset();  // waits for an embed under way
   if (st.link) st.link->close();
   st.router.close();
 }

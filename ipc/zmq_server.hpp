@@ -62,6 +62,7 @@ class ZmqServer {
 
  private:
   struct State;
+  class EmbedWorker;
   void run();
 
   Backend& backend_;

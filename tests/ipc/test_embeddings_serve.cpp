@@ -153,4 +153,80 @@ TEST_CASE("An embedding input longer than the context is refused with a 400 nami
   CHECK(ok.json()["data"][0]["embedding"].size() == 64);
 }
 
+TEST_CASE("An embedding input larger than the free KV memory gets a 503, and the server goes on", "[serve][embeddings]") {
+  if (!serve_embeds()) LLMK_SKIP("embeddings are not served by a parallel job");
+  // 256 KV slots: an input of 300 tokens fits the context (512) but never the cache.
+  std::vector<std::string> args = kServeArgs;
+  args.insert(args.end(), {"--set", "kv_cache.capacity_tokens=256"});
+  ServeProcess serve(args);
+  REQUIRE(serve.wait_ready());
+  INFO(serve.log());
+  const json ids(std::vector<int32_t>(300, 42));
+  const auto r = curl(serve.http_port(), "POST", "/v1/embeddings", json{{"input", ids}}.dump());
+  INFO(r.body);
+  CHECK(r.status == 503);
+  CHECK(r.json()["error"]["message"].get<std::string>().find("no KV memory free") != std::string::npos);
+  const auto ok = curl(serve.http_port(), "POST", "/v1/embeddings", json{{"input", "Once upon a time"}}.dump());
+  INFO(ok.body);
+  CHECK(ok.status == 200);
+  const auto gen = curl(serve.http_port(), "POST", "/v1/completions",
+                        json{{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"temperature", 0}}.dump());
+  CHECK(gen.status == 200);
+}
+
+TEST_CASE("ZeroMQ embed messages give the float64 reference's vectors, counted in /metrics", "[serve][embeddings]") {
+  if (!test::have_venv_python()) LLMK_SKIP("no .venv with NumPy (scripts/setup.sh makes it)");
+  if (!serve_embeds()) LLMK_SKIP("embeddings are not served by a parallel job");
+  const auto cases = text_cases();
+  json ids = json::array();
+  for (const auto& c : cases) ids.push_back(c.input_ids);
+  const json ref = run_python(std::string(LLMK_SOURCE_DIR) + "/tests/core/embedding_reference.py embed " +
+                                  test::stories_dir(),
+                              json{{"inputs", ids}}.dump());
+  ServeProcess serve(kServeArgs);
+  REQUIRE(serve.wait_ready());
+  INFO(serve.log());
+  test::RawPeer peer(serve.zmq_endpoint());
+  peer.send_json({{"v", 1}, {"type", "embed"}, {"id", "e"}, {"input", ids}});
+  const json got = peer.recv_json(std::chrono::seconds(60));
+  INFO(got.dump().substr(0, 400));
+  REQUIRE(got["type"] == "embedding");
+  CHECK(got["id"] == "e");
+  REQUIRE(got["data"].size() == cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    INFO("input '" << cases[i].prompt << "'");
+    CHECK(rel_l2(got["data"][i]["embedding"], ref["embeddings"][i]["last_unit"]) < kTolerance);
+  }
+  // A bad one names its field, and the connection is still served.
+  peer.send_json({{"v", 1}, {"type", "embed"}, {"id", "bad"}, {"input", "x"}, {"dimensions", 65}});
+  const json bad = peer.recv_json(std::chrono::seconds(30));
+  INFO(bad.dump());
+  CHECK(bad["type"] == "error");
+  CHECK(bad["param"] == "dimensions");
+  peer.send_json({{"v", 1}, {"type", "embed"}, {"id", "mean"}, {"input", json::array({ids[0]})}, {"pooling", "mean"},
+                  {"dimensions", 16}});
+  const json mean = peer.recv_json(std::chrono::seconds(60));
+  REQUIRE(mean["type"] == "embedding");
+  CHECK(rel_l2(mean["data"][0]["embedding"], ref["embeddings"][0]["mean_unit_dims"]) < kTolerance);
+  const auto http = curl(serve.http_port(), "POST", "/v1/embeddings", json{{"input", json::array({ids[0]})}}.dump());
+  CHECK(http.status == 200);
+  // Counted per front end: two embeds answered over ZeroMQ (the bad one is a
+  // rejection), one over HTTP; inputs and their tokens likewise.
+  const auto metrics = curl(serve.http_port(), "GET", "/metrics", "");
+  INFO(metrics.body);
+  // A sample's value: the line NAME{frontend="F",...} VALUE (the server adds its replica label).
+  const auto value = [&](const std::string& name, const std::string& frontend) -> double {
+    const std::string start = name + "{frontend=\"" + frontend + "\"";
+    const size_t at = metrics.body.find(start);
+    if (at == std::string::npos) return -1;
+    const size_t eol = metrics.body.find('\n', at);
+    const std::string line = metrics.body.substr(at, eol - at);
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  };
+  CHECK(value("llmk_embedding_requests_total", "zmq") == 2);
+  CHECK(value("llmk_embedding_inputs_total", "zmq") == static_cast<double>(cases.size() + 1));
+  CHECK(value("llmk_embedding_requests_total", "http") == 1);
+  CHECK(value("llmk_embedding_prompt_tokens_total", "http") == static_cast<double>(cases[0].input_ids.size()));
+}
+
 #endif  // LLMK_HAVE_ENGINE

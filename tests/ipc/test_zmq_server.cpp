@@ -4,8 +4,10 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <future>
 #include <set>
+#include <thread>
 
 #include "core/error.hpp"
 #include "ipc/client.hpp"
@@ -190,4 +192,105 @@ TEST_CASE("A client whose server is gone fails its requests instead of hanging",
   Client client("tcp://127.0.0.1:1", {.server_timeout = std::chrono::milliseconds(300)});
   CHECK_THROWS_AS(client.generate(make_request("z", "hello", 4), true, std::chrono::seconds(5)), Error);
   CHECK_THROWS_AS(client.health(std::chrono::milliseconds(200)), Error);
+}
+
+namespace {
+
+// FakeBackend with embeddings: one vector per input, [len, first id, last
+// id] scaled as the request's dimensions and normalize ask (no model: the
+// test checks the front end carries inputs and vectors faithfully), and an
+// embed that waits for release() so a test can hold one under way.
+class EmbeddingFakeBackend : public FakeBackend {
+ public:
+  std::vector<int32_t> embedding_ids(const std::string& text) const override {
+    return FakeBackend::tokenize(text, true);
+  }
+  std::vector<float> embed(const std::vector<int32_t>& ids, const EmbeddingParams& params) override {
+    ++num_started;
+    released.wait();
+    std::vector<float> v = {static_cast<float>(ids.size()), static_cast<float>(ids.front()),
+                            static_cast<float>(ids.back())};
+    if (params.dimensions > 0) v.resize(static_cast<size_t>(params.dimensions));
+    if (params.normalize) {
+      double norm = 0;
+      for (float x : v) norm += static_cast<double>(x) * x;
+      for (float& x : v) x = static_cast<float>(x / std::sqrt(norm));
+    }
+    return v;
+  }
+  void release() { release_.set_value(); }
+
+  std::atomic<int> num_started{0};
+
+ private:
+  std::promise<void> release_;
+  std::shared_future<void> released = release_.get_future().share();
+};
+
+}  // namespace
+
+TEST_CASE("A ZeroMQ embed is answered off the socket thread: other peers are served while it runs", "[zmq][embeddings]") {
+  EmbeddingFakeBackend backend;
+  Metrics metrics;
+  ZmqServer server{backend, metrics,
+                   {.endpoint = "tcp://127.0.0.1:*", .keepalive_interval = std::chrono::milliseconds(100)}};
+  RawPeer embedder(server.endpoint()), other(server.endpoint());
+  embedder.send_json({{"v", 1}, {"type", "embed"}, {"id", "e1"}, {"input", {"Once upon", json::array({5, 6, 7})}},
+                      {"normalize", false}});
+  REQUIRE(eventually([&] { return backend.num_started.load() == 1; }));
+  // While the embed is held, another peer's ping and a generation go through.
+  other.send_json({{"v", 1}, {"type", "ping"}, {"ref", "p"}});
+  const json pong = other.recv_json();
+  CHECK(pong["type"] == "pong");
+  Client client(server.endpoint());
+  CHECK(client.generate(make_request("g", "hello", 4)).texts[0] == expected("hello", 4));
+  // Held past several keepalive rounds (in which peers without live
+  // requests are forgotten), the reply still reaches the peer.
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  backend.release();
+  const json reply = embedder.recv_json();
+  INFO(reply.dump());
+  REQUIRE(reply["type"] == "embedding");
+  CHECK(reply["id"] == "e1");
+  const auto first_ids = FakeBackend::tokenize("Once upon", true);
+  REQUIRE(reply["data"].size() == 2);
+  CHECK(reply["data"][0]["index"] == 0);
+  CHECK(reply["data"][0]["embedding"] == json({static_cast<double>(first_ids.size()),
+                                               static_cast<double>(first_ids.front()),
+                                               static_cast<double>(first_ids.back())}));
+  CHECK(reply["data"][1]["embedding"] == json({3.0, 5.0, 7.0}));
+  CHECK(reply["usage"]["prompt_tokens"] == first_ids.size() + 3);
+  const std::string rendered = metrics.render(backend.stats());
+  CHECK(rendered.find("llmk_embedding_requests_total{frontend=\"zmq\"} 1") != std::string::npos);
+  CHECK(rendered.find("llmk_embedding_inputs_total{frontend=\"zmq\"} 2") != std::string::npos);
+}
+
+TEST_CASE("A bad ZeroMQ embed is refused naming its field, and the next one is served", "[zmq][embeddings]") {
+  EmbeddingFakeBackend backend;
+  backend.release();
+  Metrics metrics;
+  ZmqServer server{backend, metrics, {.endpoint = "tcp://127.0.0.1:*"}};
+  RawPeer peer(server.endpoint());
+  const std::vector<std::pair<json, std::string>> bad = {
+      {{{"v", 1}, {"type", "embed"}, {"id", "b1"}, {"input", "x"}, {"pooling", "max"}}, "pooling"},
+      {{{"v", 1}, {"type", "embed"}, {"id", "b2"}}, "input"},
+      {{{"v", 1}, {"type", "embed"}, {"id", "b3"}, {"input", ""}}, "input"},
+      {{{"v", 1}, {"type", "embed"}, {"id", "b4"}, {"input", "x"}, {"encoding_format", "hex"}}, "encoding_format"},
+      {{{"v", 1}, {"type", "embed"}, {"id", "b5"}, {"input", "x"}, {"stream", true}}, "stream"},
+  };
+  for (const auto& [msg, param] : bad) {
+    peer.send_json(msg);
+    const json reply = peer.recv_json();
+    INFO(msg.dump() << " -> " << reply.dump());
+    CHECK(reply["type"] == "error");
+    CHECK(reply["id"] == msg["id"]);
+    CHECK(reply["param"] == param);
+  }
+  peer.send_json({{"v", 1}, {"type", "embed"}, {"id", "ok"}, {"input", json::array({1, 2})}, {"dimensions", 2},
+                  {"encoding_format", "base64"}});
+  const json reply = peer.recv_json();
+  INFO(reply.dump());
+  REQUIRE(reply["type"] == "embedding");
+  CHECK(reply["data"][0]["embedding"].is_string());  // base64 of float32 bytes
+  CHECK(reply["data"][0]["embedding"].get<std::string>().size() == 12);  // 8 bytes -> 12 base64 characters
 }

@@ -155,9 +155,10 @@ TEST_CASE("An embedding input longer than the context is refused with a 400 nami
 
 TEST_CASE("An embedding input larger than the free KV memory gets a 503, and the server goes on", "[serve][embeddings]") {
   if (!serve_embeds()) LLMK_SKIP("embeddings are not served by a parallel job");
-  // 256 KV slots: an input of 300 tokens fits the context (512) but never the cache.
+  // 256 KV slots (kv.paged: kv.contiguous wants a whole context): an input
+  // of 300 tokens fits the context (512) but never the cache.
   std::vector<std::string> args = kServeArgs;
-  args.insert(args.end(), {"--set", "kv_cache.capacity_tokens=256"});
+  args.insert(args.end(), {"--set", "kv_cache.capacity_tokens=256", "--set", "plugins.kv_allocator=kv.paged"});
   ServeProcess serve(args);
   REQUIRE(serve.wait_ready());
   INFO(serve.log());

@@ -175,6 +175,40 @@ TEST_CASE("with Medusa heads, fitted or random, every request of a mixed continu
     }
 }
 
+TEST_CASE("with Medusa heads, every CPU linear plugin decodes its own greedy ids with speculation on and off",
+          "[engine][speculative][medusa]") {
+  if (!have_venv_python()) LLMK_SKIP("no .venv (scripts/setup.sh makes it): the heads are fitted with NumPy");
+  TempDir dir;
+  fit_heads(dir.path(), 12);
+  const auto golden = load_golden();
+  std::vector<Request> requests;
+  for (size_t i = 0; i < golden.size(); ++i) requests.push_back(golden_request(golden[i], "g" + std::to_string(i)));
+  // Each plugin's own greedy text is the reference (quantized plugins
+  // differ from the golden float64 text): the verification rows and the
+  // hidden rows the heads read come from the same many-row product.
+  for (const char* linear : {"linear.int8", "linear.int4", "linear.lut4", "linear.uint8_zp"}) {
+    INFO(linear);
+    EngineConfig base = stories_config();
+    base.kv_cache.block_size = 8;
+    base.plugins.linear = linear;
+    std::map<std::string, RequestResult> plain;
+    {
+      Engine engine(base);
+      plain = run_all(engine, requests);
+    }
+    Engine engine(medusa_config(base, dir.path(), 8));
+    const auto spec = run_all(engine, requests);
+    for (const Request& r : requests) {
+      INFO("request " << r.id);
+      CHECK(spec.at(r.id).sample().token_ids == plain.at(r.id).sample().token_ids);
+    }
+    const EngineStats stats = engine.stats();
+    CHECK(stats.num_spec_drafts > 0);
+    CHECK(stats.num_spec_accepted_tokens > 0);
+    CHECK(stats.kv.used_slots == 0);
+  }
+}
+
 TEST_CASE("Medusa heads that are missing or do not fit the target are refused at start, naming "
           "speculative.medusa_heads",
           "[engine][speculative][medusa][config]") {

@@ -17,6 +17,7 @@
 #include "core/sampler.hpp"
 #include "sampling.hpp"
 #include "support/skip.hpp"
+#include "rejection_batch.hpp"
 #include "support/speculation_cases.hpp"
 #include "test_support.hpp"
 
@@ -48,26 +49,12 @@ TEST_CASE("drafts drawn from q and verified on the device by min(1, p/q) give th
   // instrument; the token-for-token case below sanitizes the same launches.
   LLMK_SKIP_WHEN_SANITIZED("10^5 draws per case through the uninstrumented sampling kernel");
   using namespace llmk::test;
-  reset_simulator(1);
-#if !LLMK_CUDA_NATIVE
-  // The shared-memory race check (which the token-for-token case keeps on)
-  // would triple the simulation's time over 7 x 10^5 blocks.
-  cudasim::set_race_mode(cudasim::race_mode::off);
-#endif
-  const int32_t vocab = kRejectionVocab;
-  const std::vector<float> raw = rejection_logits();
-  const std::vector<int32_t> history = rejection_history();
-  const int64_t draws = kRejectionDraws;
-  std::vector<float> logits(static_cast<size_t>(draws) * vocab);
-  for (int64_t d = 0; d < draws; ++d) std::copy(raw.begin(), raw.end(), logits.begin() + d * vocab);
-  device_buffer<float> d_logits(logits), workspace(logits.size());
-  device_buffer<int32_t> tokens(static_cast<size_t>(draws));
-  // Slot 0 holds the history as generated counts (no prompt).
-  std::vector<int32_t> counts(vocab, 0);
-  for (const int32_t id : history) ++counts[size_t(id)];
-  device_buffer<int32_t> d_counts(counts);
-  device_buffer<uint32_t> mask(std::vector<uint32_t>(size_t(lc::prompt_mask_words(vocab)), 0u));
-  const lc::PenaltyState penalties{d_counts.get(), mask.get(), 1, vocab};
+  RejectionBatch batch;
+  const int32_t vocab = batch.vocab;
+  const std::vector<float>& raw = batch.raw;
+  const std::vector<int32_t>& history = batch.history;
+  const int64_t draws = batch.draws;
+  const lc::PenaltyState penalties = batch.penalties();
   // Every draw verifies against the same q: one dense row, spread from the
   // sparse entries as the CUDA sampler does.
   device_buffer<float> draft_q(std::vector<float>(size_t(vocab), 0.0f));
@@ -94,12 +81,12 @@ TEST_CASE("drafts drawn from q and verified on the device by min(1, p/q) give th
       r.draft_q_row = 0;
     }
     device_buffer<lc::SamplingRowParams> d_params(params);
-    CUDA_REQUIRE(lc::sample_rows(d_logits.get(), vocab, static_cast<int32_t>(draws), vocab, d_params.get(), penalties,
-                                 workspace.get(), tokens.get(), nullptr, nullptr, draft_q.get()));
+    CUDA_REQUIRE(lc::sample_rows(batch.logits.get(), vocab, static_cast<int32_t>(draws), vocab, d_params.get(), penalties,
+                                 batch.workspace.get(), batch.tokens.get(), nullptr, nullptr, draft_q.get()));
     CUDA_REQUIRE(lc::scatter_draft_probs(draft_q.get(), vocab, d_entries.get(), static_cast<int32_t>(entries.size()),
                                          true, nullptr));
     CUDA_REQUIRE(cudaDeviceSynchronize());
-    const std::vector<int32_t> got = tokens.download();
+    const std::vector<int32_t> got = batch.tokens.download();
     std::vector<int64_t> histogram(vocab, 0), draft_histogram(vocab, 0);
     int64_t accepted = 0;
     for (int64_t d = 0; d < draws; ++d) {

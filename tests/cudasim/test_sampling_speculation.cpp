@@ -16,6 +16,7 @@
 #include "core/sampler.hpp"
 #include "sampling.hpp"
 #include "support/skip.hpp"
+#include "rejection_batch.hpp"
 #include "support/speculation_cases.hpp"
 #include "test_support.hpp"
 
@@ -29,27 +30,12 @@ TEST_CASE("a sampled device row verifying a draft keeps the target distribution:
   // instrument; the token-for-token case below sanitizes the same launches.
   LLMK_SKIP_WHEN_SANITIZED("10^5 draws through the uninstrumented sampling kernel");
   using namespace llmk::test;
-  reset_simulator(1);
-#if !LLMK_CUDA_NATIVE
-  // 4 x 10^5 blocks: the shared-memory race check (which the token-for-token
-  // tests of these paths keep on) would triple the simulation's time.
-  cudasim::set_race_mode(cudasim::race_mode::off);
-#endif
-  const int32_t vocab = kRejectionVocab;
-  const std::vector<float> raw = rejection_logits();
-  const std::vector<int32_t> history = rejection_history();
-  const int64_t draws = kRejectionDraws;
-  // Every draw a row of its own in one launch: the same logits, a seed each.
-  std::vector<float> logits(static_cast<size_t>(draws) * vocab);
-  for (int64_t d = 0; d < draws; ++d) std::copy(raw.begin(), raw.end(), logits.begin() + d * vocab);
-  device_buffer<float> d_logits(logits), workspace(logits.size());
-  device_buffer<int32_t> tokens(static_cast<size_t>(draws));
-  // Slot 0 holds the history as generated counts (no prompt).
-  std::vector<int32_t> counts(vocab, 0);
-  for (const int32_t id : history) ++counts[size_t(id)];
-  device_buffer<int32_t> d_counts(counts);
-  device_buffer<uint32_t> mask(std::vector<uint32_t>(size_t(lc::prompt_mask_words(vocab)), 0u));
-  const lc::PenaltyState penalties{d_counts.get(), mask.get(), 1, vocab};
+  RejectionBatch batch;
+  const int32_t vocab = batch.vocab;
+  const std::vector<float>& raw = batch.raw;
+  const std::vector<int32_t>& history = batch.history;
+  const int64_t draws = batch.draws;
+  const lc::PenaltyState penalties = batch.penalties();
   for (const RejectionCase& c : kRejectionCases) {
     const llmk::SamplingParams p = c.params();
     const std::vector<double> target = target_distribution(raw, p, history);
@@ -72,10 +58,10 @@ TEST_CASE("a sampled device row verifying a draft keeps the target distribution:
       r.draft_token = drafts[size_t(d % 3)];
     }
     device_buffer<lc::SamplingRowParams> d_params(params);
-    CUDA_REQUIRE(lc::sample_rows(d_logits.get(), vocab, static_cast<int32_t>(draws), vocab, d_params.get(), penalties,
-                                 workspace.get(), tokens.get(), nullptr, nullptr));
+    CUDA_REQUIRE(lc::sample_rows(batch.logits.get(), vocab, static_cast<int32_t>(draws), vocab, d_params.get(), penalties,
+                                 batch.workspace.get(), batch.tokens.get(), nullptr, nullptr));
     CUDA_REQUIRE(cudaDeviceSynchronize());
-    const std::vector<int32_t> got = tokens.download();
+    const std::vector<int32_t> got = batch.tokens.download();
     std::vector<int64_t> all(vocab, 0);
     for (size_t k = 0; k < drafts.size(); ++k) {
       const int32_t draft = drafts[k];

@@ -24,6 +24,7 @@
 #include "core/plugin_loader.hpp"
 #include "core/sampler.hpp"
 #include "core/scheduler.hpp"
+#include "sample_plan.hpp"
 #include "scheduler_fakes.hpp"
 #include "support/command.hpp"
 #include "support/skip.hpp"
@@ -95,26 +96,6 @@ struct Output {
   std::string error;
 };
 
-// One step's rows sampled as the sampler actor samples them.
-std::vector<SampledToken> sample_rows(Scheduler& sched, Sampler& sampler, const StepPlan& plan,
-                                      const std::vector<float>& logits, int32_t vocab) {
-  std::vector<SampledToken> out;
-  for (size_t i = 0; i < plan.logits.size(); ++i) {
-    const LogitsTarget& t = plan.logits[i];
-    const Sequence& seq = *sched.sequence(t.seq_id);
-    SamplerRow row;
-    row.logits = logits.data() + i * size_t(vocab);
-    row.params = t.sampling.get();
-    row.prompt_ids = std::span<const int32_t>(seq.tokens.data(), size_t(seq.num_prompt_tokens));
-    row.generated_ids = std::span<const int32_t>(seq.tokens.data() + seq.num_prompt_tokens,
-                                                 size_t(seq.num_generated_tokens()));
-    row.seed = *t.sampling->seed;
-    row.sample_index = uint32_t(t.sample_index);
-    out.push_back(sampler.sample_one(row));
-  }
-  return out;
-}
-
 // Runs the scheduler to the end; `after_schedule` sees every plan.
 std::map<std::pair<std::string, int32_t>, Output> run(
     Scheduler& sched, Rig& rig, const std::function<void(const StepPlan&)>& after_schedule = {}) {
@@ -138,7 +119,7 @@ std::map<std::pair<std::string, int32_t>, Output> run(
     if (after_schedule) after_schedule(plan);
     logits.resize(size_t(plan.batch.num_logits()) * size_t(rig.vocab()));
     rig.model->forward(plan.batch, logits.data());
-    const std::vector<SampledToken> rows = sample_rows(sched, sampler, plan, logits, rig.vocab());
+    const std::vector<SampledToken> rows = test::sample_rows(sched, sampler, plan, logits, rig.vocab());
     std::vector<int32_t> ids;
     for (const SampledToken& r : rows) ids.push_back(r.token_id);
     for (const TokenEvent& e : sched.update_from_output(plan, ids, &rows)) take(e);

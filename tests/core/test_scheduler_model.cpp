@@ -16,6 +16,7 @@
 #include "core/plugin_loader.hpp"
 #include "core/sampler.hpp"
 #include "core/scheduler.hpp"
+#include "sample_plan.hpp"
 
 using namespace llmk;
 
@@ -99,19 +100,7 @@ TEST_CASE("batched serving on the real model gives the tokens of unbatched gener
     logits.resize(size_t(plan.batch.num_logits()) * size_t(vocab));
     model.forward(plan.batch, logits.data());
     std::vector<int32_t> sampled;
-    for (size_t i = 0; i < plan.logits.size(); ++i) {
-      const LogitsTarget& t = plan.logits[i];
-      const Sequence& seq = *sched.sequence(t.seq_id);
-      SamplerRow row;
-      row.logits = logits.data() + i * size_t(vocab);
-      row.params = t.sampling.get();
-      row.prompt_ids = std::span<const int32_t>(seq.tokens.data(), size_t(seq.num_prompt_tokens));
-      row.generated_ids = std::span<const int32_t>(seq.tokens.data() + seq.num_prompt_tokens,
-                                                   size_t(seq.num_generated_tokens()));
-      row.seed = *t.sampling->seed;
-      row.sample_index = uint32_t(t.sample_index);
-      sampled.push_back(sampler.sample_one(row).token_id);
-    }
+    for (const SampledToken& t : test::sample_rows(sched, sampler, plan, logits, vocab)) sampled.push_back(t.token_id);
     for (const TokenEvent& e : sched.update_from_output(plan, sampled)) {
       CHECK(e.error == "");
       if (e.token_id) got[{e.request_id, e.index}].push_back(*e.token_id);

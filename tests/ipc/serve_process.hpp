@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -128,5 +129,19 @@ class ServeProcess {
   bool exited_ = false;
   int exit_status_ = -1;
 };
+
+// Starts `llmk serve` and waits until it answers /health. A server that
+// exits before that (another process bound one of its ports between
+// free_port() and the server's own bind) starts again on new ports, up to
+// three times; nullptr if none came up, with the last log in `log`.
+inline std::unique_ptr<ServeProcess> start_ready_server(const std::vector<std::string>& extra_args, std::string& log) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto server = std::make_unique<ServeProcess>(extra_args);
+    if (server->wait_ready()) return server;
+    log = server->log();
+    if (!server->exited()) return nullptr;  // running but not answering: no retry hides that
+  }
+  return nullptr;
+}
 
 }  // namespace llmk::test

@@ -72,3 +72,36 @@ function(llmk_add_plugin_library target output_name arch sources libs)
   install(TARGETS ${target} LIBRARY DESTINATION ${LLMK_PLUGIN_INSTALL_DIR})
   set_property(GLOBAL APPEND PROPERTY LLMK_PLUGIN_TARGETS ${target})
 endfunction()
+
+# Test programs compile their sources in batches (CMake's unity build): a
+# batch parses Catch2, nlohmann/json and the engine's headers, and
+# instantiates their templates, once for all its files. Test sources are most
+# of both builds' translation units, and CI builds twice on two cores.
+# Compiled alone: sources from outside tests/ (engine code some test programs
+# compile in), tests/support/, and the test files below, whose file-local
+# helpers share a name with another file of the same program.
+option(LLMK_UNITY_TESTS "Compile each test program's sources in batches (unity build)" ON)
+set(LLMK_UNITY_TEST_BATCH 8 CACHE STRING "Test sources per unity batch")
+set(LLMK_UNITY_TEST_SOLO
+  test_speculative_sampled_draft.cpp test_tokenizer.cpp test_speculation_tree.cpp test_scheduler_plugins.cpp
+  test_model_architectures.cpp test_executor.cpp test_compressed_tensors_checkpoint.cpp test_detokenizer.cpp
+  test_zmq_server.cpp test_embeddings_serve.cpp test_spqr_outliers.cpp test_weight_only.cpp test_streams.cpp
+  test_cuda_executor_stream.cpp test_attention_paged.cpp test_speculative_medusa.cpp test_speculation.cpp
+  test_gguf_model.cpp test_wmma.cpp test_attention_flash.cpp test_speculation_q.cpp)
+function(llmk_unity_tests target)
+  if(NOT LLMK_UNITY_TESTS)
+    return()
+  endif()
+  set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE BATCH
+    UNITY_BUILD_BATCH_SIZE ${LLMK_UNITY_TEST_BATCH})
+  get_target_property(sources ${target} SOURCES)
+  foreach(src ${sources})
+    get_filename_component(path "${src}" ABSOLUTE)
+    get_filename_component(name "${src}" NAME)
+    string(FIND "${path}" "${PROJECT_SOURCE_DIR}/tests/" in_tests)
+    string(FIND "${path}" "${PROJECT_SOURCE_DIR}/tests/support/" in_support)
+    if(NOT in_tests EQUAL 0 OR in_support EQUAL 0 OR name IN_LIST LLMK_UNITY_TEST_SOLO)
+      set_source_files_properties(${src} TARGET_DIRECTORY ${target} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+    endif()
+  endforeach()
+endfunction()

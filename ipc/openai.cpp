@@ -139,6 +139,7 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
   OpenAiRequest out;
   out.endpoint = endpoint;
   out.stream = get_bool(body, "stream", false);
+  std::string tool_schema;  // tool_choice required or named: the JSON Schema the output is held to
   if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
     if (!so->is_object()) throw ParamError("stream_options", "'stream_options' must be an object");
     out.include_usage = get_bool(*so, "include_usage", false);
@@ -155,14 +156,7 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
     const ToolRequest tools = parse_tool_request(ordered);
     std::vector<ChatMessage> messages = parse_messages(body, ordered);
     check_tool_messages(messages, model.tool_parser);
-    if (tools.constrained()) {
-      throw ParamError("tool_choice",
-                       std::string("'tool_choice' ") +
-                           (tools.choice == ToolChoiceMode::required ? "\"required\"" : "naming a function") +
-                           " is not supported yet: the output is not yet held to the tools' schemas by the "
-                           "structured-output engine; use \"auto\"",
-                       ErrorCode::unsupported);
-    }
+    if (tools.constrained()) tool_schema = tool_choice_schema(tools).dump();
     out.tool_format = tool_output_format(tools, model.tool_parser);
     out.request.chat = std::make_shared<const ChatInput>(ChatInput{std::move(messages), chat_options(tools)});
     out.request.sampling = parse_sampling(body, LogprobsStyle::chat, model.max_context);
@@ -183,6 +177,17 @@ OpenAiRequest parse_openai_request(OpenAiEndpoint endpoint, const std::string& b
   refuse_unimplemented(body, endpoint);
   // response_format, structured_outputs, guided_*: compiled by the engine.
   out.request.sampling.structured = parse_structured_output(body);
+  if (!tool_schema.empty()) {
+    // The calls' JSON, held to the tools' schemas by the structured-output
+    // engine (ipc/tool_choice.hpp); the reply reads it as calls.
+    if (const auto& so = out.request.sampling.structured) {
+      throw ParamError("tool_choice", "'tool_choice' \"required\" or naming a function holds the output to the "
+                                      "tools' schemas, so it cannot be combined with '" +
+                                          so->field.substr(0, so->field.find('.')) + "'");
+    }
+    out.request.sampling.structured = std::make_shared<const StructuredOutput>(
+        StructuredOutput{GrammarKind::json_schema, std::move(tool_schema), "tool_choice", nullptr});
+  }
   if (const auto& so = out.request.sampling.structured; so && !model.structured_outputs_refusal.empty()) {
     const std::string field = so->field.substr(0, so->field.find('.'));
     throw ParamError(field, "'" + field + "': " + model.structured_outputs_refusal, ErrorCode::unsupported);
@@ -295,7 +300,7 @@ std::vector<json> OpenAiResponse::chunks(const RequestEvent& ev) {
 // A chat chunk's delta: the text as content, or with tools read through the
 // parser (content and delta.tool_calls; text that may be a call's start waits).
 json OpenAiResponse::chat_delta(Choice& choice, const RequestEvent& ev) {
-  if (tool_format_.parser == ToolParser::none) {
+  if (!tool_format_.reads_calls()) {
     return ev.text_delta.empty() && ev.finished ? json::object() : json{{"content", ev.text_delta}};
   }
   if (!choice.tool_calls) choice.tool_calls = std::make_shared<ToolCallParser>(tool_format_);
@@ -336,7 +341,7 @@ json OpenAiResponse::response() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     json logprobs = logprobs_ ? c.logprobs : json(nullptr);
-    if (chat && tool_format_.parser != ToolParser::none) {
+    if (chat && tool_format_.reads_calls()) {
       const ParsedToolOutput parsed = parse_tool_output(tool_format_, c.text);
       json message = {{"role", "assistant"}, {"content", parsed.content ? json(*parsed.content) : json(nullptr)}};
       if (!parsed.calls.empty()) message["tool_calls"] = tool_calls_json(parsed.calls);

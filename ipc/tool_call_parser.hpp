@@ -66,6 +66,11 @@ struct ToolOutputFormat {
   ToolParser parser = ToolParser::none;  // its ids, and for `family` its markers
   Shape shape = Shape::family;
   std::string tool_name;  // arguments
+
+  // Whether the output is read as calls at all: always for the constrained
+  // shapes (a model with no tool format gets OpenAI's ids), and for
+  // `family` when the model has a format.
+  bool reads_calls() const { return shape != Shape::family || parser != ToolParser::none; }
 };
 
 struct ToolCall {

@@ -2,6 +2,7 @@
 
     python openai_tools_client.py PORT scripted   stdin: {"tools": [...], "prompts": [...]}
     python openai_tools_client.py PORT serve      stdin: {"tools": [...], "bad_tools": [[...], ...]}
+    python openai_tools_client.py PORT held       stdin: {"tools": [...], "named": NAME, "unsatisfiable_tools": [...]}
 
 scripted prints, per prompt, {"whole": ..., "streamed": ..., "accumulated": ...}:
 the message of a non-streaming request; the chunks joined by hand (content,
@@ -14,6 +15,13 @@ serve prints {"auto": message, "auto_streamed": message, "bad": [{"status",
 "param", "message"}], "after": message}: tools with tool_choice auto,
 streamed and not; each bad tool list's refusal; then a plain request
 answered after them.
+
+held prints {"required", "required_streamed", "named", "named_streamed":
+message, "conflict": {"status", "param", "message"}}: tool_choice
+"required", and naming the job's "named" tool, streamed and not; then the
+refusals of tool_choice "required" beside response_format json_object
+("conflict") and of the named tool when no arguments satisfy its
+parameters ("unsatisfiable").
 """
 import json
 import sys
@@ -29,6 +37,16 @@ def message_json(message, finish_reason):
     ]
     # An empty content is no content (a stream's chunks may carry "" before calls).
     return {"content": message.content or None, "tool_calls": calls, "finish_reason": finish_reason}
+
+
+def refusal(create):
+    try:
+        create()
+        return {"status": 200}
+    except openai.APIStatusError as e:
+        err = e.body if isinstance(e.body, dict) else {}
+        err = err.get("error", err)
+        return {"status": e.status_code, "param": err.get("param"), "message": err.get("message")}
 
 
 def whole(client, model, messages, tools, **kw):
@@ -79,20 +97,29 @@ def main():
             s, acc = streamed(client, model, messages, job["tools"])
             out["runs"].append({"whole": whole(client, model, messages, job["tools"]), "streamed": s,
                                 "accumulated": acc})
+    elif mode == "held":
+        messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+        # Long enough for the calls' JSON to close (finish_reason tool_calls).
+        kw = {"max_tokens": 160, "temperature": 0}
+        named = {"type": "function", "function": {"name": job["named"]}}
+        out["required"] = whole(client, model, messages, job["tools"], tool_choice="required", **kw)
+        out["required_streamed"], _ = streamed(client, model, messages, job["tools"], tool_choice="required", **kw)
+        out["named"] = whole(client, model, messages, job["tools"], tool_choice=named, **kw)
+        out["named_streamed"], _ = streamed(client, model, messages, job["tools"], tool_choice=named, **kw)
+        out["conflict"] = refusal(lambda: client.chat.completions.create(
+            model=model, messages=messages, tools=job["tools"], tool_choice="required",
+            response_format={"type": "json_object"}, max_tokens=16))
+        out["unsatisfiable"] = refusal(lambda: client.chat.completions.create(
+            model=model, messages=messages, tools=job["unsatisfiable_tools"], tool_choice=named, max_tokens=16))
     else:
         messages = [{"role": "user", "content": "What is the weather in Paris?"}]
         kw = {"max_tokens": 16, "temperature": 0}
         out["auto"] = whole(client, model, messages, job["tools"], tool_choice="auto", **kw)
         out["auto_streamed"], _ = streamed(client, model, messages, job["tools"], tool_choice="auto", **kw)
-        out["bad"] = []
-        for bad in job["bad_tools"]:
-            try:
-                client.chat.completions.create(model=model, messages=messages, tools=bad, **kw)
-                out["bad"].append({"status": 200})
-            except openai.APIStatusError as e:
-                err = e.body if isinstance(e.body, dict) else {}
-                err = err.get("error", err)
-                out["bad"].append({"status": e.status_code, "param": err.get("param"), "message": err.get("message")})
+        out["bad"] = [
+            refusal(lambda: client.chat.completions.create(model=model, messages=messages, tools=bad, **kw))
+            for bad in job["bad_tools"]
+        ]
         out["after"] = whole(client, model, messages, None, **kw)
     print(json.dumps(out))
 

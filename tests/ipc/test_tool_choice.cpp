@@ -2,11 +2,12 @@
 // every malformed tool or choice refused naming its field; none keeps the
 // tools from the template and the output unread; auto offers them and reads
 // the output in the model's family format; required and named build the
-// JSON Schema the structured-output engine must hold the output to, and the
-// outputs of that shape parse into calls.
+// JSON Schema the structured-output engine holds the output to (and refuse a
+// second grammar beside it), and the outputs of that shape parse into calls.
 #include <catch2/catch.hpp>
 
 #include "core/error.hpp"
+#include "core/grammar.hpp"
 #include "ipc/errors.hpp"
 #include "ipc/openai.hpp"
 #include "ipc/testing/fake_backend.hpp"
@@ -26,10 +27,22 @@ ojson chat_body(const ojson& extra) {
   return body;
 }
 
+// A fake model that, as an engine with XGrammar on the CPU executor does,
+// takes structured outputs (the fake itself never follows a grammar).
+class HeldBackend : public FakeBackend {
+ public:
+  using FakeBackend::FakeBackend;
+  ModelInfo model_info() const override {
+    ModelInfo info = FakeBackend::model_info();
+    info.structured_outputs_refusal.clear();
+    return info;
+  }
+};
+
 OpenAiRequest parse(const ojson& body, ToolParser parser = ToolParser::hermes) {
   FakeBackendOptions options;
   options.tool_parser = parser;
-  FakeBackend backend(options);
+  HeldBackend backend(options);
   return parse_openai_request(OpenAiEndpoint::chat, body.dump(), backend);
 }
 
@@ -171,20 +184,46 @@ TEST_CASE("tool_choice required and named build the JSON Schema of their output,
   }
 }
 
-TEST_CASE("tool_choice required or named, not yet held to the tools' schemas, is refused naming tool_choice",
+TEST_CASE("tool_choice required or named holds the output to its JSON Schema, and refuses a second grammar",
           "[tool_calls]") {
   for (const ojson& choice :
        {ojson("required"), ojson({{"type", "function"}, {"function", {{"name", "get_weather"}}}})}) {
     INFO(choice.dump());
+    const ojson body = chat_body({{"tools", tools()}, {"tool_choice", choice}});
+    const OpenAiRequest r = parse(body);
+    const auto& so = r.request.sampling.structured;
+    REQUIRE(so != nullptr);
+    CHECK(so->kind == GrammarKind::json_schema);
+    CHECK(so->field == "tool_choice");  // the engine's refusal of the schema names it
+    CHECK(ojson::parse(so->text) == tool_choice_schema(parse_tool_request(body)));
+    CHECK(r.tool_format.shape == (choice.is_string() ? ToolOutputFormat::Shape::call_list
+                                                     : ToolOutputFormat::Shape::arguments));
+    // Read as calls even for a model with no tool format of its own.
+    CHECK(parse(body, ToolParser::none).tool_format.reads_calls());
+    // One grammar a request: response_format beside it is refused, naming both.
+    for (const char* other : {"response_format", "guided_regex"}) {
+      ojson both = body;
+      both[other] = std::string(other) == "guided_regex" ? ojson("a+") : ojson({{"type", "json_object"}});
+      auto [field, message] = refusal(both);
+      CHECK(field == "tool_choice");
+      CHECK_THAT(message, Catch::Contains(other));
+    }
+  }
+  // Where structured outputs are not served, both are refused as unsupported, naming tool_choice.
+  FakeBackend unserved;
+  for (const ojson& choice : {ojson("required"), ojson({{"type", "function"}, {"function", {{"name", "get_time"}}}})}) {
     try {
-      parse(chat_body({{"tools", tools()}, {"tool_choice", choice}}));
+      parse_openai_request(OpenAiEndpoint::chat, chat_body({{"tools", tools()}, {"tool_choice", choice}}).dump(),
+                           unserved);
       FAIL("accepted");
     } catch (const FieldError& e) {
       CHECK(e.field() == "tool_choice");
       CHECK(e.code() == ErrorCode::unsupported);
-      CHECK_THAT(std::string(e.what()), Catch::Contains("structured-output engine"));
     }
   }
+  // auto and none ask for no grammar.
+  CHECK(parse(chat_body({{"tools", tools()}, {"tool_choice", "auto"}})).request.sampling.structured == nullptr);
+  CHECK(parse(chat_body({{"tools", tools()}, {"tool_choice", "none"}})).request.sampling.structured == nullptr);
 }
 
 TEST_CASE("A Mistral model's tool turns need their 9-character call ids; other families take them without",

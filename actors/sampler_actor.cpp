@@ -22,6 +22,12 @@
 // forward under scheduler.overlap) and its logits released, each matcher
 // accepts its sample's new id and fills the next mask: that work overlaps
 // the next forward, and the next step's rows find their masks ready.
+// A structured sample that speculates (a chain of drafts; structured
+// requests draft no trees) has a mask per verification row: the matcher
+// walks the drafts, filling each row's mask, and rolls back before the ids
+// are known. A draft the grammar refuses ends the walk: the row before it
+// is masked, so its id cannot be that draft, and the rows after it are off
+// the path.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -77,6 +83,9 @@ struct SamplerState {
   std::vector<bool> on_path;         // rows whose ids the sample's history takes
   // Samples whose matcher accepted an id this step: (request key, sample).
   std::vector<std::pair<uint64_t, int32_t>> moved_grammars;
+  // The masks of structured samples' verification rows (the first row of a
+  // sample uses its SampleGrammar::mask). Reused across steps.
+  std::vector<std::vector<uint32_t>> draft_masks;
   uint64_t last_sampled_step = 0;
   // Histories of rows whose sequence a failed step ended (see SampleWork::fed_from).
   std::vector<std::vector<int32_t>> orphan_histories;
@@ -189,6 +198,26 @@ caf::error sample_rows(SamplerState& st, const SampleWork& work, const LogitsVie
                           device_name(view.device) + "')");
   }
   st.sampler_rows.resize(work.rows.size());
+  // Structured samples walking their drafts: the matcher walking now and
+  // whether its walk goes on; every draft a matcher took is rolled back
+  // before this returns, also when it throws.
+  struct DraftWalk {
+    GrammarMatcher* matcher = nullptr;
+    bool open = false;
+  } walk;
+  struct Rollbacks {
+    std::vector<GrammarMatcher*> taken;  // one entry per accepted draft
+    ~Rollbacks() {
+      for (GrammarMatcher* m : taken) {
+        try {
+          m->rollback(1);
+        } catch (const std::exception& e) {
+          spdlog::error("sampler: rolling a grammar back past a draft: {}", e.what());
+        }
+      }
+    }
+  } rollbacks;
+  size_t next_draft_mask = 0;
   for (size_t i = 0; i < work.rows.size(); ++i) {
     st.sampler_rows[i] = {work.rows[i].request_key, work.rows[i].sample_index,
                           static_cast<int32_t>(st.row_histories[i]->size()) + st.row_offsets[i],
@@ -199,13 +228,31 @@ caf::error sample_rows(SamplerState& st, const SampleWork& work, const LogitsVie
     if (req->grammars.empty()) continue;
     const auto sample = static_cast<size_t>(work.rows[i].sample_index);
     if (st.row_histories[i] != &req->generated[sample]) continue;  // an orphan row: its id is dropped
-    if (st.row_offsets[i] != 0 || work.rows[i].tree_parent >= 0)
+    if (work.rows[i].tree_parent >= 0)
       return internal_error("request " + std::to_string(work.rows[i].request_key) +
-                            " has a grammar and a speculative row (structured requests do not speculate)");
+                            " has a grammar and a token tree's row (structured requests draft chains only)");
     auto& g = req->grammars[sample];
-    refresh_mask(g);
-    if (g.restricts) st.sampler_rows[i].token_bitmask = g.mask;
+    if (st.row_offsets[i] == 0) {
+      walk = {&g.matcher, true};
+      refresh_mask(g);
+      if (g.restricts) st.sampler_rows[i].token_bitmask = g.mask;
+      continue;
+    }
+    // Row i follows the draft row i - 1 verifies: the mask after it.
+    if (!walk.open || walk.matcher != &g.matcher || !g.matcher.accept(work.rows[i - 1].draft_token)) {
+      walk.open = false;  // off the path whatever its id: sampled unmasked, dropped after
+      continue;
+    }
+    rollbacks.taken.push_back(&g.matcher);
+    if (next_draft_mask == st.draft_masks.size()) st.draft_masks.emplace_back(g.mask.size());
+    std::vector<uint32_t>& mask = st.draft_masks[next_draft_mask];
+    mask.resize(g.mask.size());
+    if (g.matcher.fill_next_mask(mask)) {
+      st.sampler_rows[i].token_bitmask = mask;
+      ++next_draft_mask;
+    }
   }
+
   result.tokens.resize(work.rows.size());
   st.sampler->sample(view, st.sampler_rows, result.tokens, [&](const SampledIds& ids) {
     if (published) return;

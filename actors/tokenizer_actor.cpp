@@ -42,7 +42,8 @@ std::vector<int32_t> prompt_ids_of(const PromptEncoding& enc, const Request& req
 }
 
 // A structured request's grammar, compiled over the model's vocabulary
-// (cached by text); speculation is off for it. Throws FieldError naming the
+// (cached by text). It may speculate: the sampler masks each verification
+// row (drafts in a chain, not trees). Throws FieldError naming the
 // request field for a grammar XGrammar refuses, Error(unsupported) where
 // structured outputs are not served.
 void compile_structured(TokenizerState& st, SamplingParams& sampling) {
@@ -55,7 +56,6 @@ void compile_structured(TokenizerState& st, SamplingParams& sampling) {
   auto structured = std::make_shared<StructuredOutput>(*sampling.structured);
   structured->compiled = st.grammar_compiler->compile(*structured);
   sampling.structured = std::move(structured);
-  sampling.num_speculative_tokens = 0;
 }
 
 void submit(TokenizerPointer self, Request& request, caf::actor& sink) {

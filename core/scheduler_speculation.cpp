@@ -61,8 +61,9 @@ void Scheduler::observe_hidden(const Sequence& seq, size_t row, int32_t position
 // requests verify chains.
 bool Scheduler::may_draft_tree(const Sequence& seq) const {
   const SamplingParams& p = *seq.sampling;
+  // A structured request drafts chains: its grammar walks one path of drafts.
   return spec_tree_nodes_ > 0 && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f;
+         p.frequency_penalty == 0.0f && p.structured == nullptr;
 }
 
 int32_t Scheduler::num_pending_decodes() const {
@@ -124,8 +125,11 @@ void Scheduler::draft_for_step(int32_t max_drafts) {
   if (spec_tree_nodes_ > 0) {  // prompt lookup's trees: proposed with certainty
     std::vector<DraftTree> out;
     proposer_->propose_trees(requests, out);
-    for (size_t i = 0; i < requests.size(); ++i)
-      if (!out[i].empty()) step_drafts_[requests[i].seq_id] = std::move(out[i]);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (out[i].empty()) continue;
+      if (requests[i].max_nodes == 0 && !out[i].is_chain()) continue;  // asked for a chain only
+      step_drafts_[requests[i].seq_id] = std::move(out[i]);
+    }
     return;
   }
   std::vector<std::vector<int32_t>> out;

@@ -55,7 +55,8 @@ class DeviceSampler {
     // Structured outputs: the tokens this row may take (core/grammar.hpp's
     // bitmask layout; ids past its bits are not allowed), valid during
     // sample(); empty: every token. Applied to the logits before
-    // penalties, temperature and truncation. Only the CPU sampler applies it.
+    // penalties, temperature and truncation. The CPU and CUDA samplers both
+    // apply it.
     std::span<const uint32_t> token_bitmask = {};
   };
   // Samples view row i for rows[i] (out.size() >= rows.size()) and appends

@@ -35,8 +35,9 @@ const char* structured_outputs_missing() noexcept {
 
 std::string structured_outputs_refusal(const std::string& executor_device) {
   if (!structured_outputs_available()) return structured_outputs_missing();
-  if (executor_device != "cpu")
-    return "structured outputs are applied by the CPU sampler only; executor.device is '" + executor_device + "'";
+  if (executor_device != "cpu" && executor_device != "cuda")
+    return "structured outputs are applied by the CPU and CUDA samplers only; executor.device is '" +
+           executor_device + "'";
   return "";
 }
 

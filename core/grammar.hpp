@@ -51,8 +51,8 @@ bool structured_outputs_available() noexcept;
 // Why structured outputs are refused in this build ("" when available).
 const char* structured_outputs_missing() noexcept;
 // Why they are refused for an engine on `executor_device` (executor.device):
-// the build's reason, or the device's (masks are applied by the CPU
-// sampler only); "" when served.
+// the build's reason, or the device's (masks are applied by the CPU and CUDA
+// samplers only); "" when served.
 std::string structured_outputs_refusal(const std::string& executor_device);
 
 // Compiles grammars over one tokenizer's vocabulary. The vocabulary handed

@@ -19,6 +19,10 @@
 // step (a few ints), and the counts drop them at the start of the next
 // sample() (one small upload and launch, none without a rejection).
 //
+// Structured outputs (DeviceSampler::Row::token_bitmask): the masks of the
+// rows that have one go up in one more copy, a row of words each, and the
+// kernel reads a left-out token's logit as -inf.
+//
 // Drafts drawn from a distribution (DeviceSampler::Row::draft_probs,
 // speculative.draft_sampling sampled): each draft's q goes up sparse, as
 // its (id, prob) pairs, and is spread into a dense [drafts, vocab] array
@@ -191,6 +195,8 @@ class CudaSampler final : public DeviceSampler {
     const size_t params_bytes = rows.size() * sizeof(cuda::SamplingRowParams);
     bool any_logprobs = false;
     int32_t num_q_rows = 0;  // rows verifying a draft drawn from q
+    int32_t num_mask_rows = 0;  // rows with a structured output's token mask
+    const int64_t words = cuda::prompt_mask_words(vocab_);
     q_entries_.clear();
     auto* host_params = scratch<cuda::SamplingRowParams>(params_host_, params_bytes, "allocating pinned memory");
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -221,9 +227,13 @@ class CudaSampler final : public DeviceSampler {
         p.draft_q_row = num_q_rows++;
         for (const TokenProb& t : rows[i].draft_probs) q_entries_.push_back({p.draft_q_row, t.id, t.prob});
       }
-      if (!rows[i].token_bitmask.empty())
-        throw Error(ErrorCode::unsupported, "CUDA sampler: structured outputs' token masks are applied by the "
-                                            "CPU sampler only (executor.device cpu)");
+      if (!rows[i].token_bitmask.empty()) {
+        if (static_cast<int64_t>(rows[i].token_bitmask.size()) != words)
+          throw Error(ErrorCode::internal, "CUDA sampler: a token mask of " +
+                                               std::to_string(rows[i].token_bitmask.size()) + " words for a vocabulary of " +
+                                               std::to_string(vocab_));
+        p.mask_row = num_mask_rows++;
+      }
       any_logprobs = any_logprobs || r.params.logprobs >= 0;
     }
     auto* d_params = scratch<cuda::SamplingRowParams>(params_device_, params_bytes, "the rows' parameters");
@@ -242,8 +252,9 @@ class CudaSampler final : public DeviceSampler {
     if (view.ready.event != nullptr)
       check(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(view.ready.event), 0), "waiting for the logits");
     const float* draft_q = num_q_rows > 0 ? spread_draft_probs(num_q_rows) : nullptr;
+    const uint32_t* token_masks = num_mask_rows > 0 ? upload_masks(rows, num_mask_rows) : nullptr;
     check(cuda::sample_rows(view.data, view.row_stride, num_rows, vocab_, d_params, penalties_, workspace, d_tokens,
-                            d_logprobs, stream_, draft_q),
+                            d_logprobs, stream_, draft_q, token_masks),
           "sampling");
     if (draft_q != nullptr)
       check(cuda::scatter_draft_probs(draft_q_.f32(), vocab_, q_entries_device_.as<cuda::DraftProbEntry>(),
@@ -334,6 +345,23 @@ class CudaSampler final : public DeviceSampler {
     return draft_q_.f32();
   }
 
+  // The rows' token masks (the rows with one, in order: their mask_row) up
+  // into one device array [num_mask_rows, words]; returns it.
+  const uint32_t* upload_masks(std::span<const Row> rows, int32_t num_mask_rows) {
+    const auto words = static_cast<size_t>(cuda::prompt_mask_words(vocab_));
+    const size_t bytes = static_cast<size_t>(num_mask_rows) * words * sizeof(uint32_t);
+    auto* host = scratch<uint32_t>(masks_host_, bytes, "allocating pinned memory");
+    size_t next = 0;
+    for (const Row& r : rows) {
+      if (r.token_bitmask.empty()) continue;
+      std::memcpy(host + next * words, r.token_bitmask.data(), words * sizeof(uint32_t));
+      ++next;
+    }
+    auto* device = scratch<uint32_t>(masks_device_, bytes, "the rows' token masks");
+    check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "uploading the rows' token masks");
+    return device;
+  }
+
   // Enqueues the pending take-backs of truncate_history on the stream.
   void remove_rolled_back() {
     if (removal_ids_.empty()) return;
@@ -388,7 +416,8 @@ class CudaSampler final : public DeviceSampler {
   std::vector<int32_t> free_slots_;
   std::unordered_map<uint64_t, Request> requests_;
   std::vector<int32_t> removal_slots_, removal_ids_;  // truncate_history's take-backs, not yet enqueued
-  cuda::PinnedBuffer params_host_, back_host_, removal_host_, q_entries_host_;
+  cuda::PinnedBuffer params_host_, back_host_, removal_host_, q_entries_host_, masks_host_;
+  cuda::DeviceBuffer masks_device_;  // [rows with a mask, prompt_mask_words(vocab)] uint32
   cuda::DeviceBuffer params_device_, tokens_device_, logprobs_device_, workspace_, prompt_scratch_, removal_device_;
   std::vector<cuda::DraftProbEntry> q_entries_;  // this step's drafts' q, sparse
   cuda::DeviceBuffer q_entries_device_;

@@ -435,7 +435,8 @@ constexpr int kSampleRowsMaxThreads = 1024;
 __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(const float* logits, int64_t row_stride, int32_t vocab,
                                    const SamplingRowParams* __restrict__ params, PenaltyState penalties,
                                    float* workspace, int32_t* __restrict__ token_ids,
-                                   SampledLogprob* __restrict__ logprobs, const float* __restrict__ draft_q) {
+                                   SampledLogprob* __restrict__ logprobs, const float* __restrict__ draft_q,
+                                   const uint32_t* __restrict__ token_masks) {
   __shared__ RowShared sh;
   const int tid = threadIdx.x;
   const int64_t row = blockIdx.x;
@@ -452,9 +453,13 @@ __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(cons
   const int32_t* counts = penalize ? penalties.counts + static_cast<int64_t>(p.penalty_slot) * vocab : nullptr;
   const uint32_t* prompt_mask =
       penalize ? penalties.prompt_mask + p.penalty_slot * prompt_mask_words(vocab) : nullptr;
+  // Structured outputs: the row's allowed tokens (SamplingRowParams::mask_row).
+  const uint32_t* allowed =
+      p.mask_row >= 0 && token_masks != nullptr ? token_masks + p.mask_row * prompt_mask_words(vocab) : nullptr;
+  const auto masked_out = [=](int32_t i) { return allowed != nullptr && !((allowed[i >> 5] >> (i & 31)) & 1u); };
   Candidate best{0.0f, -1};
   for (int32_t i = tid; i < vocab; i += blockDim.x) {
-    const float x = raw[i];
+    const float x = masked_out(i) ? -INFINITY : raw[i];
     float v = scale ? x / p.temperature : x;
     if (penalize) {
       const int32_t count = counts[i];
@@ -487,7 +492,7 @@ __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(cons
           ++extra;
           first = first && i >= j;
         }
-        if (first) z[d] = penalized(raw[d], counts[d] + extra, p, scale, count_penalties);
+        if (first && !masked_out(d)) z[d] = penalized(raw[d], counts[d] + extra, p, scale, count_penalties);
       }
       __syncthreads();
       best = Candidate{0.0f, -1};
@@ -636,7 +641,8 @@ __global__ void __launch_bounds__(kSampleRowsMaxThreads) sample_rows_kernel(cons
 
 cudaError_t sample_rows(const float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab,
                         const SamplingRowParams* params, const PenaltyState& penalties, float* workspace,
-                        int32_t* token_ids, SampledLogprob* logprobs, cudaStream_t stream, const float* draft_q) {
+                        int32_t* token_ids, SampledLogprob* logprobs, cudaStream_t stream, const float* draft_q,
+                        const uint32_t* token_masks) {
   if (num_rows < 0 || vocab <= 0 || row_stride < vocab || logits == nullptr || params == nullptr ||
       workspace == nullptr || token_ids == nullptr) {
     return cudaErrorInvalidValue;
@@ -646,7 +652,8 @@ cudaError_t sample_rows(const float* logits, int64_t row_stride, int32_t num_row
   int threads = 32;
   while (threads < kSampleRowsMaxThreads && threads * 16 < vocab) threads *= 2;
   LLMK_LAUNCH(num_rows, threads, 0, stream, sample_rows_kernel)(logits, row_stride, vocab, params, penalties,
-                                                                  workspace, token_ids, logprobs, draft_q);
+                                                                  workspace, token_ids, logprobs, draft_q,
+                                                                  token_masks);
   return cudaPeekAtLastError();
 }
 

@@ -69,6 +69,11 @@ struct SamplingRowParams {
   // (u rescaled past the acceptance), so its id equals the draft exactly when
   // it is accepted and is distributed as p.
   int32_t draft_q_row = -1;
+  // Structured outputs: its row of sample_rows' token_masks, -1: every token
+  // allowed. A token the row's mask leaves out has logit -inf before
+  // penalties and temperature, as in the CPU sampler's masked copy, so it is
+  // never chosen, drawn or accepted as a draft.
+  int32_t mask_row = -1;
 };
 
 // One entry of a draft's sparse q: q(id) = prob in row `row` of a dense
@@ -151,10 +156,13 @@ cudaError_t scatter_draft_probs(float* draft_q, int32_t vocab, const DraftProbEn
 //   logprobs:  [num_rows, kSamplingLogprobsPerRow] out, or null
 //   draft_q:   [rows, vocab] f32, the q of rows with draft_q_row >= 0 (read
 //              at that row), or null (draft_q_row is then ignored)
+//   token_masks: [rows, prompt_mask_words(vocab)] uint32, the allowed tokens of
+//              rows with mask_row >= 0 (bit id % 32 of word id / 32; XGrammar's
+//              layout), or null (mask_row is then ignored)
 cudaError_t sample_rows(const float* logits, int64_t row_stride, int32_t num_rows, int32_t vocab,
                         const SamplingRowParams* params, const PenaltyState& penalties, float* workspace,
                         int32_t* token_ids, SampledLogprob* logprobs, cudaStream_t stream,
-                        const float* draft_q = nullptr);
+                        const float* draft_q = nullptr, const uint32_t* token_masks = nullptr);
 
 // ---- shared with the host (and the tests) ------------------------------------
 

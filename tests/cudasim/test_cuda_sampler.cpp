@@ -1,12 +1,16 @@
 // The CUDA DeviceSampler under the simulation against the CPU engine's
 // Sampler: the same logits, parameters, seeds and histories give the same
 // tokens and logprobs, step after step, while requests open, grow their
-// penalty histories on the device, release their slots and are replaced.
+// penalty histories on the device, release their slots and are replaced;
+// rows with structured outputs' token masks take the ids the CPU sampler's
+// masked rows take.
 #include <cmath>
 #include <map>
 #include <vector>
 
+#include "core/cpu_sampler.hpp"
 #include "core/cuda/cuda_sampler.hpp"
+#include "core/grammar.hpp"
 #include "core/sampler.hpp"
 #include "test_support.hpp"
 
@@ -145,4 +149,81 @@ TEST_CASE("the CUDA sampler refuses rows of unknown requests and views it cannot
   view.device = llmk::Device::cpu;
   const std::vector<llmk::DeviceSampler::Row> known{{7, 0, 0}};
   CHECK_THROWS_WITH(device->sample(view, known, out), Catch::Contains("a view of device 'cpu'"));
+}
+
+TEST_CASE("the CUDA sampler applies structured outputs' token masks as the CPU sampler does, greedy, sampled, "
+          "penalised and with logprobs",
+          "[cuda_sampler][structured]") {
+  reset_simulator(1);
+  const int32_t vocab = 509;  // 16 mask words, the last one partly used
+  const auto words = static_cast<size_t>(llmk::bitmask_words(vocab));
+  auto device = llmk::make_cuda_sampler(vocab);
+  llmk::CpuSampler cpu(vocab, 1);
+  std::vector<llmk::SamplingParams> params;
+  for (int kind = 0; kind < 12; ++kind) {
+    params.push_back(params_for(kind));
+    params.back().n = 1;
+    const std::vector<int32_t> prompt = random_ints(4 + kind % 5, 40 + kind, 0, vocab - 1);
+    device->open(100 + kind, params.back(), 900 + kind, prompt, 1);
+    cpu.open(100 + kind, params.back(), 900 + kind, prompt, 1);
+  }
+  int masked_rows = 0;
+  for (int step = 0; step < 8; ++step) {
+    // Per row: no mask, a random third of the vocabulary, the tokens the
+    // logits like least, or a single token.
+    std::vector<std::vector<uint32_t>> masks(params.size());
+    std::vector<llmk::DeviceSampler::Row> rows;
+    const std::vector<float> logits = random_floats(params.size() * size_t(vocab), 300 + step, -4.0f, 4.0f);
+    for (size_t i = 0; i < params.size(); ++i) {
+      llmk::DeviceSampler::Row row{100 + i, 0, step};
+      const int shape = static_cast<int>((i + size_t(step)) % 4);
+      if (shape > 0) {
+        std::vector<uint32_t>& m = masks[i];
+        m.assign(words, 0u);
+        const auto allow = [&](int32_t id) { m[size_t(id) / 32] |= 1u << (id % 32); };
+        if (shape == 1) {
+          for (int32_t id : random_ints(vocab / 3, 500 + step * 31 + int(i), 0, vocab - 1)) allow(id);
+        } else if (shape == 2) {
+          const float* r = logits.data() + i * size_t(vocab);
+          for (int32_t id = 0; id < vocab; ++id)
+            if (r[id] < -3.0f) allow(id);
+        } else {
+          allow((step * 37 + int(i) * 11) % vocab);
+        }
+        row.token_bitmask = m;
+        ++masked_rows;
+      }
+      rows.push_back(row);
+    }
+    device_buffer<float> d_logits(logits);
+    llmk::LogitsView view;
+    view.device = llmk::Device::cuda;
+    view.data = d_logits.get();
+    view.num_rows = static_cast<int32_t>(rows.size());
+    view.vocab_size = vocab;
+    view.row_stride = vocab;
+    std::vector<llmk::SampledToken> got(rows.size()), want(rows.size());
+    device->sample(view, rows, got);
+    llmk::LogitsView host_view = view;
+    host_view.device = llmk::Device::cpu;
+    host_view.data = logits.data();
+    cpu.sample(host_view, rows, want);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      INFO("step " << step << ", row " << i);
+      REQUIRE(got[i].token_id == want[i].token_id);
+      if (!masks[i].empty()) {
+        const int32_t id = got[i].token_id;
+        CHECK(((masks[i][size_t(id) / 32] >> (id % 32)) & 1u) == 1u);  // an allowed token
+      }
+      REQUIRE(got[i].has_logprobs == want[i].has_logprobs);
+      if (want[i].has_logprobs) {
+        CHECK(got[i].logprobs.token_id == want[i].logprobs.token_id);
+        CHECK(got[i].logprobs.logprob == Approx(want[i].logprobs.logprob).margin(1e-5));
+        REQUIRE(got[i].logprobs.top.size() == want[i].logprobs.top.size());
+        for (size_t j = 0; j < want[i].logprobs.top.size(); ++j)
+          CHECK(got[i].logprobs.top[j].first == want[i].logprobs.top[j].first);
+      }
+    }
+  }
+  CHECK(masked_rows >= 60);
 }

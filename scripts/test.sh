@@ -14,7 +14,15 @@ case "${1:-}" in
   *) echo "usage: scripts/test.sh [--fast|--sanitize]" >&2; exit 2 ;;
 esac
 
+start=$SECONDS
+phases=()
+phase_done() { phases+=("$1 $((SECONDS - start)) s"); start=$SECONDS; }
+# Each phase's time is printed when every phase has passed (CI shows the end
+# of the output).
+report() { printf 'test.sh: %s\n' "${phases[*]/%/,}" | sed 's/,$//'; }
+
 scripts/setup.sh
+phase_done setup
 jobs=$(nproc)
 
 run_suite() {
@@ -37,9 +45,14 @@ run_suite() {
 
 if [ "$mode" != sanitize ]; then
   LLMK_BUILD_DIR=build scripts/build.sh
+  phase_done "release build"
   run_suite build
+  phase_done "release suite"
 fi
 if [ "$mode" != fast ]; then
   LLMK_BUILD_DIR=build-sanitize scripts/build.sh --sanitize
+  phase_done "sanitized build"
   LLMK_TEST_SANITIZED=1 run_suite build-sanitize
+  phase_done "sanitized suite"
 fi
+report

@@ -1,6 +1,6 @@
-// Shared pieces of the Engine tests on the CPU: a stories260K config, the
-// golden vectors as requests, random traffic beside them, and the event
-// collector (engine_events.hpp).
+// Shared pieces of the Engine tests on the CPU: the golden vectors as
+// requests, random traffic beside them, the stories260K config
+// (stories_config.hpp) and the event collector (engine_events.hpp).
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -14,20 +14,9 @@
 
 #include "actors/engine.hpp"
 #include "engine_events.hpp"
+#include "stories_config.hpp"
 
 namespace llmk::test {
-
-inline EngineConfig stories_config() {
-  EngineConfig cfg;
-  cfg.model.path = LLMK_SHARED_DIR "/models/stories260K";
-  cfg.executor.num_threads = 1;
-  cfg.kv_cache.capacity_tokens = 16384;
-  cfg.kv_cache.block_size = 16;
-  cfg.plugins.kv_allocator = "kv.paged";
-  cfg.scheduler.max_num_seqs = 64;
-  cfg.scheduler.max_num_batched_tokens = 512;
-  return cfg;
-}
 
 struct GoldenCase {
   std::string prompt;

@@ -26,6 +26,7 @@ TEST_CASE("structured outputs on the simulated CUDA executor need the simulated 
 
 #include "actors/engine.hpp"
 #include "actors/engine_events.hpp"
+#include "actors/stories_config.hpp"
 #include "core/cuda/cuda_executor.hpp"
 #include "core/cuda/cuda_sampler.hpp"
 #include "core/device_registry.hpp"
@@ -42,15 +43,8 @@ constexpr const char* kNameObject =
     R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 24}}, "required": ["name"]})";
 
 EngineConfig structured_engine_config(bool cuda) {
-  EngineConfig cfg;
-  cfg.model.path = test::stories_dir();
-  cfg.executor.num_threads = 1;
-  cfg.kv_cache.capacity_tokens = 2048;
-  cfg.kv_cache.block_size = 16;
-  cfg.kv_cache.max_seq_len = 256;
-  cfg.plugins.kv_allocator = "kv.paged";
-  cfg.scheduler.max_num_seqs = 16;
-  cfg.scheduler.max_num_batched_tokens = 256;
+  EngineConfig cfg = test::stories_config();
+  cfg.model.path = test::stories_dir();  // LLMK_SHARED_DIR may move the models (support/golden.hpp)
   if (cuda) {
     cfg.executor.device = "cuda";
     cfg.plugins.linear = "linear.cublas";

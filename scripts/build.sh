@@ -25,7 +25,8 @@ for a in "$@"; do
     # stand in), the release build runs every cudasim test, and what is given
     # up is ASan over the CUDA executor's host code, for CI's time limit (a
     # clean release build took 35 min on a 2-core Zen 3, 10% of it the
-    # simulation's targets, and the sanitized suite runs as long again).
+    # simulation's targets, whose 173 tests took 341 s of the release suite
+    # before the sanitizers slow them).
     --sanitize) build_dir=${LLMK_BUILD_DIR:-build-sanitize}
                 cmake_args+=(-DLLMK_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1 -DNDEBUG"
                              -DLLMK_BUILD_BENCH=OFF -DLLMK_BUILD_EXAMPLES=OFF -DLLMK_FUZZ=ON -DLLMK_FUZZ_SECONDS=15

@@ -108,9 +108,9 @@ TEST_CASE("structured requests through the engine on the simulated CUDA executor
           "[cuda_executor][structured][engine]") {
   if (!structured_outputs_available()) LLMK_SKIP(structured_outputs_missing());
   cudasim_test::reset_simulator(1);
-  // The simulated device's executor and sampler for Device::cuda (a build
-  // with CUDA registers the same functions: in this program they are the
-  // simulation's).
+  // The device's executor and sampler for Device::cuda: the simulation's in
+  // test_cudasim (also where the build has no CUDA backend to register),
+  // the real ones in test_cuda_native.
   register_device_backend(Device::cuda, DeviceBackend{&make_cuda_executor, &make_cuda_sampler, nullptr});
 
   const std::vector<Request> structured = structured_golden_requests(16, 24);

@@ -32,7 +32,8 @@ std::vector<uint8_t> encode(const StepBatch& b) {
                             b.block_size,
                             static_cast<int32_t>(b.kv_copies.size()),
                             static_cast<int32_t>(b.block_tables.size()),
-                            static_cast<int32_t>(b.query_start.size())};
+                            static_cast<int32_t>(b.query_start.size()),
+                            static_cast<int32_t>(b.tree_parents.size())};
   put(w, b.token_ids);
   put(w, b.positions);
   put(w, b.query_start);
@@ -41,6 +42,7 @@ std::vector<uint8_t> encode(const StepBatch& b) {
   put(w, b.block_tables);
   put(w, b.logits_rows);
   for (const llmk_kv_copy& c : b.kv_copies) w.insert(w.end(), {c.src_slot, c.dst_slot, c.num_slots});
+  put(w, b.tree_parents);
   std::vector<uint8_t> bytes(w.size() * 4);
   std::memcpy(bytes.data(), w.data(), bytes.size());
   return bytes;
@@ -56,10 +58,11 @@ StepBatch decode(const std::vector<uint8_t>& bytes) {
     at += count;
     return v;
   };
-  const std::vector<int32_t> sizes = next(8);
+  const std::vector<int32_t> sizes = next(9);
   const auto tokens = static_cast<size_t>(sizes[0]), seqs = static_cast<size_t>(sizes[1]),
              logits = static_cast<size_t>(sizes[2]), copies = static_cast<size_t>(sizes[5]),
-             tables = static_cast<size_t>(sizes[6]), starts = static_cast<size_t>(sizes[7]);
+             tables = static_cast<size_t>(sizes[6]), starts = static_cast<size_t>(sizes[7]),
+             parents = static_cast<size_t>(sizes[8]);
   StepBatch b;
   b.max_blocks_per_seq = sizes[3];
   b.block_size = sizes[4];
@@ -72,6 +75,7 @@ StepBatch decode(const std::vector<uint8_t>& bytes) {
   b.logits_rows = next(logits);
   const std::vector<int32_t> c = next(copies * 3);
   for (size_t i = 0; i < copies; ++i) b.kv_copies.push_back(llmk_kv_copy{c[3 * i], c[3 * i + 1], c[3 * i + 2]});
+  b.tree_parents = next(parents);
   return b;
 }
 

@@ -70,6 +70,9 @@ class ParallelExecutor final : public Executor {
   }
   size_t weight_bytes() const override { return local_->weight_bytes(); }
   size_t kv_cache_bytes() const override { return local_->kv_cache_bytes(); }
+  // Every rank loads the same attention plugin; a step's tree_parents
+  // travel with it.
+  bool attends_token_trees() const override { return local_->attends_token_trees(); }
   std::string describe() const override;
   bool time_forwards(ForwardTimings* timings) override { return local_->time_forwards(timings); }
   // Every rank's share of the slots, concatenated in rank order.

@@ -3,7 +3,8 @@
 // batch of concurrent requests with chunked prefill and a KV cache small
 // enough to preempt, for each KV allocator and both preemption modes
 // (recompute; offload, which saves and restores every rank's share of the
-// KV), gives the texts a degree-1 engine gives.
+// KV), gives the texts a degree-1 engine gives; so does speculative decoding
+// with token trees.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -47,6 +48,8 @@ struct Outcome {
   std::map<std::string, std::string> texts;
   uint64_t preemptions = 0;
   uint64_t peak_steps_in_flight = 0;
+  uint64_t spec_draft_tokens = 0;
+  uint64_t spec_accepted_tokens = 0;
 };
 
 Outcome run_engine(const EngineConfig& cfg) {
@@ -80,6 +83,8 @@ Outcome run_engine(const EngineConfig& cfg) {
   const EngineStats stats = engine.stats();
   out.preemptions = stats.num_preemptions;
   out.peak_steps_in_flight = stats.peak_steps_in_flight;
+  out.spec_draft_tokens = stats.num_spec_draft_tokens;
+  out.spec_accepted_tokens = stats.num_spec_accepted_tokens;
   if (std::getenv("LLMK_TEST_VERBOSE"))
     for (const auto& [id, text] : out.texts) std::printf("%s: %s\n", id.c_str(), text.c_str());
   return out;
@@ -141,5 +146,49 @@ TEST_CASE("pipeline stages taking turns (parallel.steps_in_flight 1) give degree
       INFO(id);
       CHECK(got.texts.at(id) == text);
     }
+  }
+}
+
+TEST_CASE("token-tree speculation gives degree 1's texts, its steps' tree rows travelling to every rank",
+          "[parallel][engine][speculative]") {
+  // Prompt lookup drafting trees of width 3 (speculative.tree_width): every
+  // rank's attention masks each tree row to its ancestors, so the greedy
+  // texts are plain decoding's. Against chains (tree_width 1) of the same
+  // layout, trees draft more tokens: the trees were verified as trees.
+  auto speculating = [](EngineConfig cfg, uint32_t width) {
+    cfg.speculative.method = "ngram";
+    cfg.speculative.num_tokens = 4;
+    cfg.speculative.prompt_lookup_min = 1;
+    cfg.speculative.prompt_lookup_max = 3;
+    cfg.speculative.tree_width = width;
+    cfg.speculative.tree_nodes = width > 1 ? 12 : 0;
+    cfg.kv_cache.capacity_tokens = 2048;  // no preemption: the drafts depend on the batch alone
+    // Speculation verifies a step's drafts before the next is planned: a
+    // pipeline's stages take turns.
+    if (cfg.parallel.pipeline > 1) cfg.parallel.steps_in_flight = 1;
+    return cfg;
+  };
+  const Outcome want = run_engine(engine_config(1, 1, "kv.paged", "recompute"));
+  for (const auto& [t, p] : layouts_for(harness_world().size())) {
+    if (t * p == 1) continue;
+    INFO("tensor " << t << " x pipeline " << p);
+    const EngineConfig base = engine_config(t, p, "kv.paged", "recompute");
+    uint64_t chain_tokens = 0, tree_tokens = 0, tree_accepted = 0;
+    for (uint32_t width : {1u, 3u}) {
+      const EngineConfig cfg = speculating(base, width);
+      ParallelRun job(cfg);
+      const Outcome got = run_engine(cfg);
+      (width == 1 ? chain_tokens : tree_tokens) = got.spec_draft_tokens;
+      if (width > 1) tree_accepted = got.spec_accepted_tokens;
+      for (const auto& [id, text] : want.texts) {
+        INFO(id << ", tree_width " << width);
+        CHECK(got.texts.at(id) == text);
+      }
+    }
+    std::printf("tensor %u x pipeline %u: chains drafted %llu tokens, trees %llu (%llu accepted)\n", t, p,
+                static_cast<unsigned long long>(chain_tokens), static_cast<unsigned long long>(tree_tokens),
+                static_cast<unsigned long long>(tree_accepted));
+    CHECK(tree_accepted > 0);
+    CHECK(tree_tokens > chain_tokens);
   }
 }

@@ -80,6 +80,7 @@ class BnbCheckpoint final : public Checkpoint {
       cfg.erase("quantization_config");
     }
     config_ = parse_model_config_json(cfg.dump(), config_file.string());
+    apply_folder_configs(config_, dir);  // generation_config.json's ids, tokenizer_config.json's add_bos_token
     if (fs::exists(dir / "model.safetensors.index.json"))
       throw Error(ErrorCode::unsupported, (dir / "model.safetensors.index.json").string() +
                                               ": sharded bitsandbytes checkpoints are not supported");

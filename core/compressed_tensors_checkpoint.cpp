@@ -147,6 +147,13 @@ class CompressedTensorsCheckpoint final : public Checkpoint {
     if (s.strategy != "channel" && s.strategy != "group" && s.strategy != "tensor")
       refuse("config_groups weights.strategy '" + s.strategy + "' (channel, group, tensor)");
     if (s.strategy == "group" && s.group_size <= 0) refuse("config_groups weights.group_size must be positive");
+    // Activations quantized per token at run time (W8A8's dynamic scheme)
+    // are the linear plugin's business (linear.int8 does so); calibrated
+    // static scales (input_scale tensors) would be dropped, so they are refused.
+    const json& a = q["config_groups"].begin().value().value("input_activations", json());
+    if (a.is_object() && !a.value("dynamic", true))
+      refuse("config_groups input_activations: dynamic false (static activation scales, input_scale) is not "
+             "supported; dynamic per-token activations are (plugins.linear: linear.int8)");
     return s;
   }
 

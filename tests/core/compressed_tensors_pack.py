@@ -69,7 +69,7 @@ def quantize(w, bits, group, symmetric, bf16=False):
 def main():
     out_dir, mode = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(44)
-    w8a8 = mode == "int8_w8a8"
+    w8a8 = mode in ("int8_w8a8", "static_activations")
     bits = 8 if mode in ("int8_naive", "int8_w8a8") else 4
     fmt = ("int-quantized" if w8a8 else "naive-quantized") if bits == 8 else (
         "marlin-24" if mode == "unknown_format" else "pack-quantized")
@@ -83,6 +83,8 @@ def main():
     if w8a8:
         group_0["input_activations"] = {"num_bits": 8, "type": "int", "symmetric": True, "dynamic": True,
                                         "strategy": "token"}
+    if mode == "static_activations":  # one calibrated scale per tensor (input_scale), which llmk refuses
+        group_0["input_activations"].update(dynamic=False, strategy="tensor")
     config = llama_config(HIDDEN, INTER, HEADS, KV_HEADS, VOCAB,
                           quantization_config={"quant_method": "compressed-tensors", "format": fmt,
                                                "config_groups": {"group_0": group_0}, "ignore": ["lm_head"]})

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,22 @@ TEST_CASE("A bitsandbytes NF4 checkpoint loads to the packer's own dequantized w
   // The config came through with quantization_config set aside.
   CHECK(ckpt->config().hidden_size == 64);
   CHECK(ckpt->config().num_kv_heads == 2);
+}
+
+TEST_CASE("A bitsandbytes checkpoint takes its folder's generation_config.json and tokenizer_config.json",
+          "[checkpoint][bnb]") {
+  if (!llmk::test::have_venv_python()) LLMK_SKIP("the project venv with numpy is absent");
+  TempDir dir;
+  pack(dir, "good");
+  const llmk::ModelConfig plain = llmk::load_checkpoint(dir.path())->config();
+  REQUIRE(plain.eos_token_ids != std::vector<int32_t>({5, 7}));
+  REQUIRE(plain.add_bos_token);
+  std::ofstream(dir.path() / "generation_config.json") << R"({"bos_token_id": 3, "eos_token_id": [5, 7]})";
+  std::ofstream(dir.path() / "tokenizer_config.json") << R"({"add_bos_token": false})";
+  const llmk::ModelConfig c = llmk::load_checkpoint(dir.path())->config();
+  CHECK(c.bos_token_id == 3);
+  CHECK(c.eos_token_ids == std::vector<int32_t>({5, 7}));
+  CHECK_FALSE(c.add_bos_token);
 }
 
 TEST_CASE("NF4 requantized by the lut4 kernels at load gives a bitsandbytes file's values back", "[checkpoint][bnb]") {

@@ -150,7 +150,9 @@ TEST_CASE("Bad compressed-tensors checkpoints are refused naming the tensor or t
                             "weight_scale"},
                        Case{"shape_mismatch", llmk::ErrorCode::bad_checkpoint, "'model.layers.0.mlp.up_proj.weight_shape'",
                             "does not match"},
-                       Case{"unknown_format", llmk::ErrorCode::unsupported, "quantization_config.format", "marlin-24"}}) {
+                       Case{"unknown_format", llmk::ErrorCode::unsupported, "quantization_config.format", "marlin-24"},
+                       Case{"static_activations", llmk::ErrorCode::unsupported,
+                            "quantization_config.config_groups input_activations", "dynamic false"}}) {
     INFO(c.mode);
     TempDir dir;
     pack(dir, c.mode);

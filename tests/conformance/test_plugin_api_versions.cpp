@@ -11,6 +11,7 @@
 #include "conformance.hpp"
 #include "core/error.hpp"
 #include "core/plugin_api_version.hpp"
+#include "support/skip.hpp"
 
 using namespace llmk;
 using namespace llmk::conformance;
@@ -63,6 +64,10 @@ TEST_CASE("an attention plugin built against API 3.0 loads, lacks 3.1's workspac
                     Catch::Contains("attention.oldminor") && Catch::Contains("implements attention API 3.0") &&
                         Catch::Contains("need 3.2"));
 
+  // The grid runs attention.cpu's own code behind the old table: the
+  // sanitized suite sanitizes that code in the baseline grid's case (and
+  // this run took 58 s of it on two cores), so only the release build runs it.
+  if (llmk::test::in_sanitized_suite()) return;
   const SuiteResult r = run_attention_suite(plugin);
   for (const auto& f : r.failures()) FAIL_CHECK(f);
   CHECK(r.num_passed() > 0);

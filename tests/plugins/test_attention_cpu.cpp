@@ -17,6 +17,7 @@
 #include "plugins/api/llmk_attention.h"
 #include "plugins/plugin_library.hpp"
 #include "support/attention_check.hpp"
+#include "support/skip.hpp"
 
 namespace {
 
@@ -104,6 +105,9 @@ TEST_CASE("attention.cpu cuts long decode contexts into 256-position spans and m
   // Head sizes with 2 threads, and 64 on 1 and 3 (the spans spread over
   // the threads by position; the bits do not depend on how: next test case).
   const auto [head_dim, threads] = GENERATE(table<uint32_t, uint32_t>({{16, 2}, {128, 2}, {64, 1}, {64, 3}}));
+  // The sanitized suite runs two rows: the small head on two threads and
+  // the spans spread over three (155 s for all four under ASan on two cores).
+  if (llmk::test::in_sanitized_suite() && (head_dim == 128 || threads == 1)) return;
   // Whole up to 2048 visible positions, cut past it: at and around the
   // span edges, and decodes beside a prefill chunk.
   const std::vector<int32_t> ctx{2048, 2049, 2305, 2600};
@@ -135,6 +139,9 @@ TEST_CASE("attention.cpu keeps attention sinks visible and scores them with q_si
   const auto [head_dim, threads] = GENERATE(table<uint32_t, uint32_t>({{64, 2}, {40, 1}}));
   const uint32_t sinks = GENERATE(4u, 17u);
   const uint32_t window = GENERATE(0u, 9u, 300u);
+  // The sanitized suite runs the first row only (the kernels' paths are the
+  // same on either; 81 s for both under ASan on two cores).
+  if (llmk::test::in_sanitized_suite() && head_dim != 64) return;
   Problem p{8, 2, head_dim, 16, {13, 70, 1, 1, 1, 3}, {13, 200, 17, 600, 2049, 3}, window};
   p.sink_tokens = sinks;
   for (const std::string& file : plugin_files()) {
@@ -159,6 +166,10 @@ TEST_CASE("attention.cpu gives a decode the same bits alone, in any batch and on
                                      static_cast<uint32_t>(LLMK_DTYPE_I8));
   const uint32_t context = GENERATE(40u, 2100u);
   const std::string file = GENERATE_COPY(from_range(plugin_files()));
+  // The sanitized suite runs the F16 cache only: how work is cut does not
+  // depend on the cache type, and the other two types' kernels are
+  // sanitized by the span and sink cases (142 s for all three under ASan).
+  if (llmk::test::in_sanitized_suite() && kv_dtype != LLMK_DTYPE_F16) return;
   INFO("kv dtype " << kv_dtype << ", context " << context << ", " << file);
   const auto& api = plugin_api(file);
   const int32_t c = static_cast<int32_t>(context);

@@ -78,7 +78,8 @@ int32_t Scheduler::num_pending_decodes() const {
 // 0 at a draft it can reject): either way a draft is accepted exactly when
 // its row's id equals it, and the ids are distributed as plain decoding's.
 bool Scheduler::may_speculate(const Sequence& seq) const {
-  return proposer_ && seq.num_unforked_samples == 1 && seq.sampling != nullptr && !is_beam(seq);
+  return proposer_ && seq.num_unforked_samples == 1 && seq.sampling != nullptr && !is_beam(seq) &&
+         seq.sampling->num_speculative_tokens != 0;  // 0: the request turned drafts off
 }
 
 // Planning ahead, a decode's newest token is not known, so it cannot draft:

@@ -406,3 +406,37 @@ TEST_CASE("a request's num_speculative_tokens caps its drafts, 0 turning them of
   CHECK(drafts["cap1"] == 1);
   CHECK(drafts["cap0"] == 0);
 }
+
+TEST_CASE("requests that turn drafts off (num_speculative_tokens 0) let the next step be planned ahead",
+          "[speculation][scheduler]") {
+  // Planning ahead (scheduler.overlap) cannot draft, so a step holding a
+  // decode that may speculate is not followed by a plan made ahead; one
+  // whose requests all turned speculation off is.
+  for (const int32_t cap : {-1, 0}) {
+    INFO("num_speculative_tokens " << cap);
+    PluginRegistry registry;
+    const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), 512, 8, 128, 0, "{}", nullptr, nullptr};
+    KvAllocatorImpl kv(registry.load("kv.paged", LLMK_PLUGIN_KV_ALLOCATOR), desc);
+    SchedulerOptions options;
+    options.speculative = ngram(3, 1, 2);
+    Scheduler sched(scheduler_section(4, 64), SchedulerLimits{128, {}, 0}, kv, options);
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = 10;
+    sp.num_speculative_tokens = cap;
+    sched.add_request("a", {1, 2, 3, 1, 2}, sp);
+    sched.add_request("b", {4, 5, 6, 4, 5}, sp);
+    StepPlan prefill = sched.schedule();
+    REQUIRE(prefill.seqs.size() == 2);
+    sched.update_from_output(prefill, {3, 6});
+    StepPlan decode = sched.schedule();
+    REQUIRE(decode.seqs.size() == 2);
+    const StepPlan ahead = sched.schedule_ahead(decode);
+    if (cap == 0) {
+      for (const ScheduledSeq& s : decode.seqs) CHECK(s.num_draft_tokens == 0);
+      CHECK(ahead.seqs.size() == 2);
+    } else {
+      CHECK(ahead.empty());
+    }
+  }
+}

@@ -235,13 +235,16 @@ struct EmbedResult {
 
 // ---------------------------------------------------------------------------
 // Errors that cross actors: a caf::error in category "llmk" whose code is an
-// llmk::ErrorCode and whose context is the message text.
+// llmk::ErrorCode and whose context is the message text and the request
+// field at fault ("" when none: a FieldError's field, OpenAI's "param").
 
-caf::error make_actor_error(int code, std::string message);
+caf::error make_actor_error(int code, std::string message, std::string field = {});
 // "what went wrong" from any caf::error (ours carry the text).
 std::string describe(const caf::error& err);
 // The ErrorCode an actor error carries (internal when it is not one of ours).
 ErrorCode error_code_of(const caf::error& err);
+// The request field an actor error names ("" when none or not one of ours).
+std::string field_of(const caf::error& err);
 
 // ---------------------------------------------------------------------------
 // inspect(): field lists for CAF (enums such as FinishReason travel as
@@ -283,7 +286,7 @@ typename Inspector::result_type inspect(Inspector& f, Timings& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RequestEvent& x) {
   return f(caf::meta::type_name("RequestEvent"), x.request_id, x.index, x.token_ids, x.text_delta, x.logprobs,
-           x.finished, x.finish_reason, x.error, x.usage, x.timings, x.request_done);
+           x.finished, x.finish_reason, x.error, x.error_field, x.usage, x.timings, x.request_done);
 }
 
 template <class Inspector>

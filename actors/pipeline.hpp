@@ -76,7 +76,8 @@ tokenizer_actor spawn_tokenizer(caf::actor_system& system, PromptEncoding encodi
 
 // A request's one and only event when it is refused or fails; `code` lets the
 // front ends answer with the right status (400, 503, 500...).
+// `field` names the request field at fault (a FieldError's), "" when none.
 RequestEvent make_error_event(const std::string& request_id, const std::string& message,
-                              ErrorCode code = ErrorCode::internal);
+                              ErrorCode code = ErrorCode::internal, std::string field = {});
 
 }  // namespace llmk

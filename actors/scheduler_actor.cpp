@@ -313,6 +313,8 @@ caf::result<bool> enqueue(SchedulerPointer self, TokenizedRequest& req) {
   try {
     st.scheduler().add_request(req.request.id, req.prompt_ids, req.request.sampling, req.request.strict_context,
                                SequenceHandoff{req.request.kv_export_key, req.request.kv_import});
+  } catch (const FieldError& e) {
+    return make_actor_error(static_cast<int>(e.code()), e.what(), e.field());
   } catch (const Error& e) {
     return make_actor_error(static_cast<int>(e.code()), e.what());
   } catch (const std::exception& e) {

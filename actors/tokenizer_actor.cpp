@@ -70,6 +70,9 @@ void submit(TokenizerPointer self, Request& request, caf::actor& sink) {
   try {
     ids = prompt_ids_of(st.encoding, request);
     if (request.sampling.structured) compile_structured(st, request.sampling);
+  } catch (const FieldError& e) {
+    caf::anon_send(sink, make_error_event(request.id, e.what(), e.code(), e.field()));
+    return;
   } catch (const Error& e) {
     caf::anon_send(sink, make_error_event(request.id, e.what(), e.code()));
     return;
@@ -85,7 +88,7 @@ void submit(TokenizerPointer self, Request& request, caf::actor& sink) {
             [sink, id](caf::error& err) {
               // Refused by the scheduler (length, sampling values, queue full,
               // duplicate id, shutting down) or no answer.
-              caf::anon_send(sink, make_error_event(id, describe(err), error_code_of(err)));
+              caf::anon_send(sink, make_error_event(id, describe(err), error_code_of(err), field_of(err)));
             });
 }
 

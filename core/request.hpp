@@ -162,6 +162,7 @@ struct RequestEvent {
   FinishReason finish_reason = FinishReason::none;
   std::string error;                 // finish_reason == error: what went wrong
   ErrorCode error_code = ErrorCode::internal;  // finish_reason == error: its category (invalid_argument, overloaded...)
+  std::string error_field;           // finish_reason == error: the request field at fault (FieldError), "" if none
   Usage usage;                       // on the finished event
   Timings timings;                   // on the finished event
   std::optional<BeamScore> beam;     // on the finished event of a beam search's hypothesis

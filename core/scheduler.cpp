@@ -49,7 +49,9 @@ Scheduler::~Scheduler() = default;
 
 void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
                             const SamplingParams& sampling, bool strict_context, SequenceHandoff handoff) {
-  auto refuse = [&request_id](const std::string& why) {
+  // `field`: the request field at fault (FieldError), "" when none is.
+  auto refuse = [&request_id](const std::string& why, const std::string& field = {}) {
+    if (!field.empty()) throw FieldError(field, "request '" + request_id + "': " + why);
     throw Error(ErrorCode::invalid_argument, "request '" + request_id + "': " + why);
   };
   const auto num_prompt = static_cast<int64_t>(prompt_token_ids.size());
@@ -60,17 +62,19 @@ void Scheduler::add_request(const std::string& request_id, std::vector<int32_t> 
            std::to_string(limits_.max_seq_len) + " and at least one token must be generated");
   try {
     validate_sampling_params(sampling);
-  } catch (const Error& e) {
-    refuse(e.what());
+  } catch (const FieldError& e) {
+    throw FieldError(e.field(), "request '" + request_id + "': " + e.what(), e.code());
   }
   if (std::max(sampling.n, sampling.beam_width) > max_num_seqs_)
     refuse((sampling.beam_width > sampling.n ? "beam_width = " + std::to_string(sampling.beam_width)
                                              : "n = " + std::to_string(sampling.n)) +
-           " exceeds the batch limit of " + std::to_string(max_num_seqs_) + " sequences");
+           " exceeds the batch limit of " + std::to_string(max_num_seqs_) + " sequences",
+           sampling.beam_width > sampling.n ? "beam_width" : "n");
   if (strict_context && !streaming() && num_prompt + sampling.max_tokens > limits_.max_seq_len)
     refuse("this model's context holds " + std::to_string(limits_.max_seq_len) + " tokens, but " +
            std::to_string(num_prompt + sampling.max_tokens) + " were requested (" + std::to_string(num_prompt) +
-           " in the prompt, " + std::to_string(sampling.max_tokens) + " for the completion)");
+           " in the prompt, " + std::to_string(sampling.max_tokens) + " for the completion)",
+           "max_tokens");
   if (limits_.vocab_size > 0)
     for (int32_t t : prompt_token_ids)
       if (t < 0 || t >= limits_.vocab_size)

@@ -162,7 +162,7 @@ StreamStep HttpServer::Impl::stream_step(const std::vector<RequestEvent>& events
   for (const auto& ev : events) {
     if (ev.finished) metrics.on_finished(Frontend::http, ev);
     if (ev.finish_reason == FinishReason::error) {
-      step.payloads.push_back(dump_json(to_openai_json(error_reply(ev.error_code, ev.error))));
+      step.payloads.push_back(dump_json(to_openai_json(error_reply(ev.error_code, ev.error, ev.error_field))));
       step.cancel = !ev.request_done;
       step.done = true;
       break;
@@ -235,7 +235,7 @@ void HttpServer::Impl::serve_plain(Generation& g, Pending& pending, HttpExchange
       if (ev.finished) metrics.on_finished(Frontend::http, ev);
       if (ev.finish_reason == FinishReason::error) {
         if (!ev.request_done) backend.cancel(g.id);
-        return write_error(ex, error_reply(ev.error_code, ev.error));
+        return write_error(ex, error_reply(ev.error_code, ev.error, ev.error_field));
       }
       g.shaper.add(ev);
       if (ev.request_done) return write_json(ex, 200, g.shaper.response());
@@ -261,7 +261,7 @@ void HttpServer::Impl::serve_sse(Generation& g, Pending& pending, HttpExchange& 
   if (!first.empty() && first.front().finish_reason == FinishReason::error) {
     metrics.on_finished(Frontend::http, first.front());
     if (!first.front().request_done) backend.cancel(g.id);
-    return write_error(ex, error_reply(first.front().error_code, first.front().error));
+    return write_error(ex, error_reply(first.front().error_code, first.front().error, first.front().error_field));
   }
   if (!ex.start_stream("text/event-stream", {{"Cache-Control", "no-cache"}})) return gone();
   std::vector<RequestEvent> events = std::move(first);

@@ -119,7 +119,7 @@ void HttpServer::Impl::handle_poll_submit(GenerationRoute route, HttpExchange& e
     std::lock_guard lock(*mutex);
     StreamStep step = stream_step({ev}, *g);
     std::optional<ErrorReply> error;
-    if (ev.finish_reason == FinishReason::error) error = error_reply(ev.error_code, ev.error);
+    if (ev.finish_reason == FinishReason::error) error = error_reply(ev.error_code, ev.error, ev.error_field);
     store->append(g->id, std::move(step.payloads), step.done, error);
   });
   const auto first = polls->fetch(id, key_name, 0, options.first_event_wait);

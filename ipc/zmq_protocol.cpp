@@ -262,6 +262,7 @@ RequestEvent event_from_message(const json& msg, bool streamed) {
     ev.finish_reason = FinishReason::error;
     ev.error_code = error_code_from(msg.value("code", "internal"));
     ev.error = msg.value("code", "internal") + ": " + msg.value("message", "");
+    if (auto param = msg.find("param"); param != msg.end() && param->is_string()) ev.error_field = *param;
   }
   return ev;
 }

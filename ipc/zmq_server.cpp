@@ -366,7 +366,7 @@ void ZmqServer::run() {
     if (!live.orphaned) {
       bool sent = true;
       if (ev.finish_reason == FinishReason::error) {
-        sent = send(live.identity, to_zmq_json(error_reply(ev.error_code, ev.error), live.client_id));
+        sent = send(live.identity, to_zmq_json(error_reply(ev.error_code, ev.error, ev.error_field), live.client_id));
         live.orphaned = true;  // the error ends the request for the client
         if (!ev.request_done) backend_.cancel(internal_id);
         st.peers[live.identity].requests.erase(live.client_id);

@@ -26,6 +26,7 @@ struct SampleResult {
   FinishReason finish_reason = FinishReason::none;
   std::string error;
   ErrorCode error_code = ErrorCode::internal;
+  std::string error_field;
   Usage usage;
   Timings timings;
 };
@@ -57,6 +58,7 @@ class Collector {
       s.finish_reason = ev.finish_reason;
       s.error = ev.error;
       s.error_code = ev.error_code;
+      s.error_field = ev.error_field;
       s.usage = ev.usage;
       s.timings = ev.timings;
     }

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <random>
 #include <thread>
+#include <tuple>
 
+#include "core/grammar.hpp"
 #include "engine_fixture.hpp"
 
 using namespace llmk;
@@ -29,27 +31,38 @@ TEST_CASE("invalid requests are answered by one finished error event", "[engine]
   EngineConfig cfg = stories_config();
   cfg.kv_cache.max_seq_len = 64;
   Engine engine(cfg);
-  std::vector<std::pair<std::string, Request>> cases;
-  auto add = [&](const std::string& what, auto change) {
+  // Each case with the request field its error names (the front ends'
+  // OpenAI "param"), "" where the fault is no one field's.
+  std::vector<std::tuple<std::string, std::string, Request>> cases;
+  auto add = [&](const std::string& what, const std::string& field, auto change) {
     Request r = text_request(what, "Once upon a time", 4);
     change(r);
-    cases.emplace_back(what, r);
+    cases.emplace_back(what, field, r);
   };
-  add("empty prompt", [](Request& r) { r.prompt.clear(); });
-  add("negative temperature", [](Request& r) { r.sampling.temperature = -0.5f; });
-  add("top_p zero", [](Request& r) { r.sampling.top_p = 0.0f; });
-  add("top_p above one", [](Request& r) { r.sampling.top_p = 1.5f; });
-  add("n zero", [](Request& r) { r.sampling.n = 0; });
-  add("max_tokens zero", [](Request& r) { r.sampling.max_tokens = 0; });
-  add("prompt too long", [](Request& r) { r.prompt_token_ids.assign(64, 300); });
-  add("token id outside the vocabulary", [](Request& r) { r.prompt_token_ids = {1, 9999}; });
-  for (auto& [what, request] : cases) {
+  add("empty prompt", "", [](Request& r) { r.prompt.clear(); });
+  add("negative temperature", "temperature", [](Request& r) { r.sampling.temperature = -0.5f; });
+  add("top_p zero", "top_p", [](Request& r) { r.sampling.top_p = 0.0f; });
+  add("top_p above one", "top_p", [](Request& r) { r.sampling.top_p = 1.5f; });
+  add("n zero", "n", [](Request& r) { r.sampling.n = 0; });
+  add("max_tokens zero", "max_tokens", [](Request& r) { r.sampling.max_tokens = 0; });
+  add("prompt too long", "", [](Request& r) { r.prompt_token_ids.assign(64, 300); });
+  add("token id outside the vocabulary", "", [](Request& r) { r.prompt_token_ids = {1, 9999}; });
+  if (structured_outputs_available())  // refused by the grammar compiler, in the tokenizer actor
+    add("a regex XGrammar cannot parse", "structured_outputs.regex", [](Request& r) {
+      auto s = std::make_shared<StructuredOutput>();
+      s->kind = GrammarKind::regex;
+      s->text = "a((";
+      s->field = "structured_outputs.regex";
+      r.sampling.structured = s;
+    });
+  for (auto& [what, field, request] : cases) {
     INFO(what);
     RequestResult r = run_one(engine, request);
     REQUIRE(r.samples.size() == 1);
     CHECK(r.sample().finish_reason == FinishReason::error);
     CHECK(!r.sample().error.empty());
     CHECK(r.sample().error_code == ErrorCode::invalid_argument);
+    CHECK(r.sample().error_field == field);
     CHECK(r.sample().token_ids.empty());
   }
   // The engine still serves valid requests afterwards.

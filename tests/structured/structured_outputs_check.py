@@ -90,8 +90,12 @@ def expect_400(client, what, field, **kwargs):
         chat(client, "Say something.", max_tokens=8, **kwargs)
     except openai.BadRequestError as e:
         message = str(e)
+        error = e.body if isinstance(e.body, dict) else {}
+        error = error.get("error", error)
         if field not in message:
             fail(f"{what}: the 400 does not name '{field}': {message}")
+        elif error.get("param") != field:
+            fail(f"{what}: the 400's param is {error.get('param')!r}, not '{field}': {message}")
         return
     except Exception as e:  # noqa: BLE001 - any other outcome is the failure being reported
         fail(f"{what}: expected a 400, got {type(e).__name__}: {e}")

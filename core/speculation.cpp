@@ -117,6 +117,11 @@ void validate_speculative(const EngineConfig& c) {
     fail("speculative.method", "'" + s.method + "' is not one of none, ngram, draft, medusa");
   if (s.draft_sampling != "greedy" && s.draft_sampling != "sampled")
     fail("speculative.draft_sampling", "'" + s.draft_sampling + "' is not one of greedy, sampled");
+  // Prompt lookup and Medusa's heads propose with certainty: only a draft
+  // model has a distribution q to draw from.
+  if (s.draft_sampling == "sampled" && s.method != "draft")
+    fail("speculative.draft_sampling", "sampled needs speculative.method draft (a draft model's q to draw from; it "
+                                       "is '" + s.method + "')");
   if (s.method == "draft" && s.draft_model.empty())
     fail("speculative.draft_model", "is empty; speculative.method draft needs the draft model's path");
   if (s.method != "draft" && !s.draft_model.empty())

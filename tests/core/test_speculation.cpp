@@ -113,6 +113,10 @@ TEST_CASE("speculative settings are validated once, naming the keys", "[speculat
   CHECK_THAT(refused({"speculative.method=ngram", "parallel.pipeline=2"}),
              Catch::Contains("speculative.method") && Catch::Contains("parallel.steps_in_flight"));
   CHECK(refused({"speculative.method=ngram", "parallel.pipeline=2", "parallel.steps_in_flight=1"}) == "accepted");
+  // Prompt lookup proposes with certainty: no q to draw drafts from.
+  CHECK_THAT(refused({"speculative.method=ngram", "speculative.draft_sampling=sampled"}),
+             Catch::Contains("speculative.draft_sampling") && Catch::Contains("speculative.method draft") &&
+                 Catch::Contains("ngram"));
   if (has_executor("cuda"))  // built here: the CUDA executor verifies drafts too
     CHECK(refused({"speculative.method=ngram", "executor.device=cuda"}) == "accepted");
   CHECK(load_config({}, {}).speculative.method == "none");

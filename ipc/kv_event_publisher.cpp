@@ -10,6 +10,7 @@
 #include <zmq_addon.hpp>
 
 #include "core/error.hpp"
+#include "ipc/ipc_socket_file.hpp"
 
 namespace llmk::ipc {
 namespace {
@@ -119,6 +120,7 @@ struct KvEventPublisher::Sockets {
   zmq::context_t context{1};
   zmq::socket_t pub{context, zmq::socket_type::pub};
   std::optional<zmq::socket_t> replay;
+  IpcSocketFile pub_file, replay_file;  // ipc:// endpoints bound: removed at shutdown
   std::deque<std::pair<int64_t, std::string>> kept;  // [buffer_steps] (sequence, batch)
 };
 
@@ -133,6 +135,7 @@ KvEventPublisher::KvEventPublisher(const KvEventsSection& config)
     if (binds(config_.endpoint)) {
       pub.bind(config_.endpoint);
       endpoint_ = pub.get(zmq::sockopt::last_endpoint);
+      sockets_->pub_file = IpcSocketFile(endpoint_);
     } else {
       pub.connect(config_.endpoint);
       endpoint_ = config_.endpoint;
@@ -151,6 +154,7 @@ KvEventPublisher::KvEventPublisher(const KvEventsSection& config)
                                                  config_.replay_endpoint + ": " + e.what());
     }
     replay_endpoint_ = replay.get(zmq::sockopt::last_endpoint);
+    sockets_->replay_file = IpcSocketFile(replay_endpoint_);
   }
   thread_ = std::thread([this] { run(); });
 }

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "ipc/broker_routes.hpp"
 #include "ipc/errors.hpp"
+#include "ipc/ipc_socket_file.hpp"
 #include "ipc/zmq_protocol.hpp"
 
 namespace llmk::ipc {
@@ -100,6 +101,7 @@ struct ZmqBroker::Core {
   zmq::context_t context{1};
   zmq::socket_t clients{context, zmq::socket_type::router};
   zmq::socket_t workers{context, zmq::socket_type::router};
+  IpcSocketFile clients_file, workers_file;  // ipc:// endpoints' files, removed at shutdown
   BrokerRoutes routes;
   std::deque<Waiting> waiting;
   std::unordered_map<std::string, ClientState> client_states;  // clients with requests (or just heard)
@@ -406,6 +408,8 @@ ZmqBroker::ZmqBroker(ZmqBrokerOptions options) : core_(std::make_unique<Core>(st
   };
   clients_endpoint_ = bind(c.clients, c.options.clients, "clients");
   workers_endpoint_ = bind(c.workers, c.options.workers, "workers");
+  c.clients_file = IpcSocketFile(clients_endpoint_);
+  c.workers_file = IpcSocketFile(workers_endpoint_);
   thread_ = std::thread([this] {
     Core& c = *core_;
     zmq::pollitem_t items[] = {{c.workers.handle(), 0, ZMQ_POLLIN, 0}, {c.clients.handle(), 0, ZMQ_POLLIN, 0}};

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "ipc/broker_link.hpp"
 #include "ipc/embeddings.hpp"
+#include "ipc/ipc_socket_file.hpp"
 #include "ipc/errors.hpp"
 #include "ipc/limits.hpp"
 #include "ipc/mailbox.hpp"
@@ -161,6 +162,7 @@ struct ZmqServer::State {
 
   zmq::context_t context{1};
   zmq::socket_t router{context, zmq::socket_type::router};  // bound at options.endpoint (no broker)
+  IpcSocketFile router_file;                                // an ipc:// endpoint's file, removed at shutdown
   std::unique_ptr<BrokerLink> link;                         // a broker's worker: its DEALER instead
   std::unique_ptr<ZapHandler> zap;          // CURVE only; closed before the context
   std::unique_ptr<Deadlines> deadlines;
@@ -204,6 +206,7 @@ ZmqServer::ZmqServer(Backend& backend, Metrics& metrics, ZmqServerOptions option
                 "cannot bind the ZeroMQ endpoint " + options_.endpoint + " (server.zmq): " + e.what());
   }
   endpoint_ = router.get(zmq::sockopt::last_endpoint);
+  state_->router_file = IpcSocketFile(endpoint_);
   thread_ = std::thread([this] { run(); });
 }
 

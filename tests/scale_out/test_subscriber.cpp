@@ -125,5 +125,10 @@ TEST_CASE("llmk serve with kv_events publishes kv.paged's blocks of the prompts 
   CHECK(summary["stored"].get<int>() >= 2);  // the prompt's full blocks (16 tokens each) and some generated ones
   CHECK(summary["blocks"].get<int>() >= 2);
   CHECK(summary["block_sizes"] == nlohmann::json::array({16}));
+  // A clean stop removes the two socket files it bound.
+  serve.signal(SIGTERM);
+  CHECK(serve.wait_exit(std::chrono::seconds(30)) == 0);
+  CHECK_FALSE(std::filesystem::exists(pub.substr(6)));
+  CHECK_FALSE(std::filesystem::exists(replay.substr(6)));
 }
 #endif  // LLMK_HAVE_ENGINE

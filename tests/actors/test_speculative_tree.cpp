@@ -8,23 +8,17 @@
 
 #include <algorithm>
 #include <random>
+#include <utility>
 
 #include "engine_fixture.hpp"
+#include "support/speculation_config.hpp"
 
 using namespace llmk;
 using namespace llmk::test;
 
 namespace {
 
-EngineConfig tree_config(EngineConfig cfg, uint32_t width) {
-  cfg.speculative.method = "ngram";
-  cfg.speculative.num_tokens = 4;
-  cfg.speculative.prompt_lookup_min = 1;
-  cfg.speculative.prompt_lookup_max = 3;
-  cfg.speculative.tree_width = width;
-  cfg.speculative.tree_nodes = width > 1 ? 12 : 0;
-  return cfg;
-}
+EngineConfig tree_config(EngineConfig cfg, uint32_t width) { return with_ngram_speculation(std::move(cfg), width); }
 
 // The golden requests, fillers (greedy and sampled), and golden prompts
 // with a repetition penalty (which verify chains), shuffled.

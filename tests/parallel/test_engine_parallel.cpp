@@ -14,6 +14,7 @@
 
 #include "actors/engine.hpp"
 #include "tests/parallel/parallel_harness.hpp"
+#include "tests/support/speculation_config.hpp"
 
 using namespace llmk;
 using namespace llmk::test;
@@ -155,13 +156,8 @@ TEST_CASE("token-tree speculation gives degree 1's texts, its steps' tree rows t
   // rank's attention masks each tree row to its ancestors, so the greedy
   // texts are plain decoding's. Against chains (tree_width 1) of the same
   // layout, trees draft more tokens: the trees were verified as trees.
-  auto speculating = [](EngineConfig cfg, uint32_t width) {
-    cfg.speculative.method = "ngram";
-    cfg.speculative.num_tokens = 4;
-    cfg.speculative.prompt_lookup_min = 1;
-    cfg.speculative.prompt_lookup_max = 3;
-    cfg.speculative.tree_width = width;
-    cfg.speculative.tree_nodes = width > 1 ? 12 : 0;
+  auto speculating = [](const EngineConfig& base, uint32_t width) {
+    EngineConfig cfg = with_ngram_speculation(base, width);
     cfg.kv_cache.capacity_tokens = 2048;  // no preemption: the drafts depend on the batch alone
     // Speculation verifies a step's drafts before the next is planned: a
     // pipeline's stages take turns.

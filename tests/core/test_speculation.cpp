@@ -41,6 +41,26 @@ SpeculativeSection ngram(uint32_t k, uint32_t min_n, uint32_t max_n) {
   return s;
 }
 
+SchedulerOptions ngram_options() {
+  SchedulerOptions options;
+  options.speculative = ngram(3, 1, 2);
+  return options;
+}
+
+// A scheduler of 4 sequences and 64 batched tokens, context 128, drafting up
+// to 3 tokens by prompt lookup (suffixes of 1 or 2), over `allocator` with
+// 512 slots in blocks of 8 (prefix caching as asked).
+struct NgramScheduler {
+  explicit NgramScheduler(const char* allocator, std::vector<int32_t> eos_ids = {}, bool prefix_caching = false)
+      : kv(registry.load(allocator, LLMK_PLUGIN_KV_ALLOCATOR),
+           llmk_kv_allocator_desc{sizeof(llmk_kv_allocator_desc), 512, 8, 128, prefix_caching ? 1u : 0u, "{}",
+                                  nullptr, nullptr}),
+        sched(scheduler_section(4, 64), SchedulerLimits{128, std::move(eos_ids), 0}, kv, ngram_options()) {}
+  PluginRegistry registry;
+  KvAllocatorImpl kv;
+  Scheduler sched;
+};
+
 // A model whose next token depends on the last two tokens only, over five
 // ids: its output soon repeats, so prompt lookup's drafts are often right
 // (and sometimes not).
@@ -132,12 +152,9 @@ TEST_CASE("a scheduler refuses speculation over an allocator that cannot roll ba
 
 TEST_CASE("a verification step has a row and logits per draft; its update emits the accepted ids and rolls back",
           "[speculation][scheduler]") {
-  PluginRegistry registry;
-  const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), 512, 8, 128, 1, "{}", nullptr, nullptr};
-  KvAllocatorImpl kv(registry.load("kv.paged", LLMK_PLUGIN_KV_ALLOCATOR), desc);
-  SchedulerOptions options;
-  options.speculative = ngram(3, 1, 2);
-  Scheduler sched(scheduler_section(4, 64), SchedulerLimits{128, {7}, 0}, kv, options);  // EOS: 7
+  NgramScheduler harness("kv.paged", {7}, true);  // EOS: 7
+  Scheduler& sched = harness.sched;
+  const KvAllocatorImpl& kv = harness.kv;
   SamplingParams sp;
   sp.temperature = 0;
   sp.max_tokens = 10;
@@ -384,12 +401,8 @@ TEST_CASE("a request's num_speculative_tokens caps its drafts, 0 turning them of
   bad.num_speculative_tokens = -2;
   CHECK_THROWS_WITH(validate_sampling_params(bad), Catch::Contains("num_speculative_tokens"));
 
-  PluginRegistry registry;
-  const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), 512, 8, 128, 0, "{}", nullptr, nullptr};
-  KvAllocatorImpl kv(registry.load("kv.vm", LLMK_PLUGIN_KV_ALLOCATOR), desc);
-  SchedulerOptions options;
-  options.speculative = ngram(3, 1, 2);
-  Scheduler sched(scheduler_section(4, 64), SchedulerLimits{128, {}, 0}, kv, options);
+  NgramScheduler harness("kv.vm");
+  Scheduler& sched = harness.sched;
   // Three requests with the same repeating prompt: the engine's 3 drafts,
   // a cap of 1, and none.
   for (const int32_t cap : {-1, 1, 0}) {
@@ -418,12 +431,8 @@ TEST_CASE("requests that turn drafts off (num_speculative_tokens 0) let the next
   // whose requests all turned speculation off is.
   for (const int32_t cap : {-1, 0}) {
     INFO("num_speculative_tokens " << cap);
-    PluginRegistry registry;
-    const llmk_kv_allocator_desc desc{sizeof(llmk_kv_allocator_desc), 512, 8, 128, 0, "{}", nullptr, nullptr};
-    KvAllocatorImpl kv(registry.load("kv.paged", LLMK_PLUGIN_KV_ALLOCATOR), desc);
-    SchedulerOptions options;
-    options.speculative = ngram(3, 1, 2);
-    Scheduler sched(scheduler_section(4, 64), SchedulerLimits{128, {}, 0}, kv, options);
+    NgramScheduler harness("kv.paged");
+    Scheduler& sched = harness.sched;
     SamplingParams sp;
     sp.temperature = 0;
     sp.max_tokens = 10;
